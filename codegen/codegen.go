@@ -1,0 +1,81 @@
+// Package codegen is the entc extension of entoutbox. Register it in your
+// ent/entc.go:
+//
+//	err := entc.Generate("./schema", &gen.Config{},
+//		entc.Extensions(codegen.New(codegen.Events(events.OrderPaid{}))))
+//
+// It validates the event declarations before anything is written, then
+// generates into the ent package one struct per event version and a typed
+// Emit method per event on *OutboxClient.
+//
+// Only entc.go programs import this package: application binaries never
+// carry the generator.
+package codegen
+
+import (
+	"embed"
+	"errors"
+
+	"entgo.io/ent/entc"
+	"entgo.io/ent/entc/gen"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// annotationKey is where the validated model hangs in gen.Config.Annotations
+// for the templates.
+const annotationKey = "EntOutbox"
+
+//go:embed template/*.tmpl
+var templateFS embed.FS
+
+// Extension generates the outbox code. Create it with New.
+type Extension struct {
+	entc.DefaultExtension
+	events []events.Interface
+}
+
+// Option configures the Extension.
+type Option func(*Extension)
+
+// Events registers event declarations. Order is kept in the generated code.
+func Events(evs ...events.Interface) Option {
+	return func(e *Extension) { e.events = append(e.events, evs...) }
+}
+
+// New returns the extension for entc.Extensions.
+func New(opts ...Option) *Extension {
+	e := &Extension{}
+	for _, opt := range opts {
+		opt(e)
+	}
+	return e
+}
+
+// Hooks validates the declarations and the ent graph before any file is
+// generated: a refusal leaves the target directory untouched.
+func (e *Extension) Hooks() []gen.Hook {
+	return []gen.Hook{func(next gen.Generator) gen.Generator {
+		return gen.GenerateFunc(func(g *gen.Graph) error {
+			m, err := Build(g, e.events)
+			if err != nil {
+				return err
+			}
+			if g.Annotations == nil {
+				g.Annotations = gen.Annotations{}
+			}
+			g.Annotations[annotationKey] = m
+			return next.Generate(g)
+		})
+	}}
+}
+
+// Templates are the outbox templates; their names are prefixed with
+// "outbox_" because ent merges every template and function globally.
+func (e *Extension) Templates() []*gen.Template {
+	return []*gen.Template{
+		gen.MustParse(gen.NewTemplate("outbox").Funcs(funcs).ParseFS(templateFS, "template/*.tmpl")),
+	}
+}
+
+var errInvalid = errors.New("entoutbox: invalid event declarations")

@@ -1,0 +1,29 @@
+package codegen
+
+import (
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// funcs are merged into ent's global function map, hence the prefix.
+var funcs = template.FuncMap{
+	"outboxComment": comment,
+	"outboxQuote":   strconv.Quote,
+	"outboxModel":   model,
+}
+
+// comment renders text as // lines, one per line of text.
+func comment(text string) string {
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return ""
+	}
+	return "// " + strings.ReplaceAll(text, "\n", "\n// ")
+}
+
+// model fetches the validated model the hook stored for the templates.
+func model(annotations map[string]any) *Model {
+	m, _ := annotations[annotationKey].(*Model)
+	return m
+}

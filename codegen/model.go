@@ -1,0 +1,239 @@
+package codegen
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"entgo.io/ent/entc/gen"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+// Model is what the templates render: the validated declarations plus the
+// facts they need from the ent graph.
+type Model struct {
+	OutboxTable string
+	Events      []*Event
+}
+
+// Event is one declared event.
+type Event struct {
+	GoName    string // Go type of the declaration, also the latest payload struct
+	Name      string // wire name
+	Topic     string
+	Aggregate string
+	Comment   string
+	Versions  []*Version
+}
+
+// Latest is the version producers emit.
+func (e *Event) Latest() *Version { return e.Versions[len(e.Versions)-1] }
+
+// Version is one payload version of an event.
+type Version struct {
+	Number   int
+	TypeName string // OrderPaid for the latest, OrderPaidV1 for older ones
+	Latest   bool
+	Fields   []*Field
+}
+
+// Field is one payload field with its Go rendering precomputed, so the
+// templates stay free of per-kind logic.
+type Field struct {
+	*field.Descriptor
+	GoName   string
+	GoType   string
+	Tag      string
+	Defaults string   // statement applying the default, or ""
+	Checks   []*Check // validations in order
+}
+
+// Check is one validation: when Cond holds, the payload is invalid and
+// Reason (a Go string expression) says why.
+type Check struct {
+	Cond   string
+	Reason string
+}
+
+var (
+	wireName  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	topicName = regexp.MustCompile(`^[A-Za-z0-9$:._-]+$`) // what watermill-sql accepts
+	ident     = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+	goExport  = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
+)
+
+// outboxFields are the columns the generated code relies on; a type named
+// Outbox without them was not built from schema.Outbox.
+var outboxFields = []string{"event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id", "payload", "headers"}
+
+// entSuffixes are the names ent derives from a schema type; an event type
+// must not collide with any of them.
+var entSuffixes = []string{"", "Client", "Create", "CreateBulk", "Update", "UpdateOne", "Delete",
+	"DeleteOne", "Query", "Select", "GroupBy", "Mutation", "s", "Edges", "Upsert", "UpsertOne", "UpsertBulk"}
+
+// Build validates the declarations against each other and the ent graph and
+// returns the model. All problems are reported at once, each naming the
+// event, version and field it is about.
+func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+
+	m := &Model{}
+	taken := map[string]string{} // Go names generated into the ent package -> owner
+	outbox := outboxNode(g, fail)
+	if outbox != nil {
+		m.OutboxTable = outbox.Table()
+	}
+	for _, n := range g.Nodes {
+		for _, s := range entSuffixes {
+			taken[n.Name+s] = fmt.Sprintf("the ent schema %s", n.Name)
+		}
+	}
+
+	byName := map[string]string{}
+	for i, ev := range evs {
+		if ev == nil || reflect.ValueOf(ev).Kind() == reflect.Pointer && reflect.ValueOf(ev).IsNil() {
+			fail("event #%d: declaration is nil", i+1)
+			continue
+		}
+		e := buildEvent(ev, fail)
+		if e == nil {
+			continue
+		}
+		if prev, ok := byName[e.Name]; ok && e.Name != "" {
+			fail("event %s: wire name %q is already used by event %s", e.GoName, e.Name, prev)
+		}
+		byName[e.Name] = e.GoName
+		for _, v := range e.Versions {
+			if owner, ok := taken[v.TypeName]; ok {
+				fail("event %s: generated type %s collides with %s", e.GoName, v.TypeName, owner)
+				continue
+			}
+			taken[v.TypeName] = "event " + e.GoName
+		}
+		m.Events = append(m.Events, e)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
+	}
+	return m, nil
+}
+
+func outboxNode(g *gen.Graph, fail func(string, ...any)) *gen.Type {
+	for _, n := range g.Nodes {
+		if n.Name != "Outbox" {
+			continue
+		}
+		have := map[string]bool{}
+		for _, f := range n.Fields {
+			have[f.Name] = true
+		}
+		for _, name := range outboxFields {
+			if !have[name] {
+				fail("ent schema Outbox: field %q is missing; declare it as type Outbox struct{ schema.Outbox } (package github.com/entoutbox/entoutbox/schema)", name)
+				return nil
+			}
+		}
+		return n
+	}
+	fail("ent schema: no Outbox type; add type Outbox struct{ schema.Outbox } (package github.com/entoutbox/entoutbox/schema) to your schema package")
+	return nil
+}
+
+func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
+	t := reflect.TypeOf(ev)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	e := &Event{GoName: t.Name(), Name: ev.Name(), Topic: ev.Topic(), Aggregate: ev.Aggregate(), Comment: ev.Comment()}
+	if !goExport.MatchString(e.GoName) {
+		fail("event %q: Go type %q must be a named, exported type", e.Name, t.String())
+		return nil
+	}
+	where := fmt.Sprintf("event %s (%q)", e.GoName, e.Name)
+	switch {
+	case e.Name == "":
+		where = "event " + e.GoName
+		fail("%s: Name() is empty", where)
+	case !wireName.MatchString(e.Name):
+		fail("%s: Name() must be letters, digits, '.', '_' or '-', starting with a letter or digit", where)
+	}
+	switch {
+	case e.Topic == "":
+		fail("%s: Topic() is empty", where)
+	case !topicName.MatchString(e.Topic):
+		fail("%s: Topic() %q may only contain letters, digits and - $ : . _", where, e.Topic)
+	}
+	switch {
+	case e.Aggregate == "":
+		fail("%s: Aggregate() is empty", where)
+	case !ident.MatchString(e.Aggregate):
+		fail("%s: Aggregate() %q must be an identifier", where, e.Aggregate)
+	}
+	versions := ev.Versions()
+	if len(versions) == 0 {
+		fail("%s: Versions() is empty; declare at least events.V(1, ...)", where)
+		return e
+	}
+	for i, v := range versions {
+		if v.Number != i+1 {
+			fail("%s version %d: versions must be numbered 1, 2, 3... in order; expected version %d here", where, v.Number, i+1)
+			continue
+		}
+		ver := &Version{Number: v.Number, TypeName: fmt.Sprintf("%sV%d", e.GoName, v.Number), Latest: i == len(versions)-1}
+		if ver.Latest {
+			ver.TypeName = e.GoName
+		}
+		ver.Fields = buildFields(fmt.Sprintf("%s version %d", where, v.Number), v.Fields, fail)
+		e.Versions = append(e.Versions, ver)
+	}
+	if len(e.Versions) != len(versions) {
+		e.Versions = nil
+	}
+	return e
+}
+
+func buildFields(where string, fs []field.Field, fail func(string, ...any)) []*Field {
+	var (
+		out    []*Field
+		names  = map[string]bool{}
+		goName = map[string]string{}
+	)
+	for i, f := range fs {
+		if f == nil || f.Descriptor() == nil {
+			fail("%s, field #%d: nil field", where, i+1)
+			continue
+		}
+		d := f.Descriptor()
+		at := fmt.Sprintf("%s, field %q", where, d.Name)
+		switch {
+		case d.Name == "":
+			fail("%s, field #%d: empty name", where, i+1)
+			continue
+		case !ident.MatchString(d.Name):
+			fail("%s: name must start with a letter and hold only letters, digits and underscores", at)
+			continue
+		case names[d.Name]:
+			fail("%s: duplicate field name", at)
+			continue
+		}
+		names[d.Name] = true
+		fd := &Field{Descriptor: d, GoName: pascal(d.Name)}
+		if other, ok := goName[fd.GoName]; ok {
+			fail("%s: Go name %s collides with field %q", at, fd.GoName, other)
+			continue
+		}
+		goName[fd.GoName] = d.Name
+		if err := render(fd); err != nil {
+			fail("%s: %v", at, err)
+			continue
+		}
+		out = append(out, fd)
+	}
+	return out
+}
+
+var pascal = gen.Funcs["pascal"].(func(string) string)

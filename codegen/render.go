@@ -1,0 +1,215 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+// goTypes is the Go type of each kind's value.
+var goTypes = map[field.Kind]string{
+	field.KindString: "string", field.KindBool: "bool", field.KindInt: "int", field.KindInt32: "int32",
+	field.KindInt64: "int64", field.KindFloat64: "float64", field.KindTime: "time.Time",
+	field.KindUUID: "uuid.UUID", field.KindEnum: "string", field.KindBytes: "[]byte",
+	field.KindJSON: "json.RawMessage", field.KindStrings: "[]string", field.KindInts: "[]int",
+	field.KindInt64s: "[]int64", field.KindFloat64s: "[]float64",
+}
+
+// defaultTypes is the dynamic type a Default must have, per kind; kinds
+// missing here take no default.
+var defaultTypes = map[field.Kind]reflect.Type{
+	field.KindString: reflect.TypeFor[string](), field.KindEnum: reflect.TypeFor[string](),
+	field.KindBool: reflect.TypeFor[bool](), field.KindInt: reflect.TypeFor[int](),
+	field.KindInt32: reflect.TypeFor[int32](), field.KindInt64: reflect.TypeFor[int64](),
+	field.KindFloat64: reflect.TypeFor[float64](),
+}
+
+// scalar kinds become pointers when Nillable; the others are nil-able already.
+func scalar(k field.Kind) bool {
+	switch k {
+	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+		return false
+	}
+	return true
+}
+
+// render checks the kind-specific parts of a declaration and fills in the
+// Go rendering of f.
+func render(f *Field) error {
+	d := f.Descriptor
+	base, ok := goTypes[d.Kind]
+	if !ok {
+		return fmt.Errorf("unknown kind %d", d.Kind)
+	}
+	if err := checkOptions(d); err != nil {
+		return err
+	}
+	pointer := d.Nillable && scalar(d.Kind)
+	f.GoType = base
+	if pointer {
+		f.GoType = "*" + base
+	}
+	f.Tag = fmt.Sprintf(`json:"%s"`, d.Name)
+	if d.Optional {
+		f.Tag = fmt.Sprintf(`json:"%s,omitzero"`, d.Name)
+	}
+
+	sel := "e." + f.GoName
+	val := sel // the value, dereferenced
+	if pointer {
+		val = "*" + sel
+	}
+	// At Emit a default replaces only a value that means "absent": a nil
+	// pointer or an empty string. A plain number or bool is always a value;
+	// its default serves older versions that lack the field.
+	if d.Default != nil && (pointer || d.Kind == field.KindString || d.Kind == field.KindEnum) {
+		lit := fmt.Sprintf("%#v", d.Default)
+		if pointer {
+			f.Defaults = fmt.Sprintf("if %s == nil {\n\tv := %s(%s)\n\t%s = &v\n}", sel, base, lit, sel)
+		} else {
+			f.Defaults = fmt.Sprintf("if %s == %s {\n\t%s = %s\n}", sel, zero(d.Kind), sel, lit)
+		}
+	}
+
+	// guard is when a present value is checked: a nil pointer or the zero
+	// value of an optional field means "absent".
+	guard := ""
+	switch {
+	case pointer:
+		guard = sel + " != nil && "
+	case d.Optional && scalar(d.Kind) && d.Kind != field.KindBool:
+		guard = fmt.Sprintf("%s != %s && ", sel, zero(d.Kind))
+	}
+	add := func(cond, reason string) { f.Checks = append(f.Checks, &Check{Cond: cond, Reason: reason}) }
+	if !d.Optional {
+		switch d.Kind {
+		case field.KindString, field.KindEnum:
+			add(sel+` == ""`, `"is required"`)
+		case field.KindTime:
+			add(sel+".IsZero()", `"is required"`)
+		case field.KindUUID:
+			add(sel+" == uuid.Nil", `"is required"`)
+		case field.KindBytes:
+			add(sel+" == nil", `"is required"`)
+		case field.KindJSON:
+			add("len("+sel+") == 0", `"is required"`)
+		}
+	}
+	switch d.Kind {
+	case field.KindEnum:
+		var alts []string
+		for _, v := range d.Enum {
+			alts = append(alts, fmt.Sprintf("%s == %q", val, v))
+		}
+		format := strconv.Quote("value %q is not one of " + strings.ReplaceAll(fmt.Sprint(d.Enum), "%", "%%"))
+		add(fmt.Sprintf("%s!(%s)", guard, strings.Join(alts, " || ")), fmt.Sprintf("fmt.Sprintf(%s, %s)", format, val))
+	case field.KindJSON:
+		add(fmt.Sprintf("len(%s) > 0 && !json.Valid(%s)", sel, sel), `"is not valid JSON"`)
+	}
+	if d.MaxLen > 0 {
+		add(fmt.Sprintf("%slen(%s) > %d", guard, val, d.MaxLen),
+			fmt.Sprintf(`fmt.Sprintf("is %%d bytes long, more than the maximum %d", len(%s))`, d.MaxLen, val))
+	}
+	if d.Positive {
+		add(fmt.Sprintf("%s%s <= 0", guard, val), fmt.Sprintf(`fmt.Sprintf("value %%v is not positive", %s)`, val))
+	}
+	if d.Min != nil {
+		lit := num(*d.Min)
+		add(fmt.Sprintf("%s%s < %s", guard, val, lit), fmt.Sprintf(`fmt.Sprintf("value %%v is below the minimum %s", %s)`, lit, val))
+	}
+	if d.Max != nil {
+		lit := num(*d.Max)
+		add(fmt.Sprintf("%s%s > %s", guard, val, lit), fmt.Sprintf(`fmt.Sprintf("value %%v is above the maximum %s", %s)`, lit, val))
+	}
+	return nil
+}
+
+// checkOptions refuses options that do not apply to the field's kind and
+// defaults that do not fit it.
+func checkOptions(d *field.Descriptor) error {
+	if len(d.Enum) > 0 && d.Kind != field.KindEnum {
+		return fmt.Errorf("Values() applies only to enum fields, not %s", d.Kind)
+	}
+	if d.Kind == field.KindEnum {
+		if len(d.Enum) == 0 {
+			return fmt.Errorf("enum has no values; add .Values(...)")
+		}
+		seen := map[string]bool{}
+		for _, v := range d.Enum {
+			if v == "" {
+				return fmt.Errorf("enum value is empty")
+			}
+			if seen[v] {
+				return fmt.Errorf("enum value %q is listed twice", v)
+			}
+			seen[v] = true
+		}
+	}
+	if (d.Min != nil || d.Max != nil || d.Positive) && !d.Kind.Numeric() {
+		return fmt.Errorf("Min, Max and Positive apply only to numeric fields, not %s", d.Kind)
+	}
+	if d.Kind != field.KindFloat64 {
+		for _, b := range []*float64{d.Min, d.Max} {
+			if b != nil && *b != math.Trunc(*b) {
+				return fmt.Errorf("bound %v is not a whole number for a %s field", *b, d.Kind)
+			}
+		}
+	}
+	if d.Min != nil && d.Max != nil && *d.Min > *d.Max {
+		return fmt.Errorf("Min %v is greater than Max %v", *d.Min, *d.Max)
+	}
+	if d.MaxLen < 0 || d.MaxLen > 0 && d.Kind != field.KindString && d.Kind != field.KindEnum {
+		return fmt.Errorf("MaxLen applies only to string fields and must be positive")
+	}
+	if d.Default == nil {
+		return nil
+	}
+	want, ok := defaultTypes[d.Kind]
+	if !ok {
+		return fmt.Errorf("a default is not supported for %s fields", d.Kind)
+	}
+	if got := reflect.TypeOf(d.Default); got != want {
+		return fmt.Errorf("default %#v (%s) does not fit a %s field", d.Default, got, d.Kind)
+	}
+	switch v := d.Default.(type) {
+	case string:
+		if d.Kind == field.KindEnum && !slices.Contains(d.Enum, v) {
+			return fmt.Errorf("default %q is not one of the enum values %v", v, d.Enum)
+		}
+		if d.MaxLen > 0 && len(v) > d.MaxLen {
+			return fmt.Errorf("default %q is longer than MaxLen %d", v, d.MaxLen)
+		}
+		if v == "" {
+			return fmt.Errorf("default is the empty string, which is the zero value it replaces")
+		}
+	case int, int32, int64, float64:
+		f := reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
+		if d.Min != nil && f < *d.Min || d.Max != nil && f > *d.Max || d.Positive && f <= 0 {
+			return fmt.Errorf("default %v is outside the field's bounds", v)
+		}
+	}
+	return nil
+}
+
+func zero(k field.Kind) string {
+	switch k {
+	case field.KindString, field.KindEnum:
+		return `""`
+	case field.KindBool:
+		return "false"
+	case field.KindTime:
+		return "(time.Time{})"
+	case field.KindUUID:
+		return "uuid.Nil"
+	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+		return "nil"
+	}
+	return "0"
+}
+
+func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -1,0 +1,51 @@
+package events
+
+import (
+	"maps"
+
+	"github.com/google/uuid"
+)
+
+// EmitOption adjusts one Emit call.
+type EmitOption func(*EmitConfig)
+
+// EmitConfig is the result of applying EmitOptions. Generated code reads it;
+// users set it through the options.
+type EmitConfig struct {
+	// EventID is the stable id of the event. Zero means a new UUIDv7.
+	EventID uuid.UUID
+	// Headers travel with the event as message metadata (trace context,
+	// correlation ids). Keys starting with "outbox_" are reserved.
+	Headers map[string]string
+}
+
+// NewEmitConfig applies opts in order.
+func NewEmitConfig(opts ...EmitOption) EmitConfig {
+	var c EmitConfig
+	for _, opt := range opts {
+		opt(&c)
+	}
+	return c
+}
+
+// WithEventID sets the event id instead of a generated one. Use it to make a
+// retried request emit the same event: the second Emit with the same id
+// returns ErrDuplicateEventID and writes nothing.
+func WithEventID(id uuid.UUID) EmitOption {
+	return func(c *EmitConfig) { c.EventID = id }
+}
+
+// WithHeaders adds headers to the event; later values win.
+func WithHeaders(h map[string]string) EmitOption {
+	return func(c *EmitConfig) {
+		if c.Headers == nil {
+			c.Headers = make(map[string]string, len(h))
+		}
+		maps.Copy(c.Headers, h)
+	}
+}
+
+// WithHeader adds one header to the event.
+func WithHeader(key, value string) EmitOption {
+	return WithHeaders(map[string]string{key: value})
+}

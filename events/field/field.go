@@ -1,0 +1,174 @@
+// Package field declares the fields of an event payload version. The
+// builders read like ent's schema/field package:
+//
+//	field.Int64("order_id").Comment("the order being paid")
+//	field.String("currency").Default("EUR")
+//	field.Enum("method").Values("card", "transfer")
+//	field.Time("paid_at").Optional()
+//
+// Fields are required unless marked Optional or Nillable. What required
+// means depends on the kind: strings, enums, times, UUIDs, bytes and JSON
+// must be non-zero; numbers and bools always have a value (use Nillable to
+// tell "absent" from zero).
+package field
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Kind is the type of a field's value.
+type Kind uint8
+
+// The kinds of field values.
+const (
+	KindInvalid Kind = iota
+	KindString
+	KindBool
+	KindInt
+	KindInt32
+	KindInt64
+	KindFloat64
+	KindTime
+	KindUUID
+	KindEnum
+	KindBytes
+	KindJSON
+	KindStrings
+	KindInts
+	KindInt64s
+	KindFloat64s
+)
+
+var kindNames = [...]string{"invalid", "string", "bool", "int", "int32", "int64", "float64",
+	"time", "uuid", "enum", "bytes", "json", "strings", "ints", "int64s", "float64s"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "invalid"
+}
+
+// Numeric reports whether values of k are numbers.
+func (k Kind) Numeric() bool {
+	return k == KindInt || k == KindInt32 || k == KindInt64 || k == KindFloat64
+}
+
+// Field is implemented by every builder.
+type Field interface {
+	Descriptor() *Descriptor
+}
+
+// Descriptor is the declaration of one field, read by the code generator.
+type Descriptor struct {
+	Name     string // wire (JSON) name
+	Kind     Kind
+	Optional bool
+	Nillable bool // generated as a pointer (or a nil slice), implies Optional
+	Default  any  // used when the value is zero, and when an older version lacks the field
+	Comment  string
+	Enum     []string // allowed values of a KindEnum field
+	Min, Max *float64 // bounds of a numeric field
+	Positive bool     // a numeric field must be > 0
+	MaxLen   int      // maximum length of a string field; 0 means none
+}
+
+// Builder builds a Descriptor. T is the Go type of the field's value, so a
+// Default of the wrong type does not compile.
+type Builder[T any] struct {
+	desc *Descriptor
+}
+
+func newBuilder[T any](name string, kind Kind) *Builder[T] {
+	return &Builder[T]{desc: &Descriptor{Name: name, Kind: kind}}
+}
+
+// String declares a string field.
+func String(name string) *Builder[string] { return newBuilder[string](name, KindString) }
+
+// Bool declares a bool field.
+func Bool(name string) *Builder[bool] { return newBuilder[bool](name, KindBool) }
+
+// Int declares an int field.
+func Int(name string) *Builder[int] { return newBuilder[int](name, KindInt) }
+
+// Int32 declares an int32 field.
+func Int32(name string) *Builder[int32] { return newBuilder[int32](name, KindInt32) }
+
+// Int64 declares an int64 field.
+func Int64(name string) *Builder[int64] { return newBuilder[int64](name, KindInt64) }
+
+// Float64 declares a float64 field.
+func Float64(name string) *Builder[float64] { return newBuilder[float64](name, KindFloat64) }
+
+// Time declares a time.Time field, encoded as RFC 3339 with nanoseconds.
+func Time(name string) *Builder[time.Time] { return newBuilder[time.Time](name, KindTime) }
+
+// UUID declares a uuid.UUID field.
+func UUID(name string) *Builder[uuid.UUID] { return newBuilder[uuid.UUID](name, KindUUID) }
+
+// Enum declares a string field restricted to the values given with Values.
+func Enum(name string) *Builder[string] { return newBuilder[string](name, KindEnum) }
+
+// Bytes declares a []byte field, encoded as base64 in JSON.
+func Bytes(name string) *Builder[[]byte] { return newBuilder[[]byte](name, KindBytes) }
+
+// JSON declares a free-form JSON field (json.RawMessage).
+func JSON(name string) *Builder[json.RawMessage] {
+	return newBuilder[json.RawMessage](name, KindJSON)
+}
+
+// Strings declares a []string field.
+func Strings(name string) *Builder[[]string] { return newBuilder[[]string](name, KindStrings) }
+
+// Ints declares an []int field.
+func Ints(name string) *Builder[[]int] { return newBuilder[[]int](name, KindInts) }
+
+// Int64s declares an []int64 field.
+func Int64s(name string) *Builder[[]int64] { return newBuilder[[]int64](name, KindInt64s) }
+
+// Float64s declares a []float64 field.
+func Float64s(name string) *Builder[[]float64] { return newBuilder[[]float64](name, KindFloat64s) }
+
+// Optional lets the field be left at its zero value.
+func (b *Builder[T]) Optional() *Builder[T] { b.desc.Optional = true; return b }
+
+// Nillable generates the field as a pointer, so "absent" and zero differ.
+// It implies Optional.
+func (b *Builder[T]) Nillable() *Builder[T] {
+	b.desc.Nillable, b.desc.Optional = true, true
+	return b
+}
+
+// Default is the value of the field when an older version of the event
+// lacks it. At Emit it also replaces a value that means "absent": a nil
+// pointer (Nillable) or an empty string; a plain number or bool is always a
+// value of its own, so 0 and false are emitted as they are.
+func (b *Builder[T]) Default(v T) *Builder[T] { b.desc.Default = v; return b }
+
+// Comment documents the field in the generated struct.
+func (b *Builder[T]) Comment(c string) *Builder[T] { b.desc.Comment = c; return b }
+
+// Values lists the allowed values of an Enum field.
+func (b *Builder[T]) Values(values ...string) *Builder[T] {
+	b.desc.Enum = append(b.desc.Enum, values...)
+	return b
+}
+
+// Min is the smallest allowed value of a numeric field.
+func (b *Builder[T]) Min(v float64) *Builder[T] { b.desc.Min = &v; return b }
+
+// Max is the largest allowed value of a numeric field.
+func (b *Builder[T]) Max(v float64) *Builder[T] { b.desc.Max = &v; return b }
+
+// Positive requires a numeric field to be greater than zero.
+func (b *Builder[T]) Positive() *Builder[T] { b.desc.Positive = true; return b }
+
+// MaxLen bounds the length of a string field.
+func (b *Builder[T]) MaxLen(n int) *Builder[T] { b.desc.MaxLen = n; return b }
+
+// Descriptor returns the declaration built so far.
+func (b *Builder[T]) Descriptor() *Descriptor { return b.desc }

@@ -1,0 +1,117 @@
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// This file is the read side of SchemaAdapter, used by the compatible relay
+// path: the stock watermill-sql subscriber reads the outbox table and feeds
+// Watermill's forwarder component unchanged.
+
+// forwarderEnvelope mirrors the JSON envelope of Watermill's
+// components/forwarder. The row stays queryable JSONB; the envelope is built
+// only when the row is read, so the forwarder can unwrap it as it is.
+type forwarderEnvelope struct {
+	DestinationTopic string            `json:"destination_topic"`
+	UUID             string            `json:"uuid"`
+	Payload          []byte            `json:"payload"`
+	Metadata         map[string]string `json:"metadata"`
+}
+
+const defaultSelectBatch = 100
+
+// SelectQuery returns the next committed rows after the consumer group's
+// offset, in commit order. Like watermill-sql's default PostgreSQL schema it
+// orders by (transaction_id, id) and only reads transactions older than the
+// snapshot's xmin, so a row committed late by a long transaction is never
+// skipped; the price is that a long transaction anywhere on the server
+// stalls this path (the fast relay does not have that limit).
+func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
+	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{
+		Topic:         params.Topic,
+		ConsumerGroup: params.ConsumerGroup,
+	})
+	if err != nil {
+		return wsql.Query{}, err
+	}
+	batch := s.SelectBatchSize
+	if batch <= 0 {
+		batch = defaultSelectBatch
+	}
+	q := `SELECT * FROM (
+		WITH last_processed AS (` + next.Query + `)
+		SELECT id, transaction_id, event_id, event_name, event_version, topic,
+			aggregate_type, aggregate_id, payload, headers, created_at
+		FROM ` + s.table() + `
+		WHERE (
+			(transaction_id = (SELECT last_processed_transaction_id FROM last_processed)
+				AND id > (SELECT offset_acked FROM last_processed))
+			OR transaction_id > (SELECT last_processed_transaction_id FROM last_processed)
+		)
+		AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+	) AS messages
+	ORDER BY transaction_id ASC, id ASC
+	LIMIT ` + fmt.Sprint(batch)
+	return wsql.Query{Query: q, Args: next.Args}, nil
+}
+
+// UnmarshalMessage turns a row into a forwarder envelope message. A row whose
+// headers are not a JSON object of strings still becomes a message: its
+// metadata carries the reason under MetaRowError so the relay can set it
+// aside instead of retrying it forever.
+func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
+	var (
+		r         wsql.Row
+		txID      wsql.XID8
+		eventID   string
+		name      string
+		version   int
+		topic     string
+		aggType   string
+		aggID     string
+		payload   []byte
+		headersJS []byte
+		createdAt time.Time
+	)
+	if err := params.Row.Scan(&r.Offset, &txID, &eventID, &name, &version, &topic,
+		&aggType, &aggID, &payload, &headersJS, &createdAt); err != nil {
+		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
+	}
+	md, rowErr := decodeHeaders(headersJS)
+	md = metadataOf(name, version, aggType, aggID, md)
+	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
+	if rowErr != nil {
+		md[MetaRowError] = rowErr.Error()
+	}
+	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: topic, UUID: eventID, Payload: payload, Metadata: md})
+	if err != nil {
+		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", eventID, err)
+	}
+	r.UUID = []byte(eventID)
+	r.Payload = env
+	r.Msg = message.NewMessage(eventID, env)
+	r.ExtraData = map[string]any{"transaction_id": txID}
+	return r, nil
+}
+
+// MetaRowError is set on a message read from a row that cannot be relayed
+// as it is; its value is the reason.
+const MetaRowError = events.ReservedPrefix + "row_error"
+
+func decodeHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
+	}
+	return h, nil
+}

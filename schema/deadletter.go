@@ -1,0 +1,54 @@
+package schema
+
+import (
+	"time"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+	"github.com/google/uuid"
+)
+
+// DeadLetterTable is the default table name of the dead letters.
+const DeadLetterTable = "outbox_dead_letters"
+
+// DeadLetter is an event set aside with the reason it could not be relayed
+// or handled. Nothing is dropped: a dead letter can be inspected and replayed.
+type DeadLetter struct {
+	ent.Schema
+}
+
+// Annotations names the table.
+func (DeadLetter) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: DeadLetterTable}}
+}
+
+// Fields of a dead letter. Most are optional: a malformed message may lack them.
+func (DeadLetter) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int64("id"),
+		field.UUID("event_id", uuid.UUID{}).Optional(),
+		field.String("source").Comment(`"relay" or the consumer name that gave up`),
+		field.String("event_name").Optional(),
+		field.Int("event_version").Optional(),
+		field.String("topic").Optional(),
+		field.String("aggregate_type").Optional(),
+		field.String("aggregate_id").Optional(),
+		field.Bytes("payload").Optional().Comment("the payload as received, which may not be valid JSON"),
+		field.JSON("headers", map[string]string{}).Optional().SchemaType(jsonb()),
+		field.Text("reason"),
+		field.Int("attempts").Default(0),
+		field.Time("created_at").Default(time.Now).Immutable().
+			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+	}
+}
+
+// Indexes for browsing dead letters.
+func (DeadLetter) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("source", "created_at").StorageKey("outbox_dead_letters_source"),
+		index.Fields("event_id").StorageKey("outbox_dead_letters_event"),
+	}
+}

@@ -1,0 +1,84 @@
+package schema
+
+import (
+	"encoding/json"
+	"time"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+	"github.com/google/uuid"
+)
+
+// OutboxTable is the default table name of the outbox.
+const OutboxTable = "outbox_events"
+
+// Outbox is the outbox table: one row per emitted event, written in the
+// same transaction as the business change and read by the relay.
+type Outbox struct {
+	ent.Schema
+}
+
+// Annotations names the table.
+func (Outbox) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: OutboxTable}}
+}
+
+// Fields of the outbox row. Columns with database defaults keep the raw
+// INSERT issued by Emit short and let the database stamp time and
+// transaction id.
+func (Outbox) Fields() []ent.Field {
+	return []ent.Field{
+		// id is the insertion sequence; the relay orders by it.
+		field.Int64("id"),
+		field.UUID("event_id", uuid.UUID{}).Unique().Immutable().
+			Comment("stable id of the event: the message UUID on every broker and the dedupe key of consumers"),
+		field.String("event_name").Immutable().Comment("stable wire name, e.g. order.paid"),
+		field.Int("event_version").Immutable().Positive(),
+		field.String("topic").Immutable().Comment("destination topic on the broker"),
+		field.String("aggregate_type").Immutable(),
+		field.String("aggregate_id").Immutable().Comment("ordering and partition key"),
+		field.JSON("payload", json.RawMessage{}).Immutable().
+			SchemaType(jsonb()).Comment("the event payload as queryable JSON"),
+		field.JSON("headers", map[string]string{}).Optional().
+			SchemaType(jsonb()).Comment("message metadata: trace context, correlation ids"),
+		field.Time("created_at").Default(time.Now).Immutable().
+			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+		// transaction_id lets the compatible (watermill-sql) read path order
+		// rows by commit visibility; the fast relay does not need it.
+		field.Uint64("transaction_id").Optional().Immutable().
+			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
+			Annotations(entsql.DefaultExpr("pg_current_xact_id()")),
+		// Delivery state, owned by the relay.
+		field.Time("available_at").Default(time.Now).
+			Annotations(entsql.Default("CURRENT_TIMESTAMP")).
+			Comment("not relayed before this time; pushed back after a failed publish"),
+		field.Int("attempts").Default(0).NonNegative(),
+		field.Time("claimed_until").Optional().Nillable().
+			Comment("lease of the relay that claimed the row; expired leases return the row"),
+		field.String("claimed_by").Optional(),
+		field.Time("delivered_at").Optional().Nillable().
+			Comment("set when the broker acknowledged the message"),
+		field.Text("last_error").Optional(),
+	}
+}
+
+// Indexes keep the relay's queries on undelivered rows cheap while the table
+// retains millions of delivered ones.
+func (Outbox) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("available_at", "id").
+			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
+			StorageKey("outbox_events_pending"),
+		index.Fields("transaction_id", "id").StorageKey("outbox_events_commit_order"),
+		index.Fields("delivered_at").
+			Annotations(entsql.IndexWhere("delivered_at IS NOT NULL")).
+			StorageKey("outbox_events_delivered"),
+		index.Fields("aggregate_type", "aggregate_id", "id").StorageKey("outbox_events_aggregate"),
+	}
+}
+
+func jsonb() map[string]string { return map[string]string{dialect.Postgres: "jsonb"} }
