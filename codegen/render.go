@@ -77,16 +77,19 @@ func render(f *Field) error {
 	}
 
 	// guard is when a present value is checked: a nil pointer or the zero
-	// value of an optional field means "absent".
+	// value of an optional field means "absent". A field with an emit-time
+	// default is never absent once defaults are applied, so Validate does
+	// not ask for it either.
+	optional := d.Optional || f.Defaults != ""
 	guard := ""
 	switch {
 	case pointer:
 		guard = sel + " != nil && "
-	case d.Optional && scalar(d.Kind) && d.Kind != field.KindBool:
+	case optional && scalar(d.Kind) && d.Kind != field.KindBool:
 		guard = fmt.Sprintf("%s != %s && ", sel, zero(d.Kind))
 	}
 	add := func(cond, reason string) { f.Checks = append(f.Checks, &Check{Cond: cond, Reason: reason}) }
-	if !d.Optional {
+	if !optional {
 		switch d.Kind {
 		case field.KindString, field.KindEnum:
 			add(sel+` == ""`, `"is required"`)
@@ -174,7 +177,7 @@ func checkOptions(d *field.Descriptor) error {
 		return fmt.Errorf("a default is not supported for %s fields", d.Kind)
 	}
 	if got := reflect.TypeOf(d.Default); got != want {
-		return fmt.Errorf("default %#v (%s) does not fit a %s field", d.Default, got, d.Kind)
+		return fmt.Errorf("default %#v is a %s, which does not fit field kind %s (%s)", d.Default, got, d.Kind, want)
 	}
 	switch v := d.Default.(type) {
 	case string:
@@ -190,7 +193,7 @@ func checkOptions(d *field.Descriptor) error {
 	case int, int32, int64, float64:
 		f := reflect.ValueOf(v).Convert(reflect.TypeFor[float64]()).Float()
 		if d.Min != nil && f < *d.Min || d.Max != nil && f > *d.Max || d.Positive && f <= 0 {
-			return fmt.Errorf("default %v is outside the field's bounds", v)
+			return fmt.Errorf("default %v is outside the field's bounds (%s)", v, bounds(d))
 		}
 	}
 	return nil
@@ -213,3 +216,17 @@ func zero(k field.Kind) string {
 }
 
 func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func bounds(d *field.Descriptor) string {
+	var parts []string
+	if d.Positive {
+		parts = append(parts, "> 0")
+	}
+	if d.Min != nil {
+		parts = append(parts, ">= "+num(*d.Min))
+	}
+	if d.Max != nil {
+		parts = append(parts, "<= "+num(*d.Max))
+	}
+	return strings.Join(parts, ", ")
+}

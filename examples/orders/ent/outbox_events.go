@@ -47,10 +47,7 @@ func (e *OrderPaid) Validate() error {
 	if e.AmountCents <= 0 {
 		return &events.ValidationError{Event: "order.paid", Version: 2, Field: "amount_cents", Reason: fmt.Sprintf("value %v is not positive", e.AmountCents)}
 	}
-	if e.Currency == "" {
-		return &events.ValidationError{Event: "order.paid", Version: 2, Field: "currency", Reason: "is required"}
-	}
-	if !(e.Currency == "EUR" || e.Currency == "USD" || e.Currency == "GBP") {
+	if e.Currency != "" && !(e.Currency == "EUR" || e.Currency == "USD" || e.Currency == "GBP") {
 		return &events.ValidationError{Event: "order.paid", Version: 2, Field: "currency", Reason: fmt.Sprintf("value %q is not one of [EUR USD GBP]", e.Currency)}
 	}
 	return nil

@@ -12,7 +12,9 @@ type OrderPaid struct{ events.Schema }
 func (OrderPaid) Name() string      { return "order.paid" }
 func (OrderPaid) Topic() string     { return "orders" }
 func (OrderPaid) Aggregate() string { return "Order" }
-func (OrderPaid) Comment() string   { return "OrderPaid is published when payment for an order is captured." }
+func (OrderPaid) Comment() string {
+	return "OrderPaid is published when payment for an order is captured."
+}
 func (OrderPaid) Versions() []events.Version {
 	return []events.Version{
 		events.V(1, field.Int64("order_id"), field.Int64("amount_cents")),

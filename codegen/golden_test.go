@@ -1,0 +1,163 @@
+package codegen_test
+
+import (
+	"bytes"
+	"flag"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"entgo.io/ent"
+	"entgo.io/ent/entc/gen"
+	"entgo.io/ent/entc/load"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/codegen"
+	bad_default "github.com/entoutbox/entoutbox/codegen/testdata/bad_default/events"
+	duplicate_event_name "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_event_name/events"
+	duplicate_field "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_field/events"
+	empty_name "github.com/entoutbox/entoutbox/codegen/testdata/empty_name/events"
+	invalid_identifier "github.com/entoutbox/entoutbox/codegen/testdata/invalid_identifier/events"
+	kinds "github.com/entoutbox/entoutbox/codegen/testdata/kinds/events"
+	missing_outbox "github.com/entoutbox/entoutbox/codegen/testdata/missing_outbox/events"
+	"github.com/entoutbox/entoutbox/codegen/testdata/noschema"
+	"github.com/entoutbox/entoutbox/codegen/testdata/schema"
+	type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
+	version_numbering "github.com/entoutbox/entoutbox/codegen/testdata/version_numbering/events"
+	versions "github.com/entoutbox/entoutbox/codegen/testdata/versions/events"
+	"github.com/entoutbox/entoutbox/events"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const testdata = "github.com/entoutbox/entoutbox/codegen/testdata"
+
+type goldenCase struct {
+	name      string
+	schemaPkg string
+	schemas   []ent.Interface
+	events    []events.Interface
+}
+
+var cases = []goldenCase{
+	{"kinds", "schema", schema.All, kinds.All},
+	{"versions", "schema", schema.All, versions.All},
+	{"duplicate_event_name", "schema", schema.All, duplicate_event_name.All},
+	{"duplicate_field", "schema", schema.All, duplicate_field.All},
+	{"version_numbering", "schema", schema.All, version_numbering.All},
+	{"empty_name", "schema", schema.All, empty_name.All},
+	{"invalid_identifier", "schema", schema.All, invalid_identifier.All},
+	{"bad_default", "schema", schema.All, bad_default.All},
+	{"type_collision", "schema", schema.All, type_collision.All},
+	{"missing_outbox", "noschema", noschema.All, missing_outbox.All},
+}
+
+// TestGolden generates each case into a temporary directory and compares
+// it with testdata/<case>/ent (generated code) or testdata/<case>/stderr.txt
+// (the exact refusal). Run with -update to rewrite them.
+func TestGolden(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			err := generate(t, c, out)
+			caseDir := filepath.Join("testdata", c.name)
+			stderrFile := filepath.Join(caseDir, "stderr.txt")
+			if err != nil {
+				entries, _ := os.ReadDir(out)
+				require.Empty(t, entries, "a refused generation must write nothing")
+				if *update {
+					require.NoError(t, os.WriteFile(stderrFile, []byte(err.Error()+"\n"), 0o644))
+					return
+				}
+				want, rerr := os.ReadFile(stderrFile)
+				require.NoError(t, rerr, "generation failed unexpectedly: %v", err)
+				require.Equal(t, strings.TrimSuffix(string(want), "\n"), err.Error())
+				return
+			}
+			require.NoFileExists(t, stderrFile, "generation succeeded but the case expects a refusal")
+			golden := filepath.Join(caseDir, "ent")
+			if *update {
+				require.NoError(t, os.RemoveAll(golden))
+				require.NoError(t, os.CopyFS(golden, os.DirFS(out)))
+				return
+			}
+			compareTrees(t, golden, out)
+		})
+	}
+}
+
+// TestGoldenCompiles builds the committed golden packages: a golden file
+// that does not compile is a broken generator.
+func TestGoldenCompiles(t *testing.T) {
+	args := []string{"build"}
+	for _, c := range cases {
+		if _, err := os.Stat(filepath.Join("testdata", c.name, "ent")); err == nil {
+			args = append(args, "./testdata/"+c.name+"/ent/...")
+		}
+	}
+	require.Greater(t, len(args), 1, "no golden package to build")
+	out, err := exec.Command("go", args...).CombinedOutput()
+	require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
+}
+
+func generate(t *testing.T, c goldenCase, target string) error {
+	t.Helper()
+	var schemas []*load.Schema
+	for _, s := range c.schemas {
+		b, err := load.MarshalSchema(s)
+		require.NoError(t, err)
+		ls, err := load.UnmarshalSchema(b)
+		require.NoError(t, err)
+		schemas = append(schemas, ls)
+	}
+	storage, err := gen.NewStorage("sql")
+	require.NoError(t, err)
+	ext := codegen.New(codegen.Events(c.events...))
+	cfg := &gen.Config{
+		Storage:   storage,
+		Target:    target,
+		Schema:    testdata + "/" + c.schemaPkg,
+		Package:   testdata + "/" + c.name + "/ent",
+		Hooks:     ext.Hooks(),
+		Templates: ext.Templates(),
+	}
+	g, err := gen.NewGraph(cfg, schemas...)
+	require.NoError(t, err)
+	return g.Gen()
+}
+
+func compareTrees(t *testing.T, want, got string) {
+	t.Helper()
+	files := func(root string) map[string][]byte {
+		m := map[string][]byte{}
+		require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(root, p)
+			b, err := os.ReadFile(p)
+			m[rel] = b
+			return err
+		}))
+		return m
+	}
+	w, g := files(want), files(got)
+	for name, content := range g {
+		wc, ok := w[name]
+		if !ok {
+			t.Errorf("generated %s is not in the golden files (run go test ./codegen -update)", name)
+			continue
+		}
+		if !bytes.Equal(wc, content) {
+			t.Errorf("generated %s differs from the golden file (run go test ./codegen -update); got:\n%s", name, content)
+		}
+	}
+	for name := range w {
+		if _, ok := g[name]; !ok {
+			t.Errorf("golden %s was not generated", name)
+		}
+	}
+}

@@ -1,0 +1,18 @@
+// Package events is valid; the case's ent schema lacks the outbox.
+package events
+
+import (
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+type OrderPaid struct{ events.Schema }
+
+func (OrderPaid) Name() string      { return "order.paid" }
+func (OrderPaid) Topic() string     { return "orders" }
+func (OrderPaid) Aggregate() string { return "Order" }
+func (OrderPaid) Versions() []events.Version {
+	return []events.Version{events.V(1, field.Int64("order_id"))}
+}
+
+var All = []events.Interface{OrderPaid{}}

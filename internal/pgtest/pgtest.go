@@ -1,0 +1,99 @@
+// Package pgtest gives each test its own PostgreSQL schema on the local
+// server, so tests run in parallel and twice in a row without interfering.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+)
+
+// DefaultURL is the local server the tests use when DATABASE_URL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// DB is a schema of its own on the test server.
+type DB struct {
+	Schema string
+	URL    string  // connection URL whose search_path is Schema
+	DB     *sql.DB // pool on URL
+}
+
+// ServerURL is the test server's URL.
+func ServerURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Unavailable skips t, or fails it under CI=true, because a service the test
+// needs is not reachable.
+func Unavailable(t testing.TB, service string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required under CI=true but is not reachable: %v", service, err)
+	}
+	t.Skipf("skipping: %s is not reachable (%v); start it with ../shared/services.sh, or set CI=true to fail instead", service, err)
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// New creates a fresh schema for t and drops it when t ends.
+func New(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := sql.Open("pgx", ServerURL())
+	if err == nil {
+		err = admin.PingContext(ctx)
+	}
+	if err != nil {
+		Unavailable(t, "PostgreSQL at "+ServerURL(), err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	schema := "t_" + name + "_" + hex.EncodeToString(suffix)
+	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+		t.Fatalf("creating schema %s: %v", schema, err)
+	}
+	u := WithSearchPath(ServerURL(), schema)
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatalf("opening %s: %v", u, err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, `DROP SCHEMA "`+schema+`" CASCADE`); err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
+		}
+		admin.Close()
+	})
+	return &DB{Schema: schema, URL: u, DB: db}
+}
+
+// WithSearchPath returns databaseURL with its search_path set to schema.
+func WithSearchPath(databaseURL, schema string) string {
+	u, err := url.Parse(databaseURL)
+	if err != nil || u.Scheme == "" {
+		return databaseURL + " search_path=" + schema
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
