@@ -2,7 +2,9 @@ package relay
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -62,10 +64,11 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 
-// UnmarshalMessage turns a row into a forwarder envelope message. A row whose
-// headers are not a JSON object of strings still becomes a message: its
-// metadata carries the reason under MetaRowError so the relay can set it
-// aside instead of retrying it forever.
+// UnmarshalMessage turns a row into a forwarder envelope message. A row that
+// no broker can take (headers that are not a JSON object of strings, an
+// empty topic...) still becomes a message: its metadata carries the reason
+// under MetaRowError so the relay sets it aside instead of retrying it
+// forever.
 func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
 		r         wsql.Row
@@ -85,11 +88,11 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
 	md, rowErr := decodeHeaders(headersJS)
+	if rowErr == nil {
+		rowErr = checkRow(name, topic, aggID)
+	}
 	md = metadataOf(name, version, aggType, aggID, md)
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
-	if rowErr != nil {
-		md[MetaRowError] = rowErr.Error()
-	}
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", eventID, err)
@@ -97,8 +100,37 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	r.UUID = []byte(eventID)
 	r.Payload = env
 	r.Msg = message.NewMessage(eventID, env)
+	r.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.Offset, 10))
+	if rowErr != nil {
+		r.Msg.Metadata.Set(MetaRowError, rowErr.Error())
+	}
 	r.ExtraData = map[string]any{"transaction_id": txID}
 	return r, nil
+}
+
+// checkRow finds what a broker cannot take, for rows written by hand.
+func checkRow(name, topic, aggregateID string) error {
+	switch {
+	case name == "":
+		return errors.New("event_name is empty")
+	case topic == "":
+		return errors.New("topic is empty")
+	case aggregateID == "":
+		return errors.New("aggregate_id is empty")
+	}
+	return nil
+}
+
+// MetaRowID carries the outbox row id on messages read by the compatible
+// path, so a broken row can be set aside.
+const MetaRowID = events.ReservedPrefix + "row_id"
+
+func rowID(msg *message.Message) (int64, error) {
+	id, err := strconv.ParseInt(msg.Metadata.Get(MetaRowID), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("relay: message %s has no row id: %w", msg.UUID, err)
+	}
+	return id, nil
 }
 
 // MetaRowError is set on a message read from a row that cannot be relayed

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"encoding/json"
 	"time"
 
 	"entgo.io/ent"
@@ -37,7 +38,8 @@ func (DeadLetter) Fields() []ent.Field {
 		field.String("aggregate_type").Optional(),
 		field.String("aggregate_id").Optional(),
 		field.Bytes("payload").Optional().Comment("the payload as received, which may not be valid JSON"),
-		field.JSON("headers", map[string]string{}).Optional().SchemaType(jsonb()),
+		field.JSON("headers", json.RawMessage{}).Optional().SchemaType(jsonb()).
+			Comment("the headers as stored, which may not be an object of strings"),
 		field.Text("reason"),
 		field.Int("attempts").Default(0),
 		field.Time("created_at").Default(time.Now).Immutable().

@@ -1,0 +1,110 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// forwarderTopic is the name the compatible path subscribes under. The
+// outbox is one table whatever the topic; the name only keys the offsets.
+const forwarderTopic = "outbox"
+
+// runCompatible is the stock Watermill outbox: watermill-sql's subscriber,
+// with our schema and offsets adapters, feeding components/forwarder as it
+// is. Our adapters rebuild the forwarder's envelope from the row's columns
+// when reading, so the row itself stays queryable JSONB.
+func (r *Relay) runCompatible(ctx context.Context) error {
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(r.cfg.DB), wsql.SubscriberConfig{
+		ConsumerGroup:    r.cfg.ConsumerGroup,
+		PollInterval:     r.cfg.PollInterval,
+		ResendInterval:   r.cfg.RetryInterval,
+		RetryInterval:    r.cfg.RetryInterval,
+		SchemaAdapter:    SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.BatchSize},
+		OffsetsAdapter:   newOffsetsAdapter(r.cfg.Table),
+		InitializeSchema: true,
+	}, r.cfg.Logger)
+	if err != nil {
+		return fmt.Errorf("relay: creating the watermill-sql subscriber: %w", err)
+	}
+	defer sub.Close()
+
+	fwd, err := forwarder.NewForwarder(sub, r.cfg.Publisher, r.cfg.Logger, forwarder.Config{
+		ForwarderTopic: forwarderTopic,
+		CloseTimeout:   r.cfg.CloseTimeout,
+		Middlewares:    []message.HandlerMiddleware{r.setAsideBrokenRows},
+	})
+	if err != nil {
+		return fmt.Errorf("relay: creating the forwarder: %w", err)
+	}
+	if err := fwd.Run(ctx); err != nil {
+		return fmt.Errorf("relay: forwarder stopped: %w", err)
+	}
+	return nil
+}
+
+// setAsideBrokenRows moves a row that cannot become a message to the dead
+// letters, in the subscriber's own transaction, instead of letting the
+// forwarder retry it forever and block everything behind it.
+func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		reason := msg.Metadata.Get(MetaRowError)
+		if reason == "" {
+			return next(msg)
+		}
+		tx, ok := wsql.TxFromContext(msg.Context())
+		if !ok {
+			return nil, fmt.Errorf("relay: no transaction in the context of broken row %s", msg.UUID)
+		}
+		id, err := rowID(msg)
+		if err != nil {
+			return nil, err
+		}
+		if err := moveToDeadLetters(msg.Context(), tx, r.cfg.Table, r.cfg.DeadLetterTable, id, reason); err != nil {
+			return nil, err
+		}
+		r.cfg.Logger.Error("Outbox row set aside as a dead letter", fmt.Errorf("%s", reason),
+			map[string]any{"row_id": id, "event_id": msg.UUID})
+		return nil, nil
+	}
+}
+
+// offsetsAdapter keeps the compatible path's read position in one table,
+// and marks the rows it acknowledges as delivered in the same statement.
+type offsetsAdapter struct {
+	wsql.DefaultPostgreSQLOffsetsAdapter
+	table string
+}
+
+func newOffsetsAdapter(table string) offsetsAdapter {
+	return offsetsAdapter{
+		DefaultPostgreSQLOffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{
+			GenerateMessagesOffsetsTableName: func(string) string { return quoteIdent(table + "_relay_offsets") },
+		},
+		table: table,
+	}
+}
+
+// AckMessageQuery advances the offset and stamps delivered_at on every row
+// of the batch up to the last acknowledged one.
+func (a offsetsAdapter) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
+	q, err := a.DefaultPostgreSQLOffsetsAdapter.AckMessageQuery(params)
+	if err != nil {
+		return q, err
+	}
+	var ids []int64
+	for _, row := range params.Rows {
+		ids = append(ids, row.Offset)
+		if row.Offset == params.LastRow.Offset {
+			break
+		}
+	}
+	n := len(q.Args) + 1
+	q.Query = fmt.Sprintf(`WITH delivered AS (UPDATE %s SET delivered_at = now() WHERE id = ANY($%d) AND delivered_at IS NULL) `,
+		quoteIdent(a.table), n) + q.Query
+	q.Args = append(q.Args, ids)
+	return q, nil
+}

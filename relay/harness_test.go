@@ -1,0 +1,169 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// emitted is what the test committed: event ids in commit order per aggregate.
+type emitted struct {
+	ids          map[string]bool
+	rolledBack   map[string]bool
+	perAggregate map[string][]string
+}
+
+// emitOrders commits n OrderPaid events over the given number of
+// aggregates, and rolls back every rollbackEvery-th transaction (0: none).
+func emitOrders(t *testing.T, client *testent.Client, n, aggregates, rollbackEvery int) emitted {
+	t.Helper()
+	ctx := context.Background()
+	e := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	errRollback := errors.New("rolled back on purpose")
+	for i := 1; i <= n; i++ {
+		agg := fmt.Sprintf("order-%d", i%aggregates)
+		id := uuid.New()
+		rollback := rollbackEvery > 0 && i%rollbackEvery == 0
+		err := client.WithTx(ctx, func(tx *testent.Tx) error {
+			if err := tx.Outbox.EmitOrderPaid(ctx, agg, testent.OrderPaid{OrderID: int64(i), AmountCents: 100},
+				events.WithEventID(id), events.WithHeader("correlation_id", "c-"+strconv.Itoa(i))); err != nil {
+				return err
+			}
+			if rollback {
+				return errRollback
+			}
+			return nil
+		})
+		if rollback {
+			require.ErrorIs(t, err, errRollback)
+			e.rolledBack[id.String()] = true
+			continue
+		}
+		require.NoError(t, err)
+		e.ids[id.String()] = true
+		e.perAggregate[agg] = append(e.perAggregate[agg], id.String())
+	}
+	return e
+}
+
+// received is what a consumer saw.
+type received struct {
+	mu           sync.Mutex
+	count        map[string]int
+	perAggregate map[string][]string
+	msgs         map[string]*message.Message
+}
+
+func newReceived() *received {
+	return &received{count: map[string]int{}, perAggregate: map[string][]string{}, msgs: map[string]*message.Message{}}
+}
+
+func (r *received) add(msg *message.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.count[msg.UUID]++
+	agg := msg.Metadata.Get(events.MetaAggregateID)
+	r.perAggregate[agg] = append(r.perAggregate[agg], msg.UUID)
+	r.msgs[msg.UUID] = msg
+}
+
+func (r *received) distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.count)
+}
+
+// consume acks everything from msgs into r until ctx ends.
+func consume(ctx context.Context, msgs <-chan *message.Message, r *received) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg, ok := <-msgs:
+			if !ok {
+				return
+			}
+			r.add(msg)
+			msg.Ack()
+		}
+	}
+}
+
+// waitFor waits until r holds every id of want.
+func (r *received) waitFor(t *testing.T, want emitted, timeout time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for id := range want.ids {
+			if r.count[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}, timeout, 20*time.Millisecond, "not every committed event arrived (got %d of %d)", r.distinct(), len(want.ids))
+}
+
+// requireExactly asserts: every committed event, none rolled back, no
+// duplicate, per-aggregate order as committed.
+func (r *received) requireExactly(t *testing.T, want emitted) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, n := range r.count {
+		require.False(t, want.rolledBack[id], "event %s of a rolled-back transaction was delivered", id)
+		require.True(t, want.ids[id], "unknown event %s delivered", id)
+		require.Equal(t, 1, n, "event %s delivered %d times", id, n)
+	}
+	require.Len(t, r.count, len(want.ids))
+	for agg, ids := range want.perAggregate {
+		require.Equal(t, ids, r.perAggregate[agg], "order of aggregate %s", agg)
+	}
+}
+
+// runRelay starts a relay and returns a function that stops it and returns
+// Run's error.
+func runRelay(t *testing.T, cfg relay.Config) func() error {
+	t.Helper()
+	r, err := relay.New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(40 * time.Second):
+			return errors.New("relay did not stop within 40s")
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func requirePayload(t *testing.T, msg *message.Message) {
+	t.Helper()
+	var p testent.OrderPaid
+	require.NoError(t, json.Unmarshal(msg.Payload, &p))
+	require.Equal(t, "EUR", p.Currency)
+}

@@ -1,0 +1,129 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// Path is how the relay reads committed rows.
+type Path string
+
+const (
+	// PathCompatible reads with the stock watermill-sql subscriber and
+	// feeds Watermill's forwarder component unchanged. One message at a
+	// time, strictly in commit order; it waits for every older transaction
+	// on the server to end (snapshot xmin) before it reads a row.
+	PathCompatible Path = "compatible"
+)
+
+// Config configures a Relay.
+type Config struct {
+	// DB holds the outbox table (database/sql with the pgx driver).
+	DB *sql.DB
+	// Publisher receives every event on its destination topic.
+	Publisher message.Publisher
+	// Path selects the read path; PathCompatible when empty.
+	Path Path
+	// Table and DeadLetterTable name the tables; the schema package's
+	// defaults when empty.
+	Table           string
+	DeadLetterTable string
+	// ConsumerGroup names the relay's read position (compatible path);
+	// relays sharing a group share the work. "entoutbox_relay" when empty.
+	ConsumerGroup string
+	// PollInterval is how often an idle relay looks for new rows; 1 s
+	// when zero.
+	PollInterval time.Duration
+	// RetryInterval is how long a failed publish waits before it is tried
+	// again; 1 s when zero.
+	RetryInterval time.Duration
+	// BatchSize is how many rows are read at once; 100 when zero.
+	BatchSize int
+	// CloseTimeout bounds how long shutdown waits for in-flight publishes;
+	// 30 s when zero.
+	CloseTimeout time.Duration
+	Logger       watermill.LoggerAdapter
+}
+
+func (c *Config) setDefaults() {
+	if c.Path == "" {
+		c.Path = PathCompatible
+	}
+	if c.Table == "" {
+		c.Table = schema.OutboxTable
+	}
+	if c.DeadLetterTable == "" {
+		c.DeadLetterTable = schema.DeadLetterTable
+	}
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = "entoutbox_relay"
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("relay: DB is nil")
+	case c.Publisher == nil:
+		return errors.New("relay: Publisher is nil")
+	case c.Path != PathCompatible:
+		return fmt.Errorf("relay: unknown path %q (want %q)", c.Path, PathCompatible)
+	case c.PollInterval < 0 || c.RetryInterval < 0 || c.CloseTimeout < 0:
+		return errors.New("relay: intervals must not be negative")
+	case c.BatchSize < 0:
+		return errors.New("relay: BatchSize must not be negative")
+	}
+	return nil
+}
+
+// Relay moves committed outbox rows to a Watermill publisher, at least once.
+// A row counts as delivered (delivered_at is set) only after the publisher
+// returned without error, which for the broker publishers means the broker
+// acknowledged it.
+type Relay struct {
+	cfg Config
+}
+
+// New checks cfg and returns a relay; Run starts it.
+func New(cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg}, nil
+}
+
+// Run relays until ctx is done, then stops gracefully: in-flight publishes
+// finish (up to CloseTimeout), their rows are marked delivered, and the
+// database connections it held are released. It returns nil after a
+// shutdown asked for by ctx.
+func (r *Relay) Run(ctx context.Context) error {
+	if err := r.cfg.DB.PingContext(ctx); err != nil {
+		return fmt.Errorf("relay: database is not reachable: %w", err)
+	}
+	return r.runCompatible(ctx)
+}

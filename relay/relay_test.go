@@ -1,0 +1,99 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+func fastCompatible(cfg relay.Config) relay.Config {
+	cfg.PollInterval = 20 * time.Millisecond
+	cfg.RetryInterval = 50 * time.Millisecond
+	return cfg
+}
+
+func TestRelayCompatibleInProcess(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	want := emitOrders(t, b.client, 120, 7, 5)
+	stop := runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	got.waitFor(t, want, 20*time.Second)
+	require.NoError(t, stop(), "a shutdown asked for by ctx is not an error")
+	got.requireExactly(t, want)
+
+	// Metadata: event id as message UUID, name, version, aggregate, headers.
+	for id := range want.ids {
+		msg := got.msgs[id]
+		require.Equal(t, "order.paid", msg.Metadata.Get(events.MetaEventName))
+		require.Equal(t, "2", msg.Metadata.Get(events.MetaEventVersion))
+		require.Equal(t, "Order", msg.Metadata.Get(events.MetaAggregateType))
+		require.NotEmpty(t, msg.Metadata.Get("correlation_id"))
+		require.Empty(t, msg.Metadata.Get(relay.MetaRowID), "the envelope's row id does not leak")
+		requirePayload(t, msg)
+	}
+
+	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Equal(t, relay.Backlog{}, backlog, "every row is marked delivered")
+}
+
+func TestRelaySetsAsideBrokenRows(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	before := emitOrders(t, b.client, 5, 2, 0)
+	// Rows written by hand that no broker can take.
+	_, err = b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
+		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'order-x', '{"order_id": 1}', '{"attempt": 3}'),
+		(gen_random_uuid(), 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`)
+	require.NoError(t, err)
+	after := emitOrders(t, b.client, 5, 2, 0)
+
+	runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	got.waitFor(t, before, 20*time.Second)
+	got.waitFor(t, after, 20*time.Second)
+	require.Equal(t, 10, got.distinct(), "the broken rows are not published")
+
+	rows, err := b.db.DB.Query(`SELECT aggregate_id, source, reason, convert_from(payload, 'UTF8') FROM outbox_dead_letters ORDER BY aggregate_id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var dead [][4]string
+	for rows.Next() {
+		var r [4]string
+		require.NoError(t, rows.Scan(&r[0], &r[1], &r[2], &r[3]))
+		dead = append(dead, r)
+	}
+	require.Len(t, dead, 2)
+	require.Equal(t, "order-x", dead[0][0])
+	require.Equal(t, "relay", dead[0][1])
+	require.Contains(t, dead[0][2], "headers are not a JSON object of strings")
+	require.JSONEq(t, `{"order_id": 1}`, dead[0][3])
+	require.Equal(t, "order-y", dead[1][0])
+	require.Equal(t, "topic is empty", dead[1][2])
+
+	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Equal(t, relay.Backlog{DeadLetters: 2}, backlog, "set-aside rows leave the outbox")
+}
