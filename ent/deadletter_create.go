@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -120,7 +121,7 @@ func (_c *DeadLetterCreate) SetPayload(v []byte) *DeadLetterCreate {
 }
 
 // SetHeaders sets the "headers" field.
-func (_c *DeadLetterCreate) SetHeaders(v map[string]string) *DeadLetterCreate {
+func (_c *DeadLetterCreate) SetHeaders(v json.RawMessage) *DeadLetterCreate {
 	_c.mutation.SetHeaders(v)
 	return _c
 }
@@ -502,7 +503,7 @@ func (u *DeadLetterUpsert) ClearPayload() *DeadLetterUpsert {
 }
 
 // SetHeaders sets the "headers" field.
-func (u *DeadLetterUpsert) SetHeaders(v map[string]string) *DeadLetterUpsert {
+func (u *DeadLetterUpsert) SetHeaders(v json.RawMessage) *DeadLetterUpsert {
 	u.Set(deadletter.FieldHeaders, v)
 	return u
 }
@@ -769,7 +770,7 @@ func (u *DeadLetterUpsertOne) ClearPayload() *DeadLetterUpsertOne {
 }
 
 // SetHeaders sets the "headers" field.
-func (u *DeadLetterUpsertOne) SetHeaders(v map[string]string) *DeadLetterUpsertOne {
+func (u *DeadLetterUpsertOne) SetHeaders(v json.RawMessage) *DeadLetterUpsertOne {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.SetHeaders(v)
 	})
@@ -1210,7 +1211,7 @@ func (u *DeadLetterUpsertBulk) ClearPayload() *DeadLetterUpsertBulk {
 }
 
 // SetHeaders sets the "headers" field.
-func (u *DeadLetterUpsertBulk) SetHeaders(v map[string]string) *DeadLetterUpsertBulk {
+func (u *DeadLetterUpsertBulk) SetHeaders(v json.RawMessage) *DeadLetterUpsertBulk {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.SetHeaders(v)
 	})

@@ -50,7 +50,8 @@ type DeadLetterMutation struct {
 	aggregate_type   *string
 	aggregate_id     *string
 	payload          *[]byte
-	headers          *map[string]string
+	headers          *json.RawMessage
+	appendheaders    json.RawMessage
 	reason           *string
 	attempts         *int
 	addattempts      *int
@@ -566,12 +567,13 @@ func (m *DeadLetterMutation) ResetPayload() {
 }
 
 // SetHeaders sets the "headers" field.
-func (m *DeadLetterMutation) SetHeaders(value map[string]string) {
-	m.headers = &value
+func (m *DeadLetterMutation) SetHeaders(jm json.RawMessage) {
+	m.headers = &jm
+	m.appendheaders = nil
 }
 
 // Headers returns the value of the "headers" field in the mutation.
-func (m *DeadLetterMutation) Headers() (r map[string]string, exists bool) {
+func (m *DeadLetterMutation) Headers() (r json.RawMessage, exists bool) {
 	v := m.headers
 	if v == nil {
 		return
@@ -582,7 +584,7 @@ func (m *DeadLetterMutation) Headers() (r map[string]string, exists bool) {
 // OldHeaders returns the old "headers" field's value of the DeadLetter entity.
 // If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v map[string]string, err error) {
+func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v json.RawMessage, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldHeaders is only allowed on UpdateOne operations")
 	}
@@ -596,9 +598,23 @@ func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v map[string]strin
 	return oldValue.Headers, nil
 }
 
+// AppendHeaders adds jm to the "headers" field.
+func (m *DeadLetterMutation) AppendHeaders(jm json.RawMessage) {
+	m.appendheaders = append(m.appendheaders, jm...)
+}
+
+// AppendedHeaders returns the list of values that were appended to the "headers" field in this mutation.
+func (m *DeadLetterMutation) AppendedHeaders() (json.RawMessage, bool) {
+	if len(m.appendheaders) == 0 {
+		return nil, false
+	}
+	return m.appendheaders, true
+}
+
 // ClearHeaders clears the value of the "headers" field.
 func (m *DeadLetterMutation) ClearHeaders() {
 	m.headers = nil
+	m.appendheaders = nil
 	m.clearedFields[deadletter.FieldHeaders] = struct{}{}
 }
 
@@ -611,6 +627,7 @@ func (m *DeadLetterMutation) HeadersCleared() bool {
 // ResetHeaders resets all changes to the "headers" field.
 func (m *DeadLetterMutation) ResetHeaders() {
 	m.headers = nil
+	m.appendheaders = nil
 	delete(m.clearedFields, deadletter.FieldHeaders)
 }
 
@@ -944,7 +961,7 @@ func (m *DeadLetterMutation) SetField(name string, value ent.Value) error {
 		m.SetPayload(v)
 		return nil
 	case deadletter.FieldHeaders:
-		v, ok := value.(map[string]string)
+		v, ok := value.(json.RawMessage)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
