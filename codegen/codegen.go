@@ -74,7 +74,11 @@ func (e *Extension) Hooks() []gen.Hook {
 // "outbox_" because ent merges every template and function globally.
 func (e *Extension) Templates() []*gen.Template {
 	return []*gen.Template{
-		gen.MustParse(gen.NewTemplate("outbox").Funcs(funcs).ParseFS(templateFS, "template/*.tmpl")),
+		gen.MustParse(gen.NewTemplate("outbox").Funcs(funcs).ParseFS(templateFS, "template/outbox_events.tmpl")),
+		// The consumer side needs the processed-events and dead-letter tables.
+		gen.MustParse(gen.NewTemplate("outbox_consumers").Funcs(funcs).
+			SkipIf(func(g *gen.Graph) bool { m := model(g.Annotations); return m == nil || !m.HasConsumers() }).
+			ParseFS(templateFS, "template/outbox_handlers.tmpl")),
 	}
 }
 

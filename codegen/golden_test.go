@@ -3,6 +3,7 @@ package codegen_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -23,9 +24,11 @@ import (
 	invalid_identifier "github.com/entoutbox/entoutbox/codegen/testdata/invalid_identifier/events"
 	kinds "github.com/entoutbox/entoutbox/codegen/testdata/kinds/events"
 	missing_outbox "github.com/entoutbox/entoutbox/codegen/testdata/missing_outbox/events"
+	missing_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/missing_upcaster/events"
 	"github.com/entoutbox/entoutbox/codegen/testdata/noschema"
 	"github.com/entoutbox/entoutbox/codegen/testdata/schema"
 	type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
+	upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
 	version_numbering "github.com/entoutbox/entoutbox/codegen/testdata/version_numbering/events"
 	versions "github.com/entoutbox/entoutbox/codegen/testdata/versions/events"
 	"github.com/entoutbox/entoutbox/events"
@@ -45,6 +48,8 @@ type goldenCase struct {
 var cases = []goldenCase{
 	{"kinds", "schema", schema.All, kinds.All},
 	{"versions", "schema", schema.All, versions.All},
+	{"upcast", "schema", schema.All, upcast.All},
+	{"missing_upcaster", "schema", schema.All, missing_upcaster.All},
 	{"duplicate_event_name", "schema", schema.All, duplicate_event_name.All},
 	{"duplicate_field", "schema", schema.All, duplicate_field.All},
 	{"version_numbering", "schema", schema.All, version_numbering.All},
@@ -152,7 +157,7 @@ func compareTrees(t *testing.T, want, got string) {
 			continue
 		}
 		if !bytes.Equal(wc, content) {
-			t.Errorf("generated %s differs from the golden file (run go test ./codegen -update); got:\n%s", name, content)
+			t.Errorf("generated %s differs from the golden file (run go test ./codegen -update): %s", name, firstDiff(wc, content))
 		}
 	}
 	for name := range w {
@@ -160,4 +165,22 @@ func compareTrees(t *testing.T, want, got string) {
 			t.Errorf("golden %s was not generated", name)
 		}
 	}
+}
+
+// firstDiff shows the first line where want and got part.
+func firstDiff(want, got []byte) string {
+	w, g := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n\twant: %s\n\tgot:  %s", i+1, wl, gl)
+		}
+	}
+	return "same lines, different bytes"
 }

@@ -15,8 +15,36 @@ import (
 // Model is what the templates render: the validated declarations plus the
 // facts they need from the ent graph.
 type Model struct {
-	OutboxTable string
-	Events      []*Event
+	OutboxTable         string
+	ProcessedEventTable string
+	DeadLetterTable     string
+	Events              []*Event
+}
+
+// DeclImport is a declaration package the generated code imports to call
+// upcasters.
+type DeclImport struct{ Alias, Path string }
+
+// HasConsumers tells whether the consumer side is generated.
+func (m *Model) HasConsumers() bool { return m.ProcessedEventTable != "" }
+
+// DeclImports lists the declaration packages the upcasters live in.
+func (m *Model) DeclImports() []DeclImport {
+	var out []DeclImport
+	seen := map[string]string{}
+	for _, e := range m.Events {
+		if !e.NeedsUpcaster {
+			continue
+		}
+		alias, ok := seen[e.DeclPkg]
+		if !ok {
+			alias = fmt.Sprintf("outboxdecl%d", len(seen)+1)
+			seen[e.DeclPkg] = alias
+			out = append(out, DeclImport{Alias: alias, Path: e.DeclPkg})
+		}
+		e.DeclAlias = alias
+	}
+	return out
 }
 
 // Event is one declared event.
@@ -27,6 +55,25 @@ type Event struct {
 	Aggregate string
 	Comment   string
 	Versions  []*Version
+
+	// NeedsUpcaster is set when a version step needs the declaration's
+	// Upcast; the generated code then calls it through DeclPkg.DeclType.
+	NeedsUpcaster bool
+	DeclPkg       string // import path of the declaration
+	DeclType      string
+	DeclAlias     string // import name of DeclPkg in generated code
+}
+
+// LastManualStep is the highest version whose step to the next one calls
+// Upcast; payloads up to it go through the JSON upcast path.
+func (e *Event) LastManualStep() int {
+	n := 0
+	for _, v := range e.Versions {
+		if v.UpcastManually {
+			n = v.Number
+		}
+	}
+	return n
 }
 
 // Latest is the version producers emit.
@@ -38,6 +85,13 @@ type Version struct {
 	TypeName string // OrderPaid for the latest, OrderPaidV1 for older ones
 	Latest   bool
 	Fields   []*Field
+
+	// UpcastManually: turning this version into the next one calls the
+	// declaration's Upcast.
+	UpcastManually bool
+	// NextDefaults is a Go literal of the next version's defaults, for an
+	// automatic step in the JSON upcast path.
+	NextDefaults string
 }
 
 // Field is one payload field with its Go rendering precomputed, so the
@@ -47,7 +101,8 @@ type Field struct {
 	GoName   string
 	GoType   string
 	Tag      string
-	Defaults string   // statement applying the default, or ""
+	Defaults string   // statement applying the default to an absent value at Emit, or ""
+	Prefill  string   // statement setting the default before decoding, or ""
 	Checks   []*Check // validations in order
 }
 
@@ -67,7 +122,11 @@ var (
 
 // outboxFields are the columns the generated code relies on; a type named
 // Outbox without them was not built from schema.Outbox.
-var outboxFields = []string{"event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id", "payload", "headers"}
+var (
+	outboxFields     = []string{"event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id", "payload", "headers"}
+	processedFields  = []string{"consumer", "event_id", "event_name", "attempts", "processed_at"}
+	deadLetterFields = []string{"event_id", "source", "event_name", "payload", "headers", "reason", "attempts"}
+)
 
 // entSuffixes are the names ent derives from a schema type; an event type
 // must not collide with any of them.
@@ -83,9 +142,14 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 
 	m := &Model{}
 	taken := map[string]string{} // Go names generated into the ent package -> owner
-	outbox := outboxNode(g, fail)
-	if outbox != nil {
-		m.OutboxTable = outbox.Table()
+	if n := ourNode(g, "Outbox", outboxFields, true, fail); n != nil {
+		m.OutboxTable = n.Table()
+	}
+	// The consumer side is generated when both of its tables are there.
+	processed := ourNode(g, "ProcessedEvent", processedFields, false, fail)
+	dead := ourNode(g, "DeadLetter", deadLetterFields, false, fail)
+	if processed != nil && dead != nil {
+		m.ProcessedEventTable, m.DeadLetterTable = processed.Table(), dead.Table()
 	}
 	for _, n := range g.Nodes {
 		for _, s := range entSuffixes {
@@ -122,24 +186,29 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	return m, nil
 }
 
-func outboxNode(g *gen.Graph, fail func(string, ...any)) *gen.Type {
+// ourNode finds the ent type name built from one of our schemas and checks
+// it has the fields the generated code relies on. A missing optional type
+// returns nil quietly.
+func ourNode(g *gen.Graph, name string, fields []string, required bool, fail func(string, ...any)) *gen.Type {
 	for _, n := range g.Nodes {
-		if n.Name != "Outbox" {
+		if n.Name != name {
 			continue
 		}
 		have := map[string]bool{}
 		for _, f := range n.Fields {
 			have[f.Name] = true
 		}
-		for _, name := range outboxFields {
-			if !have[name] {
-				fail("ent schema Outbox: field %q is missing; declare it as type Outbox struct{ schema.Outbox } (package github.com/entoutbox/entoutbox/schema)", name)
+		for _, f := range fields {
+			if !have[f] {
+				fail("ent schema %s: field %q is missing; declare it as type %s struct{ schema.%s } (package github.com/entoutbox/entoutbox/schema)", name, f, name, name)
 				return nil
 			}
 		}
 		return n
 	}
-	fail("ent schema: no Outbox type; add type Outbox struct{ schema.Outbox } (package github.com/entoutbox/entoutbox/schema) to your schema package")
+	if required {
+		fail("ent schema: no %s type; add type %s struct{ schema.%s } (package github.com/entoutbox/entoutbox/schema) to your schema package", name, name, name)
+	}
 	return nil
 }
 
@@ -148,7 +217,8 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	e := &Event{GoName: t.Name(), Name: ev.Name(), Topic: ev.Topic(), Aggregate: ev.Aggregate(), Comment: ev.Comment()}
+	e := &Event{GoName: t.Name(), Name: ev.Name(), Topic: ev.Topic(), Aggregate: ev.Aggregate(), Comment: ev.Comment(),
+		DeclPkg: t.PkgPath(), DeclType: t.Name()}
 	if !goExport.MatchString(e.GoName) {
 		fail("event %q: Go type %q must be a named, exported type", e.Name, t.String())
 		return nil
@@ -192,7 +262,10 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 	}
 	if len(e.Versions) != len(versions) {
 		e.Versions = nil
+		return e
 	}
+	_, hasUpcaster := ev.(events.Upcaster)
+	planUpcasts(where, e, hasUpcaster, fail)
 	return e
 }
 

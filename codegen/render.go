@@ -67,12 +67,18 @@ func render(f *Field) error {
 	// At Emit a default replaces only a value that means "absent": a nil
 	// pointer or an empty string. A plain number or bool is always a value;
 	// its default serves older versions that lack the field.
-	if d.Default != nil && (pointer || d.Kind == field.KindString || d.Kind == field.KindEnum) {
+	if d.Default != nil {
 		lit := fmt.Sprintf("%#v", d.Default)
+		set := fmt.Sprintf("%s = %s", sel, lit)
 		if pointer {
-			f.Defaults = fmt.Sprintf("if %s == nil {\n\tv := %s(%s)\n\t%s = &v\n}", sel, base, lit, sel)
-		} else {
-			f.Defaults = fmt.Sprintf("if %s == %s {\n\t%s = %s\n}", sel, zero(d.Kind), sel, lit)
+			set = fmt.Sprintf("v := %s(%s)\n\t%s = &v", base, lit, sel)
+		}
+		// Before decoding, so that a key absent from an older payload keeps it.
+		f.Prefill = fmt.Sprintf("{\n\t%s\n}", set)
+		if pointer {
+			f.Defaults = fmt.Sprintf("if %s == nil {\n\t%s\n}", sel, set)
+		} else if d.Kind == field.KindString || d.Kind == field.KindEnum {
+			f.Defaults = fmt.Sprintf("if %s == %s {\n\t%s\n}", sel, zero(d.Kind), set)
 		}
 	}
 

@@ -2588,6 +2588,8 @@ type ProcessedEventMutation struct {
 	consumer      *string
 	event_id      *uuid.UUID
 	event_name    *string
+	attempts      *int
+	addattempts   *int
 	processed_at  *time.Time
 	clearedFields map[string]struct{}
 	done          bool
@@ -2807,6 +2809,62 @@ func (m *ProcessedEventMutation) ResetEventName() {
 	m.event_name = nil
 }
 
+// SetAttempts sets the "attempts" field.
+func (m *ProcessedEventMutation) SetAttempts(i int) {
+	m.attempts = &i
+	m.addattempts = nil
+}
+
+// Attempts returns the value of the "attempts" field in the mutation.
+func (m *ProcessedEventMutation) Attempts() (r int, exists bool) {
+	v := m.attempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAttempts returns the old "attempts" field's value of the ProcessedEvent entity.
+// If the ProcessedEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ProcessedEventMutation) OldAttempts(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAttempts is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAttempts requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAttempts: %w", err)
+	}
+	return oldValue.Attempts, nil
+}
+
+// AddAttempts adds i to the "attempts" field.
+func (m *ProcessedEventMutation) AddAttempts(i int) {
+	if m.addattempts != nil {
+		*m.addattempts += i
+	} else {
+		m.addattempts = &i
+	}
+}
+
+// AddedAttempts returns the value that was added to the "attempts" field in this mutation.
+func (m *ProcessedEventMutation) AddedAttempts() (r int, exists bool) {
+	v := m.addattempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetAttempts resets all changes to the "attempts" field.
+func (m *ProcessedEventMutation) ResetAttempts() {
+	m.attempts = nil
+	m.addattempts = nil
+}
+
 // SetProcessedAt sets the "processed_at" field.
 func (m *ProcessedEventMutation) SetProcessedAt(t time.Time) {
 	m.processed_at = &t
@@ -2877,7 +2935,7 @@ func (m *ProcessedEventMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ProcessedEventMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 5)
 	if m.consumer != nil {
 		fields = append(fields, processedevent.FieldConsumer)
 	}
@@ -2886,6 +2944,9 @@ func (m *ProcessedEventMutation) Fields() []string {
 	}
 	if m.event_name != nil {
 		fields = append(fields, processedevent.FieldEventName)
+	}
+	if m.attempts != nil {
+		fields = append(fields, processedevent.FieldAttempts)
 	}
 	if m.processed_at != nil {
 		fields = append(fields, processedevent.FieldProcessedAt)
@@ -2904,6 +2965,8 @@ func (m *ProcessedEventMutation) Field(name string) (ent.Value, bool) {
 		return m.EventID()
 	case processedevent.FieldEventName:
 		return m.EventName()
+	case processedevent.FieldAttempts:
+		return m.Attempts()
 	case processedevent.FieldProcessedAt:
 		return m.ProcessedAt()
 	}
@@ -2921,6 +2984,8 @@ func (m *ProcessedEventMutation) OldField(ctx context.Context, name string) (ent
 		return m.OldEventID(ctx)
 	case processedevent.FieldEventName:
 		return m.OldEventName(ctx)
+	case processedevent.FieldAttempts:
+		return m.OldAttempts(ctx)
 	case processedevent.FieldProcessedAt:
 		return m.OldProcessedAt(ctx)
 	}
@@ -2953,6 +3018,13 @@ func (m *ProcessedEventMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetEventName(v)
 		return nil
+	case processedevent.FieldAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAttempts(v)
+		return nil
 	case processedevent.FieldProcessedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -2967,13 +3039,21 @@ func (m *ProcessedEventMutation) SetField(name string, value ent.Value) error {
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
 func (m *ProcessedEventMutation) AddedFields() []string {
-	return nil
+	var fields []string
+	if m.addattempts != nil {
+		fields = append(fields, processedevent.FieldAttempts)
+	}
+	return fields
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
 func (m *ProcessedEventMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case processedevent.FieldAttempts:
+		return m.AddedAttempts()
+	}
 	return nil, false
 }
 
@@ -2982,6 +3062,13 @@ func (m *ProcessedEventMutation) AddedField(name string) (ent.Value, bool) {
 // type.
 func (m *ProcessedEventMutation) AddField(name string, value ent.Value) error {
 	switch name {
+	case processedevent.FieldAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddAttempts(v)
+		return nil
 	}
 	return fmt.Errorf("unknown ProcessedEvent numeric field %s", name)
 }
@@ -3017,6 +3104,9 @@ func (m *ProcessedEventMutation) ResetField(name string) error {
 		return nil
 	case processedevent.FieldEventName:
 		m.ResetEventName()
+		return nil
+	case processedevent.FieldAttempts:
+		m.ResetAttempts()
 		return nil
 	case processedevent.FieldProcessedAt:
 		m.ResetProcessedAt()

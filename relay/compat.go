@@ -93,7 +93,7 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	}
 	md = metadataOf(name, version, aggType, aggID, md)
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
-	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: topic, UUID: eventID, Payload: payload, Metadata: md})
+	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", eventID, err)
 	}

@@ -23,7 +23,7 @@ func (r *Relay) runCompatible(ctx context.Context) error {
 		PollInterval:     r.cfg.PollInterval,
 		ResendInterval:   r.cfg.RetryInterval,
 		RetryInterval:    r.cfg.RetryInterval,
-		SchemaAdapter:    SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.BatchSize},
+		SchemaAdapter:    SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.BatchSize, TopicPrefix: r.cfg.TopicPrefix},
 		OffsetsAdapter:   newOffsetsAdapter(r.cfg.Table),
 		InitializeSchema: true,
 	}, r.cfg.Logger)
@@ -40,6 +40,13 @@ func (r *Relay) runCompatible(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("relay: creating the forwarder: %w", err)
 	}
+	go func() {
+		select {
+		case <-fwd.Running():
+			r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
+		case <-ctx.Done():
+		}
+	}()
 	if err := fwd.Run(ctx); err != nil {
 		return fmt.Errorf("relay: forwarder stopped: %w", err)
 	}

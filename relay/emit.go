@@ -39,7 +39,7 @@ func Emit(ctx context.Context, drv dialect.ExecQuerier, table string, ev Event, 
 	if ev.AggregateID == "" {
 		return &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: "aggregate id is empty"}
 	}
-	msg, err := newMessage(ev, cfg)
+	msg, err := NewMessage(ev, cfg)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,10 @@ func Emit(ctx context.Context, drv dialect.ExecQuerier, table string, ev Event, 
 	return nil
 }
 
-func newMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
+// NewMessage builds the Watermill message of ev: the event id (cfg's, or a
+// new UUIDv7) as UUID, the payload, and the headers plus the outbox
+// metadata. It is what Emit writes and what the relay publishes.
+func NewMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 	id := cfg.EventID
 	if id == uuid.Nil {
 		var err error

@@ -47,6 +47,9 @@ type Config struct {
 	RetryInterval time.Duration
 	// BatchSize is how many rows are read at once; 100 when zero.
 	BatchSize int
+	// TopicPrefix is prepended to every destination topic, e.g. to keep
+	// the environments that share a broker apart ("staging_").
+	TopicPrefix string
 	// CloseTimeout bounds how long shutdown waits for in-flight publishes;
 	// 30 s when zero.
 	CloseTimeout time.Duration
@@ -123,7 +126,14 @@ func New(cfg Config) (*Relay, error) {
 // shutdown asked for by ctx.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.cfg.DB.PingContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("relay: database is not reachable: %w", err)
 	}
-	return r.runCompatible(ctx)
+	err := r.runCompatible(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while starting
+	}
+	return err
 }

@@ -28,6 +28,8 @@ type SchemaAdapter struct {
 	// SelectBatchSize is how many rows the compatible read path fetches at
 	// once; 100 when zero.
 	SelectBatchSize int
+	// TopicPrefix is prepended to every destination topic when reading.
+	TopicPrefix string
 }
 
 var _ wsql.SchemaAdapter = SchemaAdapter{}

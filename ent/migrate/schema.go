@@ -103,6 +103,7 @@ var (
 		{Name: "consumer", Type: field.TypeString},
 		{Name: "event_id", Type: field.TypeUUID},
 		{Name: "event_name", Type: field.TypeString},
+		{Name: "attempts", Type: field.TypeInt, Default: 1},
 		{Name: "processed_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 	}
 	// OutboxProcessedEventsTable holds the schema information for the "outbox_processed_events" table.
@@ -119,7 +120,7 @@ var (
 			{
 				Name:    "outbox_processed_events_age",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxProcessedEventsColumns[4]},
+				Columns: []*schema.Column{OutboxProcessedEventsColumns[5]},
 			},
 		},
 	}

@@ -1,8 +1,11 @@
-// Command orders is the entoutbox example: it places orders and emits
-// OrderPaid in the same ent transaction as the order change, then shows that
-// a rolled-back transaction leaves no event behind.
+// Command orders is the entoutbox example, end to end: it places orders and
+// emits OrderPaid in the same ent transaction as each order, shows that a
+// rolled-back transaction leaves no event behind, relays the committed
+// events to a broker, and consumes them with a generated, typed handler that
+// writes one invoice per order, even when the broker delivers an event twice.
 //
-//	go run ./examples/orders
+//	go run ./examples/orders                                # embedded NATS, nothing to install
+//	go run ./examples/orders --broker amqp://guest:guest@127.0.0.1:5672/
 //
 // It reads DATABASE_URL (default: the local PostgreSQL) and works in its own
 // PostgreSQL schema, "orders_example", which it drops and creates afresh on
@@ -20,14 +23,21 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
+	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
-	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/relay/broker/natsembed"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -36,7 +46,9 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disa
 type Config struct {
 	DatabaseURL string
 	Schema      string // PostgreSQL schema the example works in
+	Broker      string // broker URL; empty starts an embedded NATS server
 	Orders      int    // orders to place
+	Timeout     time.Duration
 }
 
 func main() {
@@ -46,7 +58,9 @@ func main() {
 	}
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Schema, "schema", cfg.Schema, "PostgreSQL schema to create and use")
+	flag.StringVar(&cfg.Broker, "broker", "", "broker URL (nats://, amqp://, redis://, kafka://, postgres://, mem://); empty: an embedded NATS server")
 	flag.IntVar(&cfg.Orders, "orders", 3, "number of orders to place")
+	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "how long to wait for the events to arrive")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -58,14 +72,140 @@ func main() {
 
 // Run executes the example and writes what happens to out.
 func Run(ctx context.Context, out io.Writer, cfg Config) error {
-	client, err := openClient(ctx, cfg)
+	client, db, err := openClient(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 
-	// Each order is created and paid in one transaction with its event.
-	for i := 1; i <= cfg.Orders; i++ {
+	brokerURL := cfg.Broker
+	if brokerURL == "" {
+		srv, err := natsembed.Start("")
+		if err != nil {
+			return fmt.Errorf("starting the embedded NATS server: %w", err)
+		}
+		defer srv.Shutdown()
+		brokerURL = srv.URL()
+		fmt.Fprintf(out, "started an embedded NATS JetStream server\n")
+	}
+	b, err := broker.Open(ctx, brokerURL, broker.Options{})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	// The consumer: a generated, typed handler that writes an invoice in the
+	// same transaction as its dedupe record.
+	var (
+		mu          sync.Mutex
+		invoiced    = map[int64]bool{}
+		skipped     = 0
+		deliveries  = map[string]int{}
+		lostAckOnce = ""
+	)
+	handlers := ent.NewOutboxHandlers(client)
+	handlers.OnOrderPaid("billing", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPaid, m events.Meta) error {
+		if err := tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).SetCurrency(e.Currency).Exec(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "billing: invoiced order %d, %d.%02d %s (event %s v%d via %s)\n",
+			e.OrderID, e.AmountCents/100, e.AmountCents%100, e.Currency, m.EventID, m.Version, b.Scheme())
+		mu.Lock()
+		invoiced[e.OrderID] = true
+		mu.Unlock()
+		return nil
+	})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	// Simulate an ack lost on the way to the broker for the first event: the
+	// broker delivers it again, and the dedupe record makes the handler skip it.
+	router.AddMiddleware(func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			produced, err := next(msg)
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries[msg.UUID]++
+			if deliveries[msg.UUID] > 1 {
+				skipped++
+				fmt.Fprintf(out, "billing: event %s delivered again, skipped: already processed\n", msg.UUID)
+			}
+			if err == nil && lostAckOnce == "" {
+				lostAckOnce = msg.UUID
+				fmt.Fprintf(out, "billing: pretending the ack of event %s was lost\n", msg.UUID)
+				return nil, errors.New("ack lost (simulated)")
+			}
+			return produced, err
+		}
+	})
+	if err := handlers.AddToRouter(router, b.Subscriber); err != nil {
+		return err
+	}
+	routerCtx, stopRouter := context.WithCancel(ctx)
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(routerCtx) }()
+	defer func() { stopRouter(); <-routerDone }()
+	<-router.Running()
+
+	// The relay: committed outbox rows to the broker.
+	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher(), PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- r.Run(relayCtx) }()
+	defer func() { stopRelay(); <-relayDone }()
+
+	if err := placeOrders(ctx, out, client, cfg.Orders); err != nil {
+		return err
+	}
+
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(invoiced) == cfg.Orders && skipped > 0
+	}
+	deadline := time.Now().Add(cfg.Timeout)
+	for !done() {
+		select {
+		case err := <-relayDone:
+			return fmt.Errorf("the relay stopped: %w", err)
+		case err := <-routerDone:
+			return fmt.Errorf("the consumer stopped: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the events were not all handled within %s", cfg.Timeout)
+		}
+	}
+	// The relay records deliveries per batch, right after the broker's acks.
+	var backlog relay.Backlog
+	for {
+		if backlog, err = relay.ReadBacklog(ctx, db, "", ""); err != nil {
+			return err
+		}
+		if backlog.Pending == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	invoices, err := client.Invoice.Query().Count(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "done: %d orders paid, %d events relayed (pending in the outbox: %d), %d invoices written once each\n",
+		cfg.Orders, cfg.Orders, backlog.Pending, invoices)
+	return nil
+}
+
+// placeOrders creates and pays orders, each in one transaction with its
+// event, then shows a rolled-back and a refused emit.
+func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) error {
+	for i := 1; i <= n; i++ {
 		err := client.WithTx(ctx, func(tx *ent.Tx) error {
 			o, err := tx.Order.Create().SetCustomer(fmt.Sprintf("customer-%d", i)).
 				SetAmountCents(int64(1000 * i)).SetStatus(order.StatusPAID).Save(ctx)
@@ -78,11 +218,12 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("placing order %d: %w", i, err)
 		}
+		fmt.Fprintf(out, "placed order %d and emitted order.paid in the same transaction\n", i)
 	}
 
 	// A transaction that fails after emitting: the event goes with it.
 	errDeclined := errors.New("card declined")
-	err = client.WithTx(ctx, func(tx *ent.Tx) error {
+	err := client.WithTx(ctx, func(tx *ent.Tx) error {
 		o, err := tx.Order.Create().SetCustomer("customer-declined").SetAmountCents(999).Save(ctx)
 		if err != nil {
 			return err
@@ -104,36 +245,33 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	})
 	fmt.Fprintf(out, "refused: %v\n", err)
 
-	rows, err := client.Outbox.Query().Order(outbox.ByID()).All(ctx)
+	committed, err := client.Outbox.Query().Count(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the outbox: %w", err)
 	}
-	fmt.Fprintf(out, "outbox holds %d events:\n", len(rows))
-	for _, r := range rows {
-		fmt.Fprintf(out, "  %s v%d %s/%s -> %s %s\n", r.EventName, r.EventVersion, r.AggregateType, r.AggregateID, r.Topic, r.Payload)
-	}
+	fmt.Fprintf(out, "outbox holds %d committed events\n", committed)
 	return nil
 }
 
 // openClient connects, creates the example's schema and migrates it.
-func openClient(ctx context.Context, cfg Config) (*ent.Client, error) {
+func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	admin, err := sql.Open("pgx", cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("opening database: %w", err)
+		return nil, nil, fmt.Errorf("opening database: %w", err)
 	}
 	_, err = admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+quoteIdent(cfg.Schema)+` CASCADE; CREATE SCHEMA `+quoteIdent(cfg.Schema))
 	admin.Close()
 	if err != nil {
-		return nil, fmt.Errorf("creating schema %s (is PostgreSQL running at %s?): %w", cfg.Schema, cfg.DatabaseURL, err)
+		return nil, nil, fmt.Errorf("creating schema %s (is PostgreSQL running at %s?): %w", cfg.Schema, cfg.DatabaseURL, err)
 	}
 	db, err := sql.Open("pgx", withSearchPath(cfg.DatabaseURL, cfg.Schema))
 	if err != nil {
-		return nil, fmt.Errorf("opening database: %w", err)
+		return nil, nil, fmt.Errorf("opening database: %w", err)
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("migrating: %w", err)
+		return nil, nil, fmt.Errorf("migrating: %w", err)
 	}
-	return client, nil
+	return client, db, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,18 +16,22 @@ import (
 func TestExampleRunsEndToEnd(t *testing.T) {
 	db := pgtest.New(t) // reachability check and a schema name of our own
 	var out bytes.Buffer
-	err := Run(context.Background(), &out, Config{DatabaseURL: pgtest.ServerURL(), Schema: db.Schema + "_ex", Orders: 3})
-	t.Cleanup(func() { _, _ = db.DB.Exec(`DROP SCHEMA IF EXISTS "` + db.Schema + `_ex" CASCADE`) })
-	require.NoError(t, err)
+	schema := db.Schema + "_ex"
+	t.Cleanup(func() { _, _ = db.DB.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`) })
+	err := Run(context.Background(), &out, Config{DatabaseURL: pgtest.ServerURL(), Schema: schema, Orders: 3, Timeout: 30 * time.Second})
 	got := out.String()
 	t.Log(got)
+	require.NoError(t, err)
+	require.Contains(t, got, "started an embedded NATS JetStream server")
 	require.Contains(t, got, "rolled back: customer-declined")
 	require.Contains(t, got, `refused: entoutbox: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD GBP]`)
-	require.Contains(t, got, "outbox holds 3 events:")
-	for _, id := range []string{"Order/1 ", "Order/2 ", "Order/3 "} {
-		require.Contains(t, got, "order.paid v2 "+id)
+	require.Contains(t, got, "outbox holds 3 committed events")
+	for _, line := range []string{"invoiced order 1, 10.00 EUR", "invoiced order 2, 20.00 EUR", "invoiced order 3, 30.00 EUR"} {
+		require.Equal(t, 1, strings.Count(got, line), "once: %s", line)
 	}
-	require.NotContains(t, got, "Order/4 ", "the rolled-back order's event must not be in the outbox")
+	require.NotContains(t, got, "invoiced order 4", "the rolled-back order's event must not be relayed")
+	require.Contains(t, got, "delivered again, skipped: already processed")
+	require.Contains(t, got, "done: 3 orders paid, 3 events relayed (pending in the outbox: 0), 3 invoices written once each")
 }
 
 // The application binary must not carry the code generator.

@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
+	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 	"github.com/entoutbox/entoutbox/internal/testent/order"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
@@ -77,6 +78,7 @@ func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			deadletter.Table:     deadletter.ValidColumn,
+			invoice.Table:        invoice.ValidColumn,
 			order.Table:          order.ValidColumn,
 			outbox.Table:         outbox.ValidColumn,
 			processedevent.Table: processedevent.ValidColumn,

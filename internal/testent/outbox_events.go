@@ -26,9 +26,19 @@ func (e *OrderPaidV1) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderPaidV1 is the payload of.
+func (OrderPaidV1) OutboxEvent() (name string, version int) {
+	return "order.paid", 1
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderPaidV1) outboxSetDefaults() {
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPaidV1) outboxPrefill() {
 }
 
 // OrderPaid is the payload of version 2 of event "order.paid", the version producers emit.
@@ -50,10 +60,23 @@ func (e *OrderPaid) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderPaid is the payload of.
+func (OrderPaid) OutboxEvent() (name string, version int) {
+	return "order.paid", 2
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderPaid) outboxSetDefaults() {
 	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPaid) outboxPrefill() {
+	{
 		e.Currency = "EUR"
 	}
 }
@@ -129,9 +152,19 @@ func (e *ProfileUpdated) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version ProfileUpdated is the payload of.
+func (ProfileUpdated) OutboxEvent() (name string, version int) {
+	return "profile.updated", 1
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *ProfileUpdated) outboxSetDefaults() {
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *ProfileUpdated) outboxPrefill() {
 }
 
 // EmitProfileUpdated writes event "profile.updated" (version 1, topic
@@ -167,6 +200,12 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []ev
 		return events.ErrNotInTransaction
 	}
 	return relay.Emit(ctx, c.driver, "outbox_events", ev, events.NewEmitConfig(opts...))
+}
+
+// OutboxRecord returns the row as an events.Record, for tests and tools.
+func (o *Outbox) OutboxRecord() events.Record {
+	return events.Record{EventID: o.EventID, Name: o.EventName, Version: o.EventVersion, Topic: o.Topic,
+		AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload, Headers: o.Headers}
 }
 
 // WithTx runs fn in a transaction: it commits when fn returns nil and rolls

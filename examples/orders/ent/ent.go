@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/deadletter"
+	"github.com/entoutbox/entoutbox/examples/orders/ent/invoice"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/processedevent"
@@ -77,6 +78,7 @@ func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
 			deadletter.Table:     deadletter.ValidColumn,
+			invoice.Table:        invoice.ValidColumn,
 			order.Table:          order.ValidColumn,
 			outbox.Table:         outbox.ValidColumn,
 			processedevent.Table: processedevent.ValidColumn,

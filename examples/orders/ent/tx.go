@@ -14,6 +14,8 @@ type Tx struct {
 	config
 	// DeadLetter is the client for interacting with the DeadLetter builders.
 	DeadLetter *DeadLetterClient
+	// Invoice is the client for interacting with the Invoice builders.
+	Invoice *InvoiceClient
 	// Order is the client for interacting with the Order builders.
 	Order *OrderClient
 	// Outbox is the client for interacting with the Outbox builders.
@@ -152,6 +154,7 @@ func (tx *Tx) Client() *Client {
 
 func (tx *Tx) init() {
 	tx.DeadLetter = NewDeadLetterClient(tx.config)
+	tx.Invoice = NewInvoiceClient(tx.config)
 	tx.Order = NewOrderClient(tx.config)
 	tx.Outbox = NewOutboxClient(tx.config)
 	tx.ProcessedEvent = NewProcessedEventClient(tx.config)

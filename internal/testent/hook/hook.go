@@ -21,6 +21,18 @@ func (f DeadLetterFunc) Mutate(ctx context.Context, m testent.Mutation) (testent
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.DeadLetterMutation", m)
 }
 
+// The InvoiceFunc type is an adapter to allow the use of ordinary
+// function as Invoice mutator.
+type InvoiceFunc func(context.Context, *testent.InvoiceMutation) (testent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f InvoiceFunc) Mutate(ctx context.Context, m testent.Mutation) (testent.Value, error) {
+	if mv, ok := m.(*testent.InvoiceMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.InvoiceMutation", m)
+}
+
 // The OrderFunc type is an adapter to allow the use of ordinary
 // function as Order mutator.
 type OrderFunc func(context.Context, *testent.OrderMutation) (testent.Value, error)

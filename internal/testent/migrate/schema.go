@@ -43,6 +43,20 @@ var (
 			},
 		},
 	}
+	// InvoicesColumns holds the columns for the "invoices" table.
+	InvoicesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "order_id", Type: field.TypeInt64},
+		{Name: "amount_cents", Type: field.TypeInt64},
+		{Name: "currency", Type: field.TypeString},
+		{Name: "consumer", Type: field.TypeString},
+	}
+	// InvoicesTable holds the schema information for the "invoices" table.
+	InvoicesTable = &schema.Table{
+		Name:       "invoices",
+		Columns:    InvoicesColumns,
+		PrimaryKey: []*schema.Column{InvoicesColumns[0]},
+	}
 	// OrdersColumns holds the columns for the "orders" table.
 	OrdersColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt64, Increment: true},
@@ -115,6 +129,7 @@ var (
 		{Name: "consumer", Type: field.TypeString},
 		{Name: "event_id", Type: field.TypeUUID},
 		{Name: "event_name", Type: field.TypeString},
+		{Name: "attempts", Type: field.TypeInt, Default: 1},
 		{Name: "processed_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 	}
 	// OutboxProcessedEventsTable holds the schema information for the "outbox_processed_events" table.
@@ -131,13 +146,14 @@ var (
 			{
 				Name:    "outbox_processed_events_age",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxProcessedEventsColumns[4]},
+				Columns: []*schema.Column{OutboxProcessedEventsColumns[5]},
 			},
 		},
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		OutboxDeadLettersTable,
+		InvoicesTable,
 		OrdersTable,
 		OutboxEventsTable,
 		OutboxProcessedEventsTable,

@@ -19,6 +19,8 @@ const (
 	FieldEventID = "event_id"
 	// FieldEventName holds the string denoting the event_name field in the database.
 	FieldEventName = "event_name"
+	// FieldAttempts holds the string denoting the attempts field in the database.
+	FieldAttempts = "attempts"
 	// FieldProcessedAt holds the string denoting the processed_at field in the database.
 	FieldProcessedAt = "processed_at"
 	// Table holds the table name of the processedevent in the database.
@@ -31,6 +33,7 @@ var Columns = []string{
 	FieldConsumer,
 	FieldEventID,
 	FieldEventName,
+	FieldAttempts,
 	FieldProcessedAt,
 }
 
@@ -47,6 +50,8 @@ func ValidColumn(column string) bool {
 var (
 	// ConsumerValidator is a validator for the "consumer" field. It is called by the builders before save.
 	ConsumerValidator func(string) error
+	// DefaultAttempts holds the default value on creation for the "attempts" field.
+	DefaultAttempts int
 	// DefaultProcessedAt holds the default value on creation for the "processed_at" field.
 	DefaultProcessedAt func() time.Time
 )
@@ -72,6 +77,11 @@ func ByEventID(opts ...sql.OrderTermOption) OrderOption {
 // ByEventName orders the results by the event_name field.
 func ByEventName(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldEventName, opts...).ToFunc()
+}
+
+// ByAttempts orders the results by the attempts field.
+func ByAttempts(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAttempts, opts...).ToFunc()
 }
 
 // ByProcessedAt orders the results by the processed_at field.

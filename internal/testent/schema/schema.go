@@ -22,3 +22,16 @@ type (
 	ProcessedEvent struct{ schema.ProcessedEvent }
 	DeadLetter     struct{ schema.DeadLetter }
 )
+
+// Invoice is the effect the consumer tests write.
+type Invoice struct{ ent.Schema }
+
+// Fields of Invoice.
+func (Invoice) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int64("order_id"),
+		field.Int64("amount_cents"),
+		field.String("currency"),
+		field.String("consumer"),
+	}
+}

@@ -35,8 +35,8 @@ type DeadLetter struct {
 	AggregateID string `json:"aggregate_id,omitempty"`
 	// the payload as received, which may not be valid JSON
 	Payload []byte `json:"payload,omitempty"`
-	// Headers holds the value of the "headers" field.
-	Headers map[string]string `json:"headers,omitempty"`
+	// the headers as stored, which may not be an object of strings
+	Headers json.RawMessage `json:"headers,omitempty"`
 	// Reason holds the value of the "reason" field.
 	Reason string `json:"reason,omitempty"`
 	// Attempts holds the value of the "attempts" field.

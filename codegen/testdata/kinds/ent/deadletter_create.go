@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -118,7 +119,7 @@ func (_c *DeadLetterCreate) SetPayload(v []byte) *DeadLetterCreate {
 }
 
 // SetHeaders sets the "headers" field.
-func (_c *DeadLetterCreate) SetHeaders(v map[string]string) *DeadLetterCreate {
+func (_c *DeadLetterCreate) SetHeaders(v json.RawMessage) *DeadLetterCreate {
 	_c.mutation.SetHeaders(v)
 	return _c
 }

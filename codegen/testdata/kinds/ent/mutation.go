@@ -1748,6 +1748,8 @@ type ProcessedEventMutation struct {
 	consumer      *string
 	event_id      *uuid.UUID
 	event_name    *string
+	attempts      *int
+	addattempts   *int
 	processed_at  *time.Time
 	clearedFields map[string]struct{}
 	done          bool
@@ -1967,6 +1969,62 @@ func (m *ProcessedEventMutation) ResetEventName() {
 	m.event_name = nil
 }
 
+// SetAttempts sets the "attempts" field.
+func (m *ProcessedEventMutation) SetAttempts(i int) {
+	m.attempts = &i
+	m.addattempts = nil
+}
+
+// Attempts returns the value of the "attempts" field in the mutation.
+func (m *ProcessedEventMutation) Attempts() (r int, exists bool) {
+	v := m.attempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAttempts returns the old "attempts" field's value of the ProcessedEvent entity.
+// If the ProcessedEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ProcessedEventMutation) OldAttempts(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAttempts is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAttempts requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAttempts: %w", err)
+	}
+	return oldValue.Attempts, nil
+}
+
+// AddAttempts adds i to the "attempts" field.
+func (m *ProcessedEventMutation) AddAttempts(i int) {
+	if m.addattempts != nil {
+		*m.addattempts += i
+	} else {
+		m.addattempts = &i
+	}
+}
+
+// AddedAttempts returns the value that was added to the "attempts" field in this mutation.
+func (m *ProcessedEventMutation) AddedAttempts() (r int, exists bool) {
+	v := m.addattempts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetAttempts resets all changes to the "attempts" field.
+func (m *ProcessedEventMutation) ResetAttempts() {
+	m.attempts = nil
+	m.addattempts = nil
+}
+
 // SetProcessedAt sets the "processed_at" field.
 func (m *ProcessedEventMutation) SetProcessedAt(t time.Time) {
 	m.processed_at = &t
@@ -2037,7 +2095,7 @@ func (m *ProcessedEventMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ProcessedEventMutation) Fields() []string {
-	fields := make([]string, 0, 4)
+	fields := make([]string, 0, 5)
 	if m.consumer != nil {
 		fields = append(fields, processedevent.FieldConsumer)
 	}
@@ -2046,6 +2104,9 @@ func (m *ProcessedEventMutation) Fields() []string {
 	}
 	if m.event_name != nil {
 		fields = append(fields, processedevent.FieldEventName)
+	}
+	if m.attempts != nil {
+		fields = append(fields, processedevent.FieldAttempts)
 	}
 	if m.processed_at != nil {
 		fields = append(fields, processedevent.FieldProcessedAt)
@@ -2064,6 +2125,8 @@ func (m *ProcessedEventMutation) Field(name string) (ent.Value, bool) {
 		return m.EventID()
 	case processedevent.FieldEventName:
 		return m.EventName()
+	case processedevent.FieldAttempts:
+		return m.Attempts()
 	case processedevent.FieldProcessedAt:
 		return m.ProcessedAt()
 	}
@@ -2081,6 +2144,8 @@ func (m *ProcessedEventMutation) OldField(ctx context.Context, name string) (ent
 		return m.OldEventID(ctx)
 	case processedevent.FieldEventName:
 		return m.OldEventName(ctx)
+	case processedevent.FieldAttempts:
+		return m.OldAttempts(ctx)
 	case processedevent.FieldProcessedAt:
 		return m.OldProcessedAt(ctx)
 	}
@@ -2113,6 +2178,13 @@ func (m *ProcessedEventMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetEventName(v)
 		return nil
+	case processedevent.FieldAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAttempts(v)
+		return nil
 	case processedevent.FieldProcessedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -2127,13 +2199,21 @@ func (m *ProcessedEventMutation) SetField(name string, value ent.Value) error {
 // AddedFields returns all numeric fields that were incremented/decremented during
 // this mutation.
 func (m *ProcessedEventMutation) AddedFields() []string {
-	return nil
+	var fields []string
+	if m.addattempts != nil {
+		fields = append(fields, processedevent.FieldAttempts)
+	}
+	return fields
 }
 
 // AddedField returns the numeric value that was incremented/decremented on a field
 // with the given name. The second boolean return value indicates that this field
 // was not set, or was not defined in the schema.
 func (m *ProcessedEventMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case processedevent.FieldAttempts:
+		return m.AddedAttempts()
+	}
 	return nil, false
 }
 
@@ -2142,6 +2222,13 @@ func (m *ProcessedEventMutation) AddedField(name string) (ent.Value, bool) {
 // type.
 func (m *ProcessedEventMutation) AddField(name string, value ent.Value) error {
 	switch name {
+	case processedevent.FieldAttempts:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddAttempts(v)
+		return nil
 	}
 	return fmt.Errorf("unknown ProcessedEvent numeric field %s", name)
 }
@@ -2177,6 +2264,9 @@ func (m *ProcessedEventMutation) ResetField(name string) error {
 		return nil
 	case processedevent.FieldEventName:
 		m.ResetEventName()
+		return nil
+	case processedevent.FieldAttempts:
+		m.ResetAttempts()
 		return nil
 	case processedevent.FieldProcessedAt:
 		m.ResetProcessedAt()
@@ -2248,7 +2338,8 @@ type DeadLetterMutation struct {
 	aggregate_type   *string
 	aggregate_id     *string
 	payload          *[]byte
-	headers          *map[string]string
+	headers          *json.RawMessage
+	appendheaders    json.RawMessage
 	reason           *string
 	attempts         *int
 	addattempts      *int
@@ -2764,12 +2855,13 @@ func (m *DeadLetterMutation) ResetPayload() {
 }
 
 // SetHeaders sets the "headers" field.
-func (m *DeadLetterMutation) SetHeaders(value map[string]string) {
-	m.headers = &value
+func (m *DeadLetterMutation) SetHeaders(jm json.RawMessage) {
+	m.headers = &jm
+	m.appendheaders = nil
 }
 
 // Headers returns the value of the "headers" field in the mutation.
-func (m *DeadLetterMutation) Headers() (r map[string]string, exists bool) {
+func (m *DeadLetterMutation) Headers() (r json.RawMessage, exists bool) {
 	v := m.headers
 	if v == nil {
 		return
@@ -2780,7 +2872,7 @@ func (m *DeadLetterMutation) Headers() (r map[string]string, exists bool) {
 // OldHeaders returns the old "headers" field's value of the DeadLetter entity.
 // If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
 // An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v map[string]string, err error) {
+func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v json.RawMessage, err error) {
 	if !m.op.Is(OpUpdateOne) {
 		return v, errors.New("OldHeaders is only allowed on UpdateOne operations")
 	}
@@ -2794,9 +2886,23 @@ func (m *DeadLetterMutation) OldHeaders(ctx context.Context) (v map[string]strin
 	return oldValue.Headers, nil
 }
 
+// AppendHeaders adds jm to the "headers" field.
+func (m *DeadLetterMutation) AppendHeaders(jm json.RawMessage) {
+	m.appendheaders = append(m.appendheaders, jm...)
+}
+
+// AppendedHeaders returns the list of values that were appended to the "headers" field in this mutation.
+func (m *DeadLetterMutation) AppendedHeaders() (json.RawMessage, bool) {
+	if len(m.appendheaders) == 0 {
+		return nil, false
+	}
+	return m.appendheaders, true
+}
+
 // ClearHeaders clears the value of the "headers" field.
 func (m *DeadLetterMutation) ClearHeaders() {
 	m.headers = nil
+	m.appendheaders = nil
 	m.clearedFields[deadletter.FieldHeaders] = struct{}{}
 }
 
@@ -2809,6 +2915,7 @@ func (m *DeadLetterMutation) HeadersCleared() bool {
 // ResetHeaders resets all changes to the "headers" field.
 func (m *DeadLetterMutation) ResetHeaders() {
 	m.headers = nil
+	m.appendheaders = nil
 	delete(m.clearedFields, deadletter.FieldHeaders)
 }
 
@@ -3142,7 +3249,7 @@ func (m *DeadLetterMutation) SetField(name string, value ent.Value) error {
 		m.SetPayload(v)
 		return nil
 	case deadletter.FieldHeaders:
-		v, ok := value.(map[string]string)
+		v, ok := value.(json.RawMessage)
 		if !ok {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}

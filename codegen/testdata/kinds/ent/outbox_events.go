@@ -96,6 +96,11 @@ func (e *ProfileUpdated) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version ProfileUpdated is the payload of.
+func (ProfileUpdated) OutboxEvent() (name string, version int) {
+	return "profile.updated", 1
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *ProfileUpdated) outboxSetDefaults() {
@@ -107,6 +112,21 @@ func (e *ProfileUpdated) outboxSetDefaults() {
 		e.Newsletter = &v
 	}
 	if e.Plan == "" {
+		e.Plan = "free"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *ProfileUpdated) outboxPrefill() {
+	{
+		e.Locale = "en"
+	}
+	{
+		v := bool(true)
+		e.Newsletter = &v
+	}
+	{
 		e.Plan = "free"
 	}
 }
@@ -144,6 +164,12 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []ev
 		return events.ErrNotInTransaction
 	}
 	return relay.Emit(ctx, c.driver, "outbox_events", ev, events.NewEmitConfig(opts...))
+}
+
+// OutboxRecord returns the row as an events.Record, for tests and tools.
+func (o *Outbox) OutboxRecord() events.Record {
+	return events.Record{EventID: o.EventID, Name: o.EventName, Version: o.EventVersion, Topic: o.Topic,
+		AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload, Headers: o.Headers}
 }
 
 // WithTx runs fn in a transaction: it commits when fn returns nil and rolls

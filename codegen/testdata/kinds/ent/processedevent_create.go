@@ -39,6 +39,20 @@ func (_c *ProcessedEventCreate) SetEventName(v string) *ProcessedEventCreate {
 	return _c
 }
 
+// SetAttempts sets the "attempts" field.
+func (_c *ProcessedEventCreate) SetAttempts(v int) *ProcessedEventCreate {
+	_c.mutation.SetAttempts(v)
+	return _c
+}
+
+// SetNillableAttempts sets the "attempts" field if the given value is not nil.
+func (_c *ProcessedEventCreate) SetNillableAttempts(v *int) *ProcessedEventCreate {
+	if v != nil {
+		_c.SetAttempts(*v)
+	}
+	return _c
+}
+
 // SetProcessedAt sets the "processed_at" field.
 func (_c *ProcessedEventCreate) SetProcessedAt(v time.Time) *ProcessedEventCreate {
 	_c.mutation.SetProcessedAt(v)
@@ -94,6 +108,10 @@ func (_c *ProcessedEventCreate) ExecX(ctx context.Context) {
 
 // defaults sets the default values of the builder before save.
 func (_c *ProcessedEventCreate) defaults() {
+	if _, ok := _c.mutation.Attempts(); !ok {
+		v := processedevent.DefaultAttempts
+		_c.mutation.SetAttempts(v)
+	}
 	if _, ok := _c.mutation.ProcessedAt(); !ok {
 		v := processedevent.DefaultProcessedAt()
 		_c.mutation.SetProcessedAt(v)
@@ -115,6 +133,9 @@ func (_c *ProcessedEventCreate) check() error {
 	}
 	if _, ok := _c.mutation.EventName(); !ok {
 		return &ValidationError{Name: "event_name", err: errors.New(`ent: missing required field "ProcessedEvent.event_name"`)}
+	}
+	if _, ok := _c.mutation.Attempts(); !ok {
+		return &ValidationError{Name: "attempts", err: errors.New(`ent: missing required field "ProcessedEvent.attempts"`)}
 	}
 	if _, ok := _c.mutation.ProcessedAt(); !ok {
 		return &ValidationError{Name: "processed_at", err: errors.New(`ent: missing required field "ProcessedEvent.processed_at"`)}
@@ -162,6 +183,10 @@ func (_c *ProcessedEventCreate) createSpec() (*ProcessedEvent, *sqlgraph.CreateS
 	if value, ok := _c.mutation.EventName(); ok {
 		_spec.SetField(processedevent.FieldEventName, field.TypeString, value)
 		_node.EventName = value
+	}
+	if value, ok := _c.mutation.Attempts(); ok {
+		_spec.SetField(processedevent.FieldAttempts, field.TypeInt, value)
+		_node.Attempts = value
 	}
 	if value, ok := _c.mutation.ProcessedAt(); ok {
 		_spec.SetField(processedevent.FieldProcessedAt, field.TypeTime, value)

@@ -41,8 +41,12 @@ func init() {
 	processedeventDescConsumer := processedeventFields[1].Descriptor()
 	// processedevent.ConsumerValidator is a validator for the "consumer" field. It is called by the builders before save.
 	processedevent.ConsumerValidator = processedeventDescConsumer.Validators[0].(func(string) error)
+	// processedeventDescAttempts is the schema descriptor for attempts field.
+	processedeventDescAttempts := processedeventFields[4].Descriptor()
+	// processedevent.DefaultAttempts holds the default value on creation for the attempts field.
+	processedevent.DefaultAttempts = processedeventDescAttempts.Default.(int)
 	// processedeventDescProcessedAt is the schema descriptor for processed_at field.
-	processedeventDescProcessedAt := processedeventFields[4].Descriptor()
+	processedeventDescProcessedAt := processedeventFields[5].Descriptor()
 	// processedevent.DefaultProcessedAt holds the default value on creation for the processed_at field.
 	processedevent.DefaultProcessedAt = processedeventDescProcessedAt.Default.(func() time.Time)
 	deadletterFields := schema.DeadLetter{}.Fields()

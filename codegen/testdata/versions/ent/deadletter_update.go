@@ -4,11 +4,13 @@ package ent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"entgo.io/ent/dialect/sql/sqljson"
 	"entgo.io/ent/schema/field"
 	"github.com/entoutbox/entoutbox/codegen/testdata/versions/ent/deadletter"
 	"github.com/entoutbox/entoutbox/codegen/testdata/versions/ent/predicate"
@@ -182,8 +184,14 @@ func (_u *DeadLetterUpdate) ClearPayload() *DeadLetterUpdate {
 }
 
 // SetHeaders sets the "headers" field.
-func (_u *DeadLetterUpdate) SetHeaders(v map[string]string) *DeadLetterUpdate {
+func (_u *DeadLetterUpdate) SetHeaders(v json.RawMessage) *DeadLetterUpdate {
 	_u.mutation.SetHeaders(v)
+	return _u
+}
+
+// AppendHeaders appends value to the "headers" field.
+func (_u *DeadLetterUpdate) AppendHeaders(v json.RawMessage) *DeadLetterUpdate {
+	_u.mutation.AppendHeaders(v)
 	return _u
 }
 
@@ -319,6 +327,11 @@ func (_u *DeadLetterUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 	}
 	if value, ok := _u.mutation.Headers(); ok {
 		_spec.SetField(deadletter.FieldHeaders, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedHeaders(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, deadletter.FieldHeaders, value)
+		})
 	}
 	if _u.mutation.HeadersCleared() {
 		_spec.ClearField(deadletter.FieldHeaders, field.TypeJSON)
@@ -506,8 +519,14 @@ func (_u *DeadLetterUpdateOne) ClearPayload() *DeadLetterUpdateOne {
 }
 
 // SetHeaders sets the "headers" field.
-func (_u *DeadLetterUpdateOne) SetHeaders(v map[string]string) *DeadLetterUpdateOne {
+func (_u *DeadLetterUpdateOne) SetHeaders(v json.RawMessage) *DeadLetterUpdateOne {
 	_u.mutation.SetHeaders(v)
+	return _u
+}
+
+// AppendHeaders appends value to the "headers" field.
+func (_u *DeadLetterUpdateOne) AppendHeaders(v json.RawMessage) *DeadLetterUpdateOne {
+	_u.mutation.AppendHeaders(v)
 	return _u
 }
 
@@ -673,6 +692,11 @@ func (_u *DeadLetterUpdateOne) sqlSave(ctx context.Context) (_node *DeadLetter, 
 	}
 	if value, ok := _u.mutation.Headers(); ok {
 		_spec.SetField(deadletter.FieldHeaders, field.TypeJSON, value)
+	}
+	if value, ok := _u.mutation.AppendedHeaders(); ok {
+		_spec.AddModifier(func(u *sql.UpdateBuilder) {
+			sqljson.Append(u, deadletter.FieldHeaders, value)
+		})
 	}
 	if _u.mutation.HeadersCleared() {
 		_spec.ClearField(deadletter.FieldHeaders, field.TypeJSON)

@@ -23,9 +23,19 @@ func (e *OrderPaidV1) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderPaidV1 is the payload of.
+func (OrderPaidV1) OutboxEvent() (name string, version int) {
+	return "order.paid", 1
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderPaidV1) outboxSetDefaults() {
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPaidV1) outboxPrefill() {
 }
 
 // OrderPaidV2 is the payload of version 2 of event "order.paid".
@@ -41,10 +51,23 @@ func (e *OrderPaidV2) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderPaidV2 is the payload of.
+func (OrderPaidV2) OutboxEvent() (name string, version int) {
+	return "order.paid", 2
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderPaidV2) outboxSetDefaults() {
 	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPaidV2) outboxPrefill() {
+	{
 		e.Currency = "EUR"
 	}
 }
@@ -63,11 +86,27 @@ func (e *OrderPaid) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderPaid is the payload of.
+func (OrderPaid) OutboxEvent() (name string, version int) {
+	return "order.paid", 3
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderPaid) outboxSetDefaults() {
 	if e.Currency == "" {
 		e.Currency = "EUR"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPaid) outboxPrefill() {
+	{
+		e.Currency = "EUR"
+	}
+	{
+		e.Installments = 1
 	}
 }
 
@@ -113,9 +152,19 @@ func (e *OrderShipped) Validate() error {
 	return nil
 }
 
+// OutboxEvent names the event and version OrderShipped is the payload of.
+func (OrderShipped) OutboxEvent() (name string, version int) {
+	return "order.shipped", 1
+}
+
 // outboxSetDefaults replaces absent values (nil pointers, empty strings) by
 // their declared defaults.
 func (e *OrderShipped) outboxSetDefaults() {
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderShipped) outboxPrefill() {
 }
 
 // EmitOrderShipped writes event "order.shipped" (version 1, topic
@@ -151,6 +200,12 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []ev
 		return events.ErrNotInTransaction
 	}
 	return relay.Emit(ctx, c.driver, "outbox_events", ev, events.NewEmitConfig(opts...))
+}
+
+// OutboxRecord returns the row as an events.Record, for tests and tools.
+func (o *Outbox) OutboxRecord() events.Record {
+	return events.Record{EventID: o.EventID, Name: o.EventName, Version: o.EventVersion, Topic: o.Topic,
+		AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload, Headers: o.Headers}
 }
 
 // WithTx runs fn in a transaction: it commits when fn returns nil and rolls

@@ -24,6 +24,8 @@ type ProcessedEvent struct {
 	EventID uuid.UUID `json:"event_id,omitempty"`
 	// EventName holds the value of the "event_name" field.
 	EventName string `json:"event_name,omitempty"`
+	// the try on which the handler succeeded
+	Attempts int `json:"attempts,omitempty"`
 	// ProcessedAt holds the value of the "processed_at" field.
 	ProcessedAt  time.Time `json:"processed_at,omitempty"`
 	selectValues sql.SelectValues
@@ -34,7 +36,7 @@ func (*ProcessedEvent) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case processedevent.FieldID:
+		case processedevent.FieldID, processedevent.FieldAttempts:
 			values[i] = new(sql.NullInt64)
 		case processedevent.FieldConsumer, processedevent.FieldEventName:
 			values[i] = new(sql.NullString)
@@ -80,6 +82,12 @@ func (_m *ProcessedEvent) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field event_name", values[i])
 			} else if value.Valid {
 				_m.EventName = value.String
+			}
+		case processedevent.FieldAttempts:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field attempts", values[i])
+			} else if value.Valid {
+				_m.Attempts = int(value.Int64)
 			}
 		case processedevent.FieldProcessedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
@@ -131,6 +139,9 @@ func (_m *ProcessedEvent) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("event_name=")
 	builder.WriteString(_m.EventName)
+	builder.WriteString(", ")
+	builder.WriteString("attempts=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Attempts))
 	builder.WriteString(", ")
 	builder.WriteString("processed_at=")
 	builder.WriteString(_m.ProcessedAt.Format(time.ANSIC))

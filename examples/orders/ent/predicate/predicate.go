@@ -9,6 +9,9 @@ import (
 // DeadLetter is the predicate function for deadletter builders.
 type DeadLetter func(*sql.Selector)
 
+// Invoice is the predicate function for invoice builders.
+type Invoice func(*sql.Selector)
+
 // Order is the predicate function for order builders.
 type Order func(*sql.Selector)
 

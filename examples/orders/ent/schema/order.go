@@ -26,3 +26,15 @@ type (
 	ProcessedEvent struct{ schema.ProcessedEvent }
 	DeadLetter     struct{ schema.DeadLetter }
 )
+
+// Invoice is the billing consumer's effect: one per paid order.
+type Invoice struct{ ent.Schema }
+
+// Fields of the invoice.
+func (Invoice) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int64("order_id").Unique(),
+		field.Int64("amount_cents"),
+		field.String("currency"),
+	}
+}

@@ -70,6 +70,11 @@ func EventName(v string) predicate.ProcessedEvent {
 	return predicate.ProcessedEvent(sql.FieldEQ(FieldEventName, v))
 }
 
+// Attempts applies equality check predicate on the "attempts" field. It's identical to AttemptsEQ.
+func Attempts(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldEQ(FieldAttempts, v))
+}
+
 // ProcessedAt applies equality check predicate on the "processed_at" field. It's identical to ProcessedAtEQ.
 func ProcessedAt(v time.Time) predicate.ProcessedEvent {
 	return predicate.ProcessedEvent(sql.FieldEQ(FieldProcessedAt, v))
@@ -243,6 +248,46 @@ func EventNameEqualFold(v string) predicate.ProcessedEvent {
 // EventNameContainsFold applies the ContainsFold predicate on the "event_name" field.
 func EventNameContainsFold(v string) predicate.ProcessedEvent {
 	return predicate.ProcessedEvent(sql.FieldContainsFold(FieldEventName, v))
+}
+
+// AttemptsEQ applies the EQ predicate on the "attempts" field.
+func AttemptsEQ(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldEQ(FieldAttempts, v))
+}
+
+// AttemptsNEQ applies the NEQ predicate on the "attempts" field.
+func AttemptsNEQ(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldNEQ(FieldAttempts, v))
+}
+
+// AttemptsIn applies the In predicate on the "attempts" field.
+func AttemptsIn(vs ...int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldIn(FieldAttempts, vs...))
+}
+
+// AttemptsNotIn applies the NotIn predicate on the "attempts" field.
+func AttemptsNotIn(vs ...int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldNotIn(FieldAttempts, vs...))
+}
+
+// AttemptsGT applies the GT predicate on the "attempts" field.
+func AttemptsGT(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldGT(FieldAttempts, v))
+}
+
+// AttemptsGTE applies the GTE predicate on the "attempts" field.
+func AttemptsGTE(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldGTE(FieldAttempts, v))
+}
+
+// AttemptsLT applies the LT predicate on the "attempts" field.
+func AttemptsLT(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldLT(FieldAttempts, v))
+}
+
+// AttemptsLTE applies the LTE predicate on the "attempts" field.
+func AttemptsLTE(v int) predicate.ProcessedEvent {
+	return predicate.ProcessedEvent(sql.FieldLTE(FieldAttempts, v))
 }
 
 // ProcessedAtEQ applies the EQ predicate on the "processed_at" field.

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/consumer"
+)
+
+func newCleanupCommand() *cobra.Command {
+	var (
+		databaseURL, table, processedTable string
+		processedRetention, deliveredRet   time.Duration
+		batch                              int
+	)
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Delete old processed-event records and delivered outbox rows, in small batches",
+		Long: `cleanup deletes, in batches that never lock a table for long:
+  - processed-event records (consumers' dedupe) older than --processed-retention;
+    keep them longer than a broker may redeliver an event;
+  - outbox rows delivered longer than --delivered-retention ago (0 keeps them).
+Undelivered outbox rows are never deleted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			db, err := openDB(databaseURL)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx := cmd.Context()
+			n, err := consumer.CleanupProcessed(ctx, db, processedTable, processedRetention, batch)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d processed-event records older than %s\n", n, processedRetention)
+			if deliveredRet > 0 {
+				n, err := relay.CleanupDelivered(ctx, db, table, deliveredRet, batch)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d outbox rows delivered more than %s ago\n", n, deliveredRet)
+			}
+			return nil
+		},
+	}
+	addDatabaseFlags(cmd, &databaseURL, &table)
+	f := cmd.Flags()
+	f.StringVar(&processedTable, "processed-table", "", "processed-events table name (default outbox_processed_events)")
+	f.DurationVar(&processedRetention, "processed-retention", 7*24*time.Hour, "keep processed-event records this long")
+	f.DurationVar(&deliveredRet, "delivered-retention", 0, "keep delivered outbox rows this long; 0 keeps them all")
+	f.IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
+	return cmd
+}

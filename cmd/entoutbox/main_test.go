@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+)
+
+func run(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out bytes.Buffer
+	cmd := newRootCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestStatusAndCleanup(t *testing.T) {
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() - interval '90 seconds' FROM generate_series(1, 4) g;
+		INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at)
+		SELECT 'billing', gen_random_uuid(), 'order.paid', now() - interval '30 days' FROM generate_series(1, 5)`)
+	require.NoError(t, err)
+
+	// The database URL comes from the environment.
+	out, err := run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": db.URL}, "status")
+	require.NoError(t, err)
+	require.Contains(t, out, "pending events:      4\n")
+	require.Regexp(t, `oldest pending age:  1m3\d\.\d+s`, out)
+	require.Contains(t, out, "dead letters:        0\n")
+
+	out, err = run(t, nil, "cleanup", "--database-url", db.URL, "--batch-size", "2")
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 5 processed-event records older than 168h0m0s")
+}
+
+func TestClearErrors(t *testing.T) {
+	t.Setenv("ENTOUTBOX_DATABASE_URL", "")
+	t.Setenv("DATABASE_URL", "")
+	_, err := run(t, nil, "status")
+	require.EqualError(t, err, "no database: set --database-url or ENTOUTBOX_DATABASE_URL")
+	_, err = run(t, nil, "relay", "--database-url", "postgres://x")
+	require.EqualError(t, err, "no broker: set --broker or ENTOUTBOX_BROKER")
+	_, err = run(t, nil, "relay", "--database-url", pgtest.ServerURL(), "--broker", "foo://x")
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), `unknown scheme "foo"`), err.Error())
+	out, err := run(t, nil, "relay", "--help")
+	require.NoError(t, err)
+	require.Contains(t, out, "nats://127.0.0.1:4222")
+}

@@ -1,0 +1,30 @@
+package events
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Meta describes one delivery of an event to a consumer's handler.
+type Meta struct {
+	EventID       uuid.UUID
+	Name          string // wire name
+	Version       int    // the version the event was emitted with (the handler sees it upcast to the latest)
+	Topic         string
+	AggregateType string
+	AggregateID   string
+	CreatedAt     time.Time // when the event was written; zero if the message did not say
+	Headers       map[string]string
+	Consumer      string // the consumer name the handler is registered under
+	Attempt       int    // 1 for the first try of this delivery
+}
+
+// Upcaster is implemented by an event declaration whose versions cannot all
+// be upcast automatically (a field removed, renamed or changed in kind, or a
+// new required field without a default). Upcast turns the decoded JSON
+// fields of version from into those of version from+1. The generator
+// refuses a declaration that needs an upcaster and has none.
+type Upcaster interface {
+	Upcast(from int, fields map[string]any) (map[string]any, error)
+}

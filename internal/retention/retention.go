@@ -1,0 +1,41 @@
+// Package retention deletes old rows in small batches, so that cleaning a
+// large table never holds long locks nor one huge transaction.
+package retention
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Delete removes rows of table whose timeColumn is before cutoff, batch
+// rows per statement, until none is left or ctx ends. It skips rows locked
+// by others (they are picked up by the next run) and returns how many rows
+// it deleted.
+func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (
+		SELECT id FROM %[1]s WHERE %[2]s < $1 ORDER BY %[2]s LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		quoteIdent(table), quoteIdent(timeColumn))
+	var total int64
+	for {
+		res, err := db.ExecContext(ctx, q, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("deleting old rows of %s: %w", table, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -1,0 +1,112 @@
+// Package outboxtest helps users test code that emits and handles outbox
+// events.
+//
+// Assert that a transaction emitted an event, with ent's generated query on
+// the same transaction:
+//
+//	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.Query().AllX(ctx))
+//	require.Equal(t, int64(4200), paid.AmountCents)
+//
+// Run a handler against an event, through the same dedupe, retries and dead
+// letters as a broker delivery:
+//
+//	err := handlers.Handle(ctx, "billing", outboxtest.Message(t, ent.OrderPaid{OrderID: 1, AmountCents: 5}, "1"))
+package outboxtest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// Recorder is an outbox row: the generated *ent.Outbox is one.
+type Recorder interface {
+	OutboxRecord() events.Record
+}
+
+// RequireEmitted finds the one event of type T among rows and returns its
+// payload; it fails t when there is none, more than one, or the row's
+// version is not T's.
+func RequireEmitted[T events.Payload, R Recorder](t testing.TB, rows []R) T {
+	t.Helper()
+	var zero T
+	name, version := zero.OutboxEvent()
+	var found []events.Record
+	for _, r := range rows {
+		if rec := r.OutboxRecord(); rec.Name == name {
+			found = append(found, rec)
+		}
+	}
+	switch {
+	case len(found) == 0:
+		t.Fatalf("outboxtest: no %q event was emitted (%d outbox rows)", name, len(rows))
+	case len(found) > 1:
+		t.Fatalf("outboxtest: %q was emitted %d times, want once (use RequireEmittedAll for several)", name, len(found))
+	}
+	return decode[T](t, found[0], name, version)
+}
+
+// RequireEmittedAll returns the payloads of every event of type T among
+// rows, in order; it fails t when there is none.
+func RequireEmittedAll[T events.Payload, R Recorder](t testing.TB, rows []R) []T {
+	t.Helper()
+	var zero T
+	name, version := zero.OutboxEvent()
+	var out []T
+	for _, r := range rows {
+		if rec := r.OutboxRecord(); rec.Name == name {
+			out = append(out, decode[T](t, rec, name, version))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("outboxtest: no %q event was emitted (%d outbox rows)", name, len(rows))
+	}
+	return out
+}
+
+// RequireNotEmitted fails t when rows hold an event of type T.
+func RequireNotEmitted[T events.Payload, R Recorder](t testing.TB, rows []R) {
+	t.Helper()
+	var zero T
+	name, _ := zero.OutboxEvent()
+	for _, r := range rows {
+		if rec := r.OutboxRecord(); rec.Name == name {
+			t.Fatalf("outboxtest: %q was emitted (event %s), want none", name, rec.EventID)
+		}
+	}
+}
+
+func decode[T events.Payload](t testing.TB, rec events.Record, name string, version int) T {
+	t.Helper()
+	var out T
+	if rec.Version != version {
+		t.Fatalf("outboxtest: %q event %s has version %d, %T is version %d", name, rec.EventID, rec.Version, out, version)
+	}
+	if err := json.Unmarshal(rec.Payload, &out); err != nil {
+		t.Fatalf("outboxtest: decoding %q event %s: %v", name, rec.EventID, err)
+	}
+	return out
+}
+
+// Message builds the message the relay would publish for payload about
+// aggregateID, as a consumer receives it.
+func Message(t testing.TB, payload events.Payload, aggregateID string, opts ...events.EmitOption) *message.Message {
+	t.Helper()
+	name, version := payload.OutboxEvent()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatalf("outboxtest: encoding %q payload: %v", name, err)
+	}
+	msg, err := relay.NewMessage(relay.Event{Name: name, Version: version, AggregateID: aggregateID, Payload: b},
+		events.NewEmitConfig(opts...))
+	if err != nil {
+		t.Fatalf("outboxtest: %v", err)
+	}
+	msg.Metadata.Set(events.MetaCreatedAt, time.Now().UTC().Format(time.RFC3339Nano))
+	return msg
+}

@@ -1,0 +1,247 @@
+// Package broker opens a Watermill Pub/Sub named by a URL, so that a relay
+// or an example can be pointed at any broker from a flag or an environment
+// variable without code of its own per broker.
+//
+// URL forms:
+//
+//	nats://host:4222[,host2:4222]       NATS JetStream (watermill-nats/v2); ?ack_wait=30s sets the redelivery wait
+//	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
+//	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS
+//	kafka://host1:9092,host2:9092       Kafka (watermill-kafka/v3, Sarama)
+//	postgres://user@host:5432/db        PostgreSQL tables (watermill-sql/v4); also postgresql://
+//	mem://                              in-process (Watermill GoChannel); also inprocess://
+//
+// Whatever the broker, a message keeps its UUID, payload and metadata from
+// publisher to subscriber; a subscriber group shares its deliveries among its
+// members and keeps its position when they restart; every delivery is acked
+// on its own, and one not acked comes again (at-least-once, so consumers
+// must tolerate duplicates). A group with one member receives an
+// aggregate's messages in publish order (on Kafka also with several
+// members: a partition goes to one member at a time). The file of each
+// scheme says how it maps topics and groups onto the broker's resources and
+// what is particular to it.
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Options tune Open.
+type Options struct {
+	Logger watermill.LoggerAdapter // nil = watermill.NopLogger{}
+}
+
+// Broker is a Watermill Pub/Sub reached through a URL.
+type Broker interface {
+	// Publisher returns the broker's publisher. The Broker owns it: its Close
+	// does nothing, Broker.Close closes it.
+	Publisher() message.Publisher
+	// Subscriber returns a subscriber whose deliveries are shared by every subscriber of the same group
+	// (a durable consumer / queue / consumer group, whatever the broker calls it) and acked per message.
+	// Closing it releases its resources but keeps the group's position; Broker.Close closes those still open.
+	Subscriber(group string) (message.Subscriber, error)
+	// Scheme is the URL scheme in its canonical form ("nats", "amqp", "redis", "kafka", "postgres" or
+	// "mem"): postgresql:// reports "postgres", inprocess:// "mem", amqps:// "amqp" and rediss:// "redis".
+	Scheme() string
+	// Close closes the subscribers still open, then the publisher and the connections.
+	Close() error
+}
+
+// connectTimeout bounds each connection attempt and reachability check made by
+// Open (within the caller's ctx), so a broker that does not answer is reported
+// in seconds rather than after a library's default of 30 s or more.
+const connectTimeout = 5 * time.Second
+
+// opener connects to one kind of broker. raw is the URL as given (the client
+// libraries parse it themselves); u is the same URL parsed.
+type opener func(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error)
+
+var openers = map[string]struct {
+	scheme string
+	open   opener
+}{
+	"nats":       {"nats", openNATS},
+	"amqp":       {"amqp", openAMQP},
+	"amqps":      {"amqp", openAMQP},
+	"redis":      {"redis", openRedis},
+	"rediss":     {"redis", openRedis},
+	"kafka":      {"kafka", openKafka},
+	"postgres":   {"postgres", openPostgres},
+	"postgresql": {"postgres", openPostgres},
+	"mem":        {"mem", openMem},
+	"inprocess":  {"mem", openMem},
+}
+
+// Open connects to the broker named by rawURL and checks it is reachable; an unknown scheme or an unreachable
+// broker is an error that names the URL (with any password redacted) and what failed.
+func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	shown := Redacted(rawURL)
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // url.Error repeats the whole URL, password included
+		}
+		return nil, fmt.Errorf("broker %q: parsing URL: %w", shown, scrubbed(err, rawURL))
+	}
+	kind, ok := openers[strings.ToLower(u.Scheme)]
+	if !ok {
+		return nil, fmt.Errorf("broker %q: unknown scheme %q (want nats, amqp, redis, kafka, postgres or mem)", shown, u.Scheme)
+	}
+	ps, err := kind.open(ctx, u, rawURL, logger)
+	if err != nil {
+		return nil, fmt.Errorf("broker %s: %w", shown, scrubbed(err, rawURL))
+	}
+	ps.scheme = kind.scheme
+	return ps, nil
+}
+
+// pubSub is the Broker of every scheme: one publisher made at Open, and
+// subscribers made on demand and tracked so that Close can close them.
+type pubSub struct {
+	scheme string
+	pub    message.Publisher
+	// newSub makes a subscriber of a non-empty group.
+	newSub func(group string) (message.Subscriber, error)
+	// closers release what pub and the subscribers share (connections,
+	// pools); they run last, in order.
+	closers []func() error
+
+	mu     sync.Mutex
+	subs   map[*ownedSubscriber]struct{}
+	closed bool
+}
+
+func (p *pubSub) Scheme() string { return p.scheme }
+
+func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub} }
+
+func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
+	if strings.TrimSpace(group) == "" {
+		return nil, fmt.Errorf("broker %s: subscriber group is empty", p.scheme)
+	}
+	if p.isClosed() {
+		return nil, fmt.Errorf("broker %s: closed", p.scheme)
+	}
+	// Made outside the lock: it may dial the broker.
+	sub, err := p.newSub(group)
+	if err != nil {
+		return nil, fmt.Errorf("broker %s: subscriber for group %q: %w", p.scheme, group, err)
+	}
+	owned := &ownedSubscriber{Subscriber: sub, parent: p}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = sub.Close()
+		return nil, fmt.Errorf("broker %s: closed", p.scheme)
+	}
+	if p.subs == nil {
+		p.subs = make(map[*ownedSubscriber]struct{})
+	}
+	p.subs[owned] = struct{}{}
+	return owned, nil
+}
+
+func (p *pubSub) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *pubSub) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	subs := make([]*ownedSubscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+
+	var errs []error
+	for _, s := range subs {
+		if err := s.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing subscriber: %w", err))
+		}
+	}
+	if err := p.pub.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("closing publisher: %w", err))
+	}
+	for _, c := range p.closers {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("broker %s: %w", p.scheme, err)
+	}
+	return nil
+}
+
+// ownedPublisher hands out the Broker's publisher without letting a caller
+// close it under the Broker's other users (on mem:// that would also close
+// every subscriber).
+type ownedPublisher struct{ message.Publisher }
+
+func (ownedPublisher) Close() error { return nil }
+
+// ownedSubscriber makes Close idempotent (not every Watermill subscriber is)
+// and forgets the subscriber in its Broker.
+type ownedSubscriber struct {
+	message.Subscriber
+	parent *pubSub
+	once   sync.Once
+	err    error
+}
+
+func (s *ownedSubscriber) Close() error {
+	s.once.Do(func() {
+		s.err = s.Subscriber.Close()
+		s.parent.mu.Lock()
+		delete(s.parent.subs, s)
+		s.parent.mu.Unlock()
+	})
+	return s.err
+}
+
+// bounded runs open, which cannot be cancelled, and stops waiting for it when
+// ctx ends; whatever open returns after that is discarded so nothing leaks.
+func bounded[T any](ctx context.Context, open func() (T, error), discard func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := open()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.err == nil {
+				discard(r.v)
+			}
+		}()
+		var zero T
+		return zero, ctx.Err()
+	}
+}

@@ -1,0 +1,356 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATS JetStream through watermill-nats/v2's pkg/nats (the module's own
+// pkg/jetstream is marked beta).
+//
+// Topology, provisioned here rather than by the module's AutoProvision, whose
+// stream is named after the topic verbatim (so a topic such as
+// "orders.created" cannot have one) and which asks the server on every
+// Publish:
+//   - topic T is carried by the stream that already captures subject T, or
+//     else by a new stream named natsName(T) with the single subject T
+//     (limits retention, file storage, the server's 2-minute duplicate window);
+//   - group G on topic T is the durable push consumer natsName(G+"-"+T) of
+//     that stream with deliver group natsName(G), explicit acks, delivering
+//     from the first message. It is created here, before the module
+//     subscribes, because nats.go deletes on Unsubscribe a consumer it created
+//     itself, which would throw the group's position away each time a
+//     subscriber closes.
+//
+// Messages use the module's NATSMarshaler (payload as body, UUID and metadata
+// as headers) plus the header Nats-Msg-Id = UUID, which JetStream uses to drop
+// a message published again within the duplicate window.
+
+// natsAckWait is how long JetStream and the subscriber wait for an ack
+// before the message is delivered again, unless the URL sets ?ack_wait=.
+const natsAckWait = 30 * time.Second
+
+// natsAckWaitOf reads ?ack_wait= off the URL and returns the URL without it
+// for nats.Connect.
+func natsAckWaitOf(u *url.URL, raw string) (time.Duration, string, error) {
+	q := u.Query()
+	v := q.Get("ack_wait")
+	if v == "" {
+		return natsAckWait, raw, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, "", fmt.Errorf("ack_wait=%q is not a positive duration", v)
+	}
+	q.Del("ack_wait")
+	clean := *u
+	clean.RawQuery = q.Encode()
+	return d, clean.String(), nil
+}
+
+// natsProvisionTimeout bounds the stream and consumer requests made before a
+// Publish or Subscribe.
+const natsProvisionTimeout = 10 * time.Second
+
+func natsOptions() []nats.Option {
+	return []nats.Option{
+		nats.Name("entoutbox"),
+		nats.Timeout(connectTimeout),
+		// A relay outlives broker restarts: reconnect for ever. Nothing is
+		// lost meanwhile: a Publish waits for JetStream's ack and fails
+		// without it.
+		nats.MaxReconnects(-1),
+	}
+}
+
+func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
+	ackWait, raw, err := natsAckWaitOf(u, raw)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	nc, err := bounded(ctx, func() (*nats.Conn, error) { return nats.Connect(raw, natsOptions()...) }, (*nats.Conn).Close)
+	if err != nil {
+		return nil, fmt.Errorf("connecting: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		_, err = js.AccountInfo(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("checking JetStream: %w", err)
+	}
+	topo := &natsTopology{ackWait: ackWait}
+	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+		Marshaler:         natsMarshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+	}, logger)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("creating publisher: %w", err)
+	}
+	return &pubSub{
+		pub:    &natsPublisher{Publisher: pub, js: js, topo: topo},
+		newSub: func(group string) (message.Subscriber, error) { return newNATSSubscriber(raw, group, topo, logger) },
+	}, nil
+}
+
+// newNATSSubscriber gives each subscriber a connection of its own: the
+// module's Subscriber drains its connection on Close.
+func newNATSSubscriber(raw, group string, topo *natsTopology, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+	closed := make(chan struct{})
+	var once sync.Once
+	opts := append(natsOptions(), nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) }))
+	nc, err := nats.Connect(raw, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	queue := natsName(group)
+	sub, err := wmnats.NewSubscriberWithNatsConn(nc, wmnats.SubscriberSubscriptionConfig{
+		Unmarshaler:       natsMarshaler{},
+		SubscribersCount:  1,
+		AckWaitTimeout:    topo.ackWait,
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		QueueGroupPrefix:  queue,
+		JetStream: wmnats.JetStreamConfig{
+			// Without ManualAck nats.go acks every message when the module's
+			// handler returns, including one the handler gave up on (ack
+			// timeout, closing), which would lose it.
+			SubscribeOptions:  []nats.SubOpt{nats.ManualAck()},
+			DurablePrefix:     group,
+			DurableCalculator: natsConsumerName,
+		},
+	}, logger)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("creating subscriber: %w", err)
+	}
+	return &natsSubscriber{Subscriber: sub, nc: nc, closed: closed, js: js, topo: topo, group: group, queue: queue}, nil
+}
+
+// natsConsumerName names group's durable consumer of topic; the topic is part
+// of it because one stream may carry several topics.
+func natsConsumerName(group, topic string) string { return natsName(group + "-" + topic) }
+
+// natsTopology remembers which stream carries each topic, so that only the
+// first Publish or Subscribe of a topic asks the server.
+type natsTopology struct {
+	streams sync.Map // topic → stream name
+	ackWait time.Duration
+}
+
+func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream, topic string) (string, error) {
+	if name, ok := t.streams.Load(topic); ok {
+		return name.(string), nil
+	}
+	name, err := js.StreamNameBySubject(ctx, topic)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		var s jetstream.Stream
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        natsName(topic),
+			Description: "entoutbox topic " + topic,
+			Subjects:    []string{topic},
+		})
+		switch {
+		case err == nil:
+			name = s.CachedInfo().Config.Name
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			// Made meanwhile by another publisher, or a different stream
+			// owns the name; then the lookup fails again and says so.
+			name, err = js.StreamNameBySubject(ctx, topic)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("provisioning JetStream stream for topic %q: %w", topic, err)
+	}
+	t.streams.Store(topic, name)
+	return name, nil
+}
+
+// forget drops what is known of topic, after a failure that may come from
+// its stream having been deleted.
+func (t *natsTopology) forget(topic string) { t.streams.Delete(topic) }
+
+func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group, queue string) error {
+	durable := natsConsumerName(group, topic)
+	_, err := js.CreateOrUpdatePushConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:     durable,
+		Description: fmt.Sprintf("entoutbox group %q on topic %q", group, topic),
+		// Fixed, so that every member of the group, in any process, finds
+		// the consumer as it is and joins it.
+		DeliverSubject: "_INBOX.entoutbox." + stream + "." + durable,
+		DeliverGroup:   queue,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		FilterSubject:  topic,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        t.ackWait,
+	})
+	if err != nil {
+		t.forget(topic)
+		return fmt.Errorf("provisioning JetStream consumer %q on stream %q: %w", durable, stream, err)
+	}
+	return nil
+}
+
+// natsPublisher provisions a topic's stream before its first message.
+type natsPublisher struct {
+	*wmnats.Publisher
+	js   jetstream.JetStream
+	topo *natsTopology
+}
+
+func (p *natsPublisher) Publish(topic string, messages ...*message.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
+	defer cancel()
+	if _, err := p.topo.ensureStream(ctx, p.js, topic); err != nil {
+		return err
+	}
+	if err := p.Publisher.Publish(topic, messages...); err != nil {
+		p.topo.forget(topic)
+		return err
+	}
+	return nil
+}
+
+// natsSubscriber provisions the stream and the group's durable consumer
+// before the module subscribes.
+type natsSubscriber struct {
+	*wmnats.Subscriber
+	nc           *nats.Conn
+	closed       <-chan struct{} // closed with nc
+	js           jetstream.JetStream
+	topo         *natsTopology
+	group, queue string
+}
+
+func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
+	defer cancel()
+	stream, err := s.topo.ensureStream(pctx, s.js, topic)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.topo.ensureConsumer(pctx, s.js, stream, topic, s.group, s.queue); err != nil {
+		return nil, err
+	}
+	return s.Subscriber.Subscribe(ctx, topic)
+}
+
+// Close closes the module's subscriber, which unsubscribes and starts
+// draining the connection, and waits until the connection is closed: then
+// the server has taken the unsubscription in, and routes what it delivers
+// next to the group's other members, or keeps it for the next one, instead
+// of to this connection, which would drop it and leave it to come back only
+// after the ack wait (30 s).
+func (s *natsSubscriber) Close() error {
+	err := s.Subscriber.Close()
+	if err == nil {
+		select {
+		case <-s.closed:
+			return nil
+		case <-time.After(natsProvisionTimeout):
+		}
+	}
+	s.nc.Close()
+	return err
+}
+
+// natsMarshaler is the module's NATSMarshaler plus the Nats-Msg-Id header.
+// It refuses metadata a NATS header cannot carry unchanged rather than let
+// nats.go alter it in transit (it trims values and turns line breaks into
+// spaces).
+type natsMarshaler struct{}
+
+func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, error) {
+	for k, v := range msg.Metadata {
+		if err := checkNATSHeader(k, v); err != nil {
+			return nil, fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+	}
+	nm, err := (&wmnats.NATSMarshaler{}).Marshal(topic, msg)
+	if err != nil {
+		return nil, err
+	}
+	if msg.UUID != "" {
+		nm.Header.Set(nats.MsgIdHdr, msg.UUID)
+	}
+	return nm, nil
+}
+
+func (natsMarshaler) Unmarshal(nm *nats.Msg) (*message.Message, error) {
+	return (&wmnats.NATSMarshaler{}).Unmarshal(nm)
+}
+
+// checkNATSHeader accepts what survives a NATS header both ways: a key of
+// printable ASCII without the characters nats.go rejects, not one of the
+// headers NATS or the marshaler own, and a value without line breaks or
+// surrounding white space.
+func checkNATSHeader(k, v string) error {
+	if k == "" {
+		return errors.New("metadata key is empty")
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c < '!' || c > '~' || strings.IndexByte(`"()/,:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("metadata key %q cannot be a NATS header (character %q)", k, c)
+		}
+	}
+	if strings.HasPrefix(k, "Nats-") || k == wmnats.WatermillUUIDHdr {
+		return fmt.Errorf("metadata key %q is reserved by NATS or Watermill", k)
+	}
+	if strings.ContainsAny(v, "\r\n") || textproto.TrimString(v) != v {
+		return fmt.Errorf("metadata %q: value %q cannot be a NATS header value (line break or surrounding space)", k, v)
+	}
+	return nil
+}
+
+// natsNameMax keeps names well under JetStream's 255-byte limit.
+const natsNameMax = 200
+
+// natsName turns s into a valid JetStream stream or consumer name (and a
+// subject token). Characters other than ASCII letters, digits, "-" and "_"
+// become "_"; then, and when s is too long, a hash of s is appended so that
+// two different inputs keep different names.
+func natsName(s string) string {
+	var b strings.Builder
+	changed := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('_')
+			changed = true
+		}
+	}
+	name := b.String()
+	if len(name) > natsNameMax {
+		name = name[:natsNameMax]
+		changed = true
+	}
+	if changed || name == "" {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(s))
+		name = fmt.Sprintf("%s_%08x", name, h.Sum32())
+	}
+	return name
+}

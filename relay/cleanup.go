@@ -1,0 +1,20 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/retention"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// CleanupDelivered deletes outbox rows delivered more than retain ago, in
+// batches of batch rows (1000 when zero). Undelivered rows are never
+// touched. table is schema.OutboxTable when empty.
+func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	return retention.Delete(ctx, db, table, "delivered_at", time.Now().Add(-retain), batch)
+}

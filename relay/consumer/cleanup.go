@@ -1,0 +1,21 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/retention"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// CleanupProcessed deletes processed-event records older than retain, in
+// batches of batch rows (1000 when zero). A record must outlive the longest
+// time a broker may still redeliver its event; a week is a safe default.
+// table is schema.ProcessedEventTable when empty.
+func CleanupProcessed(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
+	if table == "" {
+		table = schema.ProcessedEventTable
+	}
+	return retention.Delete(ctx, db, table, "processed_at", time.Now().Add(-retain), batch)
+}

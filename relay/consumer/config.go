@@ -1,0 +1,80 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Config tunes a handler set. Build it with Options.
+type Config struct {
+	// MaxAttempts bounds the tries of one delivery before it goes to the
+	// dead letters; 5 when zero.
+	MaxAttempts int
+	// InitialBackoff is the wait after the first failure; it doubles after
+	// each further failure up to MaxBackoff. 100 ms and 5 s when zero.
+	InitialBackoff, MaxBackoff time.Duration
+	// TopicPrefix is prepended to every topic subscribed to; it must match
+	// the relay's.
+	TopicPrefix string
+	// DeadLetterPublisher and DeadLetterTopic, when set, also publish each
+	// dead letter to a broker topic, next to the dead-letter table.
+	DeadLetterPublisher message.Publisher
+	DeadLetterTopic     string
+	Logger              watermill.LoggerAdapter
+}
+
+// Option changes a Config.
+type Option func(*Config)
+
+// WithMaxAttempts bounds the tries of one delivery.
+func WithMaxAttempts(n int) Option { return func(c *Config) { c.MaxAttempts = n } }
+
+// WithBackoff sets the first wait after a failure and the longest one.
+func WithBackoff(initial, max time.Duration) Option {
+	return func(c *Config) { c.InitialBackoff, c.MaxBackoff = initial, max }
+}
+
+// WithTopicPrefix prepends prefix to every subscribed topic.
+func WithTopicPrefix(prefix string) Option { return func(c *Config) { c.TopicPrefix = prefix } }
+
+// WithDeadLetterTopic also publishes dead letters to topic with pub.
+func WithDeadLetterTopic(pub message.Publisher, topic string) Option {
+	return func(c *Config) { c.DeadLetterPublisher, c.DeadLetterTopic = pub, topic }
+}
+
+// WithLogger logs through l.
+func WithLogger(l watermill.LoggerAdapter) Option { return func(c *Config) { c.Logger = l } }
+
+func newConfig(opts []Option) Config {
+	var c Config
+	for _, opt := range opts {
+		opt(&c)
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.InitialBackoff <= 0 {
+		c.InitialBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 5 * time.Second
+	}
+	if c.MaxBackoff < c.InitialBackoff {
+		c.MaxBackoff = c.InitialBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+	return c
+}
+
+// backoff is the wait after the given failed attempt (1-based).
+func (c Config) backoff(attempt int) time.Duration {
+	d := c.InitialBackoff
+	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoff)
+}

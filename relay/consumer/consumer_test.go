@@ -1,0 +1,251 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
+	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
+	"github.com/entoutbox/entoutbox/outboxtest"
+	"github.com/entoutbox/entoutbox/relay/consumer"
+)
+
+type bundle struct {
+	db     *pgtest.DB
+	client *testent.Client
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	return &bundle{db: db, client: client}
+}
+
+// invoiceHandler writes the effect: one invoice per handled event.
+func invoiceHandler(calls *atomic.Int64) testent.OrderPaidHandler {
+	return func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		calls.Add(1)
+		return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).
+			SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
+	}
+}
+
+func fast() []consumer.Option {
+	return []consumer.Option{consumer.WithBackoff(5*time.Millisecond, 20*time.Millisecond)}
+}
+
+func (b *bundle) invoices(t *testing.T, consumerName string) int {
+	t.Helper()
+	return b.client.Invoice.Query().Where(invoice.Consumer(consumerName)).CountX(context.Background())
+}
+
+func TestDirectDuplicatesHaveOneEffect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", invoiceHandler(&calls))
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 7, AmountCents: 700, Currency: "USD"}, "7")
+	for range 5 {
+		require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+	}
+	require.Equal(t, 1, b.invoices(t, "billing"))
+	require.Equal(t, int64(1), calls.Load(), "duplicates do not reach the handler")
+	pe := b.client.ProcessedEvent.Query().OnlyX(ctx)
+	require.Equal(t, "billing", pe.Consumer)
+	require.Equal(t, msg.UUID, pe.EventID.String())
+	require.Equal(t, 1, pe.Attempts)
+}
+
+func TestEachConsumerNameHandlesTheEventOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", invoiceHandler(&calls))
+	h.OnOrderPaid("audit", invoiceHandler(&calls))
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 1, AmountCents: 5}, "1")
+	for range 3 {
+		require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+		require.NoError(t, h.Handle(ctx, "audit", msg.Copy()))
+	}
+	require.Equal(t, 1, b.invoices(t, "billing"))
+	require.Equal(t, 1, b.invoices(t, "audit"))
+}
+
+// Two instances of the same consumer name get the same event at the same
+// time: the unique (consumer, event id) makes one wait and then skip.
+func TestConcurrentDuplicatesAcrossInstances(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	slow := func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		time.Sleep(30 * time.Millisecond) // hold the transaction open while the twin arrives
+		return invoiceHandler(&calls)(ctx, tx, e, m)
+	}
+	instances := []*testent.OutboxHandlers{testent.NewOutboxHandlers(b.client, fast()...), testent.NewOutboxHandlers(b.client, fast()...)}
+	for _, h := range instances {
+		h.OnOrderPaid("billing", slow)
+	}
+	const events = 10
+	var wg sync.WaitGroup
+	for i := range events {
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: int64(i + 1), AmountCents: 5}, "a")
+		for _, h := range instances {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	require.Equal(t, events, b.invoices(t, "billing"))
+	require.Equal(t, int64(events), calls.Load())
+}
+
+func TestFailingTwiceThenSucceedingHasOneEffect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var attempts []int
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		attempts = append(attempts, m.Attempt)
+		// The effect is written before the failure: it must roll back.
+		if err := tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(1).SetCurrency("EUR").SetConsumer("billing").Exec(ctx); err != nil {
+			return err
+		}
+		switch m.Attempt {
+		case 1:
+			return errors.New("payment service unavailable")
+		case 2:
+			panic("nil map somewhere")
+		}
+		return nil
+	})
+	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 5}, "3")))
+	require.Equal(t, []int{1, 2, 3}, attempts)
+	require.Equal(t, 1, b.invoices(t, "billing"))
+	require.Equal(t, 3, b.client.ProcessedEvent.Query().OnlyX(ctx).Attempts, "the successful attempt is recorded")
+	require.Zero(t, b.client.DeadLetter.Query().CountX(ctx))
+}
+
+func TestAlwaysFailingGoesToDeadLettersAndOthersFlow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(3))...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		if e.OrderID == 13 {
+			return errors.New("order 13 is cursed")
+		}
+		return invoiceHandler(&calls)(ctx, tx, e, m)
+	})
+	poison := outboxtest.Message(t, testent.OrderPaid{OrderID: 13, AmountCents: 5}, "13", events.WithHeader("correlation_id", "c-13"))
+	require.NoError(t, h.Handle(ctx, "billing", poison), "given up on: acknowledged")
+	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 14, AmountCents: 5}, "14")))
+	require.Equal(t, 1, b.invoices(t, "billing"), "the next event is handled")
+
+	dl := b.client.DeadLetter.Query().OnlyX(ctx)
+	require.Equal(t, "billing", dl.Source)
+	require.Equal(t, poison.UUID, dl.EventID.String())
+	require.Equal(t, "order 13 is cursed", dl.Reason)
+	require.Equal(t, 3, dl.Attempts)
+	require.Equal(t, "order.paid", dl.EventName)
+	require.Equal(t, "13", dl.AggregateID)
+	require.JSONEq(t, string(poison.Payload), string(dl.Payload))
+	require.JSONEq(t, `{"correlation_id": "c-13"}`, string(dl.Headers))
+	require.Zero(t, b.client.ProcessedEvent.Query().Where(processedevent.EventID(uuid.MustParse(poison.UUID))).CountX(ctx))
+}
+
+func TestOlderVersionsAreUpcast(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var got *testent.OrderPaid
+	var meta events.Meta
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		got, meta = e, m
+		return nil
+	})
+	// A v1 row, emitted by code that did not know about currencies yet.
+	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaidV1{OrderID: 9, AmountCents: 900}, "9")))
+	require.Equal(t, &testent.OrderPaid{OrderID: 9, AmountCents: 900, Currency: "EUR"}, got)
+	require.Equal(t, 1, meta.Version, "the handler can still tell what was emitted")
+	require.Equal(t, "9", meta.AggregateID)
+	require.Equal(t, "billing", meta.Consumer)
+}
+
+func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", invoiceHandler(&calls))
+
+	v3 := outboxtest.Message(t, testent.OrderPaid{OrderID: 1, AmountCents: 5}, "1")
+	v3.Metadata.Set(events.MetaEventVersion, "3")
+	unknown := outboxtest.Message(t, testent.OrderPaid{OrderID: 2, AmountCents: 5}, "2")
+	unknown.Metadata.Set(events.MetaEventName, "order.refunded")
+	garbage := outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 5}, "3")
+	garbage.Payload = []byte("not json")
+	invalid := outboxtest.Message(t, testent.OrderPaid{OrderID: 4, AmountCents: 5}, "4")
+	invalid.Payload = []byte(`{"order_id": 4, "amount_cents": -1, "currency": "EUR"}`)
+	noID := outboxtest.Message(t, testent.OrderPaid{OrderID: 5, AmountCents: 5}, "5")
+	noID.UUID = "not-a-uuid"
+
+	for _, msg := range []*message.Message{v3, unknown, garbage, invalid, noID} {
+		require.NoError(t, h.Handle(ctx, "billing", msg))
+	}
+	require.Zero(t, calls.Load())
+	reasons := map[string]string{}
+	for _, dl := range b.client.DeadLetter.Query().Order(deadletter.ByID()).AllX(ctx) {
+		reasons[dl.AggregateID] = dl.Reason
+	}
+	require.Equal(t, map[string]string{
+		"1": `event "order.paid" version 3 is newer than the newest this code knows (2)`,
+		"2": `unknown event "order.refunded" (version 2): this code declares no such event`,
+		"3": `decoding "order.paid" version 2 payload: invalid character 'o' in literal null (expecting 'u')`,
+		"4": `version 2 payload upcast to 2: entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
+		"5": `malformed message: message UUID "not-a-uuid" is not an event id`,
+	}, reasons)
+}
+
+func TestRegisteringTwiceOrUnknownPanics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client)
+	h.OnOrderPaid("billing", invoiceHandler(&calls))
+	require.PanicsWithError(t, `entoutbox: consumer "billing" already has a handler for "order.paid"`, func() {
+		h.OnOrderPaid("billing", invoiceHandler(&calls))
+	})
+	require.PanicsWithError(t, `entoutbox: handler of "order.paid": consumer name is empty`, func() {
+		h.OnOrderPaid("", invoiceHandler(&calls))
+	})
+}

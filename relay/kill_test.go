@@ -1,0 +1,128 @@
+package relay_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// buildCommand builds cmd/entoutbox once per test binary.
+var buildCommand = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "entoutbox-cmd")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "entoutbox")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/entoutbox").CombinedOutput()
+	if err != nil {
+		return "", &buildError{out: string(out), err: err}
+	}
+	return bin, nil
+})
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ":\n" + e.out }
+
+// The relay process is killed with SIGKILL mid-stream and restarted: every
+// committed event arrives at least once; duplicates only for the batch in
+// flight at each kill.
+func TestRelayKilledMidStream(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCommand()
+	require.NoError(t, err)
+	const natsURL = "nats://127.0.0.1:4222"
+	b := setupEmit(t)
+	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	const batch = 20
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix,
+			"--batch-size", "20", "--poll-interval", "20ms", "--retry-interval", "50ms", "--log-level", "info")
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
+		logs := &lockedBuffer{}
+		cmd.Stderr = logs
+		require.NoError(t, cmd.Start())
+		return cmd, logs
+	}
+
+	emitDone := make(chan emitted, 1)
+	go func() { emitDone <- emitOrders(t, b.client, 400, 10, 5) }()
+
+	kills, midStream := 0, 0
+	var want emitted
+	for emitting := true; emitting || kills < 2; {
+		cmd, _ := start()
+		time.Sleep(500 * time.Millisecond)
+		select {
+		case want = <-emitDone:
+			emitting = false
+		default:
+			if got.distinct() > 0 {
+				midStream++ // killed while events were still being committed and relayed
+			}
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		kills++
+	}
+	require.Positive(t, midStream, "no kill happened mid-stream")
+	final, logs := start()
+	got.waitFor(t, want, 60*time.Second)
+
+	// A graceful stop exits 0 (once the signal handler is in place).
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Relay running") }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, final.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.Wait(), "relay logs:\n%s", logs.String())
+	require.Contains(t, logs.String(), "Relay stopped")
+
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	dups := 0
+	for id, n := range got.count {
+		require.False(t, want.rolledBack[id], "event %s of a rolled-back transaction was delivered", id)
+		require.True(t, want.ids[id], "unknown event %s", id)
+		dups += n - 1
+	}
+	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
+	require.LessOrEqual(t, dups, kills*batch, "duplicates beyond the batches in flight at the kills")
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

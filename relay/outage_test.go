@@ -1,0 +1,54 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// The broker goes away while events are being committed and comes back:
+// nothing committed is lost and delivery resumes by itself.
+func TestRelaySurvivesBrokerOutage(t *testing.T) {
+	t.Parallel()
+	const natsAddr = "127.0.0.1:4222"
+	b := setupEmit(t)
+	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
+	proxy := newTCPProxy(t, natsAddr)
+	viaProxy := openBroker(t, "nats://"+proxy.addr, "NATS JetStream through a local proxy")
+
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	stop := runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix}))
+	first := emitOrders(t, b.client, 20, 4, 0)
+	got.waitFor(t, first, 20*time.Second)
+
+	proxy.cut()
+	during := emitOrders(t, b.client, 30, 4, 3)
+	time.Sleep(2 * time.Second)
+	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Equal(t, int64(len(during.ids)), backlog.Pending, "nothing is delivered, nor lost, while the broker is away")
+	proxy.restore()
+
+	got.waitFor(t, during, 60*time.Second)
+	require.NoError(t, stop())
+	for id := range during.rolledBack {
+		require.Zero(t, got.count[id], "rolled-back event %s delivered", id)
+	}
+	backlog, err = relay.ReadBacklog(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Zero(t, backlog.Pending)
+}
