@@ -64,29 +64,35 @@ func TestRelayToEveryBroker(t *testing.T) {
 	for _, tc := range brokerURLs {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setupEmit(t)
-			br := openBroker(t, tc.url(t), tc.service)
-			prefix := uniquePrefix()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sub, err := br.Subscriber(prefix + "consumer")
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = sub.Close() })
-			msgs, err := sub.Subscribe(ctx, prefix+"orders")
-			require.NoError(t, err)
-			got := newReceived()
-			go consume(ctx, msgs, got)
-
-			want := emitOrders(t, b.client, 60, 6, 4)
-			stop := runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: br.Publisher(), TopicPrefix: prefix}))
-			got.waitFor(t, want, 30*time.Second)
-			require.NoError(t, stop())
-			time.Sleep(200 * time.Millisecond) // let a stray duplicate show up
-			got.requireExactly(t, want)
-			for id := range want.ids {
-				requirePayload(t, got.msgs[id])
-				require.NotEmpty(t, got.msgs[id].Metadata.Get("correlation_id"), "headers travel as metadata")
-			}
+			forPaths(t, func(t *testing.T, path relay.Path) {
+				testRelayToBroker(t, path, tc.url(t), tc.service)
+			})
 		})
+	}
+}
+
+func testRelayToBroker(t *testing.T, path relay.Path, url, service string) {
+	b := setupEmit(t)
+	br := openBroker(t, url, service)
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := br.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	want := emitOrders(t, b.client, 60, 6, 4)
+	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: br.Publisher(), TopicPrefix: prefix}))
+	got.waitFor(t, want, 30*time.Second)
+	require.NoError(t, stop())
+	time.Sleep(200 * time.Millisecond) // let a stray duplicate show up
+	got.requireExactly(t, want)
+	for id := range want.ids {
+		requirePayload(t, got.msgs[id])
+		require.NotEmpty(t, got.msgs[id].Metadata.Get("correlation_id"), "headers travel as metadata")
 	}
 }

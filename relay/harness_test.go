@@ -167,3 +167,14 @@ func requirePayload(t *testing.T, msg *message.Message) {
 	require.NoError(t, json.Unmarshal(msg.Payload, &p))
 	require.Equal(t, "EUR", p.Currency)
 }
+
+// waitDelivered waits until the relay has recorded every committed row as
+// delivered.
+func waitDelivered(t *testing.T, b *emitBundle, deadLetters int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
+		require.NoError(t, err)
+		return backlog.Pending == 0 && backlog.DeadLetters == deadLetters
+	}, 30*time.Second, 20*time.Millisecond, "rows still pending")
+}

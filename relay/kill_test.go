@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 // buildCommand builds cmd/entoutbox once per test binary.
@@ -40,6 +42,10 @@ func (e *buildError) Error() string { return e.err.Error() + ":\n" + e.out }
 // flight at each kill.
 func TestRelayKilledMidStream(t *testing.T) {
 	t.Parallel()
+	forPaths(t, testRelayKilledMidStream)
+}
+
+func testRelayKilledMidStream(t *testing.T, path relay.Path) {
 	bin, err := buildCommand()
 	require.NoError(t, err)
 	const natsURL = "nats://127.0.0.1:4222"
@@ -58,7 +64,7 @@ func TestRelayKilledMidStream(t *testing.T) {
 
 	const batch = 20
 	start := func() (*exec.Cmd, *lockedBuffer) {
-		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix,
+		cmd := exec.Command(bin, "relay", "--path", string(path), "--broker", natsURL, "--topic-prefix", prefix, "--lease", "2s",
 			"--batch-size", "20", "--poll-interval", "20ms", "--retry-interval", "50ms", "--log-level", "info")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		logs := &lockedBuffer{}
@@ -70,17 +76,23 @@ func TestRelayKilledMidStream(t *testing.T) {
 	emitDone := make(chan emitted, 1)
 	go func() { emitDone <- emitOrders(t, b.client, 400, 10, 5) }()
 
+	// Kill a relay as soon as it has made progress, again and again, while
+	// events are still being committed.
 	kills, midStream := 0, 0
 	var want emitted
 	for emitting := true; emitting || kills < 2; {
+		before := got.distinct()
 		cmd, _ := start()
-		time.Sleep(500 * time.Millisecond)
+		progressed := func() bool { return got.distinct() > before }
+		for deadline := time.Now().Add(3 * time.Second); !progressed() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		select {
 		case want = <-emitDone:
 			emitting = false
 		default:
-			if got.distinct() > 0 {
-				midStream++ // killed while events were still being committed and relayed
+			if progressed() {
+				midStream++
 			}
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))

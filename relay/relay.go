@@ -17,6 +17,10 @@ import (
 type Path string
 
 const (
+	// PathFast, the default, reads with this package's Subscriber: batch
+	// claims under leases, many publishes in flight with at most one per
+	// aggregate, LISTEN/NOTIFY wake-ups, batched acks, several replicas.
+	PathFast Path = "fast"
 	// PathCompatible reads with the stock watermill-sql subscriber and
 	// feeds Watermill's forwarder component unchanged. One message at a
 	// time, strictly in commit order; it waits for every older transaction
@@ -45,8 +49,25 @@ type Config struct {
 	// RetryInterval is how long a failed publish waits before it is tried
 	// again; 1 s when zero.
 	RetryInterval time.Duration
-	// BatchSize is how many rows are read at once; 100 when zero.
+	// BatchSize is how many rows are read at once; 1000 (fast) or 100
+	// (compatible) when zero.
 	BatchSize int
+	// Concurrency bounds the publishes in flight (fast path); 256 when zero.
+	Concurrency int
+	// Lease is how long a claim lasts unrenewed (fast path): the rows of a
+	// relay that died come back after it. 30 s when zero.
+	Lease time.Duration
+	// PollOnly disables LISTEN/NOTIFY (fast path), e.g. behind PgBouncer.
+	PollOnly bool
+	// DeleteDelivered deletes delivered rows instead of stamping
+	// delivered_at (fast path).
+	DeleteDelivered bool
+	// MaxAttempts bounds the failed publishes of one event before it goes
+	// to the dead letters (fast path); 10 when zero. Failures while the
+	// broker fails every publish are not counted.
+	MaxAttempts int
+	// RelayID names this relay in claimed_by (fast path); random when empty.
+	RelayID string
 	// TopicPrefix is prepended to every destination topic, e.g. to keep
 	// the environments that share a broker apart ("staging_").
 	TopicPrefix string
@@ -58,7 +79,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Path == "" {
-		c.Path = PathCompatible
+		c.Path = PathFast
 	}
 	if c.Table == "" {
 		c.Table = schema.OutboxTable
@@ -76,7 +97,13 @@ func (c *Config) setDefaults() {
 		c.RetryInterval = time.Second
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 100
+		c.BatchSize = 1000
+		if c.Path == PathCompatible {
+			c.BatchSize = 100
+		}
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 256
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 30 * time.Second
@@ -93,8 +120,10 @@ func (c Config) Validate() error {
 		return errors.New("relay: DB is nil")
 	case c.Publisher == nil:
 		return errors.New("relay: Publisher is nil")
-	case c.Path != PathCompatible:
-		return fmt.Errorf("relay: unknown path %q (want %q)", c.Path, PathCompatible)
+	case c.Path != PathFast && c.Path != PathCompatible:
+		return fmt.Errorf("relay: unknown path %q (want %q or %q)", c.Path, PathFast, PathCompatible)
+	case c.Concurrency < 0:
+		return errors.New("relay: Concurrency must not be negative")
 	case c.PollInterval < 0 || c.RetryInterval < 0 || c.CloseTimeout < 0:
 		return errors.New("relay: intervals must not be negative")
 	case c.BatchSize < 0:
@@ -131,7 +160,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("relay: database is not reachable: %w", err)
 	}
-	err := r.runCompatible(ctx)
+	var err error
+	if r.cfg.Path == PathCompatible {
+		err = r.runCompatible(ctx)
+	} else {
+		err = r.runFast(ctx)
+	}
 	if err != nil && ctx.Err() != nil {
 		return nil // stopped while starting
 	}

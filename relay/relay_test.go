@@ -13,14 +13,30 @@ import (
 	"github.com/entoutbox/entoutbox/relay"
 )
 
-func fastCompatible(cfg relay.Config) relay.Config {
+// quick makes a relay of the given path react fast enough for tests.
+func quick(path relay.Path, cfg relay.Config) relay.Config {
+	cfg.Path = path
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.RetryInterval = 50 * time.Millisecond
 	return cfg
 }
 
-func TestRelayCompatibleInProcess(t *testing.T) {
+// forPaths runs a test once per read path.
+func forPaths(t *testing.T, test func(t *testing.T, path relay.Path)) {
+	for _, path := range []relay.Path{relay.PathFast, relay.PathCompatible} {
+		t.Run(string(path), func(t *testing.T) {
+			t.Parallel()
+			test(t, path)
+		})
+	}
+}
+
+func TestRelayInProcess(t *testing.T) {
 	t.Parallel()
+	forPaths(t, testRelayInProcess)
+}
+
+func testRelayInProcess(t *testing.T, path relay.Path) {
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -31,8 +47,9 @@ func TestRelayCompatibleInProcess(t *testing.T) {
 	go consume(ctx, msgs, got)
 
 	want := emitOrders(t, b.client, 120, 7, 5)
-	stop := runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
 	got.waitFor(t, want, 20*time.Second)
+	waitDelivered(t, b, 0)
 	require.NoError(t, stop(), "a shutdown asked for by ctx is not an error")
 	got.requireExactly(t, want)
 
@@ -44,16 +61,18 @@ func TestRelayCompatibleInProcess(t *testing.T) {
 		require.Equal(t, "Order", msg.Metadata.Get(events.MetaAggregateType))
 		require.NotEmpty(t, msg.Metadata.Get("correlation_id"))
 		require.Empty(t, msg.Metadata.Get(relay.MetaRowID), "the envelope's row id does not leak")
+		require.Empty(t, msg.Metadata.Get(relay.MetaTopic), "the subscriber's topic does not leak")
 		requirePayload(t, msg)
 	}
 
-	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
-	require.NoError(t, err)
-	require.Equal(t, relay.Backlog{}, backlog, "every row is marked delivered")
 }
 
 func TestRelaySetsAsideBrokenRows(t *testing.T) {
 	t.Parallel()
+	forPaths(t, testRelaySetsAsideBrokenRows)
+}
+
+func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -71,7 +90,7 @@ func TestRelaySetsAsideBrokenRows(t *testing.T) {
 	require.NoError(t, err)
 	after := emitOrders(t, b.client, 5, 2, 0)
 
-	runRelay(t, fastCompatible(relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
 	got.waitFor(t, before, 20*time.Second)
 	got.waitFor(t, after, 20*time.Second)
 	require.Equal(t, 10, got.distinct(), "the broken rows are not published")
@@ -93,7 +112,5 @@ func TestRelaySetsAsideBrokenRows(t *testing.T) {
 	require.Equal(t, "order-y", dead[1][0])
 	require.Equal(t, "topic is empty", dead[1][2])
 
-	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
-	require.NoError(t, err)
-	require.Equal(t, relay.Backlog{DeadLetters: 2}, backlog, "set-aside rows leave the outbox")
+	waitDelivered(t, b, 2) // set-aside rows leave the outbox
 }

@@ -34,12 +34,14 @@ type SchemaAdapter struct {
 
 var _ wsql.SchemaAdapter = SchemaAdapter{}
 
-func (s SchemaAdapter) table() string {
+func (s SchemaAdapter) tableName() string {
 	if s.Table == "" {
-		return quoteIdent(schema.OutboxTable)
+		return schema.OutboxTable
 	}
-	return quoteIdent(s.Table)
+	return s.Table
 }
+
+func (s SchemaAdapter) table() string { return quoteIdent(s.tableName()) }
 
 // InsertQuery inserts one row per message. The message UUID is the event id;
 // a row whose event id is already present is skipped (ON CONFLICT DO
@@ -50,7 +52,7 @@ func (s SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 		q    strings.Builder
 		args = make([]any, 0, perRow*len(params.Msgs))
 	)
-	q.WriteString("INSERT INTO " + s.table() +
+	q.WriteString("WITH inserted AS (INSERT INTO " + s.table() +
 		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES ")
 	for i, msg := range params.Msgs {
 		version, err := strconv.Atoi(msg.Metadata.Get(events.MetaEventVersion))
@@ -70,7 +72,11 @@ func (s SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 			msg.Metadata.Get(events.MetaAggregateType), msg.Metadata.Get(events.MetaAggregateID),
 			string(msg.Payload), headers)
 	}
-	q.WriteString(" ON CONFLICT (event_id) DO NOTHING")
+	// One statement: the insert, and a notification the fast relay gets
+	// at commit. It returns one row per inserted row, so the rows affected
+	// still tell a duplicate apart.
+	q.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify(" +
+		quoteLiteral(notifyChannel(s.tableName())) + ", '') FROM inserted")
 	return wsql.Query{Query: q.String(), Args: args}, nil
 }
 
@@ -117,6 +123,8 @@ func metadataOf(name string, version int, aggType, aggID string, headers map[str
 	md[events.MetaAggregateID] = aggID
 	return md
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func quoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`

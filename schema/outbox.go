@@ -70,9 +70,16 @@ func (Outbox) Fields() []ent.Field {
 // retains millions of delivered ones.
 func (Outbox) Indexes() []ent.Index {
 	return []ent.Index{
-		index.Fields("available_at", "id").
+		// The fast relay claims undelivered rows in id order...
+		index.Fields("id").
 			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
 			StorageKey("outbox_events_pending"),
+		// ...and checks that no earlier row of the same aggregate is held
+		// or backing off; both stay small however many delivered rows are
+		// retained.
+		index.Fields("aggregate_type", "aggregate_id", "id").
+			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
+			StorageKey("outbox_events_pending_aggregate"),
 		index.Fields("transaction_id", "id").StorageKey("outbox_events_commit_order"),
 		index.Fields("delivered_at").
 			Annotations(entsql.IndexWhere("delivered_at IS NOT NULL")).

@@ -98,7 +98,15 @@ var (
 			{
 				Name:    "outbox_events_pending",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[11], OutboxEventsColumns[0]},
+				Columns: []*schema.Column{OutboxEventsColumns[0]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "delivered_at IS NULL",
+				},
+			},
+			{
+				Name:    "outbox_events_pending_aggregate",
+				Unique:  false,
+				Columns: []*schema.Column{OutboxEventsColumns[5], OutboxEventsColumns[6], OutboxEventsColumns[0]},
 				Annotation: &entsql.IndexAnnotation{
 					Where: "delivered_at IS NULL",
 				},

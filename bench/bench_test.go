@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/relay/broker"
+)
+
+const testBroker = "nats://127.0.0.1:4222"
+
+// The whole bench at a tiny size, so that it keeps compiling and running;
+// its numbers are not checked.
+func TestBenchRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	requireServices(ctx, t)
+
+	var out bytes.Buffer
+	err := run(ctx, &out, config{
+		DatabaseURL:     pgtest.ServerURL(),
+		Broker:          testBroker,
+		Paths:           []string{"compatible", "fast", "fast3"},
+		Events:          300,
+		Rate:            100,
+		LatencyDuration: time.Second,
+		Hold:            time.Second,
+		EmitTx:          50,
+		Aggregates:      50,
+		PollInterval:    100 * time.Millisecond,
+		Timeout:         15 * time.Second,
+		Progress:        tWriter{t},
+	})
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, want := range []string{"relay", "drain ev/s", "p99 held-tx", "peak RSS",
+		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// requireServices skips the test (fails it under CI=true) when PostgreSQL
+// or NATS JetStream is not reachable.
+func requireServices(ctx context.Context, t *testing.T) {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	db, err := sql.Open("pgx", pgtest.ServerURL())
+	if err == nil {
+		err = db.PingContext(pctx)
+		db.Close()
+	}
+	if err != nil {
+		pgtest.Unavailable(t, "PostgreSQL at "+broker.Redacted(pgtest.ServerURL()), err)
+	}
+	b, err := broker.Open(pctx, testBroker, broker.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, "NATS JetStream at "+testBroker, err)
+	}
+	_ = b.Close()
+}
+
+// tWriter sends the bench's progress lines to the test log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

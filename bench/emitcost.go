@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// bareInsert is the statement relay.SchemaAdapter.InsertQuery builds for
+// one message, written out: what an application would run without
+// entoutbox to write the same row.
+var bareInsert = `INSERT INTO ` + quoteIdent(schema.OutboxTable) +
+	` (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers)` +
+	` VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8::jsonb) ON CONFLICT (event_id) DO NOTHING`
+
+// emitVariant is one way of writing events in a transaction.
+type emitVariant struct {
+	name string
+	run  func(ctx context.Context, i int) error
+	took []time.Duration
+}
+
+// measureEmitCost times whole transactions (begin to commit) that write
+// one row with a bare INSERT, one row with a generated Emit, and ten rows
+// with ten Emits, in turn, so that drift on the server (autovacuum,
+// checkpoints, a growing table) hits each variant alike.
+func measureEmitCost(ctx context.Context, e *env) (string, error) {
+	s, err := newSandbox(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	defer s.close()
+	// The bare INSERT gets the payload already encoded: encoding and
+	// validating it is part of what Emit costs.
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return "", fmt.Errorf("encoding the payload: %w", err)
+	}
+	aggs := e.cfg.Aggregates
+	variants := []*emitVariant{
+		{name: "bare INSERT", run: func(ctx context.Context, i int) error {
+			tx, err := s.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			id, err := uuid.NewV7()
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, bareInsert, id, "profile.updated", 1, "profiles", "Profile",
+				aggregateID(i, aggs), string(body), nil); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}},
+		{name: "1 Emit", run: func(ctx context.Context, i int) error {
+			return s.client.WithTx(ctx, func(tx *testent.Tx) error {
+				return tx.Outbox.EmitProfileUpdated(ctx, aggregateID(i, aggs), payload)
+			})
+		}},
+		{name: "10 Emits", run: func(ctx context.Context, i int) error {
+			return s.client.WithTx(ctx, func(tx *testent.Tx) error {
+				for k := range 10 {
+					if err := tx.Outbox.EmitProfileUpdated(ctx, aggregateID(i*10+k, aggs), payload); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}},
+	}
+	// Warm the connection and the statement caches before timing.
+	for i := range 20 {
+		for _, v := range variants {
+			if err := v.run(ctx, i); err != nil {
+				return "", fmt.Errorf("emit cost, %s: %w", v.name, err)
+			}
+		}
+	}
+	e.progress("timing %d transactions of each: bare INSERT, 1 Emit, 10 Emits", e.cfg.EmitTx)
+	for i := range e.cfg.EmitTx {
+		for k := range variants {
+			v := variants[(i+k)%len(variants)] // rotate who goes first
+			start := time.Now()
+			if err := v.run(ctx, i); err != nil {
+				return "", fmt.Errorf("emit cost, %s: %w", v.name, err)
+			}
+			v.took = append(v.took, time.Since(start))
+		}
+	}
+	bare, one, ten := summarizeCost(variants[0].took), summarizeCost(variants[1].took), summarizeCost(variants[2].took)
+	return fmt.Sprintf("emit cost (%d tx each, interleaved; mean, p50 in brackets): bare INSERT %s/tx (%s), "+
+		"1 Emit %s/tx (%s) = %.2fx of INSERT, 10 Emits %s/tx (%s) = %.2fx of 1 Emit",
+		e.cfg.EmitTx, fmtMs(bare.mean), fmtMs(bare.p50), fmtMs(one.mean), fmtMs(one.p50), ratio(one.mean, bare.mean),
+		fmtMs(ten.mean), fmtMs(ten.p50), ratio(ten.mean, one.mean)), nil
+}
+
+type cost struct{ mean, p50 time.Duration }
+
+func summarizeCost(ds []time.Duration) cost {
+	if len(ds) == 0 {
+		return cost{}
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	sorted := slices.Sorted(slices.Values(ds))
+	return cost{mean: sum / time.Duration(len(ds)), p50: percentile(sorted, 0.5)}
+}
+
+func fmtMs(d time.Duration) string {
+	return fmt.Sprintf("%.3fms", float64(d)/float64(time.Millisecond))
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+)
+
+// payloadSize is the size of the encoded payload of every event: big enough
+// that the relay moves real bytes, like a typical domain event.
+const payloadSize = 1024
+
+// payload is the ProfileUpdated every event carries, its display name
+// padded so that it encodes to payloadSize bytes.
+var payload = func() testent.ProfileUpdated {
+	p := testent.ProfileUpdated{
+		DisplayName: "x",
+		Verified:    true,
+		Score:       42,
+		Balance:     12.5,
+		UpdatedAt:   time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		SessionID:   uuid.MustParse("0190d6a4-8c3e-7d2a-9b1f-3c4d5e6f7a8b"),
+		Plan:        "pro",
+		Settings:    json.RawMessage(`{"theme":"dark","locale":"en-GB"}`),
+		Tags:        []string{"bench", "outbox", "relay"},
+	}
+	b, err := json.Marshal(&p)
+	if err != nil {
+		panic(err)
+	}
+	p.DisplayName = strings.Repeat("x", 1+payloadSize-len(b))
+	return p
+}()
+
+// aggregateID spreads events over n aggregates.
+func aggregateID(i, n int) string { return strconv.Itoa(i % n) }
+
+// prefill emits n events in transactions of 100 from a few connections at
+// once, for the drain measurement, and returns their ids.
+func prefill(ctx context.Context, client *testent.Client, n, aggregates int) ([]string, error) {
+	const perTx, workers = 100, 4
+	ids := make([]string, n)
+	for i := range ids {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("generating an event id: %w", err)
+		}
+		ids[i] = id.String()
+	}
+	batches := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for start := range batches {
+				end := min(start+perTx, n)
+				err := client.WithTx(ctx, func(tx *testent.Tx) error {
+					for i := start; i < end; i++ {
+						if err := emitOne(ctx, tx, ids[i], i, aggregates); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- fmt.Errorf("emitting events %d to %d: %w", start, end, err)
+					return
+				}
+			}
+		})
+	}
+	var err error
+loop:
+	for start := 0; start < n; start += perTx {
+		select {
+		case batches <- start:
+		case err = <-errs:
+			break loop
+		case <-ctx.Done():
+			err = ctx.Err()
+			break loop
+		}
+	}
+	close(batches)
+	wg.Wait()
+	close(errs)
+	if err == nil {
+		err = <-errs // nil once closed and empty
+	}
+	return ids, err
+}
+
+func emitOne(ctx context.Context, tx *testent.Tx, id string, i, aggregates int) error {
+	return tx.Outbox.EmitProfileUpdated(ctx, aggregateID(i, aggregates), payload,
+		events.WithEventID(uuid.MustParse(id)))
+}
+
+// pacedLoad is what a paced emitter committed: the id and the wall-clock
+// time right after Commit returned, which is the earliest moment the event
+// can be said to exist.
+type pacedLoad struct {
+	ids       []string
+	committed map[string]time.Time
+	// span is how long handing out the ticks took, plus one interval:
+	// longer than asked when the emitters could not keep up.
+	span time.Duration
+	err  error // the first failed transaction, if any
+}
+
+// runPaced commits one event per transaction at rate events/s for d. A
+// scheduler hands out ticks at their due time and a few workers commit
+// them, so one slow commit does not delay the next events; ticks that fall
+// behind are sent as soon as a worker is free.
+func runPaced(ctx context.Context, client *testent.Client, rate int, d time.Duration, aggregates int) *pacedLoad {
+	const workers = 16
+	l := &pacedLoad{committed: make(map[string]time.Time)}
+	var mu sync.Mutex
+	ticks := make(chan int, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range ticks {
+				id := uuid.Must(uuid.NewV7()).String()
+				err := client.WithTx(ctx, func(tx *testent.Tx) error { return emitOne(ctx, tx, id, i, aggregates) })
+				at := time.Now()
+				mu.Lock()
+				if err != nil && l.err == nil {
+					l.err = fmt.Errorf("committing a paced event: %w", err)
+				} else if err == nil {
+					l.ids = append(l.ids, id)
+					l.committed[id] = at
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; ; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if due.Sub(start) >= d {
+			break
+		}
+		if wait := time.Until(due); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		ticks <- i
+		l.span = time.Since(start) + interval
+	}
+	close(ticks)
+	wg.Wait()
+	return l
+}
+
+// heldTxs are transactions left open on purpose, as a slow report or a
+// forgotten psql session would: one in the outbox's database that wrote to
+// an unrelated table, one in another database of the same server that only
+// took a transaction id.
+type heldTxs struct {
+	txs   []*sql.Tx
+	close []func()
+}
+
+func holdTransactions(ctx context.Context, s *sandbox, otherURL string) (*heldTxs, error) {
+	h := &heldTxs{}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("opening the held transaction: %w", err)
+	}
+	h.txs = append(h.txs, tx)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO bench_other (note) VALUES ('held open by the bench')`); err != nil {
+		h.release()
+		return nil, fmt.Errorf("writing in the held transaction: %w", err)
+	}
+	if otherURL == "" {
+		return h, nil
+	}
+	other, err := sql.Open("pgx", otherURL)
+	if err != nil {
+		h.release()
+		return nil, fmt.Errorf("opening database %s: %w", otherDatabase, err)
+	}
+	h.close = append(h.close, func() { other.Close() })
+	otx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		h.release()
+		return nil, fmt.Errorf("opening the held transaction in database %s: %w", otherDatabase, err)
+	}
+	h.txs = append(h.txs, otx)
+	var xid int64
+	if err := otx.QueryRowContext(ctx, `SELECT txid_current()`).Scan(&xid); err != nil {
+		h.release()
+		return nil, fmt.Errorf("taking a transaction id in database %s: %w", otherDatabase, err)
+	}
+	return h, nil
+}
+
+// release rolls the held transactions back.
+func (h *heldTxs) release() error {
+	var errs []error
+	for _, tx := range h.txs {
+		if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			errs = append(errs, fmt.Errorf("ending a held transaction: %w", err))
+		}
+	}
+	h.txs = nil
+	for _, c := range h.close {
+		c()
+	}
+	h.close = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,241 @@
+// Command bench compares relays side by side on the local PostgreSQL and
+// NATS JetStream and prints one table:
+//
+//	go run ./bench                       # every row, default sizes
+//	go run ./bench --paths compatible --events 5000 --latency-duration 5s --hold 5s
+//
+// Each relay runs as a child process (the entoutbox command, built once) so
+// that its peak memory is its own. Each row works in a fresh PostgreSQL
+// schema and under a unique topic prefix, both removed at the end. Numbers
+// are printed, never judged. Progress goes to stderr, the table to stdout.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/entoutbox/entoutbox/relay/broker"
+)
+
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// config is everything a run depends on; main fills it from flags, the test
+// by hand.
+type config struct {
+	DatabaseURL     string
+	Broker          string
+	Paths           []string // row keys, see rowSpecs
+	Events          int      // drained at once
+	Rate            int      // events/s of the paced load
+	LatencyDuration time.Duration
+	Hold            time.Duration // paced load while transactions are held open
+	EmitTx          int           // transactions per variant of the emit cost
+	Retained        int           // delivered rows present before the drain
+	Aggregates      int           // distinct aggregate ids
+	PollInterval    time.Duration // passed to the relay when non-zero
+	BatchSize       int           // passed to the relay when non-zero
+	Timeout         time.Duration // longest wait for events to arrive, per phase
+	Progress        io.Writer     // progress lines; nil discards them
+}
+
+func main() {
+	cfg := config{DatabaseURL: os.Getenv("DATABASE_URL"), Progress: os.Stderr}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = defaultDatabaseURL
+	}
+	var paths string
+	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
+	flag.StringVar(&paths, "paths", "compatible,fast,fast3", "rows to run: compatible, fast, fast3 (three fast replicas)")
+	flag.IntVar(&cfg.Events, "events", 20000, "events emitted before the relay starts, for the drain throughput")
+	flag.IntVar(&cfg.Rate, "rate", 500, "events/s of the paced load (one event per transaction)")
+	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "how long the paced load runs for the latency columns")
+	flag.DurationVar(&cfg.Hold, "hold", 10*time.Second, "how long other transactions are held open during the paced load")
+	flag.IntVar(&cfg.EmitTx, "emit-tx", 2000, "transactions per variant when measuring the emit cost (0 skips it)")
+	flag.IntVar(&cfg.Retained, "retained", 0, "already-delivered rows inserted before the drain of each row")
+	flag.IntVar(&cfg.Aggregates, "aggregates", 1000, "distinct aggregate ids the events are spread over")
+	flag.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay --poll-interval (default: the relay's own)")
+	flag.IntVar(&cfg.BatchSize, "batch-size", 0, "relay --batch-size (default: the relay's own)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
+	flag.Parse()
+	cfg.Paths = splitList(paths)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Stdout, cfg); err != nil {
+		log.Fatalf("bench: %v", err)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// run measures every row of cfg.Paths, then the emit cost, and prints the
+// environment line and the table to out.
+func run(ctx context.Context, out io.Writer, cfg config) error {
+	specs, err := rowSpecs(cfg.Paths)
+	if err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+
+	// The bench's own consumer has a ceiling too; printed so that a drain
+	// rate close to it is read as "at least".
+	e.progress("measuring the receiver's ceiling")
+	var ceiling string
+	if rate, err := receiverCeiling(ctx, cfg.Broker, "bench_ceiling_"+randomHex(), min(cfg.Events, 5000)); err != nil {
+		ceiling = "n/a (" + firstLine(err) + ")"
+	} else {
+		ceiling = thousands(int64(rate)) + " ev/s"
+	}
+
+	results := make([]result, 0, len(specs))
+	for _, s := range specs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.progress("== %s", s.name)
+		results = append(results, measureRow(ctx, e, s))
+	}
+	var emitLine string
+	if cfg.EmitTx > 0 {
+		e.progress("== emit cost")
+		if emitLine, err = measureEmitCost(ctx, e); err != nil {
+			emitLine = "emit cost: n/a (" + firstLine(err) + ")"
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (bench receiver ceiling %s, %d subscribers)\n",
+		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker), ceiling, subscribers)
+	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
+	if err := printTable(out, results); err != nil {
+		return err
+	}
+	if emitLine != "" {
+		fmt.Fprintln(out, emitLine)
+	}
+	return nil
+}
+
+func (c config) check() error {
+	switch {
+	case c.Events <= 0:
+		return errors.New("--events must be positive")
+	case c.Rate <= 0:
+		return errors.New("--rate must be positive")
+	case c.LatencyDuration <= 0 || c.Hold <= 0 || c.Timeout <= 0:
+		return errors.New("--latency-duration, --hold and --timeout must be positive")
+	case c.Aggregates <= 0:
+		return errors.New("--aggregates must be positive")
+	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
+		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
+	}
+	return nil
+}
+
+func (c config) describe() string {
+	s := fmt.Sprintf("paths=%s events=%d rate=%d/s latency-duration=%s hold=%s emit-tx=%d retained=%d aggregates=%d payload=%dB",
+		strings.Join(c.Paths, ","), c.Events, c.Rate, c.LatencyDuration, c.Hold, c.EmitTx, c.Retained, c.Aggregates, payloadSize)
+	if c.PollInterval > 0 {
+		s += fmt.Sprintf(" poll-interval=%s", c.PollInterval)
+	}
+	if c.BatchSize > 0 {
+		s += fmt.Sprintf(" batch-size=%d", c.BatchSize)
+	}
+	return s
+}
+
+// printTable writes one aligned table. Notes come last, unterminated, so
+// that tabwriter leaves them out of the column widths; a row that could not
+// run at all has n/a in every cell and its reason as its note.
+func printTable(out io.Writer, results []result) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "relay\tdrain ev/s\tp50\tp99\tmax\tp99 held-tx\tmax held-tx\tpeak RSS\tnotes")
+	for _, r := range results {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", r.name, strings.Repeat("\tn/a", 7), firstLine(r.err))
+			continue
+		}
+		drain := "-"
+		if r.drainRate > 0 {
+			drain = thousands(int64(r.drainRate + 0.5))
+		}
+		rss := "-"
+		if r.peakKB > 0 {
+			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain,
+			fmtDur(r.latency.p50, r.latency.n), fmtDur(r.latency.p99, r.latency.n), fmtDur(r.latency.max, r.latency.n),
+			fmtDur(r.held.p99, r.held.n), fmtDur(r.held.max, r.held.n), rss, strings.Join(r.notes, "; "))
+	}
+	return tw.Flush()
+}
+
+// firstLine is the first line of err, without the prefix the entoutbox
+// command puts on its errors.
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return strings.TrimPrefix(strings.TrimSpace(s), "entoutbox: ")
+}
+
+// fmtDur prints d with a precision that suits its size; "-" when nothing was
+// measured.
+func fmtDur(d time.Duration, n int) string {
+	switch {
+	case n == 0:
+		return "-"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	default:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+}
+
+// thousands prints n with comma separators: 20000 → "20,000".
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// rowSpec is one row of the table: a relay path and how many replicas of
+// it run on the same table.
+type rowSpec struct {
+	key      string
+	name     string
+	path     string
+	replicas int
+}
+
+var knownRows = []rowSpec{
+	{"compatible", "stock watermill-sql + forwarder", "compatible", 1},
+	{"fast", "entoutbox fast, 1 replica", "fast", 1},
+	{"fast3", "entoutbox fast, 3 replicas", "fast", 3},
+}
+
+func rowSpecs(keys []string) ([]rowSpec, error) {
+	var out []rowSpec
+	for _, k := range keys {
+		i := slices.IndexFunc(knownRows, func(r rowSpec) bool { return r.key == k })
+		if i < 0 {
+			return nil, fmt.Errorf("--paths: unknown row %q (want compatible, fast or fast3)", k)
+		}
+		out = append(out, knownRows[i])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--paths: no row selected")
+	}
+	return out, nil
+}
+
+// result is one row's measurements. err means the row could not run at
+// all; a phase that failed later leaves its cells empty and says why in
+// notes.
+type result struct {
+	name      string
+	err       error
+	drainRate float64 // events/s
+	latency   stats   // paced load
+	held      stats   // paced load while transactions are held open
+	peakKB    int64
+	notes     []string
+}
+
+func (r *result) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+// stats summarises commit-to-receive latencies.
+type stats struct {
+	n             int
+	p50, p99, max time.Duration
+}
+
+func summarize(ds []time.Duration) stats {
+	if len(ds) == 0 {
+		return stats{}
+	}
+	slices.Sort(ds)
+	return stats{n: len(ds), p50: percentile(ds, 0.50), p99: percentile(ds, 0.99), max: ds[len(ds)-1]}
+}
+
+// percentile is the nearest-rank percentile of sorted ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	i := int(p*float64(len(ds))+0.999999) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+// measureRow runs one row from a fresh schema to its teardown.
+func measureRow(ctx context.Context, e *env, spec rowSpec) result {
+	res := result{name: spec.name}
+	if err := e.measure(ctx, spec, &res); err != nil {
+		res.err = err
+	}
+	return res
+}
+
+func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
+	cfg := e.cfg
+	s, err := newSandbox(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	prefix := s.name + "_"
+	recv, err := newReceiver(ctx, cfg.Broker, prefix+"profiles")
+	if err != nil {
+		return fmt.Errorf("subscribing: %w", err)
+	}
+	defer recv.close()
+
+	// A relay that cannot run at all (an unknown --path) exits at once: find
+	// out before spending time on emitting.
+	if err := e.probe(s, spec, prefix); err != nil {
+		return err
+	}
+	if cfg.Retained > 0 {
+		e.progress("inserting %d retained delivered rows", cfg.Retained)
+		if err := s.retain(ctx, cfg.Retained, cfg.Aggregates, spec.path == string(relay.PathCompatible)); err != nil {
+			return err
+		}
+	}
+
+	// Drain: everything is committed before the relay starts.
+	e.progress("emitting %d events with no relay running", cfg.Events)
+	ids, err := prefill(ctx, s.client, cfg.Events, cfg.Aggregates)
+	if err != nil {
+		return err
+	}
+	e.progress("starting %d %s relay(s), draining", spec.replicas, spec.path)
+	start := time.Now()
+	rs, err := startRelays(e, s, spec.path, prefix, spec.replicas)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = rs.stop()
+		}
+	}()
+	if err := e.drain(ctx, s, recv, rs, ids, start, res); err != nil {
+		return err
+	}
+
+	e.progress("paced load: %d events/s for %s", cfg.Rate, cfg.LatencyDuration)
+	res.latency = e.latencyPhase(ctx, s, recv, rs, cfg.LatencyDuration, nil, res, "latency")
+
+	e.progress("paced load for %s while transactions are held open", cfg.Hold)
+	if e.otherErr != nil {
+		res.note("held-tx: no transaction in another database (%v)", e.otherErr)
+	}
+	held, err := holdTransactions(ctx, s, e.otherURL)
+	if err != nil {
+		res.note("held-tx: %v", err)
+	} else {
+		res.held = e.latencyPhase(ctx, s, recv, rs, cfg.Hold, held, res, "held-tx")
+	}
+
+	if err := rs.err(); err != nil {
+		res.note("a relay ended during the run: %s", firstLine(err))
+	}
+	res.peakKB = rs.peakKB()
+	stopped = true
+	if err := rs.stop(); err != nil {
+		res.note("%v", err)
+	}
+	if n := recv.duplicateCount(); n > 0 {
+		res.note("%d duplicate deliveries", n)
+	}
+	return nil
+}
+
+// probe starts the row's relays on the still empty outbox and stops them
+// after a second, reporting why one exited meanwhile.
+func (e *env) probe(s *sandbox, spec rowSpec, prefix string) error {
+	rs, err := startRelays(e, s, spec.path, prefix, spec.replicas)
+	if err != nil {
+		return err
+	}
+	if err := rs.survives(time.Second); err != nil {
+		_ = rs.stop()
+		return err
+	}
+	return rs.stop()
+}
+
+// drain waits for ids, which were all committed before the relays started
+// at start, and for the outbox to report them delivered, and records the
+// rate. It fails only when a relay ended, which makes the row n/a.
+func (e *env) drain(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, ids []string, start time.Time, res *result) error {
+	timeout := e.cfg.Timeout
+	if missing := recv.await(ctx, ids, timeout, rs.failed()); missing > 0 {
+		if err := rs.err(); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		res.note("drain: %d of %d events missing after %s", missing, len(ids), timeout)
+		return nil
+	}
+	if err := waitBacklogEmpty(ctx, s, time.Until(start.Add(timeout)), rs.failed()); err != nil {
+		res.note("drain: %v", err)
+		return nil
+	}
+	res.drainRate = float64(len(ids)) / time.Since(start).Seconds()
+	return nil
+}
+
+// latencyPhase runs the paced load for d with the relays running, releases
+// held (if any) when the load ends, waits for the events and returns their
+// commit-to-receive latencies.
+func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, d time.Duration,
+	held *heldTxs, res *result, phase string) stats {
+	load := runPaced(ctx, s.client, e.cfg.Rate, d, e.cfg.Aggregates)
+	if held != nil {
+		if err := held.release(); err != nil {
+			res.note("%s: %v", phase, err)
+		}
+	}
+	if load.err != nil {
+		res.note("%s: %v", phase, load.err)
+	}
+	if got := float64(len(load.ids)) / load.span.Seconds(); load.span > 0 && got < 0.95*float64(e.cfg.Rate) {
+		res.note("%s: emitter reached only %.0f events/s", phase, got)
+	}
+	missing := recv.await(ctx, load.ids, e.cfg.Timeout, rs.failed())
+	if missing > 0 && rs.err() == nil && ctx.Err() == nil {
+		res.note("%s: %d of %d events missing after %s", phase, missing, len(load.ids), e.cfg.Timeout)
+	}
+	ds := make([]time.Duration, 0, len(load.ids))
+	for _, id := range load.ids {
+		if at, ok := recv.receivedAt(id); ok {
+			// The relay may see the commit a hair before Commit returns here.
+			ds = append(ds, max(0, at.Sub(load.committed[id])))
+		}
+	}
+	return summarize(ds)
+}
+
+// waitBacklogEmpty waits until the outbox reports nothing pending: every
+// event arrived, but the relay records deliveries only after the broker's
+// acks.
+func waitBacklogEmpty(ctx context.Context, s *sandbox, timeout time.Duration, abort <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := relay.ReadBacklog(ctx, s.db, "", "")
+		if err != nil {
+			return err
+		}
+		if b.Pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d events still pending in the outbox after %s", b.Pending, timeout)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-abort:
+			return fmt.Errorf("a relay ended while %d events were pending", b.Pending)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// stopTimeout is how long a relay gets to finish after SIGTERM; its own
+// --close-timeout is 30 s.
+const stopTimeout = 40 * time.Second
+
+// relaySet is the relay processes of one row: `entoutbox relay` children,
+// so that each one's peak memory is its own and measurable.
+type relaySet struct {
+	procs  []*relayProc
+	exited chan struct{} // closed when the first process ends by itself
+	once   sync.Once
+	mu     sync.Mutex
+	first  error // why the first process ended
+	closed bool  // stop was called: later exits are expected
+}
+
+type relayProc struct {
+	cmd    *exec.Cmd
+	stderr *capBuffer
+	done   chan struct{} // closed when the process has been waited for
+	err    error         // from Wait
+}
+
+// startRelays starts n relays on the sandbox's outbox with path and topic
+// prefix, passing the bench's --poll-interval and --batch-size when given.
+func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, error) {
+	args := []string{"relay", "--database-url", s.url, "--broker", e.cfg.Broker, "--path", path,
+		"--topic-prefix", prefix, "--log-level", "error"}
+	if e.cfg.PollInterval > 0 {
+		args = append(args, "--poll-interval", e.cfg.PollInterval.String())
+	}
+	if e.cfg.BatchSize > 0 {
+		args = append(args, "--batch-size", strconv.Itoa(e.cfg.BatchSize))
+	}
+	rs := &relaySet{exited: make(chan struct{})}
+	for range n {
+		p := &relayProc{cmd: exec.Command(e.bin, args...), stderr: &capBuffer{}, done: make(chan struct{})}
+		p.cmd.Stderr = p.stderr
+		if err := p.cmd.Start(); err != nil {
+			_ = rs.stop()
+			return nil, fmt.Errorf("starting the relay: %w", err)
+		}
+		rs.procs = append(rs.procs, p)
+		go func() {
+			p.err = p.cmd.Wait()
+			close(p.done)
+			rs.ended(p)
+		}()
+	}
+	return rs, nil
+}
+
+// ended records why a process ended unless the bench stopped it.
+func (rs *relaySet) ended(p *relayProc) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed {
+		return
+	}
+	rs.once.Do(func() {
+		rs.first = p.exitError()
+		close(rs.exited)
+	})
+}
+
+// exitError is the error the process printed, or its exit status.
+func (p *relayProc) exitError() error {
+	out := p.stderr.String()
+	sc := bufio.NewScanner(strings.NewReader(out))
+	var first string
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "entoutbox: ") {
+			return errors.New(line) // the command's own error line
+		}
+		if first == "" && line != "" {
+			first = line
+		}
+	}
+	switch {
+	case first != "":
+		return errors.New(first)
+	case p.err != nil:
+		return fmt.Errorf("relay exited: %w", p.err)
+	default:
+		return errors.New("relay exited by itself with status 0")
+	}
+}
+
+// failed is closed when a relay ended before stop; err says why.
+func (rs *relaySet) failed() <-chan struct{} { return rs.exited }
+
+func (rs *relaySet) err() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.first
+}
+
+// survives waits up to d and reports why a relay ended meanwhile, if one
+// did: a relay that cannot start (an unknown --path) exits at once.
+func (rs *relaySet) survives(d time.Duration) error {
+	select {
+	case <-rs.exited:
+		return rs.err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// peakKB is the largest VmHWM (peak resident set) of the processes, read
+// from /proc while they still run; 0 when none could be read.
+func (rs *relaySet) peakKB() int64 {
+	var peak int64
+	for _, p := range rs.procs {
+		if kb, err := vmHWM(p.cmd.Process.Pid); err == nil && kb > peak {
+			peak = kb
+		}
+	}
+	return peak
+}
+
+func vmHWM(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the status of process %d: %w", pid, err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing VmHWM %q: %w", v, err)
+			}
+			return kb, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in the status of process %d", pid)
+}
+
+// stop sends SIGTERM to every relay and waits for them, killing one that
+// does not finish within stopTimeout. It reports a relay that failed to
+// stop cleanly; one that had already ended by itself was reported by err.
+func (rs *relaySet) stop() error {
+	rs.mu.Lock()
+	already := rs.closed
+	rs.closed = true
+	rs.mu.Unlock()
+	if already {
+		return nil
+	}
+	for _, p := range rs.procs {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	var errs []error
+	for _, p := range rs.procs {
+		select {
+		case <-p.done:
+			if p.err != nil && rs.err() == nil {
+				errs = append(errs, fmt.Errorf("relay did not stop cleanly: %w", p.exitError()))
+			}
+		case <-time.After(stopTimeout):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			errs = append(errs, fmt.Errorf("relay killed: not stopped %s after SIGTERM", stopTimeout))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// capBuffer keeps the first 64 KiB a child writes to stderr.
+type capBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const capBufferMax = 64 << 10
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := capBufferMax - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *capBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// sandbox is a fresh PostgreSQL schema holding the test ent tables, so that
+// every row starts from an empty outbox and leaves nothing behind.
+type sandbox struct {
+	name   string // schema name, also the topic prefix stem
+	url    string // database URL whose search_path is name
+	db     *sql.DB
+	client *testent.Client
+	admin  *sql.DB
+}
+
+func newSandbox(ctx context.Context, e *env) (_ *sandbox, err error) {
+	s := &sandbox{name: "bench_" + randomHex(), admin: e.admin}
+	if _, err := e.admin.ExecContext(ctx, `CREATE SCHEMA `+quoteIdent(s.name)); err != nil {
+		return nil, fmt.Errorf("creating schema %s: %w", s.name, err)
+	}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.url = withSearchPath(e.cfg.DatabaseURL, s.name)
+	if s.db, err = sql.Open("pgx", s.url); err != nil {
+		return nil, fmt.Errorf("opening schema %s: %w", s.name, err)
+	}
+	// Enough for the emitters and the held transactions at once.
+	s.db.SetMaxOpenConns(32)
+	s.db.SetMaxIdleConns(32)
+	s.client = testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, s.db)))
+	if err := s.client.Schema.Create(ctx); err != nil {
+		return nil, fmt.Errorf("migrating schema %s: %w", s.name, err)
+	}
+	// The table a held transaction writes to: unrelated to the outbox.
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE bench_other (id bigserial PRIMARY KEY, note text)`); err != nil {
+		return nil, fmt.Errorf("creating bench_other in %s: %w", s.name, err)
+	}
+	return s, nil
+}
+
+// close drops the schema, even after the run was interrupted.
+func (s *sandbox) close() {
+	if s.client != nil {
+		s.client.Close() // closes s.db
+	} else if s.db != nil {
+		s.db.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = s.admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+quoteIdent(s.name)+` CASCADE`)
+}
+
+// retain inserts n rows that are already delivered, as a table that keeps
+// its history would hold, with the same payload as the events measured.
+//
+// The compatible path reads by its consumer group's offset, not by
+// delivered_at: a fresh group would start at offset 0 and publish the
+// retained rows again. A relay that had been running has its offset past
+// them, so when compatibleOffset is set the offset is put there first (the
+// table and columns are those of watermill-sql's PostgreSQL offsets
+// adapter, under the name relay.newOffsetsAdapter gives it).
+func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffset bool) error {
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encoding the payload: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retained rows: %w", err)
+	}
+	defer tx.Rollback()
+	table := quoteIdent(schema.OutboxTable)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+`
+		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at, available_at, attempts, delivered_at)
+		SELECT gen_random_uuid(), 'profile.updated', 1, 'profiles', 'Profile', (g % $2)::text, $1::jsonb,
+			now() - interval '1 day', now() - interval '1 day', 1, now() - interval '1 day'
+		FROM generate_series(1, $3) g`, string(body), aggregates, n); err != nil {
+		return fmt.Errorf("inserting %d retained rows: %w", n, err)
+	}
+	if compatibleOffset {
+		offsets := quoteIdent(schema.OutboxTable + "_relay_offsets")
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+offsets+` (
+				consumer_group VARCHAR(255) NOT NULL,
+				offset_acked BIGINT,
+				last_processed_transaction_id xid8 NOT NULL,
+				PRIMARY KEY(consumer_group))`); err != nil {
+			return fmt.Errorf("creating the compatible path's offsets table: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+offsets+` (consumer_group, offset_acked, last_processed_transaction_id)
+			SELECT 'entoutbox_relay', max(id), pg_current_xact_id() FROM `+table+`
+			ON CONFLICT (consumer_group) DO UPDATE SET offset_acked = excluded.offset_acked,
+				last_processed_transaction_id = excluded.last_processed_transaction_id`); err != nil {
+			return fmt.Errorf("moving the compatible path's offset past the retained rows: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing %d retained rows: %w", n, err)
+	}
+	// Fresh statistics, as autovacuum would have by the time millions of rows
+	// had accumulated.
+	if _, err := s.db.ExecContext(ctx, `ANALYZE `+table); err != nil {
+		return fmt.Errorf("analyzing the outbox: %w", err)
+	}
+	return nil
+}
+
+// randomHex is 8 random hex digits, to keep names of concurrent runs apart.
+func randomHex() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

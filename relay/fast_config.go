@@ -1,0 +1,99 @@
+package relay
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// AllTopics subscribes a Subscriber to the rows of every destination topic;
+// each message then carries its topic under MetaTopic.
+const AllTopics = "*"
+
+// MetaTopic is the destination topic of a message read with AllTopics.
+const MetaTopic = "outbox_topic"
+
+// SubscriberConfig configures the fast Subscriber.
+type SubscriberConfig struct {
+	// Table and DeadLetterTable name the tables; the schema package's
+	// defaults when empty.
+	Table           string
+	DeadLetterTable string
+	// RelayID names this instance in claimed_by; random when empty.
+	RelayID string
+	// BatchSize is the most rows claimed at once, and held in memory; 1000
+	// when zero.
+	BatchSize int
+	// Lease is how long a claim lasts without renewal: rows held by a
+	// relay that died come back after it. 30 s when zero.
+	Lease time.Duration
+	// PollInterval is how often an idle subscriber looks for rows when no
+	// notification woke it; 500 ms when zero.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY, e.g. behind PgBouncer in
+	// transaction mode.
+	PollOnly bool
+	// Delete removes delivered rows instead of marking them delivered_at
+	// (kept for a retention window; see CleanupDelivered).
+	Delete bool
+	// MaxAttempts bounds the failed deliveries of a row before it goes to
+	// the dead letters; 10 when zero.
+	MaxAttempts int
+	// InitialBackoff and MaxBackoff space the retries of a failed row:
+	// 100 ms doubling up to 30 s when zero.
+	InitialBackoff, MaxBackoff time.Duration
+	Logger                     watermill.LoggerAdapter
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	if c.Table == "" {
+		c.Table = schema.OutboxTable
+	}
+	if c.DeadLetterTable == "" {
+		c.DeadLetterTable = schema.DeadLetterTable
+	}
+	if c.RelayID == "" {
+		c.RelayID = "relay-" + uuid.NewString()[:8]
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.InitialBackoff <= 0 {
+		c.InitialBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+func (c SubscriberConfig) validate() error {
+	if c.Lease < time.Second {
+		return errors.New("relay: Lease must be at least 1s")
+	}
+	return nil
+}
+
+// backoff is the wait after the given failed attempt (1-based).
+func (c SubscriberConfig) backoff(attempt int) time.Duration {
+	d := c.InitialBackoff
+	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoff)
+}
