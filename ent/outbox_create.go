@@ -128,34 +128,6 @@ func (_c *OutboxCreate) SetNillableAttempts(v *int) *OutboxCreate {
 	return _c
 }
 
-// SetClaimedUntil sets the "claimed_until" field.
-func (_c *OutboxCreate) SetClaimedUntil(v time.Time) *OutboxCreate {
-	_c.mutation.SetClaimedUntil(v)
-	return _c
-}
-
-// SetNillableClaimedUntil sets the "claimed_until" field if the given value is not nil.
-func (_c *OutboxCreate) SetNillableClaimedUntil(v *time.Time) *OutboxCreate {
-	if v != nil {
-		_c.SetClaimedUntil(*v)
-	}
-	return _c
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (_c *OutboxCreate) SetClaimedBy(v string) *OutboxCreate {
-	_c.mutation.SetClaimedBy(v)
-	return _c
-}
-
-// SetNillableClaimedBy sets the "claimed_by" field if the given value is not nil.
-func (_c *OutboxCreate) SetNillableClaimedBy(v *string) *OutboxCreate {
-	if v != nil {
-		_c.SetClaimedBy(*v)
-	}
-	return _c
-}
-
 // SetDeliveredAt sets the "delivered_at" field.
 func (_c *OutboxCreate) SetDeliveredAt(v time.Time) *OutboxCreate {
 	_c.mutation.SetDeliveredAt(v)
@@ -362,14 +334,6 @@ func (_c *OutboxCreate) createSpec() (*Outbox, *sqlgraph.CreateSpec) {
 		_spec.SetField(outbox.FieldAttempts, field.TypeInt, value)
 		_node.Attempts = value
 	}
-	if value, ok := _c.mutation.ClaimedUntil(); ok {
-		_spec.SetField(outbox.FieldClaimedUntil, field.TypeTime, value)
-		_node.ClaimedUntil = &value
-	}
-	if value, ok := _c.mutation.ClaimedBy(); ok {
-		_spec.SetField(outbox.FieldClaimedBy, field.TypeString, value)
-		_node.ClaimedBy = value
-	}
 	if value, ok := _c.mutation.DeliveredAt(); ok {
 		_spec.SetField(outbox.FieldDeliveredAt, field.TypeTime, value)
 		_node.DeliveredAt = &value
@@ -475,42 +439,6 @@ func (u *OutboxUpsert) UpdateAttempts() *OutboxUpsert {
 // AddAttempts adds v to the "attempts" field.
 func (u *OutboxUpsert) AddAttempts(v int) *OutboxUpsert {
 	u.Add(outbox.FieldAttempts, v)
-	return u
-}
-
-// SetClaimedUntil sets the "claimed_until" field.
-func (u *OutboxUpsert) SetClaimedUntil(v time.Time) *OutboxUpsert {
-	u.Set(outbox.FieldClaimedUntil, v)
-	return u
-}
-
-// UpdateClaimedUntil sets the "claimed_until" field to the value that was provided on create.
-func (u *OutboxUpsert) UpdateClaimedUntil() *OutboxUpsert {
-	u.SetExcluded(outbox.FieldClaimedUntil)
-	return u
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (u *OutboxUpsert) ClearClaimedUntil() *OutboxUpsert {
-	u.SetNull(outbox.FieldClaimedUntil)
-	return u
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (u *OutboxUpsert) SetClaimedBy(v string) *OutboxUpsert {
-	u.Set(outbox.FieldClaimedBy, v)
-	return u
-}
-
-// UpdateClaimedBy sets the "claimed_by" field to the value that was provided on create.
-func (u *OutboxUpsert) UpdateClaimedBy() *OutboxUpsert {
-	u.SetExcluded(outbox.FieldClaimedBy)
-	return u
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (u *OutboxUpsert) ClearClaimedBy() *OutboxUpsert {
-	u.SetNull(outbox.FieldClaimedBy)
 	return u
 }
 
@@ -678,48 +606,6 @@ func (u *OutboxUpsertOne) AddAttempts(v int) *OutboxUpsertOne {
 func (u *OutboxUpsertOne) UpdateAttempts() *OutboxUpsertOne {
 	return u.Update(func(s *OutboxUpsert) {
 		s.UpdateAttempts()
-	})
-}
-
-// SetClaimedUntil sets the "claimed_until" field.
-func (u *OutboxUpsertOne) SetClaimedUntil(v time.Time) *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.SetClaimedUntil(v)
-	})
-}
-
-// UpdateClaimedUntil sets the "claimed_until" field to the value that was provided on create.
-func (u *OutboxUpsertOne) UpdateClaimedUntil() *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.UpdateClaimedUntil()
-	})
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (u *OutboxUpsertOne) ClearClaimedUntil() *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.ClearClaimedUntil()
-	})
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (u *OutboxUpsertOne) SetClaimedBy(v string) *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.SetClaimedBy(v)
-	})
-}
-
-// UpdateClaimedBy sets the "claimed_by" field to the value that was provided on create.
-func (u *OutboxUpsertOne) UpdateClaimedBy() *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.UpdateClaimedBy()
-	})
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (u *OutboxUpsertOne) ClearClaimedBy() *OutboxUpsertOne {
-	return u.Update(func(s *OutboxUpsert) {
-		s.ClearClaimedBy()
 	})
 }
 
@@ -1059,48 +945,6 @@ func (u *OutboxUpsertBulk) AddAttempts(v int) *OutboxUpsertBulk {
 func (u *OutboxUpsertBulk) UpdateAttempts() *OutboxUpsertBulk {
 	return u.Update(func(s *OutboxUpsert) {
 		s.UpdateAttempts()
-	})
-}
-
-// SetClaimedUntil sets the "claimed_until" field.
-func (u *OutboxUpsertBulk) SetClaimedUntil(v time.Time) *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.SetClaimedUntil(v)
-	})
-}
-
-// UpdateClaimedUntil sets the "claimed_until" field to the value that was provided on create.
-func (u *OutboxUpsertBulk) UpdateClaimedUntil() *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.UpdateClaimedUntil()
-	})
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (u *OutboxUpsertBulk) ClearClaimedUntil() *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.ClearClaimedUntil()
-	})
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (u *OutboxUpsertBulk) SetClaimedBy(v string) *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.SetClaimedBy(v)
-	})
-}
-
-// UpdateClaimedBy sets the "claimed_by" field to the value that was provided on create.
-func (u *OutboxUpsertBulk) UpdateClaimedBy() *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.UpdateClaimedBy()
-	})
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (u *OutboxUpsertBulk) ClearClaimedBy() *OutboxUpsertBulk {
-	return u.Update(func(s *OutboxUpsert) {
-		s.ClearClaimedBy()
 	})
 }
 

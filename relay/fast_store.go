@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,71 +27,119 @@ type row struct {
 	attempts      int
 }
 
-// store runs the fast path's SQL.
+// aggregate identifies an ordering key.
+type aggregate struct{ typ, id string }
+
+func (r *row) aggregate() aggregate { return aggregate{r.aggregateType, r.aggregateID} }
+
+// store runs the fast path's SQL. Who holds which aggregate is kept in a
+// lease table of the relay's own (<table>_leases): claiming rows never
+// rewrites them, so an event costs the outbox one insert and one update
+// (or delete) in all.
 type store struct {
-	db  *sql.DB
-	cfg SubscriberConfig
+	db     *sql.DB
+	cfg    SubscriberConfig
+	leases string
 	// claimLock serialises the claims of every relay on the table, so that
-	// two replicas never take rows of one aggregate at the same time.
+	// two replicas never lease one aggregate at the same time.
 	claimLock int64
+	initOnce  sync.Once
+	initErr   error
 }
 
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("entoutbox claim " + cfg.Table))
-	return &store{db: db, cfg: cfg, claimLock: int64(h.Sum64() >> 1)}
+	return &store{db: db, cfg: cfg, leases: cfg.Table + "_leases", claimLock: int64(h.Sum64() >> 1)}
 }
 
-// claim leases up to limit rows of topic ("" for all), oldest first. A row
-// is only taken when no earlier undelivered row of its aggregate is leased
-// (by any relay) or waiting to be retried: that is what keeps each
-// aggregate in order across replicas and failures. Rows of transactions
-// still open are simply not visible yet; nothing waits for them.
-func (s *store) claim(ctx context.Context, topic string, limit int) ([]*row, error) {
-	t := quoteIdent(s.cfg.Table)
+// init creates the lease table once, under the claim lock so that relays
+// starting together do not race on it.
+func (s *store) init(ctx context.Context) error {
+	s.initOnce.Do(func() {
+		s.initErr = s.inClaimLock(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+quoteIdent(s.leases)+` (
+				aggregate_type text NOT NULL,
+				aggregate_id text NOT NULL,
+				relay text NOT NULL,
+				until timestamptz NOT NULL,
+				PRIMARY KEY (aggregate_type, aggregate_id))`)
+			return err
+		})
+	})
+	return s.initErr
+}
+
+func (s *store) inClaimLock(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, s.claimLock); err != nil {
-		return nil, err
+	// Claims and acks commit without waiting for the WAL flush: after a
+	// database crash the relay at worst delivers again what it had
+	// recorded in the last moments, which at-least-once allows.
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)`, s.claimLock); err != nil {
+		return err
 	}
-	rows, err := tx.QueryContext(ctx, `UPDATE `+t+` SET claimed_until = now() + $1 * interval '1 millisecond', claimed_by = $2
-		WHERE id IN (
-			SELECT o.id FROM `+t+` o
-			WHERE o.delivered_at IS NULL AND o.available_at <= now()
-				AND (o.claimed_until IS NULL OR o.claimed_until < now())
-				AND ($3 = '' OR o.topic = $3)
-				AND NOT EXISTS (
-					SELECT 1 FROM `+t+` p
-					WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-						AND p.id < o.id AND p.delivered_at IS NULL
-						AND (p.claimed_until >= now() OR p.available_at > now()))
-			ORDER BY o.id
-			LIMIT $4
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
-			payload, headers, created_at, attempts`,
-		s.cfg.Lease.Milliseconds(), s.cfg.RelayID, topic, limit)
-	if err != nil {
-		return nil, err
+	if err := fn(tx); err != nil {
+		return err
 	}
+	return tx.Commit()
+}
+
+// claim takes up to limit undelivered rows of topic ("" for all) with ids
+// above after, oldest first, whose aggregates no other relay holds and none
+// waits for a retry, and leases their aggregates to holder. held are rows
+// holder has already (none of them above after); release are aggregates it
+// no longer needs. Rows of transactions still open are simply not visible
+// yet: nothing waits for them.
+func (s *store) claim(ctx context.Context, holder, topic string, after int64, limit int, held []int64, release []aggregate) ([]*row, error) {
+	if err := s.init(ctx); err != nil {
+		return nil, fmt.Errorf("creating the lease table: %w", err)
+	}
+	t, l := quoteIdent(s.cfg.Table), quoteIdent(s.leases)
 	var out []*row
-	for rows.Next() {
-		r := &row{}
-		if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-			&r.payload, &r.headers, &r.createdAt, &r.attempts); err != nil {
-			rows.Close()
-			return nil, err
+	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
+		relTypes, relIDs := splitAggregates(release)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+l+` WHERE until < now()
+			OR (relay = $1 AND (aggregate_type, aggregate_id) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
+			holder, relTypes, relIDs); err != nil {
+			return err
 		}
-		out = append(out, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
+		rows, err := tx.QueryContext(ctx, `WITH claimed AS (
+				SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic, o.aggregate_type, o.aggregate_id,
+					o.payload, o.headers, o.created_at, o.attempts
+				FROM `+t+` o
+				WHERE o.delivered_at IS NULL AND o.id > $6
+					AND ($2 = '' OR o.topic = $2)
+					AND o.id <> ALL($4::bigint[])
+					AND NOT EXISTS (SELECT 1 FROM `+l+` h WHERE h.aggregate_type = o.aggregate_type
+						AND h.aggregate_id = o.aggregate_id AND h.relay <> $1 AND h.until >= now())
+				ORDER BY o.id
+				LIMIT $3
+			), leased AS (
+				INSERT INTO `+l+` (aggregate_type, aggregate_id, relay, until)
+				SELECT DISTINCT aggregate_type, aggregate_id, $1, now() + $5 * interval '1 millisecond' FROM claimed
+				ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until
+				WHERE `+l+`.relay <> excluded.relay OR `+l+`.until < now()
+			)
+			SELECT * FROM claimed`, holder, topic, limit, held, s.cfg.Lease.Milliseconds(), after)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r := &row{}
+			if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
+				&r.payload, &r.headers, &r.createdAt, &r.attempts); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *row) int { return int(a.id - b.id) })
@@ -99,40 +148,55 @@ func (s *store) claim(ctx context.Context, topic string, limit int) ([]*row, err
 
 // delivered records rows the broker acknowledged.
 func (s *store) delivered(ctx context.Context, ids []int64) error {
-	q := `UPDATE ` + quoteIdent(s.cfg.Table) + ` SET delivered_at = now(), claimed_until = NULL WHERE id = ANY($1)`
+	// set_config makes this one statement commit asynchronously, as claims do.
+	q := `UPDATE ` + quoteIdent(s.cfg.Table) + ` SET delivered_at = now()
+		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	if s.cfg.Delete {
-		q = `DELETE FROM ` + quoteIdent(s.cfg.Table) + ` WHERE id = ANY($1)`
+		q = `DELETE FROM ` + quoteIdent(s.cfg.Table) + `
+			USING (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	}
 	_, err := s.db.ExecContext(ctx, q, ids)
 	return err
 }
 
-// release gives rows back without counting an attempt.
-func (s *store) release(ctx context.Context, ids []int64) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET claimed_until = NULL
-		WHERE id = ANY($1) AND claimed_by = $2 AND delivered_at IS NULL`, ids, s.cfg.RelayID)
+// releaseAll gives back every aggregate holder leases.
+func (s *store) releaseAll(ctx context.Context, holder string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM `+quoteIdent(s.leases)+` WHERE relay = $1`, holder)
 	return err
 }
 
-// renew extends the leases of rows still held.
-func (s *store) renew(ctx context.Context, ids []int64) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET claimed_until = now() + $2 * interval '1 millisecond'
-		WHERE id = ANY($1) AND claimed_by = $3 AND delivered_at IS NULL`, ids, s.cfg.Lease.Milliseconds(), s.cfg.RelayID)
+// renew extends holder's leases.
+func (s *store) renew(ctx context.Context, holder string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE `+quoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
+		WHERE relay = $1`, holder, s.cfg.Lease.Milliseconds())
 	return err
 }
 
-// failed records a failed delivery: the row waits for its backoff, and the
-// rest of its aggregate waits behind it.
+// failed records a failed delivery and blocks r's aggregate, for every
+// relay, until the retry: the rest of the aggregate waits behind r.
 func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason string) error {
 	n := 0
 	if countAttempt {
 		n = 1
 	}
 	wait := s.cfg.backoff(max(r.attempts+n, 1))
-	_, err := s.db.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
-		available_at = now() + $3 * interval '1 millisecond', claimed_until = NULL, last_error = $4 WHERE id = $1`,
-		r.id, n, wait.Milliseconds(), reason)
-	return err
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
+		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
+		r.id, n, wait.Milliseconds(), reason); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO `+quoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
+		VALUES ($1, $2, '', now() + $3 * interval '1 millisecond')
+		ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until`,
+		r.aggregateType, r.aggregateID, wait.Milliseconds()); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // deadLetter moves a row to the dead letters.
@@ -141,6 +205,14 @@ func (s *store) deadLetter(ctx context.Context, r *row, reason string) error {
 		return fmt.Errorf("relay: moving row %d to %s: %w", r.id, s.cfg.DeadLetterTable, err)
 	}
 	return nil
+}
+
+func splitAggregates(aggs []aggregate) (types, ids []string) {
+	types, ids = make([]string, len(aggs)), make([]string, len(aggs))
+	for i, a := range aggs {
+		types[i], ids[i] = a.typ, a.id
+	}
+	return types, ids
 }
 
 // decodeRowHeaders reads the headers of r and checks the row can become a

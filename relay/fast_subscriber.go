@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -35,6 +34,7 @@ type Subscriber struct {
 	wg       sync.WaitGroup
 	stopNote context.CancelFunc
 	reasons  sync.Map // *message.Message -> failure
+	seq      int      // numbers the subscriptions: each holds leases under its own name
 }
 
 type failure struct {
@@ -76,8 +76,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if topic == AllTopics {
 		topic = ""
 	}
-	sub := &subscription{s: s, topic: topic, out: make(chan *message.Message),
-		results: make(chan result, s.cfg.BatchSize), queues: map[string]*aggQueue{}, inflight: map[int64]*row{},
+	s.seq++
+	sub := &subscription{s: s, topic: topic, holder: fmt.Sprintf("%s/%d", s.cfg.RelayID, s.seq),
+		out: make(chan *message.Message), results: make(chan result, s.cfg.BatchSize),
+		aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]bool{},
 		done: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
@@ -113,10 +115,16 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-type aggQueue struct {
-	rows     []*row
-	inflight bool
+// aggState is what a subscription holds of one aggregate.
+type aggState struct {
+	rows      []*row // claimed, not sent yet, in id order
+	inflight  bool
+	unflushed int // acked, not recorded as delivered yet
+	// idleSweeps counts the sweeps that found the aggregate idle.
+	idleSweeps int
 }
+
+func (a *aggState) idle() bool { return len(a.rows) == 0 && !a.inflight && a.unflushed == 0 }
 
 type result struct {
 	row   *row
@@ -124,21 +132,29 @@ type result struct {
 	acked bool
 }
 
-// subscription is one Subscribe call; run owns all of its state.
-type subscription struct {
-	s        *Subscriber
-	topic    string
-	out      chan *message.Message
-	results  chan result
-	queues   map[string]*aggQueue // by aggregate
-	ready    []string             // aggregates whose head can be sent
-	inflight map[int64]*row
-	held     int // rows in memory, in flight or queued
-	acks     []int64
-	done     chan struct{} // closed when run returns
+type ack struct {
+	id  int64
+	agg aggregate
 }
 
-func aggKey(r *row) string { return r.aggregateType + "\x00" + r.aggregateID }
+// subscription is one Subscribe call; run owns all of its state.
+type subscription struct {
+	s         *Subscriber
+	topic     string
+	holder    string // name of its leases
+	out       chan *message.Message
+	results   chan result
+	aggs      map[aggregate]*aggState
+	ready     []aggregate // aggregates whose next row can be sent
+	inflight  map[int64]*row
+	unflushed map[int64]bool
+	queued    int // rows claimed and not sent yet
+	acks      []ack
+	release   []aggregate // idle aggregates to give back at the next claim
+	lastSweep time.Time
+	cursor    int64 // last row id of a full claim: the next claim reads on from it
+	done      chan struct{}
+}
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
@@ -151,69 +167,99 @@ func (sub *subscription) run(ctx context.Context) {
 	renew := time.NewTicker(s.cfg.Lease / 3)
 	defer renew.Stop()
 
-	claimed := make(chan []*row, 1)
+	claimed := make(chan claimResult, 1)
 	claiming, wantClaim := false, true
 	var (
-		ackDone chan error
-		nextRow *row // the head about to be sent, and its message
-		next    *message.Message
+		ackDone   chan error
+		flushing  []ack
+		nextRow   *row // the head about to be sent, and its message
+		next      *message.Message
+		// Rows acked but not recorded yet cost only their ids: they do not
+		// count against the batch, so recording never stalls claiming.
+		held      = func() int { return sub.queued + len(sub.inflight) }
+		claimDone = func(c claimResult) {
+			claiming = false
+			if c.err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Error("Claiming outbox rows failed", c.err, nil)
+				}
+				sub.release = append(sub.release, c.release...) // try again next time
+				return
+			}
+			sub.add(c.rows)
+			// A full claim means more rows wait: go on from the last one.
+			full := len(c.rows) == c.limit
+			wantClaim = full
+			sub.cursor = 0
+			if full {
+				sub.cursor = c.rows[len(c.rows)-1].id
+			}
+		}
 	)
 	for {
-		if !claiming && wantClaim && sub.held < s.cfg.BatchSize/2+1 {
+		// Claim again as soon as a quarter of the batch has room, so that a
+		// claim is under way while the previous one is being published.
+		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
 			claiming, wantClaim = true, false
+			release := sub.takeIdle()
+			// While draining a backlog, read on from the last row taken:
+			// everything held is below it. Once caught up, look from the
+			// start again, for rows given back or committed late.
+			after, heldIDs := sub.cursor, []int64{}
+			if after == 0 {
+				heldIDs = sub.heldIDs()
+			}
 			go func(limit int) {
-				rows, err := s.store.claim(ctx, sub.topic, limit)
-				if err != nil && ctx.Err() == nil {
-					s.cfg.Logger.Error("Claiming outbox rows failed", err, nil)
-				}
-				claimed <- rows
-			}(s.cfg.BatchSize - sub.held)
+				rows, err := s.store.claim(ctx, sub.holder, sub.topic, after, limit, heldIDs, release)
+				claimed <- claimResult{rows, release, err, limit}
+			}(room)
 		}
 		if ackDone == nil && len(sub.acks) > 0 {
-			ids := sub.acks
-			sub.acks = nil
+			flushing, sub.acks = sub.acks, nil
 			ackDone = make(chan error, 1)
+			ids := ackIDs(flushing)
 			go func() { ackDone <- s.store.delivered(context.WithoutCancel(ctx), ids) }()
 		}
 		var send chan *message.Message
 		if len(sub.ready) > 0 {
-			if head := sub.queues[sub.ready[0]].rows[0]; head != nextRow {
+			if head := sub.aggs[sub.ready[0]].rows[0]; head != nextRow {
 				nextRow, next = head, sub.message(head)
 			}
 			send = sub.out
 		}
 		select {
 		case <-ctx.Done():
-			sub.shutdown(claiming, claimed, ackDone)
+			sub.shutdown(claiming, claimed, ackDone, flushing, claimDone)
 			return
 		case <-s.closing:
-			sub.shutdown(claiming, claimed, ackDone)
+			sub.shutdown(claiming, claimed, ackDone, flushing, claimDone)
 			return
 		case send <- next:
 			sub.dispatch(nextRow, next)
 			nextRow, next = nil, nil
-		case rows := <-claimed:
-			claiming = false
-			sub.add(rows)
-			// A full claim means more rows may wait.
-			wantClaim = len(rows) > 0 && len(rows) >= s.cfg.BatchSize/2
+		case c := <-claimed:
+			claimDone(c)
 		case res := <-sub.results:
-			sub.settle(ctx, res)
-		case err := <-ackDone:
-			ackDone = nil
-			if err != nil {
-				s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
+			if !res.acked && ackDone != nil {
+				// Record the acks before the failure: nothing acked comes again.
+				sub.flushed(flushing, <-ackDone)
+				ackDone, flushing = nil, nil
 			}
+			sub.settle(ctx, res)
+			if !res.acked {
+				nextRow, next = nil, nil
+			}
+		case err := <-ackDone:
+			sub.flushed(flushing, err)
+			ackDone, flushing = nil, nil
 			wantClaim = true // rows behind the acked ones may now be claimed
 		case <-wake:
 			wantClaim = true
 		case <-poll.C:
 			wantClaim = true
 		case <-renew.C:
-			if ids := sub.heldIDs(); len(ids) > 0 {
-				if err := s.store.renew(ctx, ids); err != nil {
-					s.cfg.Logger.Error("Renewing leases failed", err, nil)
-				}
+			if err := s.store.renew(ctx, sub.holder); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("Renewing leases failed", err, nil)
 			}
 		}
 	}
@@ -230,35 +276,42 @@ func (sub *subscription) message(r *row) *message.Message {
 	return msg
 }
 
+func (sub *subscription) state(a aggregate) *aggState {
+	st := sub.aggs[a]
+	if st == nil {
+		st = &aggState{}
+		sub.aggs[a] = st
+	}
+	return st
+}
+
 func (sub *subscription) add(rows []*row) {
 	for _, r := range rows {
 		if _, err := decodeRowHeaders(r); err != nil {
-			// No broker can take it: set it aside, now.
+			// No broker can take it: set it aside, now. The rest of its
+			// aggregate goes on.
 			if err := sub.s.store.deadLetter(context.Background(), r, err.Error()); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
 			}
 			continue
 		}
-		k := aggKey(r)
-		q := sub.queues[k]
-		if q == nil {
-			q = &aggQueue{}
-			sub.queues[k] = q
+		a := r.aggregate()
+		st := sub.state(a)
+		if len(st.rows) == 0 && !st.inflight {
+			sub.ready = append(sub.ready, a)
 		}
-		if len(q.rows) == 0 && !q.inflight {
-			sub.ready = append(sub.ready, k)
-		}
-		q.rows = append(q.rows, r)
-		sub.held++
+		st.rows = append(st.rows, r)
+		sub.queued++
 	}
 }
 
 func (sub *subscription) dispatch(r *row, msg *message.Message) {
-	k := sub.ready[0]
+	a := sub.ready[0]
 	sub.ready = sub.ready[1:]
-	q := sub.queues[k]
-	q.rows = q.rows[1:]
-	q.inflight = true
+	st := sub.aggs[a]
+	st.rows = st.rows[1:]
+	st.inflight = true
+	sub.queued--
 	sub.inflight[r.id] = r
 	go func() {
 		res := result{row: r, msg: msg}
@@ -271,7 +324,7 @@ func (sub *subscription) dispatch(r *row, msg *message.Message) {
 		}
 		select {
 		case sub.results <- res:
-		case <-sub.done: // too late: the row was released and will come again
+		case <-sub.done: // too late: the lease is given up and the row will come again
 		}
 	}()
 }
@@ -280,13 +333,14 @@ func (sub *subscription) dispatch(r *row, msg *message.Message) {
 func (sub *subscription) settle(ctx context.Context, res result) {
 	s := sub.s
 	r := res.row
+	a := r.aggregate()
+	st := sub.aggs[a]
 	delete(sub.inflight, r.id)
-	sub.held--
-	k := aggKey(r)
-	q := sub.queues[k]
-	q.inflight = false
+	st.inflight = false
 	if res.acked {
-		sub.acks = append(sub.acks, r.id)
+		st.unflushed++
+		sub.unflushed[r.id] = true
+		sub.acks = append(sub.acks, ack{r.id, a})
 	} else {
 		f := failure{reason: "nacked by the subscriber's consumer", countAttempt: true}
 		if v, ok := s.reasons.LoadAndDelete(res.msg); ok {
@@ -296,90 +350,136 @@ func (sub *subscription) settle(ctx context.Context, res result) {
 		if f.countAttempt {
 			attempts++
 		}
-		var err error
 		if attempts >= s.cfg.MaxAttempts {
-			err = s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts))
-		} else {
-			err = s.store.failed(ctx, r, f.countAttempt, f.reason)
-			// The rest of the aggregate waits behind the failed row; give it
-			// back so that any relay can take it in order later.
-			if err == nil && len(q.rows) > 0 {
-				err = s.store.release(ctx, rowIDs(q.rows))
-				sub.held -= len(q.rows)
-				q.rows = nil
+			if err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts)); err != nil {
+				s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
+					watermill.LogFields{"event_id": r.eventID})
+				sub.forget(a)
+				return
 			}
-		}
-		if err != nil {
-			s.cfg.Logger.Error("Recording a failed delivery failed; the lease will expire", err,
-				watermill.LogFields{"event_id": r.eventID})
-			sub.held -= len(q.rows)
-			q.rows = nil
+		} else {
+			if err := s.store.failed(ctx, r, f.countAttempt, f.reason); err != nil {
+				s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
+			}
+			// The aggregate now waits for the retry, whoever makes it.
+			sub.forget(a)
+			return
 		}
 	}
-	if len(q.rows) > 0 {
-		sub.ready = append(sub.ready, k)
-	} else {
-		delete(sub.queues, k)
+	if len(st.rows) > 0 {
+		sub.ready = append(sub.ready, a)
 	}
+}
+
+// forget drops what the subscription holds of a, unsent rows included:
+// they are not delivered, so the next claim of a takes them again.
+func (sub *subscription) forget(a aggregate) {
+	st := sub.aggs[a]
+	sub.queued -= len(st.rows)
+	st.rows = nil
+	if st.unflushed == 0 {
+		delete(sub.aggs, a)
+	}
+}
+
+// flushed takes the outcome of recording acks.
+func (sub *subscription) flushed(acks []ack, err error) {
+	if err != nil {
+		sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
+	}
+	for _, k := range acks {
+		delete(sub.unflushed, k.id)
+		if st := sub.aggs[k.agg]; st != nil {
+			st.unflushed--
+		}
+	}
+}
+
+// takeIdle removes the aggregates the subscription has not needed for a
+// while and returns them, to be released with the next claim. Keeping a
+// lease a little longer spares the lease table a release and a new lease
+// for every event of a busy aggregate.
+func (sub *subscription) takeIdle() []aggregate {
+	release := sub.release
+	sub.release = nil
+	if time.Since(sub.lastSweep) < sub.s.cfg.Lease/6 {
+		return release
+	}
+	sub.lastSweep = time.Now()
+	for a, st := range sub.aggs {
+		switch {
+		case !st.idle():
+			st.idleSweeps = 0
+		case st.idleSweeps > 0:
+			delete(sub.aggs, a)
+			release = append(release, a)
+		default:
+			st.idleSweeps++
+		}
+	}
+	return release
 }
 
 func (sub *subscription) heldIDs() []int64 {
-	ids := make([]int64, 0, sub.held)
-	for _, q := range sub.queues {
-		ids = append(ids, rowIDs(q.rows)...)
+	ids := make([]int64, 0, sub.queued+len(sub.inflight)+len(sub.unflushed))
+	for _, st := range sub.aggs {
+		for _, r := range st.rows {
+			ids = append(ids, r.id)
+		}
 	}
-	return append(ids, slicesKeys(sub.inflight)...)
+	for id := range sub.inflight {
+		ids = append(ids, id)
+	}
+	for id := range sub.unflushed {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // shutdown records the acks already received, waits briefly for messages
-// in flight, and releases every row still held.
-func (sub *subscription) shutdown(claiming bool, claimed chan []*row, ackDone chan error) {
+// in flight, and gives every lease back.
+func (sub *subscription) shutdown(claiming bool, claimed <-chan claimResult, ackDone chan error, flushing []ack, claimDone func(claimResult)) {
 	ctx := context.Background()
 	if claiming {
-		sub.add(<-claimed)
+		claimDone(<-claimed)
 	}
-	// Messages in flight may still be acked; a nacked one is released below
-	// with the rest, without counting an attempt.
+	// Messages in flight may still be acked; the others come again.
 	deadline := time.After(5 * time.Second)
 wait:
 	for outstanding := len(sub.inflight); outstanding > 0; outstanding-- {
 		select {
 		case res := <-sub.results:
 			if res.acked {
-				delete(sub.inflight, res.row.id)
-				sub.acks = append(sub.acks, res.row.id)
+				sub.acks = append(sub.acks, ack{res.row.id, res.row.aggregate()})
 			}
 		case <-deadline:
 			break wait
 		}
 	}
 	if ackDone != nil {
-		<-ackDone
+		sub.flushed(flushing, <-ackDone)
 	}
 	if len(sub.acks) > 0 {
-		if err := sub.s.store.delivered(ctx, sub.acks); err != nil {
+		if err := sub.s.store.delivered(ctx, ackIDs(sub.acks)); err != nil {
 			sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
 		}
 	}
-	if ids := sub.heldIDs(); len(ids) > 0 {
-		if err := sub.s.store.release(ctx, ids); err != nil {
-			sub.s.cfg.Logger.Error("Releasing held rows failed; their leases will expire", err, nil)
-		}
+	if err := sub.s.store.releaseAll(ctx, sub.holder); err != nil {
+		sub.s.cfg.Logger.Error("Giving leases back failed; they will expire", err, nil)
 	}
 }
 
-func rowIDs(rows []*row) []int64 {
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.id
+type claimResult struct {
+	rows    []*row
+	release []aggregate
+	err     error
+	limit   int
+}
+
+func ackIDs(acks []ack) []int64 {
+	ids := make([]int64, len(acks))
+	for i, a := range acks {
+		ids[i] = a.id
 	}
 	return ids
-}
-
-func slicesKeys(m map[int64]*row) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range maps.Keys(m) {
-		out = append(out, k)
-	}
-	return out
 }

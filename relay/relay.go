@@ -49,8 +49,8 @@ type Config struct {
 	// RetryInterval is how long a failed publish waits before it is tried
 	// again; 1 s when zero.
 	RetryInterval time.Duration
-	// BatchSize is how many rows are read at once; 1000 (fast) or 100
-	// (compatible) when zero.
+	// BatchSize is how many rows are held at once (fast) or read at once
+	// (compatible); 2000 or 100 when zero.
 	BatchSize int
 	// Concurrency bounds the publishes in flight (fast path); 256 when zero.
 	Concurrency int
@@ -97,7 +97,7 @@ func (c *Config) setDefaults() {
 		c.RetryInterval = time.Second
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 1000
+		c.BatchSize = 2000
 		if c.Path == PathCompatible {
 			c.BatchSize = 100
 		}

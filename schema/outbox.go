@@ -53,13 +53,12 @@ func (Outbox) Fields() []ent.Field {
 			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
 			Annotations(entsql.DefaultExpr("pg_current_xact_id()")),
 		// Delivery state, owned by the relay.
+		// Which relay holds which aggregate lives in the relay's own lease
+		// table, so claiming rows never rewrites them.
 		field.Time("available_at").Default(time.Now).
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")).
-			Comment("not relayed before this time; pushed back after a failed publish"),
-		field.Int("attempts").Default(0).NonNegative(),
-		field.Time("claimed_until").Optional().Nillable().
-			Comment("lease of the relay that claimed the row; expired leases return the row"),
-		field.String("claimed_by").Optional(),
+			Comment("when the relay tries the event next: pushed back after a failed publish"),
+		field.Int("attempts").Default(0).NonNegative().Comment("failed publishes so far"),
 		field.Time("delivered_at").Optional().Nillable().
 			Comment("set when the broker acknowledged the message"),
 		field.Text("last_error").Optional(),
@@ -67,24 +66,19 @@ func (Outbox) Fields() []ent.Field {
 }
 
 // Indexes keep the relay's queries on undelivered rows cheap while the table
-// retains millions of delivered ones.
+// retains millions of delivered ones, and are few: each costs every write.
 func (Outbox) Indexes() []ent.Index {
 	return []ent.Index{
-		// The fast relay claims undelivered rows in id order...
+		// The fast relay claims undelivered rows in id order; the index stays
+		// small however many delivered rows are retained.
 		index.Fields("id").
 			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
 			StorageKey("outbox_events_pending"),
-		// ...and checks that no earlier row of the same aggregate is held
-		// or backing off; both stay small however many delivered rows are
-		// retained.
-		index.Fields("aggregate_type", "aggregate_id", "id").
-			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
-			StorageKey("outbox_events_pending_aggregate"),
+		// The compatible (watermill-sql) path reads in commit order.
 		index.Fields("transaction_id", "id").StorageKey("outbox_events_commit_order"),
-		index.Fields("delivered_at").
-			Annotations(entsql.IndexWhere("delivered_at IS NOT NULL")).
-			StorageKey("outbox_events_delivered"),
-		index.Fields("aggregate_type", "aggregate_id", "id").StorageKey("outbox_events_aggregate"),
+		// No more: every index is written again when a row is marked
+		// delivered (delivered_at is in the pending index's predicate, so
+		// that update is never HOT). Retention cleanup walks the primary key.
 	}
 }
 

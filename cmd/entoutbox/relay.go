@@ -77,7 +77,7 @@ Brokers, by URL:
 	f.StringVar(&cfg.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
-	f.IntVar(&cfg.BatchSize, "batch-size", 0, "rows claimed at once (default 1000 fast, 100 compatible)")
+	f.IntVar(&cfg.BatchSize, "batch-size", 0, "rows held at once (default 2000 fast, 100 compatible)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 256, "publishes in flight at once (fast path)")
 	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a claim lasts unrenewed; a dead relay's rows come back after it (fast path)")
 	f.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN for notifications, only poll (e.g. behind PgBouncer)")

@@ -11,15 +11,16 @@ import (
 )
 
 // Delete removes rows of table whose timeColumn is before cutoff, batch
-// rows per statement, until none is left or ctx ends. It skips rows locked
-// by others (they are picked up by the next run) and returns how many rows
-// it deleted.
+// rows per statement, oldest id first, until none is left or ctx ends. Rows
+// age in id order, so walking the primary key finds them without an index
+// of their own. It skips rows locked by others (they are picked up by the
+// next run) and returns how many rows it deleted.
 func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
 	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (
-		SELECT id FROM %[1]s WHERE %[2]s < $1 ORDER BY %[2]s LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		SELECT id FROM %[1]s WHERE %[2]s < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		quoteIdent(table), quoteIdent(timeColumn))
 	var total int64
 	for {

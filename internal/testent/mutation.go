@@ -2206,8 +2206,6 @@ type OutboxMutation struct {
 	available_at      *time.Time
 	attempts          *int
 	addattempts       *int
-	claimed_until     *time.Time
-	claimed_by        *string
 	delivered_at      *time.Time
 	last_error        *string
 	clearedFields     map[string]struct{}
@@ -2854,104 +2852,6 @@ func (m *OutboxMutation) ResetAttempts() {
 	m.addattempts = nil
 }
 
-// SetClaimedUntil sets the "claimed_until" field.
-func (m *OutboxMutation) SetClaimedUntil(t time.Time) {
-	m.claimed_until = &t
-}
-
-// ClaimedUntil returns the value of the "claimed_until" field in the mutation.
-func (m *OutboxMutation) ClaimedUntil() (r time.Time, exists bool) {
-	v := m.claimed_until
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldClaimedUntil returns the old "claimed_until" field's value of the Outbox entity.
-// If the Outbox object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *OutboxMutation) OldClaimedUntil(ctx context.Context) (v *time.Time, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldClaimedUntil is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldClaimedUntil requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldClaimedUntil: %w", err)
-	}
-	return oldValue.ClaimedUntil, nil
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (m *OutboxMutation) ClearClaimedUntil() {
-	m.claimed_until = nil
-	m.clearedFields[outbox.FieldClaimedUntil] = struct{}{}
-}
-
-// ClaimedUntilCleared returns if the "claimed_until" field was cleared in this mutation.
-func (m *OutboxMutation) ClaimedUntilCleared() bool {
-	_, ok := m.clearedFields[outbox.FieldClaimedUntil]
-	return ok
-}
-
-// ResetClaimedUntil resets all changes to the "claimed_until" field.
-func (m *OutboxMutation) ResetClaimedUntil() {
-	m.claimed_until = nil
-	delete(m.clearedFields, outbox.FieldClaimedUntil)
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (m *OutboxMutation) SetClaimedBy(s string) {
-	m.claimed_by = &s
-}
-
-// ClaimedBy returns the value of the "claimed_by" field in the mutation.
-func (m *OutboxMutation) ClaimedBy() (r string, exists bool) {
-	v := m.claimed_by
-	if v == nil {
-		return
-	}
-	return *v, true
-}
-
-// OldClaimedBy returns the old "claimed_by" field's value of the Outbox entity.
-// If the Outbox object wasn't provided to the builder, the object is fetched from the database.
-// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
-func (m *OutboxMutation) OldClaimedBy(ctx context.Context) (v string, err error) {
-	if !m.op.Is(OpUpdateOne) {
-		return v, errors.New("OldClaimedBy is only allowed on UpdateOne operations")
-	}
-	if m.id == nil || m.oldValue == nil {
-		return v, errors.New("OldClaimedBy requires an ID field in the mutation")
-	}
-	oldValue, err := m.oldValue(ctx)
-	if err != nil {
-		return v, fmt.Errorf("querying old value for OldClaimedBy: %w", err)
-	}
-	return oldValue.ClaimedBy, nil
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (m *OutboxMutation) ClearClaimedBy() {
-	m.claimed_by = nil
-	m.clearedFields[outbox.FieldClaimedBy] = struct{}{}
-}
-
-// ClaimedByCleared returns if the "claimed_by" field was cleared in this mutation.
-func (m *OutboxMutation) ClaimedByCleared() bool {
-	_, ok := m.clearedFields[outbox.FieldClaimedBy]
-	return ok
-}
-
-// ResetClaimedBy resets all changes to the "claimed_by" field.
-func (m *OutboxMutation) ResetClaimedBy() {
-	m.claimed_by = nil
-	delete(m.clearedFields, outbox.FieldClaimedBy)
-}
-
 // SetDeliveredAt sets the "delivered_at" field.
 func (m *OutboxMutation) SetDeliveredAt(t time.Time) {
 	m.delivered_at = &t
@@ -3084,7 +2984,7 @@ func (m *OutboxMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *OutboxMutation) Fields() []string {
-	fields := make([]string, 0, 16)
+	fields := make([]string, 0, 14)
 	if m.event_id != nil {
 		fields = append(fields, outbox.FieldEventID)
 	}
@@ -3120,12 +3020,6 @@ func (m *OutboxMutation) Fields() []string {
 	}
 	if m.attempts != nil {
 		fields = append(fields, outbox.FieldAttempts)
-	}
-	if m.claimed_until != nil {
-		fields = append(fields, outbox.FieldClaimedUntil)
-	}
-	if m.claimed_by != nil {
-		fields = append(fields, outbox.FieldClaimedBy)
 	}
 	if m.delivered_at != nil {
 		fields = append(fields, outbox.FieldDeliveredAt)
@@ -3165,10 +3059,6 @@ func (m *OutboxMutation) Field(name string) (ent.Value, bool) {
 		return m.AvailableAt()
 	case outbox.FieldAttempts:
 		return m.Attempts()
-	case outbox.FieldClaimedUntil:
-		return m.ClaimedUntil()
-	case outbox.FieldClaimedBy:
-		return m.ClaimedBy()
 	case outbox.FieldDeliveredAt:
 		return m.DeliveredAt()
 	case outbox.FieldLastError:
@@ -3206,10 +3096,6 @@ func (m *OutboxMutation) OldField(ctx context.Context, name string) (ent.Value, 
 		return m.OldAvailableAt(ctx)
 	case outbox.FieldAttempts:
 		return m.OldAttempts(ctx)
-	case outbox.FieldClaimedUntil:
-		return m.OldClaimedUntil(ctx)
-	case outbox.FieldClaimedBy:
-		return m.OldClaimedBy(ctx)
 	case outbox.FieldDeliveredAt:
 		return m.OldDeliveredAt(ctx)
 	case outbox.FieldLastError:
@@ -3307,20 +3193,6 @@ func (m *OutboxMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetAttempts(v)
 		return nil
-	case outbox.FieldClaimedUntil:
-		v, ok := value.(time.Time)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetClaimedUntil(v)
-		return nil
-	case outbox.FieldClaimedBy:
-		v, ok := value.(string)
-		if !ok {
-			return fmt.Errorf("unexpected type %T for field %s", value, name)
-		}
-		m.SetClaimedBy(v)
-		return nil
 	case outbox.FieldDeliveredAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -3410,12 +3282,6 @@ func (m *OutboxMutation) ClearedFields() []string {
 	if m.FieldCleared(outbox.FieldTransactionID) {
 		fields = append(fields, outbox.FieldTransactionID)
 	}
-	if m.FieldCleared(outbox.FieldClaimedUntil) {
-		fields = append(fields, outbox.FieldClaimedUntil)
-	}
-	if m.FieldCleared(outbox.FieldClaimedBy) {
-		fields = append(fields, outbox.FieldClaimedBy)
-	}
 	if m.FieldCleared(outbox.FieldDeliveredAt) {
 		fields = append(fields, outbox.FieldDeliveredAt)
 	}
@@ -3441,12 +3307,6 @@ func (m *OutboxMutation) ClearField(name string) error {
 		return nil
 	case outbox.FieldTransactionID:
 		m.ClearTransactionID()
-		return nil
-	case outbox.FieldClaimedUntil:
-		m.ClearClaimedUntil()
-		return nil
-	case outbox.FieldClaimedBy:
-		m.ClearClaimedBy()
 		return nil
 	case outbox.FieldDeliveredAt:
 		m.ClearDeliveredAt()
@@ -3497,12 +3357,6 @@ func (m *OutboxMutation) ResetField(name string) error {
 		return nil
 	case outbox.FieldAttempts:
 		m.ResetAttempts()
-		return nil
-	case outbox.FieldClaimedUntil:
-		m.ResetClaimedUntil()
-		return nil
-	case outbox.FieldClaimedBy:
-		m.ResetClaimedBy()
 		return nil
 	case outbox.FieldDeliveredAt:
 		m.ResetDeliveredAt()

@@ -126,34 +126,6 @@ func (_c *OutboxCreate) SetNillableAttempts(v *int) *OutboxCreate {
 	return _c
 }
 
-// SetClaimedUntil sets the "claimed_until" field.
-func (_c *OutboxCreate) SetClaimedUntil(v time.Time) *OutboxCreate {
-	_c.mutation.SetClaimedUntil(v)
-	return _c
-}
-
-// SetNillableClaimedUntil sets the "claimed_until" field if the given value is not nil.
-func (_c *OutboxCreate) SetNillableClaimedUntil(v *time.Time) *OutboxCreate {
-	if v != nil {
-		_c.SetClaimedUntil(*v)
-	}
-	return _c
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (_c *OutboxCreate) SetClaimedBy(v string) *OutboxCreate {
-	_c.mutation.SetClaimedBy(v)
-	return _c
-}
-
-// SetNillableClaimedBy sets the "claimed_by" field if the given value is not nil.
-func (_c *OutboxCreate) SetNillableClaimedBy(v *string) *OutboxCreate {
-	if v != nil {
-		_c.SetClaimedBy(*v)
-	}
-	return _c
-}
-
 // SetDeliveredAt sets the "delivered_at" field.
 func (_c *OutboxCreate) SetDeliveredAt(v time.Time) *OutboxCreate {
 	_c.mutation.SetDeliveredAt(v)
@@ -358,14 +330,6 @@ func (_c *OutboxCreate) createSpec() (*Outbox, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Attempts(); ok {
 		_spec.SetField(outbox.FieldAttempts, field.TypeInt, value)
 		_node.Attempts = value
-	}
-	if value, ok := _c.mutation.ClaimedUntil(); ok {
-		_spec.SetField(outbox.FieldClaimedUntil, field.TypeTime, value)
-		_node.ClaimedUntil = &value
-	}
-	if value, ok := _c.mutation.ClaimedBy(); ok {
-		_spec.SetField(outbox.FieldClaimedBy, field.TypeString, value)
-		_node.ClaimedBy = value
 	}
 	if value, ok := _c.mutation.DeliveredAt(); ok {
 		_spec.SetField(outbox.FieldDeliveredAt, field.TypeTime, value)

@@ -75,46 +75,6 @@ func (_u *OutboxUpdate) AddAttempts(v int) *OutboxUpdate {
 	return _u
 }
 
-// SetClaimedUntil sets the "claimed_until" field.
-func (_u *OutboxUpdate) SetClaimedUntil(v time.Time) *OutboxUpdate {
-	_u.mutation.SetClaimedUntil(v)
-	return _u
-}
-
-// SetNillableClaimedUntil sets the "claimed_until" field if the given value is not nil.
-func (_u *OutboxUpdate) SetNillableClaimedUntil(v *time.Time) *OutboxUpdate {
-	if v != nil {
-		_u.SetClaimedUntil(*v)
-	}
-	return _u
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (_u *OutboxUpdate) ClearClaimedUntil() *OutboxUpdate {
-	_u.mutation.ClearClaimedUntil()
-	return _u
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (_u *OutboxUpdate) SetClaimedBy(v string) *OutboxUpdate {
-	_u.mutation.SetClaimedBy(v)
-	return _u
-}
-
-// SetNillableClaimedBy sets the "claimed_by" field if the given value is not nil.
-func (_u *OutboxUpdate) SetNillableClaimedBy(v *string) *OutboxUpdate {
-	if v != nil {
-		_u.SetClaimedBy(*v)
-	}
-	return _u
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (_u *OutboxUpdate) ClearClaimedBy() *OutboxUpdate {
-	_u.mutation.ClearClaimedBy()
-	return _u
-}
-
 // SetDeliveredAt sets the "delivered_at" field.
 func (_u *OutboxUpdate) SetDeliveredAt(v time.Time) *OutboxUpdate {
 	_u.mutation.SetDeliveredAt(v)
@@ -227,18 +187,6 @@ func (_u *OutboxUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(outbox.FieldAttempts, field.TypeInt, value)
 	}
-	if value, ok := _u.mutation.ClaimedUntil(); ok {
-		_spec.SetField(outbox.FieldClaimedUntil, field.TypeTime, value)
-	}
-	if _u.mutation.ClaimedUntilCleared() {
-		_spec.ClearField(outbox.FieldClaimedUntil, field.TypeTime)
-	}
-	if value, ok := _u.mutation.ClaimedBy(); ok {
-		_spec.SetField(outbox.FieldClaimedBy, field.TypeString, value)
-	}
-	if _u.mutation.ClaimedByCleared() {
-		_spec.ClearField(outbox.FieldClaimedBy, field.TypeString)
-	}
 	if value, ok := _u.mutation.DeliveredAt(); ok {
 		_spec.SetField(outbox.FieldDeliveredAt, field.TypeTime, value)
 	}
@@ -315,46 +263,6 @@ func (_u *OutboxUpdateOne) SetNillableAttempts(v *int) *OutboxUpdateOne {
 // AddAttempts adds value to the "attempts" field.
 func (_u *OutboxUpdateOne) AddAttempts(v int) *OutboxUpdateOne {
 	_u.mutation.AddAttempts(v)
-	return _u
-}
-
-// SetClaimedUntil sets the "claimed_until" field.
-func (_u *OutboxUpdateOne) SetClaimedUntil(v time.Time) *OutboxUpdateOne {
-	_u.mutation.SetClaimedUntil(v)
-	return _u
-}
-
-// SetNillableClaimedUntil sets the "claimed_until" field if the given value is not nil.
-func (_u *OutboxUpdateOne) SetNillableClaimedUntil(v *time.Time) *OutboxUpdateOne {
-	if v != nil {
-		_u.SetClaimedUntil(*v)
-	}
-	return _u
-}
-
-// ClearClaimedUntil clears the value of the "claimed_until" field.
-func (_u *OutboxUpdateOne) ClearClaimedUntil() *OutboxUpdateOne {
-	_u.mutation.ClearClaimedUntil()
-	return _u
-}
-
-// SetClaimedBy sets the "claimed_by" field.
-func (_u *OutboxUpdateOne) SetClaimedBy(v string) *OutboxUpdateOne {
-	_u.mutation.SetClaimedBy(v)
-	return _u
-}
-
-// SetNillableClaimedBy sets the "claimed_by" field if the given value is not nil.
-func (_u *OutboxUpdateOne) SetNillableClaimedBy(v *string) *OutboxUpdateOne {
-	if v != nil {
-		_u.SetClaimedBy(*v)
-	}
-	return _u
-}
-
-// ClearClaimedBy clears the value of the "claimed_by" field.
-func (_u *OutboxUpdateOne) ClearClaimedBy() *OutboxUpdateOne {
-	_u.mutation.ClearClaimedBy()
 	return _u
 }
 
@@ -499,18 +407,6 @@ func (_u *OutboxUpdateOne) sqlSave(ctx context.Context) (_node *Outbox, err erro
 	}
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(outbox.FieldAttempts, field.TypeInt, value)
-	}
-	if value, ok := _u.mutation.ClaimedUntil(); ok {
-		_spec.SetField(outbox.FieldClaimedUntil, field.TypeTime, value)
-	}
-	if _u.mutation.ClaimedUntilCleared() {
-		_spec.ClearField(outbox.FieldClaimedUntil, field.TypeTime)
-	}
-	if value, ok := _u.mutation.ClaimedBy(); ok {
-		_spec.SetField(outbox.FieldClaimedBy, field.TypeString, value)
-	}
-	if _u.mutation.ClaimedByCleared() {
-		_spec.ClearField(outbox.FieldClaimedBy, field.TypeString)
 	}
 	if value, ok := _u.mutation.DeliveredAt(); ok {
 		_spec.SetField(outbox.FieldDeliveredAt, field.TypeTime, value)

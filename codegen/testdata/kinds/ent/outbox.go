@@ -39,14 +39,10 @@ type Outbox struct {
 	CreatedAt time.Time `json:"created_at,omitempty"`
 	// TransactionID holds the value of the "transaction_id" field.
 	TransactionID uint64 `json:"transaction_id,omitempty"`
-	// not relayed before this time; pushed back after a failed publish
+	// when the relay tries the event next: pushed back after a failed publish
 	AvailableAt time.Time `json:"available_at,omitempty"`
-	// Attempts holds the value of the "attempts" field.
+	// failed publishes so far
 	Attempts int `json:"attempts,omitempty"`
-	// lease of the relay that claimed the row; expired leases return the row
-	ClaimedUntil *time.Time `json:"claimed_until,omitempty"`
-	// ClaimedBy holds the value of the "claimed_by" field.
-	ClaimedBy string `json:"claimed_by,omitempty"`
 	// set when the broker acknowledged the message
 	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
 	// LastError holds the value of the "last_error" field.
@@ -63,9 +59,9 @@ func (*Outbox) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case outbox.FieldID, outbox.FieldEventVersion, outbox.FieldTransactionID, outbox.FieldAttempts:
 			values[i] = new(sql.NullInt64)
-		case outbox.FieldEventName, outbox.FieldTopic, outbox.FieldAggregateType, outbox.FieldAggregateID, outbox.FieldClaimedBy, outbox.FieldLastError:
+		case outbox.FieldEventName, outbox.FieldTopic, outbox.FieldAggregateType, outbox.FieldAggregateID, outbox.FieldLastError:
 			values[i] = new(sql.NullString)
-		case outbox.FieldCreatedAt, outbox.FieldAvailableAt, outbox.FieldClaimedUntil, outbox.FieldDeliveredAt:
+		case outbox.FieldCreatedAt, outbox.FieldAvailableAt, outbox.FieldDeliveredAt:
 			values[i] = new(sql.NullTime)
 		case outbox.FieldEventID:
 			values[i] = new(uuid.UUID)
@@ -166,19 +162,6 @@ func (_m *Outbox) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.Attempts = int(value.Int64)
 			}
-		case outbox.FieldClaimedUntil:
-			if value, ok := values[i].(*sql.NullTime); !ok {
-				return fmt.Errorf("unexpected type %T for field claimed_until", values[i])
-			} else if value.Valid {
-				_m.ClaimedUntil = new(time.Time)
-				*_m.ClaimedUntil = value.Time
-			}
-		case outbox.FieldClaimedBy:
-			if value, ok := values[i].(*sql.NullString); !ok {
-				return fmt.Errorf("unexpected type %T for field claimed_by", values[i])
-			} else if value.Valid {
-				_m.ClaimedBy = value.String
-			}
 		case outbox.FieldDeliveredAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field delivered_at", values[i])
@@ -263,14 +246,6 @@ func (_m *Outbox) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("attempts=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Attempts))
-	builder.WriteString(", ")
-	if v := _m.ClaimedUntil; v != nil {
-		builder.WriteString("claimed_until=")
-		builder.WriteString(v.Format(time.ANSIC))
-	}
-	builder.WriteString(", ")
-	builder.WriteString("claimed_by=")
-	builder.WriteString(_m.ClaimedBy)
 	builder.WriteString(", ")
 	if v := _m.DeliveredAt; v != nil {
 		builder.WriteString("delivered_at=")

@@ -35,8 +35,6 @@ var (
 		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
 		{Name: "available_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 		{Name: "attempts", Type: field.TypeInt, Default: 0},
-		{Name: "claimed_until", Type: field.TypeTime, Nullable: true},
-		{Name: "claimed_by", Type: field.TypeString, Nullable: true},
 		{Name: "delivered_at", Type: field.TypeTime, Nullable: true},
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
@@ -55,30 +53,9 @@ var (
 				},
 			},
 			{
-				Name:    "outbox_events_pending_aggregate",
-				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[5], OutboxEventsColumns[6], OutboxEventsColumns[0]},
-				Annotation: &entsql.IndexAnnotation{
-					Where: "delivered_at IS NULL",
-				},
-			},
-			{
 				Name:    "outbox_events_commit_order",
 				Unique:  false,
 				Columns: []*schema.Column{OutboxEventsColumns[10], OutboxEventsColumns[0]},
-			},
-			{
-				Name:    "outbox_events_delivered",
-				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[15]},
-				Annotation: &entsql.IndexAnnotation{
-					Where: "delivered_at IS NOT NULL",
-				},
-			},
-			{
-				Name:    "outbox_events_aggregate",
-				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[5], OutboxEventsColumns[6], OutboxEventsColumns[0]},
 			},
 		},
 	}

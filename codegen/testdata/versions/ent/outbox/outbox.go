@@ -37,10 +37,6 @@ const (
 	FieldAvailableAt = "available_at"
 	// FieldAttempts holds the string denoting the attempts field in the database.
 	FieldAttempts = "attempts"
-	// FieldClaimedUntil holds the string denoting the claimed_until field in the database.
-	FieldClaimedUntil = "claimed_until"
-	// FieldClaimedBy holds the string denoting the claimed_by field in the database.
-	FieldClaimedBy = "claimed_by"
 	// FieldDeliveredAt holds the string denoting the delivered_at field in the database.
 	FieldDeliveredAt = "delivered_at"
 	// FieldLastError holds the string denoting the last_error field in the database.
@@ -64,8 +60,6 @@ var Columns = []string{
 	FieldTransactionID,
 	FieldAvailableAt,
 	FieldAttempts,
-	FieldClaimedUntil,
-	FieldClaimedBy,
 	FieldDeliveredAt,
 	FieldLastError,
 }
@@ -149,16 +143,6 @@ func ByAvailableAt(opts ...sql.OrderTermOption) OrderOption {
 // ByAttempts orders the results by the attempts field.
 func ByAttempts(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldAttempts, opts...).ToFunc()
-}
-
-// ByClaimedUntil orders the results by the claimed_until field.
-func ByClaimedUntil(opts ...sql.OrderTermOption) OrderOption {
-	return sql.OrderByField(FieldClaimedUntil, opts...).ToFunc()
-}
-
-// ByClaimedBy orders the results by the claimed_by field.
-func ByClaimedBy(opts ...sql.OrderTermOption) OrderOption {
-	return sql.OrderByField(FieldClaimedBy, opts...).ToFunc()
 }
 
 // ByDeliveredAt orders the results by the delivered_at field.
