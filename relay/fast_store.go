@@ -43,8 +43,8 @@ type store struct {
 	// claimLock serialises the claims of every relay on the table, so that
 	// two replicas never lease one aggregate at the same time.
 	claimLock int64
-	initOnce  sync.Once
-	initErr   error
+	initMu    sync.Mutex
+	initDone  bool
 }
 
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
@@ -53,21 +53,26 @@ func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 	return &store{db: db, cfg: cfg, leases: cfg.Table + "_leases", claimLock: int64(h.Sum64() >> 1)}
 }
 
-// init creates the lease table once, under the claim lock so that relays
-// starting together do not race on it.
+// init creates the lease table, under the claim lock so that relays
+// starting together do not race on it. A failure is tried again at the
+// next claim.
 func (s *store) init(ctx context.Context) error {
-	s.initOnce.Do(func() {
-		s.initErr = s.inClaimLock(ctx, func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+quoteIdent(s.leases)+` (
-				aggregate_type text NOT NULL,
-				aggregate_id text NOT NULL,
-				relay text NOT NULL,
-				until timestamptz NOT NULL,
-				PRIMARY KEY (aggregate_type, aggregate_id))`)
-			return err
-		})
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
+	if s.initDone {
+		return nil
+	}
+	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+quoteIdent(s.leases)+` (
+			aggregate_type text NOT NULL,
+			aggregate_id text NOT NULL,
+			relay text NOT NULL,
+			until timestamptz NOT NULL,
+			PRIMARY KEY (aggregate_type, aggregate_id))`)
+		return err
 	})
-	return s.initErr
+	s.initDone = err == nil
+	return err
 }
 
 func (s *store) inClaimLock(ctx context.Context, fn func(*sql.Tx) error) error {

@@ -153,12 +153,13 @@ type subscription struct {
 	release   []aggregate // idle aggregates to give back at the next claim
 	lastSweep time.Time
 	cursor    int64 // last row id of a full claim: the next claim reads on from it
+	ctx       context.Context
 	done      chan struct{}
 }
 
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
-	defer close(sub.out)
+	sub.ctx = ctx
 	defer close(sub.done)
 	wake := s.notifier.add()
 	defer s.notifier.remove(wake)
@@ -170,10 +171,10 @@ func (sub *subscription) run(ctx context.Context) {
 	claimed := make(chan claimResult, 1)
 	claiming, wantClaim := false, true
 	var (
-		ackDone   chan error
-		flushing  []ack
-		nextRow   *row // the head about to be sent, and its message
-		next      *message.Message
+		ackDone  chan error
+		flushing []ack
+		nextRow  *row // the head about to be sent, and its message
+		next     *message.Message
 		// Rows acked but not recorded yet cost only their ids: they do not
 		// count against the batch, so recording never stalls claiming.
 		held      = func() int { return sub.queued + len(sub.inflight) }
@@ -313,7 +314,12 @@ func (sub *subscription) dispatch(r *row, msg *message.Message) {
 	st.inflight = true
 	sub.queued--
 	sub.inflight[r.id] = r
+	// The message's context ends once it is acked or nacked, as Watermill
+	// subscribers do.
+	mctx, cancel := context.WithCancel(sub.ctx)
+	msg.SetContext(mctx)
 	go func() {
+		defer cancel()
 		res := result{row: r, msg: msg}
 		select {
 		case <-msg.Acked():
@@ -439,12 +445,13 @@ func (sub *subscription) heldIDs() []int64 {
 // shutdown records the acks already received, waits briefly for messages
 // in flight, and gives every lease back.
 func (sub *subscription) shutdown(claiming bool, claimed <-chan claimResult, ackDone chan error, flushing []ack, claimDone func(claimResult)) {
+	close(sub.out) // nothing more is sent
 	ctx := context.Background()
 	if claiming {
 		claimDone(<-claimed)
 	}
 	// Messages in flight may still be acked; the others come again.
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(2 * time.Second)
 wait:
 	for outstanding := len(sub.inflight); outstanding > 0; outstanding-- {
 		select {
