@@ -70,7 +70,7 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, reason); err != nil {
+		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, reason, 0); err != nil {
 			return nil, fmt.Errorf("relay: moving row %d to %s: %w", id, r.cfg.DeadLetterTable, err)
 		}
 		r.cfg.Logger.Error("Outbox row set aside as a dead letter", fmt.Errorf("%s", reason),

@@ -1,12 +1,13 @@
 package relay
 
 // deadLetterQuery moves outbox row $1 to the dead-letter table with reason
-// $2, in one statement: the row is never in both tables, nor in neither.
+// $2 and at least $3 attempts, in one statement: the row is never in both
+// tables, nor in neither.
 func deadLetterQuery(table, deadLetterTable string) string {
 	return `WITH moved AS (DELETE FROM ` + quoteIdent(table) + ` WHERE id = $1 RETURNING *)
 		INSERT INTO ` + quoteIdent(deadLetterTable) + ` (event_id, source, event_name, event_version, topic,
 			aggregate_type, aggregate_id, payload, headers, reason, attempts, created_at)
 		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id,
-			convert_to(payload::text, 'UTF8'), headers, $2, attempts, now()
+			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
 		FROM moved`
 }

@@ -204,9 +204,9 @@ func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason st
 	return tx.Commit()
 }
 
-// deadLetter moves a row to the dead letters.
-func (s *store) deadLetter(ctx context.Context, r *row, reason string) error {
-	if _, err := s.db.ExecContext(ctx, deadLetterQuery(s.cfg.Table, s.cfg.DeadLetterTable), r.id, reason); err != nil {
+// deadLetter moves a row to the dead letters after attempts tries.
+func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts int) error {
+	if _, err := s.db.ExecContext(ctx, deadLetterQuery(s.cfg.Table, s.cfg.DeadLetterTable), r.id, reason, attempts); err != nil {
 		return fmt.Errorf("relay: moving row %d to %s: %w", r.id, s.cfg.DeadLetterTable, err)
 	}
 	return nil

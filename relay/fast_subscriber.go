@@ -291,7 +291,7 @@ func (sub *subscription) add(rows []*row) {
 		if _, err := decodeRowHeaders(r); err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
-			if err := sub.s.store.deadLetter(context.Background(), r, err.Error()); err != nil {
+			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
 			}
 			continue
@@ -357,7 +357,7 @@ func (sub *subscription) settle(ctx context.Context, res result) {
 			attempts++
 		}
 		if attempts >= s.cfg.MaxAttempts {
-			if err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts)); err != nil {
+			if err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), attempts); err != nil {
 				s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
 					watermill.LogFields{"event_id": r.eventID})
 				sub.forget(a)

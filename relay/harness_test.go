@@ -30,11 +30,18 @@ type emitted struct {
 // aggregates, and rolls back every rollbackEvery-th transaction (0: none).
 func emitOrders(t *testing.T, client *testent.Client, n, aggregates, rollbackEvery int) emitted {
 	t.Helper()
+	return emitOrdersAs(t, client, "order", n, aggregates, rollbackEvery)
+}
+
+// emitOrdersAs is emitOrders with aggregate ids of its own, for emitters
+// running side by side.
+func emitOrdersAs(t *testing.T, client *testent.Client, prefix string, n, aggregates, rollbackEvery int) emitted {
+	t.Helper()
 	ctx := context.Background()
 	e := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
 	errRollback := errors.New("rolled back on purpose")
 	for i := 1; i <= n; i++ {
-		agg := fmt.Sprintf("order-%d", i%aggregates)
+		agg := fmt.Sprintf("%s-%d", prefix, i%aggregates)
 		id := uuid.New()
 		rollback := rollbackEvery > 0 && i%rollbackEvery == 0
 		err := client.WithTx(ctx, func(tx *testent.Tx) error {
@@ -177,4 +184,21 @@ func waitDelivered(t *testing.T, b *emitBundle, deadLetters int64) {
 		require.NoError(t, err)
 		return backlog.Pending == 0 && backlog.DeadLetters == deadLetters
 	}, 30*time.Second, 20*time.Millisecond, "rows still pending")
+}
+
+// firstSeen is, per aggregate, the order in which event ids first arrived.
+func (r *received) firstSeen() map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string][]string{}
+	seen := map[string]bool{}
+	for agg, ids := range r.perAggregate {
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				out[agg] = append(out[agg], id)
+			}
+		}
+	}
+	return out
 }

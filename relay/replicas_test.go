@@ -1,0 +1,119 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Three fast relays share the outbox while one of them is killed with
+// SIGKILL every second and started again, during a stream of committed and
+// rolled-back transactions from four writers: every committed event
+// arrives, none that rolled back, and each aggregate's events first arrive
+// in commit order. ENTOUTBOX_REPLICA_EVENTS sets the stream's size (the
+// issue's run is 100000).
+func TestThreeReplicasWithKills(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCommand()
+	require.NoError(t, err)
+	total := 4000
+	if v := os.Getenv("ENTOUTBOX_REPLICA_EVENTS"); v != "" {
+		total, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	const natsURL = "nats://127.0.0.1:4222"
+	b := setupEmit(t)
+	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	start := func(i int) *exec.Cmd {
+		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", "2s",
+			"--poll-interval", "50ms", "--retry-interval", "50ms", "--relay-id", fmt.Sprintf("replica-%d", i), "--log-level", "error")
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		return cmd
+	}
+	replicas := []*exec.Cmd{start(0), start(1), start(2)}
+	t.Cleanup(func() {
+		for _, r := range replicas {
+			_ = r.Process.Kill()
+			_ = r.Wait()
+		}
+	})
+
+	// Four writers, each with aggregates of its own; one transaction in
+	// five rolls back.
+	var (
+		mu   sync.Mutex
+		want = emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+		wg   sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			e := emitOrdersAs(t, b.client, fmt.Sprintf("w%d", w), total/4, 50, 5)
+			mu.Lock()
+			defer mu.Unlock()
+			for id := range e.ids {
+				want.ids[id] = true
+			}
+			for id := range e.rolledBack {
+				want.rolledBack[id] = true
+			}
+			for agg, ids := range e.perAggregate {
+				want.perAggregate[agg] = ids
+			}
+		})
+	}
+	emitting := make(chan struct{})
+	go func() { wg.Wait(); close(emitting) }()
+
+	kills := 0
+	for done := false; !done; {
+		select {
+		case <-emitting:
+			done = true
+		case <-time.After(time.Second):
+			i := rand.IntN(len(replicas))
+			require.NoError(t, replicas[i].Process.Signal(syscall.SIGKILL))
+			_ = replicas[i].Wait()
+			replicas[i] = start(i)
+			kills++
+		}
+	}
+	got.waitFor(t, want, 2*time.Minute)
+	waitDelivered(t, b, 0)
+
+	got.mu.Lock()
+	dups := 0
+	for id, n := range got.count {
+		require.False(t, want.rolledBack[id], "event %s of a rolled-back transaction was delivered", id)
+		require.True(t, want.ids[id], "unknown event %s", id)
+		dups += n - 1
+	}
+	got.mu.Unlock()
+	first := got.firstSeen()
+	for agg, ids := range want.perAggregate {
+		require.Equal(t, ids, first[agg], "order of aggregate %s", agg)
+	}
+	t.Logf("%d committed events, %d rolled back, %d kills, %d duplicates seen by the consumer",
+		len(want.ids), len(want.rolledBack), kills, dups)
+}
