@@ -164,17 +164,24 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 	return err
 }
 
+// Every write to the lease table happens under the claim lock: lease rows
+// are then never locked in two orders at once, so relays cannot deadlock.
+
 // releaseAll gives back every aggregate holder leases.
 func (s *store) releaseAll(ctx context.Context, holder string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM `+quoteIdent(s.leases)+` WHERE relay = $1`, holder)
-	return err
+	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+quoteIdent(s.leases)+` WHERE relay = $1`, holder)
+		return err
+	})
 }
 
 // renew extends holder's leases.
 func (s *store) renew(ctx context.Context, holder string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE `+quoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
-		WHERE relay = $1`, holder, s.cfg.Lease.Milliseconds())
-	return err
+	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
+			WHERE relay = $1`, holder, s.cfg.Lease.Milliseconds())
+		return err
+	})
 }
 
 // failed records a failed delivery and blocks r's aggregate, for every
@@ -185,23 +192,18 @@ func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason st
 		n = 1
 	}
 	wait := s.cfg.backoff(max(r.attempts+n, 1))
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
+			available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
+			r.id, n, wait.Milliseconds(), reason); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+quoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
+			VALUES ($1, $2, '', now() + $3 * interval '1 millisecond')
+			ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until`,
+			r.aggregateType, r.aggregateID, wait.Milliseconds())
 		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
-		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
-		r.id, n, wait.Milliseconds(), reason); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+quoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
-		VALUES ($1, $2, '', now() + $3 * interval '1 millisecond')
-		ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until`,
-		r.aggregateType, r.aggregateID, wait.Milliseconds()); err != nil {
-		return err
-	}
-	return tx.Commit()
+	})
 }
 
 // deadLetter moves a row to the dead letters after attempts tries.

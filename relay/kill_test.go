@@ -69,6 +69,7 @@ func testRelayKilledMidStream(t *testing.T, path relay.Path) {
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		logs := &lockedBuffer{}
 		cmd.Stderr = logs
+		dieWithTest(cmd)
 		require.NoError(t, cmd.Start())
 		return cmd, logs
 	}

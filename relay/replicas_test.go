@@ -49,6 +49,7 @@ func TestThreeReplicasWithKills(t *testing.T) {
 			"--poll-interval", "50ms", "--retry-interval", "50ms", "--relay-id", fmt.Sprintf("replica-%d", i), "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		cmd.Stderr = os.Stderr
+		dieWithTest(cmd)
 		require.NoError(t, cmd.Start())
 		return cmd
 	}
