@@ -19,6 +19,7 @@ type Model struct {
 	ProcessedEventTable string
 	DeadLetterTable     string
 	Events              []*Event
+	declImports         []DeclImport
 }
 
 // DeclImport is a declaration package the generated code imports to call
@@ -29,8 +30,11 @@ type DeclImport struct{ Alias, Path string }
 func (m *Model) HasConsumers() bool { return m.ProcessedEventTable != "" }
 
 // DeclImports lists the declaration packages the upcasters live in.
-func (m *Model) DeclImports() []DeclImport {
-	var out []DeclImport
+func (m *Model) DeclImports() []DeclImport { return m.declImports }
+
+// nameDeclImports gives each declaration package with an upcaster an
+// import name in the generated code.
+func (m *Model) nameDeclImports() {
 	seen := map[string]string{}
 	for _, e := range m.Events {
 		if !e.NeedsUpcaster {
@@ -40,11 +44,10 @@ func (m *Model) DeclImports() []DeclImport {
 		if !ok {
 			alias = fmt.Sprintf("outboxdecl%d", len(seen)+1)
 			seen[e.DeclPkg] = alias
-			out = append(out, DeclImport{Alias: alias, Path: e.DeclPkg})
+			m.declImports = append(m.declImports, DeclImport{Alias: alias, Path: e.DeclPkg})
 		}
 		e.DeclAlias = alias
 	}
-	return out
 }
 
 // Event is one declared event.
@@ -183,6 +186,7 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
 	}
+	m.nameDeclImports()
 	return m, nil
 }
 

@@ -25,6 +25,8 @@ type row struct {
 	headers       []byte
 	createdAt     time.Time
 	attempts      int
+
+	decodedHeaders map[string]string // set once the row is checked
 }
 
 // aggregate identifies an ordering key.

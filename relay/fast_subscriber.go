@@ -268,8 +268,7 @@ func (sub *subscription) run(ctx context.Context) {
 
 // message builds the Watermill message of r.
 func (sub *subscription) message(r *row) *message.Message {
-	headers, _ := decodeHeaders(r.headers) // checked when the row was added
-	md := metadataOf(r.name, r.version, r.aggregateType, r.aggregateID, headers)
+	md := metadataOf(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
 	md[MetaTopic] = r.topic
 	msg := message.NewMessage(r.eventID.String(), r.payload)
@@ -288,7 +287,8 @@ func (sub *subscription) state(a aggregate) *aggState {
 
 func (sub *subscription) add(rows []*row) {
 	for _, r := range rows {
-		if _, err := decodeRowHeaders(r); err != nil {
+		headers, err := decodeRowHeaders(r)
+		if err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
 			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
@@ -296,6 +296,7 @@ func (sub *subscription) add(rows []*row) {
 			}
 			continue
 		}
+		r.decodedHeaders = headers
 		a := r.aggregate()
 		st := sub.state(a)
 		if len(st.rows) == 0 && !st.inflight {
