@@ -70,6 +70,7 @@ func (s *store) init(ctx context.Context) error {
 			aggregate_id text NOT NULL,
 			relay text NOT NULL,
 			until timestamptz NOT NULL,
+			last_id bigint NOT NULL DEFAULT 0, -- the holder's last row of the aggregate
 			PRIMARY KEY (aggregate_type, aggregate_id))`)
 		return err
 	})
@@ -97,7 +98,9 @@ func (s *store) inClaimLock(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // claim takes up to limit undelivered rows of topic ("" for all) with ids
 // above after, oldest first, whose aggregates no other relay holds and none
-// waits for a retry, and leases their aggregates to holder. held are rows
+// waits for a retry, and leases their aggregates to holder. A row is not
+// taken while an older undelivered row of its aggregate lies below after
+// and is not holder's: a scan may start anywhere without reordering. held are rows
 // holder has already (none of them above after); release are aggregates it
 // no longer needs. Rows of transactions still open are simply not visible
 // yet: nothing waits for them.
@@ -123,13 +126,21 @@ func (s *store) claim(ctx context.Context, holder, topic string, after int64, li
 					AND o.id <> ALL($4::bigint[])
 					AND NOT EXISTS (SELECT 1 FROM `+l+` h WHERE h.aggregate_type = o.aggregate_type
 						AND h.aggregate_id = o.aggregate_id AND h.relay <> $1 AND h.until >= now())
+					-- Order: a scan that starts after row $6 must not skip an
+					-- undelivered row of the aggregate below that start, other
+					-- than those this holder took already (up to its last_id).
+					AND NOT EXISTS (SELECT 1 FROM `+t+` p WHERE p.aggregate_type = o.aggregate_type
+						AND p.aggregate_id = o.aggregate_id AND p.delivered_at IS NULL AND p.id <= $6
+						AND p.id > COALESCE((SELECT h.last_id FROM `+l+` h WHERE h.aggregate_type = o.aggregate_type
+							AND h.aggregate_id = o.aggregate_id AND h.relay = $1 AND h.until >= now()), 0))
 				ORDER BY o.id
 				LIMIT $3
 			), leased AS (
-				INSERT INTO `+l+` (aggregate_type, aggregate_id, relay, until)
-				SELECT DISTINCT aggregate_type, aggregate_id, $1, now() + $5 * interval '1 millisecond' FROM claimed
-				ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until
-				WHERE `+l+`.relay <> excluded.relay OR `+l+`.until < now()
+				INSERT INTO `+l+` (aggregate_type, aggregate_id, relay, until, last_id)
+				SELECT aggregate_type, aggregate_id, $1, now() + $5 * interval '1 millisecond', max(id) FROM claimed
+				GROUP BY aggregate_type, aggregate_id
+				ON CONFLICT (aggregate_type, aggregate_id)
+				DO UPDATE SET relay = excluded.relay, until = excluded.until, last_id = excluded.last_id
 			)
 			SELECT * FROM claimed`, holder, topic, limit, held, s.cfg.Lease.Milliseconds(), after)
 		if err != nil {

@@ -74,6 +74,11 @@ func (Outbox) Indexes() []ent.Index {
 		index.Fields("id").
 			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
 			StorageKey("outbox_events_pending"),
+		// ...and checks that no earlier row of the same aggregate is
+		// still undelivered in someone else's hands.
+		index.Fields("aggregate_type", "aggregate_id", "id").
+			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
+			StorageKey("outbox_events_pending_aggregate"),
 		// The compatible (watermill-sql) path reads in commit order.
 		index.Fields("transaction_id", "id").StorageKey("outbox_events_commit_order"),
 		// No more: every index is written again when a row is marked
