@@ -140,7 +140,9 @@ func (s *store) claim(ctx context.Context, holder, topic string, after int64, li
 				SELECT aggregate_type, aggregate_id, $1, now() + $5 * interval '1 millisecond', max(id) FROM claimed
 				GROUP BY aggregate_type, aggregate_id
 				ON CONFLICT (aggregate_type, aggregate_id)
-				DO UPDATE SET relay = excluded.relay, until = excluded.until, last_id = excluded.last_id
+				DO UPDATE SET relay = excluded.relay, until = excluded.until,
+					last_id = CASE WHEN `+l+`.relay = excluded.relay
+						THEN greatest(`+l+`.last_id, excluded.last_id) ELSE excluded.last_id END
 			)
 			SELECT * FROM claimed`, holder, topic, limit, held, s.cfg.Lease.Milliseconds(), after)
 		if err != nil {

@@ -153,7 +153,6 @@ type subscription struct {
 	release   []aggregate // idle aggregates to give back at the next claim
 	lastSweep time.Time
 	cursor    int64 // last row id of a full claim: the next claim reads on from it
-	lowWater  int64 // highest row id claimed so far
 	ctx       context.Context
 	done      chan struct{}
 }
@@ -170,7 +169,7 @@ func (sub *subscription) run(ctx context.Context) {
 	defer renew.Stop()
 
 	claimed := make(chan claimResult, 1)
-	claiming, wantClaim, fullScan := false, true, true
+	claiming, wantClaim := false, true
 	var (
 		ackDone  chan error
 		flushing []ack
@@ -191,11 +190,8 @@ func (sub *subscription) run(ctx context.Context) {
 			sub.add(c.rows)
 			// A full claim means more rows wait: go on from the last one.
 			full := len(c.rows) == c.limit
-			wantClaim = full
+			wantClaim = wantClaim || full // keep a wake-up that came during the claim
 			sub.cursor = 0
-			if len(c.rows) > 0 {
-				sub.lowWater = max(sub.lowWater, c.rows[len(c.rows)-1].id)
-			}
 			if full {
 				sub.cursor = c.rows[len(c.rows)-1].id
 			}
@@ -207,13 +203,13 @@ func (sub *subscription) run(ctx context.Context) {
 		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
 			claiming, wantClaim = true, false
 			release := sub.takeIdle()
-			// Read on from the last row taken (everything held is below it);
-			// at each poll, look from the start again for rows given back,
-			// or committed late by long transactions. The claim keeps each
-			// aggregate in order wherever it starts.
-			after, heldIDs := max(sub.cursor, sub.lowWater), []int64{}
-			if fullScan {
-				after, heldIDs, fullScan = 0, sub.heldIDs(), false
+			// While draining a backlog, read on from the last row taken
+			// (everything held is below it; the claim keeps each aggregate in
+			// order wherever it starts). Once caught up, look from the start
+			// again, for rows given back or committed late.
+			after, heldIDs := sub.cursor, []int64{}
+			if after == 0 {
+				heldIDs = sub.heldIDs()
 			}
 			go func(limit int) {
 				rows, err := s.store.claim(ctx, sub.holder, sub.topic, after, limit, heldIDs, release)
@@ -262,7 +258,7 @@ func (sub *subscription) run(ctx context.Context) {
 		case <-wake:
 			wantClaim = true
 		case <-poll.C:
-			wantClaim, fullScan = true, true
+			wantClaim = true
 		case <-renew.C:
 			if err := s.store.renew(ctx, sub.holder); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Error("Renewing leases failed", err, nil)
