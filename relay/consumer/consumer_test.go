@@ -116,7 +116,7 @@ func TestConcurrentDuplicatesAcrossInstances(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					assert.NoError(t, h.Handle(ctx, "billing", msg.Copy())) // assert: not from a goroutine
+					assert.NoError(t, h.Handle(ctx, "billing", msg.Copy())) // assert: FailNow must not run in a goroutine
 				}()
 			}
 		}
