@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -16,7 +17,7 @@ import (
 // bareInsert is the statement relay.SchemaAdapter.InsertQuery builds for
 // one message, written out: what an application would run without
 // entoutbox to write the same row.
-var bareInsert = `INSERT INTO ` + quoteIdent(schema.OutboxTable) +
+var bareInsert = `INSERT INTO ` + pgsql.QuoteIdent(schema.OutboxTable) +
 	` (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers)` +
 	` VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8::jsonb) ON CONFLICT (event_id) DO NOTHING`
 

@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/relay/broker"
 )
 
@@ -109,7 +109,7 @@ func ensureDatabase(ctx context.Context, admin *sql.DB, name string) error {
 	if exists {
 		return nil
 	}
-	_, err := admin.ExecContext(ctx, `CREATE DATABASE `+quoteIdent(name))
+	_, err := admin.ExecContext(ctx, `CREATE DATABASE `+pgsql.QuoteIdent(name))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
 		return nil
@@ -118,18 +118,6 @@ func ensureDatabase(ctx context.Context, admin *sql.DB, name string) error {
 		return fmt.Errorf("creating database %s: %w", name, err)
 	}
 	return nil
-}
-
-// withSearchPath returns databaseURL with its search_path set to schema.
-func withSearchPath(databaseURL, schema string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil || u.Scheme == "" {
-		return databaseURL + " search_path=" + schema
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // withDatabase returns databaseURL pointing at database db instead.
@@ -143,8 +131,4 @@ func withDatabase(databaseURL, db string) string {
 	q.Del("search_path")
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -28,7 +29,7 @@ type sandbox struct {
 
 func newSandbox(ctx context.Context, e *env) (_ *sandbox, err error) {
 	s := &sandbox{name: "bench_" + randomHex(), admin: e.admin}
-	if _, err := e.admin.ExecContext(ctx, `CREATE SCHEMA `+quoteIdent(s.name)); err != nil {
+	if _, err := e.admin.ExecContext(ctx, `CREATE SCHEMA `+pgsql.QuoteIdent(s.name)); err != nil {
 		return nil, fmt.Errorf("creating schema %s: %w", s.name, err)
 	}
 	defer func() {
@@ -36,7 +37,7 @@ func newSandbox(ctx context.Context, e *env) (_ *sandbox, err error) {
 			s.close()
 		}
 	}()
-	s.url = withSearchPath(e.cfg.DatabaseURL, s.name)
+	s.url = pgsql.WithSearchPath(e.cfg.DatabaseURL, s.name)
 	if s.db, err = sql.Open("pgx", s.url); err != nil {
 		return nil, fmt.Errorf("opening schema %s: %w", s.name, err)
 	}
@@ -63,7 +64,7 @@ func (s *sandbox) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, _ = s.admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+quoteIdent(s.name)+` CASCADE`)
+	_, _ = s.admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+pgsql.QuoteIdent(s.name)+` CASCADE`)
 }
 
 // retain inserts n rows that are already delivered, as a table that keeps
@@ -85,7 +86,7 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 		return fmt.Errorf("retained rows: %w", err)
 	}
 	defer tx.Rollback()
-	table := quoteIdent(schema.OutboxTable)
+	table := pgsql.QuoteIdent(schema.OutboxTable)
 	if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+`
 		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at, available_at, attempts, delivered_at)
 		SELECT gen_random_uuid(), 'profile.updated', 1, 'profiles', 'Profile', (g % $2)::text, $1::jsonb,
@@ -94,7 +95,7 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 		return fmt.Errorf("inserting %d retained rows: %w", n, err)
 	}
 	if compatibleOffset {
-		offsets := quoteIdent(schema.OutboxTable + "_relay_offsets")
+		offsets := pgsql.QuoteIdent(schema.OutboxTable + "_relay_offsets")
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+offsets+` (
 				consumer_group VARCHAR(255) NOT NULL,
 				offset_acked BIGINT,

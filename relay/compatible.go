@@ -7,6 +7,8 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // forwarderTopic is the name the compatible path subscribes under. The
@@ -89,7 +91,7 @@ type offsetsAdapter struct {
 func newOffsetsAdapter(table string) offsetsAdapter {
 	return offsetsAdapter{
 		DefaultPostgreSQLOffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{
-			GenerateMessagesOffsetsTableName: func(string) string { return quoteIdent(table + "_relay_offsets") },
+			GenerateMessagesOffsetsTableName: func(string) string { return pgsql.QuoteIdent(table + "_relay_offsets") },
 		},
 		table: table,
 	}
@@ -111,7 +113,7 @@ func (a offsetsAdapter) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql
 	}
 	n := len(q.Args) + 1
 	q.Query = fmt.Sprintf(`WITH delivered AS (UPDATE %s SET delivered_at = now() WHERE id = ANY($%d) AND delivered_at IS NULL) `,
-		quoteIdent(a.table), n) + q.Query
+		pgsql.QuoteIdent(a.table), n) + q.Query
 	q.Args = append(q.Args, ids)
 	return q, nil
 }

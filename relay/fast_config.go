@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -91,9 +92,5 @@ func (c SubscriberConfig) validate() error {
 
 // backoff is the wait after the given failed attempt (1-based).
 func (c SubscriberConfig) backoff(attempt int) time.Duration {
-	d := c.InitialBackoff
-	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxBackoff)
+	return backoff.Exponential(c.InitialBackoff, c.MaxBackoff, attempt)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // notifyChannel is the LISTEN/NOTIFY channel of an outbox table. Emit
@@ -78,7 +80,7 @@ func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, channel string) e
 			return errors.New("LISTEN needs the pgx database/sql driver")
 		}
 		c := sc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+quoteIdent(channel)); err != nil {
+		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(channel)); err != nil {
 			return err
 		}
 		defer func() {

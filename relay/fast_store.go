@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // row is a claimed outbox row.
@@ -65,7 +67,7 @@ func (s *store) init(ctx context.Context) error {
 		return nil
 	}
 	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+quoteIdent(s.leases)+` (
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.leases)+` (
 			aggregate_type text NOT NULL,
 			aggregate_id text NOT NULL,
 			relay text NOT NULL,
@@ -108,7 +110,7 @@ func (s *store) claim(ctx context.Context, holder, topic string, after int64, li
 	if err := s.init(ctx); err != nil {
 		return nil, fmt.Errorf("creating the lease table: %w", err)
 	}
-	t, l := quoteIdent(s.cfg.Table), quoteIdent(s.leases)
+	t, l := pgsql.QuoteIdent(s.cfg.Table), pgsql.QuoteIdent(s.leases)
 	var out []*row
 	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
 		relTypes, relIDs := splitAggregates(release)
@@ -169,10 +171,10 @@ func (s *store) claim(ctx context.Context, holder, topic string, after int64, li
 // delivered records rows the broker acknowledged.
 func (s *store) delivered(ctx context.Context, ids []int64) error {
 	// set_config makes this one statement commit asynchronously, as claims do.
-	q := `UPDATE ` + quoteIdent(s.cfg.Table) + ` SET delivered_at = now()
+	q := `UPDATE ` + pgsql.QuoteIdent(s.cfg.Table) + ` SET delivered_at = now()
 		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	if s.cfg.Delete {
-		q = `DELETE FROM ` + quoteIdent(s.cfg.Table) + `
+		q = `DELETE FROM ` + pgsql.QuoteIdent(s.cfg.Table) + `
 			USING (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	}
 	_, err := s.db.ExecContext(ctx, q, ids)
@@ -185,7 +187,7 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 // releaseAll gives back every aggregate holder leases.
 func (s *store) releaseAll(ctx context.Context, holder string) error {
 	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM `+quoteIdent(s.leases)+` WHERE relay = $1`, holder)
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.leases)+` WHERE relay = $1`, holder)
 		return err
 	})
 }
@@ -193,7 +195,7 @@ func (s *store) releaseAll(ctx context.Context, holder string) error {
 // renew extends holder's leases.
 func (s *store) renew(ctx context.Context, holder string) error {
 	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
+		_, err := tx.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
 			WHERE relay = $1`, holder, s.cfg.Lease.Milliseconds())
 		return err
 	})
@@ -208,12 +210,12 @@ func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason st
 	}
 	wait := s.cfg.backoff(max(r.attempts+n, 1))
 	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE `+quoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
+		if _, err := tx.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
 			available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
 			r.id, n, wait.Milliseconds(), reason); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO `+quoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
 			VALUES ($1, $2, '', now() + $3 * interval '1 millisecond')
 			ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until`,
 			r.aggregateType, r.aggregateID, wait.Milliseconds())

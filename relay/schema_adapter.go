@@ -11,6 +11,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -41,7 +42,7 @@ func (s SchemaAdapter) tableName() string {
 	return s.Table
 }
 
-func (s SchemaAdapter) table() string { return quoteIdent(s.tableName()) }
+func (s SchemaAdapter) table() string { return pgsql.QuoteIdent(s.tableName()) }
 
 // InsertQuery inserts one row per message. The message UUID is the event id;
 // a row whose event id is already present is skipped (ON CONFLICT DO
@@ -76,7 +77,7 @@ func (s SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 	// at commit. It returns one row per inserted row, so the rows affected
 	// still tell a duplicate apart.
 	q.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify(" +
-		quoteLiteral(notifyChannel(s.tableName())) + ", '') FROM inserted")
+		pgsql.QuoteLiteral(notifyChannel(s.tableName())) + ", '') FROM inserted")
 	return wsql.Query{Query: q.String(), Args: args}, nil
 }
 
@@ -122,10 +123,4 @@ func metadataOf(name string, version int, aggType, aggID string, headers map[str
 	md[events.MetaAggregateType] = aggType
 	md[events.MetaAggregateID] = aggID
 	return md
-}
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func quoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }

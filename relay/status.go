@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -42,9 +43,9 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 		oldest sql.NullTime
 	)
 	err := db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM `+quoteIdent(table)+` WHERE delivered_at IS NULL),
-		(SELECT min(created_at) FROM `+quoteIdent(table)+` WHERE delivered_at IS NULL),
-		(SELECT count(*) FROM `+quoteIdent(deadLetterTable)+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
+		(SELECT count(*) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
+		(SELECT min(created_at) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
+		(SELECT count(*) FROM `+pgsql.QuoteIdent(deadLetterTable)+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}

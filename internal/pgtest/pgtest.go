@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // DefaultURL is the local server the tests use when DATABASE_URL is unset.
@@ -88,12 +89,5 @@ func New(t testing.TB) *DB {
 
 // WithSearchPath returns databaseURL with its search_path set to schema.
 func WithSearchPath(databaseURL, schema string) string {
-	u, err := url.Parse(databaseURL)
-	if err != nil || u.Scheme == "" {
-		return databaseURL + " search_path=" + schema
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return pgsql.WithSearchPath(databaseURL, schema)
 }

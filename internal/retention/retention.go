@@ -6,8 +6,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // Delete removes rows of table whose timeColumn is before cutoff, batch
@@ -21,7 +22,7 @@ func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff ti
 	}
 	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (
 		SELECT id FROM %[1]s WHERE %[2]s < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`,
-		quoteIdent(table), quoteIdent(timeColumn))
+		pgsql.QuoteIdent(table), pgsql.QuoteIdent(timeColumn))
 	var total int64
 	for {
 		res, err := db.ExecContext(ctx, q, cutoff, batch)
@@ -38,5 +39,3 @@ func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff ti
 		}
 	}
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

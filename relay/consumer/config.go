@@ -5,6 +5,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/internal/backoff"
 )
 
 // Config tunes a handler set. Build it with Options.
@@ -72,9 +74,5 @@ func newConfig(opts []Option) Config {
 
 // backoff is the wait after the given failed attempt (1-based).
 func (c Config) backoff(attempt int) time.Duration {
-	d := c.InitialBackoff
-	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxBackoff)
+	return backoff.Exponential(c.InitialBackoff, c.MaxBackoff, attempt)
 }

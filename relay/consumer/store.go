@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"entgo.io/ent/dialect"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // ErrDuplicate is returned by a generated handler when the consumer has
@@ -25,7 +25,7 @@ var ErrDuplicate = errors.New("entoutbox: event already processed by this consum
 // the first transaction ends, so only one of them proceeds.
 func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, m events.Meta) (bool, error) {
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+quoteIdent(table)+` (consumer, event_id, event_name, attempts)
+	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(table)+` (consumer, event_id, event_name, attempts)
 		VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING`,
 		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
@@ -61,7 +61,7 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		headers = string(b)
 	}
 	var res stdsql.Result
-	err := db.Exec(ctx, `INSERT INTO `+quoteIdent(table)+` (event_id, source, event_name, event_version, topic,
+	err := db.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(table)+` (event_id, source, event_name, event_version, topic,
 		aggregate_type, aggregate_id, payload, headers, reason, attempts)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)`,
 		[]any{eventID, d.Meta.Consumer, d.Meta.Name, d.Meta.Version, d.Meta.Topic, d.Meta.AggregateType,
@@ -71,5 +71,3 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 	}
 	return nil
 }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
