@@ -10,7 +10,9 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -249,4 +251,35 @@ func TestRegisteringTwiceOrUnknownPanics(t *testing.T) {
 	require.PanicsWithError(t, `entoutbox: handler of "order.paid": consumer name is empty`, func() {
 		h.OnOrderPaid("", invoiceHandler(&calls))
 	})
+}
+
+func TestDeadLettersAlsoGoToABrokerTopic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10, Persistent: true}, watermill.NopLogger{})
+	dead, err := pubsub.Subscribe(ctx, "dead-letters")
+	require.NoError(t, err)
+
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2),
+		consumer.WithDeadLetterTopic(pubsub, "dead-letters"))...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		return errors.New("ledger closed")
+	})
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 5, AmountCents: 5}, "5")
+	require.NoError(t, h.Handle(ctx, "billing", msg))
+
+	select {
+	case got := <-dead:
+		require.Equal(t, msg.UUID, got.UUID)
+		require.Equal(t, "ledger closed", got.Metadata.Get(consumer.MetaDeadLetterReason))
+		require.Equal(t, "billing", got.Metadata.Get(consumer.MetaDeadLetterConsumer))
+		require.Equal(t, "2", got.Metadata.Get(consumer.MetaDeadLetterAttempts))
+		require.Equal(t, "order.paid", got.Metadata.Get(events.MetaEventName))
+		got.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dead letter on the topic")
+	}
+	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx), "and in the table")
 }
