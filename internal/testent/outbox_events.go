@@ -194,6 +194,137 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 	}, opts)
 }
 
+// PriceChangedV1 is the payload of version 1 of event "price.changed".
+type PriceChangedV1 struct {
+	Sku   string `json:"sku"`
+	Cents int64  `json:"cents"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "price.changed" version 1.
+func (e *PriceChangedV1) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "price.changed", Version: 1, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version PriceChangedV1 is the payload of.
+func (PriceChangedV1) OutboxEvent() (name string, version int) {
+	return "price.changed", 1
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *PriceChangedV1) outboxSetDefaults() {
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *PriceChangedV1) outboxPrefill() {
+}
+
+// PriceChangedV2 is the payload of version 2 of event "price.changed".
+type PriceChangedV2 struct {
+	Sku      string `json:"sku"`
+	Cents    int64  `json:"cents"`
+	Currency string `json:"currency"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "price.changed" version 2.
+func (e *PriceChangedV2) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "price.changed", Version: 2, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version PriceChangedV2 is the payload of.
+func (PriceChangedV2) OutboxEvent() (name string, version int) {
+	return "price.changed", 2
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *PriceChangedV2) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *PriceChangedV2) outboxPrefill() {
+	{
+		e.Currency = "EUR"
+	}
+}
+
+// PriceChanged is the payload of version 3 of event "price.changed", the version producers emit.
+type PriceChanged struct {
+	Sku      string  `json:"sku"`
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "price.changed" version 3.
+func (e *PriceChanged) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "price.changed", Version: 3, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version PriceChanged is the payload of.
+func (PriceChanged) OutboxEvent() (name string, version int) {
+	return "price.changed", 3
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *PriceChanged) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *PriceChanged) outboxPrefill() {
+	{
+		e.Currency = "EUR"
+	}
+}
+
+// EmitPriceChanged writes event "price.changed" (version 3, topic
+// "catalog") about the Product aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration; neither sends anything to the database.
+func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string, e PriceChanged, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "price.changed", err)
+	}
+	return c.outboxEmit(ctx, relay.Event{
+		Name:          "price.changed",
+		Version:       3,
+		Topic:         "catalog",
+		AggregateType: "Product",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+	}, opts)
+}
+
 // outboxEmit writes one encoded event through the transaction's driver.
 func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []events.EmitOption) error {
 	if _, ok := c.driver.(*txDriver); !ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/events"
+	outboxdecl1 "github.com/entoutbox/entoutbox/internal/testent/testevents"
 	"github.com/entoutbox/entoutbox/relay/consumer"
 )
 
@@ -35,6 +36,7 @@ func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers 
 var outboxEventTypes = []consumer.EventType{
 	{Name: "order.paid", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPaid},
 	{Name: "profile.updated", Topic: "profiles", Latest: 1, Decode: outboxDecodeProfileUpdated},
+	{Name: "price.changed", Topic: "catalog", Latest: 3, Decode: outboxDecodePriceChanged},
 }
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -112,6 +114,58 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("version %d payload upcast to %d: %w", version, 1, err)
+	}
+	return e, nil
+}
+
+// PriceChangedHandler handles event "price.changed". e is the latest version;
+// older ones arrive upcast. Write the effect with tx: it commits together
+// with the record that the event was processed.
+type PriceChangedHandler func(ctx context.Context, tx *Tx, e *PriceChanged, m events.Meta) error
+
+// OnPriceChanged registers fn as consumerName's handler of "price.changed". It panics
+// when consumerName already has one.
+func (h *OutboxHandlers) OnPriceChanged(consumerName string, fn PriceChangedHandler) {
+	err := h.set.Register(consumerName, "price.changed", func(ctx context.Context, payload any, m events.Meta) error {
+		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*PriceChanged), m) })
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodePriceChanged turns a payload of any declared version into the latest.
+func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
+	if version < 1 || version > 3 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "price.changed", version, 3)
+	}
+	if version <= 2 {
+		fields, err := consumer.DecodeFields(payload)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+		}
+		for v := version; v < 3; v++ {
+			switch v {
+			case 1:
+				consumer.FillDefaults(fields, map[string]any{"currency": "EUR"})
+			case 2:
+				if fields, err = (outboxdecl1.PriceChanged{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting %q from version %d: %w", "price.changed", v, err)
+				}
+			}
+		}
+		if payload, err = json.Marshal(fields); err != nil {
+			return nil, fmt.Errorf("encoding upcast %q payload: %w", "price.changed", err)
+		}
+	}
+	e := &PriceChanged{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+	}
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("version %d payload upcast to %d: %w", version, 3, err)
 	}
 	return e, nil
 }

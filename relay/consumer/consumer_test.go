@@ -283,3 +283,33 @@ func TestDeadLettersAlsoGoToABrokerTopic(t *testing.T) {
 	}
 	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx), "and in the table")
 }
+
+// Versions 1 and 2 reach a v3 handler: the automatic step fills the
+// default, the declared upcaster turns cents into an amount; an upcaster
+// error dead-letters the event with it.
+func TestDeclaredUpcaster(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	got := map[string]testent.PriceChanged{}
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnPriceChanged("catalog", func(ctx context.Context, tx *testent.Tx, e *testent.PriceChanged, m events.Meta) error {
+		got[e.Sku] = *e
+		return nil
+	})
+	require.NoError(t, h.Handle(ctx, "catalog", outboxtest.Message(t, testent.PriceChangedV1{Sku: "a", Cents: 1999}, "a")))
+	require.NoError(t, h.Handle(ctx, "catalog", outboxtest.Message(t, testent.PriceChangedV2{Sku: "b", Cents: 500, Currency: "USD"}, "b")))
+	require.NoError(t, h.Handle(ctx, "catalog", outboxtest.Message(t, testent.PriceChanged{Sku: "c", Amount: 1.5, Currency: "GBP"}, "c")))
+	require.Equal(t, map[string]testent.PriceChanged{
+		"a": {Sku: "a", Amount: 19.99, Currency: "EUR"},
+		"b": {Sku: "b", Amount: 5, Currency: "USD"},
+		"c": {Sku: "c", Amount: 1.5, Currency: "GBP"},
+	}, got)
+
+	bad := outboxtest.Message(t, testent.PriceChangedV2{Sku: "d", Cents: 1}, "d")
+	bad.Payload = []byte(`{"sku": "d", "cents": "twelve"}`)
+	require.NoError(t, h.Handle(ctx, "catalog", bad))
+	require.NotContains(t, got, "d")
+	require.Equal(t, `upcasting "price.changed" from version 2: cents is string, not a number`,
+		b.client.DeadLetter.Query().OnlyX(ctx).Reason)
+}

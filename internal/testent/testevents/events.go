@@ -2,6 +2,9 @@
 package testevents
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
 )
@@ -45,4 +48,37 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}}
+
+// PriceChanged needs an upcaster between versions 2 and 3 (cents become a
+// decimal amount); 1 to 2 only adds a field with a default.
+type PriceChanged struct{ events.Schema }
+
+func (PriceChanged) Name() string      { return "price.changed" }
+func (PriceChanged) Topic() string     { return "catalog" }
+func (PriceChanged) Aggregate() string { return "Product" }
+func (PriceChanged) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.String("sku"), field.Int64("cents")),
+		events.V(2, field.String("sku"), field.Int64("cents"), field.String("currency").Default("EUR")),
+		events.V(3, field.String("sku"), field.Float64("amount"), field.String("currency").Default("EUR")),
+	}
+}
+
+// Upcast turns version 2's cents into version 3's amount.
+func (PriceChanged) Upcast(from int, fields map[string]any) (map[string]any, error) {
+	if from != 2 {
+		return nil, fmt.Errorf("no upcast from version %d", from)
+	}
+	n, ok := fields["cents"].(json.Number)
+	if !ok {
+		return nil, fmt.Errorf("cents is %T, not a number", fields["cents"])
+	}
+	cents, err := n.Int64()
+	if err != nil {
+		return nil, fmt.Errorf("cents: %w", err)
+	}
+	delete(fields, "cents")
+	fields["amount"] = float64(cents) / 100
+	return fields, nil
+}
