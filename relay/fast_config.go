@@ -24,14 +24,20 @@ type SubscriberConfig struct {
 	// defaults when empty.
 	Table           string
 	DeadLetterTable string
-	// RelayID names this instance in claimed_by; random when empty.
+	// RelayID names this instance in the partition table; random when
+	// empty.
 	RelayID string
 	// BatchSize is the most rows held in memory, claimed in steps of at
 	// least a quarter of it; 2000 when zero.
 	BatchSize int
-	// Lease is how long a claim lasts without renewal: rows held by a
-	// relay that died come back after it. 30 s when zero.
+	// Lease is how long a relay owns its partitions without renewing
+	// them: the partitions of a relay that died go to the others after
+	// it. 30 s when zero.
 	Lease time.Duration
+	// Partitions is how many parts the aggregates are hashed into; the
+	// relays of a table share them out, so it bounds how many can work at
+	// once. Every relay of a table must use the same number; 64 when zero.
+	Partitions int
 	// PollInterval is how often an idle subscriber looks for rows when no
 	// notification woke it; 500 ms when zero.
 	PollInterval time.Duration
@@ -65,6 +71,9 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 64
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 500 * time.Millisecond

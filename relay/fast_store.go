@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"hash/fnv"
-	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +27,10 @@ type row struct {
 	headers       []byte
 	createdAt     time.Time
 	attempts      int
+	partition     int
+	// wait is how long until the row may be tried again (a retry backs
+	// off); zero when it is due.
+	wait time.Duration
 
 	decodedHeaders map[string]string // set once the row is checked
 }
@@ -36,60 +40,73 @@ type aggregate struct{ typ, id string }
 
 func (r *row) aggregate() aggregate { return aggregate{r.aggregateType, r.aggregateID} }
 
-// store runs the fast path's SQL. Who holds which aggregate is kept in a
-// lease table of the relay's own (<table>_leases): claiming rows never
-// rewrites them, so an event costs the outbox one insert and one update
-// (or delete) in all.
+// store runs the fast path's SQL.
+//
+// The aggregates are spread over a fixed number of partitions by a hash of
+// their key, computed by PostgreSQL. Each partition belongs to at most one
+// subscription of a topic at a time, under a lease kept in
+// <table>_partitions; the subscriptions alive are in <table>_relays, so
+// that each can take its fair share. Owning whole partitions makes a claim
+// one ordered index scan, with no lock and no write: an aggregate's rows
+// can only be read by the owner of its partition.
 type store struct {
-	db     *sql.DB
-	cfg    SubscriberConfig
-	leases string
-	// claimLock serialises the claims of every relay on the table, so that
-	// two replicas never lease one aggregate at the same time.
-	claimLock int64
+	db         *sql.DB
+	cfg        SubscriberConfig
+	partitions string
+	members    string
+	// ownerLock serialises the changes of ownership of every relay on the
+	// table, so that two never take one partition.
+	ownerLock int64
 	initMu    sync.Mutex
 	initDone  bool
 }
 
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("entoutbox claim " + cfg.Table))
-	return &store{db: db, cfg: cfg, leases: cfg.Table + "_leases", claimLock: int64(h.Sum64() >> 1)}
+	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
+	return &store{db: db, cfg: cfg, partitions: cfg.Table + "_partitions", members: cfg.Table + "_relays",
+		ownerLock: int64(h.Sum64() >> 1)}
 }
 
-// init creates the lease table, under the claim lock so that relays
-// starting together do not race on it. A failure is tried again at the
-// next claim.
+// partitionExpr is the partition of an outbox row: the same for every row
+// of an aggregate, and the same on every relay since PostgreSQL computes it.
+func partitionExpr(alias string, partitions int) string {
+	return fmt.Sprintf("abs(hashtext(%[1]s.aggregate_type || ':' || %[1]s.aggregate_id) %% %d)::int", alias, partitions)
+}
+
+// init creates the ownership tables, under the lock so that relays
+// starting together do not race on them. A failure is tried again later.
 func (s *store) init(ctx context.Context) error {
 	s.initMu.Lock()
 	defer s.initMu.Unlock()
 	if s.initDone {
 		return nil
 	}
-	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.leases)+` (
-			aggregate_type text NOT NULL,
-			aggregate_id text NOT NULL,
-			relay text NOT NULL,
-			until timestamptz NOT NULL,
-			last_id bigint NOT NULL DEFAULT 0, -- the holder's last row of the aggregate
-			PRIMARY KEY (aggregate_type, aggregate_id))`)
+	err := s.inOwnerLock(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.partitions)+` (
+				topic text NOT NULL, -- '' for the subscriptions to every topic
+				partition int NOT NULL,
+				relay text NOT NULL DEFAULT '', -- '' while nobody owns it
+				until timestamptz NOT NULL DEFAULT '-infinity',
+				PRIMARY KEY (topic, partition));
+			CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.members)+` (
+				topic text NOT NULL,
+				relay text NOT NULL,
+				until timestamptz NOT NULL,
+				PRIMARY KEY (topic, relay))`)
 		return err
 	})
 	s.initDone = err == nil
 	return err
 }
 
-func (s *store) inClaimLock(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *store) inOwnerLock(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	// Claims and acks commit without waiting for the WAL flush: after a
-	// database crash the relay at worst delivers again what it had
-	// recorded in the last moments, which at-least-once allows.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)`, s.claimLock); err != nil {
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, s.ownerLock); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
@@ -98,79 +115,170 @@ func (s *store) inClaimLock(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// claim takes up to limit undelivered rows of topic ("" for all) with ids
-// above after, oldest first, whose aggregates no other relay holds and none
-// waits for a retry, and leases their aggregates to holder. A row is not
-// taken while an older undelivered row of its aggregate lies below after
-// and is not holder's: a scan may start anywhere without reordering. held are rows
-// holder has already (none of them above after); release are aggregates it
-// no longer needs. Rows of transactions still open are simply not visible
-// yet: nothing waits for them.
-func (s *store) claim(ctx context.Context, holder, topic string, after int64, limit int, held []int64, release []aggregate) ([]*row, error) {
+// ownership is what a rebalance leaves a subscription with.
+type ownership struct {
+	owned   []int // partitions leased to it, renewed
+	fair    int   // its share: how many it may own at most
+	members int   // subscriptions in the group, itself included
+}
+
+// rebalance keeps holder alive as a member of topic's group, gives back
+// the partitions in release (drained by the caller), renews the leases of
+// the others it owns and takes free or expired partitions up to its fair
+// share. A holder owning more than its share is told so by fair and
+// releases the surplus once drained.
+func (s *store) rebalance(ctx context.Context, topic, holder string, release []int) (ownership, error) {
 	if err := s.init(ctx); err != nil {
-		return nil, fmt.Errorf("creating the lease table: %w", err)
+		return ownership{}, fmt.Errorf("creating the partition tables: %w", err)
 	}
-	t, l := pgsql.QuoteIdent(s.cfg.Table), pgsql.QuoteIdent(s.leases)
-	var out []*row
-	err := s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		relTypes, relIDs := splitAggregates(release)
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+l+` WHERE until < now()
-			OR (relay = $1 AND (aggregate_type, aggregate_id) IN (SELECT * FROM unnest($2::text[], $3::text[])))`,
-			holder, relTypes, relIDs); err != nil {
+	p, m := pgsql.QuoteIdent(s.partitions), pgsql.QuoteIdent(s.members)
+	lease := s.cfg.Lease.Milliseconds()
+	var out ownership
+	err := s.inOwnerLock(ctx, func(tx *sql.Tx) error {
+		var count int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+p+` WHERE topic = $1`, topic).Scan(&count); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `WITH claimed AS (
-				SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic, o.aggregate_type, o.aggregate_id,
-					o.payload, o.headers, o.created_at, o.attempts
-				FROM `+t+` o
-				WHERE o.delivered_at IS NULL AND o.id > $6
-					AND ($2 = '' OR o.topic = $2)
-					AND o.id <> ALL($4::bigint[])
-					AND NOT EXISTS (SELECT 1 FROM `+l+` h WHERE h.aggregate_type = o.aggregate_type
-						AND h.aggregate_id = o.aggregate_id AND h.relay <> $1 AND h.until >= now())
-					-- Order: a scan that starts after row $6 must not skip an
-					-- undelivered row of the aggregate below that start, other
-					-- than those this holder took already (up to its last_id).
-					AND NOT EXISTS (SELECT 1 FROM `+t+` p WHERE p.aggregate_type = o.aggregate_type
-						AND p.aggregate_id = o.aggregate_id AND p.delivered_at IS NULL AND p.id <= $6
-						AND p.id > COALESCE((SELECT h.last_id FROM `+l+` h WHERE h.aggregate_type = o.aggregate_type
-							AND h.aggregate_id = o.aggregate_id AND h.relay = $1 AND h.until >= now()), 0))
-				ORDER BY o.id
-				LIMIT $3
-			), leased AS (
-				INSERT INTO `+l+` (aggregate_type, aggregate_id, relay, until, last_id)
-				SELECT aggregate_type, aggregate_id, $1, now() + $5 * interval '1 millisecond', max(id) FROM claimed
-				GROUP BY aggregate_type, aggregate_id
-				ON CONFLICT (aggregate_type, aggregate_id)
-				DO UPDATE SET relay = excluded.relay, until = excluded.until,
-					last_id = CASE WHEN `+l+`.relay = excluded.relay
-						THEN greatest(`+l+`.last_id, excluded.last_id) ELSE excluded.last_id END
-			)
-			SELECT * FROM claimed`, holder, topic, limit, held, s.cfg.Lease.Milliseconds(), after)
+		switch count {
+		case 0:
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+p+` (topic, partition)
+				SELECT $1, g FROM generate_series(0, $2 - 1) g`, topic, s.cfg.Partitions); err != nil {
+				return err
+			}
+		case s.cfg.Partitions:
+		default:
+			return fmt.Errorf("%s has %d partitions and this relay is set to %d: every relay of a table must use the same number",
+				s.partitions, count, s.cfg.Partitions)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+m+` (topic, relay, until)
+			VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until`, topic, holder, lease); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+m+` WHERE topic = $1 AND until < now()`, topic); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+p+` SET relay = '', until = '-infinity'
+			WHERE topic = $1 AND relay = $2 AND partition = ANY($3)`, topic, holder, release); err != nil {
+			return err
+		}
+		// A lease still in holder's name is nobody else's, expired or not.
+		owned, err := queryInts(ctx, tx, `UPDATE `+p+` SET until = now() + $3 * interval '1 millisecond'
+			WHERE topic = $1 AND relay = $2 RETURNING partition`, topic, holder, lease)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			r := &row{}
-			if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-				&r.payload, &r.headers, &r.createdAt, &r.attempts); err != nil {
+		var members int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+m+` WHERE topic = $1`, topic).Scan(&members); err != nil {
+			return err
+		}
+		out.members = max(members, 1)
+		out.fair = (s.cfg.Partitions + out.members - 1) / out.members
+		if want := out.fair - len(owned); want > 0 {
+			taken, err := queryInts(ctx, tx, `UPDATE `+p+` SET relay = $2, until = now() + $3 * interval '1 millisecond'
+				WHERE topic = $1 AND partition IN (SELECT partition FROM `+p+`
+					WHERE topic = $1 AND (relay = '' OR until < now()) ORDER BY partition LIMIT $4)
+				RETURNING partition`, topic, holder, lease, want)
+			if err != nil {
 				return err
 			}
-			out = append(out, r)
+			owned = append(owned, taken...)
 		}
-		return rows.Err()
+		out.owned = owned
+		return nil
 	})
+	return out, err
+}
+
+func queryInts(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]int, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b *row) int { return int(a.id - b.id) })
-	return out, nil
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// leave gives back every partition holder owns and ends its membership.
+func (s *store) leave(ctx context.Context, topic, holder string) error {
+	return s.inOwnerLock(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.partitions)+` SET relay = '', until = '-infinity'
+			WHERE topic = $1 AND relay = $2`, topic, holder); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.members)+` WHERE topic = $1 AND relay = $2`, topic, holder)
+		return err
+	})
+}
+
+// claimQuery is one claim: undelivered rows of topic ("" for every topic)
+// in the given partitions (nil for all), with ids above after and not in
+// held, oldest first.
+type claimQuery struct {
+	topic string
+	parts []int
+	after int64
+	held  []int64
+	limit int
+}
+
+// claim reads the rows of q. Rows of transactions still open are simply
+// not visible yet: nothing waits for them.
+func (s *store) claim(ctx context.Context, q claimQuery) ([]*row, error) {
+	part := partitionExpr("o", s.cfg.Partitions)
+	where := []string{"o.delivered_at IS NULL", "o.id > $1"}
+	args := []any{q.after, q.limit}
+	if q.topic != "" {
+		args = append(args, q.topic)
+		where = append(where, fmt.Sprintf("o.topic = $%d", len(args)))
+	}
+	if q.parts != nil {
+		args = append(args, q.parts)
+		where = append(where, fmt.Sprintf("%s = ANY($%d)", part, len(args)))
+	}
+	if len(q.held) > 0 {
+		// NOT IN over a subquery is hashed: a list of thousands stays cheap.
+		args = append(args, q.held)
+		where = append(where, fmt.Sprintf("o.id NOT IN (SELECT unnest($%d::bigint[]))", len(args)))
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
+			o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at, o.attempts, `+part+`,
+			greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint
+		FROM `+pgsql.QuoteIdent(s.cfg.Table)+` o
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY o.id LIMIT $2`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*row
+	for rows.Next() {
+		r := &row{}
+		var waitMS int64
+		if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
+			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS); err != nil {
+			return nil, err
+		}
+		r.wait = time.Duration(waitMS) * time.Millisecond
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // delivered records rows the broker acknowledged.
 func (s *store) delivered(ctx context.Context, ids []int64) error {
-	// set_config makes this one statement commit asynchronously, as claims do.
+	// Acks commit without waiting for the WAL flush: after a database
+	// crash the relay at worst delivers again what it had recorded in the
+	// last moments, which at-least-once allows. set_config makes this one
+	// statement's transaction asynchronous.
 	q := `UPDATE ` + pgsql.QuoteIdent(s.cfg.Table) + ` SET delivered_at = now()
 		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	if s.cfg.Delete {
@@ -181,46 +289,19 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 	return err
 }
 
-// Every write to the lease table happens under the claim lock: lease rows
-// are then never locked in two orders at once, so relays cannot deadlock.
-
-// releaseAll gives back every aggregate holder leases.
-func (s *store) releaseAll(ctx context.Context, holder string) error {
-	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.leases)+` WHERE relay = $1`, holder)
-		return err
-	})
-}
-
-// renew extends holder's leases.
-func (s *store) renew(ctx context.Context, holder string) error {
-	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.leases)+` SET until = now() + $2 * interval '1 millisecond'
-			WHERE relay = $1`, holder, s.cfg.Lease.Milliseconds())
-		return err
-	})
-}
-
-// failed records a failed delivery and blocks r's aggregate, for every
-// relay, until the retry: the rest of the aggregate waits behind r.
-func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason string) error {
+// failed records a failed delivery of r and when it may be tried again,
+// which it returns: the rest of its aggregate waits behind it, on this
+// relay and on the next owner of its partition.
+func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason string) (time.Duration, error) {
 	n := 0
 	if countAttempt {
 		n = 1
 	}
 	wait := s.cfg.backoff(max(r.attempts+n, 1))
-	return s.inClaimLock(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
-			available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
-			r.id, n, wait.Milliseconds(), reason); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(s.leases)+` (aggregate_type, aggregate_id, relay, until)
-			VALUES ($1, $2, '', now() + $3 * interval '1 millisecond')
-			ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET relay = excluded.relay, until = excluded.until`,
-			r.aggregateType, r.aggregateID, wait.Milliseconds())
-		return err
-	})
+	_, err := s.db.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
+		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
+		r.id, n, wait.Milliseconds(), reason)
+	return wait, err
 }
 
 // deadLetter moves a row to the dead letters after attempts tries.
@@ -229,14 +310,6 @@ func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts 
 		return fmt.Errorf("relay: moving row %d to %s: %w", r.id, s.cfg.DeadLetterTable, err)
 	}
 	return nil
-}
-
-func splitAggregates(aggs []aggregate) (types, ids []string) {
-	types, ids = make([]string, len(aggs)), make([]string, len(aggs))
-	for i, a := range aggs {
-		types[i], ids[i] = a.typ, a.id
-	}
-	return types, ids
 }
 
 // decodeRowHeaders reads the headers of r and checks the row can become a

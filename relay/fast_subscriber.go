@@ -5,21 +5,23 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
 )
 
 // Subscriber is the fast read path: a Watermill Subscriber over the outbox
-// table. It claims rows in batches with FOR UPDATE SKIP LOCKED under a
-// lease, hands out many messages at once but at most one per aggregate at a
-// time (the next one after the previous is acked), wakes up on
-// LISTEN/NOTIFY with polling as the fallback, and records acks in batches.
-// Several subscribers, in one process or many, share a table safely.
+// table. It claims rows in batches, hands out many messages at once but at
+// most one per aggregate at a time (the next one after the previous is
+// acked), wakes up on LISTEN/NOTIFY with polling as the fallback, and
+// records acks in batches. Several subscribers, in one process or many,
+// share a table: each owns a fair share of its partitions (see store).
 //
 // Subscribe to AllTopics to read every row (the relay does), or to one
 // destination topic.
@@ -34,7 +36,8 @@ type Subscriber struct {
 	wg       sync.WaitGroup
 	stopNote context.CancelFunc
 	reasons  sync.Map // *message.Message -> failure
-	seq      int      // numbers the subscriptions: each holds leases under its own name
+	seq      int      // numbers the subscriptions: each owns partitions under its own name
+	instance string   // random, tells this Subscriber from any other with its RelayID
 }
 
 type failure struct {
@@ -51,7 +54,7 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}),
+	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8],
 		notifier: &notifier{waiters: map[chan struct{}]bool{}}}
 	if !cfg.PollOnly {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -77,10 +80,23 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		topic = ""
 	}
 	s.seq++
-	sub := &subscription{s: s, topic: topic, holder: fmt.Sprintf("%s/%d", s.cfg.RelayID, s.seq),
+	// The holder name is new for every Subscriber, even under a fixed
+	// RelayID: a restarted relay must not take for its own the partitions
+	// its previous life may still be delivering (they come back when their
+	// lease ends), nor may two relays given one RelayID share them.
+	sub := &subscription{s: s, topic: topic, holder: fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, s.instance, s.seq),
 		out: make(chan *message.Message), results: make(chan result, s.cfg.BatchSize),
-		aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]bool{},
-		done: make(chan struct{})}
+		aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]int{},
+		owned: map[int]bool{}, releasing: map[int]bool{}, blocked: map[aggregate]blocked{},
+		retry: time.NewTimer(time.Hour), done: make(chan struct{})}
+	sub.retry.Stop()
+	// Join the group now, so that a relay that cannot (a table split into
+	// another number of partitions, say) fails at once.
+	own, err := s.store.rebalance(ctx, topic, sub.holder, nil)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	sub.apply(own, nil)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -119,12 +135,14 @@ func (s *Subscriber) Close() error {
 type aggState struct {
 	rows      []*row // claimed, not sent yet, in id order
 	inflight  bool
-	unflushed int // acked, not recorded as delivered yet
-	// idleSweeps counts the sweeps that found the aggregate idle.
-	idleSweeps int
+	partition int
 }
 
-func (a *aggState) idle() bool { return len(a.rows) == 0 && !a.inflight && a.unflushed == 0 }
+// blocked is an aggregate waiting for the retry of its oldest row.
+type blocked struct {
+	until     time.Time
+	partition int
+}
 
 type result struct {
 	row   *row
@@ -133,28 +151,34 @@ type result struct {
 }
 
 type ack struct {
-	id  int64
-	agg aggregate
+	id        int64
+	partition int
 }
 
 // subscription is one Subscribe call; run owns all of its state.
 type subscription struct {
 	s         *Subscriber
 	topic     string
-	holder    string // name of its leases
+	holder    string // its name as a member of the topic's group
 	out       chan *message.Message
 	results   chan result
 	aggs      map[aggregate]*aggState
-	ready     []aggregate // aggregates whose next row can be sent
+	ready     []aggregate // aggregates whose next row can be sent (stale entries are skipped)
 	inflight  map[int64]*row
-	unflushed map[int64]bool
-	queued    int // rows claimed and not sent yet
+	unflushed map[int64]int // acked, not recorded yet: id -> partition
+	queued    int           // rows claimed and not sent yet
 	acks      []ack
-	release   []aggregate // idle aggregates to give back at the next claim
-	lastSweep time.Time
 	cursor    int64 // last row id of a full claim: the next claim reads on from it
+	rescan    bool  // the next claim starts from the oldest row
 	ctx       context.Context
 	done      chan struct{}
+
+	owned     map[int]bool // partitions leased to it, releasing ones included
+	releasing map[int]bool // owned partitions given back once nothing of them is in flight
+	minShare  int          // the fewest partitions it should own, the group being what it is
+	blocked   map[aggregate]blocked
+	retry     *time.Timer // fires when the earliest block ends
+	retryAt   time.Time
 }
 
 func (sub *subscription) run(ctx context.Context) {
@@ -165,8 +189,10 @@ func (sub *subscription) run(ctx context.Context) {
 	defer s.notifier.remove(wake)
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
-	renew := time.NewTicker(s.cfg.Lease / 3)
-	defer renew.Stop()
+	rebalanceEvery := min(time.Second, s.cfg.Lease/3)
+	rebalance := time.NewTimer(rebalanceEvery)
+	defer rebalance.Stop()
+	defer sub.retry.Stop()
 
 	claimed := make(chan claimResult, 1)
 	claiming, wantClaim := false, true
@@ -184,12 +210,11 @@ func (sub *subscription) run(ctx context.Context) {
 				if ctx.Err() == nil {
 					s.cfg.Logger.Error("Claiming outbox rows failed", c.err, nil)
 				}
-				sub.release = append(sub.release, c.release...) // try again next time
 				return
 			}
-			sub.add(c.rows)
+			sub.add(c.rows, c.query.after == 0, c.started)
 			// A full claim means more rows wait: go on from the last one.
-			full := len(c.rows) == c.limit
+			full := len(c.rows) == c.query.limit
 			wantClaim = wantClaim || full // keep a wake-up that came during the claim
 			sub.cursor = 0
 			if full {
@@ -197,24 +222,44 @@ func (sub *subscription) run(ctx context.Context) {
 			}
 		}
 	)
+	// Rebalance often while partitions change hands, so that a relay that
+	// joins or leaves is given its share within moments.
+	doRebalance := func() {
+		if sub.rebalance(ctx) {
+			wantClaim = true
+		}
+		every := rebalanceEvery
+		if len(sub.releasing) > 0 || len(sub.owned) < sub.minShare {
+			every = min(every, 100*time.Millisecond)
+		}
+		rebalance.Reset(every)
+	}
+	if len(sub.owned) < sub.minShare {
+		rebalance.Reset(100 * time.Millisecond)
+	}
 	for {
 		// Claim again as soon as a quarter of the batch has room, so that a
 		// claim is under way while the previous one is being published.
 		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
-			claiming, wantClaim = true, false
-			release := sub.takeIdle()
-			// While draining a backlog, read on from the last row taken
-			// (everything held is below it; the claim keeps each aggregate in
-			// order wherever it starts). Once caught up, look from the start
-			// again, for rows given back or committed late.
-			after, heldIDs := sub.cursor, []int64{}
-			if after == 0 {
-				heldIDs = sub.heldIDs()
+			if parts, any := sub.claimable(); any {
+				claiming, wantClaim = true, false
+				// While draining a backlog, read on from the last row taken:
+				// everything held lies below it. Once caught up, or when
+				// partitions or blocked aggregates come back, read from the
+				// oldest row again, for rows given back or committed late.
+				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, limit: room}
+				if sub.rescan {
+					q.after, sub.rescan = 0, false
+				}
+				if q.after == 0 {
+					q.held = sub.heldIDs()
+				}
+				go func() {
+					started := time.Now()
+					rows, err := s.store.claim(ctx, q)
+					claimed <- claimResult{rows, err, q, started}
+				}()
 			}
-			go func(limit int) {
-				rows, err := s.store.claim(ctx, sub.holder, sub.topic, after, limit, heldIDs, release)
-				claimed <- claimResult{rows, release, err, limit}
-			}(room)
 		}
 		if ackDone == nil && len(sub.acks) > 0 {
 			flushing, sub.acks = sub.acks, nil
@@ -223,8 +268,8 @@ func (sub *subscription) run(ctx context.Context) {
 			go func() { ackDone <- s.store.delivered(context.WithoutCancel(ctx), ids) }()
 		}
 		var send chan *message.Message
-		if len(sub.ready) > 0 {
-			if head := sub.aggs[sub.ready[0]].rows[0]; head != nextRow {
+		if head := sub.head(); head != nil {
+			if head != nextRow {
 				nextRow, next = head, sub.message(head)
 			}
 			send = sub.out
@@ -248,22 +293,192 @@ func (sub *subscription) run(ctx context.Context) {
 				ackDone, flushing = nil, nil
 			}
 			sub.settle(ctx, res)
-			if !res.acked {
-				nextRow, next = nil, nil
-			}
 		case err := <-ackDone:
 			sub.flushed(flushing, err)
 			ackDone, flushing = nil, nil
 			wantClaim = true // rows behind the acked ones may now be claimed
+			if sub.anyDrained() {
+				doRebalance() // give it back now: another relay waits for it
+			}
 		case <-wake:
 			wantClaim = true
 		case <-poll.C:
 			wantClaim = true
-		case <-renew.C:
-			if err := s.store.renew(ctx, sub.holder); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Error("Renewing leases failed", err, nil)
-			}
+		case <-sub.retry.C:
+			sub.retried()
+			wantClaim = true
+		case <-rebalance.C:
+			doRebalance()
 		}
+	}
+}
+
+// head is the row to send next, nil if none.
+func (sub *subscription) head() *row {
+	for len(sub.ready) > 0 {
+		st := sub.aggs[sub.ready[0]]
+		if st != nil && len(st.rows) > 0 && !st.inflight {
+			return st.rows[0]
+		}
+		sub.ready = sub.ready[1:] // forgotten or sent meanwhile
+	}
+	return nil
+}
+
+// claimable is the owned partitions that are not being given back, nil
+// when that is all of them; any is false when there is none.
+func (sub *subscription) claimable() (parts []int, any bool) {
+	for p := range sub.owned {
+		if !sub.releasing[p] {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == sub.s.cfg.Partitions {
+		return nil, true
+	}
+	slices.Sort(parts)
+	return parts, len(parts) > 0
+}
+
+// rebalance renews the subscription's partitions, gives back those it
+// drained, takes its share of the free ones and marks its surplus for
+// release. It reports whether it gained partitions.
+func (sub *subscription) rebalance(ctx context.Context) bool {
+	s := sub.s
+	var release []int
+	for p := range sub.releasing {
+		if sub.drained(p) {
+			release = append(release, p)
+		}
+	}
+	own, err := s.store.rebalance(ctx, sub.topic, sub.holder, release)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Error("Renewing the partitions failed; they are kept until their lease ends", err, nil)
+		}
+		return false
+	}
+	return sub.apply(own, release)
+}
+
+// apply takes the outcome of a rebalance that gave back release.
+func (sub *subscription) apply(own ownership, release []int) bool {
+	s := sub.s
+	for _, p := range release {
+		delete(sub.releasing, p)
+		delete(sub.owned, p)
+	}
+	now := map[int]bool{}
+	for _, p := range own.owned {
+		now[p] = true
+	}
+	for p := range sub.owned {
+		if !now[p] {
+			// Its lease ran out and another relay took it: stop sending its rows.
+			s.cfg.Logger.Error("Lost a partition to another relay after its lease ran out", nil,
+				watermill.LogFields{"partition": p, "relay": sub.holder})
+			sub.drop(p)
+			delete(sub.owned, p)
+			delete(sub.releasing, p)
+		}
+	}
+	sub.minShare = s.cfg.Partitions / own.members
+	gained := false
+	for p := range now {
+		if !sub.owned[p] {
+			sub.owned[p], gained = true, true
+		}
+	}
+	if surplus := len(sub.owned) - len(sub.releasing) - own.fair; surplus > 0 {
+		parts, _ := sub.claimable()
+		if parts == nil {
+			parts = make([]int, 0, len(sub.owned))
+			for p := range sub.owned {
+				parts = append(parts, p)
+			}
+			slices.Sort(parts)
+		}
+		for _, p := range parts[len(parts)-surplus:] {
+			sub.releasing[p] = true
+			sub.drop(p)
+		}
+	}
+	if gained {
+		sub.rescan = true // the new partitions' rows may lie anywhere
+	}
+	return gained
+}
+
+// anyDrained tells whether a partition being given back is ready to go.
+func (sub *subscription) anyDrained() bool {
+	for p := range sub.releasing {
+		if sub.drained(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// drained tells whether nothing of partition p is in flight or waits to be
+// recorded, so that the next owner starts where this one stopped.
+func (sub *subscription) drained(p int) bool {
+	for _, r := range sub.inflight {
+		if r.partition == p {
+			return false
+		}
+	}
+	for _, q := range sub.unflushed {
+		if q == p {
+			return false
+		}
+	}
+	for _, k := range sub.acks {
+		if k.partition == p {
+			return false
+		}
+	}
+	return true
+}
+
+// drop forgets everything unsent of partition p.
+func (sub *subscription) drop(p int) {
+	for a, st := range sub.aggs {
+		if st.partition == p {
+			sub.forget(a)
+		}
+	}
+	for a, b := range sub.blocked {
+		if b.partition == p {
+			delete(sub.blocked, a) // the next owner reads its retry time off the row
+		}
+	}
+}
+
+// block holds back aggregate a until the retry of its oldest row.
+func (sub *subscription) block(a aggregate, partition int, until time.Time) {
+	if st := sub.aggs[a]; st != nil {
+		sub.forget(a)
+	}
+	sub.blocked[a] = blocked{until: until, partition: partition}
+	if sub.retryAt.IsZero() || until.Before(sub.retryAt) {
+		sub.retryAt = until
+		sub.retry.Reset(time.Until(until))
+	}
+}
+
+// retried runs when the earliest block ends: the next claim reads from the
+// oldest row, which unblocks the aggregates whose time has come.
+func (sub *subscription) retried() {
+	sub.retryAt = time.Time{}
+	sub.rescan = true
+	now := time.Now()
+	for _, b := range sub.blocked {
+		if b.until.After(now) && (sub.retryAt.IsZero() || b.until.Before(sub.retryAt)) {
+			sub.retryAt = b.until
+		}
+	}
+	if !sub.retryAt.IsZero() {
+		sub.retry.Reset(time.Until(sub.retryAt))
 	}
 }
 
@@ -277,29 +492,43 @@ func (sub *subscription) message(r *row) *message.Message {
 	return msg
 }
 
-func (sub *subscription) state(a aggregate) *aggState {
-	st := sub.aggs[a]
-	if st == nil {
-		st = &aggState{}
-		sub.aggs[a] = st
-	}
-	return st
-}
-
-func (sub *subscription) add(rows []*row) {
+// add queues claimed rows. fromStart tells the claim read from the oldest
+// row, started when it began: only such a claim, begun after a block
+// ended, may unblock an aggregate, since only it is sure to return the
+// aggregate's oldest row first.
+func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
+	now := time.Now()
 	for _, r := range rows {
+		if !sub.owned[r.partition] || sub.releasing[r.partition] {
+			continue // given up while the claim ran
+		}
+		a := r.aggregate()
+		if b, ok := sub.blocked[a]; ok {
+			if !fromStart || !started.After(b.until) {
+				continue
+			}
+			delete(sub.blocked, a)
+		}
+		if r.wait > 0 {
+			sub.block(a, r.partition, now.Add(r.wait))
+			continue
+		}
 		headers, err := decodeRowHeaders(r)
 		if err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
 			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
+				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
 			}
 			continue
 		}
 		r.decodedHeaders = headers
-		a := r.aggregate()
-		st := sub.state(a)
+		st := sub.aggs[a]
+		if st == nil {
+			st = &aggState{partition: r.partition}
+			sub.aggs[a] = st
+		}
 		if len(st.rows) == 0 && !st.inflight {
 			sub.ready = append(sub.ready, a)
 		}
@@ -332,60 +561,69 @@ func (sub *subscription) dispatch(r *row, msg *message.Message) {
 		}
 		select {
 		case sub.results <- res:
-		case <-sub.done: // too late: the lease is given up and the row will come again
+		case <-sub.done: // too late: the partition is given up and the row will come again
 		}
 	}()
 }
 
 // settle takes an ack or a nack of a message in flight.
 func (sub *subscription) settle(ctx context.Context, res result) {
-	s := sub.s
 	r := res.row
 	a := r.aggregate()
 	st := sub.aggs[a]
 	delete(sub.inflight, r.id)
 	st.inflight = false
 	if res.acked {
-		st.unflushed++
-		sub.unflushed[r.id] = true
-		sub.acks = append(sub.acks, ack{r.id, a})
-	} else {
-		f := failure{reason: "nacked by the subscriber's consumer", countAttempt: true}
-		if v, ok := s.reasons.LoadAndDelete(res.msg); ok {
-			f = v.(failure)
-		}
-		attempts := r.attempts
-		if f.countAttempt {
-			attempts++
-		}
-		if attempts >= s.cfg.MaxAttempts {
-			if err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), attempts); err != nil {
-				s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
-					watermill.LogFields{"event_id": r.eventID})
-				sub.forget(a)
-				return
-			}
-		} else {
-			if err := s.store.failed(ctx, r, f.countAttempt, f.reason); err != nil {
-				s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
-			}
-			// The aggregate now waits for the retry, whoever makes it.
-			sub.forget(a)
-			return
-		}
+		sub.unflushed[r.id] = r.partition
+		sub.acks = append(sub.acks, ack{r.id, r.partition})
+	} else if !sub.nacked(ctx, r, res.msg) {
+		return
 	}
 	if len(st.rows) > 0 {
 		sub.ready = append(sub.ready, a)
+	} else {
+		delete(sub.aggs, a)
 	}
 }
 
-// forget drops what the subscription holds of a, unsent rows included:
-// they are not delivered, so the next claim of a takes them again.
+// nacked handles a failed delivery of r: a retry later, or the dead
+// letters after the last attempt. It reports whether the aggregate goes on
+// at once (the row is set aside) rather than waiting for the retry.
+func (sub *subscription) nacked(ctx context.Context, r *row, msg *message.Message) bool {
+	s := sub.s
+	f := failure{reason: "nacked by the subscriber's consumer", countAttempt: true}
+	if v, ok := s.reasons.LoadAndDelete(msg); ok {
+		f = v.(failure)
+	}
+	attempts := r.attempts
+	if f.countAttempt {
+		attempts++
+	}
+	if attempts >= s.cfg.MaxAttempts {
+		err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), attempts)
+		if err == nil {
+			return true
+		}
+		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
+			watermill.LogFields{"event_id": r.eventID})
+		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(attempts)))
+		return false
+	}
+	wait, err := s.store.failed(ctx, r, f.countAttempt, f.reason)
+	if err != nil {
+		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
+	}
+	sub.block(r.aggregate(), r.partition, time.Now().Add(wait))
+	return false
+}
+
+// forget drops the unsent rows of a: they are not delivered, so a later
+// claim takes them again.
 func (sub *subscription) forget(a aggregate) {
 	st := sub.aggs[a]
 	sub.queued -= len(st.rows)
 	st.rows = nil
-	if st.unflushed == 0 {
+	if !st.inflight {
 		delete(sub.aggs, a)
 	}
 }
@@ -397,35 +635,7 @@ func (sub *subscription) flushed(acks []ack, err error) {
 	}
 	for _, k := range acks {
 		delete(sub.unflushed, k.id)
-		if st := sub.aggs[k.agg]; st != nil {
-			st.unflushed--
-		}
 	}
-}
-
-// takeIdle removes the aggregates the subscription has not needed for a
-// while and returns them, to be released with the next claim. Keeping a
-// lease a little longer spares the lease table a release and a new lease
-// for every event of a busy aggregate.
-func (sub *subscription) takeIdle() []aggregate {
-	release := sub.release
-	sub.release = nil
-	if time.Since(sub.lastSweep) < sub.s.cfg.Lease/6 {
-		return release
-	}
-	sub.lastSweep = time.Now()
-	for a, st := range sub.aggs {
-		switch {
-		case !st.idle():
-			st.idleSweeps = 0
-		case st.idleSweeps > 0:
-			delete(sub.aggs, a)
-			release = append(release, a)
-		default:
-			st.idleSweeps++
-		}
-	}
-	return release
 }
 
 func (sub *subscription) heldIDs() []int64 {
@@ -445,7 +655,7 @@ func (sub *subscription) heldIDs() []int64 {
 }
 
 // shutdown records the acks already received, waits briefly for messages
-// in flight, and gives every lease back.
+// in flight, and gives every partition back.
 func (sub *subscription) shutdown(claiming bool, claimed <-chan claimResult, ackDone chan error, flushing []ack, claimDone func(claimResult)) {
 	close(sub.out) // nothing more is sent
 	ctx := context.Background()
@@ -459,7 +669,7 @@ wait:
 		select {
 		case res := <-sub.results:
 			if res.acked {
-				sub.acks = append(sub.acks, ack{res.row.id, res.row.aggregate()})
+				sub.acks = append(sub.acks, ack{res.row.id, res.row.partition})
 			}
 		case <-deadline:
 			break wait
@@ -473,16 +683,16 @@ wait:
 			sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
 		}
 	}
-	if err := sub.s.store.releaseAll(ctx, sub.holder); err != nil {
-		sub.s.cfg.Logger.Error("Giving leases back failed; they will expire", err, nil)
+	if err := sub.s.store.leave(ctx, sub.topic, sub.holder); err != nil {
+		sub.s.cfg.Logger.Error("Giving the partitions back failed; they will be free when their lease ends", err, nil)
 	}
 }
 
 type claimResult struct {
 	rows    []*row
-	release []aggregate
 	err     error
-	limit   int
+	query   claimQuery
+	started time.Time
 }
 
 func ackIDs(acks []ack) []int64 {

@@ -18,8 +18,9 @@ type Path string
 
 const (
 	// PathFast, the default, reads with this package's Subscriber: batch
-	// claims under leases, many publishes in flight with at most one per
-	// aggregate, LISTEN/NOTIFY wake-ups, batched acks, several replicas.
+	// claims of the partitions a relay owns, many publishes in flight with
+	// at most one per aggregate, LISTEN/NOTIFY wake-ups, batched acks,
+	// several replicas sharing the partitions.
 	PathFast Path = "fast"
 	// PathCompatible reads with the stock watermill-sql subscriber and
 	// feeds Watermill's forwarder component unchanged. One message at a
@@ -54,9 +55,14 @@ type Config struct {
 	BatchSize int
 	// Concurrency bounds the publishes in flight (fast path); 256 when zero.
 	Concurrency int
-	// Lease is how long a claim lasts unrenewed (fast path): the rows of a
-	// relay that died come back after it. 30 s when zero.
+	// Lease is how long a relay owns its partitions unrenewed (fast
+	// path): those of a relay that died go to the others after it. 30 s
+	// when zero.
 	Lease time.Duration
+	// Partitions is how many parts the aggregates are hashed into, shared
+	// out among the relays of the table (fast path); the same on every
+	// relay of a table. 64 when zero.
+	Partitions int
 	// PollOnly disables LISTEN/NOTIFY (fast path), e.g. behind PgBouncer.
 	PollOnly bool
 	// DeleteDelivered deletes delivered rows instead of stamping
@@ -66,7 +72,8 @@ type Config struct {
 	// to the dead letters (fast path); 10 when zero. Failures while the
 	// broker fails every publish are not counted.
 	MaxAttempts int
-	// RelayID names this relay in claimed_by (fast path); random when empty.
+	// RelayID names this relay in the partition table (fast path); random
+	// when empty.
 	RelayID string
 	// TopicPrefix is prepended to every destination topic, e.g. to keep
 	// the environments that share a broker apart ("staging_").

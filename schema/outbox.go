@@ -70,15 +70,11 @@ func (Outbox) Fields() []ent.Field {
 func (Outbox) Indexes() []ent.Index {
 	return []ent.Index{
 		// The fast relay claims undelivered rows in id order; the index stays
-		// small however many delivered rows are retained.
+		// small however many delivered rows are retained. (It reads each
+		// aggregate from one relay only, so it needs no index by aggregate.)
 		index.Fields("id").
 			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
 			StorageKey("outbox_events_pending"),
-		// ...and checks that no earlier row of the same aggregate is
-		// still undelivered in someone else's hands.
-		index.Fields("aggregate_type", "aggregate_id", "id").
-			Annotations(entsql.IndexWhere("delivered_at IS NULL")).
-			StorageKey("outbox_events_pending_aggregate"),
 		// The compatible (watermill-sql) path reads in commit order.
 		index.Fields("transaction_id", "id").StorageKey("outbox_events_commit_order"),
 		// No more: every index is written again when a row is marked

@@ -53,14 +53,6 @@ var (
 				},
 			},
 			{
-				Name:    "outbox_events_pending_aggregate",
-				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[5], OutboxEventsColumns[6], OutboxEventsColumns[0]},
-				Annotation: &entsql.IndexAnnotation{
-					Where: "delivered_at IS NULL",
-				},
-			},
-			{
 				Name:    "outbox_events_commit_order",
 				Unique:  false,
 				Columns: []*schema.Column{OutboxEventsColumns[10], OutboxEventsColumns[0]},

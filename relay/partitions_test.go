@@ -1,0 +1,113 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// owners reads how many partitions each relay owns (none before the first
+// relay created the table).
+func owners(t *testing.T, b *emitBundle) map[string]int {
+	t.Helper()
+	var exists bool
+	require.NoError(t, b.db.DB.QueryRow(`SELECT to_regclass('outbox_events_partitions') IS NOT NULL`).Scan(&exists))
+	if !exists {
+		return nil
+	}
+	rows, err := b.db.DB.Query(`SELECT relay, count(*) FROM outbox_events_partitions WHERE until >= now() GROUP BY relay`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var relayName string
+		var n int
+		require.NoError(t, rows.Scan(&relayName, &n))
+		out[relayName] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Two relays share the partitions half and half; when one stops, the
+// other takes them all at once (no lease to wait for: they were given
+// back). Through it all every event arrives once, in order per aggregate.
+func TestRelaysSharePartitionsAndHandThemOver(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10000, Persistent: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	start := func(id string) func() error {
+		cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, RelayID: id, Partitions: 16})
+		return runRelay(t, cfg)
+	}
+	stopA := start("a")
+	stopB := start("b")
+	require.Eventually(t, func() bool {
+		o := owners(t, b)
+		return len(o) == 2 && o[keyWithPrefix(o, "a/")] == 8 && o[keyWithPrefix(o, "b/")] == 8
+	}, 10*time.Second, 20*time.Millisecond, "partitions not shared out: %v", owners(t, b))
+
+	first := emitOrdersAs(t, b.client, "first", 300, 40, 0)
+	got.waitFor(t, first, 20*time.Second)
+
+	require.NoError(t, stopA())
+	require.Eventually(t, func() bool {
+		o := owners(t, b)
+		return len(o) == 1 && o[keyWithPrefix(o, "b/")] == 16
+	}, 5*time.Second, 20*time.Millisecond, "b did not take a's partitions: %v", owners(t, b))
+
+	second := emitOrdersAs(t, b.client, "second", 300, 40, 0)
+	got.waitFor(t, second, 20*time.Second)
+	waitDelivered(t, b, 0)
+	require.NoError(t, stopB())
+
+	all := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	for _, e := range []emitted{first, second} {
+		for id := range e.ids {
+			all.ids[id] = true
+		}
+		for agg, ids := range e.perAggregate {
+			all.perAggregate[agg] = ids
+		}
+	}
+	got.requireExactly(t, all)
+}
+
+// A relay configured with another number of partitions than the table's
+// refuses to run rather than split aggregates another way.
+func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, Partitions: 8}))
+	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, stop())
+
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: 16})
+	require.NoError(t, err)
+	defer sub.Close()
+	_, err = sub.Subscribe(context.Background(), relay.AllTopics)
+	require.EqualError(t, err, "relay: outbox_events_partitions has 8 partitions and this relay is set to 16: every relay of a table must use the same number")
+}
+
+func keyWithPrefix(m map[string]int, prefix string) string {
+	for k := range m {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			return k
+		}
+	}
+	return ""
+}
