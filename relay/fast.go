@@ -33,38 +33,54 @@ func (r *Relay) runFast(ctx context.Context) error {
 	}
 	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
 
+	// A fixed pool of publishers: a goroutine per message would grow a
+	// fresh stack through the broker client's calls every time.
 	var (
 		wg     sync.WaitGroup
-		slots  = make(chan struct{}, r.cfg.Concurrency)
+		work   = make(chan *message.Message)
 		health publishHealth
 	)
+	for range r.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msg := range work {
+				r.publish(sub, msg, &health)
+			}
+		}()
+	}
+	stop := func() error {
+		// Stop taking messages, let the publishes in flight finish and be
+		// recorded, then Close releases everything else.
+		stopReading()
+		close(work)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(r.cfg.CloseTimeout):
+			r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
+		}
+		return nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			// Stop taking messages, let the publishes in flight finish and
-			// be recorded, then Close releases everything else.
-			stopReading()
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(r.cfg.CloseTimeout):
-				r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
-			}
-			return nil
+			return stop()
 		case msg, ok := <-msgs:
 			if !ok {
 				if ctx.Err() != nil {
 					continue
 				}
+				_ = stop()
 				return errors.New("relay: the outbox subscription ended")
 			}
-			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-slots; wg.Done() }()
-				r.publish(sub, msg, &health)
-			}()
+			select {
+			case work <- msg:
+			case <-ctx.Done():
+				msg.Nack() // not published: it comes again
+				return stop()
+			}
 		}
 	}
 }
