@@ -4,7 +4,7 @@
 // Assert that a transaction emitted an event, with ent's generated query on
 // the same transaction:
 //
-//	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.Query().AllX(ctx))
+//	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.EmittedX(ctx))
 //	require.Equal(t, int64(4200), paid.AmountCents)
 //
 // Run a handler against an event, through the same dedupe, retries and dead

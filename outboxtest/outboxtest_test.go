@@ -51,7 +51,7 @@ func TestRequireEmittedInTheTransaction(t *testing.T) {
 	defer tx.Rollback()
 	require.NoError(t, tx.Outbox.EmitOrderPaid(ctx, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700}))
 
-	rows := tx.Outbox.Query().AllX(ctx)
+	rows := tx.Outbox.EmittedX(ctx)
 	paid := outboxtest.RequireEmitted[testent.OrderPaid](t, rows)
 	require.Equal(t, testent.OrderPaid{OrderID: 7, AmountCents: 700, Currency: "EUR"}, paid)
 	outboxtest.RequireNotEmitted[testent.ProfileUpdated](t, rows)
@@ -64,7 +64,7 @@ func TestRequireEmittedInTheTransaction(t *testing.T) {
 		failure(t, func(tb testing.TB) { outboxtest.RequireEmitted[testent.OrderPaidV1](tb, rows) }))
 
 	require.NoError(t, tx.Outbox.EmitOrderPaid(ctx, "8", testent.OrderPaid{OrderID: 8, AmountCents: 800}))
-	rows = tx.Outbox.Query().AllX(ctx)
+	rows = tx.Outbox.EmittedX(ctx)
 	require.Equal(t, `outboxtest: "order.paid" was emitted 2 times, want once (use RequireEmittedAll for several)`,
 		failure(t, func(tb testing.TB) { outboxtest.RequireEmitted[testent.OrderPaid](tb, rows) }))
 	all := outboxtest.RequireEmittedAll[testent.OrderPaid](t, rows)

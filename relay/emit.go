@@ -28,35 +28,84 @@ type Event struct {
 	Payload       []byte // JSON
 }
 
-// Emit writes ev as an outbox row in the transaction that drv belongs to.
-// The row goes through watermill-sql's Publisher with SchemaAdapter, so it
-// lands in that transaction and nowhere else: it becomes visible to the
-// relay when the transaction commits and disappears if it rolls back.
+// Emit writes ev as an outbox row in the transaction that drv belongs to,
+// at once. The row goes through watermill-sql's Publisher with
+// SchemaAdapter, so it lands in that transaction and nowhere else: it
+// becomes visible to the relay when the transaction commits and disappears
+// if it rolls back. Generated code emits through a Batch instead, which
+// writes the events of a transaction together.
 //
 // drv must be the driver of an ent transaction; generated code checks that
 // before calling. table is the outbox table name.
 func Emit(ctx context.Context, drv dialect.ExecQuerier, table string, ev Event, cfg events.EmitConfig) error {
-	if ev.AggregateID == "" {
-		return &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: "aggregate id is empty"}
-	}
-	msg, err := NewMessage(ev, cfg)
+	msg, err := eventMessage(ev, cfg)
 	if err != nil {
 		return err
 	}
-	msg.SetContext(ctx)
+	return insert(ctx, drv, table, ev.Topic, []*message.Message{msg})
+}
 
+// eventMessage checks ev and builds its message.
+func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
+	if ev.AggregateID == "" {
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: "aggregate id is empty"}
+	}
+	// PostgreSQL's jsonb refuses \u0000; found now, not when the events
+	// are written at commit.
+	if hasJSONNul(ev.Payload) {
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version,
+			Reason: `payload holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`}
+	}
+	for k, v := range cfg.Headers {
+		if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version,
+				Reason: fmt.Sprintf("header %q holds a NUL character, which PostgreSQL's jsonb cannot store", k)}
+		}
+	}
+	return NewMessage(ev, cfg)
+}
+
+// hasJSONNul tells whether JSON text b has the escape \u0000 (and not an
+// escaped backslash followed by "u0000").
+func hasJSONNul(b []byte) bool {
+	for i := 0; i+6 <= len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if string(b[i+1:i+6]) == "u0000" {
+			return true
+		}
+		i++ // skip the escaped character
+	}
+	return false
+}
+
+// insert writes msgs, all bound for topic, in one statement. A message
+// whose event id is already in the outbox fails it with
+// events.ErrDuplicateEventID, the transaction still usable.
+func insert(ctx context.Context, drv dialect.ExecQuerier, table, topic string, msgs []*message.Message) error {
 	exec := &entExecutor{drv: drv}
 	pub, err := wsql.NewPublisher(exec, wsql.PublisherConfig{SchemaAdapter: SchemaAdapter{Table: table}}, nil)
 	if err != nil {
 		return fmt.Errorf("entoutbox: creating SQL publisher: %w", err)
 	}
-	if err := pub.Publish(ev.Topic, msg); err != nil {
-		return fmt.Errorf("entoutbox: writing %q event %s: %w", ev.Name, msg.UUID, err)
+	for _, msg := range msgs {
+		msg.SetContext(ctx)
 	}
-	if exec.rowsAffected == 0 {
-		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, msg.UUID, ev.Name)
+	if err := pub.Publish(topic, msgs...); err != nil {
+		if len(msgs) == 1 {
+			return fmt.Errorf("entoutbox: writing %q event %s: %w", msgs[0].Metadata.Get(events.MetaEventName), msgs[0].UUID, err)
+		}
+		return fmt.Errorf("entoutbox: writing %d events to topic %q: %w", len(msgs), topic, err)
 	}
-	return nil
+	if int(exec.rowsAffected) == len(msgs) {
+		return nil
+	}
+	if len(msgs) == 1 {
+		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, msgs[0].UUID, msgs[0].Metadata.Get(events.MetaEventName))
+	}
+	return fmt.Errorf("%w: %d of %d events to topic %q were already in the outbox", events.ErrDuplicateEventID,
+		len(msgs)-int(exec.rowsAffected), len(msgs), topic)
 }
 
 // NewMessage builds the Watermill message of ev: the event id (cfg's, or a

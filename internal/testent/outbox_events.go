@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
+	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -325,12 +327,85 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 	}, opts)
 }
 
-// outboxEmit writes one encoded event through the transaction's driver.
+// outboxEmit holds an encoded event in the transaction's batch.
 func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []events.EmitOption) error {
-	if _, ok := c.driver.(*txDriver); !ok {
-		return events.ErrNotInTransaction
+	b, err := c.outboxBatch()
+	if err != nil {
+		return err
 	}
-	return relay.Emit(ctx, c.driver, "outbox_events", ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+}
+
+// outboxBatches holds the batch of every open transaction that emitted.
+var outboxBatches sync.Map // *txDriver -> *relay.Batch
+
+// outboxBatch returns the batch of c's transaction, creating it on the
+// first emit with the hooks that write it at commit and forget it at
+// rollback.
+func (c *OutboxClient) outboxBatch() (*relay.Batch, error) {
+	txd, ok := c.driver.(*txDriver)
+	if !ok {
+		return nil, events.ErrNotInTransaction
+	}
+	if b, ok := outboxBatches.Load(txd); ok {
+		return b.(*relay.Batch), nil
+	}
+	b := relay.NewBatch(txd, "outbox_events")
+	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
+		return prev.(*relay.Batch), nil
+	}
+	txd.mu.Lock()
+	defer txd.mu.Unlock()
+	txd.onCommit = append(txd.onCommit, func(next Committer) Committer {
+		return CommitFunc(func(ctx context.Context, tx *Tx) error {
+			defer outboxBatches.Delete(txd)
+			if err := b.Flush(ctx); err != nil {
+				// Nothing is committed without its events.
+				_ = txd.tx.Rollback()
+				return err
+			}
+			return next.Commit(ctx, tx)
+		})
+	})
+	txd.onRollback = append(txd.onRollback, func(next Rollbacker) Rollbacker {
+		return RollbackFunc(func(ctx context.Context, tx *Tx) error {
+			outboxBatches.Delete(txd)
+			return next.Rollback(ctx, tx)
+		})
+	})
+	return b, nil
+}
+
+// Flush writes the events emitted so far in c's transaction, which Emit
+// holds until the commit (to write them in one statement), so that queries
+// in the transaction see them.
+func (c *OutboxClient) Flush(ctx context.Context) error {
+	b, err := c.outboxBatch()
+	if err != nil {
+		return err
+	}
+	return b.Flush(ctx)
+}
+
+// Emitted returns the events emitted in c's transaction, in emit order,
+// after writing those still held: what tests assert on.
+func (c *OutboxClient) Emitted(ctx context.Context) ([]*Outbox, error) {
+	if err := c.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return c.Query().
+		Where(func(s *sql.Selector) { s.Where(sql.ExprP(s.C("transaction_id") + " = pg_current_xact_id()")) }).
+		Order(func(s *sql.Selector) { s.OrderBy(s.C("id")) }).
+		All(ctx)
+}
+
+// EmittedX is Emitted that panics on an error.
+func (c *OutboxClient) EmittedX(ctx context.Context) []*Outbox {
+	rows, err := c.Emitted(ctx)
+	if err != nil {
+		panic(err)
+	}
+	return rows
 }
 
 // OutboxRecord returns the row as an events.Record, for tests and tools.
