@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -18,48 +20,77 @@ import (
 // and only if, the transaction commits.
 func notifyChannel(table string) string { return table }
 
-// notifier holds one connection listening on the table's channel and wakes
-// every subscription on each notification. While it is broken the
-// subscriptions still poll.
+// rebalanceChannel is the channel on which relays tell each other that
+// the partitions of table change hands: one joined, left or gave some
+// back. Channel names are identifiers, 63 bytes at most.
+func rebalanceChannel(table string) string {
+	if name := table + "_rebalance"; len(name) <= 63 {
+		return name
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(table))
+	return fmt.Sprintf("entoutbox_rebalance_%x", h.Sum64())
+}
+
+// notifier holds one connection listening on the table's channels and
+// wakes every subscription on each notification. While it is broken the
+// subscriptions still poll and rebalance on their timers.
 type notifier struct {
 	mu      sync.Mutex
-	waiters map[chan struct{}]bool
+	waiters map[*waiter]bool
 }
 
-func (n *notifier) add() chan struct{} {
-	c := make(chan struct{}, 1)
+// waiter is one subscription's pair of wake-ups.
+type waiter struct {
+	rows      chan struct{} // rows were committed
+	rebalance chan struct{} // partitions change hands
+}
+
+func newNotifier() *notifier { return &notifier{waiters: map[*waiter]bool{}} }
+
+func (n *notifier) add() *waiter {
+	w := &waiter{rows: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
 	n.mu.Lock()
-	n.waiters[c] = true
+	n.waiters[w] = true
 	n.mu.Unlock()
-	return c
+	return w
 }
 
-func (n *notifier) remove(c chan struct{}) {
+func (n *notifier) remove(w *waiter) {
 	n.mu.Lock()
-	delete(n.waiters, c)
+	delete(n.waiters, w)
 	n.mu.Unlock()
 }
 
-func (n *notifier) wakeAll() {
+func (n *notifier) wake(rows, rebalance bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for c := range n.waiters {
-		select {
-		case c <- struct{}{}:
-		default:
+	for w := range n.waiters {
+		if rows {
+			signal(w.rows)
+		}
+		if rebalance {
+			signal(w.rebalance)
 		}
 	}
 }
 
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // listen runs until ctx ends, reconnecting after failures.
-func (n *notifier) listen(ctx context.Context, db *sql.DB, channel string, logger watermill.LoggerAdapter) {
+func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger watermill.LoggerAdapter) {
 	for backoff := 100 * time.Millisecond; ctx.Err() == nil; backoff = min(backoff*2, 5*time.Second) {
-		err := n.listenOnce(ctx, db, channel)
+		err := n.listenOnce(ctx, db, table)
 		if ctx.Err() != nil {
 			return
 		}
 		logger.Info("LISTEN connection lost; polling until it is back", watermill.LogFields{"err": err})
-		n.wakeAll() // something may have been missed meanwhile
+		n.wake(true, true) // something may have been missed meanwhile
 		select {
 		case <-ctx.Done():
 			return
@@ -68,19 +99,20 @@ func (n *notifier) listen(ctx context.Context, db *sql.DB, channel string, logge
 	}
 }
 
-func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, channel string) error {
+func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	rows, rebalance := notifyChannel(table), rebalanceChannel(table)
 	return conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return errors.New("LISTEN needs the pgx database/sql driver")
 		}
 		c := sc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(channel)); err != nil {
+		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(rows)+"; LISTEN "+pgsql.QuoteIdent(rebalance)); err != nil {
 			return err
 		}
 		defer func() {
@@ -89,12 +121,13 @@ func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, channel string) e
 			defer cancel()
 			_, _ = c.Exec(ctx, "UNLISTEN *")
 		}()
-		n.wakeAll()
+		n.wake(true, true)
 		for {
-			if _, err := c.WaitForNotification(ctx); err != nil {
+			note, err := c.WaitForNotification(ctx)
+			if err != nil {
 				return err
 			}
-			n.wakeAll()
+			n.wake(note.Channel == rows, note.Channel == rebalance)
 		}
 	})
 }

@@ -150,13 +150,23 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 			return fmt.Errorf("%s has %d partitions and this relay is set to %d: every relay of a table must use the same number",
 				s.partitions, count, s.cfg.Partitions)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+m+` (topic, relay, until)
+		var joined bool
+		if err := tx.QueryRowContext(ctx, `INSERT INTO `+m+` (topic, relay, until)
 			VALUES ($1, $2, now() + $3 * interval '1 millisecond')
-			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until`, topic, holder, lease); err != nil {
+			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until
+			RETURNING xmax = 0`, topic, holder, lease).Scan(&joined); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+m+` WHERE topic = $1 AND until < now()`, topic); err != nil {
+		expired, err := tx.ExecContext(ctx, `DELETE FROM `+m+` WHERE topic = $1 AND until < now()`, topic)
+		if err != nil {
 			return err
+		}
+		// The others hear of a change at once, not at their next rebalance:
+		// a relay joining gets its share, and what is given back is taken.
+		if n, _ := expired.RowsAffected(); joined || n > 0 || len(release) > 0 {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, rebalanceChannel(s.cfg.Table)); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE `+p+` SET relay = '', until = '-infinity'
 			WHERE topic = $1 AND relay = $2 AND partition = ANY($3)`, topic, holder, release); err != nil {
@@ -214,7 +224,10 @@ func (s *store) leave(ctx context.Context, topic, holder string) error {
 			WHERE topic = $1 AND relay = $2`, topic, holder); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.members)+` WHERE topic = $1 AND relay = $2`, topic, holder)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.members)+` WHERE topic = $1 AND relay = $2`, topic, holder); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, rebalanceChannel(s.cfg.Table))
 		return err
 	})
 }

@@ -55,14 +55,14 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, err
 	}
 	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8],
-		notifier: &notifier{waiters: map[chan struct{}]bool{}}}
+		notifier: newNotifier()}
 	if !cfg.PollOnly {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopNote = cancel
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.notifier.listen(ctx, db, notifyChannel(cfg.Table), cfg.Logger)
+			s.notifier.listen(ctx, db, cfg.Table, cfg.Logger)
 		}()
 	}
 	return s, nil
@@ -92,6 +92,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	sub.retry.Stop()
 	// Join the group now, so that a relay that cannot (a table split into
 	// another number of partitions, say) fails at once.
+	sub.renewed = time.Now()
 	own, err := s.store.rebalance(ctx, topic, sub.holder, nil)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -176,6 +177,7 @@ type subscription struct {
 	owned     map[int]bool // partitions leased to it, releasing ones included
 	releasing map[int]bool // owned partitions given back once nothing of them is in flight
 	minShare  int          // the fewest partitions it should own, the group being what it is
+	renewed   time.Time    // when the last successful rebalance began: the leases run from then
 	blocked   map[aggregate]blocked
 	retry     *time.Timer // fires when the earliest block ends
 	retryAt   time.Time
@@ -300,8 +302,10 @@ func (sub *subscription) run(ctx context.Context) {
 			if sub.anyDrained() {
 				doRebalance() // give it back now: another relay waits for it
 			}
-		case <-wake:
+		case <-wake.rows:
 			wantClaim = true
+		case <-wake.rebalance:
+			doRebalance()
 		case <-poll.C:
 			wantClaim = true
 		case <-sub.retry.C:
@@ -351,13 +355,27 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 			release = append(release, p)
 		}
 	}
+	started := time.Now()
 	own, err := s.store.rebalance(ctx, sub.topic, sub.holder, release)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Error("Renewing the partitions failed; they are kept until their lease ends", err, nil)
 		}
+		// Stop sending well before the leases may have ended and another
+		// relay taken the partitions: two relays must never send the rows
+		// of one aggregate.
+		if len(sub.owned) > 0 && time.Since(sub.renewed) > s.cfg.Lease*2/3 {
+			s.cfg.Logger.Error("Partitions not renewed for most of their lease; giving them up", nil,
+				watermill.LogFields{"relay": sub.holder})
+			for p := range sub.owned {
+				sub.drop(p)
+			}
+			clear(sub.owned)
+			clear(sub.releasing)
+		}
 		return false
 	}
+	sub.renewed = started
 	return sub.apply(own, release)
 }
 
