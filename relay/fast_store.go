@@ -233,14 +233,15 @@ func (s *store) leave(ctx context.Context, topic, holder string) error {
 }
 
 // claimQuery is one claim: undelivered rows of topic ("" for every topic)
-// in the given partitions (nil for all), with ids above after and not in
-// held, oldest first.
+// in the given partitions (nil for all), with ids above after, not in held
+// and not of an aggregate in blocked, oldest first.
 type claimQuery struct {
-	topic string
-	parts []int
-	after int64
-	held  []int64
-	limit int
+	topic   string
+	parts   []int
+	after   int64
+	held    []int64
+	blocked []aggregate
+	limit   int
 }
 
 // claim reads the rows of q. Rows of transactions still open are simply
@@ -257,10 +258,19 @@ func (s *store) claim(ctx context.Context, q claimQuery) ([]*row, error) {
 		args = append(args, q.parts)
 		where = append(where, fmt.Sprintf("%s = ANY($%d)", part, len(args)))
 	}
+	// NOT IN over a subquery is hashed: lists of thousands stay cheap.
 	if len(q.held) > 0 {
-		// NOT IN over a subquery is hashed: a list of thousands stays cheap.
 		args = append(args, q.held)
 		where = append(where, fmt.Sprintf("o.id NOT IN (SELECT unnest($%d::bigint[]))", len(args)))
+	}
+	if len(q.blocked) > 0 {
+		types, ids := make([]string, len(q.blocked)), make([]string, len(q.blocked))
+		for i, a := range q.blocked {
+			types[i], ids[i] = a.typ, a.id
+		}
+		args = append(args, types, ids)
+		where = append(where, fmt.Sprintf("(o.aggregate_type, o.aggregate_id) NOT IN (SELECT * FROM unnest($%d::text[], $%d::text[]))",
+			len(args)-1, len(args)))
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
 			o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at, o.attempts, `+part+`,

@@ -245,16 +245,16 @@ func (sub *subscription) run(ctx context.Context) {
 		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
 			if parts, any := sub.claimable(); any {
 				claiming, wantClaim = true, false
-				// While draining a backlog, read on from the last row taken:
-				// everything held lies below it. Once caught up, or when
-				// partitions or blocked aggregates come back, read from the
-				// oldest row again, for rows given back or committed late.
-				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, limit: room}
+				// While draining a backlog, read on from the last row taken.
+				// Once caught up, or when partitions or blocked aggregates
+				// come back, read from the oldest row again, for rows given
+				// back or committed late. Either way, rows held already and
+				// aggregates waiting for a retry are left out: a rescan may
+				// leave the cursor below rows held.
+				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, limit: room,
+					held: sub.heldIDs(), blocked: sub.stillBlocked()}
 				if sub.rescan {
 					q.after, sub.rescan = 0, false
-				}
-				if q.after == 0 {
-					q.held = sub.heldIDs()
 				}
 				go func() {
 					started := time.Now()
@@ -482,6 +482,18 @@ func (sub *subscription) block(a aggregate, partition int, until time.Time) {
 		sub.retryAt = until
 		sub.retry.Reset(time.Until(until))
 	}
+}
+
+// stillBlocked is the aggregates whose retry is not due yet.
+func (sub *subscription) stillBlocked() []aggregate {
+	var out []aggregate
+	now := time.Now()
+	for a, b := range sub.blocked {
+		if b.until.After(now) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // retried runs when the earliest block ends: the next claim reads from the

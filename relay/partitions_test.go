@@ -2,11 +2,13 @@ package relay_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/relay"
@@ -110,4 +112,45 @@ func keyWithPrefix(m map[string]int, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// Subscribers join and leave while a stream is read with small batches and
+// slow consumers, so that partitions change hands often while rows are
+// held: every event arrives once, in order per aggregate.
+func TestSubscribersJoiningAndLeavingDeliverOnceInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	want := emitOrdersAs(t, b.client, "churn", 1500, 30, 0)
+	got := newReceived()
+	cfg := relay.SubscriberConfig{Partitions: 8, BatchSize: 16, Lease: 2 * time.Second, PollInterval: 20 * time.Millisecond}
+	read := func(ctx context.Context, sub *relay.Subscriber) {
+		msgs, err := sub.Subscribe(ctx, relay.AllTopics)
+		if !assert.NoError(t, err) {
+			return
+		}
+		for msg := range msgs {
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+			got.add(msg)
+			msg.Ack()
+		}
+	}
+	steady, err := relay.NewSubscriber(b.db.DB, cfg)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { defer close(done); read(context.Background(), steady) }()
+
+	for range 6 {
+		visitor, err := relay.NewSubscriber(b.db.DB, cfg)
+		require.NoError(t, err)
+		visited := make(chan struct{})
+		go func() { defer close(visited); read(context.Background(), visitor) }()
+		time.Sleep(150 * time.Millisecond)
+		require.NoError(t, visitor.Close())
+		<-visited
+		time.Sleep(50 * time.Millisecond)
+	}
+	got.waitFor(t, want, 30*time.Second)
+	require.NoError(t, steady.Close())
+	<-done
+	got.requireExactly(t, want)
 }
