@@ -19,6 +19,19 @@ type Backlog struct {
 	OldestPending time.Time
 	// DeadLetters counts events set aside.
 	DeadLetters int64
+	// Relays is the fast relays whose leases are current and the
+	// partitions each owns, by name; none before a fast relay first ran.
+	Relays []RelayShare
+	// Partitions is how many partitions the table is split into; zero
+	// before a fast relay first ran.
+	Partitions int
+}
+
+// RelayShare is what one fast relay subscription owns.
+type RelayShare struct {
+	Relay      string // RelayID/instance/subscription
+	Topic      string // "" for a relay of every topic
+	Partitions int
 }
 
 // Age is how long the oldest pending event has waited at now.
@@ -50,5 +63,37 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
 	b.OldestPending = oldest.Time
+	if err := readShares(ctx, db, table, &b); err != nil {
+		return Backlog{}, err
+	}
 	return b, nil
+}
+
+// readShares reads which fast relays own which partitions, if any ran.
+func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error {
+	parts := table + "_partitions"
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(parts)).Scan(&exists); err != nil {
+		return fmt.Errorf("reading the relays: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	if err := db.QueryRowContext(ctx, `SELECT count(DISTINCT partition) FROM `+pgsql.QuoteIdent(parts)).Scan(&b.Partitions); err != nil {
+		return fmt.Errorf("reading the relays: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT relay, topic, count(*) FROM `+pgsql.QuoteIdent(parts)+`
+		WHERE relay <> '' AND until >= now() GROUP BY relay, topic ORDER BY topic, relay`)
+	if err != nil {
+		return fmt.Errorf("reading the relays: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r RelayShare
+		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions); err != nil {
+			return fmt.Errorf("reading the relays: %w", err)
+		}
+		b.Relays = append(b.Relays, r)
+	}
+	return rows.Err()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 func run(t *testing.T, env map[string]string, args ...string) (string, error) {
@@ -44,6 +45,20 @@ func TestStatusAndCleanup(t *testing.T) {
 	require.Contains(t, out, "pending events:      4\n")
 	require.Regexp(t, `oldest pending age:  1m3\d\.\d+s`, out)
 	require.Contains(t, out, "dead letters:        0\n")
+	require.NotContains(t, out, "fast relays", "no fast relay has run")
+
+	// A fast relay subscription shows with the partitions it owns.
+	sub, err := relay.NewSubscriber(db.DB, relay.SubscriberConfig{RelayID: "r1", Partitions: 4})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = sub.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "fast relays:         1, sharing 4 partitions\n")
+	require.Regexp(t, `  r1/[0-9a-f]{8}/1 owns 4 \(every topic\)\n`, out)
+	require.NoError(t, sub.Close())
 
 	out, err = run(t, nil, "cleanup", "--database-url", db.URL, "--batch-size", "2")
 	require.NoError(t, err)

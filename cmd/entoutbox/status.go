@@ -16,7 +16,7 @@ func newStatusCommand() *cobra.Command {
 	var databaseURL, table, deadLetterTable string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the outbox backlog: pending events, age of the oldest, dead letters",
+		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters) and the fast relays",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := openDB(databaseURL)
@@ -37,6 +37,16 @@ func newStatusCommand() *cobra.Command {
 				fmt.Fprintf(out, "oldest pending age:  0s\n")
 			}
 			fmt.Fprintf(out, "dead letters:        %d\n", b.DeadLetters)
+			if b.Partitions > 0 {
+				fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(b.Relays), b.Partitions)
+				for _, r := range b.Relays {
+					topic := r.Topic
+					if topic == "" {
+						topic = "every topic"
+					}
+					fmt.Fprintf(out, "  %s owns %d (%s)\n", r.Relay, r.Partitions, topic)
+				}
+			}
 			return nil
 		},
 	}
