@@ -130,6 +130,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if err := printTable(out, results); err != nil {
 		return err
 	}
+	printDrainCPU(out, results)
 	if emitLine != "" {
 		fmt.Fprintln(out, emitLine)
 	}
@@ -188,6 +189,23 @@ func printTable(out io.Writer, results []result) error {
 			fmtDur(r.held.p99, r.held.n), fmtDur(r.held.max, r.held.n), rss, strings.Join(r.notes, "; "))
 	}
 	return tw.Flush()
+}
+
+// printDrainCPU says, per row, where the CPU of the drain went: every
+// process shares the machine, so the drain rate is what they leave each
+// other.
+func printDrainCPU(out io.Writer, results []result) {
+	header := false
+	for _, r := range results {
+		if r.drainCPU == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "drain CPU per event, from /proc (relay processes, PostgreSQL, the broker, this bench's receiver, the rest):")
+			header = true
+		}
+		fmt.Fprintf(out, "  %s: %s\n", r.name, r.drainCPU)
+	}
 }
 
 // firstLine is the first line of err, without the prefix the entoutbox

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -52,6 +53,7 @@ type result struct {
 	latency   stats   // paced load
 	held      stats   // paced load while transactions are held open
 	peakKB    int64
+	drainCPU  string // where the drain's CPU went, per event
 	notes     []string
 }
 
@@ -132,7 +134,8 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 			_ = rs.stop()
 		}
 	}()
-	if err := e.drain(ctx, s, recv, rs, ids, start, res); err != nil {
+	cpuFrom := sampleCPU(rs.pids())
+	if err := e.drain(ctx, s, recv, rs, ids, start, cpuFrom, res); err != nil {
 		return err
 	}
 
@@ -181,7 +184,8 @@ func (e *env) probe(s *sandbox, spec rowSpec, prefix string) error {
 // drain waits for ids, which were all committed before the relays started
 // at start, and for the outbox to report them delivered, and records the
 // rate. It fails only when a relay ended, which makes the row n/a.
-func (e *env) drain(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, ids []string, start time.Time, res *result) error {
+func (e *env) drain(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, ids []string, start time.Time,
+	cpuFrom cpuSample, res *result) error {
 	// Drained means every row recorded as delivered, which the relays do
 	// only after the broker acknowledged it; then every id must have
 	// arrived.
@@ -194,6 +198,7 @@ func (e *env) drain(ctx context.Context, s *sandbox, recv *receiver, rs *relaySe
 		return nil
 	}
 	res.drainRate = float64(len(ids)) / time.Since(start).Seconds()
+	res.drainCPU = cpuPerEvent(cpuFrom, sampleCPU(rs.pids()), len(ids), runtime.NumCPU())
 	if missing := recv.await(ctx, ids, timeout, rs.failed()); missing > 0 {
 		if err := rs.err(); err != nil {
 			return err

@@ -64,6 +64,15 @@ func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, err
 	return rs, nil
 }
 
+// pids is the process ids of the relays.
+func (rs *relaySet) pids() []int {
+	out := make([]int, len(rs.procs))
+	for i, p := range rs.procs {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
 // ended records why a process ended unless the bench stopped it.
 func (rs *relaySet) ended(p *relayProc) {
 	rs.mu.Lock()
