@@ -45,7 +45,10 @@ func TestRelaysSharePartitionsAndHandThemOver(t *testing.T) {
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10000, Persistent: true}, watermill.NopLogger{})
+	// Blocking until the consumer acks: otherwise gochannel may hand over
+	// two messages published one after the other in either order.
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10000, Persistent: true, BlockPublishUntilSubscriberAck: true},
+		watermill.NopLogger{})
 	msgs, err := pubsub.Subscribe(ctx, "orders")
 	require.NoError(t, err)
 	got := newReceived()
