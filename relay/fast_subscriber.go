@@ -88,8 +88,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		out: make(chan *message.Message), results: make(chan result, s.cfg.BatchSize),
 		aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]int{},
 		owned: map[int]bool{}, releasing: map[int]bool{}, blocked: map[aggregate]blocked{},
-		retry: time.NewTimer(time.Hour), done: make(chan struct{})}
+		retry: time.NewTimer(time.Hour), rescanT: time.NewTimer(time.Hour), done: make(chan struct{})}
 	sub.retry.Stop()
+	sub.rescanT.Stop()
 	// Join the group now, so that a relay that cannot (a table split into
 	// another number of partitions, say) fails at once.
 	sub.renewed = time.Now()
@@ -132,6 +133,10 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
+// rescanEvery is how often a caught-up subscription reads from the oldest
+// row, for rows committed late.
+const rescanEvery = 20 * time.Millisecond
+
 // aggState is what a subscription holds of one aggregate.
 type aggState struct {
 	rows      []*row // claimed, not sent yet, in id order
@@ -169,10 +174,16 @@ type subscription struct {
 	unflushed map[int64]int // acked, not recorded yet: id -> partition
 	queued    int           // rows claimed and not sent yet
 	acks      []ack
-	cursor    int64 // last row id of a full claim: the next claim reads on from it
+	cursor    int64 // the next claim reads on from this row id
+	caughtUp  bool  // the last claim took every row there was
 	rescan    bool  // the next claim starts from the oldest row
-	ctx       context.Context
-	done      chan struct{}
+	// lastRescan is when a claim last read from the oldest row; rescanT
+	// fires when the next such claim is due.
+	lastRescan  time.Time
+	rescanT     *time.Timer
+	rescanArmed bool
+	ctx         context.Context
+	done        chan struct{}
 
 	owned     map[int]bool // partitions leased to it, releasing ones included
 	releasing map[int]bool // owned partitions given back once nothing of them is in flight
@@ -195,6 +206,7 @@ func (sub *subscription) run(ctx context.Context) {
 	rebalance := time.NewTimer(rebalanceEvery)
 	defer rebalance.Stop()
 	defer sub.retry.Stop()
+	defer sub.rescanT.Stop()
 
 	claimed := make(chan claimResult, 1)
 	claiming, wantClaim := false, true
@@ -216,11 +228,13 @@ func (sub *subscription) run(ctx context.Context) {
 			}
 			sub.add(c.rows, c.query.after == 0, c.started)
 			// A full claim means more rows wait: go on from the last one.
+			// Otherwise go on from the newest row seen: rows committed
+			// late below it are found by the rescans.
 			full := len(c.rows) == c.query.limit
 			wantClaim = wantClaim || full // keep a wake-up that came during the claim
-			sub.cursor = 0
-			if full {
-				sub.cursor = c.rows[len(c.rows)-1].id
+			sub.caughtUp = !full
+			if n := len(c.rows); n > 0 && (full || c.rows[n-1].id > sub.cursor) {
+				sub.cursor = c.rows[n-1].id
 			}
 		}
 	)
@@ -245,16 +259,23 @@ func (sub *subscription) run(ctx context.Context) {
 		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
 			if parts, any := sub.claimable(); any {
 				claiming, wantClaim = true, false
-				// While draining a backlog, read on from the last row taken.
-				// Once caught up, or when partitions or blocked aggregates
-				// come back, read from the oldest row again, for rows given
-				// back or committed late. Either way, rows held already and
-				// aggregates waiting for a retry are left out: a rescan may
-				// leave the cursor below rows held.
+				// Claims read on from the cursor. They read from the oldest
+				// row instead when partitions or blocked aggregates come
+				// back, and, once caught up, at most every rescanEvery, for
+				// rows committed late below the cursor (each commit notifies,
+				// so such a row waits at most that long). Not every claim:
+				// while a long transaction elsewhere holds vacuum back, the
+				// oldest part of the index is full of delivered rows to step
+				// over. Rows held already and aggregates waiting for a retry
+				// are left out: a rescan may leave the cursor below rows held.
 				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, limit: room,
 					held: sub.heldIDs(), blocked: sub.stillBlocked()}
-				if sub.rescan {
-					q.after, sub.rescan = 0, false
+				switch now := time.Now(); {
+				case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= rescanEvery:
+					q.after, sub.rescan, sub.lastRescan = 0, false, now
+				case sub.caughtUp && !sub.rescanArmed:
+					sub.rescanArmed = true
+					sub.rescanT.Reset(sub.lastRescan.Add(rescanEvery).Sub(now))
 				}
 				go func() {
 					started := time.Now()
@@ -310,6 +331,9 @@ func (sub *subscription) run(ctx context.Context) {
 			wantClaim = true
 		case <-sub.retry.C:
 			sub.retried()
+			wantClaim = true
+		case <-sub.rescanT.C:
+			sub.rescanArmed = false
 			wantClaim = true
 		case <-rebalance.C:
 			doRebalance()

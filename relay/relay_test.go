@@ -7,9 +7,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -113,4 +115,38 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	require.Equal(t, "topic is empty", dead[1][2])
 
 	waitDelivered(t, b, 2) // set-aside rows leave the outbox
+}
+
+// A transaction that took its row id early and commits after later rows
+// were delivered is relayed too: the fast path reads below its cursor again
+// now and then. (The compatible path does not deliver the later rows before
+// the open transaction ends: it reads in commit order.)
+func TestRelayDeliversALateCommit(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+
+	late, err := b.client.Tx(ctx)
+	require.NoError(t, err)
+	defer late.Rollback()
+	lateID := uuid.New()
+	require.NoError(t, late.Outbox.EmitOrderPaid(ctx, "late", testent.OrderPaid{OrderID: 1, AmountCents: 1},
+		events.WithEventID(lateID))) // written now: its row id is taken
+	early := emitOrdersAs(t, b.client, "early", 20, 4, 0)
+	got.waitFor(t, early, 20*time.Second)
+
+	require.NoError(t, late.Commit())
+	early.ids[lateID.String()] = true
+	early.perAggregate["late"] = []string{lateID.String()}
+	got.waitFor(t, early, 20*time.Second)
+	waitDelivered(t, b, 0)
+	require.NoError(t, stop())
+	got.requireExactly(t, early)
 }
