@@ -189,9 +189,11 @@ type subscription struct {
 	releasing map[int]bool // owned partitions given back once nothing of them is in flight
 	minShare  int          // the fewest partitions it should own, the group being what it is
 	renewed   time.Time    // when the last successful rebalance began: the leases run from then
-	blocked   map[aggregate]blocked
-	retry     *time.Timer // fires when the earliest block ends
-	retryAt   time.Time
+	// renewFailing is set while rebalances fail (the database is away).
+	renewFailing bool
+	blocked      map[aggregate]blocked
+	retry        *time.Timer // fires when the earliest block ends
+	retryAt      time.Time
 }
 
 func (sub *subscription) run(ctx context.Context) {
@@ -245,7 +247,7 @@ func (sub *subscription) run(ctx context.Context) {
 			wantClaim = true
 		}
 		every := rebalanceEvery
-		if len(sub.releasing) > 0 || len(sub.owned) < sub.minShare {
+		if len(sub.releasing) > 0 || len(sub.owned) < sub.minShare || sub.renewFailing {
 			every = min(every, 100*time.Millisecond)
 		}
 		rebalance.Reset(every)
@@ -382,12 +384,14 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 	started := time.Now()
 	own, err := s.store.rebalance(ctx, sub.topic, sub.holder, release)
 	if err != nil {
-		if ctx.Err() == nil {
-			s.cfg.Logger.Error("Renewing the partitions failed; they are kept until their lease ends", err, nil)
+		if ctx.Err() == nil && !sub.renewFailing {
+			s.cfg.Logger.Error("Renewing the partitions failed; trying again, they are kept until their lease ends", err, nil)
 		}
+		sub.renewFailing = true
 		// Stop sending well before the leases may have ended and another
 		// relay taken the partitions: two relays must never send the rows
-		// of one aggregate.
+		// of one aggregate. (Failed renewals are tried again every 100 ms,
+		// so this happens soon after two thirds of the lease.)
 		if len(sub.owned) > 0 && time.Since(sub.renewed) > s.cfg.Lease*2/3 {
 			s.cfg.Logger.Error("Partitions not renewed for most of their lease; giving them up", nil,
 				watermill.LogFields{"relay": sub.holder})
@@ -398,6 +402,10 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 			clear(sub.releasing)
 		}
 		return false
+	}
+	if sub.renewFailing {
+		s.cfg.Logger.Info("Partitions renewed again", watermill.LogFields{"relay": sub.holder})
+		sub.renewFailing = false
 	}
 	sub.renewed = started
 	return sub.apply(own, release)

@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"math/rand/v2"
+	"net/url"
 	"testing"
 	"time"
 
@@ -155,5 +157,52 @@ func TestSubscribersJoiningAndLeavingDeliverOnceInOrder(t *testing.T) {
 	got.waitFor(t, want, 30*time.Second)
 	require.NoError(t, steady.Close())
 	<-done
+	got.requireExactly(t, want)
+}
+
+// A relay cut off from the database gives its partitions up after most of
+// their lease, before another relay may take them over: the rows it held
+// in memory are not sent by both.
+func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	u, err := url.Parse(b.db.URL)
+	require.NoError(t, err)
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	dbA, err := sql.Open("pgx", u.String())
+	require.NoError(t, err)
+	defer dbA.Close()
+
+	want := emitOrdersAs(t, b.client, "fence", 50, 5, 0)
+	cfg := relay.SubscriberConfig{Partitions: 4, Lease: 2 * time.Second, PollInterval: 20 * time.Millisecond}
+	a, err := relay.NewSubscriber(dbA, cfg)
+	require.NoError(t, err)
+	defer a.Close()
+	// Nobody reads a's messages yet: what it claims waits in its memory.
+	fromA, err := a.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return owners(t, b)[keyWithPrefix(owners(t, b), "relay-")] == 4 },
+		5*time.Second, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a claims
+	proxy.cut()
+
+	other, err := relay.NewSubscriber(b.db.DB, cfg)
+	require.NoError(t, err)
+	fromOther, err := other.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, fromOther, got)
+	got.waitFor(t, want, 20*time.Second) // once a's leases have run out
+	waitDelivered(t, b, 0)
+
+	select {
+	case msg := <-fromA:
+		t.Fatalf("the relay cut off sent event %s after its partitions went to another", msg.UUID)
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.NoError(t, other.Close())
 	got.requireExactly(t, want)
 }
