@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -40,6 +41,12 @@ Brokers, by URL:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if brokerURL == "" {
 				return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
+			}
+			// The relay's live heap is small and bounded by --batch-size; a
+			// rarer GC costs some 20 MB and saves about a sixth of its CPU
+			// per event (bench). GOGC set in the environment wins.
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(400)
 			}
 			logger, err := newLogger(logLevel)
 			if err != nil {
