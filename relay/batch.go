@@ -96,10 +96,3 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Len is how many events are held.
-func (b *Batch) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.held)
-}

@@ -28,23 +28,6 @@ type Event struct {
 	Payload       []byte // JSON
 }
 
-// Emit writes ev as an outbox row in the transaction that drv belongs to,
-// at once. The row goes through watermill-sql's Publisher with
-// SchemaAdapter, so it lands in that transaction and nowhere else: it
-// becomes visible to the relay when the transaction commits and disappears
-// if it rolls back. Generated code emits through a Batch instead, which
-// writes the events of a transaction together.
-//
-// drv must be the driver of an ent transaction; generated code checks that
-// before calling. table is the outbox table name.
-func Emit(ctx context.Context, drv dialect.ExecQuerier, table string, ev Event, cfg events.EmitConfig) error {
-	msg, err := eventMessage(ev, cfg)
-	if err != nil {
-		return err
-	}
-	return insert(ctx, drv, table, ev.Topic, []*message.Message{msg})
-}
-
 // eventMessage checks ev and builds its message.
 func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 	if ev.AggregateID == "" {

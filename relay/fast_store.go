@@ -164,7 +164,7 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 		// The others hear of a change at once, not at their next rebalance:
 		// a relay joining gets its share, and what is given back is taken.
 		if n, _ := expired.RowsAffected(); joined || n > 0 || len(release) > 0 {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, rebalanceChannel(s.cfg.Table)); err != nil {
+			if err := s.notifyRebalance(ctx, tx); err != nil {
 				return err
 			}
 		}
@@ -227,9 +227,15 @@ func (s *store) leave(ctx context.Context, topic, holder string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(s.members)+` WHERE topic = $1 AND relay = $2`, topic, holder); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, rebalanceChannel(s.cfg.Table))
-		return err
+		return s.notifyRebalance(ctx, tx)
 	})
+}
+
+// notifyRebalance tells every relay of the table, when tx commits, that
+// partitions change hands.
+func (s *store) notifyRebalance(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, '')`, rebalanceChannel(s.cfg.Table))
+	return err
 }
 
 // claimQuery is one claim: undelivered rows of topic ("" for every topic)

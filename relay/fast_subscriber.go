@@ -358,16 +358,23 @@ func (sub *subscription) head() *row {
 // claimable is the owned partitions that are not being given back, nil
 // when that is all of them; any is false when there is none.
 func (sub *subscription) claimable() (parts []int, any bool) {
+	parts = sub.kept()
+	if len(parts) == sub.s.cfg.Partitions {
+		return nil, true
+	}
+	return parts, len(parts) > 0
+}
+
+// kept is the owned partitions not being given back, in order.
+func (sub *subscription) kept() []int {
+	var parts []int
 	for p := range sub.owned {
 		if !sub.releasing[p] {
 			parts = append(parts, p)
 		}
 	}
-	if len(parts) == sub.s.cfg.Partitions {
-		return nil, true
-	}
 	slices.Sort(parts)
-	return parts, len(parts) > 0
+	return parts
 }
 
 // rebalance renews the subscription's partitions, gives back those it
@@ -439,16 +446,8 @@ func (sub *subscription) apply(own ownership, release []int) bool {
 			sub.owned[p], gained = true, true
 		}
 	}
-	if surplus := len(sub.owned) - len(sub.releasing) - own.fair; surplus > 0 {
-		parts, _ := sub.claimable()
-		if parts == nil {
-			parts = make([]int, 0, len(sub.owned))
-			for p := range sub.owned {
-				parts = append(parts, p)
-			}
-			slices.Sort(parts)
-		}
-		for _, p := range parts[len(parts)-surplus:] {
+	if kept := sub.kept(); len(kept) > own.fair {
+		for _, p := range kept[own.fair:] {
 			sub.releasing[p] = true
 			sub.drop(p)
 		}

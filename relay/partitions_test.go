@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +113,7 @@ func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
 
 func keyWithPrefix(m map[string]int, prefix string) string {
 	for k := range m {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+		if strings.HasPrefix(k, prefix) {
 			return k
 		}
 	}
@@ -184,8 +185,10 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	// Nobody reads a's messages yet: what it claims waits in its memory.
 	fromA, err := a.Subscribe(ctx, relay.AllTopics)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return owners(t, b)[keyWithPrefix(owners(t, b), "relay-")] == 4 },
-		5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		o := owners(t, b)
+		return o[keyWithPrefix(o, "relay-")] == 4
+	}, 5*time.Second, 20*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // a claims
 	proxy.cut()
 
