@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -36,7 +37,8 @@ type SubscriberConfig struct {
 	Lease time.Duration
 	// Partitions is how many parts the aggregates are hashed into; the
 	// relays of a table share them out, so it bounds how many can work at
-	// once. Every relay of a table must use the same number; 64 when zero.
+	// once. Every relay of a table must use the same number; 64 when zero,
+	// at most 4096.
 	Partitions int
 	// PollInterval is how often an idle subscriber looks for rows when no
 	// notification woke it; 500 ms when zero.
@@ -72,7 +74,7 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
-	if c.Partitions <= 0 {
+	if c.Partitions == 0 {
 		c.Partitions = 64
 	}
 	if c.PollInterval <= 0 {
@@ -92,9 +94,16 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 }
 
+// maxPartitions bounds SubscriberConfig.Partitions.
+const maxPartitions = 4096
+
 func (c SubscriberConfig) validate() error {
 	if c.Lease < time.Second {
 		return errors.New("relay: Lease must be at least 1s")
+	}
+	// Each partition is a row the relays renew every second.
+	if c.Partitions < 1 || c.Partitions > maxPartitions {
+		return fmt.Errorf("relay: Partitions must be between 1 and %d, not %d", maxPartitions, c.Partitions)
 	}
 	return nil
 }

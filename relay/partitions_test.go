@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -109,6 +110,17 @@ func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
 	defer sub.Close()
 	_, err = sub.Subscribe(context.Background(), relay.AllTopics)
 	require.EqualError(t, err, "relay: outbox_events_partitions has 8 partitions and this relay is set to 16: every relay of a table must use the same number")
+}
+
+// A number of partitions out of bounds is refused before anything is
+// written.
+func TestSubscriberRefusesAPartitionCountOutOfBounds(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	for _, n := range []int{-1, 4097} {
+		_, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: n})
+		require.EqualError(t, err, fmt.Sprintf("relay: Partitions must be between 1 and 4096, not %d", n))
+	}
 }
 
 func keyWithPrefix(m map[string]int, prefix string) string {
