@@ -74,6 +74,7 @@ func (e *Extension) Hooks() []gen.Hook {
 // "outbox_" because ent merges every template and function globally.
 func (e *Extension) Templates() []*gen.Template {
 	return []*gen.Template{
+		gen.MustParse(gen.NewTemplate("outbox_imports").ParseFS(templateFS, "template/outbox_imports.tmpl")),
 		gen.MustParse(gen.NewTemplate("outbox").Funcs(funcs).ParseFS(templateFS, "template/outbox_events.tmpl")),
 		// The consumer side needs the processed-events and dead-letter tables.
 		gen.MustParse(gen.NewTemplate("outbox_consumers").Funcs(funcs).

@@ -11,7 +11,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/ent/migrate"
 
-	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/entoutbox/entoutbox/ent/deadletter"
@@ -19,6 +18,8 @@ import (
 	"github.com/entoutbox/entoutbox/ent/processedevent"
 
 	stdsql "database/sql"
+
+	"entgo.io/ent"
 )
 
 // Client is the client that holds all ent builders.

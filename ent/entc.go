@@ -16,7 +16,10 @@ func main() {
 		Target:   ".",
 		Package:  "github.com/entoutbox/entoutbox/ent",
 		Features: []gen.Feature{gen.FeatureUpsert, gen.FeatureExecQuery, gen.FeatureLock},
-	})
+	},
+		// client.go names entgo.io/ent itself instead of leaving it to goimports,
+		// which could pick another package named ent (see the template).
+		entc.TemplateFiles("../codegen/template/outbox_imports.tmpl"))
 	if err != nil {
 		log.Fatalf("entoutbox: generating ent/: %v", err)
 	}

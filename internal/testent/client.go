@@ -11,7 +11,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/testent/migrate"
 
-	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
@@ -19,6 +18,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/order"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
+
+	"entgo.io/ent"
 )
 
 // Client is the client that holds all ent builders.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/examples/orders/ent/migrate"
 
-	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/deadletter"
@@ -19,6 +18,8 @@ import (
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/processedevent"
+
+	"entgo.io/ent"
 )
 
 // Client is the client that holds all ent builders.

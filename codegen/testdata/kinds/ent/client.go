@@ -11,13 +11,14 @@ import (
 
 	"github.com/entoutbox/entoutbox/codegen/testdata/kinds/ent/migrate"
 
-	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/entoutbox/entoutbox/codegen/testdata/kinds/ent/deadletter"
 	"github.com/entoutbox/entoutbox/codegen/testdata/kinds/ent/order"
 	"github.com/entoutbox/entoutbox/codegen/testdata/kinds/ent/outbox"
 	"github.com/entoutbox/entoutbox/codegen/testdata/kinds/ent/processedevent"
+
+	"entgo.io/ent"
 )
 
 // Client is the client that holds all ent builders.

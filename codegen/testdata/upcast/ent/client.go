@@ -11,13 +11,14 @@ import (
 
 	"github.com/entoutbox/entoutbox/codegen/testdata/upcast/ent/migrate"
 
-	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"github.com/entoutbox/entoutbox/codegen/testdata/upcast/ent/deadletter"
 	"github.com/entoutbox/entoutbox/codegen/testdata/upcast/ent/order"
 	"github.com/entoutbox/entoutbox/codegen/testdata/upcast/ent/outbox"
 	"github.com/entoutbox/entoutbox/codegen/testdata/upcast/ent/processedevent"
+
+	"entgo.io/ent"
 )
 
 // Client is the client that holds all ent builders.
