@@ -65,20 +65,26 @@ const connectTimeout = 5 * time.Second
 // libraries parse it themselves); u is the same URL parsed.
 type opener func(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error)
 
+// urlCheck refuses, before any connection, a URL that lacks what the broker
+// needs, rather than let a client library fall back to a default server.
+type urlCheck func(u *url.URL, raw string) error
+
 var openers = map[string]struct {
 	scheme string
+	check  urlCheck
 	open   opener
+	topic  topicCheck
 }{
-	"nats":       {"nats", openNATS},
-	"amqp":       {"amqp", openAMQP},
-	"amqps":      {"amqp", openAMQP},
-	"redis":      {"redis", openRedis},
-	"rediss":     {"redis", openRedis},
-	"kafka":      {"kafka", openKafka},
-	"postgres":   {"postgres", openPostgres},
-	"postgresql": {"postgres", openPostgres},
-	"mem":        {"mem", openMem},
-	"inprocess":  {"mem", openMem},
+	"nats":       {"nats", checkNATSURL, openNATS, natsTopic},
+	"amqp":       {"amqp", checkAMQPURL, openAMQP, amqpTopic},
+	"amqps":      {"amqp", checkAMQPURL, openAMQP, amqpTopic},
+	"redis":      {"redis", checkRedisURL, openRedis, anyTopic},
+	"rediss":     {"redis", checkRedisURL, openRedis, anyTopic},
+	"kafka":      {"kafka", checkKafkaURL, openKafka, kafkaTopic},
+	"postgres":   {"postgres", checkPostgresURL, openPostgres, postgresTopic},
+	"postgresql": {"postgres", checkPostgresURL, openPostgres, postgresTopic},
+	"mem":        {"mem", checkNothing, openMem, anyTopic},
+	"inprocess":  {"mem", checkNothing, openMem, anyTopic},
 }
 
 // Open connects to the broker named by rawURL and checks it is reachable; an unknown scheme or an unreachable
@@ -101,11 +107,15 @@ func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
 	if !ok {
 		return nil, fmt.Errorf("broker %q: unknown scheme %q (want nats, amqp, redis, kafka, postgres or mem)", shown, u.Scheme)
 	}
+	if err := kind.check(u, rawURL); err != nil {
+		return nil, fmt.Errorf("broker %q: %w", shown, scrubbed(err, rawURL))
+	}
 	ps, err := kind.open(ctx, u, rawURL, logger)
 	if err != nil {
 		return nil, fmt.Errorf("broker %s: %w", shown, scrubbed(err, rawURL))
 	}
 	ps.scheme = kind.scheme
+	ps.pub = topicChecked{Publisher: ps.pub, scheme: kind.scheme}
 	return ps, nil
 }
 
@@ -208,6 +218,15 @@ type ownedSubscriber struct {
 	parent *pubSub
 	once   sync.Once
 	err    error
+}
+
+// Subscribe checks the topic first: a subscriber, too, may create a stream,
+// exchange or table for it.
+func (s *ownedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := ValidateTopic(s.parent.scheme, topic); err != nil {
+		return nil, err
+	}
+	return s.Subscriber.Subscribe(ctx, topic)
 }
 
 func (s *ownedSubscriber) Close() error {

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
@@ -32,17 +30,9 @@ import (
 // flight per broker, so retries cannot reorder an aggregate's events.
 
 func openKafka(ctx context.Context, u *url.URL, _ string, logger watermill.LoggerAdapter) (*pubSub, error) {
-	if u.User != nil {
-		return nil, errors.New("credentials in kafka:// URLs are not supported")
-	}
-	var brokers []string
-	for _, b := range strings.Split(u.Host, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			brokers = append(brokers, b)
-		}
-	}
-	if len(brokers) == 0 {
-		return nil, errors.New("no broker address (want kafka://host:9092[,host:9092...])")
+	brokers, err := kafkaBrokers(u) // checked by Open already
+	if err != nil {
+		return nil, err
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
