@@ -2,6 +2,12 @@ package broker
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,4 +89,254 @@ func TestAMQPGroupShares(t *testing.T) {
 	rawURL := amqpSetup(t, topic)
 	amqpQueues.add(topic, topic+"_a", topic+"_b")
 	testGroupShares(t, rawURL, topic)
+}
+
+// TestAMQPUnroutableIsAFailure publishes to an exchange no queue is bound
+// to: Publish fails, naming the message and the cause. Once a group has
+// subscribed (declaring and binding its queue), Publish succeeds and the
+// group receives the message.
+func TestAMQPUnroutableIsAFailure(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.unroutable." + randomSuffix()
+	group := "g-" + randomSuffix()
+	rawURL := amqpSetup(t, topic)
+	amqpQueues.add(topic, topic+"_"+group)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := Open(ctx, rawURL, Options{})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, b.Close()) }()
+
+	lost := newMessages(1)[0]
+	err = b.Publisher().Publish(topic, lost.message())
+	require.Error(t, err)
+	assert.Equal(t, `amqp: message `+lost.uuid+` to exchange "`+topic+`" was returned unroutable (NO_ROUTE): `+
+		`no queue is bound; start the consumers (or declare their queues) before the relay`, err.Error())
+
+	// Two messages in one Publish: both returned, one error says so.
+	err = b.Publisher().Publish(topic, newMessages(1)[0].message(), newMessages(1)[0].message())
+	assert.ErrorContains(t, err, "was returned unroutable (NO_ROUTE)")
+	assert.ErrorContains(t, err, "(and 1 more of this publish)")
+
+	sub, err := b.Subscriber(group)
+	require.NoError(t, err)
+	ch, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(3)
+	require.NoError(t, b.Publisher().Publish(topic, sent[0].message(), sent[1].message()))
+	publish(t, b, topic, sent[2:])
+	assertSame(t, sent, receive(ctx, t, ch, len(sent)), true)
+	assertNothingMore(t, ch, 200*time.Millisecond) // the returned ones never arrive
+}
+
+// TestAMQPConcurrentPublishes publishes from many goroutines at once to a
+// topic with a queue and to one without: each Publish reports its own
+// message's fate, never another's.
+func TestAMQPConcurrentPublishes(t *testing.T) {
+	t.Parallel()
+	bound := "entoutbox.bound." + randomSuffix()
+	unbound := "entoutbox.unbound." + randomSuffix()
+	rawURL := amqpSetup(t, bound)
+	amqpSetup(t, unbound)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := Open(ctx, rawURL, Options{})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, b.Close()) }()
+
+	// A queue of the test's own, so that nothing else consumes from it.
+	raw := amqpChannel(t)
+	require.NoError(t, raw.ExchangeDeclare(bound, "fanout", true, false, false, false, nil))
+	q, err := raw.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, raw.QueueBind(q.Name, "", bound, false, nil))
+	deliveries, err := raw.Consume(q.Name, "", true, true, false, false, nil)
+	require.NoError(t, err)
+
+	// 16 goroutines, each publishing one message at a time, so that channels
+	// are taken up again while others are in use.
+	const workers, n = 16, 400
+	sent := newMessages(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				topic := bound
+				if i%3 == 1 {
+					topic = unbound
+				}
+				errs[i] = b.Publisher().Publish(topic, sent[i].message())
+			}
+		}()
+	}
+	wg.Wait()
+	want := map[string]bool{}
+	for i, err := range errs {
+		if i%3 != 1 {
+			assert.NoError(t, err, "message %d to the bound exchange", i)
+			want[sent[i].uuid] = true
+		} else if assert.Error(t, err, "message %d to the unbound exchange", i) {
+			assert.Contains(t, err.Error(), "message "+sent[i].uuid+" to exchange \""+unbound+"\" was returned unroutable")
+		}
+	}
+	for len(want) > 0 {
+		select {
+		case d := <-deliveries:
+			assert.True(t, want[d.MessageId], "unexpected message %s", d.MessageId)
+			delete(want, d.MessageId)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d messages never arrived", len(want))
+		}
+	}
+}
+
+// TestAMQPBrokenConnection runs the publisher through a TCP proxy to
+// RabbitMQ. A publish whose confirm is held back when the connection breaks
+// fails (it is not reported as delivered); the next one dials again and
+// succeeds; with nothing listening, Publish fails within the dial timeout.
+func TestAMQPBrokenConnection(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.broken." + randomSuffix()
+	amqpSetup(t, topic)
+	u, err := url.Parse(amqpURL)
+	require.NoError(t, err)
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := Open(ctx, u.String(), Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	raw := amqpChannel(t) // straight to RabbitMQ
+	require.NoError(t, raw.ExchangeDeclare(topic, "fanout", true, false, false, false, nil))
+	q, err := raw.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, raw.QueueBind(q.Name, "", topic, false, nil))
+	deliveries, err := raw.Consume(q.Name, "", true, true, false, false, nil)
+	require.NoError(t, err)
+
+	sent := newMessages(3)
+	require.NoError(t, b.Publisher().Publish(topic, sent[0].message()))
+
+	proxy.hold(true) // RabbitMQ's confirm does not come through
+	done := make(chan error, 1)
+	go func() { done <- b.Publisher().Publish(topic, sent[1].message()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Publish returned %v without its confirm", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	proxy.cut()
+	select {
+	case err := <-done:
+		require.Error(t, err, "a publish cut off before its confirm must fail")
+		t.Log(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish hangs after the connection broke")
+	}
+
+	proxy.hold(false)
+	require.NoError(t, b.Publisher().Publish(topic, sent[2].message()), "Publish dials again")
+	got := map[string]bool{}
+	for !got[sent[0].uuid] || !got[sent[2].uuid] {
+		select {
+		case d := <-deliveries:
+			got[d.MessageId] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("received %v, want %s and %s", got, sent[0].uuid, sent[2].uuid)
+		}
+	}
+
+	// Nothing listens any more: each Publish fails (the first one perhaps on
+	// the connection that is going down), then dialing fails.
+	proxy.close()
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err = b.Publisher().Publish(topic, newMessages(1)[0].message())
+		require.Error(t, err)
+		require.Less(t, time.Since(start), connectTimeout+2*time.Second)
+		if strings.HasPrefix(err.Error(), "amqp: connecting: ") {
+			break
+		}
+		require.Less(t, attempt, 3, "%v", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tcpProxy forwards connections to a server; it can hold back what the
+// server sends and cut every connection.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	held   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &tcpProxy{ln: ln, target: target}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c) }()
+			go p.forward(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) hold(on bool) { p.held.Store(on) }
+
+// forward copies what the server sends to the client, waiting while held.
+func (p *tcpProxy) forward(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		for p.held.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = client.Close()
+			return
+		}
+	}
+}
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) close() {
+	_ = p.ln.Close()
+	p.cut()
 }
