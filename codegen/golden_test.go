@@ -18,14 +18,17 @@ import (
 
 	"github.com/entoutbox/entoutbox/codegen"
 	bad_default "github.com/entoutbox/entoutbox/codegen/testdata/bad_default/events"
+	default_maxlen "github.com/entoutbox/entoutbox/codegen/testdata/default_maxlen/events"
 	duplicate_event_name "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_event_name/events"
 	duplicate_field "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_field/events"
 	empty_name "github.com/entoutbox/entoutbox/codegen/testdata/empty_name/events"
 	invalid_identifier "github.com/entoutbox/entoutbox/codegen/testdata/invalid_identifier/events"
+	invalid_topic "github.com/entoutbox/entoutbox/codegen/testdata/invalid_topic/events"
 	kinds "github.com/entoutbox/entoutbox/codegen/testdata/kinds/events"
 	missing_outbox "github.com/entoutbox/entoutbox/codegen/testdata/missing_outbox/events"
 	missing_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/missing_upcaster/events"
 	"github.com/entoutbox/entoutbox/codegen/testdata/noschema"
+	removed_field "github.com/entoutbox/entoutbox/codegen/testdata/removed_field/events"
 	"github.com/entoutbox/entoutbox/codegen/testdata/schema"
 	type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
 	upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
@@ -56,6 +59,9 @@ var cases = []goldenCase{
 	{"empty_name", "schema", schema.All, empty_name.All},
 	{"invalid_identifier", "schema", schema.All, invalid_identifier.All},
 	{"bad_default", "schema", schema.All, bad_default.All},
+	{"default_maxlen", "schema", schema.All, default_maxlen.All},
+	{"invalid_topic", "schema", schema.All, invalid_topic.All},
+	{"removed_field", "schema", schema.All, removed_field.All},
 	{"type_collision", "schema", schema.All, type_collision.All},
 	{"missing_outbox", "noschema", noschema.All, missing_outbox.All},
 }

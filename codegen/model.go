@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"entgo.io/ent/entc/gen"
 
@@ -117,10 +119,10 @@ type Check struct {
 }
 
 var (
-	wireName  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	topicName = regexp.MustCompile(`^[A-Za-z0-9$:._-]+$`) // what watermill-sql accepts
-	ident     = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
-	goExport  = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
+	wireName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	topicChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`) // Kafka's characters, the fewest of any broker
+	ident      = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+	goExport   = regexp.MustCompile(`^[A-Z][A-Za-z0-9_]*$`)
 )
 
 // outboxFields are the columns the generated code relies on; a type named
@@ -235,11 +237,10 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 	case !wireName.MatchString(e.Name):
 		fail("%s: Name() must be letters, digits, '.', '_' or '-', starting with a letter or digit", where)
 	}
-	switch {
-	case e.Topic == "":
+	if e.Topic == "" {
 		fail("%s: Topic() is empty", where)
-	case !topicName.MatchString(e.Topic):
-		fail("%s: Topic() %q may only contain letters, digits and - $ : . _", where, e.Topic)
+	} else if problem := topicProblem(e.Topic); problem != "" {
+		fail("%s: Topic() %q %s", where, e.Topic, problem)
 	}
 	switch {
 	case e.Aggregate == "":
@@ -314,3 +315,37 @@ func buildFields(where string, fs []field.Field, fail func(string, ...any)) []*F
 }
 
 var pascal = gen.Funcs["pascal"].(func(string) string)
+
+// topicMaxLen is the longest topic every broker takes: watermill-sql's
+// offsets table "watermill_offsets_<topic>" must fit PostgreSQL's 63 bytes.
+const topicMaxLen = 63 - len("watermill_offsets_")
+
+// topicReserved are the prefixes a broker keeps for itself.
+var topicReserved = []struct{ prefix, owner string }{
+	{"_INBOX", "NATS reserves for reply subjects"},
+	{"amq.", "RabbitMQ reserves"},
+	{"__", "Kafka reserves for its internal topics"},
+}
+
+// topicProblem says why topic is not a name that every broker the relay
+// publishes to takes literally (relay/broker checks each broker's own rule
+// at run time), or returns "".
+func topicProblem(topic string) string {
+	if !topicChars.MatchString(topic) {
+		bad := strings.TrimLeft(topic, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+		r, _ := utf8.DecodeRuneInString(bad)
+		return fmt.Sprintf("may only contain letters, digits, '.', '_' and '-', not %q", r)
+	}
+	if slices.Contains(strings.Split(topic, "."), "") {
+		return "has an empty part between dots (a leading, trailing or double dot)"
+	}
+	if len(topic) > topicMaxLen {
+		return fmt.Sprintf("is %d bytes long; at most %d fit every broker (PostgreSQL table names are made from it)", len(topic), topicMaxLen)
+	}
+	for _, r := range topicReserved {
+		if strings.HasPrefix(topic, r.prefix) {
+			return fmt.Sprintf("starts with %q, which %s", r.prefix, r.owner)
+		}
+	}
+	return ""
+}

@@ -156,6 +156,9 @@ func checkOptions(d *field.Descriptor) error {
 			if seen[v] {
 				return fmt.Errorf("enum value %q is listed twice", v)
 			}
+			if d.MaxLen > 0 && len(v) > d.MaxLen {
+				return fmt.Errorf("enum value %q is longer than MaxLen %d, so it could never be emitted", v, d.MaxLen)
+			}
 			seen[v] = true
 		}
 	}
