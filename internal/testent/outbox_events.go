@@ -288,7 +288,7 @@ func (PriceChanged) OutboxEvent() (name string, version int) {
 // their declared defaults.
 func (e *PriceChanged) outboxSetDefaults() {
 	if e.Currency == "" {
-		e.Currency = "EUR"
+		e.Currency = "USD"
 	}
 }
 
@@ -296,7 +296,7 @@ func (e *PriceChanged) outboxSetDefaults() {
 // into e, so that fields an older version lacks get them.
 func (e *PriceChanged) outboxPrefill() {
 	{
-		e.Currency = "EUR"
+		e.Currency = "USD"
 	}
 }
 

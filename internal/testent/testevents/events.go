@@ -51,7 +51,9 @@ func (ProfileUpdated) Versions() []events.Version {
 var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}}
 
 // PriceChanged needs an upcaster between versions 2 and 3 (cents become a
-// decimal amount); 1 to 2 only adds a field with a default.
+// decimal amount); 1 to 2 only adds a field with a default. Version 3
+// defaults to another currency, so a version 1 payload shows whether it got
+// version 2's default on the way.
 type PriceChanged struct{ events.Schema }
 
 func (PriceChanged) Name() string      { return "price.changed" }
@@ -61,7 +63,7 @@ func (PriceChanged) Versions() []events.Version {
 	return []events.Version{
 		events.V(1, field.String("sku"), field.Int64("cents")),
 		events.V(2, field.String("sku"), field.Int64("cents"), field.String("currency").Default("EUR")),
-		events.V(3, field.String("sku"), field.Float64("amount"), field.String("currency").Default("EUR")),
+		events.V(3, field.String("sku"), field.Float64("amount"), field.String("currency").Default("USD")),
 	}
 }
 
