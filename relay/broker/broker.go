@@ -11,6 +11,16 @@
 //	postgres://user@host:5432/db        PostgreSQL tables (watermill-sql/v4); also postgresql://
 //	mem://                              in-process (Watermill GoChannel); also inprocess://
 //
+// Open refuses, before connecting, a URL without the server (and, for
+// postgres://, the database) it needs, rather than let the client library
+// fall back to a local default. A postgres:// URL may name a socket
+// directory with ?host= and the database with ?dbname= instead.
+//
+// A topic is the literal name of one destination, checked per broker by
+// Publish and Subscribe before anything is made on the broker (see
+// ValidateTopic): an invalid one is an *InvalidTopicError, which is
+// permanent.
+//
 // Whatever the broker, a message keeps its UUID, payload and metadata from
 // publisher to subscriber; a subscriber group shares its deliveries among its
 // members and keeps its position when they restart; every delivery is acked
@@ -87,8 +97,8 @@ var openers = map[string]struct {
 	"inprocess":  {"mem", checkNothing, openMem, anyTopic},
 }
 
-// Open connects to the broker named by rawURL and checks it is reachable; an unknown scheme or an unreachable
-// broker is an error that names the URL (with any password redacted) and what failed.
+// Open connects to the broker named by rawURL and checks it is reachable; an unknown scheme, a URL missing its
+// server or an unreachable broker is an error that names the URL (with any password redacted) and what failed.
 func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
 	logger := opts.Logger
 	if logger == nil {
