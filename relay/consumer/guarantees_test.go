@@ -209,3 +209,49 @@ func TestUpcastFillsTheDefaultsOfEachStep(t *testing.T) {
 		"new": {Sku: "new", Amount: 2.5, Currency: "USD"},
 	}, got)
 }
+
+// failingPublisher fails its first publishes, then hands on to next.
+type failingPublisher struct {
+	message.Publisher
+	failures atomic.Int64
+}
+
+func (p *failingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.failures.Add(-1) >= 0 {
+		return errors.New("broker unreachable")
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// The dead letter's broker topic refuses the first publish: the message is
+// nacked and comes again, and the redelivery does not store the dead
+// letter a second time.
+func TestDeadLetterIsStoredOnceWhenItsTopicFailsFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10, Persistent: true}, watermill.NopLogger{})
+	dead, err := pubsub.Subscribe(ctx, "dead-letters")
+	require.NoError(t, err)
+	pub := &failingPublisher{Publisher: pubsub}
+	pub.failures.Store(1)
+
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2),
+		consumer.WithDeadLetterTopic(pub, "dead-letters"))...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		return errors.New("ledger closed")
+	})
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 61, AmountCents: 5}, "61")
+	require.Error(t, h.Handle(ctx, "billing", msg.Copy()), "nacked: the dead letter did not reach its topic")
+	require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+
+	select {
+	case got := <-dead:
+		require.Equal(t, msg.UUID, got.UUID)
+		got.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no dead letter on the topic")
+	}
+	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx), "one dead letter in the table")
+}

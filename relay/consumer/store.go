@@ -46,7 +46,11 @@ type DeadLetter struct {
 	Attempts int
 }
 
-// InsertDeadLetter writes d into the dead-letter table.
+// InsertDeadLetter writes d into the dead-letter table, unless this
+// consumer already set the same event aside: a delivery nacked after its
+// dead letter was stored (its topic publish failed, the ack was lost) comes
+// again and must not be stored twice. Two deliveries giving up at the same
+// instant can still both write one.
 func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string, d DeadLetter) error {
 	var eventID any
 	if d.Meta.EventID != uuid.Nil {
@@ -61,9 +65,11 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		headers = string(b)
 	}
 	var res stdsql.Result
-	err := db.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(table)+` (event_id, source, event_name, event_version, topic,
+	t := pgsql.QuoteIdent(table)
+	err := db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
 		aggregate_type, aggregate_id, payload, headers, reason, attempts)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)`,
+		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint
+		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+t+` WHERE event_id = $1::uuid AND source = $2::text)`,
 		[]any{eventID, d.Meta.Consumer, d.Meta.Name, d.Meta.Version, d.Meta.Topic, d.Meta.AggregateType,
 			d.Meta.AggregateID, d.Payload, headers, d.Reason, d.Attempts}, &res)
 	if err != nil {
