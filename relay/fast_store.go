@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"hash/fnv"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -239,22 +241,72 @@ func (s *store) notifyRebalance(ctx context.Context, tx *sql.Tx) error {
 }
 
 // claimQuery is one claim: undelivered rows of topic ("" for every topic)
-// in the given partitions (nil for all), with ids above after, not in held
-// and not of an aggregate in blocked, oldest first.
+// in the given partitions (nil for all), with ids above after or written by
+// one of the late transactions, not in held and not of an aggregate in
+// blocked, oldest first.
 type claimQuery struct {
 	topic   string
 	parts   []int
 	after   int64
+	late    openTxs
 	held    []int64
 	blocked []aggregate
 	limit   int
 }
 
+// openTxs is the transactions a snapshot saw as in progress: those listed,
+// and every one from an id on (PostgreSQL's snapshot xmax: transactions
+// from it on may have begun already, but are not listed).
+type openTxs struct {
+	listed []string // xid8s
+	from   string   // xid8; "" for none
+}
+
+// merge is the transactions open in a or in b.
+func (a openTxs) merge(b openTxs) openTxs {
+	if a.from == "" {
+		return b
+	}
+	if b.from == "" {
+		return a
+	}
+	out := openTxs{from: a.from}
+	if x, _ := strconv.ParseUint(b.from, 10, 64); x < mustXID(a.from) {
+		out.from = b.from
+	}
+	seen := map[string]bool{}
+	for _, x := range slices.Concat(a.listed, b.listed) {
+		if !seen[x] {
+			seen[x] = true
+			out.listed = append(out.listed, x)
+		}
+	}
+	return out
+}
+
+func mustXID(s string) uint64 {
+	x, _ := strconv.ParseUint(s, 10, 64)
+	return x
+}
+
+// claimed is what a claim read: its rows, and the transactions in progress
+// in its snapshot (zero when it read no row).
+type claimed struct {
+	rows []*row
+	open openTxs
+}
+
 // claim reads the rows of q. Rows of transactions still open are simply
-// not visible yet: nothing waits for them.
-func (s *store) claim(ctx context.Context, q claimQuery) ([]*row, error) {
+// not visible yet: nothing waits for them. The claim also reports which
+// transactions were open in its snapshot. A row below the cursor that
+// becomes visible later can only be theirs: its id was taken before that of
+// a row the claim saw committed, so its transaction had begun. The next
+// claims read those transactions' rows below the cursor in the same
+// snapshot as the rows above it, so an aggregate's rows come out in id
+// order however their transactions' ids interleave.
+func (s *store) claim(ctx context.Context, q claimQuery) (claimed, error) {
 	part := partitionExpr("o", s.cfg.Partitions)
-	where := []string{"o.delivered_at IS NULL", "o.id > $1"}
+	where := []string{"o.delivered_at IS NULL"}
 	args := []any{q.after, q.limit}
 	if q.topic != "" {
 		args = append(args, q.topic)
@@ -278,26 +330,49 @@ func (s *store) claim(ctx context.Context, q claimQuery) ([]*row, error) {
 		where = append(where, fmt.Sprintf("(o.aggregate_type, o.aggregate_id) NOT IN (SELECT * FROM unnest($%d::text[], $%d::text[]))",
 			len(args)-1, len(args)))
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
-			o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at, o.attempts, `+part+`,
-			greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint
-		FROM `+pgsql.QuoteIdent(s.cfg.Table)+` o
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY o.id LIMIT $2`, args...)
+	filter := strings.Join(where, " AND ")
+	cols := `o.id, o.event_id, o.event_name, o.event_version, o.topic,
+			o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at, o.attempts, ` + part + `,
+			greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint`
+	table := pgsql.QuoteIdent(s.cfg.Table)
+	// Above the cursor: one ordered scan of the pending index. Below it:
+	// only the rows of the late transactions, through the commit-order index.
+	from := `SELECT ` + cols + ` FROM ` + table + ` o WHERE ` + filter + ` AND o.id > $1 ORDER BY o.id LIMIT $2`
+	if q.late.from != "" {
+		args = append(args, q.late.listed, q.late.from)
+		n := strconv.Itoa(len(args) - 1)
+		from = `(` + from + `) UNION ALL (SELECT ` + cols + ` FROM ` + table + ` o WHERE ` + filter +
+			` AND (o.transaction_id = ANY($` + n + `::text[]::xid8[]) OR o.transaction_id >= $` + strconv.Itoa(len(args)) +
+			`::text::xid8) AND o.id <= $1)`
+	}
+	// The snapshot's open transactions ride on the first row only, as
+	// "xmax:xip,xip...".
+	rows, err := s.db.QueryContext(ctx, `SELECT c.*, CASE WHEN row_number() OVER (ORDER BY c.id) = 1
+			THEN pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
+				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',') END
+		FROM (SELECT * FROM (`+from+`) u ORDER BY u.id LIMIT $2) c ORDER BY c.id`, args...)
 	if err != nil {
-		return nil, err
+		return claimed{}, err
 	}
 	defer rows.Close()
-	var out []*row
+	var out claimed
 	for rows.Next() {
 		r := &row{}
 		var waitMS int64
+		var open sql.NullString
 		if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS); err != nil {
-			return nil, err
+			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS, &open); err != nil {
+			return claimed{}, err
+		}
+		if open.Valid {
+			xmax, xip, _ := strings.Cut(open.String, ":")
+			out.open = openTxs{from: xmax, listed: []string{}}
+			if xip != "" {
+				out.open.listed = strings.Split(xip, ",")
+			}
 		}
 		r.wait = time.Duration(waitMS) * time.Millisecond
-		out = append(out, r)
+		out.rows = append(out.rows, r)
 	}
 	return out, rows.Err()
 }

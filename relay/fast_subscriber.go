@@ -134,8 +134,10 @@ func (s *Subscriber) Close() error {
 }
 
 // rescanEvery is how often a caught-up subscription reads from the oldest
-// row, for rows committed late.
-const rescanEvery = 20 * time.Millisecond
+// row. Rows committed late below the cursor are found without it (see
+// store.claim); it is a safety net for rows inserted without a transaction
+// id, by hand.
+const rescanEvery = time.Second
 
 // aggState is what a subscription holds of one aggregate.
 type aggState struct {
@@ -175,8 +177,11 @@ type subscription struct {
 	queued    int           // rows claimed and not sent yet
 	acks      []ack
 	cursor    int64 // the next claim reads on from this row id
-	caughtUp  bool  // the last claim took every row there was
-	rescan    bool  // the next claim starts from the oldest row
+	// late is the transactions that were open when the cursor passed: the
+	// next claim also reads their rows below it.
+	late     openTxs
+	caughtUp bool // the last claim took every row there was
+	rescan   bool // the next claim starts from the oldest row
 	// lastRescan is when a claim last read from the oldest row; rescanT
 	// fires when the next such claim is due.
 	lastRescan  time.Time
@@ -212,6 +217,10 @@ func (sub *subscription) run(ctx context.Context) {
 
 	claimed := make(chan claimResult, 1)
 	claiming, wantClaim := false, true
+	claimRetry := time.NewTimer(time.Hour)
+	claimRetry.Stop()
+	defer claimRetry.Stop()
+	claimFailures, claimPaused := 0, false
 	var (
 		ackDone  chan error
 		flushing []ack
@@ -223,20 +232,43 @@ func (sub *subscription) run(ctx context.Context) {
 		claimDone = func(c claimResult) {
 			claiming = false
 			if c.err != nil {
-				if ctx.Err() == nil {
-					s.cfg.Logger.Error("Claiming outbox rows failed", c.err, nil)
+				// Wait before the next claim, longer after each failure in
+				// a row: a failing claim must not spin, whatever wakes it.
+				claimFailures++
+				pause := s.cfg.backoff(claimFailures)
+				if ctx.Err() == nil && claimFailures <= 3 {
+					s.cfg.Logger.Error("Claiming outbox rows failed; trying again", c.err,
+						watermill.LogFields{"retry_in": pause.String(), "failures": claimFailures})
 				}
+				claimPaused = true
+				claimRetry.Reset(pause)
 				return
 			}
-			sub.add(c.rows, c.query.after == 0, c.started)
-			// A full claim means more rows wait: go on from the last one.
-			// Otherwise go on from the newest row seen: rows committed
-			// late below it are found by the rescans.
+			if claimFailures > 0 {
+				s.cfg.Logger.Info("Claiming outbox rows works again", watermill.LogFields{"failures": claimFailures})
+				claimFailures = 0
+			}
+			fromStart := c.query.after == 0
+			sub.add(c.rows, fromStart, c.started)
+			// A full claim means more rows wait: go on from the last one
+			// (a full rescan goes back to it). Otherwise go on from the
+			// newest row seen.
 			full := len(c.rows) == c.query.limit
 			wantClaim = wantClaim || full // keep a wake-up that came during the claim
 			sub.caughtUp = !full
-			if n := len(c.rows); n > 0 && (full || c.rows[n-1].id > sub.cursor) {
+			if n := len(c.rows); n > 0 && (c.rows[n-1].id > sub.cursor || full && fromStart) {
 				sub.cursor = c.rows[n-1].id
+			}
+			// Rows the claim could not see yet, below the new cursor, belong
+			// to the transactions open in its snapshot: the next claims read
+			// theirs. The earlier late transactions were read by this claim,
+			// unless it was cut short.
+			if c.open.from != "" {
+				if full {
+					sub.late = sub.late.merge(c.open)
+				} else {
+					sub.late = c.open
+				}
 			}
 		}
 	)
@@ -258,19 +290,20 @@ func (sub *subscription) run(ctx context.Context) {
 	for {
 		// Claim again as soon as a quarter of the batch has room, so that a
 		// claim is under way while the previous one is being published.
-		if room := s.cfg.BatchSize - held(); !claiming && wantClaim && room >= s.cfg.BatchSize/4 {
+		if room := s.cfg.BatchSize - held(); !claiming && !claimPaused && wantClaim && room >= s.cfg.BatchSize/4 {
 			if parts, any := sub.claimable(); any {
 				claiming, wantClaim = true, false
-				// Claims read on from the cursor. They read from the oldest
-				// row instead when partitions or blocked aggregates come
-				// back, and, once caught up, at most every rescanEvery, for
-				// rows committed late below the cursor (each commit notifies,
-				// so such a row waits at most that long). Not every claim:
-				// while a long transaction elsewhere holds vacuum back, the
-				// oldest part of the index is full of delivered rows to step
-				// over. Rows held already and aggregates waiting for a retry
-				// are left out: a rescan may leave the cursor below rows held.
-				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, limit: room,
+				// Claims read on from the cursor, and below it the rows of the
+				// transactions that were open when it passed them (see
+				// store.claim). They read from the oldest row instead when
+				// partitions or blocked aggregates come back and, once caught
+				// up, every rescanEvery as a safety net for rows written
+				// without a transaction id. Not every claim: while a long
+				// transaction elsewhere holds vacuum back, the oldest part of
+				// the index is full of delivered rows to step over. Rows held
+				// already and aggregates waiting for a retry are left out: a
+				// rescan may leave the cursor below rows held.
+				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, late: sub.late, limit: room,
 					held: sub.heldIDs(), blocked: sub.stillBlocked()}
 				switch now := time.Now(); {
 				case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= rescanEvery:
@@ -281,8 +314,8 @@ func (sub *subscription) run(ctx context.Context) {
 				}
 				go func() {
 					started := time.Now()
-					rows, err := s.store.claim(ctx, q)
-					claimed <- claimResult{rows, err, q, started}
+					got, err := s.store.claim(ctx, q)
+					claimed <- claimResult{got.rows, got.open, err, q, started}
 				}()
 			}
 		}
@@ -337,6 +370,8 @@ func (sub *subscription) run(ctx context.Context) {
 		case <-sub.rescanT.C:
 			sub.rescanArmed = false
 			wantClaim = true
+		case <-claimRetry.C:
+			claimPaused, wantClaim = false, true
 		case <-rebalance.C:
 			doRebalance()
 		}
@@ -751,6 +786,7 @@ wait:
 
 type claimResult struct {
 	rows    []*row
+	open    openTxs // transactions open in the claim's snapshot
 	err     error
 	query   claimQuery
 	started time.Time
