@@ -3,6 +3,8 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,4 +72,119 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	require.Equal(t, poison, eventID)
 	require.Equal(t, "message rejected by the broker (after 4 attempts)", reason)
 	require.Equal(t, 4, attempts)
+}
+
+// A failed publish is recorded on its row while it waits for a retry:
+// attempts counts it and last_error says why, for whoever reads the outbox.
+func TestFailedPublishRecordsAttemptsAndLastErrorOnTheRow(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	go consume(ctx, msgs, newReceived())
+
+	want := emitOrders(t, b.client, 10, 2, 0)
+	poison := want.perAggregate["order-1"][0]
+	// A bound far away: the row keeps failing and stays in the outbox.
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison}, MaxAttempts: 1000})
+	cfg.RetryInterval = 10 * time.Millisecond
+	stop := runRelay(t, cfg)
+
+	var (
+		attempts  int
+		lastError string
+	)
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.db.DB.QueryRow(`SELECT attempts, coalesce(last_error, '') FROM outbox_events WHERE event_id = $1`,
+			poison).Scan(&attempts, &lastError))
+		return attempts >= 2
+	}, 10*time.Second, 20*time.Millisecond, "the failed publishes are not counted on the row")
+	// The same statement counts the attempt and records the error.
+	require.Equal(t, "message rejected by the broker", lastError, "last_error of the failing row")
+	require.NoError(t, stop())
+}
+
+// flakyPublisher fails the first publishes of one event, then lets it
+// through; before each try of it, it calls onTry with the try's number.
+type flakyPublisher struct {
+	message.Publisher
+	event    string
+	failures int
+	onTry    func(try int)
+
+	mu    sync.Mutex
+	tries int
+}
+
+func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m.UUID != p.event {
+			continue
+		}
+		p.mu.Lock()
+		p.tries++
+		try := p.tries
+		p.mu.Unlock()
+		p.onTry(try)
+		if try <= p.failures {
+			return errors.New("broker briefly unavailable")
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// An event whose publish fails twice and then succeeds holds back the
+// later events of its aggregate, which follow it in order; the other
+// aggregates do not wait for it: they arrive while it backs off.
+func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	want := emitOrders(t, b.client, 60, 6, 0)
+	const slow = "order-1"
+	flaky := want.perAggregate[slow][0] // the first row: the rest of its aggregate is behind it
+	others := emitted{ids: map[string]bool{}}
+	for agg, ids := range want.perAggregate {
+		if agg != slow {
+			for _, id := range ids {
+				others.ids[id] = true
+			}
+		}
+	}
+	// The first retry comes a second after the first failure: ample time
+	// for the other aggregates' 50 in-process publishes, unless they wait.
+	var othersDuringBackoff, laterFirst atomic.Bool
+	pub := &flakyPublisher{Publisher: pubsub, event: flaky, failures: 2, onTry: func(try int) {
+		if try == 2 {
+			othersDuringBackoff.Store(got.hasAll(others))
+		}
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		if len(got.perAggregate[slow]) > 0 {
+			laterFirst.Store(true)
+		}
+	}}
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub})
+	cfg.RetryInterval = time.Second
+	stop := runRelay(t, cfg)
+	got.waitFor(t, want, 20*time.Second)
+	waitDelivered(t, b, 0)
+	require.NoError(t, stop())
+
+	pub.mu.Lock()
+	require.Equal(t, 3, pub.tries, "the failing event is tried until it succeeds, then not again")
+	pub.mu.Unlock()
+	require.False(t, laterFirst.Load(), "a later event of the failing aggregate went out before it")
+	require.True(t, othersDuringBackoff.Load(), "the other aggregates waited for the failing one")
+	got.requireExactly(t, want) // the failing event included, first of its aggregate
 }
