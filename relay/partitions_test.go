@@ -201,7 +201,15 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 		o := owners(t, b)
 		return o[keyWithPrefix(o, "relay-")] == 4
 	}, 5*time.Second, 20*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // a claims
+	// a has claimed once it offers a message: take one and leave it
+	// unacked, so that the rest of the claim waits in a's memory when the
+	// database goes away.
+	select {
+	case msg := <-fromA:
+		require.NotNil(t, msg)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay to be cut off claimed nothing")
+	}
 	proxy.cut()
 
 	other, err := relay.NewSubscriber(b.db.DB, cfg)
