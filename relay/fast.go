@@ -38,14 +38,14 @@ func (r *Relay) runFast(ctx context.Context) error {
 	var (
 		wg     sync.WaitGroup
 		work   = make(chan *message.Message)
-		health publishHealth
+		health = newPublishHealth(r.cfg.Publisher)
 	)
 	for range r.cfg.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for msg := range work {
-				r.publish(sub, msg, &health)
+				r.publish(sub, msg, health)
 			}
 		}()
 	}
@@ -91,24 +91,65 @@ func (r *Relay) publish(sub *Subscriber, msg *message.Message, health *publishHe
 	topic := r.cfg.TopicPrefix + out.Metadata.Get(MetaTopic)
 	delete(out.Metadata, MetaTopic)
 	if err := r.cfg.Publisher.Publish(topic, out); err != nil {
-		sub.Fail(msg, err, health.failed())
+		// A permanent error goes to the dead letters at once (Fail tells);
+		// the health of the broker decides whether any other counts.
+		sub.Fail(msg, err, permanent(err) || health.failed())
 		return
 	}
 	health.succeeded()
 	msg.Ack()
 }
 
-// publishHealth tells a message's own failure from an outage: once several
-// publishes in a row have failed with no success between them, failures
-// stop counting towards MaxAttempts until a publish succeeds again. A
-// poisoned event among healthy ones still reaches the dead letters.
+// publishHealth tells a message's own failure from an outage, so that
+// only the first count towards MaxAttempts. With a publisher that can be
+// pinged (every broker.Broker's), a failure counts when the broker answers
+// a ping: a poison row reaches the dead letters after its attempts even on
+// an idle system, and nothing is dead-lettered for an outage. With another
+// publisher, once several publishes in a row have failed with no success
+// between them, failures stop counting until a publish succeeds again.
 type publishHealth struct {
+	pinger pinger
 	streak atomic.Int64
+
+	mu      sync.Mutex
+	checked time.Time // when the broker was last pinged
+	answers bool      // how it answered
 }
 
-const outageStreak = 3
+// pinger is a publisher that can tell whether its broker takes publishes
+// at all (see broker.Pinger).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+const (
+	outageStreak = 3
+	// A ping's answer serves the failures of the next pingReuse, so that an
+	// outage costs one ping at a time, not one per failed publish.
+	pingReuse   = time.Second
+	pingTimeout = 5 * time.Second
+)
+
+func newPublishHealth(pub message.Publisher) *publishHealth {
+	h := &publishHealth{}
+	h.pinger, _ = pub.(pinger)
+	return h
+}
 
 func (h *publishHealth) succeeded() { h.streak.Store(0) }
 
 // failed records a failure and tells whether it counts as an attempt.
-func (h *publishHealth) failed() bool { return h.streak.Add(1) <= outageStreak }
+func (h *publishHealth) failed() bool {
+	if h.pinger == nil {
+		return h.streak.Add(1) <= outageStreak
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.checked) >= pingReuse {
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		h.answers = h.pinger.Ping(ctx) == nil
+		cancel()
+		h.checked = time.Now()
+	}
+	return h.answers
+}

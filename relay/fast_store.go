@@ -95,7 +95,10 @@ func (s *store) init(ctx context.Context) error {
 				topic text NOT NULL,
 				relay text NOT NULL,
 				until timestamptz NOT NULL,
-				PRIMARY KEY (topic, relay))`)
+				PRIMARY KEY (topic, relay));
+			-- Members that hold a liveness lock (see liveness): the others
+			-- (relays of earlier versions) are only ever taken over by lease.
+			ALTER TABLE `+pgsql.QuoteIdent(s.members)+` ADD COLUMN IF NOT EXISTS live_lock boolean NOT NULL DEFAULT false`)
 		return err
 	})
 	s.initDone = err == nil
@@ -122,6 +125,20 @@ type ownership struct {
 	owned   []int // partitions leased to it, renewed
 	fair    int   // its share: how many it may own at most
 	members int   // subscriptions in the group, itself included
+	// takenOver is the holders found dead (their session gone) whose
+	// partitions were freed.
+	takenOver []string
+	// waitingOn is, when it owns less than its share, who holds the
+	// partitions it waits for.
+	waitingOn []heldBy
+}
+
+// heldBy is partitions held by another subscription.
+type heldBy struct {
+	relay      string
+	partitions int
+	until      time.Time // when its lease ends, unless renewed
+	live       bool      // its session holds its liveness lock
 }
 
 // rebalance keeps holder alive as a member of topic's group, gives back
@@ -129,7 +146,7 @@ type ownership struct {
 // the others it owns and takes free or expired partitions up to its fair
 // share. A holder owning more than its share is told so by fair and
 // releases the surplus once drained.
-func (s *store) rebalance(ctx context.Context, topic, holder string, release []int) (ownership, error) {
+func (s *store) rebalance(ctx context.Context, topic, holder string, release []int, dead *deadHolders) (ownership, error) {
 	if err := s.init(ctx); err != nil {
 		return ownership{}, fmt.Errorf("creating the partition tables: %w", err)
 	}
@@ -153,9 +170,9 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 				s.partitions, count, s.cfg.Partitions)
 		}
 		var joined bool
-		if err := tx.QueryRowContext(ctx, `INSERT INTO `+m+` (topic, relay, until)
-			VALUES ($1, $2, now() + $3 * interval '1 millisecond')
-			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until
+		if err := tx.QueryRowContext(ctx, `INSERT INTO `+m+` (topic, relay, until, live_lock)
+			VALUES ($1, $2, now() + $3 * interval '1 millisecond', true)
+			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until, live_lock = true
 			RETURNING xmax = 0`, topic, holder, lease).Scan(&joined); err != nil {
 			return err
 		}
@@ -163,9 +180,27 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 		if err != nil {
 			return err
 		}
+		// Members whose session is gone give up their partitions and
+		// membership once seen so for deadGrace: a relay killed or
+		// restarted is replaced within moments, not at the end of its lease.
+		deadNow, err := queryStrings(ctx, tx, `SELECT relay FROM `+m+` WHERE topic = $1 AND relay <> $2 AND live_lock
+			AND NOT `+liveHeldExpr(s.cfg.Table, "relay"), topic, holder)
+		if err != nil {
+			return err
+		}
+		if gone := dead.confirm(time.Now(), deadNow); len(gone) > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE `+p+` SET relay = '', until = '-infinity'
+				WHERE topic = $1 AND relay = ANY($2)`, topic, gone); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+m+` WHERE topic = $1 AND relay = ANY($2)`, topic, gone); err != nil {
+				return err
+			}
+			out.takenOver = gone
+		}
 		// The others hear of a change at once, not at their next rebalance:
 		// a relay joining gets its share, and what is given back is taken.
-		if n, _ := expired.RowsAffected(); joined || n > 0 || len(release) > 0 {
+		if n, _ := expired.RowsAffected(); joined || n > 0 || len(release) > 0 || len(out.takenOver) > 0 {
 			if err := s.notifyRebalance(ctx, tx); err != nil {
 				return err
 			}
@@ -197,9 +232,44 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 			owned = append(owned, taken...)
 		}
 		out.owned = owned
+		if len(owned) < out.fair {
+			rows, err := tx.QueryContext(ctx, `SELECT p.relay, count(*), max(p.until), `+liveHeldExpr(s.cfg.Table, "p.relay")+`
+				FROM `+p+` p WHERE p.topic = $1 AND p.relay NOT IN ('', $2) GROUP BY p.relay ORDER BY p.relay`, topic, holder)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var h heldBy
+				if err := rows.Scan(&h.relay, &h.partitions, &h.until, &h.live); err != nil {
+					return err
+				}
+				out.waitingOn = append(out.waitingOn, h)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return out, err
+}
+
+func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 func queryInts(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]int, error) {

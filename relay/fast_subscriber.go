@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,7 @@ type Subscriber struct {
 type failure struct {
 	reason       string
 	countAttempt bool
+	permanent    bool // no retry can cure it: dead-letter at once
 }
 
 // NewSubscriber returns a Subscriber on db (the pgx database/sql driver).
@@ -91,11 +93,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		retry: time.NewTimer(time.Hour), rescanT: time.NewTimer(time.Hour), done: make(chan struct{})}
 	sub.retry.Stop()
 	sub.rescanT.Stop()
+	sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder)
 	// Join the group now, so that a relay that cannot (a table split into
 	// another number of partitions, say) fails at once.
 	sub.renewed = time.Now()
-	own, err := s.store.rebalance(ctx, topic, sub.holder, nil)
+	if err := sub.live.ensure(ctx); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	own, err := s.store.rebalance(ctx, topic, sub.holder, nil, &sub.dead)
 	if err != nil {
+		sub.live.release()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	sub.apply(own, nil)
@@ -109,9 +116,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // Fail nacks msg and records why. countAttempt false means the failure is
 // not the message's own (the broker is away): it is retried without
-// counting towards MaxAttempts.
+// counting towards MaxAttempts. A reason that says it is permanent (with a
+// Permanent() bool method, as the broker package's InvalidTopicError)
+// sends the row to the dead letters at once.
 func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool) {
-	s.reasons.Store(msg, failure{reason: reason.Error(), countAttempt: countAttempt})
+	s.reasons.Store(msg, failure{reason: reason.Error(), countAttempt: countAttempt, permanent: permanent(reason)})
 	msg.Nack()
 }
 
@@ -196,6 +205,9 @@ type subscription struct {
 	renewed   time.Time    // when the last successful rebalance began: the leases run from then
 	// renewFailing is set while rebalances fail (the database is away).
 	renewFailing bool
+	live         *liveness   // its lock of life
+	dead         deadHolders // other holders seen without theirs
+	waitingOn    string      // who it last said it waits for
 	blocked      map[aggregate]blocked
 	retry        *time.Timer // fires when the earliest block ends
 	retryAt      time.Time
@@ -226,9 +238,10 @@ func (sub *subscription) run(ctx context.Context) {
 		flushing []ack
 		nextRow  *row // the head about to be sent, and its message
 		next     *message.Message
-		// Rows acked but not recorded yet cost only their ids: they do not
-		// count against the batch, so recording never stalls claiming.
-		held      = func() int { return sub.queued + len(sub.inflight) }
+		// Rows acked but not recorded yet count too: what a relay that
+		// dies or stalls may have published without recording it stays
+		// within BatchSize.
+		held      = func() int { return sub.queued + len(sub.inflight) + len(sub.unflushed) }
 		claimDone = func(c claimResult) {
 			claiming = false
 			if c.err != nil {
@@ -326,7 +339,7 @@ func (sub *subscription) run(ctx context.Context) {
 			go func() { ackDone <- s.store.delivered(context.WithoutCancel(ctx), ids) }()
 		}
 		var send chan *message.Message
-		if head := sub.head(); head != nil {
+		if head := sub.head(); head != nil && sub.maySend() {
 			if head != nextRow {
 				nextRow, next = head, sub.message(head)
 			}
@@ -362,6 +375,14 @@ func (sub *subscription) run(ctx context.Context) {
 			wantClaim = true
 		case <-wake.rebalance:
 			doRebalance()
+		case <-sub.live.lostC():
+			// Its session is gone, and with it the lock the others read:
+			// they may take its partitions within moments. Stop at once.
+			s.cfg.Logger.Error("Lost the connection holding the relay's liveness lock; giving the partitions up", nil,
+				watermill.LogFields{"relay": sub.holder})
+			sub.giveUpAll()
+			sub.live.forget()
+			rebalance.Reset(100 * time.Millisecond)
 		case <-poll.C:
 			wantClaim = true
 		case <-sub.retry.C:
@@ -424,7 +445,15 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 		}
 	}
 	started := time.Now()
-	own, err := s.store.rebalance(ctx, sub.topic, sub.holder, release)
+	// Bounded, so that a database that hangs cannot keep the run loop from
+	// giving the partitions up in time.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
+	defer cancel()
+	err := sub.live.ensure(rctx)
+	var own ownership
+	if err == nil {
+		own, err = s.store.rebalance(rctx, sub.topic, sub.holder, release, &sub.dead)
+	}
 	if err != nil {
 		if ctx.Err() == nil && !sub.renewFailing {
 			s.cfg.Logger.Error("Renewing the partitions failed; trying again, they are kept until their lease ends", err, nil)
@@ -437,14 +466,15 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 		if len(sub.owned) > 0 && time.Since(sub.renewed) > s.cfg.Lease*2/3 {
 			s.cfg.Logger.Error("Partitions not renewed for most of their lease; giving them up", nil,
 				watermill.LogFields{"relay": sub.holder})
-			for p := range sub.owned {
-				sub.drop(p)
-			}
-			clear(sub.owned)
-			clear(sub.releasing)
+			sub.giveUpAll()
 		}
 		return false
 	}
+	for _, h := range own.takenOver {
+		s.cfg.Logger.Info("Took over the partitions of a relay whose connection is gone", watermill.LogFields{
+			"relay": sub.holder, "dead_relay": h})
+	}
+	sub.sayWaiting(own)
 	if sub.renewFailing {
 		s.cfg.Logger.Info("Partitions renewed again", watermill.LogFields{"relay": sub.holder})
 		sub.renewFailing = false
@@ -491,6 +521,46 @@ func (sub *subscription) apply(own ownership, release []int) bool {
 		sub.rescan = true // the new partitions' rows may lie anywhere
 	}
 	return gained
+}
+
+// maySend tells whether the subscription may send rows now: it holds its
+// liveness lock and its leases were renewed within two thirds of their
+// length. Checked before every send, so that a relay that was paused or
+// stalled sends nothing once it may have lost its partitions.
+func (sub *subscription) maySend() bool {
+	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
+}
+
+// giveUpAll forgets every partition and all that was claimed of them.
+func (sub *subscription) giveUpAll() {
+	for p := range sub.owned {
+		sub.drop(p)
+	}
+	clear(sub.owned)
+	clear(sub.releasing)
+}
+
+// sayWaiting logs, once per change, who holds the partitions a
+// subscription short of its share waits for, so that an operator sees why
+// delivery of their events waits.
+func (sub *subscription) sayWaiting(own ownership) {
+	var b strings.Builder
+	for _, h := range own.waitingOn {
+		fmt.Fprintf(&b, "%s:%d;", h.relay, h.partitions)
+	}
+	if b.String() == sub.waitingOn {
+		return
+	}
+	sub.waitingOn = b.String()
+	for _, h := range own.waitingOn {
+		why := "its lease runs until " + h.until.Format(time.RFC3339)
+		if !h.live {
+			why = "its liveness lock is not held (a relay of an earlier version, or gone); it is taken when its lease ends at " +
+				h.until.Format(time.RFC3339)
+		}
+		sub.s.cfg.Logger.Info("Waiting for partitions another relay holds; their events wait meanwhile", watermill.LogFields{
+			"relay": sub.holder, "held_by": h.relay, "partitions": h.partitions, "why": why})
+	}
 }
 
 // anyDrained tells whether a partition being given back is ready to go.
@@ -695,8 +765,12 @@ func (sub *subscription) nacked(ctx context.Context, r *row, msg *message.Messag
 	if f.countAttempt {
 		attempts++
 	}
-	if attempts >= s.cfg.MaxAttempts {
-		err := s.store.deadLetter(ctx, r, fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), attempts)
+	if f.permanent || attempts >= s.cfg.MaxAttempts {
+		reason := fmt.Sprintf("%s (after %d attempts)", f.reason, attempts)
+		if f.permanent {
+			reason = "refused for good: " + f.reason
+		}
+		err := s.store.deadLetter(ctx, r, reason, attempts)
 		if err == nil {
 			return true
 		}
@@ -782,6 +856,7 @@ wait:
 	if err := sub.s.store.leave(ctx, sub.topic, sub.holder); err != nil {
 		sub.s.cfg.Logger.Error("Giving the partitions back failed; they will be free when their lease ends", err, nil)
 	}
+	sub.live.release()
 }
 
 type claimResult struct {
@@ -798,4 +873,11 @@ func ackIDs(acks []ack) []int64 {
 		ids[i] = a.id
 	}
 	return ids
+}
+
+// permanent tells an error no retry can cure: it says so with a
+// Permanent() bool method (the broker package's InvalidTopicError does).
+func permanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }

@@ -70,7 +70,8 @@ func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.Logg
 		return nil, fmt.Errorf("connecting: %w", err)
 	}
 	return &pubSub{
-		pub: pub,
+		pub:  pub,
+		ping: pub.ping,
 		newSub: func(group string) (message.Subscriber, error) {
 			return wmamqp.NewSubscriberWithConnection(
 				amqpConfig(connCfg, wmamqp.GenerateQueueNameTopicNameWithSuffix(group)), logger, conn)
@@ -197,6 +198,30 @@ func watchBlocked(notes <-chan amqp.Blocking, blocked *atomic.Pointer[string]) {
 			blocked.Store(nil)
 		}
 	}
+}
+
+// ping opens and closes a channel on the publisher's connection (dialling
+// it if need be): a round trip that RabbitMQ answers while it takes
+// publishes, and refuses while it blocks the connection.
+func (p *amqpPublisher) ping(ctx context.Context) error {
+	_, err := bounded(ctx, func() (struct{}, error) {
+		conn, err := p.connect()
+		if err != nil {
+			return struct{}{}, err
+		}
+		p.mu.Lock()
+		reason := p.blocked.Load()
+		p.mu.Unlock()
+		if reason != nil {
+			return struct{}{}, fmt.Errorf("amqp: RabbitMQ blocks publishing: %s", *reason)
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return struct{}{}, fmt.Errorf("amqp: opening a channel: %w", err)
+		}
+		return struct{}{}, ch.Close()
+	}, func(struct{}) {})
+	return err
 }
 
 // channel returns an idle channel of the current connection, or a new one.

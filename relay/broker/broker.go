@@ -53,7 +53,7 @@ type Options struct {
 // Broker is a Watermill Pub/Sub reached through a URL.
 type Broker interface {
 	// Publisher returns the broker's publisher. The Broker owns it: its Close
-	// does nothing, Broker.Close closes it.
+	// does nothing, Broker.Close closes it. It also has Ping (see Pinger).
 	Publisher() message.Publisher
 	// Subscriber returns a subscriber whose deliveries are shared by every subscriber of the same group
 	// (a durable consumer / queue / consumer group, whatever the broker calls it) and acked per message.
@@ -129,11 +129,21 @@ func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
 	return ps, nil
 }
 
+// Pinger is what every Broker's Publisher also is: Ping asks the broker
+// whether it takes publishes at all, with a round trip where the client
+// allows one. The relay asks it after a failed publish, to tell an outage
+// (every publish fails, nobody's fault) from a message the broker refuses.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // pubSub is the Broker of every scheme: one publisher made at Open, and
 // subscribers made on demand and tracked so that Close can close them.
 type pubSub struct {
 	scheme string
 	pub    message.Publisher
+	// ping checks the broker answers; nil when there is nothing to ask.
+	ping func(ctx context.Context) error
 	// newSub makes a subscriber of a non-empty group.
 	newSub func(group string) (message.Subscriber, error)
 	// closers release what pub and the subscribers share (connections,
@@ -147,7 +157,7 @@ type pubSub struct {
 
 func (p *pubSub) Scheme() string { return p.scheme }
 
-func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub} }
+func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub, p.ping} }
 
 func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 	if strings.TrimSpace(group) == "" {
@@ -217,9 +227,20 @@ func (p *pubSub) Close() error {
 // ownedPublisher hands out the Broker's publisher without letting a caller
 // close it under the Broker's other users (on mem:// that would also close
 // every subscriber).
-type ownedPublisher struct{ message.Publisher }
+type ownedPublisher struct {
+	message.Publisher
+	ping func(ctx context.Context) error
+}
 
 func (ownedPublisher) Close() error { return nil }
+
+// Ping implements Pinger.
+func (o ownedPublisher) Ping(ctx context.Context) error {
+	if o.ping == nil {
+		return nil
+	}
+	return o.ping(ctx)
+}
 
 // ownedSubscriber makes Close idempotent (not every Watermill subscriber is)
 // and forgets the subscriber in its Broker.

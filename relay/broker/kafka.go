@@ -64,7 +64,8 @@ func openKafka(ctx context.Context, u *url.URL, _ string, logger watermill.Logge
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
 	return &pubSub{
-		pub: pub,
+		pub:  pub,
+		ping: func(ctx context.Context) error { return kafkaPing(ctx, brokers) },
 		newSub: func(group string) (message.Subscriber, error) {
 			cfg := wmkafka.DefaultSaramaSubscriberConfig()
 			cfg.ClientID = "entoutbox"
@@ -102,4 +103,22 @@ func (m kafkaMarshaler) Marshal(topic string, msg *message.Message) (*sarama.Pro
 		pm.Key = sarama.StringEncoder(id)
 	}
 	return pm, nil
+}
+
+// kafkaPing fetches the cluster's metadata from the first broker that
+// answers, as Open does.
+func kafkaPing(ctx context.Context, brokers []string) error {
+	c, err := bounded(ctx, func() (sarama.Client, error) {
+		cfg := sarama.NewConfig()
+		cfg.ClientID = "entoutbox"
+		cfg.Net.DialTimeout = connectTimeout
+		cfg.Net.ReadTimeout = connectTimeout
+		cfg.Net.WriteTimeout = connectTimeout
+		cfg.Metadata.Retry.Max = 0
+		return sarama.NewClient(brokers, cfg)
+	}, func(c sarama.Client) { _ = c.Close() })
+	if err != nil {
+		return fmt.Errorf("kafka: no broker answers: %w", err)
+	}
+	return c.Close()
 }

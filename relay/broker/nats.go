@@ -105,7 +105,14 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
 	return &pubSub{
-		pub:    &natsPublisher{Publisher: pub, js: js, topo: topo},
+		pub: &natsPublisher{Publisher: pub, js: js, topo: topo},
+		// A JetStream request: the server answers, and JetStream with it.
+		ping: func(ctx context.Context) error {
+			if _, err := js.AccountInfo(ctx); err != nil {
+				return fmt.Errorf("nats: JetStream does not answer: %w", err)
+			}
+			return nil
+		},
 		newSub: func(group string) (message.Subscriber, error) { return newNATSSubscriber(raw, group, topo, logger) },
 	}, nil
 }

@@ -45,7 +45,8 @@ func openPostgres(ctx context.Context, _ *url.URL, raw string, logger watermill.
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
 	return &pubSub{
-		pub: pub,
+		pub:  pub,
+		ping: db.PingContext,
 		newSub: func(group string) (message.Subscriber, error) {
 			return wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
 				ConsumerGroup:    group,

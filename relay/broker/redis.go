@@ -55,7 +55,14 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
 	return &pubSub{
-		pub:    pub,
+		pub: pub,
+		ping: func(ctx context.Context) error {
+			_, err := bounded(ctx, func() (struct{}, error) { return struct{}{}, client.Ping(ctx).Err() }, func(struct{}) {})
+			if err != nil {
+				return fmt.Errorf("redis: PING failed: %w", err)
+			}
+			return nil
+		},
 		newSub: func(group string) (message.Subscriber, error) { return newRedisSubscriber(opts, group, logger) },
 	}, nil
 }

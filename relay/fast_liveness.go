@@ -1,0 +1,209 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// A subscription proves to the other relays that it is alive by holding a
+// session-level advisory lock, on a connection of its own, for as long as it
+// runs. PostgreSQL releases the lock the moment that session ends: the
+// process died or was killed, or its connection was cut. The others then
+// take its partitions within deadGrace instead of waiting for its lease. A
+// relay that is merely slow or paused keeps its session, and its lease
+// rules as before.
+
+// liveKeyExpr is the advisory lock key of holder expr (an SQL text
+// expression) on table, the same in Go and in every relay's SQL.
+func liveKeyExpr(table, expr string) string {
+	return "hashtextextended(" + pgsql.QuoteLiteral("entoutbox live "+table+" ") + " || " + expr + ", 0)"
+}
+
+// liveHeldExpr is true when the lock of holder expr is held by a session.
+func liveHeldExpr(table, expr string) string {
+	key := liveKeyExpr(table, expr)
+	return `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND l.classid::bigint = ((` + key + `) >> 32) & 4294967295 AND l.objid::bigint = (` + key + `) & 4294967295)`
+}
+
+const (
+	// liveCheckEvery is how often a subscription checks that its session
+	// still holds the lock; it stops sending as soon as it does not.
+	liveCheckEvery = 200 * time.Millisecond
+	// liveStale is how old its last successful check may be for it to send.
+	liveStale = 4 * liveCheckEvery
+	// deadGrace is how long a holder must have been seen without its lock
+	// before the others take its partitions: far longer than the holder
+	// takes to notice it lost the lock and stop sending.
+	deadGrace = 2 * time.Second
+)
+
+// liveness is a subscription's lock of life.
+type liveness struct {
+	db     *sql.DB
+	table  string
+	holder string
+
+	mu     sync.Mutex
+	conn   *sql.Conn
+	lastOK time.Time
+	stop   context.CancelFunc
+	done   chan struct{}
+	lost   chan struct{} // closed when the session holding the lock is gone
+}
+
+func newLiveness(db *sql.DB, table, holder string) *liveness {
+	return &liveness{db: db, table: table, holder: holder}
+}
+
+// ensure takes the lock if it is not held and reports whether it is.
+func (l *liveness) ensure(ctx context.Context) error {
+	l.mu.Lock()
+	held := l.conn != nil
+	l.mu.Unlock()
+	if held {
+		return nil
+	}
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("opening the liveness connection: %w", err)
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+liveKeyExpr(l.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
+		discard(conn)
+		return fmt.Errorf("taking the liveness lock: %w", err)
+	}
+	if !got {
+		discard(conn)
+		return fmt.Errorf("the liveness lock of %s is held by another session", l.holder)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	l.mu.Lock()
+	l.conn, l.lastOK, l.stop = conn, time.Now(), stop
+	l.done, l.lost = make(chan struct{}), make(chan struct{})
+	done, lost := l.done, l.lost
+	l.mu.Unlock()
+	go l.watch(wctx, conn, done, lost)
+	return nil
+}
+
+// watch checks the session every liveCheckEvery until it fails or stop.
+func (l *liveness) watch(ctx context.Context, conn *sql.Conn, done, lost chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(liveCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, liveStale)
+		_, err := conn.ExecContext(cctx, `SELECT 1`)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.mu.Lock()
+			if l.conn == conn {
+				l.conn = nil
+			}
+			l.mu.Unlock()
+			discard(conn) // the lock, if somehow still held, goes with the session
+			close(lost)
+			return
+		}
+		l.mu.Lock()
+		l.lastOK = time.Now()
+		l.mu.Unlock()
+	}
+}
+
+// ok tells whether the lock was confirmed held lately.
+func (l *liveness) ok() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn != nil && time.Since(l.lastOK) < liveStale
+}
+
+// lostC is closed when the session holding the lock is gone; nil before
+// the lock is first taken.
+func (l *liveness) lostC() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// forget drops a lock whose session is gone, so that ensure takes it anew.
+func (l *liveness) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conn, l.lost = nil, nil
+}
+
+// release ends the session holding the lock.
+func (l *liveness) release() {
+	l.mu.Lock()
+	conn, stop, done := l.conn, l.stop, l.done
+	l.conn = nil
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	if conn != nil {
+		discard(conn)
+	}
+}
+
+// discard closes conn's session instead of returning it to the pool, where
+// a session lock would outlive the subscription.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*stdlib.Conn); ok {
+			return c.Close()
+		}
+		return errors.New("not a pgx connection")
+	})
+	_ = conn.Close()
+}
+
+// deadHolders remembers when each holder was first seen without its lock.
+type deadHolders struct {
+	seen map[string]time.Time
+}
+
+// confirm records the holders seen dead now and returns those seen dead
+// for at least deadGrace; the others are forgotten.
+func (d *deadHolders) confirm(now time.Time, dead []string) []string {
+	if d.seen == nil {
+		d.seen = map[string]time.Time{}
+	}
+	still := make(map[string]bool, len(dead))
+	var out []string
+	for _, h := range dead {
+		still[h] = true
+		first, ok := d.seen[h]
+		if !ok {
+			d.seen[h] = now
+		} else if now.Sub(first) >= deadGrace {
+			out = append(out, h)
+		}
+	}
+	for h := range d.seen {
+		if !still[h] {
+			delete(d.seen, h)
+		}
+	}
+	return out
+}

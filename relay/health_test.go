@@ -1,0 +1,155 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// insertRow writes an outbox row by hand, as a careless producer could: the
+// generator and Emit would refuse what these tests need.
+func insertRow(t *testing.T, b *emitBundle, topic, aggregate string, payload string) string {
+	t.Helper()
+	id := uuid.NewString()
+	_, err := b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload) VALUES ($1, 'order.paid', 1, $2, 'Order', $3, $4::jsonb)`, id, topic, aggregate, payload)
+	require.NoError(t, err)
+	return id
+}
+
+type deadLetter struct {
+	reason   string
+	attempts int
+}
+
+func deadLetters(t *testing.T, b *emitBundle) map[string]deadLetter {
+	t.Helper()
+	rows, err := b.db.DB.Query(`SELECT event_id, reason, attempts FROM outbox_dead_letters`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]deadLetter{}
+	for rows.Next() {
+		var id string
+		var d deadLetter
+		require.NoError(t, rows.Scan(&id, &d.reason, &d.attempts))
+		out[id] = d
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// Five rows NATS refuses (larger than its maximum payload), with no other
+// traffic at all: the broker answers its health probe, so each failure
+// counts and each row reaches the dead letters after MaxAttempts, instead
+// of being taken for an outage and retried for ever.
+func TestIdlePoisonRowsReachTheDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
+	prefix := uniquePrefix()
+	big := `{"blob":"` + strings.Repeat("x", 2<<20) + `"}`
+	poison := map[string]bool{}
+	for i := range 5 {
+		poison[insertRow(t, b, "orders", fmt.Sprintf("big-%d", i), big)] = true
+	}
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, MaxAttempts: 3})
+	runRelay(t, cfg)
+	waitDelivered(t, b, 5)
+	for id, d := range deadLetters(t, b) {
+		require.True(t, poison[id], "unexpected dead letter %s", id)
+		require.Equal(t, 3, d.attempts, "dead letter %s", id)
+		require.Contains(t, d.reason, "maximum payload", "dead letter %s", id)
+		require.True(t, strings.HasSuffix(d.reason, "(after 3 attempts)"), "dead letter %s: %s", id, d.reason)
+	}
+}
+
+// A row whose topic no broker of the kind can take (a NATS wildcard) is
+// refused for good: it goes to the dead letters at once, with the reason,
+// and creates nothing on the broker; its aggregate's next row goes on.
+func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := nats.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	bad := insertRow(t, b, "orders.>", "order-1", `{"order_id":1}`)
+	good := insertRow(t, b, "orders", "order-1", `{"order_id":1}`)
+	// A long retry interval: a retry before the dead letter would show.
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, MaxAttempts: 5})
+	cfg.RetryInterval = time.Minute
+	runRelay(t, cfg)
+	require.Eventually(t, func() bool { return got.distinct() == 1 }, 20*time.Second, 20*time.Millisecond)
+	got.mu.Lock()
+	require.Equal(t, 1, got.count[good])
+	got.mu.Unlock()
+	waitDelivered(t, b, 1)
+	d := deadLetters(t, b)[bad]
+	require.Equal(t, 1, d.attempts)
+	require.Equal(t, `refused for good: broker nats: invalid topic "`+prefix+`orders.>": "*" and ">" are NATS wildcards; a topic is one literal subject`, d.reason)
+}
+
+// While the broker is away every publish fails, for as long as it takes:
+// none of those failures counts (the broker does not answer its health
+// probe), so nothing reaches the dead letters however low MaxAttempts is,
+// and everything is delivered once it is back. RabbitMQ, because its
+// publishes fail at once while it is away (NATS ones wait for it).
+func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
+	t.Parallel()
+	const amqpAddr = "127.0.0.1:5672"
+	b := setupEmit(t)
+	direct := openBroker(t, "amqp://guest:guest@"+amqpAddr+"/", "RabbitMQ at "+amqpAddr)
+	proxy := newTCPProxy(t, amqpAddr)
+	viaProxy := openBroker(t, "amqp://guest:guest@"+proxy.addr+"/", "RabbitMQ through a local proxy")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	// One attempt only: a single counted failure would dead-letter a row.
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix, MaxAttempts: 1})
+	cfg.RetryInterval = 20 * time.Millisecond
+	runRelay(t, cfg)
+	first := emitOrders(t, b.client, 5, 5, 0)
+	got.waitFor(t, first, 20*time.Second)
+
+	proxy.cut()
+	during := emitOrders(t, b.client, 10, 5, 0)
+	// The oldest row of every aggregate has failed (the others wait behind
+	// it), and none was counted.
+	require.Eventually(t, func() bool {
+		var tried int
+		require.NoError(t, b.db.DB.QueryRow(`SELECT count(DISTINCT aggregate_id) FROM outbox_events
+			WHERE delivered_at IS NULL AND last_error IS NOT NULL`).Scan(&tried))
+		return tried == 5
+	}, 30*time.Second, 50*time.Millisecond, "every aggregate was tried during the outage")
+	time.Sleep(500 * time.Millisecond) // more failures
+	var counted int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT coalesce(max(attempts), 0) FROM outbox_events`).Scan(&counted))
+	require.Zero(t, counted, "a failure during the outage counted as an attempt")
+	require.Empty(t, deadLetters(t, b), "an outage sent events to the dead letters")
+	proxy.restore()
+	got.waitFor(t, during, 60*time.Second)
+	waitDelivered(t, b, 0)
+}
