@@ -208,6 +208,7 @@ type subscription struct {
 	live         *liveness   // its lock of life
 	dead         deadHolders // other holders seen without theirs
 	waitingOn    string      // who it last said it waits for
+	epoch        int         // counts giveUpAll calls
 	blocked      map[aggregate]blocked
 	retry        *time.Timer // fires when the earliest block ends
 	retryAt      time.Time
@@ -285,18 +286,34 @@ func (sub *subscription) run(ctx context.Context) {
 			}
 		}
 	)
-	// Rebalance often while partitions change hands, so that a relay that
-	// joins or leaves is given its share within moments.
+	// Rebalances run beside the loop, one at a time, so that a slow one
+	// does not hold up sending while the leases hold. Rebalance often while
+	// partitions change hands, so that a relay that joins or leaves is
+	// given its share within moments.
+	rebalanced := make(chan rebalanceResult, 1)
+	rebalancing, rebalanceAgain := false, false
 	doRebalance := func() {
-		if sub.rebalance(ctx) {
+		if rebalancing {
+			rebalanceAgain = true
+			return
+		}
+		rebalancing = true
+		req := sub.rebalanceRequest()
+		go func() { rebalanced <- sub.rebalance(ctx, req) }()
+	}
+	rebalanceDone := func(r rebalanceResult) {
+		rebalancing = false
+		if sub.rebalanced(r) {
 			wantClaim = true
 		}
 		every := rebalanceEvery
-		if len(sub.releasing) > 0 || len(sub.owned) < sub.minShare || sub.renewFailing {
+		if len(sub.releasing) > 0 || len(sub.owned) < sub.minShare || sub.renewFailing || rebalanceAgain {
 			every = min(every, 100*time.Millisecond)
 		}
+		rebalanceAgain = false
 		rebalance.Reset(every)
 	}
+
 	if len(sub.owned) < sub.minShare {
 		rebalance.Reset(100 * time.Millisecond)
 	}
@@ -347,9 +364,17 @@ func (sub *subscription) run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			if rebalancing { // it must not take partitions back after they are given back
+				<-rebalanced
+				rebalancing = false
+			}
 			sub.shutdown(claiming, claimed, ackDone, flushing, claimDone)
 			return
 		case <-s.closing:
+			if rebalancing {
+				<-rebalanced
+				rebalancing = false
+			}
 			sub.shutdown(claiming, claimed, ackDone, flushing, claimDone)
 			return
 		case send <- next:
@@ -395,6 +420,8 @@ func (sub *subscription) run(ctx context.Context) {
 			claimPaused, wantClaim = false, true
 		case <-rebalance.C:
 			doRebalance()
+		case r := <-rebalanced:
+			rebalanceDone(r)
 		}
 	}
 }
@@ -433,36 +460,65 @@ func (sub *subscription) kept() []int {
 	return parts
 }
 
-// rebalance renews the subscription's partitions, gives back those it
-// drained, takes its share of the free ones and marks its surplus for
-// release. It reports whether it gained partitions.
-func (sub *subscription) rebalance(ctx context.Context) bool {
-	s := sub.s
-	var release []int
+// rebalanceRequest is what a rebalance starts from: the partitions being
+// given back that are drained, and the epoch it belongs to.
+type rebalanceRequest struct {
+	release []int
+	epoch   int
+}
+
+type rebalanceResult struct {
+	req     rebalanceRequest
+	own     ownership
+	err     error
+	started time.Time // the leases it renews run from then
+}
+
+func (sub *subscription) rebalanceRequest() rebalanceRequest {
+	req := rebalanceRequest{epoch: sub.epoch}
 	for p := range sub.releasing {
 		if sub.drained(p) {
-			release = append(release, p)
+			req.release = append(req.release, p)
 		}
 	}
-	started := time.Now()
-	// Bounded, so that a database that hangs cannot keep the run loop from
-	// giving the partitions up in time.
+	return req
+}
+
+// rebalance renews the subscription's partitions, gives back those of req,
+// and takes its share of the free ones. It runs beside the run loop and
+// touches none of its state.
+func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) rebalanceResult {
+	s := sub.s
+	res := rebalanceResult{req: req, started: time.Now()}
+	// Bounded, so that a database that hangs cannot delay the decision to
+	// give the partitions up.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
 	defer cancel()
-	err := sub.live.ensure(rctx)
-	var own ownership
-	if err == nil {
-		own, err = s.store.rebalance(rctx, sub.topic, sub.holder, release, &sub.dead)
+	res.err = sub.live.ensure(rctx)
+	if res.err == nil {
+		res.own, res.err = s.store.rebalance(rctx, sub.topic, sub.holder, req.release, &sub.dead)
 	}
-	if err != nil {
-		if ctx.Err() == nil && !sub.renewFailing {
-			s.cfg.Logger.Error("Renewing the partitions failed; trying again, they are kept until their lease ends", err, nil)
+	return res
+}
+
+// rebalanced takes the outcome of a rebalance, in the run loop. It reports
+// whether the subscription gained partitions.
+func (sub *subscription) rebalanced(r rebalanceResult) bool {
+	s := sub.s
+	if r.req.epoch != sub.epoch {
+		// It began before the subscription gave everything up: what it
+		// says it owns may be out of date. The next one tells.
+		return false
+	}
+	if r.err != nil {
+		if sub.ctx.Err() == nil && !sub.renewFailing {
+			s.cfg.Logger.Error("Renewing the partitions failed; trying again, they are kept until their lease ends", r.err, nil)
 		}
 		sub.renewFailing = true
 		// Stop sending well before the leases may have ended and another
 		// relay taken the partitions: two relays must never send the rows
-		// of one aggregate. (Failed renewals are tried again every 100 ms,
-		// so this happens soon after two thirds of the lease.)
+		// of one aggregate. (maySend already stops every send then; failed
+		// renewals are tried again every 100 ms.)
 		if len(sub.owned) > 0 && time.Since(sub.renewed) > s.cfg.Lease*2/3 {
 			s.cfg.Logger.Error("Partitions not renewed for most of their lease; giving them up", nil,
 				watermill.LogFields{"relay": sub.holder})
@@ -470,17 +526,17 @@ func (sub *subscription) rebalance(ctx context.Context) bool {
 		}
 		return false
 	}
-	for _, h := range own.takenOver {
+	for _, h := range r.own.takenOver {
 		s.cfg.Logger.Info("Took over the partitions of a relay whose connection is gone", watermill.LogFields{
 			"relay": sub.holder, "dead_relay": h})
 	}
-	sub.sayWaiting(own)
+	sub.sayWaiting(r.own)
 	if sub.renewFailing {
 		s.cfg.Logger.Info("Partitions renewed again", watermill.LogFields{"relay": sub.holder})
 		sub.renewFailing = false
 	}
-	sub.renewed = started
-	return sub.apply(own, release)
+	sub.renewed = r.started
+	return sub.apply(r.own, r.req.release)
 }
 
 // apply takes the outcome of a rebalance that gave back release.
@@ -531,8 +587,10 @@ func (sub *subscription) maySend() bool {
 	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
 }
 
-// giveUpAll forgets every partition and all that was claimed of them.
+// giveUpAll forgets every partition and all that was claimed of them; a
+// rebalance already under way is then disregarded.
 func (sub *subscription) giveUpAll() {
+	sub.epoch++
 	for p := range sub.owned {
 		sub.drop(p)
 	}

@@ -19,8 +19,8 @@ type Backlog struct {
 	OldestPending time.Time
 	// DeadLetters counts events set aside.
 	DeadLetters int64
-	// Relays is the fast relays whose leases are current and the
-	// partitions each owns, by name; none before a fast relay first ran.
+	// Relays is the fast relays holding partitions, by name, lapsed leases
+	// included; none before a fast relay first ran.
 	Relays []RelayShare
 	// Partitions is how many partitions the table is split into; zero
 	// before a fast relay first ran.
@@ -32,6 +32,16 @@ type RelayShare struct {
 	Relay      string // RelayID/instance/subscription
 	Topic      string // "" for a relay of every topic
 	Partitions int
+	// LeaseUntil is when the lease of its partitions ends unless renewed;
+	// before the time of reading when it lapsed (the relay stopped
+	// renewing: another takes them at its next rebalance).
+	LeaseUntil time.Time
+	// Live tells its session holds its liveness lock: false for a relay
+	// that died or lost its connection (another takes its partitions within
+	// seconds) and for relays of earlier versions.
+	Live bool
+	// Lapsed tells the lease had ended at the time of reading.
+	Lapsed bool
 }
 
 // Age is how long the oldest pending event has waited at now.
@@ -82,15 +92,16 @@ func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error
 	if err := db.QueryRowContext(ctx, `SELECT count(DISTINCT partition) FROM `+pgsql.QuoteIdent(parts)).Scan(&b.Partitions); err != nil {
 		return fmt.Errorf("reading the relays: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT relay, topic, count(*) FROM `+pgsql.QuoteIdent(parts)+`
-		WHERE relay <> '' AND until >= now() GROUP BY relay, topic ORDER BY topic, relay`)
+	rows, err := db.QueryContext(ctx, `SELECT relay, topic, count(*), max(until), max(until) < now(), `+
+		liveHeldExpr(table, "relay")+` FROM `+pgsql.QuoteIdent(parts)+`
+		WHERE relay <> '' GROUP BY relay, topic ORDER BY topic, relay`)
 	if err != nil {
 		return fmt.Errorf("reading the relays: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var r RelayShare
-		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions); err != nil {
+		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions, &r.LeaseUntil, &r.Lapsed, &r.Live); err != nil {
 			return fmt.Errorf("reading the relays: %w", err)
 		}
 		b.Relays = append(b.Relays, r)

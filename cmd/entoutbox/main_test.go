@@ -57,8 +57,18 @@ func TestStatusAndCleanup(t *testing.T) {
 	out, err = run(t, nil, "status", "--database-url", db.URL)
 	require.NoError(t, err)
 	require.Contains(t, out, "fast relays:         1, sharing 4 partitions\n")
-	require.Regexp(t, `  r1/[0-9a-f]{8}/1 owns 4 \(every topic\)\n`, out)
+	require.Regexp(t, `  r1/[0-9a-f]{8}/1 owns 4 \(every topic\), lease until \S+\n`, out)
 	require.NoError(t, sub.Close())
+
+	// A holder whose lease lapsed, and one that is not running (no
+	// liveness lock), each say so.
+	_, err = db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'ghost/1/1', until = now() - interval '5 seconds' WHERE partition < 2;
+		UPDATE outbox_events_partitions SET relay = 'ghost/2/1', until = now() + interval '30 seconds' WHERE partition >= 2`)
+	require.NoError(t, err)
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Regexp(t, `  ghost/1/1 owns 2 \(every topic\), lease lapsed [56]s ago: stopped renewing; the next relay to rebalance takes them\n`, out)
+	require.Regexp(t, `  ghost/2/1 owns 2 \(every topic\), lease until \S+; not running \(no liveness lock\)`, out)
 
 	out, err = run(t, nil, "cleanup", "--database-url", db.URL, "--batch-size", "2")
 	require.NoError(t, err)

@@ -44,7 +44,15 @@ func newStatusCommand() *cobra.Command {
 					if topic == "" {
 						topic = "every topic"
 					}
-					fmt.Fprintf(out, "  %s owns %d (%s)\n", r.Relay, r.Partitions, topic)
+					state := "lease until " + r.LeaseUntil.UTC().Format(time.RFC3339)
+					switch {
+					case r.Lapsed:
+						state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
+							time.Since(r.LeaseUntil).Round(time.Second))
+					case !r.Live:
+						state += "; not running (no liveness lock): taken over within seconds, or at the lease's end for a relay of an earlier version"
+					}
+					fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
 				}
 			}
 			return nil

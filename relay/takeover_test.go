@@ -1,0 +1,173 @@
+package relay_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// A relay killed with SIGKILL and started again under the same --relay-id,
+// with a lease of 30 s: its new life takes the partitions back within
+// seconds (the dead one's session, and so its liveness lock, is gone), not
+// at the end of the lease; status shows the dead one as not running.
+func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCommand()
+	require.NoError(t, err)
+	const natsURL = "nats://127.0.0.1:4222"
+	b := setupEmit(t)
+	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", "30s",
+			"--poll-interval", "50ms", "--relay-id", "r1", "--log-level", "error")
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
+		cmd.Stderr = os.Stderr
+		dieWithTest(cmd)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	first := start()
+	before := emitOrders(t, b.client, 20, 5, 0)
+	got.waitFor(t, before, 30*time.Second)
+
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	require.Eventually(t, func() bool {
+		backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+		require.NoError(t, err)
+		return len(backlog.Relays) == 1 && !backlog.Relays[0].Live && !backlog.Relays[0].Lapsed
+	}, 5*time.Second, 20*time.Millisecond, "status shows the killed relay as not running, its lease still current")
+
+	after := emitOrders(t, b.client, 20, 5, 0)
+	killed := time.Now()
+	start()
+	got.waitFor(t, after, 15*time.Second)
+	took := time.Since(killed)
+	require.Less(t, took, 10*time.Second, "the restarted relay waited for the lease")
+	t.Logf("events committed after the kill arrived %s after the restart (lease 30s)", took.Round(10*time.Millisecond))
+}
+
+// gatedPublisher holds every publish until the gate opens, and counts what
+// it published per aggregate.
+type gatedPublisher struct {
+	message.Publisher
+	gate chan struct{}
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (p *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	<-p.gate
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.sent[m.Metadata.Get("outbox_aggregate_id")]++
+	}
+	return nil
+}
+
+func (p *gatedPublisher) count(agg string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent[agg]
+}
+
+// A relay whose partitions were taken from it while it held rows of them
+// (queued behind a publish in flight) forgets those rows: it sends nothing
+// more of a partition it no longer owns.
+func TestLostPartitionKeepsNoQueuedRows(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true}, watermill.NopLogger{})
+	pub := &gatedPublisher{Publisher: pubsub, gate: make(chan struct{}), sent: map[string]int{}}
+	emitOrders(t, b.client, 10, 1, 0) // ten events of one aggregate
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub}))
+	// The first is in flight (held at the gate), the other nine queued.
+	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+
+	_, err := b.db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'thief/1/1', until = now() + interval '1 hour';
+		SELECT pg_notify('outbox_events_rebalance', '')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 && owners(t, b)["thief/1/1"] > 0 },
+		5*time.Second, 20*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the relay's next rebalance tells it
+	close(pub.gate)
+	time.Sleep(time.Second)
+	require.Equal(t, 1, pub.count("order-0"), "only the publish already in flight went out")
+}
+
+// A relay that cannot renew its leases (its rebalances block) stops sending
+// two thirds into the lease, before another relay may take its partitions,
+// and sends again once it renews them.
+func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10000, Persistent: true}, watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, Lease: 3 * time.Second}))
+	warm := emitOrders(t, b.client, 5, 5, 0)
+	got.waitFor(t, warm, 10*time.Second)
+
+	// Block the relay's rebalances right after one renewed the leases.
+	var until time.Time
+	require.NoError(t, b.db.DB.QueryRow(`SELECT max(until) FROM outbox_events_partitions`).Scan(&until))
+	require.Eventually(t, func() bool {
+		var now time.Time
+		require.NoError(t, b.db.DB.QueryRow(`SELECT max(until) FROM outbox_events_partitions`).Scan(&now))
+		return now.After(until)
+	}, 5*time.Second, 5*time.Millisecond)
+	renewed := time.Now()
+	lock, err := b.db.DB.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer lock.Rollback()
+	_, err = lock.Exec(`LOCK TABLE outbox_events_partitions IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	// Still sending 1.2 s in (the renewal due at 1 s is blocked); no more
+	// at 2.3 s, past two thirds of the lease and short of all of it.
+	time.Sleep(time.Until(renewed.Add(1200 * time.Millisecond)))
+	early := emitOrdersAs(t, b.client, "early", 3, 3, 0)
+	got.waitFor(t, early, 700*time.Millisecond)
+	time.Sleep(time.Until(renewed.Add(2300 * time.Millisecond)))
+	late := emitOrdersAs(t, b.client, "late", 3, 3, 0)
+	time.Sleep(time.Until(renewed.Add(2900 * time.Millisecond)))
+	got.mu.Lock()
+	for id := range late.ids {
+		require.Zero(t, got.count[id], "sent past two thirds of an unrenewed lease")
+	}
+	got.mu.Unlock()
+	require.NoError(t, lock.Rollback())
+	got.waitFor(t, late, 10*time.Second)
+}
