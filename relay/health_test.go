@@ -153,3 +153,42 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	got.waitFor(t, during, 60*time.Second)
 	waitDelivered(t, b, 0)
 }
+
+// The relay starts before any consumer on RabbitMQ, so no queue is bound to
+// the exchange yet: RabbitMQ returns every publish as unroutable, nothing is
+// marked delivered, and after its attempts each event is a dead letter
+// saying why. Once a consumer group has declared its queue, events flow.
+func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	amqp := openBroker(t, "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ at 127.0.0.1:5672")
+	prefix := uniquePrefix()
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix, MaxAttempts: 3})
+	cfg.RetryInterval = 20 * time.Millisecond
+	runRelay(t, cfg)
+	lost := emitOrders(t, b.client, 5, 5, 0)
+	waitDelivered(t, b, 5)
+	var delivered int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE delivered_at IS NOT NULL`).Scan(&delivered))
+	require.Zero(t, delivered, "events marked delivered that no queue received")
+	letters := deadLetters(t, b)
+	for id := range lost.ids {
+		d, ok := letters[id]
+		require.True(t, ok, "event %s is not a dead letter", id)
+		require.Contains(t, d.reason, "returned unroutable (NO_ROUTE): no queue is bound")
+		require.Equal(t, 3, d.attempts)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := amqp.Subscriber(prefix + "billing")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	later := emitOrders(t, b.client, 5, 5, 0)
+	got.waitFor(t, later, 20*time.Second)
+	waitDelivered(t, b, 5)
+}
