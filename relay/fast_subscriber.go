@@ -613,8 +613,8 @@ func (sub *subscription) sayWaiting(own ownership) {
 	for _, h := range own.waitingOn {
 		why := "its lease runs until " + h.until.Format(time.RFC3339)
 		if !h.live {
-			why = "its liveness lock is not held (a relay of an earlier version, or gone); it is taken when its lease ends at " +
-				h.until.Format(time.RFC3339)
+			why = "it is not running (its liveness lock is not held): taken over within seconds; if it is a relay of an " +
+				"earlier version, which holds no lock, when its lease ends at " + h.until.Format(time.RFC3339)
 		}
 		sub.s.cfg.Logger.Info("Waiting for partitions another relay holds; their events wait meanwhile", watermill.LogFields{
 			"relay": sub.holder, "held_by": h.relay, "partitions": h.partitions, "why": why})
