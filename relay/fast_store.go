@@ -374,7 +374,7 @@ type claimed struct {
 // claims read those transactions' rows below the cursor in the same
 // snapshot as the rows above it, so an aggregate's rows come out in id
 // order however their transactions' ids interleave.
-func (s *store) claim(ctx context.Context, q claimQuery) (claimed, error) {
+func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claimed, error) {
 	part := partitionExpr("o", s.cfg.Partitions)
 	where := []string{"o.delivered_at IS NULL"}
 	args := []any{q.after, q.limit}
@@ -406,41 +406,61 @@ func (s *store) claim(ctx context.Context, q claimQuery) (claimed, error) {
 			greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint`
 	table := pgsql.QuoteIdent(s.cfg.Table)
 	// Above the cursor: one ordered scan of the pending index. Below it:
-	// only the rows of the late transactions, through the commit-order index.
+	// the rows of the late transactions, through the commit-order index.
+	// (The delivered_at test stays outside OFFSET 0 so that the planner
+	// cannot scan the pending index below the cursor instead: while a long
+	// transaction holds vacuum back, that part of it is full of delivered
+	// rows.)
 	from := `SELECT ` + cols + ` FROM ` + table + ` o WHERE ` + filter + ` AND o.id > $1 ORDER BY o.id LIMIT $2`
-	if q.late.from != "" {
+	if q.late.from != "" && q.after > 0 {
 		args = append(args, q.late.listed, q.late.from)
-		n := strconv.Itoa(len(args) - 1)
-		from = `(` + from + `) UNION ALL (SELECT ` + cols + ` FROM ` + table + ` o WHERE ` + filter +
-			` AND (o.transaction_id = ANY($` + n + `::text[]::xid8[]) OR o.transaction_id >= $` + strconv.Itoa(len(args)) +
-			`::text::xid8) AND o.id <= $1)`
+		listed, since := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+		from = `(` + from + `) UNION ALL (SELECT ` + cols + ` FROM (SELECT * FROM ` + table + ` o
+				WHERE (o.transaction_id = ANY(` + listed + `::text[]::xid8[])
+					OR o.transaction_id >= ` + since + `::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
+				AND o.id <= $1 OFFSET 0) o
+			WHERE ` + filter + `)`
 	}
-	// The snapshot's open transactions ride on the first row only, as
-	// "xmax:xip,xip...".
-	rows, err := s.db.QueryContext(ctx, `SELECT c.*, CASE WHEN row_number() OVER (ORDER BY c.id) = 1
-			THEN pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
-				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',') END
-		FROM (SELECT * FROM (`+from+`) u ORDER BY u.id LIMIT $2) c ORDER BY c.id`, args...)
+	// A first row of id 0, always there, carries the snapshot's open
+	// transactions as "xmax:xip,xip...", so that even a claim that finds
+	// nothing tells them.
+	db, err := conn.get(ctx, s.db)
 	if err != nil {
+		return claimed{}, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT * FROM (
+			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::jsonb, NULL::jsonb, now(), 0, 0, 0::bigint,
+				pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
+				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
+			UNION ALL
+			(SELECT u.*, NULL FROM (`+from+`) u ORDER BY u.id LIMIT $2)
+		) c ORDER BY 1`, args...)
+	if err != nil {
+		conn.reset()
 		return claimed{}, err
 	}
 	defer rows.Close()
 	var out claimed
 	for rows.Next() {
 		r := &row{}
-		var waitMS int64
-		var open sql.NullString
-		if err := rows.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
+		var (
+			waitMS  int64
+			open    sql.NullString
+			eventID uuid.NullUUID
+		)
+		if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
 			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS, &open); err != nil {
 			return claimed{}, err
 		}
-		if open.Valid {
+		if r.id == 0 {
 			xmax, xip, _ := strings.Cut(open.String, ":")
 			out.open = openTxs{from: xmax, listed: []string{}}
 			if xip != "" {
 				out.open.listed = strings.Split(xip, ",")
 			}
+			continue
 		}
+		r.eventID = eventID.UUID
 		r.wait = time.Duration(waitMS) * time.Millisecond
 		out.rows = append(out.rows, r)
 	}
@@ -497,4 +517,35 @@ func decodeRowHeaders(r *row) (map[string]string, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// claimConn is the connection a subscription claims on, one claim at a
+// time. It plans the claim once (a generic plan): planning it anew for each
+// claim would cost more than running it.
+type claimConn struct {
+	conn *sql.Conn
+}
+
+func (c *claimConn) get(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+	if c.conn != nil {
+		return c.conn, nil
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	c.conn = conn
+	return conn, nil
+}
+
+// reset drops the connection after an error; the next claim opens another.
+func (c *claimConn) reset() {
+	if c.conn != nil {
+		discard(c.conn) // its session setting must not go back to the pool
+		c.conn = nil
+	}
 }

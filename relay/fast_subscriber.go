@@ -206,6 +206,7 @@ type subscription struct {
 	// renewFailing is set while rebalances fail (the database is away).
 	renewFailing bool
 	live         *liveness   // its lock of life
+	claims       claimConn   // the connection it claims on
 	dead         deadHolders // other holders seen without theirs
 	waitingOn    string      // who it last said it waits for
 	epoch        int         // counts giveUpAll calls
@@ -275,14 +276,19 @@ func (sub *subscription) run(ctx context.Context) {
 			}
 			// Rows the claim could not see yet, below the new cursor, belong
 			// to the transactions open in its snapshot: the next claims read
-			// theirs. The earlier late transactions were read by this claim,
-			// unless it was cut short.
-			if c.open.from != "" {
-				if full {
-					sub.late = sub.late.merge(c.open)
-				} else {
-					sub.late = c.open
+			// theirs. The earlier late transactions' rows were read by this
+			// claim (they come first, being below the cursor) unless they
+			// alone filled it.
+			below := 0
+			for _, r := range c.rows {
+				if r.id <= c.query.after {
+					below++
 				}
+			}
+			if below == c.query.limit {
+				sub.late = sub.late.merge(c.open)
+			} else {
+				sub.late = c.open
 			}
 		}
 	)
@@ -344,7 +350,7 @@ func (sub *subscription) run(ctx context.Context) {
 				}
 				go func() {
 					started := time.Now()
-					got, err := s.store.claim(ctx, q)
+					got, err := s.store.claim(ctx, &sub.claims, q)
 					claimed <- claimResult{got.rows, got.open, err, q, started}
 				}()
 			}
@@ -915,6 +921,7 @@ wait:
 		sub.s.cfg.Logger.Error("Giving the partitions back failed; they will be free when their lease ends", err, nil)
 	}
 	sub.live.release()
+	sub.claims.reset()
 }
 
 type claimResult struct {
