@@ -43,8 +43,10 @@ type SubscriberConfig struct {
 	// PollInterval is how often an idle subscriber looks for rows when no
 	// notification woke it; 500 ms when zero.
 	PollInterval time.Duration
-	// PollOnly disables LISTEN/NOTIFY, e.g. behind PgBouncer in
-	// transaction mode.
+	// PollOnly disables what needs a session of its own, for PgBouncer in
+	// transaction mode: LISTEN/NOTIFY (it polls instead), the liveness lock
+	// (a relay that dies is taken over when its lease ends) and the claim's
+	// session setting.
 	PollOnly bool
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).

@@ -47,11 +47,15 @@ const (
 	deadGrace = 2 * time.Second
 )
 
-// liveness is a subscription's lock of life.
+// liveness is a subscription's lock of life. Disabled behind a pooler in
+// transaction mode (PollOnly), where a session lock would stay on a server
+// connection that others share: the subscription is then taken over by
+// lease only, as the others know from its membership row.
 type liveness struct {
-	db     *sql.DB
-	table  string
-	holder string
+	db       *sql.DB
+	table    string
+	holder   string
+	disabled bool
 
 	mu     sync.Mutex
 	conn   *sql.Conn
@@ -61,12 +65,15 @@ type liveness struct {
 	lost   chan struct{} // closed when the session holding the lock is gone
 }
 
-func newLiveness(db *sql.DB, table, holder string) *liveness {
-	return &liveness{db: db, table: table, holder: holder}
+func newLiveness(db *sql.DB, table, holder string, disabled bool) *liveness {
+	return &liveness{db: db, table: table, holder: holder, disabled: disabled}
 }
 
 // ensure takes the lock if it is not held and reports whether it is.
 func (l *liveness) ensure(ctx context.Context) error {
+	if l.disabled {
+		return nil
+	}
 	l.mu.Lock()
 	held := l.conn != nil
 	l.mu.Unlock()
@@ -131,6 +138,9 @@ func (l *liveness) watch(ctx context.Context, conn *sql.Conn, done, lost chan st
 
 // ok tells whether the lock was confirmed held lately.
 func (l *liveness) ok() bool {
+	if l.disabled {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.conn != nil && time.Since(l.lastOK) < liveStale

@@ -171,9 +171,9 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 		}
 		var joined bool
 		if err := tx.QueryRowContext(ctx, `INSERT INTO `+m+` (topic, relay, until, live_lock)
-			VALUES ($1, $2, now() + $3 * interval '1 millisecond', true)
-			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until, live_lock = true
-			RETURNING xmax = 0`, topic, holder, lease).Scan(&joined); err != nil {
+			VALUES ($1, $2, now() + $3 * interval '1 millisecond', $4)
+			ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until, live_lock = excluded.live_lock
+			RETURNING xmax = 0`, topic, holder, lease, !s.cfg.PollOnly).Scan(&joined); err != nil {
 			return err
 		}
 		expired, err := tx.ExecContext(ctx, `DELETE FROM `+m+` WHERE topic = $1 AND until < now()`, topic)
@@ -424,7 +424,7 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 	// A first row of id 0, always there, carries the snapshot's open
 	// transactions as "xmax:xip,xip...", so that even a claim that finds
 	// nothing tells them.
-	db, err := conn.get(ctx, s.db)
+	db, err := conn.get(ctx, s.db, s.cfg.PollOnly)
 	if err != nil {
 		return claimed{}, err
 	}
@@ -526,7 +526,9 @@ type claimConn struct {
 	conn *sql.Conn
 }
 
-func (c *claimConn) get(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+// pooled (PollOnly: behind a pooler in transaction mode) leaves the
+// session's settings alone, since other clients share it.
+func (c *claimConn) get(ctx context.Context, db *sql.DB, pooled bool) (*sql.Conn, error) {
 	if c.conn != nil {
 		return c.conn, nil
 	}
@@ -534,9 +536,11 @@ func (c *claimConn) get(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		_ = conn.Close()
-		return nil, err
+	if !pooled {
+		if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
 	}
 	c.conn = conn
 	return conn, nil

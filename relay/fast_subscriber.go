@@ -93,7 +93,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		retry: time.NewTimer(time.Hour), rescanT: time.NewTimer(time.Hour), done: make(chan struct{})}
 	sub.retry.Stop()
 	sub.rescanT.Stop()
-	sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder)
+	sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder, s.cfg.PollOnly)
 	// Join the group now, so that a relay that cannot (a table split into
 	// another number of partitions, say) fails at once.
 	sub.renewed = time.Now()

@@ -63,7 +63,10 @@ type Config struct {
 	// out among the relays of the table (fast path); the same on every
 	// relay of a table. 64 when zero.
 	Partitions int
-	// PollOnly disables LISTEN/NOTIFY (fast path), e.g. behind PgBouncer.
+	// PollOnly disables what needs a session of its own (fast path), for
+	// PgBouncer in transaction mode: LISTEN/NOTIFY, the liveness lock (a
+	// relay that dies is then taken over when its lease ends) and the
+	// claim's session setting. See SubscriberConfig.PollOnly.
 	PollOnly bool
 	// DeleteDelivered deletes delivered rows instead of stamping
 	// delivered_at (fast path).

@@ -171,3 +171,31 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	require.NoError(t, lock.Rollback())
 	got.waitFor(t, late, 10*time.Second)
 }
+
+// Behind a pooler in transaction mode (PollOnly) a relay keeps nothing in
+// its session: no liveness lock, so its membership says it is taken over
+// by lease only; it still delivers everything, in order, by polling.
+func TestPollOnlyRelayKeepsNoSessionState(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true},
+		watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, PollOnly: true}))
+	want := emitOrders(t, b.client, 30, 3, 0)
+	got.waitFor(t, want, 20*time.Second)
+	got.requireExactly(t, want)
+	var members, withLock int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*), count(*) FILTER (WHERE live_lock) FROM outbox_events_relays`).Scan(&members, &withLock))
+	require.Equal(t, 1, members)
+	require.Zero(t, withLock, "a poll-only relay claims a liveness lock")
+	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Len(t, backlog.Relays, 1)
+	require.False(t, backlog.Relays[0].Live, "a poll-only relay holds a session lock")
+}

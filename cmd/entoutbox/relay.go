@@ -88,7 +88,7 @@ Brokers, by URL:
 	f.IntVar(&cfg.Concurrency, "concurrency", 256, "publishes in flight at once (fast path)")
 	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
 	f.IntVar(&cfg.Partitions, "partitions", 64, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
-	f.BoolVar(&cfg.PollOnly, "poll-only", false, "do not LISTEN for notifications, only poll (e.g. behind PgBouncer)")
+	f.BoolVar(&cfg.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: only poll (no LISTEN), no liveness lock (a relay that dies is taken over when its lease ends)")
 	f.BoolVar(&cfg.DeleteDelivered, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
 	f.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes of one event before it goes to the dead letters (fast path)")
 	f.StringVar(&cfg.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
