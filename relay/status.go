@@ -36,10 +36,12 @@ type RelayShare struct {
 	// before the time of reading when it lapsed (the relay stopped
 	// renewing: another takes them at its next rebalance).
 	LeaseUntil time.Time
-	// Live tells its session holds its liveness lock: false for a relay
-	// that died or lost its connection (another takes its partitions within
-	// seconds) and for relays of earlier versions.
-	Live bool
+	// Locks tells it runs with a liveness lock (not poll-only, not of an
+	// earlier version); Live that its session holds it. A relay that Locks
+	// and is not Live died or lost its connection: another takes its
+	// partitions within seconds. One that does not Lock is taken over when
+	// its lease ends.
+	Locks, Live bool
 	// Lapsed tells the lease had ended at the time of reading.
 	Lapsed bool
 }
@@ -92,16 +94,18 @@ func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error
 	if err := db.QueryRowContext(ctx, `SELECT count(DISTINCT partition) FROM `+pgsql.QuoteIdent(parts)).Scan(&b.Partitions); err != nil {
 		return fmt.Errorf("reading the relays: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT relay, topic, count(*), max(until), max(until) < now(), `+
-		liveHeldExpr(table, "relay")+` FROM `+pgsql.QuoteIdent(parts)+`
-		WHERE relay <> '' GROUP BY relay, topic ORDER BY topic, relay`)
+	members := table + "_relays"
+	rows, err := db.QueryContext(ctx, `SELECT p.relay, p.topic, count(*), max(p.until), max(p.until) < now(),
+		coalesce(bool_or(m.live_lock), false), `+liveHeldExpr(table, "p.relay")+`
+		FROM `+pgsql.QuoteIdent(parts)+` p LEFT JOIN `+pgsql.QuoteIdent(members)+` m ON m.topic = p.topic AND m.relay = p.relay
+		WHERE p.relay <> '' GROUP BY p.relay, p.topic ORDER BY p.topic, p.relay`)
 	if err != nil {
 		return fmt.Errorf("reading the relays: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var r RelayShare
-		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions, &r.LeaseUntil, &r.Lapsed, &r.Live); err != nil {
+		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions, &r.LeaseUntil, &r.Lapsed, &r.Locks, &r.Live); err != nil {
 			return fmt.Errorf("reading the relays: %w", err)
 		}
 		b.Relays = append(b.Relays, r)

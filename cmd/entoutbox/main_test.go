@@ -63,12 +63,16 @@ func TestStatusAndCleanup(t *testing.T) {
 	// A holder whose lease lapsed, and one that is not running (no
 	// liveness lock), each say so.
 	_, err = db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'ghost/1/1', until = now() - interval '5 seconds' WHERE partition < 2;
-		UPDATE outbox_events_partitions SET relay = 'ghost/2/1', until = now() + interval '30 seconds' WHERE partition >= 2`)
+		UPDATE outbox_events_partitions SET relay = 'ghost/2/1', until = now() + interval '30 seconds' WHERE partition = 2;
+		UPDATE outbox_events_partitions SET relay = 'ghost/3/1', until = now() + interval '30 seconds' WHERE partition = 3;
+		INSERT INTO outbox_events_relays (topic, relay, until, live_lock) VALUES ('', 'ghost/2/1', now() + interval '30 seconds', true),
+			('', 'ghost/3/1', now() + interval '30 seconds', false)`)
 	require.NoError(t, err)
 	out, err = run(t, nil, "status", "--database-url", db.URL)
 	require.NoError(t, err)
 	require.Regexp(t, `  ghost/1/1 owns 2 \(every topic\), lease lapsed [56]s ago: stopped renewing; the next relay to rebalance takes them\n`, out)
-	require.Regexp(t, `  ghost/2/1 owns 2 \(every topic\), lease until \S+; not running \(no liveness lock\)`, out)
+	require.Regexp(t, `  ghost/2/1 owns 1 \(every topic\), lease until \S+; not running \(its liveness lock is gone\): taken over within seconds\n`, out)
+	require.Regexp(t, `  ghost/3/1 owns 1 \(every topic\), lease until \S+; holds no liveness lock \(poll-only, or an earlier version\): taken over when its lease ends\n`, out)
 
 	out, err = run(t, nil, "cleanup", "--database-url", db.URL, "--batch-size", "2")
 	require.NoError(t, err)

@@ -49,8 +49,10 @@ func newStatusCommand() *cobra.Command {
 					case r.Lapsed:
 						state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
 							time.Since(r.LeaseUntil).Round(time.Second))
-					case !r.Live:
-						state += "; not running (no liveness lock): taken over within seconds, or at the lease's end for a relay of an earlier version"
+					case r.Locks && !r.Live:
+						state += "; not running (its liveness lock is gone): taken over within seconds"
+					case !r.Locks:
+						state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
 					}
 					fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
 				}
