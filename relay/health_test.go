@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -78,15 +77,7 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 	b := setupEmit(t)
 	nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := nats.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
 
 	bad := insertRow(t, b, "orders.>", "order-1", `{"order_id":1}`)
 	good := insertRow(t, b, "orders", "order-1", `{"order_id":1}`)
@@ -117,15 +108,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	proxy := newTCPProxy(t, amqpAddr)
 	viaProxy := openBroker(t, "amqp://guest:guest@"+proxy.addr+"/", "RabbitMQ through a local proxy")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveAll(t, direct, prefix+"consumer", prefix+"orders")
 
 	// One attempt only: a single counted failure would dead-letter a row.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix, MaxAttempts: 1})
@@ -179,15 +162,7 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 		require.Equal(t, 3, d.attempts)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := amqp.Subscriber(prefix + "billing")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveAll(t, amqp, prefix+"billing", prefix+"orders")
 	later := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, later, 20*time.Second)
 	waitDelivered(t, b, 5)

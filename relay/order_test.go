@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -173,16 +172,8 @@ func TestOrderWithEarlyFlushInOpenTransaction(t *testing.T) {
 	b := setupEmit(t)
 	nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := nats.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
-	runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, PollInterval: 50 * time.Millisecond, Logger: watermill.NewStdLogger(false, false)})
+	got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
+	runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, PollInterval: 50 * time.Millisecond})
 
 	w := newOrderWriter()
 	stopTraffic := make(chan struct{})
@@ -234,15 +225,7 @@ func TestOrderUnderConcurrentWriters(t *testing.T) {
 			b := setupEmit(t)
 			nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
 			prefix := uniquePrefix()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			sub, err := nats.Subscriber(prefix + "consumer")
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = sub.Close() })
-			msgs, err := sub.Subscribe(ctx, prefix+"orders")
-			require.NoError(t, err)
-			got := newReceived()
-			go consume(ctx, msgs, got)
+			got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
 			for i := range relays {
 				runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
 					RelayID: fmt.Sprintf("r%d", i), PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second})

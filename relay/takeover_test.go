@@ -30,15 +30,7 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 	b := setupEmit(t)
 	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveAll(t, direct, prefix+"consumer", prefix+"orders")
 
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", "30s",
@@ -57,7 +49,7 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
 	require.Eventually(t, func() bool {
-		backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
+		backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
 		require.NoError(t, err)
 		return len(backlog.Relays) == 1 && !backlog.Relays[0].Live && !backlog.Relays[0].Lapsed
 	}, 5*time.Second, 20*time.Millisecond, "status shows the killed relay as not running, its lease still current")
@@ -215,15 +207,7 @@ func TestPausedRelayRepublishesAtMostABatch(t *testing.T) {
 	b := setupEmit(t)
 	redis := openBroker(t, redisURL, "Redis at 127.0.0.1:6379")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := redis.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveAll(t, redis, prefix+"consumer", prefix+"orders")
 
 	start := func(id string) *exec.Cmd {
 		cmd := exec.Command(bin, "relay", "--broker", redisURL, "--topic-prefix", prefix, "--lease", "3s",
