@@ -13,8 +13,11 @@
 package codegen
 
 import (
+	"bytes"
 	"embed"
 	"errors"
+	"os"
+	"path/filepath"
 
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
@@ -33,7 +36,19 @@ var templateFS embed.FS
 type Extension struct {
 	entc.DefaultExtension
 	events []events.Interface
+	// runtime is the target's runtime.go as it was before entc.Generate
+	// stubbed it; nil when there was none.
+	runtime *savedFile
 }
+
+type savedFile struct {
+	path    string
+	content []byte
+}
+
+// stubTag is what ent's gen.PrepareEnv puts in front of an existing
+// runtime.go, so that the schema loads without importing the stale package.
+const stubTag = "// +build tools\n"
 
 // Option configures the Extension.
 type Option func(*Extension)
@@ -52,11 +67,47 @@ func New(opts ...Option) *Extension {
 	return e
 }
 
+// Options remembers the target's runtime.go. entc.Generate applies options
+// before gen.PrepareEnv stubs that file, and ent (v0.14) undoes the stub only
+// when generation succeeds: a refused generation would leave the package
+// building without its runtime defaults, so the hooks put the file back.
+func (e *Extension) Options() []entc.Option {
+	return []entc.Option{func(cfg *gen.Config) error {
+		e.runtime = nil
+		path := filepath.Join(cfg.Target, "runtime.go")
+		if b, err := os.ReadFile(path); err == nil {
+			e.runtime = &savedFile{path: path, content: b}
+		}
+		return nil
+	}}
+}
+
+// restoreRuntime undoes ent's stub of runtime.go, and only that: a file
+// generation has since rewritten is left as it is.
+func (e *Extension) restoreRuntime() error {
+	f := e.runtime
+	if f == nil {
+		return nil
+	}
+	cur, err := os.ReadFile(f.path)
+	if err != nil || !bytes.Equal(cur, append([]byte(stubTag), f.content...)) {
+		return nil
+	}
+	return os.WriteFile(f.path, f.content, 0o644)
+}
+
 // Hooks validates the declarations and the ent graph before any file is
-// generated: a refusal leaves the target directory untouched.
+// generated: a refusal leaves the target directory as it was.
 func (e *Extension) Hooks() []gen.Hook {
 	return []gen.Hook{func(next gen.Generator) gen.Generator {
-		return gen.GenerateFunc(func(g *gen.Graph) error {
+		return gen.GenerateFunc(func(g *gen.Graph) (err error) {
+			defer func() {
+				if err != nil {
+					if rerr := e.restoreRuntime(); rerr != nil {
+						err = errors.Join(err, rerr)
+					}
+				}
+			}()
 			m, err := Build(g, e.events)
 			if err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"entgo.io/ent"
+	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
 	"entgo.io/ent/entc/load"
 	"github.com/stretchr/testify/require"
@@ -68,17 +69,25 @@ var cases = []goldenCase{
 
 // TestGolden generates each case into a temporary directory and compares
 // it with testdata/<case>/ent (generated code) or testdata/<case>/stderr.txt
-// (the exact refusal). Run with -update to rewrite them.
+// (the exact refusal). A refused case runs in a package generated before,
+// which must keep every file as it was. Run with -update to rewrite them.
 func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
-			err := generate(t, c, out)
 			caseDir := filepath.Join("testdata", c.name)
 			stderrFile := filepath.Join(caseDir, "stderr.txt")
+			// A refusal is expected to leave a package that was generated
+			// before exactly as it was, so give it one.
+			_, serr := os.Stat(stderrFile)
+			refusal := serr == nil && !*update
+			if refusal {
+				require.NoError(t, os.CopyFS(out, os.DirFS(filepath.Join("testdata", "versions", "ent"))))
+			}
+			before := snapshotTree(t, out)
+			err := generate(t, c, out)
 			if err != nil {
-				entries, _ := os.ReadDir(out)
-				require.Empty(t, entries, "a refused generation must write nothing")
+				requireSameTree(t, before, snapshotTree(t, out))
 				if *update {
 					require.NoError(t, os.WriteFile(stderrFile, []byte(err.Error()+"\n"), 0o644))
 					return
@@ -138,6 +147,84 @@ func generate(t *testing.T, c goldenCase, target string) error {
 	g, err := gen.NewGraph(cfg, schemas...)
 	require.NoError(t, err)
 	return g.Gen()
+}
+
+// TestRefusalThroughEntc refuses a generation the way go generate runs it,
+// through entc.Generate, into a user's ent package generated before. ent
+// stubs an existing runtime.go before loading the schema and, on an error,
+// leaves the stub: the package still built but lost its runtime defaults.
+func TestRefusalThroughEntc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads a schema in a module of its own")
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "bad_default", "stderr.txt"))
+	require.NoError(t, err)
+	mod := userModule(t)
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOWORK", "off")
+	t.Chdir(filepath.Join(mod, "ent"))
+	generateWith := func(evs ...events.Interface) error {
+		return entc.Generate("./schema", &gen.Config{Package: "example.com/shop/ent"},
+			entc.Extensions(codegen.New(codegen.Events(evs...))))
+	}
+	require.NoError(t, generateWith(versions.All...))
+	runtime, err := os.ReadFile("runtime.go")
+	require.NoError(t, err)
+	require.Contains(t, string(runtime), "example.com/shop/ent/schema", "runtime.go must import the schema, or ent does not stub it")
+
+	before := snapshotTree(t, mod)
+	err = generateWith(bad_default.All...)
+	require.Error(t, err)
+	require.Equal(t, strings.TrimSuffix(string(want), "\n"), err.Error())
+	requireSameTree(t, before, snapshotTree(t, mod))
+}
+
+type fileState struct {
+	mode    fs.FileMode
+	content string
+}
+
+// snapshotTree reads every file under root: its mode and content.
+func snapshotTree(t *testing.T, root string) map[string]fileState {
+	t.Helper()
+	m := map[string]fileState{}
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		m[rel] = fileState{info.Mode(), string(b)}
+		return err
+	}))
+	return m
+}
+
+// requireSameTree fails unless a refused generation left every file as it was.
+func requireSameTree(t *testing.T, before, after map[string]fileState) {
+	t.Helper()
+	var changes []string
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case !ok:
+			changes = append(changes, "removed "+name)
+		case a.content != b.content:
+			changes = append(changes, "changed "+name+": "+firstDiff([]byte(b.content), []byte(a.content)))
+		case a.mode != b.mode:
+			changes = append(changes, fmt.Sprintf("changed the mode of %s from %v to %v", name, b.mode, a.mode))
+		}
+	}
+	for name := range after {
+		if _, ok := before[name]; !ok {
+			changes = append(changes, "wrote "+name)
+		}
+	}
+	require.Empty(t, changes, "a refused generation must leave every file as it was")
 }
 
 func compareTrees(t *testing.T, want, got string) {

@@ -21,6 +21,39 @@ func TestUserModuleImportsEnt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go generate in a module of its own")
 	}
+	mod := userModule(t)
+
+	run := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
+	}
+	run(filepath.Join(mod, "ent"), "run", "entc.go")
+
+	client, err := os.ReadFile(filepath.Join(mod, "ent", "client.go"))
+	require.NoError(t, err)
+	imports := regexp.MustCompile(`(?s)\nimport \((.*?)\n\)`).FindSubmatch(client)
+	require.NotNil(t, imports, "client.go has no import block")
+	var paths []string
+	for _, line := range strings.Split(string(imports[1]), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			paths = append(paths, line)
+		}
+	}
+	require.Contains(t, paths, `"entgo.io/ent"`, "client.go must import entgo.io/ent")
+	require.NotContains(t, paths, `"github.com/entoutbox/entoutbox/ent"`, "client.go imports our ent package")
+	require.NotContains(t, paths, `"example.com/shop/reports/ent"`, "client.go imports the module's other ent package")
+
+	run(mod, "build", "./...")
+}
+
+// userModule writes testdata/usermodule into a temporary module that
+// depends on this repository through a replace, and returns its directory.
+func userModule(t *testing.T) string {
+	t.Helper()
 	repo, err := filepath.Abs("..")
 	require.NoError(t, err)
 	mod := t.TempDir()
@@ -49,29 +82,5 @@ func TestUserModuleImportsEnt(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644))
 
-	run := func(dir string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
-	}
-	run(filepath.Join(mod, "ent"), "run", "entc.go")
-
-	client, err := os.ReadFile(filepath.Join(mod, "ent", "client.go"))
-	require.NoError(t, err)
-	imports := regexp.MustCompile(`(?s)\nimport \((.*?)\n\)`).FindSubmatch(client)
-	require.NotNil(t, imports, "client.go has no import block")
-	var paths []string
-	for _, line := range strings.Split(string(imports[1]), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			paths = append(paths, line)
-		}
-	}
-	require.Contains(t, paths, `"entgo.io/ent"`, "client.go must import entgo.io/ent")
-	require.NotContains(t, paths, `"github.com/entoutbox/entoutbox/ent"`, "client.go imports our ent package")
-	require.NotContains(t, paths, `"example.com/shop/reports/ent"`, "client.go imports the module's other ent package")
-
-	run(mod, "build", "./...")
+	return mod
 }
