@@ -253,7 +253,8 @@ func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) 
 	return nil
 }
 
-// openClient connects, creates the example's schema and migrates it.
+// openClient connects, creates the example's schema and migrates it. Its
+// errors show the database URL with its password redacted.
 func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	admin, err := sql.Open("pgx", cfg.DatabaseURL)
 	if err != nil {
@@ -262,7 +263,8 @@ func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	_, err = admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+quoteIdent(cfg.Schema)+` CASCADE; CREATE SCHEMA `+quoteIdent(cfg.Schema))
 	admin.Close()
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating schema %s (is PostgreSQL running at %s?): %w", cfg.Schema, cfg.DatabaseURL, err)
+		return nil, nil, fmt.Errorf("creating schema %s (is PostgreSQL running at %s?): %w",
+			cfg.Schema, broker.Redacted(cfg.DatabaseURL), err)
 	}
 	db, err := sql.Open("pgx", withSearchPath(cfg.DatabaseURL, cfg.Schema))
 	if err != nil {

@@ -44,3 +44,23 @@ func TestBinaryDoesNotCarryTheGenerator(t *testing.T) {
 		require.NotEqual(t, "github.com/entoutbox/entoutbox/codegen", dep)
 	}
 }
+
+// A database that cannot be reached is reported without its password, however
+// the password is given.
+func TestUnreachableDatabaseHidesPassword(t *testing.T) {
+	const secret = "s3cret-Pw"
+	for _, dsn := range []string{
+		"postgres://postgres:" + secret + "@127.0.0.1:1/test?sslmode=disable",
+		"postgres://postgres@127.0.0.1:1/test?sslmode=disable&password=" + secret,
+		"host=127.0.0.1 port=1 user=postgres password=" + secret + " dbname=test sslmode=disable",
+	} {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := Run(ctx, &out, Config{DatabaseURL: dsn, Schema: "orders_example", Orders: 1, Timeout: time.Second})
+		cancel()
+		require.Error(t, err, dsn)
+		require.Contains(t, err.Error(), "connect", "the error should say what failed: %v", err)
+		require.NotContains(t, err.Error(), secret)
+		require.NotContains(t, out.String(), secret)
+	}
+}
