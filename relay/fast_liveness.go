@@ -47,6 +47,11 @@ const (
 	deadGrace = 2 * time.Second
 )
 
+// errLiveLockTaken is ensure's error when another session holds the lock:
+// the subscription's own earlier session, cut off from it but not yet
+// noticed by the server. The subscription then takes a new name.
+var errLiveLockTaken = errors.New("the liveness lock is held by another session")
+
 // liveness is a subscription's lock of life. Disabled behind a pooler in
 // transaction mode (PollOnly), where a session lock would stay on a server
 // connection that others share: the subscription is then taken over by
@@ -91,7 +96,7 @@ func (l *liveness) ensure(ctx context.Context) error {
 	}
 	if !got {
 		discard(conn)
-		return fmt.Errorf("the liveness lock of %s is held by another session", l.holder)
+		return fmt.Errorf("%w: %s", errLiveLockTaken, l.holder)
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	l.mu.Lock()

@@ -81,12 +81,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if topic == AllTopics {
 		topic = ""
 	}
-	s.seq++
+	seq := s.nextSeqLocked()
 	// The holder name is new for every Subscriber, even under a fixed
 	// RelayID: a restarted relay must not take for its own the partitions
 	// its previous life may still be delivering (they come back when their
 	// lease ends), nor may two relays given one RelayID share them.
-	sub := &subscription{s: s, topic: topic, holder: fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, s.instance, s.seq),
+	sub := &subscription{s: s, topic: topic, holder: fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, s.instance, seq),
 		out: make(chan *message.Message), results: make(chan result, s.cfg.BatchSize),
 		aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]int{},
 		owned: map[int]bool{}, releasing: map[int]bool{}, blocked: map[aggregate]blocked{},
@@ -112,6 +112,18 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		sub.run(ctx)
 	}()
 	return sub.out, nil
+}
+
+// nextSeq numbers a subscription's name.
+func (s *Subscriber) nextSeq() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nextSeqLocked()
+}
+
+func (s *Subscriber) nextSeqLocked() int {
+	s.seq++
+	return s.seq
 }
 
 // Fail nacks msg and records why. countAttempt false means the failure is
@@ -515,6 +527,21 @@ func (sub *subscription) rebalanced(r rebalanceResult) bool {
 		// It began before the subscription gave everything up: what it
 		// says it owns may be out of date. The next one tells.
 		return false
+	}
+	if errors.Is(r.err, errLiveLockTaken) && len(sub.owned) == 0 {
+		// Its earlier session still holds the lock on the server, which
+		// has not noticed it is gone: join again under a new name, and free
+		// the old name's partitions at once (nothing sends under it: this
+		// subscription gave everything up when it lost the session).
+		old := sub.holder
+		sub.holder = fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, uuid.NewString()[:8], s.nextSeq())
+		sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder, s.cfg.PollOnly)
+		s.cfg.Logger.Info("Joining again under a new name: the liveness lock of the old one is held by its lost session",
+			watermill.LogFields{"relay": sub.holder, "was": old})
+		if err := s.store.leave(sub.ctx, sub.topic, old); err != nil {
+			s.cfg.Logger.Error("Freeing the partitions of the old name failed; they are free when its lease ends", err,
+				watermill.LogFields{"relay": sub.holder, "was": old})
+		}
 	}
 	if r.err != nil {
 		if sub.ctx.Err() == nil && !sub.renewFailing {

@@ -244,3 +244,48 @@ func TestPausedRelayRepublishesAtMostABatch(t *testing.T) {
 		require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
 	}
 }
+
+// The session holding a relay's liveness lock is cut while, as after a
+// network split, the server still sees the lock held (here: another
+// session takes it at once). The relay stops sending, cannot take its lock
+// back, and joins again under a new name; delivery goes on.
+func TestRelayWhoseLivenessLockIsTakenJoinsUnderANewName(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true},
+		watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	first := emitOrders(t, b.client, 10, 2, 0)
+	got.waitFor(t, first, 20*time.Second)
+
+	var holder string
+	require.NoError(t, b.db.DB.QueryRow(`SELECT relay FROM outbox_events_relays`).Scan(&holder))
+	key := `hashtextextended('entoutbox live outbox_events ' || $1, 0)`
+	var pid int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND classid::bigint = (`+key+` >> 32) & 4294967295 AND objid::bigint = `+key+` & 4294967295`, holder).Scan(&pid))
+	thief, err := b.db.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer thief.Close()
+	_, err = thief.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var got bool
+		require.NoError(t, thief.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, holder).Scan(&got))
+		return got
+	}, 5*time.Second, time.Millisecond, "the relay's lock was released with its session")
+
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events_relays WHERE relay <> $1`, holder).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 20*time.Millisecond, "the relay joined again under a new name")
+	second := emitOrders(t, b.client, 10, 2, 0)
+	got.waitFor(t, second, 20*time.Second)
+}
