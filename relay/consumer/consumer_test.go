@@ -221,8 +221,10 @@ func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
 	invalid.Payload = []byte(`{"order_id": 4, "amount_cents": -1, "currency": "EUR"}`)
 	noID := outboxtest.Message(t, testent.OrderPaid{OrderID: 5, AmountCents: 5}, "5")
 	noID.UUID = "not-a-uuid"
+	// Valid as v1 (no bound), not once upcast to v2 (positive).
+	upcastInvalid := outboxtest.Message(t, testent.OrderPaidV1{OrderID: 6, AmountCents: -1}, "6")
 
-	for _, msg := range []*message.Message{v3, unknown, garbage, invalid, noID} {
+	for _, msg := range []*message.Message{v3, unknown, garbage, invalid, noID, upcastInvalid} {
 		require.NoError(t, h.Handle(ctx, "billing", msg))
 	}
 	require.Zero(t, calls.Load())
@@ -234,8 +236,9 @@ func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
 		"1": `event "order.paid" version 3 is newer than the newest this code knows (2)`,
 		"2": `unknown event "order.refunded" (version 2): this code declares no such event`,
 		"3": `decoding "order.paid" version 2 payload: invalid character 'o' in literal null (expecting 'u')`,
-		"4": `version 2 payload upcast to 2: entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
+		"4": `entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
 		"5": `malformed message: message UUID "not-a-uuid" is not an event id`,
+		"6": `version 1 payload upcast to version 2: entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
 	}, reasons)
 }
 

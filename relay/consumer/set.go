@@ -155,13 +155,12 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 
 // giveUp stores the delivery as a dead letter and acknowledges it; if the
 // dead letter cannot be stored the delivery is nacked so nothing is lost.
+// The broker topic comes first: once the row exists a redelivery is
+// skipped, so a topic publish that failed after it would never be made.
 func (s *Set) giveUp(ctx context.Context, m events.Meta, msg *message.Message, reason string, attempts int) error {
 	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts}
 	s.cfg.Logger.Error("Event sent to the dead letters", errors.New(reason),
 		map[string]any{"consumer": m.Consumer, "event_id": msg.UUID, "attempts": attempts})
-	if err := s.deadLetter(ctx, d); err != nil {
-		return err
-	}
 	if s.cfg.DeadLetterPublisher != nil {
 		out := message.NewMessage(msg.UUID, msg.Payload)
 		out.Metadata = maps.Clone(msg.Metadata)
@@ -172,8 +171,15 @@ func (s *Set) giveUp(ctx context.Context, m events.Meta, msg *message.Message, r
 			return fmt.Errorf("entoutbox: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
 		}
 	}
-	return nil
+	return s.deadLetter(ctx, d)
 }
+
+// MetaMalformed is set by a broker's unmarshaler on a message it could
+// only partly read (a NATS header key repeated, say), to why: the message
+// is then dead-lettered with that reason instead of failing in the
+// subscriber, where it would be neither acked nor nacked and come back
+// for ever.
+const MetaMalformed = events.ReservedPrefix + "malformed"
 
 // Metadata set on dead letters published to a broker topic.
 const (
@@ -200,6 +206,9 @@ func metaOf(msg *message.Message) (events.Meta, error) {
 		m.CreatedAt = t
 	}
 	var errs []string
+	if why := msg.Metadata.Get(MetaMalformed); why != "" {
+		errs = append(errs, why)
+	}
 	id, err := uuid.Parse(msg.UUID)
 	if err != nil {
 		errs = append(errs, fmt.Sprintf("message UUID %q is not an event id", msg.UUID))

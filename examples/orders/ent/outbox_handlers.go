@@ -78,7 +78,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	}
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("version %d payload upcast to %d: %w", version, 2, err)
+		return nil, consumer.InvalidPayload(version, 2, err)
 	}
 	return e, nil
 }
@@ -111,14 +111,15 @@ func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 	}
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("version %d payload upcast to %d: %w", version, 1, err)
+		return nil, consumer.InvalidPayload(version, 1, err)
 	}
 	return e, nil
 }
 
 // outboxInTx runs fn in a new transaction after recording the event as
 // processed by m.Consumer; it returns consumer.ErrDuplicate, writing
-// nothing, when that record exists already.
+// nothing, when that record exists already or m.Consumer set the event
+// aside as a dead letter.
 func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(*Tx) error) (err error) {
 	tx, err := h.client.Tx(ctx)
 	if err != nil {
@@ -132,7 +133,8 @@ func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(
 			_ = tx.Rollback()
 		}
 	}()
-	fresh, err := consumer.RecordProcessed(ctx, tx.config.driver, "outbox_processed_events", m)
+	fresh, err := consumer.RecordDelivery(ctx, tx.config.driver, consumer.Tables{
+		Processed: "outbox_processed_events", DeadLetters: "outbox_dead_letters"}, m)
 	if err != nil {
 		return err
 	}
