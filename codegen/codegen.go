@@ -1,12 +1,38 @@
 // Package codegen is the entc extension of entoutbox. Register it in your
-// ent/entc.go:
+// ent/entc.go, a program of its own:
 //
-//	err := entc.Generate("./schema", &gen.Config{},
-//		entc.Extensions(codegen.New(codegen.Events(events.OrderPaid{}))))
+//	//go:build ignore
 //
-// It validates the event declarations before anything is written, then
-// generates into the ent package one struct per event version and a typed
-// Emit method per event on *OutboxClient.
+//	package main
+//
+//	import (
+//		"log"
+//
+//		"entgo.io/ent/entc"
+//		"entgo.io/ent/entc/gen"
+//
+//		"github.com/entoutbox/entoutbox/codegen"
+//
+//		"example.com/shop/orderevents"
+//	)
+//
+//	func main() {
+//		ext := codegen.New(codegen.Events(orderevents.OrderPaid{}))
+//		if err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(ext)); err != nil {
+//			log.Fatalf("running ent codegen: %v", err)
+//		}
+//	}
+//
+// and run it from ent/generate.go with go generate ./...:
+//
+//	package ent
+//
+//	//go:generate go run -mod=mod entc.go
+//
+// It validates the event declarations before anything is written (a refusal
+// leaves every file of the ent package as it was), then generates into the
+// ent package one struct per event version, a typed Emit method per event
+// on *OutboxClient and, with the consumer tables, typed handlers.
 //
 // Only entc.go programs import this package: application binaries never
 // carry the generator.

@@ -22,6 +22,22 @@
 // without breaking consumers. Versions are numbered 1, 2, 3...; the last one
 // is what producers emit.
 //
+// A newer version the consumers cannot fill in from an older one by
+// defaults (a field removed, renamed or changed in kind, or a new required
+// field without a default) needs an Upcaster on the declaration. Its fields
+// are the older payload decoded with every number a json.Number, so 64-bit
+// integers stay exact:
+//
+//	func (PriceChanged) Upcast(from int, fields map[string]any) (map[string]any, error) {
+//		cents, err := fields["cents"].(json.Number).Int64()
+//		if err != nil {
+//			return nil, err
+//		}
+//		delete(fields, "cents")
+//		fields["amount"] = float64(cents) / 100
+//		return fields, nil
+//	}
+//
 // This package stays tiny and free of code-generation dependencies: the
 // generated ent code imports it at run time.
 package events

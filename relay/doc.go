@@ -1,4 +1,16 @@
 // Package relay is entoutbox's runtime: it writes outbox rows through
 // Watermill's SQL publisher on an ent transaction (used by the generated Emit
-// methods) and moves committed rows to a Watermill broker.
+// methods) and moves committed rows to a Watermill broker:
+//
+//	b, err := broker.Open(ctx, "nats://127.0.0.1:4222", broker.Options{})
+//	...
+//	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher()})
+//	...
+//	err = r.Run(ctx) // until ctx ends
+//
+// Config.TopicPrefix is prepended to every topic on the broker; consumers
+// must subscribe with the same prefix (consumer.WithTopicPrefix), or they
+// receive nothing. Config.Lease bounds how long a relay that is paused or
+// cut off from the database keeps its partitions; one that dies is taken
+// over within seconds, through its liveness lock, unless PollOnly.
 package relay
