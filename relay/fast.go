@@ -17,7 +17,8 @@ import (
 func (r *Relay) runFast(ctx context.Context) error {
 	sub, err := NewSubscriber(r.cfg.DB, SubscriberConfig{
 		Table: r.cfg.Table, DeadLetterTable: r.cfg.DeadLetterTable, RelayID: r.cfg.RelayID,
-		BatchSize: r.cfg.BatchSize, Lease: r.cfg.Lease, Partitions: r.cfg.Partitions, PollInterval: r.cfg.PollInterval,
+		BatchSize: r.cfg.BatchSize, MaxBytesInFlight: r.cfg.MaxBytesInFlight,
+		Lease: r.cfg.Lease, Partitions: r.cfg.Partitions, PollInterval: r.cfg.PollInterval,
 		PollOnly: r.cfg.PollOnly, Delete: r.cfg.DeleteDelivered, MaxAttempts: r.cfg.MaxAttempts,
 		InitialBackoff: r.cfg.RetryInterval, Logger: r.cfg.Logger,
 	})
@@ -25,6 +26,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 		return err
 	}
 	defer sub.Close()
+	r.fast.Store(sub)
 	readCtx, stopReading := context.WithCancel(context.Background())
 	defer stopReading()
 	msgs, err := sub.Subscribe(readCtx, AllTopics)

@@ -31,6 +31,12 @@ type SubscriberConfig struct {
 	// BatchSize is the most rows held in memory, claimed in steps of at
 	// least a quarter of it; 2000 when zero.
 	BatchSize int
+	// MaxBytesInFlight bounds the payload and header bytes of the rows
+	// held: claimed and not yet recorded as delivered (queued, being
+	// published, acked and not recorded). A claim fetches no more than the
+	// room left. A row larger than the bound is claimed once nothing else
+	// is held, and goes alone. DefaultMaxBytesInFlight when zero.
+	MaxBytesInFlight int64
 	// Lease is how long a relay owns its partitions without renewing
 	// them: the partitions of a relay that died go to the others after
 	// it. 30 s when zero.
@@ -73,6 +79,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 2000
 	}
+	if c.MaxBytesInFlight == 0 {
+		c.MaxBytesInFlight = DefaultMaxBytesInFlight
+	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
@@ -96,10 +105,21 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 }
 
+// DefaultMaxBytesInFlight is the default of MaxBytesInFlight: some 64
+// thousand events of 1 KB, far beyond BatchSize, so that it only bites on
+// large payloads.
+const DefaultMaxBytesInFlight = 64 << 20
+
 // maxPartitions bounds SubscriberConfig.Partitions.
 const maxPartitions = 4096
 
 func (c SubscriberConfig) validate() error {
+	if err := checkTableName(c.Table); err != nil {
+		return err
+	}
+	if c.MaxBytesInFlight < 0 {
+		return fmt.Errorf("relay: MaxBytesInFlight must not be negative, not %d", c.MaxBytesInFlight)
+	}
 	if c.Lease < time.Second {
 		return errors.New("relay: Lease must be at least 1s")
 	}

@@ -30,6 +30,7 @@ type row struct {
 	createdAt     time.Time
 	attempts      int
 	partition     int
+	size          int64 // bytes of payload and headers, as MaxBytesInFlight counts them
 	// wait is how long until the row may be tried again (a retry backs
 	// off); zero when it is due.
 	wait time.Duration
@@ -61,6 +62,7 @@ type store struct {
 	ownerLock int64
 	initMu    sync.Mutex
 	initDone  bool
+	checked   bool // the table is an outbox table
 }
 
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
@@ -74,6 +76,18 @@ func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 // of an aggregate, and the same on every relay since PostgreSQL computes it.
 func partitionExpr(alias string, partitions int) string {
 	return fmt.Sprintf("abs(hashtext(%[1]s.aggregate_type || ':' || %[1]s.aggregate_id) %% %d)::int", alias, partitions)
+}
+
+// check refuses a table that is not an outbox table, once.
+func (s *store) check(ctx context.Context) error {
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
+	if s.checked {
+		return nil
+	}
+	err := checkTables(ctx, s.db, s.cfg.Table, s.cfg.DeadLetterTable)
+	s.checked = err == nil
+	return err
 }
 
 // init creates the ownership tables, under the lock so that relays
@@ -322,6 +336,12 @@ type claimQuery struct {
 	held    []int64
 	blocked []aggregate
 	limit   int
+	// budget is the most bytes of payload and headers the claim returns;
+	// force lets its first row exceed it (nothing else is held).
+	budget int64
+	force  bool
+	// freed is the count of releases of held bytes when the claim began.
+	freed uint64
 }
 
 // openTxs is the transactions a snapshot saw as in progress: those listed,
@@ -364,6 +384,10 @@ func mustXID(s string) uint64 {
 type claimed struct {
 	rows []*row
 	open openTxs
+	// cut tells the claim stopped at a row its byte budget had no room
+	// for: more rows wait. cutSize is that row's size.
+	cut     bool
+	cutSize int64
 }
 
 // claim reads the rows of q. Rows of transactions still open are simply
@@ -402,8 +426,8 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 	}
 	filter := strings.Join(where, " AND ")
 	cols := `o.id, o.event_id, o.event_name, o.event_version, o.topic,
-			o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at, o.attempts, ` + part + `,
-			greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint`
+			o.aggregate_type, o.aggregate_id, o.payload::text AS payload, o.headers::text AS headers, o.created_at,
+			o.attempts, ` + part + ` AS part, greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms`
 	table := pgsql.QuoteIdent(s.cfg.Table)
 	// Above the cursor: one ordered scan of the pending index. Below it:
 	// the rows of the late transactions, through the commit-order index.
@@ -421,6 +445,15 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 				AND o.id <= $1 OFFSET 0) o
 			WHERE ` + filter + `)`
 	}
+	// The byte budget: rows are kept while the running sum of their sizes
+	// fits it (the first one also when forced); the first row beyond it
+	// comes without its payload, to tell the claim was cut there.
+	args = append(args, q.budget, q.force)
+	budget, force := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+	sized := `SELECT v.*, v.running <= ` + budget + ` OR v.n = 1 AND ` + force + ` AS kept FROM (
+			SELECT u.*, sum(u.size) OVER (ORDER BY u.id) AS running, row_number() OVER (ORDER BY u.id) AS n FROM (
+				SELECT t.*, coalesce(octet_length(t.payload), 0) + coalesce(octet_length(t.headers), 0) AS size
+				FROM (` + from + `) t ORDER BY t.id LIMIT $2) u) v`
 	// A first row of id 0, always there, carries the snapshot's open
 	// transactions as "xmax:xip,xip...", so that even a claim that finds
 	// nothing tells them.
@@ -429,11 +462,14 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 		return claimed{}, err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT * FROM (
-			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::jsonb, NULL::jsonb, now(), 0, 0, 0::bigint,
+			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, 0, 0::bigint, 0::bigint, true,
 				pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
 				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
 			UNION ALL
-			(SELECT u.*, NULL FROM (`+from+`) u ORDER BY u.id LIMIT $2)
+			SELECT w.id, w.event_id, w.event_name, w.event_version, w.topic, w.aggregate_type, w.aggregate_id,
+				CASE WHEN w.kept THEN w.payload END, CASE WHEN w.kept THEN w.headers END, w.created_at, w.attempts,
+				w.part, w.wait_ms, w.size, w.kept, NULL
+			FROM (`+sized+`) w WHERE w.running - w.size <= `+budget+`
 		) c ORDER BY 1`, args...)
 	if err != nil {
 		conn.reset()
@@ -445,11 +481,12 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 		r := &row{}
 		var (
 			waitMS  int64
+			kept    bool
 			open    sql.NullString
 			eventID uuid.NullUUID
 		)
 		if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS, &open); err != nil {
+			&r.payload, &r.headers, &r.createdAt, &r.attempts, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
 			return claimed{}, err
 		}
 		if r.id == 0 {
@@ -458,6 +495,10 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 			if xip != "" {
 				out.open.listed = strings.Split(xip, ",")
 			}
+			continue
+		}
+		if !kept {
+			out.cut, out.cutSize = true, r.size
 			continue
 		}
 		r.eventID = eventID.UUID

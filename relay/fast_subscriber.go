@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -39,6 +40,9 @@ type Subscriber struct {
 	reasons  sync.Map // *message.Message -> failure
 	seq      int      // numbers the subscriptions: each owns partitions under its own name
 	instance string   // random, tells this Subscriber from any other with its RelayID
+	// bytesHeld is what its subscriptions hold as MaxBytesInFlight counts
+	// it, and bytesPeak the most they held at once.
+	bytesHeld, bytesPeak atomic.Int64
 }
 
 type failure struct {
@@ -80,6 +84,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	if topic == AllTopics {
 		topic = ""
+	}
+	// Before anything is created after the table's name.
+	if err := s.store.check(ctx); err != nil {
+		return nil, err
 	}
 	seq := s.nextSeqLocked()
 	// The holder name is new for every Subscriber, even under a fixed
@@ -182,6 +190,7 @@ type result struct {
 type ack struct {
 	id        int64
 	partition int
+	size      int64
 }
 
 // subscription is one Subscribe call; run owns all of its state.
@@ -196,8 +205,19 @@ type subscription struct {
 	inflight  map[int64]*row
 	unflushed map[int64]int // acked, not recorded yet: id -> partition
 	queued    int           // rows claimed and not sent yet
-	acks      []ack
-	cursor    int64 // the next claim reads on from this row id
+	// heldBytes is the size of the rows held: queued, in flight, acked
+	// and not recorded (see MaxBytesInFlight). freed counts the times it
+	// went down; after a claim cut short by its byte budget (waitRoom),
+	// the next waits for it to go down.
+	heldBytes int64
+	freed     uint64
+	waitRoom  bool
+	waitFreed uint64
+	// rowBytes is the mean size of the rows the last claim read, to read
+	// no more rows than the byte budget may take.
+	rowBytes int64
+	acks     []ack
+	cursor   int64 // the next claim reads on from this row id
 	// late is the transactions that were open when the cursor passed: the
 	// next claim also reads their rows below it.
 	late     openTxs
@@ -277,10 +297,23 @@ func (sub *subscription) run(ctx context.Context) {
 			}
 			fromStart := c.query.after == 0
 			sub.add(c.rows, fromStart, c.started)
+			if n := int64(len(c.rows)); n > 0 || c.cut {
+				total := c.cutSize
+				for _, r := range c.rows {
+					total += r.size
+				}
+				if c.cut {
+					n++
+				}
+				sub.rowBytes = total / n
+			}
+			// Cut short by its byte budget: claim again once bytes held
+			// were freed, not before (it would stop at the same row).
+			sub.waitRoom, sub.waitFreed = c.cut, c.query.freed
 			// A full claim means more rows wait: go on from the last one
 			// (a full rescan goes back to it). Otherwise go on from the
 			// newest row seen.
-			full := len(c.rows) == c.query.limit
+			full := len(c.rows) == c.query.limit || c.cut
 			wantClaim = wantClaim || full // keep a wake-up that came during the claim
 			sub.caughtUp = !full
 			if n := len(c.rows); n > 0 && (c.rows[n-1].id > sub.cursor || full && fromStart) {
@@ -297,7 +330,7 @@ func (sub *subscription) run(ctx context.Context) {
 					below++
 				}
 			}
-			if below == c.query.limit {
+			if full && below == len(c.rows) {
 				sub.late = sub.late.merge(c.open)
 			} else {
 				sub.late = c.open
@@ -336,9 +369,14 @@ func (sub *subscription) run(ctx context.Context) {
 		rebalance.Reset(100 * time.Millisecond)
 	}
 	for {
-		// Claim again as soon as a quarter of the batch has room, so that a
-		// claim is under way while the previous one is being published.
-		if room := s.cfg.BatchSize - held(); !claiming && !claimPaused && wantClaim && room >= s.cfg.BatchSize/4 {
+		// Claim again as soon as a quarter of the batch has room, in rows
+		// and in bytes, so that a claim is under way while the previous
+		// one is being published. A row larger than the byte bound is
+		// claimed only when nothing else is held.
+		room, byteRoom := s.cfg.BatchSize-held(), s.cfg.MaxBytesInFlight-sub.heldBytes
+		if !claiming && !claimPaused && wantClaim && room >= max(s.cfg.BatchSize/4, 1) &&
+			byteRoom >= max(s.cfg.MaxBytesInFlight/4, 1) &&
+			!(sub.waitRoom && sub.freed == sub.waitFreed) {
 			if parts, any := sub.claimable(); any {
 				claiming, wantClaim = true, false
 				// Claims read on from the cursor, and below it the rows of the
@@ -352,7 +390,13 @@ func (sub *subscription) run(ctx context.Context) {
 				// already and aggregates waiting for a retry are left out: a
 				// rescan may leave the cursor below rows held.
 				q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, late: sub.late, limit: room,
-					held: sub.heldIDs(), blocked: sub.stillBlocked()}
+					held: sub.heldIDs(), blocked: sub.stillBlocked(),
+					budget: byteRoom, force: sub.heldBytes == 0, freed: sub.freed}
+				// PostgreSQL reads every row the claim reads whole, taken or
+				// not: read little more than the budget may take.
+				if sub.rowBytes > 0 {
+					q.limit = int(min(int64(room), byteRoom/sub.rowBytes+2))
+				}
 				switch now := time.Now(); {
 				case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= rescanEvery:
 					q.after, sub.rescan, sub.lastRescan = 0, false, now
@@ -363,7 +407,8 @@ func (sub *subscription) run(ctx context.Context) {
 				go func() {
 					started := time.Now()
 					got, err := s.store.claim(ctx, &sub.claims, q)
-					claimed <- claimResult{got.rows, got.open, err, q, started}
+					claimed <- claimResult{rows: got.rows, open: got.open, cut: got.cut, cutSize: got.cutSize, err: err,
+						query: q, started: started}
 				}()
 			}
 		}
@@ -791,7 +836,24 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 		}
 		st.rows = append(st.rows, r)
 		sub.queued++
+		sub.hold(r.size)
 	}
+}
+
+// hold counts n bytes more held.
+func (sub *subscription) hold(n int64) {
+	sub.heldBytes += n
+	held := sub.s.bytesHeld.Add(n)
+	for peak := sub.s.bytesPeak.Load(); held > peak && !sub.s.bytesPeak.CompareAndSwap(peak, held); {
+		peak = sub.s.bytesPeak.Load()
+	}
+}
+
+// free counts n bytes held no more.
+func (sub *subscription) free(n int64) {
+	sub.heldBytes -= n
+	sub.s.bytesHeld.Add(-n)
+	sub.freed++
 }
 
 func (sub *subscription) dispatch(r *row, msg *message.Message) {
@@ -832,9 +894,12 @@ func (sub *subscription) settle(ctx context.Context, res result) {
 	st.inflight = false
 	if res.acked {
 		sub.unflushed[r.id] = r.partition
-		sub.acks = append(sub.acks, ack{r.id, r.partition})
-	} else if !sub.nacked(ctx, r, res.msg) {
-		return
+		sub.acks = append(sub.acks, ack{r.id, r.partition, r.size})
+	} else {
+		sub.free(r.size) // it is read again for its retry
+		if !sub.nacked(ctx, r, res.msg) {
+			return
+		}
 	}
 	if len(st.rows) > 0 {
 		sub.ready = append(sub.ready, a)
@@ -883,6 +948,9 @@ func (sub *subscription) nacked(ctx context.Context, r *row, msg *message.Messag
 func (sub *subscription) forget(a aggregate) {
 	st := sub.aggs[a]
 	sub.queued -= len(st.rows)
+	for _, r := range st.rows {
+		sub.free(r.size)
+	}
 	st.rows = nil
 	if !st.inflight {
 		delete(sub.aggs, a)
@@ -895,7 +963,10 @@ func (sub *subscription) flushed(acks []ack, err error) {
 		sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
 	}
 	for _, k := range acks {
-		delete(sub.unflushed, k.id)
+		if _, ok := sub.unflushed[k.id]; ok {
+			delete(sub.unflushed, k.id)
+			sub.free(k.size)
+		}
 	}
 }
 
@@ -930,7 +1001,7 @@ wait:
 		select {
 		case res := <-sub.results:
 			if res.acked {
-				sub.acks = append(sub.acks, ack{res.row.id, res.row.partition})
+				sub.acks = append(sub.acks, ack{res.row.id, res.row.partition, res.row.size})
 			}
 		case <-deadline:
 			break wait
@@ -954,6 +1025,8 @@ wait:
 type claimResult struct {
 	rows    []*row
 	open    openTxs // transactions open in the claim's snapshot
+	cut     bool    // stopped at a row its byte budget had no room for
+	cutSize int64
 	err     error
 	query   claimQuery
 	started time.Time

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -53,6 +55,11 @@ type Config struct {
 	// BatchSize is how many rows are held at once (fast) or read at once
 	// (compatible); 2000 or 100 when zero.
 	BatchSize int
+	// MaxBytesInFlight bounds the payload and header bytes held at once
+	// (fast path): rows claimed and not yet recorded as delivered. A row
+	// larger than it is sent alone. DefaultMaxBytesInFlight (64 MiB) when
+	// zero. The compatible path holds a batch of BatchSize rows instead.
+	MaxBytesInFlight int64
 	// Concurrency bounds the publishes in flight (fast path); 256 when zero.
 	Concurrency int
 	// Lease is how long a relay owns its partitions unrenewed (fast
@@ -138,6 +145,55 @@ func (c Config) Validate() error {
 		return errors.New("relay: intervals must not be negative")
 	case c.BatchSize < 0:
 		return errors.New("relay: BatchSize must not be negative")
+	case c.MaxBytesInFlight < 0:
+		return fmt.Errorf("relay: MaxBytesInFlight must not be negative, not %d", c.MaxBytesInFlight)
+	}
+	return checkTableName(c.Table)
+}
+
+// maxTableName is the longest outbox table name: the relay names tables
+// of its own after it, the longest <table>_relay_offsets, and PostgreSQL
+// cuts identifiers at 63 bytes, which could land one of them on another
+// or on the outbox table itself.
+const maxTableName = 63 - len("_relay_offsets")
+
+func checkTableName(table string) error {
+	if len(table) > maxTableName {
+		return fmt.Errorf("relay: table name %q is %d bytes, at most %d: the relay's own tables are named after it "+
+			"(%q and others) and PostgreSQL identifiers hold 63 bytes", table, len(table), maxTableName, table+"_relay_offsets")
+	}
+	return nil
+}
+
+// outboxColumns are the columns of the outbox table the relay reads or
+// writes.
+const outboxColumns = "id,event_id,event_name,event_version,topic,aggregate_type,aggregate_id,payload,headers," +
+	"created_at,transaction_id,available_at,attempts,delivered_at,last_error"
+
+// checkTables refuses an outbox table that does not exist or is not one,
+// and a dead-letter table that does not exist, before the relay creates
+// tables of its own after their names or polls them for ever.
+func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
+	var exists bool
+	var missing string
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
+			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
+		pgsql.QuoteIdent(table), outboxColumns).Scan(&exists, &missing); err != nil {
+		return fmt.Errorf("relay: looking for table %q: %w", table, err)
+	}
+	const migrate = "run the ent migration first: client.Schema.Create"
+	if !exists {
+		return fmt.Errorf("relay: table %q does not exist (%s)", table, migrate)
+	}
+	if missing != "" {
+		return fmt.Errorf("relay: table %q is not an outbox table: it lacks the columns %s (%s)", table, missing, migrate)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(deadLetterTable)).Scan(&exists); err != nil {
+		return fmt.Errorf("relay: looking for table %q: %w", deadLetterTable, err)
+	}
+	if !exists {
+		return fmt.Errorf("relay: dead-letter table %q does not exist (%s)", deadLetterTable, migrate)
 	}
 	return nil
 }
@@ -148,6 +204,8 @@ func (c Config) Validate() error {
 // acknowledged it.
 type Relay struct {
 	cfg Config
+	// fast is the fast path's Subscriber while it runs.
+	fast atomic.Pointer[Subscriber]
 }
 
 // New checks cfg and returns a relay; Run starts it.
@@ -169,6 +227,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			return nil // stopped while starting
 		}
 		return fmt.Errorf("relay: database is not reachable: %w", err)
+	}
+	if err := checkTables(ctx, r.cfg.DB, r.cfg.Table, r.cfg.DeadLetterTable); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	var err error
 	if r.cfg.Path == PathCompatible {

@@ -1,0 +1,11 @@
+package relay
+
+// BytesHeld is what the fast path of r holds now and held at most, as
+// MaxBytesInFlight counts it; zero before it runs.
+func BytesHeld(r *Relay) (now, peak int64) {
+	s := r.fast.Load()
+	if s == nil {
+		return 0, 0
+	}
+	return s.bytesHeld.Load(), s.bytesPeak.Load()
+}
