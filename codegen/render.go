@@ -107,6 +107,9 @@ func render(f *Field) error {
 			add(sel+" == nil", `"is required"`)
 		case field.KindJSON:
 			add("len("+sel+") == 0", `"is required"`)
+		case field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+			// nil would go out as JSON null; an empty list is a value ("none").
+			add(sel+" == nil", `"is required (nil; give an empty list for none)"`)
 		}
 	}
 	switch d.Kind {

@@ -15,8 +15,12 @@ type EmitConfig struct {
 	// EventID is the stable id of the event. Zero means a new UUIDv7.
 	EventID uuid.UUID
 	// Headers travel with the event as message metadata (trace context,
-	// correlation ids). Keys starting with "outbox_" are reserved.
+	// correlation ids). Keys starting with "outbox_" are reserved; see
+	// CheckHeader for what else Emit refuses.
 	Headers map[string]string
+	// IDTo, when set, receives the event id once Emit has accepted the
+	// event (see ReturnEventID).
+	IDTo *uuid.UUID
 }
 
 // NewEmitConfig applies opts in order.
@@ -48,4 +52,13 @@ func WithHeaders(h map[string]string) EmitOption {
 // WithHeader adds one header to the event.
 func WithHeader(key, value string) EmitOption {
 	return WithHeaders(map[string]string{key: value})
+}
+
+// ReturnEventID stores the id of the emitted event in *id when Emit
+// succeeds (and leaves it alone when Emit fails). Unlike WithEventID or
+// Emitted it writes nothing early: the event is still held until the
+// commit, and the id is the one it will have in the outbox and on the
+// broker (the consumers' dedupe key).
+func ReturnEventID(id *uuid.UUID) EmitOption {
+	return func(c *EmitConfig) { c.IDTo = id }
 }

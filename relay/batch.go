@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"entgo.io/ent/dialect"
@@ -51,22 +52,37 @@ func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
 }
 
 // Add checks ev and holds it until the next flush, or writes it at once
-// when cfg gives it an id.
+// when cfg gives it an id. The id is chosen here, so cfg.IDTo learns it
+// without a write.
 func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error {
+	given := cfg.EventID != uuid.Nil
+	if !given {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("entoutbox: generating event id: %w", err)
+		}
+		cfg.EventID = id
+	}
 	msg, err := eventMessage(ev, cfg)
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cfg.EventID == uuid.Nil {
+	if !given {
 		b.held = append(b.held, heldEvent{topic: ev.Topic, msg: msg})
-		return nil
+	} else {
+		if err := b.flushLocked(ctx); err != nil {
+			return err
+		}
+		if err := insert(ctx, b.drv, b.table, ev.Topic, []*message.Message{msg}); err != nil {
+			return err
+		}
 	}
-	if err := b.flushLocked(ctx); err != nil {
-		return err
+	if cfg.IDTo != nil {
+		*cfg.IDTo = cfg.EventID
 	}
-	return insert(ctx, b.drv, b.table, ev.Topic, []*message.Message{msg})
+	return nil
 }
 
 // Flush writes every event held. On an error the events are dropped, and

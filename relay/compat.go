@@ -118,7 +118,7 @@ func checkRow(name, topic, aggregateID string) error {
 	case aggregateID == "":
 		return errors.New("aggregate_id is empty")
 	}
-	return nil
+	return events.CheckAggregateID(aggregateID) // what Emit refuses
 }
 
 // MetaRowID carries the outbox row id on messages read by the compatible
@@ -145,5 +145,5 @@ func decodeHeaders(b []byte) (map[string]string, error) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
 	}
-	return h, nil
+	return h, events.CheckHeaders(h) // what Emit refuses
 }

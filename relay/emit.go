@@ -30,8 +30,10 @@ type Event struct {
 
 // eventMessage checks ev and builds its message.
 func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
-	if ev.AggregateID == "" {
-		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: "aggregate id is empty"}
+	// What a broker cannot carry is refused now, not retried by the relay
+	// until it gives up; a NUL or invalid UTF-8 would fail the commit.
+	if err := events.CheckAggregateID(ev.AggregateID); err != nil {
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: err.Error()}
 	}
 	// PostgreSQL's jsonb refuses \u0000; found now, not when the events
 	// are written at commit.
@@ -39,11 +41,8 @@ func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version,
 			Reason: `payload holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`}
 	}
-	for k, v := range cfg.Headers {
-		if strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
-			return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version,
-				Reason: fmt.Sprintf("header %q holds a NUL character, which PostgreSQL's jsonb cannot store", k)}
-		}
+	if err := events.CheckHeaders(cfg.Headers); err != nil {
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: err.Error()}
 	}
 	return NewMessage(ev, cfg)
 }

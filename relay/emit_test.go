@@ -240,7 +240,7 @@ func TestEmitInvalidPayloadDoesNotPoisonTheTransaction(t *testing.T) {
 	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: aggregate id is empty`)
 
 	err = tx.Outbox.EmitOrderPaid(ctx, "1", testent.OrderPaid{OrderID: 1, AmountCents: 5}, events.WithHeader("outbox_event_name", "x"))
-	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: header "outbox_event_name" uses the reserved prefix "outbox_"`)
+	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: header "outbox_event_name": key uses the reserved prefix "outbox_"`)
 
 	// The transaction is still usable.
 	_, err = tx.Order.Create().SetCustomer("eve").SetAmountCents(5).Save(ctx)

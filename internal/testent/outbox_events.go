@@ -90,7 +90,9 @@ func (e *OrderPaid) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -151,6 +153,9 @@ func (e *ProfileUpdated) Validate() error {
 	if len(e.Settings) > 0 && !json.Valid(e.Settings) {
 		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "settings", Reason: "is not valid JSON"}
 	}
+	if e.Tags == nil {
+		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "tags", Reason: "is required (nil; give an empty list for none)"}
+	}
 	return nil
 }
 
@@ -176,7 +181,9 @@ func (e *ProfileUpdated) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -307,7 +314,9 @@ func (e *PriceChanged) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string, e PriceChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {

@@ -94,7 +94,9 @@ func (e *OrderPaid) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -155,7 +157,9 @@ func (e *OrderCancelled) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID string, e OrderCancelled, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {

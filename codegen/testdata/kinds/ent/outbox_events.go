@@ -95,6 +95,12 @@ func (e *ProfileUpdated) Validate() error {
 	if len(e.Extra) > 0 && !json.Valid(e.Extra) {
 		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "extra", Reason: "is not valid JSON"}
 	}
+	if e.Tags == nil {
+		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "tags", Reason: "is required (nil; give an empty list for none)"}
+	}
+	if e.FriendIds == nil {
+		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "friend_ids", Reason: "is required (nil; give an empty list for none)"}
+	}
 	return nil
 }
 
@@ -140,7 +146,9 @@ func (e *ProfileUpdated) outboxPrefill() {
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration; neither sends anything to the database.
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
