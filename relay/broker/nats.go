@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"net/textproto"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,35 +32,82 @@ import (
 //     (limits retention, file storage, the server's 2-minute duplicate window);
 //   - group G on topic T is the durable push consumer natsName(G+"-"+T) of
 //     that stream with deliver group natsName(G), explicit acks, delivering
-//     from the first message. It is created here, before the module
+//     from the first message, holding at most max_ack_pending messages
+//     delivered and not yet acked. It is created here, before the module
 //     subscribes, because nats.go deletes on Unsubscribe a consumer it created
 //     itself, which would throw the group's position away each time a
 //     subscriber closes.
 //
-// Messages use the module's NATSMarshaler (payload as body, UUID and metadata
-// as headers) plus the header Nats-Msg-Id = UUID, which JetStream uses to drop
-// a message published again within the duplicate window.
+// A subscriber that creates a topic's stream logs it at Info: no producer
+// has published on that topic yet, which for a consumer usually means its
+// topic prefix differs from the relay's.
+//
+// Messages use the module's NATSMarshaler's format (payload as body, UUID and
+// metadata as headers) plus the header Nats-Msg-Id = UUID, which JetStream
+// uses to drop a message published again within the duplicate window. A
+// message whose headers are not one value per key is delivered, not refused:
+// see natsMarshaler.Unmarshal.
 
 // natsAckWait is how long JetStream and the subscriber wait for an ack
 // before the message is delivered again, unless the URL sets ?ack_wait=.
 const natsAckWait = 30 * time.Second
 
-// natsAckWaitOf reads ?ack_wait= off the URL and returns the URL without it
-// for nats.Connect.
-func natsAckWaitOf(u *url.URL, raw string) (time.Duration, string, error) {
+// A group's consumer handles its messages one at a time, in order, and
+// JetStream starts each one's ack wait when it pushes it, not when the
+// handler takes it up: with more messages pushed than the handler finishes
+// within ack_wait, the last ones come again while they still wait, and
+// again, a redelivery storm. So the messages pushed and not yet acked are
+// bounded, by ?max_ack_pending= or else by natsMaxAckPendingOf(ack_wait).
+const (
+	// natsHandlerBudget is the handling time per message the default bound
+	// leaves room for.
+	natsHandlerBudget = 20 * time.Millisecond
+	// natsMaxAckPendingMax is JetStream's own default.
+	natsMaxAckPendingMax = 1000
+)
+
+// natsMaxAckPendingOf is the default bound for ackWait: as many messages as
+// a handler taking natsHandlerBudget each finishes within it, from 1 to
+// natsMaxAckPendingMax (1,000 for the default 30 s, 250 for 5 s).
+func natsMaxAckPendingOf(ackWait time.Duration) int {
+	return int(min(max(ackWait/natsHandlerBudget, 1), natsMaxAckPendingMax))
+}
+
+// natsParams are the URL's options for the broker rather than nats.Connect.
+type natsParams struct {
+	ackWait       time.Duration
+	maxAckPending int
+}
+
+// natsParamsOf reads ?ack_wait= and ?max_ack_pending= off the URL and
+// returns the URL without them for nats.Connect.
+func natsParamsOf(u *url.URL, raw string) (natsParams, string, error) {
+	p := natsParams{ackWait: natsAckWait}
 	q := u.Query()
-	v := q.Get("ack_wait")
-	if v == "" {
-		return natsAckWait, raw, nil
+	if !q.Has("ack_wait") && !q.Has("max_ack_pending") {
+		p.maxAckPending = natsMaxAckPendingOf(p.ackWait)
+		return p, raw, nil
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, "", fmt.Errorf("ack_wait=%q is not a positive duration", v)
+	if v := q.Get("ack_wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return p, "", fmt.Errorf("ack_wait=%q is not a positive duration", v)
+		}
+		p.ackWait = d
+	}
+	p.maxAckPending = natsMaxAckPendingOf(p.ackWait)
+	if v := q.Get("max_ack_pending"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return p, "", fmt.Errorf("max_ack_pending=%q is not a positive number", v)
+		}
+		p.maxAckPending = n
 	}
 	q.Del("ack_wait")
+	q.Del("max_ack_pending")
 	clean := *u
 	clean.RawQuery = q.Encode()
-	return d, clean.String(), nil
+	return p, clean.String(), nil
 }
 
 // natsProvisionTimeout bounds the stream and consumer requests made before a
@@ -77,7 +126,7 @@ func natsOptions() []nats.Option {
 }
 
 func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
-	ackWait, raw, err := natsAckWaitOf(u, raw)
+	params, raw, err := natsParamsOf(u, raw)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +144,7 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 		nc.Close()
 		return nil, fmt.Errorf("checking JetStream: %w", err)
 	}
-	topo := &natsTopology{ackWait: ackWait}
+	topo := &natsTopology{ackWait: params.ackWait, maxAckPending: params.maxAckPending, logger: logger}
 	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
 		Marshaler:         natsMarshaler{},
 		SubjectCalculator: wmnats.DefaultSubjectCalculator,
@@ -162,15 +211,19 @@ func natsConsumerName(group, topic string) string { return natsName(group + "-" 
 // natsTopology remembers which stream carries each topic, so that only the
 // first Publish or Subscribe of a topic asks the server.
 type natsTopology struct {
-	streams sync.Map // topic → stream name
-	ackWait time.Duration
+	streams       sync.Map // topic → stream name
+	ackWait       time.Duration
+	maxAckPending int
+	logger        watermill.LoggerAdapter
 }
 
-func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream, topic string) (string, error) {
+// ensureStream returns the name of the stream carrying topic, creating
+// one when none does; created says it did.
+func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream, topic string) (name string, created bool, err error) {
 	if name, ok := t.streams.Load(topic); ok {
-		return name.(string), nil
+		return name.(string), false, nil
 	}
-	name, err := js.StreamNameBySubject(ctx, topic)
+	name, err = js.StreamNameBySubject(ctx, topic)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		var s jetstream.Stream
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
@@ -180,7 +233,7 @@ func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream,
 		})
 		switch {
 		case err == nil:
-			name = s.CachedInfo().Config.Name
+			name, created = s.CachedInfo().Config.Name, true
 		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 			// Made meanwhile by another publisher, or a different stream
 			// owns the name; then the lookup fails again and says so.
@@ -188,10 +241,10 @@ func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream,
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("provisioning JetStream stream for topic %q: %w", topic, err)
+		return "", false, fmt.Errorf("provisioning JetStream stream for topic %q: %w", topic, err)
 	}
 	t.streams.Store(topic, name)
-	return name, nil
+	return name, created, nil
 }
 
 // forget drops what is known of topic, after a failure that may come from
@@ -211,6 +264,7 @@ func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStrea
 		FilterSubject:  topic,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        t.ackWait,
+		MaxAckPending:  t.maxAckPending,
 	})
 	if err != nil {
 		t.forget(topic)
@@ -229,7 +283,7 @@ type natsPublisher struct {
 func (p *natsPublisher) Publish(topic string, messages ...*message.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
 	defer cancel()
-	if _, err := p.topo.ensureStream(ctx, p.js, topic); err != nil {
+	if _, _, err := p.topo.ensureStream(ctx, p.js, topic); err != nil {
 		return err
 	}
 	if err := p.Publisher.Publish(topic, messages...); err != nil {
@@ -253,9 +307,17 @@ type natsSubscriber struct {
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
 	defer cancel()
-	stream, err := s.topo.ensureStream(pctx, s.js, topic)
+	stream, created, err := s.topo.ensureStream(pctx, s.js, topic)
 	if err != nil {
 		return nil, err
+	}
+	if created {
+		// Said once: the stream is there for every later subscriber. A
+		// consumer whose topic prefix differs from the relay's would
+		// otherwise wait for ever without a word.
+		s.topo.logger.Info("No producer has published on this topic yet: its JetStream stream was created by this subscriber. "+
+			"If a relay is running, check that its --topic-prefix matches the consumers' consumer.WithTopicPrefix",
+			watermill.LogFields{"topic": topic, "stream": stream, "group": s.group})
 	}
 	if err := s.topo.ensureConsumer(pctx, s.js, stream, topic, s.group, s.queue); err != nil {
 		return nil, err
@@ -304,9 +366,46 @@ func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, err
 	return nm, nil
 }
 
+// Unmarshal reads what NATSMarshaler writes, and never fails: a message
+// that fails in the module's subscriber is neither acked nor nacked and
+// comes back every ack wait, for ever. A header key with several values
+// (which the module refuses) keeps its first one, and the message carries
+// why in metaMalformed, so that the consumer dead-letters it with that
+// reason.
 func (natsMarshaler) Unmarshal(nm *nats.Msg) (*message.Message, error) {
-	return (&wmnats.NATSMarshaler{}).Unmarshal(nm)
+	md := make(message.Metadata, len(nm.Header))
+	var repeated []string
+	for k, v := range nm.Header {
+		if len(v) > 1 && k != nats.MsgIdHdr {
+			repeated = append(repeated, fmt.Sprintf("%q %d times (values %q)", k, len(v), v))
+		}
+		switch k {
+		case wmnats.WatermillUUIDHdr, nats.MsgIdHdr, nats.ExpectedLastMsgIdHdr, nats.ExpectedStreamHdr,
+			nats.ExpectedLastSubjSeqHdr, nats.ExpectedLastSeqHdr:
+			continue
+		}
+		if len(v) > 0 {
+			md.Set(k, v[0])
+		}
+	}
+	if len(repeated) > 0 {
+		slices.Sort(repeated)
+		md.Set(metaMalformed, "NATS header repeated, one value per key expected: "+strings.Join(repeated, ", ")+
+			"; the first value of each is kept")
+	}
+	ids := nm.Header.Values(wmnats.WatermillUUIDHdr)
+	var id string
+	if len(ids) > 0 {
+		id = ids[0]
+	}
+	msg := message.NewMessage(id, nm.Data)
+	msg.Metadata = md
+	return msg, nil
 }
+
+// metaMalformed is consumer.MetaMalformed (a test checks they agree): the
+// broker does not import the consumer run time.
+const metaMalformed = "outbox_malformed"
 
 // checkNATSHeader accepts what survives a NATS header both ways: a key of
 // printable ASCII without the characters nats.go rejects, not one of the

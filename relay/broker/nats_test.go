@@ -2,10 +2,15 @@ package broker
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,4 +122,139 @@ func TestNATSName(t *testing.T) {
 	assert.NotEqual(t, natsName("a b"), natsName("a*b"))
 	assert.LessOrEqual(t, len(natsName(string(make([]byte, 500)))), natsNameMax+9)
 	assert.NotEmpty(t, natsName(""))
+}
+
+func TestNATSParams(t *testing.T) {
+	for _, c := range []struct {
+		raw     string
+		want    natsParams
+		connect string
+	}{
+		{"nats://h:4222", natsParams{30 * time.Second, 1000}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 250}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8}, "nats://h:4222"},
+		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000}, "nats://h:4222?name=x"},
+	} {
+		u, err := url.Parse(c.raw)
+		require.NoError(t, err)
+		got, connect, err := natsParamsOf(u, c.raw)
+		require.NoError(t, err, c.raw)
+		assert.Equal(t, c.want, got, c.raw)
+		assert.Equal(t, c.connect, connect, c.raw)
+	}
+	for _, raw := range []string{"nats://h?ack_wait=0s", "nats://h?ack_wait=x", "nats://h?max_ack_pending=0", "nats://h?max_ack_pending=-3", "nats://h?max_ack_pending=many"} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		_, _, err = natsParamsOf(u, raw)
+		assert.Error(t, err, raw)
+	}
+}
+
+// The bound on messages pushed and not yet acked reaches the group's
+// JetStream consumer: from the URL, or derived from ack_wait.
+func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		query string
+		want  int
+	}{{"?ack_wait=5s", 250}, {"?ack_wait=5s&max_ack_pending=7", 7}} {
+		topic := "entoutbox.pending." + randomSuffix()
+		rawURL := natsSetup(t, topic) + c.query
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		b, err := Open(ctx, rawURL, Options{})
+		require.NoError(t, err)
+		defer b.Close()
+		sub, err := b.Subscriber("g")
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		cons, err := natsStream(t).PushConsumer(ctx, natsName(topic), natsConsumerName("g", topic))
+		require.NoError(t, err)
+		assert.Equal(t, c.want, cons.CachedInfo().Config.MaxAckPending, c.query)
+		assert.Equal(t, 5*time.Second, cons.CachedInfo().Config.AckWait, c.query)
+		require.NoError(t, sub.Close())
+	}
+}
+
+// A header key sent twice (by any producer: NATS allows it) is delivered
+// with its first value and the reason under metaMalformed, instead of
+// failing in the module's subscriber, which neither acks nor nacks it.
+func TestNATSUnmarshalRepeatedHeader(t *testing.T) {
+	nm := nats.NewMsg("t")
+	nm.Data = []byte("p")
+	nm.Header.Set(wmnats.WatermillUUIDHdr, "id-1")
+	nm.Header.Set(nats.MsgIdHdr, "id-1")
+	nm.Header.Add("trace", "a")
+	nm.Header.Add("trace", "b")
+	nm.Header.Set("k", "v")
+	msg, err := natsMarshaler{}.Unmarshal(nm)
+	require.NoError(t, err)
+	assert.Equal(t, "id-1", msg.UUID)
+	assert.Equal(t, "a", msg.Metadata.Get("trace"))
+	assert.Equal(t, "v", msg.Metadata.Get("k"))
+	assert.Equal(t, `NATS header repeated, one value per key expected: "trace" 2 times (values ["a" "b"]); the first value of each is kept`,
+		msg.Metadata.Get(metaMalformed))
+	assert.Len(t, msg.Metadata, 3)
+}
+
+// recordingLogger keeps the Info messages logged.
+type recordingLogger struct {
+	watermill.NopLogger
+	mu    sync.Mutex
+	infos []string
+}
+
+func (l *recordingLogger) Info(msg string, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.infos = append(l.infos, fmt.Sprintf("%s %v", msg, fields))
+}
+
+func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+func (l *recordingLogger) find(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.infos {
+		if strings.Contains(m, s) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A consumer subscribing to a topic no one has published on (its topic
+// prefix differs from the relay's, say) is told so, once; one subscribing
+// to a topic with messages is not.
+func TestNATSSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
+	t.Parallel()
+	lonely, busy := "entoutbox.lonely."+randomSuffix(), "entoutbox.busy."+randomSuffix()
+	rawURL := natsSetup(t, lonely)
+	natsSetup(t, busy)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	log := &recordingLogger{}
+	b, err := Open(ctx, rawURL, Options{Logger: log})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.Publisher().Publish(busy, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+
+	for _, group := range []string{"g1", "g2"} {
+		sub, err := b.Subscriber(group)
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, lonely)
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, busy)
+		require.NoError(t, err)
+		require.NoError(t, sub.Close())
+	}
+	said := log.find("No producer has published on this topic yet")
+	require.Len(t, said, 1, "said once, for the topic without a stream: %v", log.infos)
+	assert.Contains(t, said[0], lonely)
+	assert.Contains(t, said[0], "--topic-prefix")
+	assert.Contains(t, said[0], "consumer.WithTopicPrefix")
+	assert.Empty(t, log.find(busy))
 }

@@ -13,13 +13,17 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/outboxtest"
+	"github.com/entoutbox/entoutbox/relay/broker"
 	"github.com/entoutbox/entoutbox/relay/consumer"
 )
 
@@ -126,4 +130,127 @@ func TestConcurrentGiveUpsWriteOneDeadLetter(t *testing.T) {
 		wg.Wait()
 	}
 	require.Equal(t, rounds, b.client.DeadLetter.Query().CountX(ctx), "one dead letter per event")
+}
+
+// openNATSAt opens the broker at rawURL (for its options) until the test ends.
+func openNATSAt(t *testing.T, rawURL string) broker.Broker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	br, err := broker.Open(ctx, rawURL, broker.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, "NATS JetStream at "+rawURL, err)
+	}
+	t.Cleanup(func() { _ = br.Close() })
+	return br
+}
+
+// deleteStreamAfter deletes the stream capturing subject when the test ends.
+func deleteStreamAfter(t *testing.T, subject string) {
+	t.Cleanup(func() {
+		nc, err := nats.Connect("nats://127.0.0.1:4222")
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if name, err := js.StreamNameBySubject(ctx, subject); err == nil {
+			_ = js.DeleteStream(ctx, name)
+		}
+	})
+}
+
+// countDeliveries counts the deliveries r's handlers get.
+func countDeliveries(r *message.Router, n *atomic.Int64) {
+	r.AddMiddleware(func(next message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			n.Add(1)
+			return next(msg)
+		}
+	})
+}
+
+// A producer sends a NATS message with a header key twice (NATS allows
+// it; Watermill's unmarshaler refuses it, and the message was neither
+// acked nor nacked, coming back every ack wait for ever). It reaches the
+// dead letters with the reason, once, and is acknowledged.
+func TestRepeatedNATSHeaderIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	br := openNATS(t)
+	prefix := uniquePrefix()
+	deleteStreamAfter(t, prefix+"orders")
+	var calls, deliveries atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithTopicPrefix(prefix))...)
+	h.OnOrderPaid("billing", invoiceHandler(&calls))
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	countDeliveries(router, &deliveries)
+	require.NoError(t, h.AddToRouter(router, br.Subscriber))
+	runRouter(t, router)
+
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 9, AmountCents: 5}, "9")
+	nm := nats.NewMsg(prefix + "orders")
+	nm.Data = msg.Payload
+	nm.Header.Set("_watermill_message_uuid", msg.UUID)
+	for k, v := range msg.Metadata {
+		nm.Header.Set(k, v)
+	}
+	nm.Header.Add("trace", "t-1")
+	nm.Header.Add("trace", "t-2")
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.PublishMsg(ctx, nm)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return b.client.DeadLetter.Query().CountX(ctx) == 1 }, 10*time.Second, 20*time.Millisecond)
+	dl := b.client.DeadLetter.Query().OnlyX(ctx)
+	require.Equal(t, msg.UUID, dl.EventID.String())
+	require.Equal(t, `malformed message: NATS header repeated, one value per key expected: "trace" 2 times (values ["t-1" "t-2"]); the first value of each is kept`, dl.Reason)
+	require.JSONEq(t, `{"trace": "t-1"}`, string(dl.Headers))
+	require.Zero(t, calls.Load())
+	time.Sleep(3 * time.Second) // past ack_wait (2 s): an unacked message would be back
+	require.Equal(t, int64(1), deliveries.Load(), "acknowledged")
+	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx))
+}
+
+// With a short ack_wait and a slow handler, only max_ack_pending messages
+// are pushed ahead of the handler, so none waits past its ack wait: each
+// event is delivered about once. With JetStream's default (1,000 pushed,
+// handled one at a time) the later ones came back while still waiting,
+// again and again.
+func TestShortAckWaitDoesNotStorm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	br := openNATSAt(t, natsURL+"&max_ack_pending=4")
+	prefix := uniquePrefix()
+	deleteStreamAfter(t, prefix+"orders")
+	const n, handling = 40, 120 * time.Millisecond // 4.8 s of handling against a 2 s ack wait
+	for i := range n {
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: int64(100 + i), AmountCents: 5}, "a")
+		require.NoError(t, br.Publisher().Publish(prefix+"orders", msg))
+	}
+	var calls, deliveries atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithTopicPrefix(prefix))...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		time.Sleep(handling)
+		return invoiceHandler(&calls)(ctx, tx, e, m)
+	})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	countDeliveries(router, &deliveries)
+	require.NoError(t, h.AddToRouter(router, br.Subscriber))
+	runRouter(t, router)
+
+	require.Eventually(t, func() bool { return b.invoices(t, "billing") == n }, 60*time.Second, 50*time.Millisecond)
+	time.Sleep(3 * time.Second) // past ack_wait: late redeliveries arrive
+	require.LessOrEqual(t, deliveries.Load(), int64(n+n/10), "deliveries stay close to the number of events")
+	require.Equal(t, int64(n), calls.Load())
 }
