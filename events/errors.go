@@ -17,8 +17,10 @@ var (
 	ErrDuplicateEventID = errors.New("entoutbox: an event with this id is already in the outbox")
 )
 
-// ValidationError reports a payload that breaks its declaration. Emit
-// returns it before anything is sent to the database.
+// ValidationError reports a payload that breaks its declaration, or a
+// header or aggregate id beyond the limits (see CheckHeader and
+// CheckAggregateID; Field is then empty and Reason names it). Emit returns
+// it before anything is sent to the database.
 type ValidationError struct {
 	Event   string // wire name, e.g. "order.paid"
 	Version int
