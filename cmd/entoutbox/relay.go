@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -48,6 +50,14 @@ Brokers, by URL:
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(400)
 			}
+			// With large payloads the live heap is a few copies of
+			// --max-bytes-in-flight (the rows held, and the broker client's
+			// copies of those being published): a soft limit above that
+			// keeps the rarer GC from letting garbage pile up to several
+			// times it. GOMEMLIMIT set in the environment wins.
+			if os.Getenv("GOMEMLIMIT") == "" && cfg.MaxBytesInFlight > 0 {
+				debug.SetMemoryLimit(min(3*cfg.MaxBytesInFlight, 1<<62) + 64<<20)
+			}
 			logger, err := newLogger(logLevel)
 			if err != nil {
 				return err
@@ -85,6 +95,9 @@ Brokers, by URL:
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, "rows held at once (default 2000 fast, 100 compatible)")
+	cfg.MaxBytesInFlight = relay.DefaultMaxBytesInFlight
+	f.Var((*byteSize)(&cfg.MaxBytesInFlight), "max-bytes-in-flight", "payload and header bytes held at once, "+
+		"claimed and not yet recorded as delivered, e.g. 64MiB; a larger row is sent alone (fast path)")
 	f.IntVar(&cfg.Concurrency, "concurrency", 256, "publishes in flight at once (fast path)")
 	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
 	f.IntVar(&cfg.Partitions, "partitions", 64, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
@@ -106,3 +119,40 @@ func newLogger(level string) (watermill.LoggerAdapter, error) {
 	}
 	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))), nil
 }
+
+// byteSize is a flag of bytes: a number, or one with a unit (KB, MB, GB
+// or KiB, MiB, GiB; B alone is bytes).
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+
+func (b *byteSize) Set(v string) error {
+	s, unit := strings.TrimSpace(v), int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
+			s, unit = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/unit {
+		return fmt.Errorf("%q is not a positive size in bytes (e.g. 67108864, 64MiB or 64MB)", v)
+	}
+	*b = byteSize(n * unit)
+	return nil
+}
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range byteUnits[:3] {
+		if n >= u.n && n%u.n == 0 && (n/u.n < 1<<10 || u.suffix == "GiB") {
+			return strconv.FormatInt(n/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (*byteSize) Type() string { return "bytes" }
