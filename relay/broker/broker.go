@@ -4,7 +4,8 @@
 //
 // URL forms:
 //
-//	nats://host:4222[,host2:4222]       NATS JetStream (watermill-nats/v2); ?ack_wait=30s sets the redelivery wait
+//	nats://host:4222[,host2:4222]       NATS JetStream (watermill-nats/v2); ?ack_wait=30s sets the redelivery wait,
+//	                                    ?max_ack_pending=N the messages a group holds unacked (see below)
 //	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
 //	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS
 //	kafka://host1:9092,host2:9092       Kafka (watermill-kafka/v3, Sarama)
@@ -30,6 +31,16 @@
 // members: a partition goes to one member at a time). The file of each
 // scheme says how it maps topics and groups onto the broker's resources and
 // what is particular to it.
+//
+// On NATS a group's messages are pushed to it ahead of its handler, which
+// takes them one at a time, in order; each one's ack wait runs from the
+// push. max_ack_pending bounds how many are pushed and not yet acked (for
+// the whole group, shared by its members), so that the handler finishes
+// them within ack_wait: otherwise the last ones come again while they
+// still wait, and again. The default is ack_wait / 20 ms, at most 1,000
+// (JetStream's default): 1,000 for the default 30 s, 250 for 5 s. Set it
+// lower for a slower handler (max_ack_pending x handling time < ack_wait).
+// The last URL to subscribe a group sets both for it.
 package broker
 
 import (

@@ -18,7 +18,9 @@ type Config struct {
 	// each further failure up to MaxBackoff. 100 ms and 5 s when zero.
 	InitialBackoff, MaxBackoff time.Duration
 	// TopicPrefix is prepended to every topic subscribed to; it must match
-	// the relay's.
+	// the relay's --topic-prefix, or the consumer reads topics no one
+	// publishes on and receives nothing (on NATS the subscriber then logs
+	// that it created the topic's stream).
 	TopicPrefix string
 	// DeadLetterPublisher and DeadLetterTopic, when set, also publish each
 	// dead letter to a broker topic, next to the dead-letter table.
@@ -38,7 +40,8 @@ func WithBackoff(initial, max time.Duration) Option {
 	return func(c *Config) { c.InitialBackoff, c.MaxBackoff = initial, max }
 }
 
-// WithTopicPrefix prepends prefix to every subscribed topic.
+// WithTopicPrefix prepends prefix to every subscribed topic: the relay's
+// --topic-prefix.
 func WithTopicPrefix(prefix string) Option { return func(c *Config) { c.TopicPrefix = prefix } }
 
 // WithDeadLetterTopic also publishes dead letters to topic with pub.

@@ -95,6 +95,10 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 		}
 		for _, topic := range sortedKeys(topics) {
 			full := s.cfg.TopicPrefix + topic
+			// The full name, for when nothing arrives: a prefix that differs
+			// from the relay's --topic-prefix reads a topic no one writes.
+			s.cfg.Logger.Info("Consumer subscribing", map[string]any{
+				"consumer": consumer, "topic": full, "topic_prefix": s.cfg.TopicPrefix})
 			r.AddConsumerHandler(consumer+"/"+full, full, sub, func(msg *message.Message) error {
 				return s.Handle(msg.Context(), consumer, msg)
 			})
