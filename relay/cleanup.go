@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/retention"
@@ -13,6 +14,10 @@ import (
 // batches of batch rows (1000 when zero). Undelivered rows are never
 // touched. table is schema.OutboxTable when empty.
 func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
+	if retain < 0 {
+		// It would reach into the future: every delivered row, however recent.
+		return 0, fmt.Errorf("relay: delivered retention must not be negative, not %s", retain)
+	}
 	if table == "" {
 		table = schema.OutboxTable
 	}

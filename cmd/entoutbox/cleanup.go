@@ -26,6 +26,17 @@ func newCleanupCommand() *cobra.Command {
 Undelivered outbox rows are never deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A negative retention would reach into the future and delete
+			// every record, however recent.
+			if processedRetention < 0 {
+				return fmt.Errorf("--processed-retention %s: must not be negative", processedRetention)
+			}
+			if deliveredRet < 0 {
+				return fmt.Errorf("--delivered-retention %s: must not be negative (0 keeps every delivered row)", deliveredRet)
+			}
+			if batch < 0 {
+				return fmt.Errorf("--batch-size %d: must not be negative", batch)
+			}
 			db, err := openDB(databaseURL)
 			if err != nil {
 				return err
