@@ -26,7 +26,7 @@ func TestCleanupRefusesNegativeRetention(t *testing.T) {
 	require.NoError(t, err)
 	for args, want := range map[string][]string{
 		"--delivered-retention -1h0m0s: must not be negative (0 keeps every delivered row)": {"--delivered-retention", "-1h"},
-		"--processed-retention -1h0m0s: must not be negative":                           {"--processed-retention", "-1h"},
+		"--processed-retention -1h0m0s: must not be negative":                               {"--processed-retention", "-1h"},
 	} {
 		_, err := run(t, nil, append([]string{"cleanup", "--database-url", db.URL}, want...)...)
 		require.EqualError(t, err, args)
