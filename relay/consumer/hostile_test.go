@@ -76,6 +76,7 @@ func TestRedeliveredDeadLetterIsSkippedThroughTheBroker(t *testing.T) {
 	b := setup(t)
 	br := openNATS(t)
 	prefix := uniquePrefix()
+	deleteStreamAfter(t, prefix+"orders")
 	var calls, deliveries atomic.Int64
 	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithTopicPrefix(prefix), consumer.WithMaxAttempts(3))...)
 	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
