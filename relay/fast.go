@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -40,7 +41,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 	var (
 		wg     sync.WaitGroup
 		work   = make(chan *message.Message)
-		health = newPublishHealth(r.cfg.Publisher)
+		health = newPublishHealth(r.cfg.Publisher, r.cfg.Logger)
 	)
 	for range r.cfg.Concurrency {
 		wg.Add(1)
@@ -95,7 +96,7 @@ func (r *Relay) publish(sub *Subscriber, msg *message.Message, health *publishHe
 	if err := r.cfg.Publisher.Publish(topic, out); err != nil {
 		// A permanent error goes to the dead letters at once (Fail tells);
 		// the health of the broker decides whether any other counts.
-		sub.Fail(msg, err, permanent(err) || health.failed())
+		sub.Fail(msg, err, permanent(err) || health.failed(err))
 		return
 	}
 	health.succeeded()
@@ -109,9 +110,19 @@ func (r *Relay) publish(sub *Subscriber, msg *message.Message, health *publishHe
 // an idle system, and nothing is dead-lettered for an outage. With another
 // publisher, once several publishes in a row have failed with no success
 // between them, failures stop counting until a publish succeeds again.
+//
+// It also says once when publishes start failing for an outage, and once
+// when they work again: a relay silent while the broker is away looks
+// idle.
 type publishHealth struct {
 	pinger pinger
 	streak atomic.Int64
+	logger watermill.LoggerAdapter
+
+	failing atomic.Bool // in an outage, said so, and not over yet
+	outMu   sync.Mutex
+	since   time.Time // when the outage was first seen
+	fails   int64     // publishes failed since
 
 	mu      sync.Mutex
 	checked time.Time // when the broker was last pinged
@@ -132,16 +143,45 @@ const (
 	pingTimeout = 5 * time.Second
 )
 
-func newPublishHealth(pub message.Publisher) *publishHealth {
-	h := &publishHealth{}
+func newPublishHealth(pub message.Publisher, logger watermill.LoggerAdapter) *publishHealth {
+	h := &publishHealth{logger: logger}
 	h.pinger, _ = pub.(pinger)
 	return h
 }
 
-func (h *publishHealth) succeeded() { h.streak.Store(0) }
+func (h *publishHealth) succeeded() {
+	h.streak.Store(0)
+	if !h.failing.Load() {
+		return
+	}
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	if h.failing.CompareAndSwap(true, false) {
+		h.logger.Info("Publishing to the broker works again", watermill.LogFields{
+			"failed_for": time.Since(h.since).Round(time.Millisecond).String(), "failed_publishes": h.fails})
+	}
+}
 
-// failed records a failure and tells whether it counts as an attempt.
-func (h *publishHealth) failed() bool {
+// failed records a failure, err, and tells whether it counts as an
+// attempt: it does not in an outage.
+func (h *publishHealth) failed(err error) bool {
+	counts := h.counts()
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	if h.failing.Load() {
+		h.fails++
+	} else if !counts {
+		// A failure that counts is the message's own (the broker
+		// answers): no outage to tell of.
+		h.since, h.fails = time.Now(), 1
+		h.failing.Store(true)
+		h.logger.Error("Publishing to the broker fails; retrying until it works again (failures in an outage "+
+			"do not count as attempts)", err, nil)
+	}
+	return counts
+}
+
+func (h *publishHealth) counts() bool {
 	if h.pinger == nil {
 		return h.streak.Add(1) <= outageStreak
 	}

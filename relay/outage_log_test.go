@@ -1,0 +1,76 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+const (
+	failingLog   = "Publishing to the broker fails; retrying until it works again (failures in an outage do not count as attempts)"
+	recoveredLog = "Publishing to the broker works again"
+)
+
+func logsOf(l *watermill.CaptureLoggerAdapter, level watermill.LogLevel, msg string) []watermill.CapturedMessage {
+	var out []watermill.CapturedMessage
+	for _, m := range l.Captured()[level] {
+		if m.Msg == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// While the broker is away the relay says so once, with the error, and
+// once when publishes work again, with how long and how many failed.
+func TestRelaySaysBrokerOutageOnce(t *testing.T) {
+	t.Parallel()
+	const natsAddr = "127.0.0.1:4222"
+	b := setupEmit(t)
+	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
+	proxy := newTCPProxy(t, natsAddr)
+	viaProxy := openBroker(t, "nats://"+proxy.addr, "NATS JetStream through a local proxy")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	logs := watermill.NewCaptureLogger()
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
+		Logger: logs}))
+	first := emitOrders(t, b.client, 10, 4, 0)
+	got.waitFor(t, first, 20*time.Second)
+	require.Empty(t, logsOf(logs, watermill.ErrorLogLevel, failingLog))
+
+	proxy.cut()
+	during := emitOrders(t, b.client, 20, 4, 0)
+	require.Eventually(t, func() bool { return len(logsOf(logs, watermill.ErrorLogLevel, failingLog)) > 0 },
+		20*time.Second, 20*time.Millisecond, "the outage was not logged")
+	time.Sleep(2 * time.Second) // retries meanwhile say nothing more
+	failing := logsOf(logs, watermill.ErrorLogLevel, failingLog)
+	require.Len(t, failing, 1)
+	require.Error(t, failing[0].Err, "the outage is logged with the publish error")
+	require.Empty(t, logsOf(logs, watermill.InfoLogLevel, recoveredLog))
+
+	proxy.restore()
+	got.waitFor(t, during, 60*time.Second)
+	waitDelivered(t, b, 0)
+	require.NoError(t, stop())
+	recovered := logsOf(logs, watermill.InfoLogLevel, recoveredLog)
+	require.Len(t, recovered, 1)
+	require.Positive(t, recovered[0].Fields["failed_publishes"])
+	require.NotEmpty(t, recovered[0].Fields["failed_for"])
+	require.Len(t, logsOf(logs, watermill.ErrorLogLevel, failingLog), 1)
+	t.Logf("%s: %v", recoveredLog, recovered[0].Fields)
+}
