@@ -9,3 +9,7 @@ func BytesHeld(r *Relay) (now, peak int64) {
 	}
 	return s.bytesHeld.Load(), s.bytesPeak.Load()
 }
+
+// ListenerPID is the backend of the session s listens on, 0 while there is
+// none.
+func ListenerPID(s *Subscriber) uint32 { return s.notifier.pid.Load() }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -38,6 +39,7 @@ func rebalanceChannel(table string) string {
 type notifier struct {
 	mu      sync.Mutex
 	waiters map[*waiter]bool
+	pid     atomic.Uint32 // the listening session's backend, 0 while there is none
 }
 
 // waiter is one subscription's pair of wake-ups.
@@ -82,12 +84,26 @@ func signal(c chan struct{}) {
 	}
 }
 
-// listen runs until ctx ends, reconnecting after failures.
+// listenHealthy is how long a LISTEN connection must have stayed up, if
+// no notification came on it, for the next loss to be a blip of its own.
+const listenHealthy = 2 * time.Second
+
+// listen runs until ctx ends, reconnecting after failures. The wait before
+// reconnecting doubles while connections fail at once, and starts again
+// from the shortest after one that worked (it stayed up, or a
+// notification came on it): otherwise, after a few blips, each loss would
+// mean seconds of polling.
 func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger watermill.LoggerAdapter) {
-	for backoff := 100 * time.Millisecond; ctx.Err() == nil; backoff = min(backoff*2, 5*time.Second) {
-		err := n.listenOnce(ctx, db, table)
+	const first = 100 * time.Millisecond
+	for backoff := first; ctx.Err() == nil; backoff = min(backoff*2, 5*time.Second) {
+		var heard bool
+		started := time.Now()
+		err := n.listenOnce(ctx, db, table, &heard)
 		if ctx.Err() != nil {
 			return
+		}
+		if heard || time.Since(started) >= listenHealthy {
+			backoff = first
 		}
 		logger.Info("LISTEN connection lost; polling until it is back", watermill.LogFields{"err": err})
 		n.wake(true, true) // something may have been missed meanwhile
@@ -99,7 +115,9 @@ func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger 
 	}
 }
 
-func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string) error {
+// listenOnce listens on one connection until it fails; heard tells a
+// notification came on it.
+func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, heard *bool) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -121,12 +139,15 @@ func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string) err
 			defer cancel()
 			_, _ = c.Exec(ctx, "UNLISTEN *")
 		}()
+		n.pid.Store(c.PgConn().PID())
+		defer n.pid.Store(0)
 		n.wake(true, true)
 		for {
 			note, err := c.WaitForNotification(ctx)
 			if err != nil {
 				return err
 			}
+			*heard = true
 			n.wake(note.Channel == rows, note.Channel == rebalance)
 		}
 	})
