@@ -11,5 +11,7 @@
 //	h.OnOrderPaid("billing", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPaid, m events.Meta) error {
 //		return tx.Invoice.Create().SetOrderID(e.OrderID).Exec(ctx)
 //	})
-//	err := h.AddToRouter(router, broker.Subscriber)
+//	b, err := broker.Open(ctx, "nats://127.0.0.1:4222", broker.Options{})
+//	...
+//	err = h.AddToRouter(router, b.Subscriber) // a subscriber per consumer name
 package consumer
