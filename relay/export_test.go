@@ -1,5 +1,10 @@
 package relay
 
+import (
+	"context"
+	"database/sql"
+)
+
 // BytesHeld is what the fast path of r holds now and held at most, as
 // MaxBytesInFlight counts it; zero before it runs.
 func BytesHeld(r *Relay) (now, peak int64) {
@@ -13,3 +18,9 @@ func BytesHeld(r *Relay) (now, peak int64) {
 // ListenerPID is the backend of the session s listens on, 0 while there is
 // none.
 func ListenerPID(s *Subscriber) uint32 { return s.notifier.pid.Load() }
+
+// InOwnerLock runs fn inside the ownership transaction of s's table, as a
+// rebalance does.
+func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
+	return s.store.inOwnerLock(ctx, func(*sql.Tx) error { fn(); return nil })
+}

@@ -119,13 +119,23 @@ func (s *store) init(ctx context.Context) error {
 	return err
 }
 
+// ownerIdleLimit is how long a rebalance transaction may sit idle, holding
+// the ownership lock, before PostgreSQL ends its session. Its statements
+// follow one another at once; only a frozen relay comes near it.
+const ownerIdleLimit = time.Second
+
 func (s *store) inOwnerLock(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, s.ownerLock); err != nil {
+	// Every relay of the table waits on this lock: a relay frozen inside
+	// the transaction (paused, stalled, cut off) must not hold it for long,
+	// or the others could not renew their leases either. PostgreSQL ends
+	// such a session after ownerIdleLimit.
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+		pg_advisory_xact_lock($2)`, strconv.Itoa(int(ownerIdleLimit.Milliseconds())), s.ownerLock); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {

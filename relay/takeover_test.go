@@ -289,3 +289,33 @@ func TestRelayWhoseLivenessLockIsTakenJoinsUnderANewName(t *testing.T) {
 	second := emitOrders(t, b.client, 10, 2, 0)
 	got.waitFor(t, second, 20*time.Second)
 }
+
+// A relay frozen inside a rebalance (it holds the table's ownership lock
+// while paused) does not keep the others from renewing their leases:
+// PostgreSQL ends its session soon, and the lock with it.
+func TestRelayFrozenInARebalanceDoesNotBlockTheOthers(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	frozen, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{RelayID: "frozen", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = frozen.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = frozen.Subscribe(ctx, relay.AllTopics) // creates the tables
+	require.NoError(t, err)
+
+	inside := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- relay.InOwnerLock(ctx, frozen, func() { close(inside); time.Sleep(4 * time.Second) })
+	}()
+	<-inside
+	other, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{RelayID: "other", Partitions: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	started := time.Now()
+	_, err = other.Subscribe(ctx, relay.AllTopics) // its first rebalance waits for the lock
+	require.NoError(t, err)
+	require.Less(t, time.Since(started), 3*time.Second, "a frozen rebalance held the ownership lock")
+	require.Error(t, <-done, "the frozen transaction was ended")
+}
