@@ -73,8 +73,12 @@ func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.Logg
 		pub:  pub,
 		ping: pub.ping,
 		newSub: func(group string) (message.Subscriber, error) {
-			return wmamqp.NewSubscriberWithConnection(
+			sub, err := wmamqp.NewSubscriberWithConnection(
 				amqpConfig(connCfg, wmamqp.GenerateQueueNameTopicNameWithSuffix(group)), logger, conn)
+			if err != nil {
+				return nil, err
+			}
+			return &amqpSubscriber{Subscriber: sub, pub: pub, group: group, logger: logger}, nil
 		},
 		closers: []func() error{conn.Close},
 	}, nil
@@ -447,4 +451,47 @@ func (p *amqpPublisher) Close() error {
 		return err
 	}
 	return nil
+}
+
+// amqpSubscriber says, once per topic, when a group subscribes to a topic
+// whose exchange does not exist yet: no producer has published on it, which
+// for a consumer usually means its topic prefix differs from the relay's.
+// (The subscription declares the exchange, so it is said only the first
+// time.)
+type amqpSubscriber struct {
+	*wmamqp.Subscriber
+	pub    *amqpPublisher
+	group  string
+	logger watermill.LoggerAdapter
+}
+
+func (s *amqpSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if exists, err := s.pub.exchangeExists(ctx, topic); err == nil && !exists {
+		s.logger.Info("No producer has published on this topic yet: its RabbitMQ exchange is declared by this subscriber. "+
+			"If a relay is running, check that its --topic-prefix matches the consumers' consumer.WithTopicPrefix",
+			watermill.LogFields{"topic": topic, "group": s.group})
+	}
+	return s.Subscriber.Subscribe(ctx, topic)
+}
+
+// exchangeExists asks RabbitMQ with a passive declare, on a channel of its
+// own: a missing exchange closes the channel it was asked on.
+func (p *amqpPublisher) exchangeExists(ctx context.Context, name string) (bool, error) {
+	return bounded(ctx, func() (bool, error) {
+		conn, err := p.connect()
+		if err != nil {
+			return false, err
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return false, err
+		}
+		err = ch.ExchangeDeclarePassive(name, "fanout", true, false, false, false, nil)
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+			return false, nil // the channel is closed by the broker
+		}
+		_ = ch.Close()
+		return err == nil, err
+	}, func(bool) {})
 }

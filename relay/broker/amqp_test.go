@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -339,4 +341,39 @@ func (p *tcpProxy) cut() {
 func (p *tcpProxy) close() {
 	_ = p.ln.Close()
 	p.cut()
+}
+
+// A group subscribing to a topic whose exchange does not exist yet (no
+// producer has published there: a topic prefix that differs from the
+// relay's, say) is told so once; a topic already published on is not.
+func TestAMQPSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
+	t.Parallel()
+	lonely, busy := "entoutbox.lonely."+randomSuffix(), "entoutbox.busy."+randomSuffix()
+	rawURL := amqpSetup(t, lonely)
+	amqpSetup(t, busy)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	log := &recordingLogger{}
+	b, err := Open(ctx, rawURL, Options{Logger: log})
+	require.NoError(t, err)
+	defer b.Close()
+	// Unroutable, since no queue is bound yet, but it declares the exchange.
+	_ = b.Publisher().Publish(busy, message.NewMessage(watermill.NewUUID(), []byte("x")))
+
+	for _, group := range []string{"g1", "g2"} {
+		sub, err := b.Subscriber(group)
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, lonely)
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, busy)
+		require.NoError(t, err)
+		amqpQueues.add(lonely, lonely+"_"+group)
+		amqpQueues.add(busy, busy+"_"+group)
+		require.NoError(t, sub.Close())
+	}
+	said := log.find("No producer has published on this topic yet")
+	require.Len(t, said, 1, "said once, for the topic without an exchange: %v", log.infos)
+	require.Contains(t, said[0], lonely)
+	require.Contains(t, said[0], "consumer.WithTopicPrefix")
+	require.NotContains(t, said[0], busy)
 }
