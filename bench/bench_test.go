@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 const testBroker = "nats://127.0.0.1:4222"

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 // otherDatabase is where one of the held transactions runs: a transaction

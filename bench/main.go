@@ -27,7 +27,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

@@ -328,7 +328,7 @@ var topicReserved = []struct{ prefix, owner string }{
 }
 
 // topicProblem says why topic is not a name that every broker the relay
-// publishes to takes literally (relay/broker checks each broker's own rule
+// publishes to takes literally (package broker checks each broker's own rule
 // at run time), or returns "".
 func topicProblem(topic string) string {
 	if !topicChars.MatchString(topic) {

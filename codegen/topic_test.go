@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 // TestTopicTakenByEveryBroker checks that a topic the generator accepts is

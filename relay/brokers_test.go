@@ -13,7 +13,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 // uniquePrefix keeps each test's topics, streams and queues apart on the

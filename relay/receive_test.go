@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 // receiveAll subscribes group to topic on br and acks everything it gets

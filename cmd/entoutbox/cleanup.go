@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 func newCleanupCommand() *cobra.Command {

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/relay/broker"
+	"github.com/entoutbox/entoutbox/broker"
 )
 
 func newRelayCommand() *cobra.Command {

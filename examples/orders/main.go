@@ -36,8 +36,8 @@ import (
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/relay/broker"
-	"github.com/entoutbox/entoutbox/relay/broker/natsembed"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/broker/natsembed"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"

@@ -9,9 +9,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 	outboxdecl1 "github.com/entoutbox/entoutbox/internal/testent/testevents"
-	"github.com/entoutbox/entoutbox/relay/consumer"
 )
 
 // OutboxHandlers routes relayed events to typed handlers. Each delivery runs

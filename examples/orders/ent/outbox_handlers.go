@@ -9,8 +9,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/relay/consumer"
 )
 
 // OutboxHandlers routes relayed events to typed handlers. Each delivery runs

@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outboxdecl1 "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
+	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/relay/consumer"
 )
 
 // OutboxHandlers routes relayed events to typed handlers. Each delivery runs

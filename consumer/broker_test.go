@@ -27,8 +27,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outboxtest"
-	"github.com/entoutbox/entoutbox/relay/broker"
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 // natsURL redelivers unacked messages after 2 s instead of 30 s.

@@ -17,7 +17,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outboxtest"
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 // countingLogger counts the retries a handler set logs, so a test can tell

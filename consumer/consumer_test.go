@@ -24,7 +24,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
 	"github.com/entoutbox/entoutbox/outboxtest"
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 type bundle struct {

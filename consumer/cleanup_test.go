@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 func TestCleanupProcessedDeletesOnlyOldRecordsInBatches(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/outboxtest"
-	"github.com/entoutbox/entoutbox/relay/broker"
-	"github.com/entoutbox/entoutbox/relay/consumer"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/consumer"
 )
 
 // Any producer on a topic can send text PostgreSQL cannot store (NUL,

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/entoutbox/entoutbox/relay/broker"
-	"github.com/entoutbox/entoutbox/relay/broker/natsembed"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/broker/natsembed"
 )
 
 func TestRoundTrip(t *testing.T) {
