@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
 const testBroker = "nats://127.0.0.1:4222"

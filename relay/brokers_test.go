@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/broker"
 )
 
 // uniquePrefix keeps each test's topics, streams and queues apart on the

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 func newCleanupCommand() *cobra.Command {

@@ -13,8 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/spf13/cobra"
 
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 func newRelayCommand() *cobra.Command {

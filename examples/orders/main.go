@@ -32,12 +32,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/broker/natsembed"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/broker"
-	"github.com/entoutbox/entoutbox/broker/natsembed"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
