@@ -63,7 +63,12 @@ type SubscriberConfig struct {
 	// InitialBackoff and MaxBackoff space the retries of a failed row:
 	// 100 ms doubling up to 30 s when zero.
 	InitialBackoff, MaxBackoff time.Duration
-	Logger                     watermill.LoggerAdapter
+	// CloseTimeout bounds how long Close waits for the messages handed out
+	// to be acked or nacked; those not settled by then come again. 2 s when
+	// zero. (The relay waits up to its own CloseTimeout for its publishes
+	// before it closes the Subscriber.)
+	CloseTimeout time.Duration
+	Logger       watermill.LoggerAdapter
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -99,6 +104,9 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 30 * time.Second
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}

@@ -995,7 +995,7 @@ func (sub *subscription) shutdown(claiming bool, claimed <-chan claimResult, ack
 		claimDone(<-claimed)
 	}
 	// Messages in flight may still be acked; the others come again.
-	deadline := time.After(2 * time.Second)
+	deadline := time.After(sub.s.cfg.CloseTimeout)
 wait:
 	for outstanding := len(sub.inflight); outstanding > 0; outstanding-- {
 		select {

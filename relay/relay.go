@@ -37,7 +37,7 @@ type Config struct {
 	DB *sql.DB
 	// Publisher receives every event on its destination topic.
 	Publisher message.Publisher
-	// Path selects the read path; PathCompatible when empty.
+	// Path selects the read path; PathFast when empty.
 	Path Path
 	// Table and DeadLetterTable name the tables; the schema package's
 	// defaults when empty.
@@ -147,6 +147,10 @@ func (c Config) Validate() error {
 		return errors.New("relay: BatchSize must not be negative")
 	case c.MaxBytesInFlight < 0:
 		return fmt.Errorf("relay: MaxBytesInFlight must not be negative, not %d", c.MaxBytesInFlight)
+	case c.Lease != 0 && c.Lease < time.Second:
+		return fmt.Errorf("relay: Lease must be at least 1s, not %s", c.Lease)
+	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
+		return fmt.Errorf("relay: Partitions must be between 1 and %d, not %d", maxPartitions, c.Partitions)
 	}
 	return checkTableName(c.Table)
 }

@@ -181,3 +181,17 @@ func TestRelayDeliversALateCommit(t *testing.T) {
 	require.NoError(t, stop())
 	got.requireExactly(t, early)
 }
+
+// New refuses a lease or a partition count the fast path cannot work
+// with, naming the field, instead of starting and failing later.
+func TestNewRefusesBadLeaseAndPartitions(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	_, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Lease: 500 * time.Millisecond})
+	require.EqualError(t, err, "relay: Lease must be at least 1s, not 500ms")
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Partitions: 5000})
+	require.EqualError(t, err, "relay: Partitions must be between 1 and 4096, not 5000")
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Partitions: -1})
+	require.EqualError(t, err, "relay: Partitions must be between 1 and 4096, not -1")
+}
