@@ -21,7 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // Recorder is an outbox row: the generated *ent.Outbox is one.
@@ -102,7 +102,7 @@ func Message(t testing.TB, payload events.Payload, aggregateID string, opts ...e
 	if err != nil {
 		t.Fatalf("outboxtest: encoding %q payload: %v", name, err)
 	}
-	msg, err := relay.NewMessage(relay.Event{Name: name, Version: version, AggregateID: aggregateID, Payload: b},
+	msg, err := outbox.NewMessage(outbox.Event{Name: name, Version: version, AggregateID: aggregateID, Payload: b},
 		events.NewEmitConfig(opts...))
 	if err != nil {
 		t.Fatalf("outboxtest: %v", err)

@@ -14,12 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
-// notifyChannel is the LISTEN/NOTIFY channel of an outbox table. Emit
-// notifies it in the emitting transaction, so the wake-up is sent when,
-// and only if, the transaction commits.
-func notifyChannel(table string) string { return table }
+// notifyChannel is the channel Emit notifies at commit (outbox.NotifyChannel).
+func notifyChannel(table string) string { return outbox.NotifyChannel(table) }
 
 // rebalanceChannel is the channel on which relays tell each other that
 // the partitions of table change hands: one joined, left or gave some

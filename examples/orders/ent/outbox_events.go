@@ -12,7 +12,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // OrderPaidV1 is the payload of version 1 of event "order.paid".
@@ -106,7 +106,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.paid", err)
 	}
-	return c.outboxEmit(ctx, relay.Event{
+	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
 		Version:       2,
 		Topic:         "orders",
@@ -169,7 +169,7 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID strin
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.cancelled", err)
 	}
-	return c.outboxEmit(ctx, relay.Event{
+	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.cancelled",
 		Version:       1,
 		Topic:         "orders",
@@ -180,7 +180,7 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID strin
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
@@ -189,22 +189,22 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []ev
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.
-var outboxBatches sync.Map // *txDriver -> *relay.Batch
+var outboxBatches sync.Map // *txDriver -> *outbox.Batch
 
 // outboxBatch returns the batch of c's transaction, creating it on the
 // first emit with the hooks that write it at commit and forget it at
 // rollback.
-func (c *OutboxClient) outboxBatch() (*relay.Batch, error) {
+func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	txd, ok := c.driver.(*txDriver)
 	if !ok {
 		return nil, events.ErrNotInTransaction
 	}
 	if b, ok := outboxBatches.Load(txd); ok {
-		return b.(*relay.Batch), nil
+		return b.(*outbox.Batch), nil
 	}
-	b := relay.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatch(txd, "outbox_events")
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
-		return prev.(*relay.Batch), nil
+		return prev.(*outbox.Batch), nil
 	}
 	txd.mu.Lock()
 	defer txd.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // ProfileUpdated is the payload of version 1 of event "profile.updated", the version producers emit.
@@ -158,7 +158,7 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "profile.updated", err)
 	}
-	return c.outboxEmit(ctx, relay.Event{
+	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "profile.updated",
 		Version:       1,
 		Topic:         "profiles",
@@ -169,7 +169,7 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
@@ -178,22 +178,22 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev relay.Event, opts []ev
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.
-var outboxBatches sync.Map // *txDriver -> *relay.Batch
+var outboxBatches sync.Map // *txDriver -> *outbox.Batch
 
 // outboxBatch returns the batch of c's transaction, creating it on the
 // first emit with the hooks that write it at commit and forget it at
 // rollback.
-func (c *OutboxClient) outboxBatch() (*relay.Batch, error) {
+func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	txd, ok := c.driver.(*txDriver)
 	if !ok {
 		return nil, events.ErrNotInTransaction
 	}
 	if b, ok := outboxBatches.Load(txd); ok {
-		return b.(*relay.Batch), nil
+		return b.(*outbox.Batch), nil
 	}
-	b := relay.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatch(txd, "outbox_events")
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
-		return prev.(*relay.Batch), nil
+		return prev.(*outbox.Batch), nil
 	}
 	txd.mu.Lock()
 	defer txd.mu.Unlock()

@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"

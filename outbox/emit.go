@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func hasJSONNul(b []byte) bool {
 // events.ErrDuplicateEventID, the transaction still usable.
 func insert(ctx context.Context, drv dialect.ExecQuerier, table, topic string, msgs []*message.Message) error {
 	exec := &entExecutor{drv: drv}
-	pub, err := wsql.NewPublisher(exec, wsql.PublisherConfig{SchemaAdapter: SchemaAdapter{Table: table}}, nil)
+	pub, err := wsql.NewPublisher(exec, wsql.PublisherConfig{SchemaAdapter: writeAdapter{table: table}}, nil)
 	if err != nil {
 		return fmt.Errorf("entoutbox: creating SQL publisher: %w", err)
 	}

@@ -1,0 +1,23 @@
+package outbox_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A producer, which only emits, carries neither the relay nor the brokers
+// nor Watermill's forwarder: the generated ent package imports this package
+// and the consumer runtime, not the relay.
+func TestProducerDoesNotCarryTheRelay(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/entoutbox/entoutbox/internal/testent").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		require.NotEqual(t, "github.com/entoutbox/entoutbox/relay", dep)
+		require.NotEqual(t, "github.com/entoutbox/entoutbox/broker", dep)
+		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill/components/forwarder", dep)
+		require.NotEqual(t, "entgo.io/ent/entc/gen", dep)
+	}
+}
