@@ -82,28 +82,28 @@ func (c *SubscriberConfig) setDefaults() {
 		c.RelayID = "relay-" + uuid.NewString()[:8]
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 2000
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.MaxBytesInFlight == 0 {
 		c.MaxBytesInFlight = DefaultMaxBytesInFlight
 	}
 	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.Partitions == 0 {
-		c.Partitions = 64
+		c.Partitions = DefaultPartitions
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 500 * time.Millisecond
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.InitialBackoff <= 0 {
-		c.InitialBackoff = 100 * time.Millisecond
+		c.InitialBackoff = DefaultRetryInterval
 	}
 	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 30 * time.Second
+		c.MaxBackoff = DefaultMaxBackoff
 	}
 	if c.CloseTimeout <= 0 {
 		c.CloseTimeout = 2 * time.Second

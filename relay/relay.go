@@ -46,11 +46,13 @@ type Config struct {
 	// ConsumerGroup names the relay's read position (compatible path);
 	// relays sharing a group share the work. "entoutbox_relay" when empty.
 	ConsumerGroup string
-	// PollInterval is how often an idle relay looks for new rows; 1 s
-	// when zero.
+	// PollInterval is how often an idle relay looks for new rows without
+	// a notification; DefaultPollInterval (fast) or
+	// DefaultCompatiblePollInterval when zero.
 	PollInterval time.Duration
 	// RetryInterval is how long a failed publish waits before it is tried
-	// again; 1 s when zero.
+	// again (doubling on the fast path); DefaultRetryInterval (fast) or
+	// DefaultCompatibleRetryInterval when zero.
 	RetryInterval time.Duration
 	// BatchSize is how many rows are held at once (fast) or read at once
 	// (compatible); 2000 or 100 when zero.
@@ -105,25 +107,23 @@ func (c *Config) setDefaults() {
 		c.DeadLetterTable = schema.DeadLetterTable
 	}
 	if c.ConsumerGroup == "" {
-		c.ConsumerGroup = "entoutbox_relay"
+		c.ConsumerGroup = DefaultConsumerGroup
 	}
+	compatible := c.Path == PathCompatible
 	if c.PollInterval == 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = pick(compatible, DefaultCompatiblePollInterval, DefaultPollInterval)
 	}
 	if c.RetryInterval == 0 {
-		c.RetryInterval = time.Second
+		c.RetryInterval = pick(compatible, DefaultCompatibleRetryInterval, DefaultRetryInterval)
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 2000
-		if c.Path == PathCompatible {
-			c.BatchSize = 100
-		}
+		c.BatchSize = pick(compatible, DefaultCompatibleBatchSize, DefaultBatchSize)
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 256
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.CloseTimeout == 0 {
-		c.CloseTimeout = 30 * time.Second
+		c.CloseTimeout = DefaultCloseTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
@@ -248,4 +248,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return nil // stopped while starting
 	}
 	return err
+}
+
+// pick is a when compatible, else b.
+func pick[T any](compatible bool, a, b T) T {
+	if compatible {
+		return a
+	}
+	return b
 }

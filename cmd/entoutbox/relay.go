@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/spf13/cobra"
@@ -94,20 +93,23 @@ Brokers, by URL:
 	f.StringVar(&cfg.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
-	f.IntVar(&cfg.BatchSize, "batch-size", 0, "rows held at once (default 2000 fast, 100 compatible)")
+	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d fast, %d compatible)",
+		relay.DefaultBatchSize, relay.DefaultCompatibleBatchSize))
 	cfg.MaxBytesInFlight = relay.DefaultMaxBytesInFlight
 	f.Var((*byteSize)(&cfg.MaxBytesInFlight), "max-bytes-in-flight", "payload and header bytes held at once, "+
 		"claimed and not yet recorded as delivered, e.g. 64MiB; a larger row is sent alone (fast path)")
-	f.IntVar(&cfg.Concurrency, "concurrency", 256, "publishes in flight at once (fast path)")
-	f.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
-	f.IntVar(&cfg.Partitions, "partitions", 64, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
+	f.IntVar(&cfg.Concurrency, "concurrency", relay.DefaultConcurrency, "publishes in flight at once (fast path)")
+	f.DurationVar(&cfg.Lease, "lease", relay.DefaultLease, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
+	f.IntVar(&cfg.Partitions, "partitions", relay.DefaultPartitions, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
 	f.BoolVar(&cfg.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: only poll (no LISTEN), no liveness lock (a relay that dies is taken over when its lease ends)")
 	f.BoolVar(&cfg.DeleteDelivered, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", 10, "failed publishes of one event before it goes to the dead letters (fast path)")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes of one event before it goes to the dead letters (fast path)")
 	f.StringVar(&cfg.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
-	f.DurationVar(&cfg.PollInterval, "poll-interval", time.Second, "how often an idle relay looks for new rows without a notification")
-	f.DurationVar(&cfg.RetryInterval, "retry-interval", time.Second, "wait before a failed publish is tried again (doubling on the fast path)")
-	f.DurationVar(&cfg.CloseTimeout, "close-timeout", 30*time.Second, "how long shutdown waits for in-flight publishes")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification (default %s fast, %s compatible)",
+		relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval))
+	f.DurationVar(&cfg.RetryInterval, "retry-interval", 0, fmt.Sprintf("wait before a failed publish is tried again (default %s fast, doubling up to %s; %s compatible)",
+		relay.DefaultRetryInterval, relay.DefaultMaxBackoff, relay.DefaultCompatibleRetryInterval))
+	f.DurationVar(&cfg.CloseTimeout, "close-timeout", relay.DefaultCloseTimeout, "how long shutdown waits for in-flight publishes")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

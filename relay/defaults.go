@@ -1,0 +1,25 @@
+package relay
+
+import "time"
+
+// The defaults of Config and SubscriberConfig, defined once; the command's
+// flags show them. Where the read paths differ, each has its own: the
+// compatible path keeps the stock watermill-sql subscriber's.
+const (
+	DefaultBatchSize           = 2000 // rows held at once, fast path
+	DefaultCompatibleBatchSize = 100  // rows read at once, compatible path
+	DefaultConcurrency         = 256  // publishes in flight, fast path
+	DefaultLease               = 30 * time.Second
+	DefaultPartitions          = 64
+	DefaultMaxAttempts         = 10
+	DefaultCloseTimeout        = 30 * time.Second
+	DefaultConsumerGroup       = "entoutbox_relay"
+
+	DefaultPollInterval           = 500 * time.Millisecond // fast path, without a notification
+	DefaultCompatiblePollInterval = time.Second
+	// DefaultRetryInterval is the fast path's first retry of a failed
+	// publish; the wait doubles up to DefaultMaxBackoff.
+	DefaultRetryInterval           = 100 * time.Millisecond
+	DefaultCompatibleRetryInterval = time.Second // fixed, as the stock forwarder retries
+	DefaultMaxBackoff              = 30 * time.Second
+)
