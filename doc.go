@@ -35,7 +35,7 @@
 // 3. Register the extension in ent/entc.go, a program with the ignore
 // build tag, run from a go:generate line in your ent package:
 //
-//	ext := codegen.New(codegen.Events(orderevents.OrderPaid{}))
+//	ext := codegen.NewExtension(codegen.Events(orderevents.OrderPaid{}))
 //	err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(ext))
 //
 // 4. Run go generate ./... and emit in a transaction. If the transaction

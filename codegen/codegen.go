@@ -17,7 +17,7 @@
 //	)
 //
 //	func main() {
-//		ext := codegen.New(codegen.Events(orderevents.OrderPaid{}))
+//		ext := codegen.NewExtension(codegen.Events(orderevents.OrderPaid{}))
 //		if err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(ext)); err != nil {
 //			log.Fatalf("running ent codegen: %v", err)
 //		}
@@ -84,14 +84,22 @@ func Events(evs ...events.Interface) Option {
 	return func(e *Extension) { e.events = append(e.events, evs...) }
 }
 
-// New returns the extension for entc.Extensions.
-func New(opts ...Option) *Extension {
+// NewExtension returns the extension for entc.Extensions (named as
+// entgql's is).
+func NewExtension(opts ...Option) *Extension {
 	e := &Extension{}
 	for _, opt := range opts {
 		opt(e)
 	}
 	return e
 }
+
+// New is NewExtension.
+//
+// Deprecated: use NewExtension.
+func New(opts ...Option) *Extension { return NewExtension(opts...) }
+
+var _ entc.Extension = (*Extension)(nil)
 
 // Options remembers the target's runtime.go. entc.Generate applies options
 // before gen.PrepareEnv stubs that file, and ent (v0.14) undoes the stub only

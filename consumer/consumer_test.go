@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -315,4 +316,24 @@ func TestDeclaredUpcaster(t *testing.T) {
 	require.NotContains(t, got, "d")
 	require.Equal(t, `upcasting "price.changed" from version 2: cents is string, not a number`,
 		b.client.DeadLetter.Query().OnlyX(ctx).Reason)
+}
+
+// A handler that panics every time is a failure like any other: retried,
+// then a dead letter whose reason says it panicked and with what; the error
+// is a *consumer.PanicError for errors.As.
+func TestPanickingHandlerIsDeadLetteredWithTheValue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2))...)
+	h.OnOrderPaid("billing", func(context.Context, *testent.Tx, *testent.OrderPaid, events.Meta) error {
+		panic("nil map somewhere")
+	})
+	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 7, AmountCents: 5}, "7")))
+	dl := b.client.DeadLetter.Query().OnlyX(ctx)
+	require.Contains(t, dl.Reason, "handler panicked: nil map somewhere")
+
+	var pe *consumer.PanicError
+	require.True(t, errors.As(fmt.Errorf("handling: %w", &consumer.PanicError{Value: 42}), &pe))
+	require.Equal(t, 42, pe.Value)
 }

@@ -242,5 +242,10 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // PanicError is the error a handler panic turns into: the transaction rolls
-// back and the delivery is retried like any failure.
-func PanicError(v any) error { return fmt.Errorf("handler panicked: %v", v) }
+// back and the delivery is retried like any failure. errors.As finds it,
+// with the value the handler panicked with.
+type PanicError struct {
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }

@@ -1,6 +1,5 @@
-// Package relay is entoutbox's runtime: it writes outbox rows through
-// Watermill's SQL publisher on an ent transaction (used by the generated Emit
-// methods) and moves committed rows to a Watermill broker:
+// Package relay moves committed outbox rows (written by the generated Emit
+// methods, through package outbox) to a Watermill broker:
 //
 //	b, err := broker.Open(ctx, "nats://127.0.0.1:4222", broker.Options{})
 //	...

@@ -51,6 +51,8 @@ type failure struct {
 	permanent    bool // no retry can cure it: dead-letter at once
 }
 
+var _ message.Subscriber = (*Subscriber)(nil)
+
 // NewSubscriber returns a Subscriber on db (the pgx database/sql driver).
 func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	if db == nil {

@@ -48,7 +48,8 @@ func (Outbox) Fields() []ent.Field {
 		field.Time("created_at").Default(time.Now).Immutable().
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
 		// transaction_id lets the compatible (watermill-sql) read path order
-		// rows by commit visibility; the fast relay does not need it.
+		// rows by commit visibility, and the fast relay find the rows of
+		// transactions that commit late.
 		field.Uint64("transaction_id").Optional().Immutable().
 			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
 			Annotations(entsql.DefaultExpr("pg_current_xact_id()")),

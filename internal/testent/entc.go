@@ -15,7 +15,7 @@ import (
 
 func main() {
 	err := entc.Generate("./schema", &gen.Config{Package: "github.com/entoutbox/entoutbox/internal/testent"},
-		entc.Extensions(codegen.New(codegen.Events(testevents.All...))))
+		entc.Extensions(codegen.NewExtension(codegen.Events(testevents.All...))))
 	if err != nil {
 		log.Fatalf("generating internal/testent: %v", err)
 	}

@@ -127,7 +127,7 @@ func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			err = consumer.PanicError(v)
+			err = &consumer.PanicError{Value: v}
 		}
 		if err != nil {
 			_ = tx.Rollback()
