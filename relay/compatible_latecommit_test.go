@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -24,11 +22,7 @@ func TestCompatiblePathDeliversATransactionThatCommitsLate(t *testing.T) {
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 	stop := runRelay(t, relay.Config{DB: b.db.DB, Publisher: pubsub, Path: relay.PathCompatible,
 		PollInterval: 20 * time.Millisecond, RetryInterval: 50 * time.Millisecond})
 

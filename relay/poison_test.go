@@ -36,13 +36,7 @@ func (p failingPublisher) Publish(topic string, msgs ...*message.Message) error 
 func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 
 	want := emitOrders(t, b.client, 60, 6, 0)
 	var poison string
@@ -142,13 +136,7 @@ func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 
 	want := emitOrders(t, b.client, 60, 6, 0)
 	const slow = "order-1"

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/broker"
@@ -23,4 +25,21 @@ func receiveAll(t *testing.T, br broker.Broker, group, topic string) *received {
 	got := newReceived()
 	go consume(ctx, msgs, got)
 	return got
+}
+
+// receiveInProcess is an in-process broker (Watermill's gochannel, each
+// publish blocking until the consumer acked it, so that two messages
+// published one after the other arrive in that order) and what arrives on
+// topic, acked, until the test ends.
+func receiveInProcess(t *testing.T, topic string) (*gochannel.GoChannel, *received) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10000, Persistent: true, BlockPublishUntilSubscriberAck: true},
+		watermill.NopLogger{})
+	msgs, err := pubsub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	return pubsub, got
 }

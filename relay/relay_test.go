@@ -40,13 +40,7 @@ func TestRelayInProcess(t *testing.T) {
 
 func testRelayInProcess(t *testing.T, path relay.Path) {
 	b := setupEmit(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 
 	want := emitOrders(t, b.client, 120, 7, 5)
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
@@ -76,17 +70,11 @@ func TestRelaySetsAsideBrokenRows(t *testing.T) {
 
 func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	b := setupEmit(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 
 	before := emitOrders(t, b.client, 5, 2, 0)
 	// Rows written by hand that no broker can take.
-	_, err = b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
+	_, err := b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
 		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'order-x', '{"order_id": 1}', '{"attempt": 3}'),
 		(gen_random_uuid(), 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`)
 	require.NoError(t, err)
@@ -125,13 +113,7 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 func TestRelayDeleteDeliveredRemovesDeliveredRows(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 
 	want := emitOrders(t, b.client, 120, 7, 5)
 	rowCount := func() (n int) {
@@ -157,11 +139,7 @@ func TestRelayDeliversALateCommit(t *testing.T) {
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100, Persistent: true, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	msgs, err := pubsub.Subscribe(ctx, "orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	pubsub, got := receiveInProcess(t, "orders")
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
 
 	late, err := b.client.Tx(ctx)
