@@ -37,21 +37,11 @@ func openKafka(ctx context.Context, u *url.URL, _ string, logger watermill.Logge
 
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	// sarama.NewClient fetches the cluster's metadata from the first broker
-	// that answers; it is the reachability check.
-	check, err := bounded(cctx, func() (sarama.Client, error) {
-		cfg := sarama.NewConfig()
-		cfg.ClientID = "entoutbox"
-		cfg.Net.DialTimeout = connectTimeout
-		cfg.Net.ReadTimeout = connectTimeout
-		cfg.Net.WriteTimeout = connectTimeout
-		cfg.Metadata.Retry.Max = 0
-		return sarama.NewClient(brokers, cfg)
-	}, func(c sarama.Client) { _ = c.Close() })
-	if err != nil {
-		return nil, fmt.Errorf("fetching metadata: %w", err)
+	// Fetching the cluster's metadata from the first broker that answers is
+	// the reachability check.
+	if err := kafkaPing(cctx, brokers); err != nil {
+		return nil, err
 	}
-	_ = check.Close()
 
 	pub, err := bounded(ctx, func() (*wmkafka.Publisher, error) {
 		return wmkafka.NewPublisher(wmkafka.PublisherConfig{
@@ -118,7 +108,7 @@ func kafkaPing(ctx context.Context, brokers []string) error {
 		return sarama.NewClient(brokers, cfg)
 	}, func(c sarama.Client) { _ = c.Close() })
 	if err != nil {
-		return fmt.Errorf("kafka: no broker answers: %w", err)
+		return fmt.Errorf("fetching metadata: %w", err)
 	}
 	return c.Close()
 }
