@@ -1,0 +1,689 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// rescanEvery is how often a caught-up subscription reads from the oldest
+// row. Rows committed late below the cursor are found without it (see
+// store.claim); it is a safety net for rows inserted without a transaction
+// id, by hand.
+const rescanEvery = time.Second
+
+// subscription is one Subscribe call. Its run loop owns all of its state
+// and does one thing per turn: it starts a claim, a recording of acks or a
+// rebalance when one is due (each runs beside the loop, one at a time),
+// sends the next row, or takes the outcome of whatever finished. The books
+// of rows held are in q, those of partitions in parts.
+type subscription struct {
+	s       *Subscriber
+	topic   string
+	holder  string // its name as a member of the topic's group
+	out     chan *message.Message
+	results chan result // acks and nacks of the messages in flight
+	ctx     context.Context
+	done    chan struct{} // closed when run returns
+
+	q     *queues
+	parts *partitionSet
+
+	// Sending: the head about to be sent, and its message.
+	nextRow *row
+	next    *message.Message
+
+	// Claiming.
+	claims        claimConn // the connection it claims on
+	claimed       chan claimResult
+	claiming      bool
+	wantClaim     bool // something may have come: claim when there is room
+	claimFailures int  // in a row
+	claimPaused   bool // after a failure, until claimRetry fires
+	claimRetry    *time.Timer
+	cursor        int64 // the next claim reads on from this row id
+	// late is the transactions that were open when the cursor passed: the
+	// next claim also reads their rows below it.
+	late     openTxs
+	caughtUp bool // the last claim took every row there was
+	rescan   bool // the next claim starts from the oldest row
+	// lastRescan is when a claim last read from the oldest row; rescanT
+	// fires when the next such claim is due.
+	lastRescan  time.Time
+	rescanT     *time.Timer
+	rescanArmed bool
+	// rowBytes is the mean size of the rows the last claim read, to read
+	// no more rows than the byte budget may take. After a claim cut short
+	// by its byte budget (waitRoom), the next waits for bytes to be freed.
+	rowBytes  int64
+	waitRoom  bool
+	waitFreed uint64
+
+	// Recording acks: the acks being recorded, and the outcome.
+	recording  []ack
+	recordDone chan error
+
+	// Blocked aggregates: retry fires when the earliest block ends.
+	retry   *time.Timer
+	retryAt time.Time
+
+	// Rebalancing.
+	rebalanced     chan rebalanceResult
+	rebalancing    bool
+	rebalanceAgain bool // one was asked for while one ran
+	rebalanceT     *time.Timer
+	rebalanceEvery time.Duration
+	renewed        time.Time // when the last successful rebalance began: the leases run from then
+	renewFailing   bool      // set while rebalances fail (the database is away)
+	live           *liveness // its lock of life
+	dead           deadHolders
+	waitingOn      string // who it last said it waits for
+	epoch          int    // counts giveUpAll calls
+}
+
+type result struct {
+	row   *row
+	msg   *message.Message
+	acked bool
+}
+
+func newSubscription(s *Subscriber, topic, holder string) *subscription {
+	sub := &subscription{s: s, topic: topic, holder: holder,
+		out: make(chan *message.Message), results: make(chan result, s.cfg.BatchSize), done: make(chan struct{}),
+		q:       newQueues(s.countBytes),
+		parts:   newPartitionSet(s.cfg.Partitions),
+		claimed: make(chan claimResult, 1), wantClaim: true, claimRetry: stoppedTimer(), rescanT: stoppedTimer(),
+		retry:      stoppedTimer(),
+		rebalanced: make(chan rebalanceResult, 1), rebalanceT: stoppedTimer(),
+		rebalanceEvery: min(time.Second, s.cfg.Lease/3),
+	}
+	sub.live = newLiveness(s.store.db, s.cfg.Table, holder, s.cfg.PollOnly)
+	return sub
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func (sub *subscription) run(ctx context.Context) {
+	s := sub.s
+	sub.ctx = ctx
+	defer close(sub.done)
+	wake := s.notifier.add()
+	defer s.notifier.remove(wake)
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	defer func() {
+		for _, t := range []*time.Timer{sub.rebalanceT, sub.retry, sub.rescanT, sub.claimRetry} {
+			t.Stop()
+		}
+	}()
+	sub.scheduleRebalance()
+	for {
+		sub.maybeClaim()
+		sub.maybeRecord()
+		send, next := sub.toSend()
+		select {
+		case <-ctx.Done():
+			sub.shutdown()
+			return
+		case <-s.closing:
+			sub.shutdown()
+			return
+		case send <- next:
+			sub.sent()
+		case c := <-sub.claimed:
+			sub.claimDone(c)
+		case res := <-sub.results:
+			sub.settled(res)
+		case err := <-sub.recordDone:
+			sub.recorded(err)
+		case r := <-sub.rebalanced:
+			sub.rebalanceDone(r)
+		case <-sub.live.lostC():
+			sub.lostLiveness()
+		case <-sub.retry.C:
+			sub.retried()
+		case <-sub.rescanT.C:
+			sub.rescanArmed, sub.wantClaim = false, true
+		case <-sub.claimRetry.C:
+			sub.claimPaused, sub.wantClaim = false, true
+		case <-wake.rows:
+			sub.wantClaim = true
+		case <-poll.C:
+			sub.wantClaim = true
+		case <-wake.rebalance:
+			sub.startRebalance()
+		case <-sub.rebalanceT.C:
+			sub.startRebalance()
+		}
+	}
+}
+
+// maybeClaim starts a claim when one is wanted, none runs, and a quarter
+// of the batch has room, in rows and in bytes: so a claim is under way
+// while the previous one is being published. A row larger than the byte
+// bound is claimed only when nothing else is held.
+func (sub *subscription) maybeClaim() {
+	cfg := &sub.s.cfg
+	room, byteRoom := cfg.BatchSize-sub.q.held(), cfg.MaxBytesInFlight-sub.q.bytes
+	if sub.claiming || sub.claimPaused || !sub.wantClaim || room < max(cfg.BatchSize/4, 1) ||
+		byteRoom < max(cfg.MaxBytesInFlight/4, 1) || sub.waitRoom && sub.q.freed == sub.waitFreed {
+		return
+	}
+	parts, any := sub.parts.claimable()
+	if !any {
+		return
+	}
+	sub.claiming, sub.wantClaim = true, false
+	// Claims read on from the cursor, and below it the rows of the
+	// transactions that were open when it passed them (see store.claim).
+	// Rows held already and aggregates waiting for a retry are left out: a
+	// rescan may leave the cursor below rows held.
+	now := time.Now()
+	q := claimQuery{topic: sub.topic, parts: parts, after: sub.cursor, late: sub.late, limit: room,
+		held: sub.q.heldIDs(), blocked: sub.q.stillBlocked(now),
+		budget: byteRoom, force: sub.q.bytes == 0, freed: sub.q.freed}
+	// PostgreSQL reads every row the claim reads whole, taken or not: read
+	// little more than the budget may take.
+	if sub.rowBytes > 0 {
+		q.limit = int(min(int64(room), byteRoom/sub.rowBytes+2))
+	}
+	// Read from the oldest row when partitions or blocked aggregates come
+	// back and, once caught up, every rescanEvery as a safety net for rows
+	// written without a transaction id. Not every claim: while a long
+	// transaction elsewhere holds vacuum back, the oldest part of the index
+	// is full of delivered rows to step over.
+	switch {
+	case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= rescanEvery:
+		q.after, sub.rescan, sub.lastRescan = 0, false, now
+	case sub.caughtUp && !sub.rescanArmed:
+		sub.rescanArmed = true
+		sub.rescanT.Reset(sub.lastRescan.Add(rescanEvery).Sub(now))
+	}
+	go func() {
+		started := time.Now()
+		got, err := sub.s.store.claim(sub.ctx, &sub.claims, q)
+		sub.claimed <- claimResult{rows: got.rows, open: got.open, cut: got.cut, cutSize: got.cutSize, err: err,
+			query: q, started: started}
+	}()
+}
+
+// claimDone takes the outcome of a claim.
+func (sub *subscription) claimDone(c claimResult) {
+	s := sub.s
+	sub.claiming = false
+	if c.err != nil {
+		// Wait before the next claim, longer after each failure in a row: a
+		// failing claim must not spin, whatever wakes it.
+		sub.claimFailures++
+		pause := s.cfg.backoff(sub.claimFailures)
+		if sub.ctx.Err() == nil && sub.claimFailures <= 3 {
+			s.cfg.Logger.Error("Claiming outbox rows failed; trying again", c.err,
+				watermill.LogFields{"retry_in": pause.String(), "failures": sub.claimFailures})
+		}
+		sub.claimPaused = true
+		sub.claimRetry.Reset(pause)
+		return
+	}
+	if sub.claimFailures > 0 {
+		s.cfg.Logger.Info("Claiming outbox rows works again", watermill.LogFields{"failures": sub.claimFailures})
+		sub.claimFailures = 0
+	}
+	fromStart := c.query.after == 0
+	sub.add(c.rows, fromStart, c.started)
+	if n := int64(len(c.rows)); n > 0 || c.cut {
+		total := c.cutSize
+		for _, r := range c.rows {
+			total += r.size
+		}
+		if c.cut {
+			n++
+		}
+		sub.rowBytes = total / n
+	}
+	// Cut short by its byte budget: claim again once bytes held were
+	// freed, not before (it would stop at the same row).
+	sub.waitRoom, sub.waitFreed = c.cut, c.query.freed
+	// A full claim means more rows wait: go on from the last one (a full
+	// rescan goes back to it). Otherwise go on from the newest row seen.
+	full := len(c.rows) == c.query.limit || c.cut
+	sub.wantClaim = sub.wantClaim || full // keep a wake-up that came during the claim
+	sub.caughtUp = !full
+	if n := len(c.rows); n > 0 && (c.rows[n-1].id > sub.cursor || full && fromStart) {
+		sub.cursor = c.rows[n-1].id
+	}
+	// Rows the claim could not see yet, below the new cursor, belong to the
+	// transactions open in its snapshot: the next claims read theirs. The
+	// earlier late transactions' rows were read by this claim (they come
+	// first, being below the cursor) unless they alone filled it.
+	below := 0
+	for _, r := range c.rows {
+		if r.id <= c.query.after {
+			below++
+		}
+	}
+	if full && below == len(c.rows) {
+		sub.late = sub.late.merge(c.open)
+	} else {
+		sub.late = c.open
+	}
+}
+
+// add queues claimed rows. fromStart tells the claim read from the oldest
+// row, started when it began: only such a claim, begun after a block
+// ended, may unblock an aggregate.
+func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
+	now := time.Now()
+	for _, r := range rows {
+		if !sub.parts.keeps(r.partition) {
+			continue // given up while the claim ran
+		}
+		a := r.aggregate()
+		if !sub.q.unblock(a, fromStart, started) {
+			continue
+		}
+		if r.wait > 0 {
+			sub.block(a, r.partition, now.Add(r.wait))
+			continue
+		}
+		headers, err := decodeRowHeaders(r)
+		if err != nil {
+			// No broker can take it: set it aside, now. The rest of its
+			// aggregate goes on.
+			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
+				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
+				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
+			}
+			continue
+		}
+		r.decodedHeaders = headers
+		sub.q.push(r)
+	}
+}
+
+// maybeRecord starts recording the acks received, when no recording runs.
+func (sub *subscription) maybeRecord() {
+	if sub.recordDone != nil || len(sub.q.acks) == 0 {
+		return
+	}
+	sub.recording = sub.q.takeAcks()
+	sub.recordDone = make(chan error, 1)
+	ids := ackIDs(sub.recording)
+	go func() { sub.recordDone <- sub.s.store.delivered(context.WithoutCancel(sub.ctx), ids) }()
+}
+
+// recorded takes the outcome of recording acks.
+func (sub *subscription) recorded(err error) {
+	sub.finishRecording(err)
+	sub.wantClaim = true // rows behind the acked ones may now be claimed
+	if len(sub.parts.drainedReleasing(sub.q)) > 0 {
+		sub.startRebalance() // give it back now: another relay waits for it
+	}
+}
+
+func (sub *subscription) finishRecording(err error) {
+	if err != nil {
+		sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
+	}
+	sub.q.recorded(sub.recording)
+	sub.recording, sub.recordDone = nil, nil
+}
+
+// toSend is the channel and message to send next: a nil channel when
+// nothing may be sent now.
+func (sub *subscription) toSend() (chan *message.Message, *message.Message) {
+	head := sub.q.head()
+	if head == nil || !sub.maySend() {
+		return nil, nil
+	}
+	if head != sub.nextRow {
+		sub.nextRow, sub.next = head, sub.message(head)
+	}
+	return sub.out, sub.next
+}
+
+// maySend tells whether the subscription may send rows now: it holds its
+// liveness lock and its leases were renewed within two thirds of their
+// length. Checked before every send, so that a relay that was paused or
+// stalled sends nothing once it may have lost its partitions.
+func (sub *subscription) maySend() bool {
+	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
+}
+
+// message builds the Watermill message of r.
+func (sub *subscription) message(r *row) *message.Message {
+	md := metadataOf(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
+	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
+	md[MetaTopic] = r.topic
+	msg := message.NewMessage(r.eventID.String(), r.payload)
+	msg.Metadata = md
+	return msg
+}
+
+// sent takes the head the consumer of out received, and waits beside the
+// loop for its ack or nack.
+func (sub *subscription) sent() {
+	r, msg := sub.q.send(), sub.next
+	sub.nextRow, sub.next = nil, nil
+	// The message's context ends once it is acked or nacked, as Watermill
+	// subscribers do.
+	mctx, cancel := context.WithCancel(sub.ctx)
+	msg.SetContext(mctx)
+	go func() {
+		defer cancel()
+		res := result{row: r, msg: msg}
+		select {
+		case <-msg.Acked():
+			res.acked = true
+		case <-msg.Nacked():
+		case <-sub.done:
+			return
+		}
+		select {
+		case sub.results <- res:
+		case <-sub.done: // too late: the partition is given up and the row will come again
+		}
+	}()
+}
+
+// settled takes an ack or a nack of a message in flight.
+func (sub *subscription) settled(res result) {
+	if !res.acked && sub.recordDone != nil {
+		// Record the acks before the failure: nothing acked comes again.
+		sub.finishRecording(<-sub.recordDone)
+	}
+	r := res.row
+	sub.q.settle(r, res.acked)
+	if !res.acked && !sub.nacked(r, res.msg) {
+		return // its aggregate waits for the retry
+	}
+	sub.q.goOn(r.aggregate())
+}
+
+// nacked handles a failed delivery of r: a retry later, or the dead
+// letters after the last attempt. It reports whether the aggregate goes on
+// at once (the row is set aside) rather than waiting for the retry.
+func (sub *subscription) nacked(r *row, msg *message.Message) bool {
+	s := sub.s
+	f := failure{reason: "nacked by the subscriber's consumer", countAttempt: true}
+	if v, ok := s.reasons.LoadAndDelete(msg); ok {
+		f = v.(failure)
+	}
+	attempts := r.attempts
+	if f.countAttempt {
+		attempts++
+	}
+	if f.permanent || attempts >= s.cfg.MaxAttempts {
+		reason := fmt.Sprintf("%s (after %d attempts)", f.reason, attempts)
+		if f.permanent {
+			reason = "refused for good: " + f.reason
+		}
+		err := s.store.deadLetter(sub.ctx, r, reason, attempts)
+		if err == nil {
+			return true
+		}
+		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
+			watermill.LogFields{"event_id": r.eventID})
+		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(attempts)))
+		return false
+	}
+	wait, err := s.store.failed(sub.ctx, r, f.countAttempt, f.reason)
+	if err != nil {
+		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
+	}
+	sub.block(r.aggregate(), r.partition, time.Now().Add(wait))
+	return false
+}
+
+// block holds back aggregate a until the retry of its oldest row.
+func (sub *subscription) block(a aggregate, partition int, until time.Time) {
+	sub.q.block(a, partition, until)
+	if sub.retryAt.IsZero() || until.Before(sub.retryAt) {
+		sub.retryAt = until
+		sub.retry.Reset(time.Until(until))
+	}
+}
+
+// retried runs when the earliest block ends: the next claim reads from the
+// oldest row, which unblocks the aggregates whose time has come.
+func (sub *subscription) retried() {
+	sub.rescan, sub.wantClaim = true, true
+	sub.retryAt = sub.q.nextRetry(time.Now())
+	if !sub.retryAt.IsZero() {
+		sub.retry.Reset(time.Until(sub.retryAt))
+	}
+}
+
+// startRebalance starts a rebalance beside the loop, or asks for another
+// when one runs.
+func (sub *subscription) startRebalance() {
+	if sub.rebalancing {
+		sub.rebalanceAgain = true
+		return
+	}
+	sub.rebalancing = true
+	req := rebalanceRequest{epoch: sub.epoch, release: sub.parts.drainedReleasing(sub.q)}
+	go func() { sub.rebalanced <- sub.rebalance(sub.ctx, req) }()
+}
+
+// scheduleRebalance sets when the next rebalance starts: often while
+// partitions change hands, so that a relay that joins or leaves is given
+// its share within moments.
+func (sub *subscription) scheduleRebalance() {
+	every := sub.rebalanceEvery
+	if sub.parts.settling() || sub.renewFailing || sub.rebalanceAgain {
+		every = min(every, 100*time.Millisecond)
+	}
+	sub.rebalanceAgain = false
+	sub.rebalanceT.Reset(every)
+}
+
+// rebalanceRequest is what a rebalance starts from: the partitions being
+// given back that are drained, and the epoch it belongs to.
+type rebalanceRequest struct {
+	release []int
+	epoch   int
+}
+
+type rebalanceResult struct {
+	req     rebalanceRequest
+	own     ownership
+	err     error
+	started time.Time // the leases it renews run from then
+}
+
+// rebalance renews the subscription's partitions, gives back those of req,
+// and takes its share of the free ones. It runs beside the run loop and
+// touches none of its state.
+func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) rebalanceResult {
+	s := sub.s
+	res := rebalanceResult{req: req, started: time.Now()}
+	// Bounded, so that a database that hangs cannot delay the decision to
+	// give the partitions up.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
+	defer cancel()
+	res.err = sub.live.ensure(rctx)
+	if res.err == nil {
+		res.own, res.err = s.store.rebalance(rctx, sub.topic, sub.holder, req.release, &sub.dead)
+	}
+	return res
+}
+
+// rebalanceDone takes the outcome of a rebalance, and schedules the next.
+func (sub *subscription) rebalanceDone(r rebalanceResult) {
+	sub.rebalancing = false
+	if sub.applyRebalance(r) {
+		sub.wantClaim = true
+	}
+	sub.scheduleRebalance()
+}
+
+// applyRebalance applies the outcome of a rebalance. It reports whether the
+// subscription gained partitions.
+func (sub *subscription) applyRebalance(r rebalanceResult) bool {
+	s := sub.s
+	if r.req.epoch != sub.epoch {
+		// It began before the subscription gave everything up: what it
+		// says it owns may be out of date. The next one tells.
+		return false
+	}
+	if errors.Is(r.err, errLiveLockTaken) && len(sub.parts.owned) == 0 {
+		sub.rename()
+	}
+	if r.err != nil {
+		if sub.ctx.Err() == nil && !sub.renewFailing {
+			s.cfg.Logger.Error("Renewing the partitions failed; trying again, they are kept until their lease ends", r.err, nil)
+		}
+		sub.renewFailing = true
+		// Stop sending well before the leases may have ended and another
+		// relay taken the partitions: two relays must never send the rows
+		// of one aggregate. (maySend already stops every send then; failed
+		// renewals are tried again every 100 ms.)
+		if len(sub.parts.owned) > 0 && time.Since(sub.renewed) > s.cfg.Lease*2/3 {
+			s.cfg.Logger.Error("Partitions not renewed for most of their lease; giving them up", nil,
+				watermill.LogFields{"relay": sub.holder})
+			sub.giveUpAll()
+		}
+		return false
+	}
+	for _, h := range r.own.takenOver {
+		s.cfg.Logger.Info("Took over the partitions of a relay whose connection is gone", watermill.LogFields{
+			"relay": sub.holder, "dead_relay": h})
+	}
+	sub.sayWaiting(r.own)
+	if sub.renewFailing {
+		s.cfg.Logger.Info("Partitions renewed again", watermill.LogFields{"relay": sub.holder})
+		sub.renewFailing = false
+	}
+	sub.renewed = r.started
+	return sub.apply(r.own, r.req.release)
+}
+
+// rename joins again under a new name: its earlier session still holds the
+// liveness lock on the server, which has not noticed it is gone. The old
+// name's partitions are freed at once (nothing sends under it: the
+// subscription gave everything up when it lost the session).
+func (sub *subscription) rename() {
+	s := sub.s
+	old := sub.holder
+	sub.holder = fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, uuid.NewString()[:8], s.nextSeq())
+	sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder, s.cfg.PollOnly)
+	s.cfg.Logger.Info("Joining again under a new name: the liveness lock of the old one is held by its lost session",
+		watermill.LogFields{"relay": sub.holder, "was": old})
+	if err := s.store.leave(sub.ctx, sub.topic, old); err != nil {
+		s.cfg.Logger.Error("Freeing the partitions of the old name failed; they are free when its lease ends", err,
+			watermill.LogFields{"relay": sub.holder, "was": old})
+	}
+}
+
+// apply takes the outcome of a rebalance that gave back released, and
+// drops what it holds of the partitions it lost or gives back.
+func (sub *subscription) apply(own ownership, released []int) bool {
+	c := sub.parts.apply(own, released)
+	for _, p := range c.lost {
+		// Its lease ran out and another relay took it: stop sending its rows.
+		sub.s.cfg.Logger.Error("Lost a partition to another relay after its lease ran out", nil,
+			watermill.LogFields{"partition": p, "relay": sub.holder})
+		sub.q.drop(p)
+	}
+	for _, p := range c.surplus {
+		sub.q.drop(p)
+	}
+	if c.gained {
+		sub.rescan = true // the new partitions' rows may lie anywhere
+	}
+	return c.gained
+}
+
+// lostLiveness runs when the session holding its liveness lock is gone,
+// and with it the lock the others read: they may take its partitions
+// within moments. It stops at once.
+func (sub *subscription) lostLiveness() {
+	sub.s.cfg.Logger.Error("Lost the connection holding the relay's liveness lock; giving the partitions up", nil,
+		watermill.LogFields{"relay": sub.holder})
+	sub.giveUpAll()
+	sub.live.forget()
+	sub.rebalanceT.Reset(100 * time.Millisecond)
+}
+
+// giveUpAll forgets every partition and all that was claimed of them; a
+// rebalance already under way is then disregarded.
+func (sub *subscription) giveUpAll() {
+	sub.epoch++
+	for _, p := range sub.parts.giveUpAll() {
+		sub.q.drop(p)
+	}
+}
+
+// sayWaiting logs, once per change, who holds the partitions a
+// subscription short of its share waits for, so that an operator sees why
+// delivery of their events waits.
+func (sub *subscription) sayWaiting(own ownership) {
+	var b strings.Builder
+	for _, h := range own.waitingOn {
+		fmt.Fprintf(&b, "%s:%d;", h.relay, h.partitions)
+	}
+	if b.String() == sub.waitingOn {
+		return
+	}
+	sub.waitingOn = b.String()
+	for _, h := range own.waitingOn {
+		why := "its lease runs until " + h.until.Format(time.RFC3339)
+		if !h.live {
+			why = "it is not running (its liveness lock is not held): taken over within seconds; if it is a relay of an " +
+				"earlier version, which holds no lock, when its lease ends at " + h.until.Format(time.RFC3339)
+		}
+		sub.s.cfg.Logger.Info("Waiting for partitions another relay holds; their events wait meanwhile", watermill.LogFields{
+			"relay": sub.holder, "held_by": h.relay, "partitions": h.partitions, "why": why})
+	}
+}
+
+// shutdown records the acks already received, waits up to CloseTimeout for
+// the messages in flight, and gives every partition back.
+func (sub *subscription) shutdown() {
+	close(sub.out) // nothing more is sent
+	if sub.rebalancing { // it must not take partitions back after they are given back
+		<-sub.rebalanced
+		sub.rebalancing = false
+	}
+	if sub.claiming {
+		sub.claimDone(<-sub.claimed)
+	}
+	// Messages in flight may still be acked; the others come again.
+	deadline := time.NewTimer(sub.s.cfg.CloseTimeout)
+	defer deadline.Stop()
+wait:
+	for len(sub.q.inflight) > 0 {
+		select {
+		case res := <-sub.results:
+			sub.q.settle(res.row, res.acked)
+		case <-deadline.C:
+			break wait
+		}
+	}
+	ctx := context.Background()
+	if sub.recordDone != nil {
+		sub.finishRecording(<-sub.recordDone)
+	}
+	if acks := sub.q.takeAcks(); len(acks) > 0 {
+		if err := sub.s.store.delivered(ctx, ackIDs(acks)); err != nil {
+			sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
+		}
+	}
+	if err := sub.s.store.leave(ctx, sub.topic, sub.holder); err != nil {
+		sub.s.cfg.Logger.Error("Giving the partitions back failed; they will be free when their lease ends", err, nil)
+	}
+	sub.live.release()
+	sub.claims.reset()
+}
