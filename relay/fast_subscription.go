@@ -652,7 +652,7 @@ func (sub *subscription) sayWaiting(own ownership) {
 // shutdown records the acks already received, waits up to CloseTimeout for
 // the messages in flight, and gives every partition back.
 func (sub *subscription) shutdown() {
-	close(sub.out) // nothing more is sent
+	close(sub.out)       // nothing more is sent
 	if sub.rebalancing { // it must not take partitions back after they are given back
 		<-sub.rebalanced
 		sub.rebalancing = false
