@@ -12,4 +12,10 @@
 // receive nothing. Config.Lease bounds how long a relay that is paused or
 // cut off from the database keeps its partitions; one that dies is taken
 // over within seconds, through its liveness lock, unless PollOnly.
+//
+// The two read paths live in files named for them: fast_* (PathFast, the
+// default: claims by partition, LISTEN/NOTIFY, one message in flight per
+// aggregate) and compat_* (PathCompatible: the stock watermill-sql
+// subscriber and Watermill's forwarder over SchemaAdapter). relay.go picks
+// one; rows.go is what both do with a row.
 package relay

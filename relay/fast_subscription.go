@@ -652,8 +652,10 @@ func (sub *subscription) sayWaiting(own ownership) {
 // shutdown records the acks already received, waits up to CloseTimeout for
 // the messages in flight, and gives every partition back.
 func (sub *subscription) shutdown() {
-	close(sub.out)       // nothing more is sent
-	if sub.rebalancing { // it must not take partitions back after they are given back
+	close(sub.out) // nothing more is sent
+	// A rebalance under way must not take partitions back after they are
+	// given back.
+	if sub.rebalancing {
 		<-sub.rebalanced
 		sub.rebalancing = false
 	}

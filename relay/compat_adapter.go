@@ -1,8 +1,8 @@
 package relay
 
 import (
+	stdsql "database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,10 +11,58 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/schema"
 )
 
-// This file is the read side of SchemaAdapter, used by the compatible relay
-// path: the stock watermill-sql subscriber reads the outbox table and feeds
+// SchemaAdapter is the watermill-sql SchemaAdapter for the entoutbox table on
+// PostgreSQL. Unlike watermill-sql's default schema (one table per topic, an
+// opaque payload) all events share one table whose columns a person can
+// query: the destination topic, event name and aggregate are columns and the
+// payload is JSONB.
+//
+// The table itself is created by ent's migration (see package schema), so
+// SchemaInitializingQueries returns nothing.
+type SchemaAdapter struct {
+	// Table is the outbox table; schema.OutboxTable when empty.
+	Table string
+	// SelectBatchSize is how many rows the compatible read path fetches at
+	// once; 100 when zero.
+	SelectBatchSize int
+	// TopicPrefix is prepended to every destination topic when reading.
+	TopicPrefix string
+}
+
+var _ wsql.SchemaAdapter = SchemaAdapter{}
+
+func (s SchemaAdapter) tableName() string {
+	if s.Table == "" {
+		return schema.OutboxTable
+	}
+	return s.Table
+}
+
+func (s SchemaAdapter) table() string { return pgsql.QuoteIdent(s.tableName()) }
+
+// InsertQuery is the writer's INSERT (see outbox.InsertQuery), so that a
+// watermill-sql publisher with this adapter writes rows as Emit does.
+func (s SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
+	return outbox.InsertQuery(s.tableName(), params)
+}
+
+// SchemaInitializingQueries returns nothing: ent's migration owns the table.
+func (s SchemaAdapter) SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
+
+// SubscribeIsolationLevel is the level watermill-sql's subscriber reads at.
+func (s SchemaAdapter) SubscribeIsolationLevel() stdsql.IsolationLevel {
+	return stdsql.LevelRepeatableRead
+}
+
+// The read side of SchemaAdapter, used by the compatible relay path: the
+// stock watermill-sql subscriber reads the outbox table and feeds
 // Watermill's forwarder component unchanged.
 
 // forwarderEnvelope mirrors the JSON envelope of Watermill's
@@ -108,19 +156,6 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	return r, nil
 }
 
-// checkRow finds what a broker cannot take, for rows written by hand.
-func checkRow(name, topic, aggregateID string) error {
-	switch {
-	case name == "":
-		return errors.New("event_name is empty")
-	case topic == "":
-		return errors.New("topic is empty")
-	case aggregateID == "":
-		return errors.New("aggregate_id is empty")
-	}
-	return events.CheckAggregateID(aggregateID) // what Emit refuses
-}
-
 // MetaRowID carries the outbox row id on messages read by the compatible
 // path, so a broken row can be set aside.
 const MetaRowID = events.ReservedPrefix + "row_id"
@@ -131,19 +166,4 @@ func rowID(msg *message.Message) (int64, error) {
 		return 0, fmt.Errorf("relay: message %s has no row id: %w", msg.UUID, err)
 	}
 	return id, nil
-}
-
-// MetaRowError is set on a message read from a row that cannot be relayed
-// as it is; its value is the reason.
-const MetaRowError = events.ReservedPrefix + "row_error"
-
-func decodeHeaders(b []byte) (map[string]string, error) {
-	if len(b) == 0 || string(b) == "null" {
-		return nil, nil
-	}
-	var h map[string]string
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("headers are not a JSON object of strings: %w", err)
-	}
-	return h, events.CheckHeaders(h) // what Emit refuses
 }
