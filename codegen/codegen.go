@@ -150,21 +150,28 @@ func (e *Extension) Hooks() []gen.Hook {
 				g.Annotations = gen.Annotations{}
 			}
 			g.Annotations[annotationKey] = m
-			return next.Generate(g)
+			if err := next.Generate(g); err != nil {
+				return err
+			}
+			return removeStale(g)
 		})
 	}}
 }
 
-// Templates are the outbox templates; their names are prefixed with
-// "outbox_" because ent merges every template and function globally.
+// Templates are the outbox templates. ent names each generated file after
+// its template (entoutbox_events.go, entoutbox_handlers.go), apart from the
+// files of the Outbox schema (outbox_create.go, ...); template and function
+// names are prefixed because ent merges every template and function
+// globally.
 func (e *Extension) Templates() []*gen.Template {
 	return []*gen.Template{
 		gen.MustParse(gen.NewTemplate("outbox_imports").ParseFS(templateFS, "template/outbox_imports.tmpl")),
-		gen.MustParse(gen.NewTemplate("outbox").Funcs(funcs).ParseFS(templateFS, "template/outbox_events.tmpl")),
+		gen.MustParse(gen.NewTemplate("entoutbox_events").Funcs(funcs).
+			ParseFS(templateFS, "template/entoutbox_header.tmpl", "template/entoutbox_events.tmpl")),
 		// The consumer side needs the processed-events and dead-letter tables.
-		gen.MustParse(gen.NewTemplate("outbox_consumers").Funcs(funcs).
+		gen.MustParse(gen.NewTemplate("entoutbox_handlers").Funcs(funcs).
 			SkipIf(func(g *gen.Graph) bool { m := model(g.Annotations); return m == nil || !m.HasConsumers() }).
-			ParseFS(templateFS, "template/outbox_handlers.tmpl")),
+			ParseFS(templateFS, "template/entoutbox_header.tmpl", "template/entoutbox_handlers.tmpl")),
 	}
 }
 
