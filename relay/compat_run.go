@@ -21,11 +21,12 @@ const forwarderTopic = "outbox"
 // when reading, so the row itself stays queryable JSONB.
 func (r *Relay) runCompatible(ctx context.Context) error {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(r.cfg.DB), wsql.SubscriberConfig{
-		ConsumerGroup:    r.cfg.ConsumerGroup,
-		PollInterval:     r.cfg.PollInterval,
-		ResendInterval:   r.cfg.RetryInterval,
-		RetryInterval:    r.cfg.RetryInterval,
-		SchemaAdapter:    SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.BatchSize, TopicPrefix: r.cfg.TopicPrefix},
+		ConsumerGroup:  r.cfg.Compatible.ConsumerGroup,
+		PollInterval:   r.cfg.Compatible.PollInterval,
+		ResendInterval: r.cfg.Compatible.RetryInterval,
+		RetryInterval:  r.cfg.Compatible.RetryInterval,
+		SchemaAdapter: SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.Compatible.BatchSize,
+			TopicPrefix: r.cfg.TopicPrefix},
 		OffsetsAdapter:   newOffsetsAdapter(r.cfg.Table),
 		InitializeSchema: true,
 	}, r.cfg.Logger)

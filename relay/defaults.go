@@ -2,7 +2,8 @@ package relay
 
 import "time"
 
-// The defaults of Config and SubscriberConfig, defined once; the command's
+// The defaults of Config, its FastConfig and CompatibleConfig, and
+// SubscriberConfig, defined once; the command's
 // flags show them. Where the read paths differ, each has its own: the
 // compatible path keeps the stock watermill-sql subscriber's.
 const (
@@ -12,8 +13,12 @@ const (
 	DefaultLease               = 30 * time.Second
 	DefaultPartitions          = 64
 	DefaultMaxAttempts         = 10
-	DefaultCloseTimeout        = 30 * time.Second
-	DefaultConsumerGroup       = "entoutbox_relay"
+	DefaultCloseTimeout        = 30 * time.Second // the relay's wait for publishes in flight
+	// DefaultSubscriberCloseTimeout is how long a Subscriber's Close waits
+	// for the messages it handed out (the relay has waited for its
+	// publishes by then).
+	DefaultSubscriberCloseTimeout = 2 * time.Second
+	DefaultConsumerGroup          = "entoutbox_relay"
 
 	DefaultPollInterval           = 500 * time.Millisecond // fast path, without a notification
 	DefaultCompatiblePollInterval = time.Second

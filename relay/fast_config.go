@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -64,8 +63,8 @@ type SubscriberConfig struct {
 	// 100 ms doubling up to 30 s when zero.
 	InitialBackoff, MaxBackoff time.Duration
 	// CloseTimeout bounds how long Close waits for the messages handed out
-	// to be acked or nacked; those not settled by then come again. 2 s when
-	// zero. (The relay waits up to its own CloseTimeout for its publishes
+	// to be acked or nacked; those not settled by then come again.
+	// DefaultSubscriberCloseTimeout when zero. (The relay waits up to its own CloseTimeout for its publishes
 	// before it closes the Subscriber.)
 	CloseTimeout time.Duration
 	Logger       watermill.LoggerAdapter
@@ -106,7 +105,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.MaxBackoff = DefaultMaxBackoff
 	}
 	if c.CloseTimeout <= 0 {
-		c.CloseTimeout = 2 * time.Second
+		c.CloseTimeout = DefaultSubscriberCloseTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
@@ -121,21 +120,33 @@ const DefaultMaxBytesInFlight = 64 << 20
 // maxPartitions bounds SubscriberConfig.Partitions.
 const maxPartitions = 4096
 
-func (c SubscriberConfig) validate() error {
-	if err := checkTableName(c.Table); err != nil {
-		return err
-	}
-	if c.MaxBytesInFlight < 0 {
-		return fmt.Errorf("relay: MaxBytesInFlight must not be negative, not %d", c.MaxBytesInFlight)
-	}
-	if c.Lease < time.Second {
-		return errors.New("relay: Lease must be at least 1s")
-	}
+// validate reports the first setting that cannot work, naming its field
+// after prefix ("SubscriberConfig." or, in a relay, "Config.Fast.Subscriber.").
+// It runs on a config with its defaults set: zero means the default.
+func (c SubscriberConfig) validate(prefix string) error {
+	switch {
+	case c.BatchSize < 0:
+		return fmt.Errorf("relay: %sBatchSize must not be negative, not %d", prefix, c.BatchSize)
+	case c.MaxBytesInFlight < 0:
+		return fmt.Errorf("relay: %sMaxBytesInFlight must not be negative, not %d", prefix, c.MaxBytesInFlight)
+	case c.Lease != 0 && c.Lease < time.Second:
+		return fmt.Errorf("relay: %sLease must be at least 1s, not %s", prefix, c.Lease)
 	// Each partition is a row the relays renew every second.
-	if c.Partitions < 1 || c.Partitions > maxPartitions {
-		return fmt.Errorf("relay: Partitions must be between 1 and %d, not %d", maxPartitions, c.Partitions)
+	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
+		return fmt.Errorf("relay: %sPartitions must be between 1 and %d, not %d", prefix, maxPartitions, c.Partitions)
+	case c.PollInterval < 0:
+		return fmt.Errorf("relay: %sPollInterval must not be negative, not %s", prefix, c.PollInterval)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("relay: %sMaxAttempts must not be negative, not %d", prefix, c.MaxAttempts)
+	case c.InitialBackoff < 0 || c.MaxBackoff < 0:
+		return fmt.Errorf("relay: %sInitialBackoff and MaxBackoff must not be negative, not %s and %s", prefix,
+			c.InitialBackoff, c.MaxBackoff)
+	case c.InitialBackoff > 0 && c.MaxBackoff > 0 && c.MaxBackoff < c.InitialBackoff:
+		return fmt.Errorf("relay: %sMaxBackoff (%s) must not be below InitialBackoff (%s)", prefix, c.MaxBackoff, c.InitialBackoff)
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("relay: %sCloseTimeout must not be negative, not %s", prefix, c.CloseTimeout)
 	}
-	return nil
+	return checkTableName(c.Table)
 }
 
 // backoff is the wait after the given failed attempt (1-based).

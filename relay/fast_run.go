@@ -16,13 +16,7 @@ import (
 // the Subscriber sends at most one message per aggregate until it is
 // acked, so concurrency never reorders an aggregate.
 func (r *Relay) runFast(ctx context.Context) error {
-	sub, err := NewSubscriber(r.cfg.DB, SubscriberConfig{
-		Table: r.cfg.Table, DeadLetterTable: r.cfg.DeadLetterTable, RelayID: r.cfg.RelayID,
-		BatchSize: r.cfg.BatchSize, MaxBytesInFlight: r.cfg.MaxBytesInFlight,
-		Lease: r.cfg.Lease, Partitions: r.cfg.Partitions, PollInterval: r.cfg.PollInterval,
-		PollOnly: r.cfg.PollOnly, Delete: r.cfg.DeleteDelivered, MaxAttempts: r.cfg.MaxAttempts,
-		InitialBackoff: r.cfg.RetryInterval, Logger: r.cfg.Logger,
-	})
+	sub, err := NewSubscriber(r.cfg.DB, r.cfg.subscriberConfig())
 	if err != nil {
 		return err
 	}
@@ -43,7 +37,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 		work   = make(chan *message.Message)
 		health = newPublishHealth(r.cfg.Publisher, r.cfg.Logger)
 	)
-	for range r.cfg.Concurrency {
+	for range r.cfg.Fast.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -53,10 +53,10 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	if db == nil {
 		return nil, errors.New("relay: DB is nil")
 	}
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate("SubscriberConfig."); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8],
 		notifier: newNotifier()}
 	if !cfg.PollOnly {

@@ -58,7 +58,8 @@ func TestIdlePoisonRowsReachTheDeadLetters(t *testing.T) {
 	for i := range 5 {
 		poison[insertRow(t, b, "orders", fmt.Sprintf("big-%d", i), big)] = true
 	}
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, MaxAttempts: 3})
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
 	runRelay(t, cfg)
 	waitDelivered(t, b, 5)
 	for id, d := range deadLetters(t, b) {
@@ -82,8 +83,9 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 	bad := insertRow(t, b, "orders.>", "order-1", `{"order_id":1}`)
 	good := insertRow(t, b, "orders", "order-1", `{"order_id":1}`)
 	// A long retry interval: a retry before the dead letter would show.
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, MaxAttempts: 5})
-	cfg.RetryInterval = time.Minute
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 5}}})
+	cfg.Fast.Subscriber.InitialBackoff = time.Minute
 	runRelay(t, cfg)
 	require.Eventually(t, func() bool { return got.distinct() == 1 }, 20*time.Second, 20*time.Millisecond)
 	got.mu.Lock()
@@ -111,8 +113,9 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	got := receiveAll(t, direct, prefix+"consumer", prefix+"orders")
 
 	// One attempt only: a single counted failure would dead-letter a row.
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix, MaxAttempts: 1})
-	cfg.RetryInterval = 20 * time.Millisecond
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1}}})
+	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
 	runRelay(t, cfg)
 	first := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, first, 20*time.Second)
@@ -146,8 +149,9 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 	b := setupEmit(t)
 	amqp := openBroker(t, "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ at 127.0.0.1:5672")
 	prefix := uniquePrefix()
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix, MaxAttempts: 3})
-	cfg.RetryInterval = 20 * time.Millisecond
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
+	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
 	runRelay(t, cfg)
 	lost := emitOrders(t, b.client, 5, 5, 0)
 	waitDelivered(t, b, 5)

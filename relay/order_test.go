@@ -173,7 +173,8 @@ func TestOrderWithEarlyFlushInOpenTransaction(t *testing.T) {
 	nats := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
 	got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
-	runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix, PollInterval: 50 * time.Millisecond})
+	runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
 
 	w := newOrderWriter()
 	stopTraffic := make(chan struct{})
@@ -228,7 +229,8 @@ func TestOrderUnderConcurrentWriters(t *testing.T) {
 			got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
 			for i := range relays {
 				runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
-					RelayID: fmt.Sprintf("r%d", i), PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second})
+					Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{RelayID: fmt.Sprintf("r%d", i),
+						PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second}}})
 			}
 
 			w := newOrderWriter()

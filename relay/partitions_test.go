@@ -59,7 +59,8 @@ func TestRelaysSharePartitionsAndHandThemOver(t *testing.T) {
 	go consume(ctx, msgs, got)
 
 	start := func(id string) func() error {
-		cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, RelayID: id, Partitions: 16})
+		cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+			Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{RelayID: id, Partitions: 16}}})
 		return runRelay(t, cfg)
 	}
 	stopA := start("a")
@@ -101,7 +102,8 @@ func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, Partitions: 8}))
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 8}}}))
 	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, 5*time.Second, 20*time.Millisecond)
 	require.NoError(t, stop())
 
@@ -119,7 +121,7 @@ func TestSubscriberRefusesAPartitionCountOutOfBounds(t *testing.T) {
 	b := setupEmit(t)
 	for _, n := range []int{-1, 4097} {
 		_, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: n})
-		require.EqualError(t, err, fmt.Sprintf("relay: Partitions must be between 1 and 4096, not %d", n))
+		require.EqualError(t, err, fmt.Sprintf("relay: SubscriberConfig.Partitions must be between 1 and 4096, not %d", n))
 	}
 }
 

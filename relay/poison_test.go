@@ -52,8 +52,9 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 			}
 		}
 	}
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison}, MaxAttempts: 4})
-	cfg.RetryInterval = 10 * time.Millisecond
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 4}}})
+	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, 20*time.Second)
 	waitDelivered(t, b, 1)
@@ -83,8 +84,9 @@ func TestFailedPublishRecordsAttemptsAndLastErrorOnTheRow(t *testing.T) {
 	want := emitOrders(t, b.client, 10, 2, 0)
 	poison := want.perAggregate["order-1"][0]
 	// A bound far away: the row keeps failing and stays in the outbox.
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison}, MaxAttempts: 1000})
-	cfg.RetryInterval = 10 * time.Millisecond
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1000}}})
+	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 
 	var (
@@ -163,7 +165,7 @@ func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
 		}
 	}}
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub})
-	cfg.RetryInterval = time.Second
+	cfg.Fast.Subscriber.InitialBackoff = time.Second
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, 20*time.Second)
 	waitDelivered(t, b, 0)

@@ -31,7 +31,9 @@ const (
 	PathCompatible Path = "compatible"
 )
 
-// Config configures a Relay.
+// Config configures a Relay. What both read paths share is at the top;
+// each path's own settings are in Fast and Compatible, and only the
+// chosen path's are used.
 type Config struct {
 	// DB holds the outbox table (database/sql with the pgx driver).
 	DB *sql.DB
@@ -43,57 +45,46 @@ type Config struct {
 	// defaults when empty.
 	Table           string
 	DeadLetterTable string
-	// ConsumerGroup names the relay's read position (compatible path);
-	// relays sharing a group share the work. "entoutbox_relay" when empty.
-	ConsumerGroup string
-	// PollInterval is how often an idle relay looks for new rows without
-	// a notification; DefaultPollInterval (fast) or
-	// DefaultCompatiblePollInterval when zero.
-	PollInterval time.Duration
-	// RetryInterval is how long a failed publish waits before it is tried
-	// again (doubling on the fast path); DefaultRetryInterval (fast) or
-	// DefaultCompatibleRetryInterval when zero.
-	RetryInterval time.Duration
-	// BatchSize is how many rows are held at once (fast) or read at once
-	// (compatible); 2000 or 100 when zero.
-	BatchSize int
-	// MaxBytesInFlight bounds the payload and header bytes held at once
-	// (fast path): rows claimed and not yet recorded as delivered. A row
-	// larger than it is sent alone. DefaultMaxBytesInFlight (64 MiB) when
-	// zero. The compatible path holds a batch of BatchSize rows instead.
-	MaxBytesInFlight int64
-	// Concurrency bounds the publishes in flight (fast path); 256 when zero.
-	Concurrency int
-	// Lease is how long a relay owns its partitions unrenewed (fast
-	// path): those of a relay that died go to the others after it. 30 s
-	// when zero.
-	Lease time.Duration
-	// Partitions is how many parts the aggregates are hashed into, shared
-	// out among the relays of the table (fast path); the same on every
-	// relay of a table. 64 when zero.
-	Partitions int
-	// PollOnly disables what needs a session of its own (fast path), for
-	// PgBouncer in transaction mode: LISTEN/NOTIFY, the liveness lock (a
-	// relay that dies is then taken over when its lease ends) and the
-	// claim's session setting. See SubscriberConfig.PollOnly.
-	PollOnly bool
-	// DeleteDelivered deletes delivered rows instead of stamping
-	// delivered_at (fast path).
-	DeleteDelivered bool
-	// MaxAttempts bounds the failed publishes of one event before it goes
-	// to the dead letters (fast path); 10 when zero. Failures while the
-	// broker fails every publish are not counted.
-	MaxAttempts int
-	// RelayID names this relay in the partition table (fast path); random
-	// when empty.
-	RelayID string
 	// TopicPrefix is prepended to every destination topic, e.g. to keep
 	// the environments that share a broker apart ("staging_").
 	TopicPrefix string
 	// CloseTimeout bounds how long shutdown waits for in-flight publishes;
-	// 30 s when zero.
+	// DefaultCloseTimeout when zero.
 	CloseTimeout time.Duration
 	Logger       watermill.LoggerAdapter
+
+	// Fast configures PathFast.
+	Fast FastConfig
+	// Compatible configures PathCompatible.
+	Compatible CompatibleConfig
+}
+
+// FastConfig configures the fast read path.
+type FastConfig struct {
+	// Concurrency bounds the publishes in flight; DefaultConcurrency when
+	// zero.
+	Concurrency int
+	// Subscriber configures the reads: batch size, byte bound, lease,
+	// partitions, polling, retries, MaxAttempts, RelayID. Its Table,
+	// DeadLetterTable and Logger are the relay's: leave them empty.
+	Subscriber SubscriberConfig
+}
+
+// CompatibleConfig configures the compatible read path, the stock
+// watermill-sql subscriber and Watermill's forwarder.
+type CompatibleConfig struct {
+	// ConsumerGroup names the relay's read position; relays sharing a
+	// group share the work. DefaultConsumerGroup when empty.
+	ConsumerGroup string
+	// PollInterval is how often it looks for new rows;
+	// DefaultCompatiblePollInterval when zero.
+	PollInterval time.Duration
+	// RetryInterval is how long a failed publish waits before it is tried
+	// again; DefaultCompatibleRetryInterval when zero.
+	RetryInterval time.Duration
+	// BatchSize is how many rows it reads at once;
+	// DefaultCompatibleBatchSize when zero.
+	BatchSize int
 }
 
 func (c *Config) setDefaults() {
@@ -106,53 +97,72 @@ func (c *Config) setDefaults() {
 	if c.DeadLetterTable == "" {
 		c.DeadLetterTable = schema.DeadLetterTable
 	}
-	if c.ConsumerGroup == "" {
-		c.ConsumerGroup = DefaultConsumerGroup
-	}
-	compatible := c.Path == PathCompatible
-	if c.PollInterval == 0 {
-		c.PollInterval = pick(compatible, DefaultCompatiblePollInterval, DefaultPollInterval)
-	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = pick(compatible, DefaultCompatibleRetryInterval, DefaultRetryInterval)
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = pick(compatible, DefaultCompatibleBatchSize, DefaultBatchSize)
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = DefaultCloseTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
+	if c.Fast.Concurrency == 0 {
+		c.Fast.Concurrency = DefaultConcurrency
+	}
+	c.Compatible.setDefaults()
 }
 
-// Validate reports the first setting that cannot work.
+func (c *CompatibleConfig) setDefaults() {
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = DefaultConsumerGroup
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultCompatiblePollInterval
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultCompatibleRetryInterval
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultCompatibleBatchSize
+	}
+}
+
+// subscriberConfig is the fast Subscriber's configuration: Fast.Subscriber
+// with the relay's tables and logger.
+func (c Config) subscriberConfig() SubscriberConfig {
+	sc := c.Fast.Subscriber
+	sc.Table, sc.DeadLetterTable, sc.Logger = c.Table, c.DeadLetterTable, c.Logger
+	return sc
+}
+
+// Validate reports the first setting that cannot work, naming its field.
+// New calls it after filling in the defaults.
 func (c Config) Validate() error {
 	switch {
 	case c.DB == nil:
-		return errors.New("relay: DB is nil")
+		return errors.New("relay: Config.DB is nil")
 	case c.Publisher == nil:
-		return errors.New("relay: Publisher is nil")
-	case c.Path != PathFast && c.Path != PathCompatible:
-		return fmt.Errorf("relay: unknown path %q (want %q or %q)", c.Path, PathFast, PathCompatible)
-	case c.Concurrency < 0:
-		return errors.New("relay: Concurrency must not be negative")
-	case c.PollInterval < 0 || c.RetryInterval < 0 || c.CloseTimeout < 0:
-		return errors.New("relay: intervals must not be negative")
-	case c.BatchSize < 0:
-		return errors.New("relay: BatchSize must not be negative")
-	case c.MaxBytesInFlight < 0:
-		return fmt.Errorf("relay: MaxBytesInFlight must not be negative, not %d", c.MaxBytesInFlight)
-	case c.Lease != 0 && c.Lease < time.Second:
-		return fmt.Errorf("relay: Lease must be at least 1s, not %s", c.Lease)
-	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
-		return fmt.Errorf("relay: Partitions must be between 1 and %d, not %d", maxPartitions, c.Partitions)
+		return errors.New("relay: Config.Publisher is nil")
+	case c.Path != "" && c.Path != PathFast && c.Path != PathCompatible:
+		return fmt.Errorf("relay: Config.Path is %q; want %q or %q", c.Path, PathFast, PathCompatible)
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("relay: Config.CloseTimeout must not be negative, not %s", c.CloseTimeout)
+	case c.Fast.Concurrency < 0:
+		return fmt.Errorf("relay: Config.Fast.Concurrency must not be negative, not %d", c.Fast.Concurrency)
+	case c.Fast.Subscriber.Table != "" && c.Fast.Subscriber.Table != c.Table:
+		return fmt.Errorf("relay: Config.Fast.Subscriber.Table is %q, but the relay's table is Config.Table (%q): leave it empty",
+			c.Fast.Subscriber.Table, c.Table)
+	case c.Fast.Subscriber.DeadLetterTable != "" && c.Fast.Subscriber.DeadLetterTable != c.DeadLetterTable:
+		return fmt.Errorf("relay: Config.Fast.Subscriber.DeadLetterTable is %q, but the relay's is Config.DeadLetterTable (%q): "+
+			"leave it empty", c.Fast.Subscriber.DeadLetterTable, c.DeadLetterTable)
+	case c.Compatible.PollInterval < 0:
+		return fmt.Errorf("relay: Config.Compatible.PollInterval must not be negative, not %s", c.Compatible.PollInterval)
+	case c.Compatible.RetryInterval < 0:
+		return fmt.Errorf("relay: Config.Compatible.RetryInterval must not be negative, not %s", c.Compatible.RetryInterval)
+	case c.Compatible.BatchSize < 0:
+		return fmt.Errorf("relay: Config.Compatible.BatchSize must not be negative, not %d", c.Compatible.BatchSize)
 	}
-	return checkTableName(c.Table)
+	if err := checkTableName(c.Table); err != nil {
+		return err
+	}
+	return c.subscriberConfig().validate("Config.Fast.Subscriber.")
 }
 
 // maxTableName is the longest outbox table name: the relay names tables
@@ -248,12 +258,4 @@ func (r *Relay) Run(ctx context.Context) error {
 		return nil // stopped while starting
 	}
 	return err
-}
-
-// pick is a when compatible, else b.
-func pick[T any](compatible bool, a, b T) T {
-	if compatible {
-		return a
-	}
-	return b
 }

@@ -18,8 +18,10 @@ import (
 // quick makes a relay of the given path react fast enough for tests.
 func quick(path relay.Path, cfg relay.Config) relay.Config {
 	cfg.Path = path
-	cfg.PollInterval = 20 * time.Millisecond
-	cfg.RetryInterval = 50 * time.Millisecond
+	cfg.Fast.Subscriber.PollInterval = 20 * time.Millisecond
+	cfg.Fast.Subscriber.InitialBackoff = 50 * time.Millisecond
+	cfg.Compatible.PollInterval = 20 * time.Millisecond
+	cfg.Compatible.RetryInterval = 50 * time.Millisecond
 	return cfg
 }
 
@@ -122,7 +124,8 @@ func TestRelayDeleteDeliveredRemovesDeliveredRows(t *testing.T) {
 	}
 	require.Equal(t, len(want.ids), rowCount())
 
-	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, DeleteDelivered: true}))
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Delete: true}}}))
 	got.waitFor(t, want, 20*time.Second)
 	require.Eventually(t, func() bool { return rowCount() == 0 }, 10*time.Second, 20*time.Millisecond,
 		"delivered rows are left in the outbox")
@@ -160,16 +163,45 @@ func TestRelayDeliversALateCommit(t *testing.T) {
 	got.requireExactly(t, early)
 }
 
-// New refuses a lease or a partition count the fast path cannot work
-// with, naming the field, instead of starting and failing later.
-func TestNewRefusesBadLeaseAndPartitions(t *testing.T) {
+// New refuses a setting that cannot work (a lease or a partition count
+// the fast path cannot work with, a negative size or interval), naming the
+// field, instead of starting and failing later.
+func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	_, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Lease: 500 * time.Millisecond})
-	require.EqualError(t, err, "relay: Lease must be at least 1s, not 500ms")
-	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Partitions: 5000})
-	require.EqualError(t, err, "relay: Partitions must be between 1 and 4096, not 5000")
-	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub, Partitions: -1})
-	require.EqualError(t, err, "relay: Partitions must be between 1 and 4096, not -1")
+	_, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 500 * time.Millisecond}}})
+	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Lease must be at least 1s, not 500ms")
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 5000}}})
+	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Partitions must be between 1 and 4096, not 5000")
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: -1}}})
+	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Partitions must be between 1 and 4096, not -1")
+	for _, c := range []struct {
+		cfg  relay.Config
+		want string
+	}{
+		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast" or "compatible"`},
+		{relay.Config{Fast: relay.FastConfig{Concurrency: -1}}, "relay: Config.Fast.Concurrency must not be negative, not -1"},
+		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: -2}}},
+			"relay: Config.Fast.Subscriber.MaxAttempts must not be negative, not -2"},
+		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{InitialBackoff: time.Second, MaxBackoff: time.Millisecond}}},
+			"relay: Config.Fast.Subscriber.MaxBackoff (1ms) must not be below InitialBackoff (1s)"},
+		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Table: "other"}}},
+			`relay: Config.Fast.Subscriber.Table is "other", but the relay's table is Config.Table ("outbox_events"): leave it empty`},
+		{relay.Config{Compatible: relay.CompatibleConfig{BatchSize: -1}}, "relay: Config.Compatible.BatchSize must not be negative, not -1"},
+		{relay.Config{Compatible: relay.CompatibleConfig{PollInterval: -time.Second}},
+			"relay: Config.Compatible.PollInterval must not be negative, not -1s"},
+		{relay.Config{CloseTimeout: -time.Second}, "relay: Config.CloseTimeout must not be negative, not -1s"},
+	} {
+		c.cfg.DB, c.cfg.Publisher = b.db.DB, pub
+		_, err := relay.New(c.cfg)
+		require.EqualError(t, err, c.want)
+	}
+	_, err = relay.New(relay.Config{Publisher: pub})
+	require.EqualError(t, err, "relay: Config.DB is nil")
+	_, err = relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{BatchSize: -1})
+	require.EqualError(t, err, "relay: SubscriberConfig.BatchSize must not be negative, not -1")
 }

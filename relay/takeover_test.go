@@ -129,7 +129,8 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	require.NoError(t, err)
 	got := newReceived()
 	go consume(ctx, msgs, got)
-	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, Lease: 3 * time.Second}))
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 3 * time.Second}}}))
 	warm := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, warm, 10*time.Second)
 
@@ -174,7 +175,8 @@ func TestPollOnlyRelayKeepsNoSessionState(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pubsub, got := receiveInProcess(t, "orders")
-	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub, PollOnly: true}))
+	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollOnly: true}}}))
 	want := emitOrders(t, b.client, 30, 3, 0)
 	got.waitFor(t, want, 20*time.Second)
 	got.requireExactly(t, want)

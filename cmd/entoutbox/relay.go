@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/spf13/cobra"
@@ -20,7 +21,11 @@ func newRelayCommand() *cobra.Command {
 	var (
 		databaseURL, table, brokerURL, path, logLevel string
 		cfg                                           relay.Config
+		// The flags shared by both read paths, given to the chosen one.
+		batchSize                   int
+		pollInterval, retryInterval time.Duration
 	)
+	fast := &cfg.Fast.Subscriber
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Relay committed outbox events to a broker until SIGINT or SIGTERM",
@@ -54,8 +59,8 @@ Brokers, by URL:
 			// copies of those being published): a soft limit above that
 			// keeps the rarer GC from letting garbage pile up to several
 			// times it. GOMEMLIMIT set in the environment wins.
-			if os.Getenv("GOMEMLIMIT") == "" && cfg.MaxBytesInFlight > 0 {
-				debug.SetMemoryLimit(min(3*cfg.MaxBytesInFlight, 1<<62) + 64<<20)
+			if os.Getenv("GOMEMLIMIT") == "" && fast.MaxBytesInFlight > 0 {
+				debug.SetMemoryLimit(min(3*fast.MaxBytesInFlight, 1<<62) + 64<<20)
 			}
 			logger, err := newLogger(logLevel)
 			if err != nil {
@@ -74,6 +79,11 @@ Brokers, by URL:
 			defer b.Close()
 
 			cfg.DB, cfg.Publisher, cfg.Table, cfg.Path, cfg.Logger = db, b.Publisher(), table, relay.Path(path), logger
+			if cfg.Path == relay.PathCompatible {
+				cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = batchSize, pollInterval, retryInterval
+			} else {
+				fast.BatchSize, fast.PollInterval, fast.InitialBackoff = batchSize, pollInterval, retryInterval
+			}
 			r, err := relay.New(cfg)
 			if err != nil {
 				return err
@@ -90,24 +100,24 @@ Brokers, by URL:
 	f := cmd.Flags()
 	f.StringVar(&brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
 	f.StringVar(&path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes) or compatible (watermill-sql subscriber + forwarder)")
-	f.StringVar(&cfg.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
+	f.StringVar(&cfg.Compatible.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
-	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d fast, %d compatible)",
+	f.IntVar(&batchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d fast, %d compatible)",
 		relay.DefaultBatchSize, relay.DefaultCompatibleBatchSize))
-	cfg.MaxBytesInFlight = relay.DefaultMaxBytesInFlight
-	f.Var((*byteSize)(&cfg.MaxBytesInFlight), "max-bytes-in-flight", "payload and header bytes held at once, "+
+	fast.MaxBytesInFlight = relay.DefaultMaxBytesInFlight
+	f.Var((*byteSize)(&fast.MaxBytesInFlight), "max-bytes-in-flight", "payload and header bytes held at once, "+
 		"claimed and not yet recorded as delivered, e.g. 64MiB; a larger row is sent alone (fast path)")
-	f.IntVar(&cfg.Concurrency, "concurrency", relay.DefaultConcurrency, "publishes in flight at once (fast path)")
-	f.DurationVar(&cfg.Lease, "lease", relay.DefaultLease, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
-	f.IntVar(&cfg.Partitions, "partitions", relay.DefaultPartitions, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
-	f.BoolVar(&cfg.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: only poll (no LISTEN), no liveness lock (a relay that dies is taken over when its lease ends)")
-	f.BoolVar(&cfg.DeleteDelivered, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
-	f.IntVar(&cfg.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes of one event before it goes to the dead letters (fast path)")
-	f.StringVar(&cfg.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
-	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification (default %s fast, %s compatible)",
+	f.IntVar(&cfg.Fast.Concurrency, "concurrency", relay.DefaultConcurrency, "publishes in flight at once (fast path)")
+	f.DurationVar(&fast.Lease, "lease", relay.DefaultLease, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
+	f.IntVar(&fast.Partitions, "partitions", relay.DefaultPartitions, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
+	f.BoolVar(&fast.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: only poll (no LISTEN), no liveness lock (a relay that dies is taken over when its lease ends)")
+	f.BoolVar(&fast.Delete, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
+	f.IntVar(&fast.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes of one event before it goes to the dead letters (fast path)")
+	f.StringVar(&fast.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
+	f.DurationVar(&pollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification (default %s fast, %s compatible)",
 		relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval))
-	f.DurationVar(&cfg.RetryInterval, "retry-interval", 0, fmt.Sprintf("wait before a failed publish is tried again (default %s fast, doubling up to %s; %s compatible)",
+	f.DurationVar(&retryInterval, "retry-interval", 0, fmt.Sprintf("wait before a failed publish is tried again (default %s fast, doubling up to %s; %s compatible)",
 		relay.DefaultRetryInterval, relay.DefaultMaxBackoff, relay.DefaultCompatibleRetryInterval))
 	f.DurationVar(&cfg.CloseTimeout, "close-timeout", relay.DefaultCloseTimeout, "how long shutdown waits for in-flight publishes")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
