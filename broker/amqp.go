@@ -60,7 +60,10 @@ func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.Logg
 	}
 	if _, err := bounded(ctx, func() (*amqp.Connection, error) { return pub.connect() },
 		func(*amqp.Connection) { _ = pub.Close() }); err != nil {
-		return nil, fmt.Errorf("connecting: %w", err)
+		if errors.Is(err, ctx.Err()) { // given up on, not failed: connect did not say
+			err = fmt.Errorf("connecting: %w", err)
+		}
+		return nil, err
 	}
 	conn, err := bounded(ctx, func() (*wmamqp.ConnectionWrapper, error) {
 		return wmamqp.NewConnection(connCfg, logger)
@@ -145,7 +148,7 @@ func (p *amqpPublisher) connect() (*amqp.Connection, error) {
 		switch {
 		case p.closed:
 			p.mu.Unlock()
-			return nil, errors.New("amqp: publisher closed")
+			return nil, errors.New("publisher closed")
 		case p.conn != nil && !p.conn.IsClosed():
 			conn := p.conn
 			p.mu.Unlock()
@@ -167,7 +170,7 @@ func (p *amqpPublisher) connect() (*amqp.Connection, error) {
 
 		conn, err := amqp.DialConfig(p.uri, p.config)
 		if err != nil {
-			err = fmt.Errorf("amqp: connecting: %w", err)
+			err = fmt.Errorf("connecting: %w", err)
 		}
 		blocked := &atomic.Pointer[string]{}
 		if err == nil {
@@ -217,11 +220,11 @@ func (p *amqpPublisher) ping(ctx context.Context) error {
 		reason := p.blocked.Load()
 		p.mu.Unlock()
 		if reason != nil {
-			return struct{}{}, fmt.Errorf("amqp: RabbitMQ blocks publishing: %s", *reason)
+			return struct{}{}, fmt.Errorf("RabbitMQ blocks publishing: %s", *reason)
 		}
 		ch, err := conn.Channel()
 		if err != nil {
-			return struct{}{}, fmt.Errorf("amqp: opening a channel: %w", err)
+			return struct{}{}, fmt.Errorf("opening a channel: %w", err)
 		}
 		return struct{}{}, ch.Close()
 	}, func(struct{}) {})
@@ -237,7 +240,7 @@ func (p *amqpPublisher) channel() (*pubChannel, error) {
 	p.mu.Lock()
 	if reason := p.blocked.Load(); reason != nil && p.conn == conn {
 		p.mu.Unlock()
-		return nil, fmt.Errorf("amqp: RabbitMQ is blocking publishes (%s); it is short of memory or disk", *reason)
+		return nil, fmt.Errorf("RabbitMQ is blocking publishes (%s); it is short of memory or disk", *reason)
 	}
 	for len(p.idle) > 0 {
 		c := p.idle[len(p.idle)-1]
@@ -250,11 +253,11 @@ func (p *amqpPublisher) channel() (*pubChannel, error) {
 	p.mu.Unlock()
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("amqp: opening a channel: %w", err)
+		return nil, fmt.Errorf("opening a channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
-		return nil, fmt.Errorf("amqp: putting the channel in confirm mode: %w", err)
+		return nil, fmt.Errorf("putting the channel in confirm mode: %w", err)
 	}
 	return &pubChannel{
 		conn: conn,
@@ -290,7 +293,7 @@ func (p *amqpPublisher) declare(c *pubChannel, exchange string) error {
 	}
 	// As the module's subscribers declare it, or the two would conflict.
 	if err := c.ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
-		return fmt.Errorf("amqp: declaring exchange %q: %w", exchange, err)
+		return fmt.Errorf("declaring exchange %q: %w", exchange, err)
 	}
 	p.mu.Lock()
 	if c.conn == p.conn {
@@ -339,15 +342,15 @@ func (p *amqpPublisher) publish(c *pubChannel, exchange string, messages []*mess
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(messages))
 	for _, m := range messages {
 		if err := m.Context().Err(); err != nil {
-			return len(confirms) == 0, fmt.Errorf("amqp: message %s: %w", m.UUID, err)
+			return len(confirms) == 0, fmt.Errorf("message %s: %w", m.UUID, err)
 		}
 		pub, err := (amqpMarshaler{}).Marshal(m)
 		if err != nil {
-			return len(confirms) == 0, fmt.Errorf("amqp: message %s: %w", m.UUID, err)
+			return len(confirms) == 0, fmt.Errorf("message %s: %w", m.UUID, err)
 		}
 		dc, err := c.ch.PublishWithDeferredConfirm(exchange, "", true, false, pub)
 		if err != nil {
-			return false, fmt.Errorf("amqp: publishing message %s to exchange %q: %w", m.UUID, exchange, c.closeReason(err))
+			return false, fmt.Errorf("publishing message %s to exchange %q: %w", m.UUID, exchange, c.closeReason(err))
 		}
 		confirms = append(confirms, dc)
 	}
@@ -370,15 +373,15 @@ func (p *amqpPublisher) publish(c *pubChannel, exchange string, messages []*mess
 			case <-dc.Done():
 				break wait
 			case <-timeout.C:
-				return false, fmt.Errorf("amqp: message %s to exchange %q: no confirm from RabbitMQ within %s",
+				return false, fmt.Errorf("message %s to exchange %q: no confirm from RabbitMQ within %s",
 					messages[i].UUID, exchange, amqpConfirmTimeout)
 			}
 		}
 		if !dc.Acked() && failed == nil {
 			if c.ch.IsClosed() {
-				failed = fmt.Errorf("amqp: message %s to exchange %q: not confirmed: %w", messages[i].UUID, exchange, c.closeReason(amqp.ErrClosed))
+				failed = fmt.Errorf("message %s to exchange %q: not confirmed: %w", messages[i].UUID, exchange, c.closeReason(amqp.ErrClosed))
 			} else {
-				failed = fmt.Errorf("amqp: message %s to exchange %q: RabbitMQ refused it (nack)", messages[i].UUID, exchange)
+				failed = fmt.Errorf("message %s to exchange %q: RabbitMQ refused it (nack)", messages[i].UUID, exchange)
 			}
 		}
 	}
@@ -427,10 +430,10 @@ func returnedError(exchange string, returned []amqp.Return) error {
 	r := returned[0]
 	var err error
 	if r.ReplyCode == amqp.NoRoute {
-		err = fmt.Errorf("amqp: message %s to exchange %q was returned unroutable (%s): no queue is bound; start the consumers (or declare their queues) before the relay",
+		err = fmt.Errorf("message %s to exchange %q was returned unroutable (%s): no queue is bound; start the consumers (or declare their queues) before the relay",
 			r.MessageId, exchange, r.ReplyText)
 	} else {
-		err = fmt.Errorf("amqp: message %s to exchange %q was returned by RabbitMQ (%d %s)", r.MessageId, exchange, r.ReplyCode, r.ReplyText)
+		err = fmt.Errorf("message %s to exchange %q was returned by RabbitMQ (%d %s)", r.MessageId, exchange, r.ReplyCode, r.ReplyText)
 	}
 	if len(returned) > 1 {
 		err = fmt.Errorf("%w (and %d more of this publish)", err, len(returned)-1)

@@ -112,7 +112,7 @@ func TestAMQPUnroutableIsAFailure(t *testing.T) {
 	lost := newMessages(1)[0]
 	err = b.Publisher().Publish(topic, lost.message())
 	require.Error(t, err)
-	assert.Equal(t, `amqp: message `+lost.uuid+` to exchange "`+topic+`" was returned unroutable (NO_ROUTE): `+
+	assert.Equal(t, `broker: amqp: message `+lost.uuid+` to exchange "`+topic+`" was returned unroutable (NO_ROUTE): `+
 		`no queue is bound; start the consumers (or declare their queues) before the relay`, err.Error())
 
 	// Two messages in one Publish: both returned, one error says so.
@@ -261,7 +261,7 @@ func TestAMQPBrokenConnection(t *testing.T) {
 		err = b.Publisher().Publish(topic, newMessages(1)[0].message())
 		require.Error(t, err)
 		require.Less(t, time.Since(start), connectTimeout+2*time.Second)
-		if strings.HasPrefix(err.Error(), "amqp: connecting: ") {
+		if strings.HasPrefix(err.Error(), "broker: amqp: connecting: ") {
 			break
 		}
 		require.Less(t, attempt, 3, "%v", err)

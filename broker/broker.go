@@ -122,18 +122,18 @@ func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
 		if errors.As(err, &uerr) {
 			err = uerr.Err // url.Error repeats the whole URL, password included
 		}
-		return nil, fmt.Errorf("broker %q: parsing URL: %w", shown, scrubbed(err, rawURL))
+		return nil, fmt.Errorf("broker: %q: parsing URL: %w", shown, scrubbed(err, rawURL))
 	}
 	kind, ok := openers[strings.ToLower(u.Scheme)]
 	if !ok {
-		return nil, fmt.Errorf("broker %q: unknown scheme %q (want nats, amqp, redis, kafka, postgres or mem)", shown, u.Scheme)
+		return nil, fmt.Errorf("broker: %q: unknown scheme %q (want nats, amqp, redis, kafka, postgres or mem)", shown, u.Scheme)
 	}
 	if err := kind.check(u, rawURL); err != nil {
-		return nil, fmt.Errorf("broker %q: %w", shown, scrubbed(err, rawURL))
+		return nil, fmt.Errorf("broker: %q: %w", shown, scrubbed(err, rawURL))
 	}
 	ps, err := kind.open(ctx, u, rawURL, logger)
 	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", shown, scrubbed(err, rawURL))
+		return nil, fmt.Errorf("broker: %q: %w", shown, scrubbed(err, rawURL))
 	}
 	ps.scheme = kind.scheme
 	ps.pub = topicChecked{Publisher: ps.pub, scheme: kind.scheme}
@@ -168,26 +168,26 @@ type pubSub struct {
 
 func (p *pubSub) Scheme() string { return p.scheme }
 
-func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub, p.ping} }
+func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub, p.scheme, p.ping} }
 
 func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 	if strings.TrimSpace(group) == "" {
-		return nil, fmt.Errorf("broker %s: subscriber group is empty", p.scheme)
+		return nil, fmt.Errorf("broker: %s: subscriber group is empty", p.scheme)
 	}
 	if p.isClosed() {
-		return nil, fmt.Errorf("broker %s: closed", p.scheme)
+		return nil, fmt.Errorf("broker: %s: closed", p.scheme)
 	}
 	// Made outside the lock: it may dial the broker.
 	sub, err := p.newSub(group)
 	if err != nil {
-		return nil, fmt.Errorf("broker %s: subscriber for group %q: %w", p.scheme, group, err)
+		return nil, fmt.Errorf("broker: %s: subscriber for group %q: %w", p.scheme, group, err)
 	}
 	owned := &ownedSubscriber{Subscriber: sub, parent: p}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		_ = sub.Close()
-		return nil, fmt.Errorf("broker %s: closed", p.scheme)
+		return nil, fmt.Errorf("broker: %s: closed", p.scheme)
 	}
 	if p.subs == nil {
 		p.subs = make(map[*ownedSubscriber]struct{})
@@ -217,7 +217,7 @@ func (p *pubSub) Close() error {
 
 	var errs []error
 	for _, s := range subs {
-		if err := s.Close(); err != nil {
+		if err := s.close(); err != nil {
 			errs = append(errs, fmt.Errorf("closing subscriber: %w", err))
 		}
 	}
@@ -230,7 +230,7 @@ func (p *pubSub) Close() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("broker %s: %w", p.scheme, err)
+		return fmt.Errorf("broker: %s: %w", p.scheme, err)
 	}
 	return nil
 }
@@ -240,7 +240,8 @@ func (p *pubSub) Close() error {
 // every subscriber).
 type ownedPublisher struct {
 	message.Publisher
-	ping func(ctx context.Context) error
+	scheme string
+	ping   func(ctx context.Context) error
 }
 
 func (ownedPublisher) Close() error { return nil }
@@ -250,7 +251,10 @@ func (o ownedPublisher) Ping(ctx context.Context) error {
 	if o.ping == nil {
 		return nil
 	}
-	return o.ping(ctx)
+	if err := o.ping(ctx); err != nil {
+		return fmt.Errorf("broker: %s: %w", o.scheme, err)
+	}
+	return nil
 }
 
 // ownedSubscriber makes Close idempotent (not every Watermill subscriber is)
@@ -268,10 +272,22 @@ func (s *ownedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 	if err := ValidateTopic(s.parent.scheme, topic); err != nil {
 		return nil, err
 	}
-	return s.Subscriber.Subscribe(ctx, topic)
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %s: subscribing to %q: %w", s.parent.scheme, topic, err)
+	}
+	return ch, nil
 }
 
 func (s *ownedSubscriber) Close() error {
+	if err := s.close(); err != nil {
+		return fmt.Errorf("broker: %s: closing subscriber: %w", s.parent.scheme, err)
+	}
+	return nil
+}
+
+// close is Close without the package prefix, for the Broker's Close.
+func (s *ownedSubscriber) close() error {
 	s.once.Do(func() {
 		s.err = s.Subscriber.Close()
 		s.parent.mu.Lock()

@@ -3,10 +3,12 @@ package broker
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,22 +16,22 @@ import (
 func TestOpenUnknownScheme(t *testing.T) {
 	_, err := Open(context.Background(), "foo://x", Options{})
 	require.Error(t, err)
-	assert.Equal(t, `broker "foo://x": unknown scheme "foo" (want nats, amqp, redis, kafka, postgres or mem)`, err.Error())
+	assert.Equal(t, `broker: "foo://x": unknown scheme "foo" (want nats, amqp, redis, kafka, postgres or mem)`, err.Error())
 
 	_, err = Open(context.Background(), "", Options{})
 	assert.ErrorContains(t, err, `unknown scheme ""`)
 
 	_, err = Open(context.Background(), "host=h password=s3cr3t-pw", Options{})
-	assert.ErrorContains(t, err, `broker "host=h password=xxxxx": unknown scheme ""`)
+	assert.ErrorContains(t, err, `broker: "host=h password=xxxxx": unknown scheme ""`)
 
 	_, err = Open(context.Background(), "foo://u:s3cr3t-pw@x", Options{})
-	assert.ErrorContains(t, err, `broker "foo://u:xxxxx@x": unknown scheme "foo"`)
+	assert.ErrorContains(t, err, `broker: "foo://u:xxxxx@x": unknown scheme "foo"`)
 }
 
 func TestOpenBadURLHidesPassword(t *testing.T) {
 	_, err := Open(context.Background(), "postgres://u:s3cr3t-pw@host:port/db", Options{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `broker "postgres://u:xxxxx@host:port/db": parsing URL`)
+	assert.Contains(t, err.Error(), `broker: "postgres://u:xxxxx@host:port/db": parsing URL`)
 	assert.NotContains(t, err.Error(), "s3cr3t-pw")
 
 	_, err = Open(context.Background(), "kafka://u:s3cr3t-pw@127.0.0.1:1", Options{})
@@ -60,7 +62,7 @@ func TestOpenUnreachable(t *testing.T) {
 				t.Fatalf("Open(%s) succeeded", rawURL)
 			}
 			assert.Less(t, time.Since(start), 5*time.Second)
-			assert.True(t, strings.HasPrefix(err.Error(), "broker "+Redacted(rawURL)+": "), "%v", err)
+			assert.True(t, strings.HasPrefix(err.Error(), "broker: "+strconv.Quote(Redacted(rawURL))+": "), "%v", err)
 			assert.NotContains(t, err.Error(), "s3cr3t-pw")
 			t.Log(err)
 		})
@@ -70,7 +72,7 @@ func TestOpenUnreachable(t *testing.T) {
 func TestOpenErrorShape(t *testing.T) {
 	_, err := Open(context.Background(), "nats://127.0.0.1:1", Options{})
 	require.Error(t, err)
-	assert.True(t, strings.HasPrefix(err.Error(), "broker nats://127.0.0.1:1: connecting: "), "%v", err)
+	assert.True(t, strings.HasPrefix(err.Error(), `broker: "nats://127.0.0.1:1": connecting: `), "%v", err)
 }
 
 // TestOpenHonoursContext points every broker at a server that accepts
@@ -167,3 +169,29 @@ func TestScrubbed(t *testing.T) {
 type testError struct{ s string }
 
 func (e *testError) Error() string { return e.s }
+
+// Every error a Broker returns starts with "broker: " and its scheme,
+// whichever of its methods returns it, and wraps the cause.
+func TestErrorsStartWithThePackage(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, "mem://", Options{})
+	require.NoError(t, err)
+	sub, err := b.Subscriber("g")
+	require.NoError(t, err)
+	require.NoError(t, sub.Close())
+	_, err = sub.Subscribe(ctx, "orders")
+	assert.EqualError(t, err, `broker: mem: subscribing to "orders": subscriber closed`)
+	_, err = b.Subscriber(" ")
+	assert.EqualError(t, err, "broker: mem: subscriber group is empty")
+	assert.EqualError(t, b.Publisher().Publish(""), `broker: mem: invalid topic "": it is empty`)
+
+	require.NoError(t, b.Close())
+	_, err = b.Subscriber("g")
+	assert.EqualError(t, err, "broker: mem: closed")
+	err = b.Publisher().Publish("orders", newMessages(1)[0].message())
+	require.Error(t, err)
+	assert.True(t, strings.HasPrefix(err.Error(), "broker: mem: "), "%v", err)
+
+	_, err = Open(ctx, "nats://127.0.0.1:1", Options{})
+	assert.ErrorIs(t, err, nats.ErrNoServers)
+}

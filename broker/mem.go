@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"sync"
@@ -97,7 +96,7 @@ func (g *memGroups) channel(topic, group string) (<-chan *message.Message, error
 	}
 	in, err := g.gc.Subscribe(g.ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("subscribing to %q: %w", topic, err)
+		return nil, err // the Broker's subscriber names the topic
 	}
 	out := make(chan *message.Message)
 	go g.sequence(topic, in, out)

@@ -158,7 +158,7 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 		// A JetStream request: the server answers, and JetStream with it.
 		ping: func(ctx context.Context) error {
 			if _, err := js.AccountInfo(ctx); err != nil {
-				return fmt.Errorf("nats: JetStream does not answer: %w", err)
+				return fmt.Errorf("JetStream does not answer: %w", err)
 			}
 			return nil
 		},

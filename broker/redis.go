@@ -59,7 +59,7 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 		ping: func(ctx context.Context) error {
 			_, err := bounded(ctx, func() (struct{}, error) { return struct{}{}, client.Ping(ctx).Err() }, func(struct{}) {})
 			if err != nil {
-				return fmt.Errorf("redis: PING failed: %w", err)
+				return fmt.Errorf("PING failed: %w", err)
 			}
 			return nil
 		},

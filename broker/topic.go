@@ -19,7 +19,7 @@ type InvalidTopicError struct {
 }
 
 func (e *InvalidTopicError) Error() string {
-	return fmt.Sprintf("broker %s: invalid topic %q: %s", e.Scheme, e.Topic, e.Reason)
+	return fmt.Sprintf("broker: %s: invalid topic %q: %s", e.Scheme, e.Topic, e.Reason)
 }
 
 // Permanent reports true: the topic stays invalid however often it is
@@ -139,5 +139,8 @@ func (p topicChecked) Publish(topic string, messages ...*message.Message) error 
 	if err := ValidateTopic(p.scheme, topic); err != nil {
 		return err
 	}
-	return p.Publisher.Publish(topic, messages...)
+	if err := p.Publisher.Publish(topic, messages...); err != nil {
+		return fmt.Errorf("broker: %s: %w", p.scheme, err)
+	}
+	return nil
 }

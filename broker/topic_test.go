@@ -31,47 +31,47 @@ func TestValidateTopic(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ scheme, topic, want string }{
-		{"nats", "", `broker nats: invalid topic "": it is empty`},
-		{"nats", ">", `broker nats: invalid topic ">": "*" and ">" are NATS wildcards; a topic is one literal subject`},
-		{"nats", "orders.>", `broker nats: invalid topic "orders.>": "*" and ">" are NATS wildcards; a topic is one literal subject`},
-		{"nats", "*", `broker nats: invalid topic "*": "*" and ">" are NATS wildcards; a topic is one literal subject`},
-		{"nats", "orders.*.eu", `broker nats: invalid topic "orders.*.eu": "*" and ">" are NATS wildcards; a topic is one literal subject`},
-		{"nats", "a..b", `broker nats: invalid topic "a..b": it has an empty token (a leading, trailing or double dot)`},
-		{"nats", ".orders", `broker nats: invalid topic ".orders": it has an empty token (a leading, trailing or double dot)`},
-		{"nats", "orders.", `broker nats: invalid topic "orders.": it has an empty token (a leading, trailing or double dot)`},
-		{"nats", "my orders", `broker nats: invalid topic "my orders": it contains ' '; a NATS subject holds no white space or control characters`},
-		{"nats", "orders\t", `broker nats: invalid topic "orders\t": it contains '\t'; a NATS subject holds no white space or control characters`},
-		{"nats", "orders\x00", `broker nats: invalid topic "orders\x00": it contains '\x00'; a NATS subject holds no white space or control characters`},
-		{"nats", "$SYS.ACCOUNT", `broker nats: invalid topic "$SYS.ACCOUNT": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
-		{"nats", "$JS.API.INFO", `broker nats: invalid topic "$JS.API.INFO": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
-		{"nats", "$KV.b.k", `broker nats: invalid topic "$KV.b.k": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
-		{"nats", "$O.b", `broker nats: invalid topic "$O.b": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
-		{"nats", "$orders", `broker nats: invalid topic "$orders": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
-		{"nats", "_INBOX.abc", `broker nats: invalid topic "_INBOX.abc": subjects starting with "_INBOX" are NATS reply subjects`},
-		{"nats", "_INBOX", `broker nats: invalid topic "_INBOX": subjects starting with "_INBOX" are NATS reply subjects`},
+		{"nats", "", `broker: nats: invalid topic "": it is empty`},
+		{"nats", ">", `broker: nats: invalid topic ">": "*" and ">" are NATS wildcards; a topic is one literal subject`},
+		{"nats", "orders.>", `broker: nats: invalid topic "orders.>": "*" and ">" are NATS wildcards; a topic is one literal subject`},
+		{"nats", "*", `broker: nats: invalid topic "*": "*" and ">" are NATS wildcards; a topic is one literal subject`},
+		{"nats", "orders.*.eu", `broker: nats: invalid topic "orders.*.eu": "*" and ">" are NATS wildcards; a topic is one literal subject`},
+		{"nats", "a..b", `broker: nats: invalid topic "a..b": it has an empty token (a leading, trailing or double dot)`},
+		{"nats", ".orders", `broker: nats: invalid topic ".orders": it has an empty token (a leading, trailing or double dot)`},
+		{"nats", "orders.", `broker: nats: invalid topic "orders.": it has an empty token (a leading, trailing or double dot)`},
+		{"nats", "my orders", `broker: nats: invalid topic "my orders": it contains ' '; a NATS subject holds no white space or control characters`},
+		{"nats", "orders\t", `broker: nats: invalid topic "orders\t": it contains '\t'; a NATS subject holds no white space or control characters`},
+		{"nats", "orders\x00", `broker: nats: invalid topic "orders\x00": it contains '\x00'; a NATS subject holds no white space or control characters`},
+		{"nats", "$SYS.ACCOUNT", `broker: nats: invalid topic "$SYS.ACCOUNT": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
+		{"nats", "$JS.API.INFO", `broker: nats: invalid topic "$JS.API.INFO": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
+		{"nats", "$KV.b.k", `broker: nats: invalid topic "$KV.b.k": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
+		{"nats", "$O.b", `broker: nats: invalid topic "$O.b": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
+		{"nats", "$orders", `broker: nats: invalid topic "$orders": subjects starting with "$" are reserved by the NATS server ($SYS, $JS, $KV, $O...)`},
+		{"nats", "_INBOX.abc", `broker: nats: invalid topic "_INBOX.abc": subjects starting with "_INBOX" are NATS reply subjects`},
+		{"nats", "_INBOX", `broker: nats: invalid topic "_INBOX": subjects starting with "_INBOX" are NATS reply subjects`},
 
-		{"kafka", "", `broker kafka: invalid topic "": it is empty`},
-		{"kafka", ".", `broker kafka: invalid topic ".": "." and ".." are not allowed as Kafka topic names`},
-		{"kafka", "..", `broker kafka: invalid topic "..": "." and ".." are not allowed as Kafka topic names`},
-		{"kafka", long(250), `broker kafka: invalid topic "` + long(250) + `": it is 250 characters long; Kafka allows at most 249`},
-		{"kafka", "orders/eu", `broker kafka: invalid topic "orders/eu": character '/' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
-		{"kafka", "orders eu", `broker kafka: invalid topic "orders eu": character ' ' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
-		{"kafka", "ordér", `broker kafka: invalid topic "ordér": character 'é' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
-		{"kafka", "__consumer_offsets", `broker kafka: invalid topic "__consumer_offsets": names starting with "__" are reserved for Kafka's internal topics`},
+		{"kafka", "", `broker: kafka: invalid topic "": it is empty`},
+		{"kafka", ".", `broker: kafka: invalid topic ".": "." and ".." are not allowed as Kafka topic names`},
+		{"kafka", "..", `broker: kafka: invalid topic "..": "." and ".." are not allowed as Kafka topic names`},
+		{"kafka", long(250), `broker: kafka: invalid topic "` + long(250) + `": it is 250 characters long; Kafka allows at most 249`},
+		{"kafka", "orders/eu", `broker: kafka: invalid topic "orders/eu": character '/' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
+		{"kafka", "orders eu", `broker: kafka: invalid topic "orders eu": character ' ' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
+		{"kafka", "ordér", `broker: kafka: invalid topic "ordér": character 'é' is not allowed; a Kafka topic holds only letters, digits, '.', '_' and '-'`},
+		{"kafka", "__consumer_offsets", `broker: kafka: invalid topic "__consumer_offsets": names starting with "__" are reserved for Kafka's internal topics`},
 
-		{"amqp", "", `broker amqp: invalid topic "": it is empty`},
-		{"amqps", "amq.fanout", `broker amqp: invalid topic "amq.fanout": exchange names starting with "amq." are reserved by RabbitMQ`},
-		{"amqp", long(256), `broker amqp: invalid topic "` + long(256) + `": it is 256 bytes long; RabbitMQ allows at most 255`},
-		{"amqp", "ord\xffers", `broker amqp: invalid topic "ord\xffers": it is not valid UTF-8`},
+		{"amqp", "", `broker: amqp: invalid topic "": it is empty`},
+		{"amqps", "amq.fanout", `broker: amqp: invalid topic "amq.fanout": exchange names starting with "amq." are reserved by RabbitMQ`},
+		{"amqp", long(256), `broker: amqp: invalid topic "` + long(256) + `": it is 256 bytes long; RabbitMQ allows at most 255`},
+		{"amqp", "ord\xffers", `broker: amqp: invalid topic "ord\xffers": it is not valid UTF-8`},
 
-		{"postgres", "", `broker postgres: invalid topic "": it is empty`},
-		{"postgresql", "orders/eu", `broker postgres: invalid topic "orders/eu": character '/' is not allowed; a topic names watermill-sql tables, which take only letters, digits and - $ : . _`},
-		{"postgres", `a"b`, `broker postgres: invalid topic "a\"b": character '"' is not allowed; a topic names watermill-sql tables, which take only letters, digits and - $ : . _`},
-		{"postgres", long(46), `broker postgres: invalid topic "` + long(46) + `": it is 46 bytes long; at most 45 fit in the PostgreSQL table names made from it`},
+		{"postgres", "", `broker: postgres: invalid topic "": it is empty`},
+		{"postgresql", "orders/eu", `broker: postgres: invalid topic "orders/eu": character '/' is not allowed; a topic names watermill-sql tables, which take only letters, digits and - $ : . _`},
+		{"postgres", `a"b`, `broker: postgres: invalid topic "a\"b": character '"' is not allowed; a topic names watermill-sql tables, which take only letters, digits and - $ : . _`},
+		{"postgres", long(46), `broker: postgres: invalid topic "` + long(46) + `": it is 46 bytes long; at most 45 fit in the PostgreSQL table names made from it`},
 
-		{"redis", "", `broker redis: invalid topic "": it is empty`},
-		{"mem", "", `broker mem: invalid topic "": it is empty`},
-		{"inprocess", "", `broker mem: invalid topic "": it is empty`},
+		{"redis", "", `broker: redis: invalid topic "": it is empty`},
+		{"mem", "", `broker: mem: invalid topic "": it is empty`},
+		{"inprocess", "", `broker: mem: invalid topic "": it is empty`},
 	} {
 		err := ValidateTopic(tc.scheme, tc.topic)
 		if !assert.Error(t, err, "%s %q", tc.scheme, tc.topic) {
@@ -109,12 +109,12 @@ func TestBrokerChecksTopics(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	err = b.Publisher().Publish("", newMessages(1)[0].message())
-	assert.EqualError(t, err, `broker mem: invalid topic "": it is empty`)
+	assert.EqualError(t, err, `broker: mem: invalid topic "": it is empty`)
 	assertPermanent(t, err)
 	sub, err := b.Subscriber("g")
 	require.NoError(t, err)
 	_, err = sub.Subscribe(context.Background(), "")
-	assert.EqualError(t, err, `broker mem: invalid topic "": it is empty`)
+	assert.EqualError(t, err, `broker: mem: invalid topic "": it is empty`)
 }
 
 // TestNATSRefusesWildcardTopics publishes and subscribes through the real
@@ -146,7 +146,7 @@ func TestNATSRefusesWildcardTopics(t *testing.T) {
 	for _, topic := range topics {
 		err := b.Publisher().Publish(topic, newMessages(1)[0].message())
 		require.Error(t, err, topic)
-		assert.True(t, strings.HasPrefix(err.Error(), "broker nats: invalid topic "+`"`+topic+`": `), "%v", err)
+		assert.True(t, strings.HasPrefix(err.Error(), "broker: nats: invalid topic "+`"`+topic+`": `), "%v", err)
 		assertPermanent(t, err)
 		_, err = sub.Subscribe(ctx, topic)
 		require.Error(t, err, topic)

@@ -38,6 +38,9 @@
 //		return fields, nil
 //	}
 //
+// Its errors start with "events: "; a *ValidationError names the event and
+// version, and the field at fault when there is one.
+//
 // This package stays tiny and free of code-generation dependencies: the
 // generated ent code imports it at run time.
 package events

@@ -9,12 +9,12 @@ var (
 	// ErrNotInTransaction is returned by Emit on a client that is not bound
 	// to a transaction: an outbox write outside a transaction would not be
 	// atomic with the business change, so it is refused.
-	ErrNotInTransaction = errors.New("entoutbox: emit needs a transactional client (use tx.Outbox from client.Tx)")
+	ErrNotInTransaction = errors.New("events: emit needs a transactional client (use tx.Outbox from client.Tx)")
 
 	// ErrDuplicateEventID is returned by Emit when an event with the same id
 	// is already in the outbox. Nothing is written and the transaction stays
 	// usable.
-	ErrDuplicateEventID = errors.New("entoutbox: an event with this id is already in the outbox")
+	ErrDuplicateEventID = errors.New("events: an event with this id is already in the outbox")
 )
 
 // ValidationError reports a payload that breaks its declaration, or a
@@ -30,7 +30,7 @@ type ValidationError struct {
 
 func (e *ValidationError) Error() string {
 	if e.Field == "" {
-		return fmt.Sprintf("entoutbox: invalid %q v%d event: %s", e.Event, e.Version, e.Reason)
+		return fmt.Sprintf("events: invalid %q v%d event: %s", e.Event, e.Version, e.Reason)
 	}
-	return fmt.Sprintf("entoutbox: invalid %q v%d payload: field %q %s", e.Event, e.Version, e.Field, e.Reason)
+	return fmt.Sprintf("events: invalid %q v%d payload: field %q %s", e.Event, e.Version, e.Field, e.Reason)
 }

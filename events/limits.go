@@ -47,7 +47,7 @@ func CheckHeaders(h map[string]string) error {
 		}
 	}
 	if total > MaxHeadersBytes {
-		return fmt.Errorf("headers hold %d bytes in all (keys and values), more than %d", total, MaxHeadersBytes)
+		return fmt.Errorf("events: headers hold %d bytes in all (keys and values), more than %d", total, MaxHeadersBytes)
 	}
 	return nil
 }
@@ -59,10 +59,10 @@ func CheckHeaders(h map[string]string) error {
 // characters other than tab, nor a space or tab at either end.
 func CheckHeader(key, value string) error {
 	if err := checkHeaderKey(key); err != nil {
-		return fmt.Errorf("header %s: key %w", shown(key), err)
+		return fmt.Errorf("events: header %s: key %w", shown(key), err)
 	}
 	if err := checkHeaderValue(value); err != nil {
-		return fmt.Errorf("header %s: value %w", shown(key), err)
+		return fmt.Errorf("events: header %s: value %w", shown(key), err)
 	}
 	return nil
 }
@@ -128,21 +128,21 @@ func checkHeaderValue(v string) error {
 func CheckAggregateID(id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("aggregate id is empty")
+		return fmt.Errorf("events: aggregate id is empty")
 	case len(id) > MaxAggregateIDBytes:
-		return fmt.Errorf("aggregate id %s is %d bytes, more than %d", shown(id), len(id), MaxAggregateIDBytes)
+		return fmt.Errorf("events: aggregate id %s is %d bytes, more than %d", shown(id), len(id), MaxAggregateIDBytes)
 	case !utf8.ValidString(id):
-		return fmt.Errorf("aggregate id %s is not valid UTF-8", shown(id))
+		return fmt.Errorf("events: aggregate id %s is not valid UTF-8", shown(id))
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("aggregate id %s has %s", shown(id), control(r))
+			return fmt.Errorf("events: aggregate id %s has %s", shown(id), control(r))
 		}
 	}
 	first, _ := utf8.DecodeRuneInString(id)
 	last, _ := utf8.DecodeLastRuneInString(id)
 	if unicode.IsSpace(first) || unicode.IsSpace(last) {
-		return fmt.Errorf("aggregate id %s starts or ends with white space", shown(id))
+		return fmt.Errorf("events: aggregate id %s starts or ends with white space", shown(id))
 	}
 	return nil
 }

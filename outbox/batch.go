@@ -59,7 +59,7 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 	if !given {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return fmt.Errorf("entoutbox: generating event id: %w", err)
+			return fmt.Errorf("outbox: generating event id: %w", err)
 		}
 		cfg.EventID = id
 	}

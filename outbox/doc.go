@@ -6,4 +6,8 @@
 //
 // A producer binary imports it and not the relay: writing events carries
 // neither the relay's read paths nor the brokers.
+//
+// Its errors start with "outbox: ", except the events package's own
+// (events.ErrDuplicateEventID, *events.ValidationError), which start with
+// "events: " and name the event.
 package outbox

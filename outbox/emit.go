@@ -33,7 +33,7 @@ func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 	// What a broker cannot carry is refused now, not retried by the relay
 	// until it gives up; a NUL or invalid UTF-8 would fail the commit.
 	if err := events.CheckAggregateID(ev.AggregateID); err != nil {
-		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: err.Error()}
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: reason(err)}
 	}
 	// PostgreSQL's jsonb refuses \u0000; found now, not when the events
 	// are written at commit.
@@ -42,10 +42,14 @@ func eventMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 			Reason: `payload holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`}
 	}
 	if err := events.CheckHeaders(cfg.Headers); err != nil {
-		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: err.Error()}
+		return nil, &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: reason(err)}
 	}
 	return NewMessage(ev, cfg)
 }
+
+// reason is the text of an error of events' checks without the package
+// prefix, for the *events.ValidationError that names the event.
+func reason(err error) string { return strings.TrimPrefix(err.Error(), "events: ") }
 
 // hasJSONNul tells whether JSON text b has the escape \u0000 (and not an
 // escaped backslash followed by "u0000").
@@ -69,16 +73,16 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, topic string, m
 	exec := &entExecutor{drv: drv}
 	pub, err := wsql.NewPublisher(exec, wsql.PublisherConfig{SchemaAdapter: writeAdapter{table: table}}, nil)
 	if err != nil {
-		return fmt.Errorf("entoutbox: creating SQL publisher: %w", err)
+		return fmt.Errorf("outbox: creating SQL publisher: %w", err)
 	}
 	for _, msg := range msgs {
 		msg.SetContext(ctx)
 	}
 	if err := pub.Publish(topic, msgs...); err != nil {
 		if len(msgs) == 1 {
-			return fmt.Errorf("entoutbox: writing %q event %s: %w", msgs[0].Metadata.Get(events.MetaEventName), msgs[0].UUID, err)
+			return fmt.Errorf("outbox: writing %q event %s: %w", msgs[0].Metadata.Get(events.MetaEventName), msgs[0].UUID, err)
 		}
-		return fmt.Errorf("entoutbox: writing %d events to topic %q: %w", len(msgs), topic, err)
+		return fmt.Errorf("outbox: writing %d events to topic %q: %w", len(msgs), topic, err)
 	}
 	if int(exec.rowsAffected) == len(msgs) {
 		return nil
@@ -98,7 +102,7 @@ func NewMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 	if id == uuid.Nil {
 		var err error
 		if id, err = uuid.NewV7(); err != nil {
-			return nil, fmt.Errorf("entoutbox: generating event id: %w", err)
+			return nil, fmt.Errorf("outbox: generating event id: %w", err)
 		}
 	}
 	md := make(message.Metadata, len(cfg.Headers)+4)

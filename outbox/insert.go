@@ -25,6 +25,16 @@ func NotifyChannel(table string) string { return table }
 // a row whose event id is already present is skipped (ON CONFLICT DO
 // NOTHING) so that a duplicate does not abort the caller's transaction.
 func InsertQuery(table string, params wsql.InsertQueryParams) (wsql.Query, error) {
+	q, err := insertQuery(table, params)
+	if err != nil {
+		return wsql.Query{}, fmt.Errorf("outbox: %w", err)
+	}
+	return q, nil
+}
+
+// insertQuery is InsertQuery without the package prefix on its errors,
+// which the writer's errors carry already.
+func insertQuery(table string, params wsql.InsertQueryParams) (wsql.Query, error) {
 	const perRow = 8
 	var (
 		q    strings.Builder
@@ -86,10 +96,10 @@ func rowHeaders(md map[string]string) (any, error) {
 type writeAdapter struct{ table string }
 
 func (a writeAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
-	return InsertQuery(a.table, params)
+	return insertQuery(a.table, params)
 }
 
-var errWriteOnly = errors.New("entoutbox: the outbox writer does not read")
+var errWriteOnly = errors.New("outbox: the outbox writer does not read")
 
 func (writeAdapter) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
 	return wsql.Query{}, errWriteOnly
