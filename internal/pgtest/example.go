@@ -1,0 +1,77 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+// Open creates a fresh schema whose name starts with "x_" + name, for code
+// that has no testing.TB, such as an Example; Drop removes it.
+func Open(ctx context.Context, name string) (*DB, error) {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	schema := "x_" + unsafe.ReplaceAllString(name, "_") + "_" + hex.EncodeToString(suffix)
+	if err := adminExec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+		return nil, fmt.Errorf("creating schema %s on %s: %w", schema, ServerURL(), err)
+	}
+	u := WithSearchPath(ServerURL(), schema)
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		return nil, err
+	}
+	return &DB{Schema: schema, URL: u, DB: db}, nil
+}
+
+// Drop closes d's pool and drops its schema.
+func (d *DB) Drop() error {
+	d.DB.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return adminExec(ctx, `DROP SCHEMA "`+d.Schema+`" CASCADE`)
+}
+
+func adminExec(ctx context.Context, query string) error {
+	admin, err := sql.Open("pgx", ServerURL())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	_, err = admin.ExecContext(ctx, query)
+	return err
+}
+
+// SkipExamplesUnlessReachable, called from an init function of a test
+// package whose examples need the test server, leaves them out of the run
+// (as -skip '^Example' would) when the server is not reachable, unless
+// CI=true. An example cannot skip itself: without the server it would fail
+// on its output, which says nothing of the cause. The tests still run and
+// skip themselves (see Unavailable). A -skip given on the command line
+// takes precedence.
+func SkipExamplesUnlessReachable() {
+	if os.Getenv("CI") == "true" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	db, err := sql.Open("pgx", ServerURL())
+	if err == nil {
+		err = db.PingContext(ctx)
+		db.Close()
+	}
+	if err == nil {
+		return
+	}
+	testing.Init() // registers -test.skip; idempotent, and the command line is parsed later
+	if serr := flag.Set("test.skip", "^Example"); serr != nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "skipping examples: PostgreSQL unreachable at %s (%v); start it with ../shared/services.sh, or set CI=true to fail instead\n",
+		ServerURL(), err)
+}
