@@ -2,12 +2,14 @@ package codegen_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,25 +20,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/codegen"
-	bad_default "github.com/entoutbox/entoutbox/codegen/testdata/bad_default/events"
-	default_maxlen "github.com/entoutbox/entoutbox/codegen/testdata/default_maxlen/events"
-	duplicate_event_name "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_event_name/events"
-	duplicate_field "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_field/events"
-	empty_name "github.com/entoutbox/entoutbox/codegen/testdata/empty_name/events"
-	invalid_identifier "github.com/entoutbox/entoutbox/codegen/testdata/invalid_identifier/events"
-	invalid_topic "github.com/entoutbox/entoutbox/codegen/testdata/invalid_topic/events"
-	kinds "github.com/entoutbox/entoutbox/codegen/testdata/kinds/events"
-	missing_outbox "github.com/entoutbox/entoutbox/codegen/testdata/missing_outbox/events"
-	missing_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/missing_upcaster/events"
-	"github.com/entoutbox/entoutbox/codegen/testdata/noschema"
-	removed_field "github.com/entoutbox/entoutbox/codegen/testdata/removed_field/events"
-	"github.com/entoutbox/entoutbox/codegen/testdata/schema"
-	type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
-	upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
-	version_numbering "github.com/entoutbox/entoutbox/codegen/testdata/version_numbering/events"
-	versions "github.com/entoutbox/entoutbox/codegen/testdata/versions/events"
 	"github.com/entoutbox/entoutbox/events"
 )
+
+// The golden cases are the directories of testdata/, found as sqlc's
+// endtoend tests find theirs, except that a case's declarations are Go
+// values, which must be imported: gencases writes the imports and the list
+// into cases_gen_test.go, and TestGoldenCasesMatchTestdata fails when it is
+// out of date. A directory testdata/<case> is a case when it holds
+//
+//   - events/, a package whose All lists the declarations (without it the
+//     case declares none), or stderr.txt, or both;
+//   - stderr.txt: generation must be refused with exactly this message
+//     (one line break at the end aside), leaving every file as it was;
+//   - otherwise ent/: the files the extension generates (those headed
+//     codegen's generated-code line), not ent's own, compared byte for byte;
+//   - schema.txt, optionally: the directory under testdata/ of the ent
+//     schema package (its All) to generate with, "schema" when absent.
+//
+// Other directories are the schema packages and usermodule/ (see its
+// README). go test ./codegen -update rewrites stderr.txt and ent/.
+//
+//go:generate go run ./internal/gencases
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
@@ -49,45 +54,64 @@ type goldenCase struct {
 	events    []events.Interface
 }
 
-var cases = []goldenCase{
-	{"kinds", "schema", schema.All, kinds.All},
-	{"versions", "schema", schema.All, versions.All},
-	{"upcast", "schema", schema.All, upcast.All},
-	{"missing_upcaster", "schema", schema.All, missing_upcaster.All},
-	{"duplicate_event_name", "schema", schema.All, duplicate_event_name.All},
-	{"duplicate_field", "schema", schema.All, duplicate_field.All},
-	{"version_numbering", "schema", schema.All, version_numbering.All},
-	{"empty_name", "schema", schema.All, empty_name.All},
-	{"invalid_identifier", "schema", schema.All, invalid_identifier.All},
-	{"bad_default", "schema", schema.All, bad_default.All},
-	{"default_maxlen", "schema", schema.All, default_maxlen.All},
-	{"invalid_topic", "schema", schema.All, invalid_topic.All},
-	{"removed_field", "schema", schema.All, removed_field.All},
-	{"type_collision", "schema", schema.All, type_collision.All},
-	{"missing_outbox", "noschema", noschema.All, missing_outbox.All},
+// TestGoldenCasesMatchTestdata fails when a directory of testdata/ was
+// added, removed or changed into another kind of case without running go
+// generate ./codegen.
+func TestGoldenCasesMatchTestdata(t *testing.T) {
+	type found struct {
+		name, schemaPkg string
+		events          bool
+	}
+	var want, got []found
+	schemas := map[string]bool{}
+	for _, c := range cases {
+		got = append(got, found{c.name, c.schemaPkg, c.events != nil})
+		schemas[c.schemaPkg] = true
+	}
+	entries, err := os.ReadDir("testdata")
+	require.NoError(t, err)
+	var other []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join("testdata", e.Name())
+		f := found{name: e.Name(), schemaPkg: "schema", events: isDir(filepath.Join(dir, "events"))}
+		if _, err := os.Stat(filepath.Join(dir, "stderr.txt")); err != nil && !f.events {
+			other = append(other, e.Name())
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "schema.txt")); err == nil {
+			f.schemaPkg = strings.TrimSpace(string(b))
+		}
+		want = append(want, f)
+	}
+	require.Equal(t, want, got, "testdata/ and cases_gen_test.go disagree: run go generate ./codegen")
+	for _, name := range other {
+		require.True(t, schemas[name] || name == "usermodule",
+			"testdata/%s is no case (it has neither events/ nor stderr.txt) nor a schema package a case uses", name)
+	}
 }
 
 // TestGolden generates each case into a temporary directory and compares
-// it with testdata/<case>/ent (generated code) or testdata/<case>/stderr.txt
-// (the exact refusal). A refused case runs in a package generated before,
-// which must keep every file as it was. Run with -update to rewrite them.
+// the extension's files with testdata/<case>/ent, or the refusal with
+// testdata/<case>/stderr.txt. A refused case runs in a package generated
+// before (by case versions), which must keep every file as it was.
 func TestGolden(t *testing.T) {
+	before := t.TempDir()
+	require.NoError(t, generate(t, caseNamed(t, "versions"), before))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
 			caseDir := filepath.Join("testdata", c.name)
 			stderrFile := filepath.Join(caseDir, "stderr.txt")
-			// A refusal is expected to leave a package that was generated
-			// before exactly as it was, so give it one.
-			_, serr := os.Stat(stderrFile)
-			refusal := serr == nil && !*update
-			if refusal {
-				require.NoError(t, os.CopyFS(out, os.DirFS(filepath.Join("testdata", "versions", "ent"))))
+			if _, err := os.Stat(stderrFile); err == nil {
+				require.NoError(t, os.CopyFS(out, os.DirFS(before)))
 			}
-			before := snapshotTree(t, out)
+			snapshot := snapshotTree(t, out)
 			err := generate(t, c, out)
 			if err != nil {
-				requireSameTree(t, before, snapshotTree(t, out))
+				requireSameTree(t, snapshot, snapshotTree(t, out))
 				if *update {
 					require.NoError(t, os.WriteFile(stderrFile, []byte(err.Error()+"\n"), 0o644))
 					return
@@ -98,27 +122,71 @@ func TestGolden(t *testing.T) {
 				return
 			}
 			require.NoFileExists(t, stderrFile, "generation succeeded but the case expects a refusal")
+			got := ownFiles(t, out)
 			golden := filepath.Join(caseDir, "ent")
 			if *update {
 				require.NoError(t, os.RemoveAll(golden))
-				require.NoError(t, os.CopyFS(golden, os.DirFS(out)))
+				for name, content := range got {
+					require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(golden, name)), 0o755))
+					require.NoError(t, os.WriteFile(filepath.Join(golden, name), content, 0o644))
+				}
 				return
 			}
-			compareTrees(t, golden, out)
+			compareFiles(t, readTree(t, golden), got)
 		})
 	}
 }
 
-// TestGoldenCompiles builds the committed golden packages: a golden file
-// that does not compile is a broken generator.
-func TestGoldenCompiles(t *testing.T) {
-	args := []string{"build"}
-	for _, c := range cases {
-		if _, err := os.Stat(filepath.Join("testdata", c.name, "ent")); err == nil {
-			args = append(args, "./testdata/"+c.name+"/ent/...")
+// ownFiles reads the files the extension generated under root: those
+// headed with its generated-code line. Each is named entoutbox_*.go, apart
+// from ent's files.
+func ownFiles(t *testing.T, root string) map[string][]byte {
+	t.Helper()
+	own := map[string][]byte{}
+	for name, content := range readTree(t, root) {
+		if bytes.HasPrefix(content, []byte(codegen.Header+"\n")) {
+			own[name] = content
 		}
 	}
-	require.Greater(t, len(args), 1, "no golden package to build")
+	for name := range own {
+		require.True(t, strings.HasPrefix(filepath.Base(name), "entoutbox_"), "the extension wrote %s, which is not named entoutbox_*", name)
+	}
+	require.NotEmpty(t, own, "the extension generated no file")
+	return own
+}
+
+// TestGeneratedCompiles builds the whole package each successful case
+// generates, ent's files with the extension's: golden files that do not
+// compile are a broken generator. go build reads the temporary outputs
+// through an overlay, at the import path they were generated for.
+func TestGeneratedCompiles(t *testing.T) {
+	abs, err := filepath.Abs("testdata")
+	require.NoError(t, err)
+	overlay := map[string]string{}
+	args := []string{"build"}
+	for _, c := range cases {
+		if _, err := os.Stat(filepath.Join("testdata", c.name, "stderr.txt")); err == nil {
+			continue
+		}
+		out := t.TempDir()
+		require.NoError(t, generate(t, c, out))
+		dst := filepath.Join(abs, c.name, "ent")
+		// The golden files in the repository are replaced, or hidden when
+		// they were not generated.
+		for name := range readTree(t, dst) {
+			overlay[filepath.Join(dst, name)] = ""
+		}
+		for name := range readTree(t, out) {
+			overlay[filepath.Join(dst, name)] = filepath.Join(out, name)
+		}
+		args = append(args, "./testdata/"+c.name+"/ent/...")
+	}
+	require.Greater(t, len(args), 1, "no case generates a package")
+	b, err := json.Marshal(map[string]any{"Replace": overlay})
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "overlay.json")
+	require.NoError(t, os.WriteFile(file, b, 0o644))
+	args = slices.Insert(args, 1, "-overlay="+file)
 	out, err := exec.Command("go", args...).CombinedOutput()
 	require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
 }
@@ -135,7 +203,7 @@ func generate(t *testing.T, c goldenCase, target string) error {
 	}
 	storage, err := gen.NewStorage("sql")
 	require.NoError(t, err)
-	ext := codegen.New(codegen.Events(c.events...))
+	ext := codegen.NewExtension(codegen.Events(c.events...))
 	cfg := &gen.Config{
 		Storage:   storage,
 		Target:    target,
@@ -148,6 +216,19 @@ func generate(t *testing.T, c goldenCase, target string) error {
 	require.NoError(t, err)
 	return g.Gen()
 }
+
+func caseNamed(t *testing.T, name string) goldenCase {
+	t.Helper()
+	for _, c := range cases {
+		if c.name == name {
+			return c
+		}
+	}
+	t.Fatalf("no golden case %q", name)
+	return goldenCase{}
+}
+
+func isDir(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
 
 // TestRefusalThroughEntc refuses a generation the way go generate runs it,
 // through entc.Generate, into a user's ent package generated before. ent
@@ -165,15 +246,15 @@ func TestRefusalThroughEntc(t *testing.T) {
 	t.Chdir(filepath.Join(mod, "ent"))
 	generateWith := func(evs ...events.Interface) error {
 		return entc.Generate("./schema", &gen.Config{Package: "example.com/shop/ent"},
-			entc.Extensions(codegen.New(codegen.Events(evs...))))
+			entc.Extensions(codegen.NewExtension(codegen.Events(evs...))))
 	}
-	require.NoError(t, generateWith(versions.All...))
+	require.NoError(t, generateWith(caseNamed(t, "versions").events...))
 	runtime, err := os.ReadFile("runtime.go")
 	require.NoError(t, err)
 	require.Contains(t, string(runtime), "example.com/shop/ent/schema", "runtime.go must import the schema, or ent does not stub it")
 
 	before := snapshotTree(t, mod)
-	err = generateWith(bad_default.All...)
+	err = generateWith(caseNamed(t, "bad_default").events...)
 	require.Error(t, err)
 	require.Equal(t, strings.TrimSuffix(string(want), "\n"), err.Error())
 	requireSameTree(t, before, snapshotTree(t, mod))
@@ -227,24 +308,30 @@ func requireSameTree(t *testing.T, before, after map[string]fileState) {
 	require.Empty(t, changes, "a refused generation must leave every file as it was")
 }
 
-func compareTrees(t *testing.T, want, got string) {
+// readTree reads every file under root, by path relative to it; a root
+// that does not exist holds none.
+func readTree(t *testing.T, root string) map[string][]byte {
 	t.Helper()
-	files := func(root string) map[string][]byte {
-		m := map[string][]byte{}
-		require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			rel, _ := filepath.Rel(root, p)
-			b, err := os.ReadFile(p)
-			m[rel] = b
-			return err
-		}))
+	m := map[string][]byte{}
+	if _, err := os.Stat(root); os.IsNotExist(err) {
 		return m
 	}
-	w, g := files(want), files(got)
-	for name, content := range g {
-		wc, ok := w[name]
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		b, err := os.ReadFile(p)
+		m[rel] = b
+		return err
+	}))
+	return m
+}
+
+func compareFiles(t *testing.T, want, got map[string][]byte) {
+	t.Helper()
+	for name, content := range got {
+		wc, ok := want[name]
 		if !ok {
 			t.Errorf("generated %s is not in the golden files (run go test ./codegen -update)", name)
 			continue
@@ -253,8 +340,8 @@ func compareTrees(t *testing.T, want, got string) {
 			t.Errorf("generated %s differs from the golden file (run go test ./codegen -update): %s", name, firstDiff(wc, content))
 		}
 	}
-	for name := range w {
-		if _, ok := g[name]; !ok {
+	for name := range want {
+		if _, ok := got[name]; !ok {
 			t.Errorf("golden %s was not generated", name)
 		}
 	}

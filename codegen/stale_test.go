@@ -65,14 +65,3 @@ func TestStaleFilesRemoved(t *testing.T) {
 		})
 	}
 }
-
-func caseNamed(t *testing.T, name string) goldenCase {
-	t.Helper()
-	for _, c := range cases {
-		if c.name == name {
-			return c
-		}
-	}
-	t.Fatalf("no golden case %q", name)
-	return goldenCase{}
-}
