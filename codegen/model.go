@@ -99,6 +99,18 @@ type Version struct {
 	NextDefaults string
 }
 
+// HasDefaults tells whether a field of v has a default that replaces an
+// absent value at Emit and after decoding (outboxSetDefaults).
+func (v *Version) HasDefaults() bool {
+	return slices.ContainsFunc(v.Fields, func(f *Field) bool { return f.Defaults != "" })
+}
+
+// HasPrefill tells whether a field of v has a default to set before a
+// payload is decoded (outboxPrefill).
+func (v *Version) HasPrefill() bool {
+	return slices.ContainsFunc(v.Fields, func(f *Field) bool { return f.Prefill != "" })
+}
+
 // Field is one payload field with its Go rendering precomputed, so the
 // templates stay free of per-kind logic.
 type Field struct {

@@ -73,8 +73,12 @@ func render(f *Field) error {
 		if pointer {
 			set = fmt.Sprintf("v := %s(%s)\n\t%s = &v", base, lit, sel)
 		}
-		// Before decoding, so that a key absent from an older payload keeps it.
-		f.Prefill = fmt.Sprintf("{\n\t%s\n}", set)
+		// Before decoding, so that a key absent from an older payload keeps
+		// it; a pointer's v is scoped to its own block.
+		f.Prefill = set
+		if pointer {
+			f.Prefill = fmt.Sprintf("{\n\t%s\n}", set)
+		}
 		if pointer {
 			f.Defaults = fmt.Sprintf("if %s == nil {\n\t%s\n}", sel, set)
 		} else if d.Kind == field.KindString || d.Kind == field.KindEnum {

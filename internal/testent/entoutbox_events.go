@@ -33,16 +33,6 @@ func (OrderPaidV1) OutboxEvent() (name string, version int) {
 	return "order.paid", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderPaidV1) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderPaidV1) outboxPrefill() {
-}
-
 // OrderPaid is the payload of version 2 of event "order.paid", the version producers emit.
 type OrderPaid struct {
 	OrderID     int64  `json:"order_id"`
@@ -78,9 +68,7 @@ func (e *OrderPaid) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *OrderPaid) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
+	e.Currency = "EUR"
 }
 
 // EmitOrderPaid writes event "order.paid" (version 2, topic
@@ -164,16 +152,6 @@ func (ProfileUpdated) OutboxEvent() (name string, version int) {
 	return "profile.updated", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *ProfileUpdated) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *ProfileUpdated) outboxPrefill() {
-}
-
 // EmitProfileUpdated writes event "profile.updated" (version 1, topic
 // "profiles") about the Profile aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
@@ -185,7 +163,6 @@ func (e *ProfileUpdated) outboxPrefill() {
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
-	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -223,16 +200,6 @@ func (PriceChangedV1) OutboxEvent() (name string, version int) {
 	return "price.changed", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *PriceChangedV1) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *PriceChangedV1) outboxPrefill() {
-}
-
 // PriceChangedV2 is the payload of version 2 of event "price.changed".
 type PriceChangedV2 struct {
 	Sku      string `json:"sku"`
@@ -252,22 +219,6 @@ func (e *PriceChangedV2) Validate() error {
 // OutboxEvent names the event and version PriceChangedV2 is the payload of.
 func (PriceChangedV2) OutboxEvent() (name string, version int) {
 	return "price.changed", 2
-}
-
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *PriceChangedV2) outboxSetDefaults() {
-	if e.Currency == "" {
-		e.Currency = "EUR"
-	}
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *PriceChangedV2) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
 }
 
 // PriceChanged is the payload of version 3 of event "price.changed", the version producers emit.
@@ -302,9 +253,7 @@ func (e *PriceChanged) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *PriceChanged) outboxPrefill() {
-	{
-		e.Currency = "USD"
-	}
+	e.Currency = "USD"
 }
 
 // EmitPriceChanged writes event "price.changed" (version 3, topic

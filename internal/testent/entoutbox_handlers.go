@@ -107,11 +107,9 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "profile.updated", version, 1)
 	}
 	e := &ProfileUpdated{}
-	e.outboxPrefill()
 	if err := json.Unmarshal(payload, e); err != nil {
 		return nil, fmt.Errorf("decoding %q version %d payload: %w", "profile.updated", version, err)
 	}
-	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 1, err)
 	}

@@ -34,16 +34,6 @@ func (OrderPaidV1) OutboxEvent() (name string, version int) {
 	return "order.paid", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderPaidV1) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderPaidV1) outboxPrefill() {
-}
-
 // OrderPaid is the payload of version 2 of event "order.paid", the version producers emit.
 //
 // OrderPaid is published when payment for an order is captured.
@@ -82,9 +72,7 @@ func (e *OrderPaid) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *OrderPaid) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
+	e.Currency = "EUR"
 }
 
 // EmitOrderPaid writes event "order.paid" (version 2, topic
@@ -140,16 +128,6 @@ func (OrderCancelled) OutboxEvent() (name string, version int) {
 	return "order.cancelled", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderCancelled) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderCancelled) outboxPrefill() {
-}
-
 // EmitOrderCancelled writes event "order.cancelled" (version 1, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
@@ -161,7 +139,6 @@ func (e *OrderCancelled) outboxPrefill() {
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID string, e OrderCancelled, opts ...events.EmitOption) error {
-	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
 	}

@@ -105,11 +105,9 @@ func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.cancelled", version, 1)
 	}
 	e := &OrderCancelled{}
-	e.outboxPrefill()
 	if err := json.Unmarshal(payload, e); err != nil {
 		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.cancelled", version, err)
 	}
-	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 1, err)
 	}

@@ -127,16 +127,12 @@ func (e *ProfileUpdated) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *ProfileUpdated) outboxPrefill() {
-	{
-		e.Locale = "en"
-	}
+	e.Locale = "en"
 	{
 		v := bool(true)
 		e.Newsletter = &v
 	}
-	{
-		e.Plan = "free"
-	}
+	e.Plan = "free"
 }
 
 // EmitProfileUpdated writes event "profile.updated" (version 1, topic

@@ -34,16 +34,6 @@ func (PriceChangedV1) OutboxEvent() (name string, version int) {
 	return "price.changed", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *PriceChangedV1) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *PriceChangedV1) outboxPrefill() {
-}
-
 // PriceChangedV2 is the payload of version 2 of event "price.changed".
 type PriceChangedV2 struct {
 	Sku      string `json:"sku"`
@@ -63,22 +53,6 @@ func (e *PriceChangedV2) Validate() error {
 // OutboxEvent names the event and version PriceChangedV2 is the payload of.
 func (PriceChangedV2) OutboxEvent() (name string, version int) {
 	return "price.changed", 2
-}
-
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *PriceChangedV2) outboxSetDefaults() {
-	if e.Currency == "" {
-		e.Currency = "EUR"
-	}
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *PriceChangedV2) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
 }
 
 // PriceChanged is the payload of version 3 of event "price.changed", the version producers emit.
@@ -113,9 +87,7 @@ func (e *PriceChanged) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *PriceChanged) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
+	e.Currency = "EUR"
 }
 
 // EmitPriceChanged writes event "price.changed" (version 3, topic

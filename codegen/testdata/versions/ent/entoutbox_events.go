@@ -31,16 +31,6 @@ func (OrderPaidV1) OutboxEvent() (name string, version int) {
 	return "order.paid", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderPaidV1) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderPaidV1) outboxPrefill() {
-}
-
 // OrderPaidV2 is the payload of version 2 of event "order.paid".
 type OrderPaidV2 struct {
 	OrderID     int64  `json:"order_id"`
@@ -57,22 +47,6 @@ func (e *OrderPaidV2) Validate() error {
 // OutboxEvent names the event and version OrderPaidV2 is the payload of.
 func (OrderPaidV2) OutboxEvent() (name string, version int) {
 	return "order.paid", 2
-}
-
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderPaidV2) outboxSetDefaults() {
-	if e.Currency == "" {
-		e.Currency = "EUR"
-	}
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderPaidV2) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
 }
 
 // OrderPaid is the payload of version 3 of event "order.paid", the version producers emit.
@@ -105,12 +79,8 @@ func (e *OrderPaid) outboxSetDefaults() {
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *OrderPaid) outboxPrefill() {
-	{
-		e.Currency = "EUR"
-	}
-	{
-		e.Installments = 1
-	}
+	e.Currency = "EUR"
+	e.Installments = 1
 }
 
 // EmitOrderPaid writes event "order.paid" (version 3, topic
@@ -162,16 +132,6 @@ func (OrderShipped) OutboxEvent() (name string, version int) {
 	return "order.shipped", 1
 }
 
-// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
-// their declared defaults.
-func (e *OrderShipped) outboxSetDefaults() {
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *OrderShipped) outboxPrefill() {
-}
-
 // EmitOrderShipped writes event "order.shipped" (version 1, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
@@ -183,7 +143,6 @@ func (e *OrderShipped) outboxPrefill() {
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string, e OrderShipped, opts ...events.EmitOption) error {
-	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
 	}
