@@ -237,9 +237,9 @@ func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
 		"1": `event "order.paid" version 3 is newer than the newest this code knows (2)`,
 		"2": `unknown event "order.refunded" (version 2): this code declares no such event`,
 		"3": `decoding "order.paid" version 2 payload: invalid character 'o' in literal null (expecting 'u')`,
-		"4": `entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
+		"4": `events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
 		"5": `malformed message: message UUID "not-a-uuid" is not an event id`,
-		"6": `version 1 payload upcast to version 2: entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
+		"6": `version 1 payload upcast to version 2: events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
 	}, reasons)
 }
 
