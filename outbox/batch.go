@@ -6,15 +6,13 @@ import (
 	"sync"
 
 	"entgo.io/ent/dialect"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
 )
 
 // Batch holds the events emitted in one transaction and writes them
-// together, in one statement per run of events bound for the same topic,
-// when the transaction commits (generated code flushes it from an ent
+// together, in one statement (per thousand events), when the transaction commits (generated code flushes it from an ent
 // commit hook) or when Flush is called. Ten events then cost about what
 // one does: one round trip instead of ten.
 //
@@ -33,12 +31,7 @@ type Batch struct {
 	table string
 
 	mu   sync.Mutex
-	held []heldEvent
-}
-
-type heldEvent struct {
-	topic string
-	msg   *message.Message
+	held []Row
 }
 
 // maxBatchRows bounds the rows of one INSERT: PostgreSQL takes at most
@@ -63,19 +56,19 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 		}
 		cfg.EventID = id
 	}
-	msg, err := eventMessage(ev, cfg)
+	r, err := newRow(ev, cfg)
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !given {
-		b.held = append(b.held, heldEvent{topic: ev.Topic, msg: msg})
+		b.held = append(b.held, r)
 	} else {
 		if err := b.flushLocked(ctx); err != nil {
 			return err
 		}
-		if err := insert(ctx, b.drv, b.table, ev.Topic, []*message.Message{msg}); err != nil {
+		if err := insert(ctx, b.drv, b.table, []Row{r}); err != nil {
 			return err
 		}
 	}
@@ -97,15 +90,8 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 	held := b.held
 	b.held = nil
 	for len(held) > 0 {
-		n := 1
-		for n < len(held) && n < maxBatchRows && held[n].topic == held[0].topic {
-			n++
-		}
-		msgs := make([]*message.Message, n)
-		for i := range n {
-			msgs[i] = held[i].msg
-		}
-		if err := insert(ctx, b.drv, b.table, held[0].topic, msgs); err != nil {
+		n := min(len(held), maxBatchRows)
+		if err := insert(ctx, b.drv, b.table, held[:n]); err != nil {
 			return err
 		}
 		held = held[n:]

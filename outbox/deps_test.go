@@ -9,8 +9,10 @@ import (
 )
 
 // A producer, which only emits, carries neither the relay nor the brokers
-// nor Watermill's forwarder: the generated ent package imports this package
-// and the consumer runtime, not the relay.
+// nor Watermill's forwarder, requeuer, router middleware or SQL Pub/Sub, nor
+// pgx's database/sql driver: the generated ent package imports this
+// package and the consumer runtime, not the relay, and the writer builds
+// its INSERT itself.
 func TestProducerDoesNotCarryTheRelay(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/entoutbox/entoutbox/internal/testent").CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -19,5 +21,9 @@ func TestProducerDoesNotCarryTheRelay(t *testing.T) {
 		require.NotEqual(t, "github.com/entoutbox/entoutbox/broker", dep)
 		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill/components/forwarder", dep)
 		require.NotEqual(t, "entgo.io/ent/entc/gen", dep)
+		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill/components/requeuer", dep)
+		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill/message/router/middleware", dep)
+		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql", dep)
+		require.NotEqual(t, "github.com/jackc/pgx/v5/stdlib", dep)
 	}
 }

@@ -1,14 +1,13 @@
 package outbox
 
 import (
+	"context"
 	stdsql "database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"entgo.io/ent/dialect"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -19,99 +18,70 @@ import (
 // and only if, the transaction commits; the fast relay listens on it.
 func NotifyChannel(table string) string { return table }
 
-// InsertQuery builds the INSERT of params.Msgs into table, one row per
-// message, as Emit writes them (the compatible relay path's schema adapter
-// uses it too). The message UUID is the event id;
-// a row whose event id is already present is skipped (ON CONFLICT DO
-// NOTHING) so that a duplicate does not abort the caller's transaction.
-func InsertQuery(table string, params wsql.InsertQueryParams) (wsql.Query, error) {
-	q, err := insertQuery(table, params)
-	if err != nil {
-		return wsql.Query{}, fmt.Errorf("outbox: %w", err)
-	}
-	return q, nil
-}
+// insertColumns is how many parameters a row takes.
+const insertColumns = 8
 
-// insertQuery is InsertQuery without the package prefix on its errors,
-// which the writer's errors carry already.
-func insertQuery(table string, params wsql.InsertQueryParams) (wsql.Query, error) {
-	const perRow = 8
+// InsertQuery builds the INSERT of rows into table, in their order, as
+// Emit writes them (the compatible relay path's schema adapter uses it
+// too). A row whose event id is already present is skipped (ON CONFLICT
+// DO NOTHING), so that a duplicate does not abort the caller's
+// transaction; the statement returns one row per row inserted, and
+// notifies NotifyChannel(table) once per row at commit.
+func InsertQuery(table string, rows []Row) (string, []any, error) {
 	var (
 		q    strings.Builder
-		args = make([]any, 0, perRow*len(params.Msgs))
+		args = make([]any, 0, insertColumns*len(rows))
 	)
 	q.WriteString("WITH inserted AS (INSERT INTO " + pgsql.QuoteIdent(table) +
 		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES ")
-	for i, msg := range params.Msgs {
-		version, err := strconv.Atoi(msg.Metadata.Get(events.MetaEventVersion))
+	for i, r := range rows {
+		headers, err := encodeHeaders(r.Headers)
 		if err != nil {
-			return wsql.Query{}, fmt.Errorf("message %s: metadata %s is not a number: %w", msg.UUID, events.MetaEventVersion, err)
-		}
-		headers, err := rowHeaders(msg.Metadata)
-		if err != nil {
-			return wsql.Query{}, fmt.Errorf("message %s: %w", msg.UUID, err)
+			return "", nil, fmt.Errorf("outbox: event %s: %w", r.EventID, err)
 		}
 		if i > 0 {
 			q.WriteByte(',')
 		}
-		n := i * perRow
+		n := i * insertColumns
 		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
-		args = append(args, msg.UUID, msg.Metadata.Get(events.MetaEventName), version, params.Topic,
-			msg.Metadata.Get(events.MetaAggregateType), msg.Metadata.Get(events.MetaAggregateID),
-			string(msg.Payload), headers)
+		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
+			string(r.Payload), headers)
 	}
 	// One statement: the insert, and a notification the fast relay gets
 	// at commit. It returns one row per inserted row, so the rows affected
 	// still tell a duplicate apart.
 	q.WriteString(" ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify(" +
 		pgsql.QuoteLiteral(NotifyChannel(table)) + ", '') FROM inserted")
-	return wsql.Query{Query: q.String(), Args: args}, nil
+	return q.String(), args, nil
 }
 
-// rowHeaders is the metadata minus the keys that have columns of their own,
-// as JSON, or nil when nothing is left.
-func rowHeaders(md map[string]string) (any, error) {
-	var rest map[string]string
-	for k, v := range md {
-		if strings.HasPrefix(k, events.ReservedPrefix) {
-			continue
-		}
-		if rest == nil {
-			rest = make(map[string]string, len(md))
-		}
-		rest[k] = v
-	}
-	if rest == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(rest)
+// insert writes rows in one statement. A row whose event id is already in
+// the outbox fails it with events.ErrDuplicateEventID, the transaction
+// still usable.
+func insert(ctx context.Context, drv dialect.ExecQuerier, table string, rows []Row) error {
+	query, args, err := InsertQuery(table, rows)
 	if err != nil {
-		return nil, fmt.Errorf("encoding headers: %w", err)
+		return err
 	}
-	return string(b), nil
+	var res stdsql.Result
+	if err := drv.Exec(ctx, query, args, &res); err != nil {
+		if len(rows) == 1 {
+			return fmt.Errorf("outbox: writing %q event %s: %w", rows[0].Name, rows[0].EventID, err)
+		}
+		return fmt.Errorf("outbox: writing %d events: %w", len(rows), err)
+	}
+	if res == nil {
+		return errors.New("outbox: the driver returned no result")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("outbox: counting the rows written: %w", err)
+	}
+	if int(n) == len(rows) {
+		return nil
+	}
+	if len(rows) == 1 {
+		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
+	}
+	return fmt.Errorf("%w: %d of %d events were already in the outbox", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
 }
-
-// writeAdapter is the watermill-sql schema adapter of the writer: it only
-// inserts (the relay reads with adapters of its own).
-type writeAdapter struct{ table string }
-
-func (a writeAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
-	return insertQuery(a.table, params)
-}
-
-var errWriteOnly = errors.New("outbox: the outbox writer does not read")
-
-func (writeAdapter) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
-	return wsql.Query{}, errWriteOnly
-}
-
-func (writeAdapter) UnmarshalMessage(wsql.UnmarshalMessageParams) (wsql.Row, error) {
-	return wsql.Row{}, errWriteOnly
-}
-
-// SchemaInitializingQueries returns nothing: ent's migration owns the table.
-func (writeAdapter) SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
-	return nil, nil
-}
-
-func (writeAdapter) SubscribeIsolationLevel() stdsql.IsolationLevel { return stdsql.LevelReadCommitted }

@@ -108,9 +108,9 @@ func TestEmitRefusesNulCharacters(t *testing.T) {
 		err := tx.Outbox.EmitPriceChanged(ctx, "1", testent.PriceChanged{Sku: "A\x00B", Amount: 1, Currency: "EUR"})
 		var verr *events.ValidationError
 		require.ErrorAs(t, err, &verr)
-		require.EqualError(t, err, `entoutbox: invalid "price.changed" v3 event: payload holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
+		require.EqualError(t, err, `events: invalid "price.changed" v3 event: payload holds a NUL character (\u0000), which PostgreSQL's jsonb cannot store`)
 		err = tx.Outbox.EmitOrderPaid(ctx, "1", testent.OrderPaid{OrderID: 1, AmountCents: 1}, events.WithHeader("trace", "a\x00b"))
-		require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: header "trace": value holds a NUL character, which PostgreSQL's jsonb cannot store`)
+		require.EqualError(t, err, `events: invalid "order.paid" v2 event: header "trace": value holds a NUL character, which PostgreSQL's jsonb cannot store`)
 		return tx.Outbox.EmitPriceChanged(ctx, "1", testent.PriceChanged{Sku: `\u0000`, Amount: 1, Currency: "EUR"})
 	}))
 	rows := b.rows(t)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -46,9 +48,46 @@ func (s SchemaAdapter) tableName() string {
 func (s SchemaAdapter) table() string { return pgsql.QuoteIdent(s.tableName()) }
 
 // InsertQuery is the writer's INSERT (see outbox.InsertQuery), so that a
-// watermill-sql publisher with this adapter writes rows as Emit does.
+// watermill-sql publisher with this adapter writes rows as Emit does: each
+// message carries the outbox metadata (outbox.Metadata), and the rest of
+// its metadata becomes the row's headers.
 func (s SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
-	return outbox.InsertQuery(s.tableName(), params)
+	rows := make([]outbox.Row, len(params.Msgs))
+	for i, msg := range params.Msgs {
+		r, err := rowOf(params.Topic, msg)
+		if err != nil {
+			return wsql.Query{}, err
+		}
+		rows[i] = r
+	}
+	q, args, err := outbox.InsertQuery(s.tableName(), rows)
+	return wsql.Query{Query: q, Args: args}, err
+}
+
+// rowOf is the outbox row of a message bound for topic.
+func rowOf(topic string, msg *message.Message) (outbox.Row, error) {
+	id, err := uuid.Parse(msg.UUID)
+	if err != nil {
+		return outbox.Row{}, fmt.Errorf("relay: message %s: the UUID is the event id, and not a UUID: %w", msg.UUID, err)
+	}
+	version, err := strconv.Atoi(msg.Metadata.Get(events.MetaEventVersion))
+	if err != nil {
+		return outbox.Row{}, fmt.Errorf("relay: message %s: metadata %s is not a number: %w", msg.UUID,
+			events.MetaEventVersion, err)
+	}
+	var headers map[string]string
+	for k, v := range msg.Metadata {
+		if strings.HasPrefix(k, events.ReservedPrefix) {
+			continue
+		}
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		headers[k] = v
+	}
+	return outbox.Row{EventID: id, Headers: headers, Event: outbox.Event{Name: msg.Metadata.Get(events.MetaEventName),
+		Version: version, Topic: topic, AggregateType: msg.Metadata.Get(events.MetaAggregateType),
+		AggregateID: msg.Metadata.Get(events.MetaAggregateID), Payload: msg.Payload}}, nil
 }
 
 // SchemaInitializingQueries returns nothing: ent's migration owns the table.
@@ -135,11 +174,11 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		&aggType, &aggID, &payload, &headersJS, &createdAt); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
-	md, rowErr := decodeHeaders(headersJS)
+	md, rowErr := outbox.DecodeHeaders(headersJS)
 	if rowErr == nil {
 		rowErr = checkRow(name, topic, aggID)
 	}
-	md = metadataOf(name, version, aggType, aggID, md)
+	md = outbox.Metadata(name, version, aggType, aggID, md)
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {

@@ -24,7 +24,7 @@ func TestEmitRefusesHeadersNoBrokerCarries(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	ctx := context.Background()
-	const prefix = `entoutbox: invalid "order.paid" v2 event: `
+	const prefix = `events: invalid "order.paid" v2 event: `
 	fifteenK := strings.Repeat("v", 15<<10)
 	refused := []struct {
 		headers map[string]string
@@ -92,7 +92,7 @@ func TestEmitRefusesAggregateIDsNoBrokerCarries(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	ctx := context.Background()
-	const prefix = `entoutbox: invalid "order.paid" v2 event: `
+	const prefix = `events: invalid "order.paid" v2 event: `
 	refused := map[string]string{
 		"":                       `aggregate id is empty`,
 		"order-1\n":              `aggregate id "order-1\n" has a line break (LF)`,
@@ -141,7 +141,7 @@ func TestEmitRequiredListRefusesNil(t *testing.T) {
 		var verr *events.ValidationError
 		require.ErrorAs(t, err, &verr)
 		require.Equal(t, "tags", verr.Field)
-		require.EqualError(t, err, `entoutbox: invalid "profile.updated" v1 payload: field "tags" is required (nil; give an empty list for none)`)
+		require.EqualError(t, err, `events: invalid "profile.updated" v1 payload: field "tags" is required (nil; give an empty list for none)`)
 		p.Tags = []string{}
 		return tx.Outbox.EmitProfileUpdated(ctx, "p1", p)
 	}))
@@ -230,9 +230,9 @@ func TestRelaySetsAsideHeadersAndAggregateIDsEmitRefuses(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.Equal(t, []string{
-			`header "trace id": key has a space (0 attempts)`,
-			`aggregate id "order-b\n" has a line break (LF) (0 attempts)`,
-			`header "Nats-Msg-Id": key is reserved: the prefix "Nats-" belongs to NATS (0 attempts)`,
+			`events: header "trace id": key has a space (0 attempts)`,
+			`events: aggregate id "order-b\n" has a line break (LF) (0 attempts)`,
+			`events: header "Nats-Msg-Id": key is reserved: the prefix "Nats-" belongs to NATS (0 attempts)`,
 		}, dead)
 	})
 }

@@ -228,19 +228,19 @@ func TestEmitInvalidPayloadDoesNotPoisonTheTransaction(t *testing.T) {
 	var verr *events.ValidationError
 	require.ErrorAs(t, err, &verr)
 	require.Equal(t, "currency", verr.Field)
-	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD]`)
+	require.EqualError(t, err, `events: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD]`)
 
 	err = tx.Outbox.EmitOrderPaid(ctx, "1", testent.OrderPaid{OrderID: 1, AmountCents: -5})
-	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 payload: field "amount_cents" value -5 is not positive`)
+	require.EqualError(t, err, `events: invalid "order.paid" v2 payload: field "amount_cents" value -5 is not positive`)
 
 	err = tx.Outbox.EmitProfileUpdated(ctx, "p", testent.ProfileUpdated{DisplayName: "x", Plan: "free", UpdatedAt: time.Now(), SessionID: uuid.New()})
-	require.EqualError(t, err, `entoutbox: invalid "profile.updated" v1 payload: field "settings" is required`)
+	require.EqualError(t, err, `events: invalid "profile.updated" v1 payload: field "settings" is required`)
 
 	err = tx.Outbox.EmitOrderPaid(ctx, "", testent.OrderPaid{OrderID: 1, AmountCents: 5})
-	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: aggregate id is empty`)
+	require.EqualError(t, err, `events: invalid "order.paid" v2 event: aggregate id is empty`)
 
 	err = tx.Outbox.EmitOrderPaid(ctx, "1", testent.OrderPaid{OrderID: 1, AmountCents: 5}, events.WithHeader("outbox_event_name", "x"))
-	require.EqualError(t, err, `entoutbox: invalid "order.paid" v2 event: header "outbox_event_name": key uses the reserved prefix "outbox_"`)
+	require.EqualError(t, err, `events: invalid "order.paid" v2 event: header "outbox_event_name": key uses the reserved prefix "outbox_"`)
 
 	// The transaction is still usable.
 	_, err = tx.Order.Create().SetCustomer("eve").SetAmountCents(5).Save(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // row is a claimed outbox row.
@@ -560,7 +561,7 @@ func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts 
 // decodeRowHeaders reads the headers of r and checks the row can become a
 // message at all.
 func decodeRowHeaders(r *row) (map[string]string, error) {
-	h, err := decodeHeaders(r.headers)
+	h, err := outbox.DecodeHeaders(r.headers)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // rescanEvery is how often a caught-up subscription reads from the oldest
@@ -363,7 +364,7 @@ func (sub *subscription) maySend() bool {
 
 // message builds the Watermill message of r.
 func (sub *subscription) message(r *row) *message.Message {
-	md := metadataOf(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
+	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
 	md[MetaTopic] = r.topic
 	msg := message.NewMessage(r.eventID.String(), r.payload)

@@ -94,7 +94,7 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 	waitDelivered(t, b, 1)
 	d := deadLetters(t, b)[bad]
 	require.Equal(t, 1, d.attempts)
-	require.Equal(t, `refused for good: broker nats: invalid topic "`+prefix+`orders.>": "*" and ">" are NATS wildcards; a topic is one literal subject`, d.reason)
+	require.Equal(t, `refused for good: broker: nats: invalid topic "`+prefix+`orders.>": "*" and ">" are NATS wildcards; a topic is one literal subject`, d.reason)
 }
 
 // While the broker is away every publish fails, for as long as it takes:

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +17,51 @@ const (
 	recoveredLog = "Publishing to the broker works again"
 )
 
-func logsOf(l *watermill.CaptureLoggerAdapter, level watermill.LogLevel, msg string) []watermill.CapturedMessage {
+// captureLogs records what the relay logs, for a test to read while the
+// relay runs. (watermill's CaptureLoggerAdapter hands out its map without
+// its lock, a data race with the relay logging.)
+type captureLogs struct {
+	mu     sync.Mutex
+	msgs   []watermill.CapturedMessage
+	fields watermill.LogFields
+	root   *captureLogs
+}
+
+func newCaptureLogs() *captureLogs {
+	l := &captureLogs{}
+	l.root = l
+	return l
+}
+
+func (l *captureLogs) log(level watermill.LogLevel, msg string, err error, fields watermill.LogFields) {
+	l.root.mu.Lock()
+	defer l.root.mu.Unlock()
+	l.root.msgs = append(l.root.msgs, watermill.CapturedMessage{Level: level, Msg: msg, Err: err,
+		Fields: l.fields.Add(fields)})
+}
+
+func (l *captureLogs) Error(msg string, err error, fields watermill.LogFields) {
+	l.log(watermill.ErrorLogLevel, msg, err, fields)
+}
+func (l *captureLogs) Info(msg string, fields watermill.LogFields) {
+	l.log(watermill.InfoLogLevel, msg, nil, fields)
+}
+func (l *captureLogs) Debug(msg string, fields watermill.LogFields) {
+	l.log(watermill.DebugLogLevel, msg, nil, fields)
+}
+func (l *captureLogs) Trace(msg string, fields watermill.LogFields) {
+	l.log(watermill.TraceLogLevel, msg, nil, fields)
+}
+func (l *captureLogs) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return &captureLogs{fields: l.fields.Add(fields), root: l.root}
+}
+
+func logsOf(l *captureLogs, level watermill.LogLevel, msg string) []watermill.CapturedMessage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var out []watermill.CapturedMessage
-	for _, m := range l.Captured()[level] {
-		if m.Msg == msg {
+	for _, m := range l.msgs {
+		if m.Level == level && m.Msg == msg {
 			out = append(out, m)
 		}
 	}
@@ -46,7 +88,7 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	got := newReceived()
 	go consume(ctx, msgs, got)
 
-	logs := watermill.NewCaptureLogger()
+	logs := newCaptureLogs()
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
 		Logger: logs}))
 	first := emitOrders(t, b.client, 10, 4, 0)

@@ -104,7 +104,7 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	require.Len(t, dead, 2)
 	require.Equal(t, "order-x", dead[0][0])
 	require.Equal(t, "relay", dead[0][1])
-	require.Contains(t, dead[0][2], "headers are not a JSON object of strings")
+	require.Contains(t, dead[0][2], "outbox: headers are not a JSON object of strings")
 	require.JSONEq(t, `{"order_id": 1}`, dead[0][3])
 	require.Equal(t, "order-y", dead[1][0])
 	require.Equal(t, "topic is empty", dead[1][2])

@@ -24,7 +24,7 @@ func TestExampleRunsEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, got, "started an embedded NATS JetStream server")
 	require.Contains(t, got, "rolled back: customer-declined")
-	require.Contains(t, got, `refused: entoutbox: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD GBP]`)
+	require.Contains(t, got, `refused: events: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD GBP]`)
 	require.Contains(t, got, "outbox holds 3 committed events")
 	for _, line := range []string{"invoiced order 1, 10.00 EUR", "invoiced order 2, 20.00 EUR", "invoiced order 3, 30.00 EUR"} {
 		require.Equal(t, 1, strings.Count(got, line), "once: %s", line)

@@ -1,0 +1,53 @@
+package outbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// The wire format between a row and a message, owned here once: the
+// writer folds the outbox metadata into columns and the headers into a
+// JSON object; both relay read paths rebuild the message from them.
+
+// Metadata is the message metadata of a row: its headers plus the event
+// name, version and aggregate under the reserved keys.
+func Metadata(name string, version int, aggregateType, aggregateID string, headers map[string]string) message.Metadata {
+	md := make(message.Metadata, len(headers)+4)
+	maps.Copy(md, headers)
+	md[events.MetaEventName] = name
+	md[events.MetaEventVersion] = strconv.Itoa(version)
+	md[events.MetaAggregateType] = aggregateType
+	md[events.MetaAggregateID] = aggregateID
+	return md
+}
+
+// encodeHeaders is the headers column: a JSON object, or NULL for none.
+func encodeHeaders(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encoding headers: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeHeaders reads a headers column back, and checks it as Emit does:
+// a row written by hand may hold what no broker carries.
+func DecodeHeaders(b []byte) (map[string]string, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var h map[string]string
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("outbox: headers are not a JSON object of strings: %w", err)
+	}
+	return h, events.CheckHeaders(h)
+}
