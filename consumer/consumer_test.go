@@ -249,10 +249,10 @@ func TestRegisteringTwiceOrUnknownPanics(t *testing.T) {
 	var calls atomic.Int64
 	h := testent.NewOutboxHandlers(b.client)
 	h.OnOrderPaid("billing", invoiceHandler(&calls))
-	require.PanicsWithError(t, `entoutbox: consumer "billing" already has a handler for "order.paid"`, func() {
+	require.PanicsWithError(t, `consumer: "billing" already has a handler for "order.paid"`, func() {
 		h.OnOrderPaid("billing", invoiceHandler(&calls))
 	})
-	require.PanicsWithError(t, `entoutbox: handler of "order.paid": consumer name is empty`, func() {
+	require.PanicsWithError(t, `consumer: handler of "order.paid": consumer name is empty`, func() {
 		h.OnOrderPaid("", invoiceHandler(&calls))
 	})
 }

@@ -14,4 +14,15 @@
 //	b, err := broker.Open(ctx, "nats://127.0.0.1:4222", broker.Options{})
 //	...
 //	err = h.AddToRouter(router, b.Subscriber) // a subscriber per consumer name
+//
+// What users call is the options (WithMaxAttempts, ...), Config,
+// DeadLetter, PanicError, ErrDuplicate, the Meta* names and
+// CleanupProcessed. Everything in generated.go, each doc starting "For
+// generated code.", is called by the generated handlers only: it is
+// exported because generated code lives in the user's module, and may
+// change with the generator.
+//
+// Errors this package returns start with "consumer: ". What a handler
+// returns, a decoding failure or a panic (PanicError) is the reason a
+// dead letter is stored with, kept as it is.
 package consumer
