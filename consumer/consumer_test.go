@@ -257,6 +257,32 @@ func TestRegisteringTwiceOrUnknownPanics(t *testing.T) {
 	})
 }
 
+// TestRegisterReturnsTheError registers through the error-returning
+// Register<Event> that On<Event> panics beside: each refusal names the event
+// and the consumer, and leaves the handlers registered before in place.
+func TestRegisterReturnsTheError(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client)
+	require.NoError(t, h.RegisterOrderPaid("billing", invoiceHandler(&calls)))
+	require.NoError(t, h.RegisterOrderPaid("audit", invoiceHandler(&calls)), "another consumer name handles the event too")
+	require.NoError(t, h.RegisterPriceChanged("billing", func(context.Context, *testent.Tx, *testent.PriceChanged, events.Meta) error { return nil }),
+		"the consumer handles another event")
+
+	err := h.RegisterOrderPaid("billing", invoiceHandler(&calls))
+	require.EqualError(t, err, `consumer: "billing" already has a handler for "order.paid"`)
+	require.EqualError(t, h.RegisterOrderPaid("", invoiceHandler(&calls)), `consumer: handler of "order.paid": consumer name is empty`)
+	require.EqualError(t, h.RegisterOrderPaid("billing", nil), `consumer: "billing": handler of "order.paid" is nil`)
+	require.EqualError(t, h.RegisterOrderPaid("ledger", nil), `consumer: "ledger": handler of "order.paid" is nil`)
+
+	// The first billing handler still runs, once.
+	ctx := context.Background()
+	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 300, Currency: "EUR"}, "3")))
+	require.Equal(t, int64(1), calls.Load())
+	require.Equal(t, 1, b.invoices(t, "billing"))
+}
+
 func TestDeadLettersAlsoGoToABrokerTopic(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -57,13 +57,25 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // with the record that the event was processed.
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
-// OnOrderPaid registers fn as consumerName's handler of "order.paid". It panics
-// when consumerName already has one.
+// RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnOrderPaid panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterOrderPaid(consumerName string, fn OrderPaidHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPaid), m) })
+		}
+	}
+	return h.set.Register(consumerName, "order.paid", run)
+}
+
+// OnOrderPaid is RegisterOrderPaid that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnOrderPaid(consumerName string, fn OrderPaidHandler) {
-	err := h.set.Register(consumerName, "order.paid", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPaid), m) })
-	})
-	if err != nil {
+	if err := h.RegisterOrderPaid(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -90,13 +102,25 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 // with the record that the event was processed.
 type ProfileUpdatedHandler func(ctx context.Context, tx *Tx, e *ProfileUpdated, m events.Meta) error
 
-// OnProfileUpdated registers fn as consumerName's handler of "profile.updated". It panics
-// when consumerName already has one.
+// RegisterProfileUpdated registers fn as consumerName's handler of "profile.updated".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnProfileUpdated panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterProfileUpdated(consumerName string, fn ProfileUpdatedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*ProfileUpdated), m) })
+		}
+	}
+	return h.set.Register(consumerName, "profile.updated", run)
+}
+
+// OnProfileUpdated is RegisterProfileUpdated that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnProfileUpdated(consumerName string, fn ProfileUpdatedHandler) {
-	err := h.set.Register(consumerName, "profile.updated", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*ProfileUpdated), m) })
-	})
-	if err != nil {
+	if err := h.RegisterProfileUpdated(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -121,13 +145,25 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 // with the record that the event was processed.
 type PriceChangedHandler func(ctx context.Context, tx *Tx, e *PriceChanged, m events.Meta) error
 
-// OnPriceChanged registers fn as consumerName's handler of "price.changed". It panics
-// when consumerName already has one.
+// RegisterPriceChanged registers fn as consumerName's handler of "price.changed".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnPriceChanged panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterPriceChanged(consumerName string, fn PriceChangedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*PriceChanged), m) })
+		}
+	}
+	return h.set.Register(consumerName, "price.changed", run)
+}
+
+// OnPriceChanged is RegisterPriceChanged that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnPriceChanged(consumerName string, fn PriceChangedHandler) {
-	err := h.set.Register(consumerName, "price.changed", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*PriceChanged), m) })
-	})
-	if err != nil {
+	if err := h.RegisterPriceChanged(consumerName, fn); err != nil {
 		panic(err)
 	}
 }

@@ -55,13 +55,25 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // with the record that the event was processed.
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
-// OnOrderPaid registers fn as consumerName's handler of "order.paid". It panics
-// when consumerName already has one.
+// RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnOrderPaid panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterOrderPaid(consumerName string, fn OrderPaidHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPaid), m) })
+		}
+	}
+	return h.set.Register(consumerName, "order.paid", run)
+}
+
+// OnOrderPaid is RegisterOrderPaid that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnOrderPaid(consumerName string, fn OrderPaidHandler) {
-	err := h.set.Register(consumerName, "order.paid", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPaid), m) })
-	})
-	if err != nil {
+	if err := h.RegisterOrderPaid(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -88,13 +100,25 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 // with the record that the event was processed.
 type OrderCancelledHandler func(ctx context.Context, tx *Tx, e *OrderCancelled, m events.Meta) error
 
-// OnOrderCancelled registers fn as consumerName's handler of "order.cancelled". It panics
-// when consumerName already has one.
+// RegisterOrderCancelled registers fn as consumerName's handler of "order.cancelled".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnOrderCancelled panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterOrderCancelled(consumerName string, fn OrderCancelledHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderCancelled), m) })
+		}
+	}
+	return h.set.Register(consumerName, "order.cancelled", run)
+}
+
+// OnOrderCancelled is RegisterOrderCancelled that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnOrderCancelled(consumerName string, fn OrderCancelledHandler) {
-	err := h.set.Register(consumerName, "order.cancelled", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderCancelled), m) })
-	})
-	if err != nil {
+	if err := h.RegisterOrderCancelled(consumerName, fn); err != nil {
 		panic(err)
 	}
 }

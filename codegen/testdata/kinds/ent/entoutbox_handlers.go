@@ -54,13 +54,25 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // with the record that the event was processed.
 type ProfileUpdatedHandler func(ctx context.Context, tx *Tx, e *ProfileUpdated, m events.Meta) error
 
-// OnProfileUpdated registers fn as consumerName's handler of "profile.updated". It panics
-// when consumerName already has one.
+// RegisterProfileUpdated registers fn as consumerName's handler of "profile.updated".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnProfileUpdated panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterProfileUpdated(consumerName string, fn ProfileUpdatedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*ProfileUpdated), m) })
+		}
+	}
+	return h.set.Register(consumerName, "profile.updated", run)
+}
+
+// OnProfileUpdated is RegisterProfileUpdated that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnProfileUpdated(consumerName string, fn ProfileUpdatedHandler) {
-	err := h.set.Register(consumerName, "profile.updated", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*ProfileUpdated), m) })
-	})
-	if err != nil {
+	if err := h.RegisterProfileUpdated(consumerName, fn); err != nil {
 		panic(err)
 	}
 }

@@ -55,13 +55,25 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // with the record that the event was processed.
 type PriceChangedHandler func(ctx context.Context, tx *Tx, e *PriceChanged, m events.Meta) error
 
-// OnPriceChanged registers fn as consumerName's handler of "price.changed". It panics
-// when consumerName already has one.
+// RegisterPriceChanged registers fn as consumerName's handler of "price.changed".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnPriceChanged panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterPriceChanged(consumerName string, fn PriceChangedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*PriceChanged), m) })
+		}
+	}
+	return h.set.Register(consumerName, "price.changed", run)
+}
+
+// OnPriceChanged is RegisterPriceChanged that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnPriceChanged(consumerName string, fn PriceChangedHandler) {
-	err := h.set.Register(consumerName, "price.changed", func(ctx context.Context, payload any, m events.Meta) error {
-		return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*PriceChanged), m) })
-	})
-	if err != nil {
+	if err := h.RegisterPriceChanged(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
