@@ -38,6 +38,8 @@ type Subscriber struct {
 	// bytesHeld is what its subscriptions hold as MaxBytesInFlight counts
 	// it, and bytesPeak the most they held at once.
 	bytesHeld, bytesPeak atomic.Int64
+	// states is what each subscription last published, for Status.
+	states subscriberStates
 }
 
 type failure struct {
@@ -104,9 +106,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	sub.apply(own, nil)
+	sub.publishState()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.states.drop(sub)
 		sub.run(ctx)
 	}()
 	return sub.out, nil
@@ -122,6 +126,13 @@ func (s *Subscriber) nextSeq() int {
 func (s *Subscriber) nextSeqLocked() int {
 	s.seq++
 	return s.seq
+}
+
+// isClosed tells Close was called.
+func (s *Subscriber) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Fail nacks msg and records why. countAttempt false means the failure is

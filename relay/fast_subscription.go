@@ -528,6 +528,7 @@ func (sub *subscription) rebalanceDone(r rebalanceResult) {
 		sub.wantClaim = true
 	}
 	sub.scheduleRebalance()
+	sub.publishState()
 }
 
 // applyRebalance applies the outcome of a rebalance. It reports whether the
@@ -616,6 +617,7 @@ func (sub *subscription) lostLiveness() {
 	sub.giveUpAll()
 	sub.live.forget()
 	sub.rebalanceT.Reset(100 * time.Millisecond)
+	sub.publishState()
 }
 
 // giveUpAll forgets every partition and all that was claimed of them; a

@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"sync"
+	"time"
+)
+
+// SubscriberStatus is what a fast Subscriber's subscriptions do, as their
+// run loops last published it.
+type SubscriberStatus struct {
+	// Partitions is how many partitions its subscriptions own.
+	Partitions int
+	// Live tells that every subscription may send: it holds its liveness
+	// lock (unless PollOnly) and renewed its leases within two thirds of
+	// Lease. False while it has no subscription.
+	Live bool
+	// Waiting tells that a subscription is a member of its group short of
+	// its share, waiting for partitions another relay's lease still holds.
+	Waiting bool
+}
+
+// subscriptionState is what a subscription's run loop published last: its
+// fields are copies, so that Status reads none of the loop's state.
+type subscriptionState struct {
+	partitions int
+	short      bool      // owns fewer than its share
+	renewed    time.Time // when its leases were last renewed
+	live       *liveness // its lock of life (safe for concurrent use)
+}
+
+// subscriberStates holds the last published state of each subscription
+// of a Subscriber.
+type subscriberStates struct {
+	mu     sync.Mutex
+	states map[*subscription]subscriptionState
+}
+
+func (st *subscriberStates) set(sub *subscription, state subscriptionState) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.states == nil {
+		st.states = map[*subscription]subscriptionState{}
+	}
+	st.states[sub] = state
+}
+
+func (st *subscriberStates) drop(sub *subscription) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.states, sub)
+}
+
+// publishState publishes what the subscription owns, for Status. The run
+// loop calls it after each rebalance outcome and after giving everything
+// up.
+func (sub *subscription) publishState() {
+	sub.s.states.set(sub, subscriptionState{partitions: len(sub.parts.owned), short: sub.parts.short(),
+		renewed: sub.renewed, live: sub.live})
+}
+
+// Status tells how many partitions the Subscriber's subscriptions own and
+// whether they may send or wait for partitions. Safe to call at any time
+// from any goroutine.
+func (s *Subscriber) Status() SubscriberStatus {
+	s.states.mu.Lock()
+	defer s.states.mu.Unlock()
+	out := SubscriberStatus{Live: len(s.states.states) > 0}
+	now := time.Now()
+	for _, st := range s.states.states {
+		// As maySend decides: a renewal older than two thirds of the lease
+		// may have lost the partitions.
+		fresh := now.Sub(st.renewed) < s.cfg.Lease*2/3
+		out.Partitions += st.partitions
+		out.Live = out.Live && fresh && st.live.ok()
+		out.Waiting = out.Waiting || fresh && st.short
+	}
+	return out
+}
+
+// Status is the fast Subscriber's status while the relay runs the fast
+// path; false when it runs the compatible path, or does not run.
+func (r *Relay) Status() (SubscriberStatus, bool) {
+	sub := r.fast.Load()
+	if sub == nil || sub.isClosed() {
+		return SubscriberStatus{}, false
+	}
+	return sub.Status(), true
+}
