@@ -42,7 +42,15 @@ type DeadLetter struct {
 	// Attempts holds the value of the "attempts" field.
 	Attempts int `json:"attempts,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
-	CreatedAt    time.Time `json:"created_at,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitempty"`
+	// when the event went back to the outbox for another delivery
+	RetriedAt *time.Time `json:"retried_at,omitempty"`
+	// the event id of a retried letter, whose event_id is cleared: consumers skip an event that has a dead letter of theirs with its id, and a retried one must reach them again
+	RetriedEventID *uuid.UUID `json:"retried_event_id,omitempty"`
+	// when an operator set the letter aside for good; its consumer still skips the event
+	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
+	// why it was discarded
+	DiscardNote  string `json:"discard_note,omitempty"`
 	selectValues sql.SelectValues
 }
 
@@ -51,13 +59,15 @@ func (*DeadLetter) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
+		case deadletter.FieldRetriedEventID:
+			values[i] = &sql.NullScanner{S: new(uuid.UUID)}
 		case deadletter.FieldPayload, deadletter.FieldHeaders:
 			values[i] = new([]byte)
 		case deadletter.FieldID, deadletter.FieldEventVersion, deadletter.FieldAttempts:
 			values[i] = new(sql.NullInt64)
-		case deadletter.FieldSource, deadletter.FieldEventName, deadletter.FieldTopic, deadletter.FieldAggregateType, deadletter.FieldAggregateID, deadletter.FieldReason:
+		case deadletter.FieldSource, deadletter.FieldEventName, deadletter.FieldTopic, deadletter.FieldAggregateType, deadletter.FieldAggregateID, deadletter.FieldReason, deadletter.FieldDiscardNote:
 			values[i] = new(sql.NullString)
-		case deadletter.FieldCreatedAt:
+		case deadletter.FieldCreatedAt, deadletter.FieldRetriedAt, deadletter.FieldDiscardedAt:
 			values[i] = new(sql.NullTime)
 		case deadletter.FieldEventID:
 			values[i] = new(uuid.UUID)
@@ -156,6 +166,33 @@ func (_m *DeadLetter) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.CreatedAt = value.Time
 			}
+		case deadletter.FieldRetriedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field retried_at", values[i])
+			} else if value.Valid {
+				_m.RetriedAt = new(time.Time)
+				*_m.RetriedAt = value.Time
+			}
+		case deadletter.FieldRetriedEventID:
+			if value, ok := values[i].(*sql.NullScanner); !ok {
+				return fmt.Errorf("unexpected type %T for field retried_event_id", values[i])
+			} else if value.Valid {
+				_m.RetriedEventID = new(uuid.UUID)
+				*_m.RetriedEventID = *value.S.(*uuid.UUID)
+			}
+		case deadletter.FieldDiscardedAt:
+			if value, ok := values[i].(*sql.NullTime); !ok {
+				return fmt.Errorf("unexpected type %T for field discarded_at", values[i])
+			} else if value.Valid {
+				_m.DiscardedAt = new(time.Time)
+				*_m.DiscardedAt = value.Time
+			}
+		case deadletter.FieldDiscardNote:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field discard_note", values[i])
+			} else if value.Valid {
+				_m.DiscardNote = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -227,6 +264,24 @@ func (_m *DeadLetter) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	if v := _m.RetriedAt; v != nil {
+		builder.WriteString("retried_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.RetriedEventID; v != nil {
+		builder.WriteString("retried_event_id=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.DiscardedAt; v != nil {
+		builder.WriteString("discarded_at=")
+		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	builder.WriteString("discard_note=")
+	builder.WriteString(_m.DiscardNote)
 	builder.WriteByte(')')
 	return builder.String()
 }

@@ -160,6 +160,62 @@ func (_c *DeadLetterCreate) SetNillableCreatedAt(v *time.Time) *DeadLetterCreate
 	return _c
 }
 
+// SetRetriedAt sets the "retried_at" field.
+func (_c *DeadLetterCreate) SetRetriedAt(v time.Time) *DeadLetterCreate {
+	_c.mutation.SetRetriedAt(v)
+	return _c
+}
+
+// SetNillableRetriedAt sets the "retried_at" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableRetriedAt(v *time.Time) *DeadLetterCreate {
+	if v != nil {
+		_c.SetRetriedAt(*v)
+	}
+	return _c
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (_c *DeadLetterCreate) SetRetriedEventID(v uuid.UUID) *DeadLetterCreate {
+	_c.mutation.SetRetriedEventID(v)
+	return _c
+}
+
+// SetNillableRetriedEventID sets the "retried_event_id" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableRetriedEventID(v *uuid.UUID) *DeadLetterCreate {
+	if v != nil {
+		_c.SetRetriedEventID(*v)
+	}
+	return _c
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (_c *DeadLetterCreate) SetDiscardedAt(v time.Time) *DeadLetterCreate {
+	_c.mutation.SetDiscardedAt(v)
+	return _c
+}
+
+// SetNillableDiscardedAt sets the "discarded_at" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableDiscardedAt(v *time.Time) *DeadLetterCreate {
+	if v != nil {
+		_c.SetDiscardedAt(*v)
+	}
+	return _c
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (_c *DeadLetterCreate) SetDiscardNote(v string) *DeadLetterCreate {
+	_c.mutation.SetDiscardNote(v)
+	return _c
+}
+
+// SetNillableDiscardNote sets the "discard_note" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableDiscardNote(v *string) *DeadLetterCreate {
+	if v != nil {
+		_c.SetDiscardNote(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *DeadLetterCreate) SetID(v int64) *DeadLetterCreate {
 	_c.mutation.SetID(v)
@@ -305,6 +361,22 @@ func (_c *DeadLetterCreate) createSpec() (*DeadLetter, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(deadletter.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
+	}
+	if value, ok := _c.mutation.RetriedAt(); ok {
+		_spec.SetField(deadletter.FieldRetriedAt, field.TypeTime, value)
+		_node.RetriedAt = &value
+	}
+	if value, ok := _c.mutation.RetriedEventID(); ok {
+		_spec.SetField(deadletter.FieldRetriedEventID, field.TypeUUID, value)
+		_node.RetriedEventID = &value
+	}
+	if value, ok := _c.mutation.DiscardedAt(); ok {
+		_spec.SetField(deadletter.FieldDiscardedAt, field.TypeTime, value)
+		_node.DiscardedAt = &value
+	}
+	if value, ok := _c.mutation.DiscardNote(); ok {
+		_spec.SetField(deadletter.FieldDiscardNote, field.TypeString, value)
+		_node.DiscardNote = value
 	}
 	return _node, _spec
 }
@@ -547,6 +619,78 @@ func (u *DeadLetterUpsert) UpdateAttempts() *DeadLetterUpsert {
 // AddAttempts adds v to the "attempts" field.
 func (u *DeadLetterUpsert) AddAttempts(v int) *DeadLetterUpsert {
 	u.Add(deadletter.FieldAttempts, v)
+	return u
+}
+
+// SetRetriedAt sets the "retried_at" field.
+func (u *DeadLetterUpsert) SetRetriedAt(v time.Time) *DeadLetterUpsert {
+	u.Set(deadletter.FieldRetriedAt, v)
+	return u
+}
+
+// UpdateRetriedAt sets the "retried_at" field to the value that was provided on create.
+func (u *DeadLetterUpsert) UpdateRetriedAt() *DeadLetterUpsert {
+	u.SetExcluded(deadletter.FieldRetriedAt)
+	return u
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (u *DeadLetterUpsert) ClearRetriedAt() *DeadLetterUpsert {
+	u.SetNull(deadletter.FieldRetriedAt)
+	return u
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (u *DeadLetterUpsert) SetRetriedEventID(v uuid.UUID) *DeadLetterUpsert {
+	u.Set(deadletter.FieldRetriedEventID, v)
+	return u
+}
+
+// UpdateRetriedEventID sets the "retried_event_id" field to the value that was provided on create.
+func (u *DeadLetterUpsert) UpdateRetriedEventID() *DeadLetterUpsert {
+	u.SetExcluded(deadletter.FieldRetriedEventID)
+	return u
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (u *DeadLetterUpsert) ClearRetriedEventID() *DeadLetterUpsert {
+	u.SetNull(deadletter.FieldRetriedEventID)
+	return u
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (u *DeadLetterUpsert) SetDiscardedAt(v time.Time) *DeadLetterUpsert {
+	u.Set(deadletter.FieldDiscardedAt, v)
+	return u
+}
+
+// UpdateDiscardedAt sets the "discarded_at" field to the value that was provided on create.
+func (u *DeadLetterUpsert) UpdateDiscardedAt() *DeadLetterUpsert {
+	u.SetExcluded(deadletter.FieldDiscardedAt)
+	return u
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (u *DeadLetterUpsert) ClearDiscardedAt() *DeadLetterUpsert {
+	u.SetNull(deadletter.FieldDiscardedAt)
+	return u
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (u *DeadLetterUpsert) SetDiscardNote(v string) *DeadLetterUpsert {
+	u.Set(deadletter.FieldDiscardNote, v)
+	return u
+}
+
+// UpdateDiscardNote sets the "discard_note" field to the value that was provided on create.
+func (u *DeadLetterUpsert) UpdateDiscardNote() *DeadLetterUpsert {
+	u.SetExcluded(deadletter.FieldDiscardNote)
+	return u
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (u *DeadLetterUpsert) ClearDiscardNote() *DeadLetterUpsert {
+	u.SetNull(deadletter.FieldDiscardNote)
 	return u
 }
 
@@ -822,6 +966,90 @@ func (u *DeadLetterUpsertOne) AddAttempts(v int) *DeadLetterUpsertOne {
 func (u *DeadLetterUpsertOne) UpdateAttempts() *DeadLetterUpsertOne {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.UpdateAttempts()
+	})
+}
+
+// SetRetriedAt sets the "retried_at" field.
+func (u *DeadLetterUpsertOne) SetRetriedAt(v time.Time) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetRetriedAt(v)
+	})
+}
+
+// UpdateRetriedAt sets the "retried_at" field to the value that was provided on create.
+func (u *DeadLetterUpsertOne) UpdateRetriedAt() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateRetriedAt()
+	})
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (u *DeadLetterUpsertOne) ClearRetriedAt() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearRetriedAt()
+	})
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (u *DeadLetterUpsertOne) SetRetriedEventID(v uuid.UUID) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetRetriedEventID(v)
+	})
+}
+
+// UpdateRetriedEventID sets the "retried_event_id" field to the value that was provided on create.
+func (u *DeadLetterUpsertOne) UpdateRetriedEventID() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateRetriedEventID()
+	})
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (u *DeadLetterUpsertOne) ClearRetriedEventID() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearRetriedEventID()
+	})
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (u *DeadLetterUpsertOne) SetDiscardedAt(v time.Time) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetDiscardedAt(v)
+	})
+}
+
+// UpdateDiscardedAt sets the "discarded_at" field to the value that was provided on create.
+func (u *DeadLetterUpsertOne) UpdateDiscardedAt() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateDiscardedAt()
+	})
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (u *DeadLetterUpsertOne) ClearDiscardedAt() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearDiscardedAt()
+	})
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (u *DeadLetterUpsertOne) SetDiscardNote(v string) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetDiscardNote(v)
+	})
+}
+
+// UpdateDiscardNote sets the "discard_note" field to the value that was provided on create.
+func (u *DeadLetterUpsertOne) UpdateDiscardNote() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateDiscardNote()
+	})
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (u *DeadLetterUpsertOne) ClearDiscardNote() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearDiscardNote()
 	})
 }
 
@@ -1263,6 +1491,90 @@ func (u *DeadLetterUpsertBulk) AddAttempts(v int) *DeadLetterUpsertBulk {
 func (u *DeadLetterUpsertBulk) UpdateAttempts() *DeadLetterUpsertBulk {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.UpdateAttempts()
+	})
+}
+
+// SetRetriedAt sets the "retried_at" field.
+func (u *DeadLetterUpsertBulk) SetRetriedAt(v time.Time) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetRetriedAt(v)
+	})
+}
+
+// UpdateRetriedAt sets the "retried_at" field to the value that was provided on create.
+func (u *DeadLetterUpsertBulk) UpdateRetriedAt() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateRetriedAt()
+	})
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (u *DeadLetterUpsertBulk) ClearRetriedAt() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearRetriedAt()
+	})
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (u *DeadLetterUpsertBulk) SetRetriedEventID(v uuid.UUID) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetRetriedEventID(v)
+	})
+}
+
+// UpdateRetriedEventID sets the "retried_event_id" field to the value that was provided on create.
+func (u *DeadLetterUpsertBulk) UpdateRetriedEventID() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateRetriedEventID()
+	})
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (u *DeadLetterUpsertBulk) ClearRetriedEventID() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearRetriedEventID()
+	})
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (u *DeadLetterUpsertBulk) SetDiscardedAt(v time.Time) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetDiscardedAt(v)
+	})
+}
+
+// UpdateDiscardedAt sets the "discarded_at" field to the value that was provided on create.
+func (u *DeadLetterUpsertBulk) UpdateDiscardedAt() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateDiscardedAt()
+	})
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (u *DeadLetterUpsertBulk) ClearDiscardedAt() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearDiscardedAt()
+	})
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (u *DeadLetterUpsertBulk) SetDiscardNote(v string) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetDiscardNote(v)
+	})
+}
+
+// UpdateDiscardNote sets the "discard_note" field to the value that was provided on create.
+func (u *DeadLetterUpsertBulk) UpdateDiscardNote() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateDiscardNote()
+	})
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (u *DeadLetterUpsertBulk) ClearDiscardNote() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearDiscardNote()
 	})
 }
 

@@ -110,6 +110,26 @@ func CreatedAt(v time.Time) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldEQ(FieldCreatedAt, v))
 }
 
+// RetriedAt applies equality check predicate on the "retried_at" field. It's identical to RetriedAtEQ.
+func RetriedAt(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldRetriedAt, v))
+}
+
+// RetriedEventID applies equality check predicate on the "retried_event_id" field. It's identical to RetriedEventIDEQ.
+func RetriedEventID(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldRetriedEventID, v))
+}
+
+// DiscardedAt applies equality check predicate on the "discarded_at" field. It's identical to DiscardedAtEQ.
+func DiscardedAt(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldDiscardedAt, v))
+}
+
+// DiscardNote applies equality check predicate on the "discard_note" field. It's identical to DiscardNoteEQ.
+func DiscardNote(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldDiscardNote, v))
+}
+
 // EventIDEQ applies the EQ predicate on the "event_id" field.
 func EventIDEQ(v uuid.UUID) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldEQ(FieldEventID, v))
@@ -778,6 +798,231 @@ func CreatedAtLT(v time.Time) predicate.DeadLetter {
 // CreatedAtLTE applies the LTE predicate on the "created_at" field.
 func CreatedAtLTE(v time.Time) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldLTE(FieldCreatedAt, v))
+}
+
+// RetriedAtEQ applies the EQ predicate on the "retried_at" field.
+func RetriedAtEQ(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldRetriedAt, v))
+}
+
+// RetriedAtNEQ applies the NEQ predicate on the "retried_at" field.
+func RetriedAtNEQ(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNEQ(FieldRetriedAt, v))
+}
+
+// RetriedAtIn applies the In predicate on the "retried_at" field.
+func RetriedAtIn(vs ...time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIn(FieldRetriedAt, vs...))
+}
+
+// RetriedAtNotIn applies the NotIn predicate on the "retried_at" field.
+func RetriedAtNotIn(vs ...time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotIn(FieldRetriedAt, vs...))
+}
+
+// RetriedAtGT applies the GT predicate on the "retried_at" field.
+func RetriedAtGT(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGT(FieldRetriedAt, v))
+}
+
+// RetriedAtGTE applies the GTE predicate on the "retried_at" field.
+func RetriedAtGTE(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGTE(FieldRetriedAt, v))
+}
+
+// RetriedAtLT applies the LT predicate on the "retried_at" field.
+func RetriedAtLT(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLT(FieldRetriedAt, v))
+}
+
+// RetriedAtLTE applies the LTE predicate on the "retried_at" field.
+func RetriedAtLTE(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLTE(FieldRetriedAt, v))
+}
+
+// RetriedAtIsNil applies the IsNil predicate on the "retried_at" field.
+func RetriedAtIsNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIsNull(FieldRetriedAt))
+}
+
+// RetriedAtNotNil applies the NotNil predicate on the "retried_at" field.
+func RetriedAtNotNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotNull(FieldRetriedAt))
+}
+
+// RetriedEventIDEQ applies the EQ predicate on the "retried_event_id" field.
+func RetriedEventIDEQ(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDNEQ applies the NEQ predicate on the "retried_event_id" field.
+func RetriedEventIDNEQ(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNEQ(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDIn applies the In predicate on the "retried_event_id" field.
+func RetriedEventIDIn(vs ...uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIn(FieldRetriedEventID, vs...))
+}
+
+// RetriedEventIDNotIn applies the NotIn predicate on the "retried_event_id" field.
+func RetriedEventIDNotIn(vs ...uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotIn(FieldRetriedEventID, vs...))
+}
+
+// RetriedEventIDGT applies the GT predicate on the "retried_event_id" field.
+func RetriedEventIDGT(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGT(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDGTE applies the GTE predicate on the "retried_event_id" field.
+func RetriedEventIDGTE(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGTE(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDLT applies the LT predicate on the "retried_event_id" field.
+func RetriedEventIDLT(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLT(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDLTE applies the LTE predicate on the "retried_event_id" field.
+func RetriedEventIDLTE(v uuid.UUID) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLTE(FieldRetriedEventID, v))
+}
+
+// RetriedEventIDIsNil applies the IsNil predicate on the "retried_event_id" field.
+func RetriedEventIDIsNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIsNull(FieldRetriedEventID))
+}
+
+// RetriedEventIDNotNil applies the NotNil predicate on the "retried_event_id" field.
+func RetriedEventIDNotNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotNull(FieldRetriedEventID))
+}
+
+// DiscardedAtEQ applies the EQ predicate on the "discarded_at" field.
+func DiscardedAtEQ(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldDiscardedAt, v))
+}
+
+// DiscardedAtNEQ applies the NEQ predicate on the "discarded_at" field.
+func DiscardedAtNEQ(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNEQ(FieldDiscardedAt, v))
+}
+
+// DiscardedAtIn applies the In predicate on the "discarded_at" field.
+func DiscardedAtIn(vs ...time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIn(FieldDiscardedAt, vs...))
+}
+
+// DiscardedAtNotIn applies the NotIn predicate on the "discarded_at" field.
+func DiscardedAtNotIn(vs ...time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotIn(FieldDiscardedAt, vs...))
+}
+
+// DiscardedAtGT applies the GT predicate on the "discarded_at" field.
+func DiscardedAtGT(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGT(FieldDiscardedAt, v))
+}
+
+// DiscardedAtGTE applies the GTE predicate on the "discarded_at" field.
+func DiscardedAtGTE(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGTE(FieldDiscardedAt, v))
+}
+
+// DiscardedAtLT applies the LT predicate on the "discarded_at" field.
+func DiscardedAtLT(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLT(FieldDiscardedAt, v))
+}
+
+// DiscardedAtLTE applies the LTE predicate on the "discarded_at" field.
+func DiscardedAtLTE(v time.Time) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLTE(FieldDiscardedAt, v))
+}
+
+// DiscardedAtIsNil applies the IsNil predicate on the "discarded_at" field.
+func DiscardedAtIsNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIsNull(FieldDiscardedAt))
+}
+
+// DiscardedAtNotNil applies the NotNil predicate on the "discarded_at" field.
+func DiscardedAtNotNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotNull(FieldDiscardedAt))
+}
+
+// DiscardNoteEQ applies the EQ predicate on the "discard_note" field.
+func DiscardNoteEQ(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldDiscardNote, v))
+}
+
+// DiscardNoteNEQ applies the NEQ predicate on the "discard_note" field.
+func DiscardNoteNEQ(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNEQ(FieldDiscardNote, v))
+}
+
+// DiscardNoteIn applies the In predicate on the "discard_note" field.
+func DiscardNoteIn(vs ...string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIn(FieldDiscardNote, vs...))
+}
+
+// DiscardNoteNotIn applies the NotIn predicate on the "discard_note" field.
+func DiscardNoteNotIn(vs ...string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotIn(FieldDiscardNote, vs...))
+}
+
+// DiscardNoteGT applies the GT predicate on the "discard_note" field.
+func DiscardNoteGT(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGT(FieldDiscardNote, v))
+}
+
+// DiscardNoteGTE applies the GTE predicate on the "discard_note" field.
+func DiscardNoteGTE(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGTE(FieldDiscardNote, v))
+}
+
+// DiscardNoteLT applies the LT predicate on the "discard_note" field.
+func DiscardNoteLT(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLT(FieldDiscardNote, v))
+}
+
+// DiscardNoteLTE applies the LTE predicate on the "discard_note" field.
+func DiscardNoteLTE(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLTE(FieldDiscardNote, v))
+}
+
+// DiscardNoteContains applies the Contains predicate on the "discard_note" field.
+func DiscardNoteContains(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldContains(FieldDiscardNote, v))
+}
+
+// DiscardNoteHasPrefix applies the HasPrefix predicate on the "discard_note" field.
+func DiscardNoteHasPrefix(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldHasPrefix(FieldDiscardNote, v))
+}
+
+// DiscardNoteHasSuffix applies the HasSuffix predicate on the "discard_note" field.
+func DiscardNoteHasSuffix(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldHasSuffix(FieldDiscardNote, v))
+}
+
+// DiscardNoteIsNil applies the IsNil predicate on the "discard_note" field.
+func DiscardNoteIsNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIsNull(FieldDiscardNote))
+}
+
+// DiscardNoteNotNil applies the NotNil predicate on the "discard_note" field.
+func DiscardNoteNotNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotNull(FieldDiscardNote))
+}
+
+// DiscardNoteEqualFold applies the EqualFold predicate on the "discard_note" field.
+func DiscardNoteEqualFold(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEqualFold(FieldDiscardNote, v))
+}
+
+// DiscardNoteContainsFold applies the ContainsFold predicate on the "discard_note" field.
+func DiscardNoteContainsFold(v string) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldContainsFold(FieldDiscardNote, v))
 }
 
 // And groups predicates with the AND operator between them.

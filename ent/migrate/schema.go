@@ -24,6 +24,10 @@ var (
 		{Name: "reason", Type: field.TypeString, Size: 2147483647},
 		{Name: "attempts", Type: field.TypeInt, Default: 0},
 		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "retried_at", Type: field.TypeTime, Nullable: true},
+		{Name: "retried_event_id", Type: field.TypeUUID, Nullable: true},
+		{Name: "discarded_at", Type: field.TypeTime, Nullable: true},
+		{Name: "discard_note", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// OutboxDeadLettersTable holds the schema information for the "outbox_dead_letters" table.
 	OutboxDeadLettersTable = &schema.Table{

@@ -158,6 +158,62 @@ func (_c *DeadLetterCreate) SetNillableCreatedAt(v *time.Time) *DeadLetterCreate
 	return _c
 }
 
+// SetRetriedAt sets the "retried_at" field.
+func (_c *DeadLetterCreate) SetRetriedAt(v time.Time) *DeadLetterCreate {
+	_c.mutation.SetRetriedAt(v)
+	return _c
+}
+
+// SetNillableRetriedAt sets the "retried_at" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableRetriedAt(v *time.Time) *DeadLetterCreate {
+	if v != nil {
+		_c.SetRetriedAt(*v)
+	}
+	return _c
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (_c *DeadLetterCreate) SetRetriedEventID(v uuid.UUID) *DeadLetterCreate {
+	_c.mutation.SetRetriedEventID(v)
+	return _c
+}
+
+// SetNillableRetriedEventID sets the "retried_event_id" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableRetriedEventID(v *uuid.UUID) *DeadLetterCreate {
+	if v != nil {
+		_c.SetRetriedEventID(*v)
+	}
+	return _c
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (_c *DeadLetterCreate) SetDiscardedAt(v time.Time) *DeadLetterCreate {
+	_c.mutation.SetDiscardedAt(v)
+	return _c
+}
+
+// SetNillableDiscardedAt sets the "discarded_at" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableDiscardedAt(v *time.Time) *DeadLetterCreate {
+	if v != nil {
+		_c.SetDiscardedAt(*v)
+	}
+	return _c
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (_c *DeadLetterCreate) SetDiscardNote(v string) *DeadLetterCreate {
+	_c.mutation.SetDiscardNote(v)
+	return _c
+}
+
+// SetNillableDiscardNote sets the "discard_note" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableDiscardNote(v *string) *DeadLetterCreate {
+	if v != nil {
+		_c.SetDiscardNote(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *DeadLetterCreate) SetID(v int64) *DeadLetterCreate {
 	_c.mutation.SetID(v)
@@ -302,6 +358,22 @@ func (_c *DeadLetterCreate) createSpec() (*DeadLetter, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(deadletter.FieldCreatedAt, field.TypeTime, value)
 		_node.CreatedAt = value
+	}
+	if value, ok := _c.mutation.RetriedAt(); ok {
+		_spec.SetField(deadletter.FieldRetriedAt, field.TypeTime, value)
+		_node.RetriedAt = &value
+	}
+	if value, ok := _c.mutation.RetriedEventID(); ok {
+		_spec.SetField(deadletter.FieldRetriedEventID, field.TypeUUID, value)
+		_node.RetriedEventID = &value
+	}
+	if value, ok := _c.mutation.DiscardedAt(); ok {
+		_spec.SetField(deadletter.FieldDiscardedAt, field.TypeTime, value)
+		_node.DiscardedAt = &value
+	}
+	if value, ok := _c.mutation.DiscardNote(); ok {
+		_spec.SetField(deadletter.FieldDiscardNote, field.TypeString, value)
+		_node.DiscardNote = value
 	}
 	return _node, _spec
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
@@ -236,6 +237,86 @@ func (_u *DeadLetterUpdate) AddAttempts(v int) *DeadLetterUpdate {
 	return _u
 }
 
+// SetRetriedAt sets the "retried_at" field.
+func (_u *DeadLetterUpdate) SetRetriedAt(v time.Time) *DeadLetterUpdate {
+	_u.mutation.SetRetriedAt(v)
+	return _u
+}
+
+// SetNillableRetriedAt sets the "retried_at" field if the given value is not nil.
+func (_u *DeadLetterUpdate) SetNillableRetriedAt(v *time.Time) *DeadLetterUpdate {
+	if v != nil {
+		_u.SetRetriedAt(*v)
+	}
+	return _u
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (_u *DeadLetterUpdate) ClearRetriedAt() *DeadLetterUpdate {
+	_u.mutation.ClearRetriedAt()
+	return _u
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (_u *DeadLetterUpdate) SetRetriedEventID(v uuid.UUID) *DeadLetterUpdate {
+	_u.mutation.SetRetriedEventID(v)
+	return _u
+}
+
+// SetNillableRetriedEventID sets the "retried_event_id" field if the given value is not nil.
+func (_u *DeadLetterUpdate) SetNillableRetriedEventID(v *uuid.UUID) *DeadLetterUpdate {
+	if v != nil {
+		_u.SetRetriedEventID(*v)
+	}
+	return _u
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (_u *DeadLetterUpdate) ClearRetriedEventID() *DeadLetterUpdate {
+	_u.mutation.ClearRetriedEventID()
+	return _u
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (_u *DeadLetterUpdate) SetDiscardedAt(v time.Time) *DeadLetterUpdate {
+	_u.mutation.SetDiscardedAt(v)
+	return _u
+}
+
+// SetNillableDiscardedAt sets the "discarded_at" field if the given value is not nil.
+func (_u *DeadLetterUpdate) SetNillableDiscardedAt(v *time.Time) *DeadLetterUpdate {
+	if v != nil {
+		_u.SetDiscardedAt(*v)
+	}
+	return _u
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (_u *DeadLetterUpdate) ClearDiscardedAt() *DeadLetterUpdate {
+	_u.mutation.ClearDiscardedAt()
+	return _u
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (_u *DeadLetterUpdate) SetDiscardNote(v string) *DeadLetterUpdate {
+	_u.mutation.SetDiscardNote(v)
+	return _u
+}
+
+// SetNillableDiscardNote sets the "discard_note" field if the given value is not nil.
+func (_u *DeadLetterUpdate) SetNillableDiscardNote(v *string) *DeadLetterUpdate {
+	if v != nil {
+		_u.SetDiscardNote(*v)
+	}
+	return _u
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (_u *DeadLetterUpdate) ClearDiscardNote() *DeadLetterUpdate {
+	_u.mutation.ClearDiscardNote()
+	return _u
+}
+
 // Mutation returns the DeadLetterMutation object of the builder.
 func (_u *DeadLetterUpdate) Mutation() *DeadLetterMutation {
 	return _u.mutation
@@ -344,6 +425,30 @@ func (_u *DeadLetterUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 	}
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(deadletter.FieldAttempts, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.RetriedAt(); ok {
+		_spec.SetField(deadletter.FieldRetriedAt, field.TypeTime, value)
+	}
+	if _u.mutation.RetriedAtCleared() {
+		_spec.ClearField(deadletter.FieldRetriedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.RetriedEventID(); ok {
+		_spec.SetField(deadletter.FieldRetriedEventID, field.TypeUUID, value)
+	}
+	if _u.mutation.RetriedEventIDCleared() {
+		_spec.ClearField(deadletter.FieldRetriedEventID, field.TypeUUID)
+	}
+	if value, ok := _u.mutation.DiscardedAt(); ok {
+		_spec.SetField(deadletter.FieldDiscardedAt, field.TypeTime, value)
+	}
+	if _u.mutation.DiscardedAtCleared() {
+		_spec.ClearField(deadletter.FieldDiscardedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DiscardNote(); ok {
+		_spec.SetField(deadletter.FieldDiscardNote, field.TypeString, value)
+	}
+	if _u.mutation.DiscardNoteCleared() {
+		_spec.ClearField(deadletter.FieldDiscardNote, field.TypeString)
 	}
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -571,6 +676,86 @@ func (_u *DeadLetterUpdateOne) AddAttempts(v int) *DeadLetterUpdateOne {
 	return _u
 }
 
+// SetRetriedAt sets the "retried_at" field.
+func (_u *DeadLetterUpdateOne) SetRetriedAt(v time.Time) *DeadLetterUpdateOne {
+	_u.mutation.SetRetriedAt(v)
+	return _u
+}
+
+// SetNillableRetriedAt sets the "retried_at" field if the given value is not nil.
+func (_u *DeadLetterUpdateOne) SetNillableRetriedAt(v *time.Time) *DeadLetterUpdateOne {
+	if v != nil {
+		_u.SetRetriedAt(*v)
+	}
+	return _u
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (_u *DeadLetterUpdateOne) ClearRetriedAt() *DeadLetterUpdateOne {
+	_u.mutation.ClearRetriedAt()
+	return _u
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (_u *DeadLetterUpdateOne) SetRetriedEventID(v uuid.UUID) *DeadLetterUpdateOne {
+	_u.mutation.SetRetriedEventID(v)
+	return _u
+}
+
+// SetNillableRetriedEventID sets the "retried_event_id" field if the given value is not nil.
+func (_u *DeadLetterUpdateOne) SetNillableRetriedEventID(v *uuid.UUID) *DeadLetterUpdateOne {
+	if v != nil {
+		_u.SetRetriedEventID(*v)
+	}
+	return _u
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (_u *DeadLetterUpdateOne) ClearRetriedEventID() *DeadLetterUpdateOne {
+	_u.mutation.ClearRetriedEventID()
+	return _u
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (_u *DeadLetterUpdateOne) SetDiscardedAt(v time.Time) *DeadLetterUpdateOne {
+	_u.mutation.SetDiscardedAt(v)
+	return _u
+}
+
+// SetNillableDiscardedAt sets the "discarded_at" field if the given value is not nil.
+func (_u *DeadLetterUpdateOne) SetNillableDiscardedAt(v *time.Time) *DeadLetterUpdateOne {
+	if v != nil {
+		_u.SetDiscardedAt(*v)
+	}
+	return _u
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (_u *DeadLetterUpdateOne) ClearDiscardedAt() *DeadLetterUpdateOne {
+	_u.mutation.ClearDiscardedAt()
+	return _u
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (_u *DeadLetterUpdateOne) SetDiscardNote(v string) *DeadLetterUpdateOne {
+	_u.mutation.SetDiscardNote(v)
+	return _u
+}
+
+// SetNillableDiscardNote sets the "discard_note" field if the given value is not nil.
+func (_u *DeadLetterUpdateOne) SetNillableDiscardNote(v *string) *DeadLetterUpdateOne {
+	if v != nil {
+		_u.SetDiscardNote(*v)
+	}
+	return _u
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (_u *DeadLetterUpdateOne) ClearDiscardNote() *DeadLetterUpdateOne {
+	_u.mutation.ClearDiscardNote()
+	return _u
+}
+
 // Mutation returns the DeadLetterMutation object of the builder.
 func (_u *DeadLetterUpdateOne) Mutation() *DeadLetterMutation {
 	return _u.mutation
@@ -709,6 +894,30 @@ func (_u *DeadLetterUpdateOne) sqlSave(ctx context.Context) (_node *DeadLetter, 
 	}
 	if value, ok := _u.mutation.AddedAttempts(); ok {
 		_spec.AddField(deadletter.FieldAttempts, field.TypeInt, value)
+	}
+	if value, ok := _u.mutation.RetriedAt(); ok {
+		_spec.SetField(deadletter.FieldRetriedAt, field.TypeTime, value)
+	}
+	if _u.mutation.RetriedAtCleared() {
+		_spec.ClearField(deadletter.FieldRetriedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.RetriedEventID(); ok {
+		_spec.SetField(deadletter.FieldRetriedEventID, field.TypeUUID, value)
+	}
+	if _u.mutation.RetriedEventIDCleared() {
+		_spec.ClearField(deadletter.FieldRetriedEventID, field.TypeUUID)
+	}
+	if value, ok := _u.mutation.DiscardedAt(); ok {
+		_spec.SetField(deadletter.FieldDiscardedAt, field.TypeTime, value)
+	}
+	if _u.mutation.DiscardedAtCleared() {
+		_spec.ClearField(deadletter.FieldDiscardedAt, field.TypeTime)
+	}
+	if value, ok := _u.mutation.DiscardNote(); ok {
+		_spec.SetField(deadletter.FieldDiscardNote, field.TypeString, value)
+	}
+	if _u.mutation.DiscardNoteCleared() {
+		_spec.ClearField(deadletter.FieldDiscardNote, field.TypeString)
 	}
 	_node = &DeadLetter{config: _u.config}
 	_spec.Assign = _node.assignValues

@@ -58,6 +58,10 @@ type DeadLetterMutation struct {
 	attempts         *int
 	addattempts      *int
 	created_at       *time.Time
+	retried_at       *time.Time
+	retried_event_id *uuid.UUID
+	discarded_at     *time.Time
+	discard_note     *string
 	clearedFields    map[string]struct{}
 	done             bool
 	oldValue         func(context.Context) (*DeadLetter, error)
@@ -761,6 +765,202 @@ func (m *DeadLetterMutation) ResetCreatedAt() {
 	m.created_at = nil
 }
 
+// SetRetriedAt sets the "retried_at" field.
+func (m *DeadLetterMutation) SetRetriedAt(t time.Time) {
+	m.retried_at = &t
+}
+
+// RetriedAt returns the value of the "retried_at" field in the mutation.
+func (m *DeadLetterMutation) RetriedAt() (r time.Time, exists bool) {
+	v := m.retried_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetriedAt returns the old "retried_at" field's value of the DeadLetter entity.
+// If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeadLetterMutation) OldRetriedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetriedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetriedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetriedAt: %w", err)
+	}
+	return oldValue.RetriedAt, nil
+}
+
+// ClearRetriedAt clears the value of the "retried_at" field.
+func (m *DeadLetterMutation) ClearRetriedAt() {
+	m.retried_at = nil
+	m.clearedFields[deadletter.FieldRetriedAt] = struct{}{}
+}
+
+// RetriedAtCleared returns if the "retried_at" field was cleared in this mutation.
+func (m *DeadLetterMutation) RetriedAtCleared() bool {
+	_, ok := m.clearedFields[deadletter.FieldRetriedAt]
+	return ok
+}
+
+// ResetRetriedAt resets all changes to the "retried_at" field.
+func (m *DeadLetterMutation) ResetRetriedAt() {
+	m.retried_at = nil
+	delete(m.clearedFields, deadletter.FieldRetriedAt)
+}
+
+// SetRetriedEventID sets the "retried_event_id" field.
+func (m *DeadLetterMutation) SetRetriedEventID(u uuid.UUID) {
+	m.retried_event_id = &u
+}
+
+// RetriedEventID returns the value of the "retried_event_id" field in the mutation.
+func (m *DeadLetterMutation) RetriedEventID() (r uuid.UUID, exists bool) {
+	v := m.retried_event_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldRetriedEventID returns the old "retried_event_id" field's value of the DeadLetter entity.
+// If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeadLetterMutation) OldRetriedEventID(ctx context.Context) (v *uuid.UUID, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldRetriedEventID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldRetriedEventID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldRetriedEventID: %w", err)
+	}
+	return oldValue.RetriedEventID, nil
+}
+
+// ClearRetriedEventID clears the value of the "retried_event_id" field.
+func (m *DeadLetterMutation) ClearRetriedEventID() {
+	m.retried_event_id = nil
+	m.clearedFields[deadletter.FieldRetriedEventID] = struct{}{}
+}
+
+// RetriedEventIDCleared returns if the "retried_event_id" field was cleared in this mutation.
+func (m *DeadLetterMutation) RetriedEventIDCleared() bool {
+	_, ok := m.clearedFields[deadletter.FieldRetriedEventID]
+	return ok
+}
+
+// ResetRetriedEventID resets all changes to the "retried_event_id" field.
+func (m *DeadLetterMutation) ResetRetriedEventID() {
+	m.retried_event_id = nil
+	delete(m.clearedFields, deadletter.FieldRetriedEventID)
+}
+
+// SetDiscardedAt sets the "discarded_at" field.
+func (m *DeadLetterMutation) SetDiscardedAt(t time.Time) {
+	m.discarded_at = &t
+}
+
+// DiscardedAt returns the value of the "discarded_at" field in the mutation.
+func (m *DeadLetterMutation) DiscardedAt() (r time.Time, exists bool) {
+	v := m.discarded_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDiscardedAt returns the old "discarded_at" field's value of the DeadLetter entity.
+// If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeadLetterMutation) OldDiscardedAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDiscardedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDiscardedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDiscardedAt: %w", err)
+	}
+	return oldValue.DiscardedAt, nil
+}
+
+// ClearDiscardedAt clears the value of the "discarded_at" field.
+func (m *DeadLetterMutation) ClearDiscardedAt() {
+	m.discarded_at = nil
+	m.clearedFields[deadletter.FieldDiscardedAt] = struct{}{}
+}
+
+// DiscardedAtCleared returns if the "discarded_at" field was cleared in this mutation.
+func (m *DeadLetterMutation) DiscardedAtCleared() bool {
+	_, ok := m.clearedFields[deadletter.FieldDiscardedAt]
+	return ok
+}
+
+// ResetDiscardedAt resets all changes to the "discarded_at" field.
+func (m *DeadLetterMutation) ResetDiscardedAt() {
+	m.discarded_at = nil
+	delete(m.clearedFields, deadletter.FieldDiscardedAt)
+}
+
+// SetDiscardNote sets the "discard_note" field.
+func (m *DeadLetterMutation) SetDiscardNote(s string) {
+	m.discard_note = &s
+}
+
+// DiscardNote returns the value of the "discard_note" field in the mutation.
+func (m *DeadLetterMutation) DiscardNote() (r string, exists bool) {
+	v := m.discard_note
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDiscardNote returns the old "discard_note" field's value of the DeadLetter entity.
+// If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeadLetterMutation) OldDiscardNote(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDiscardNote is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDiscardNote requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDiscardNote: %w", err)
+	}
+	return oldValue.DiscardNote, nil
+}
+
+// ClearDiscardNote clears the value of the "discard_note" field.
+func (m *DeadLetterMutation) ClearDiscardNote() {
+	m.discard_note = nil
+	m.clearedFields[deadletter.FieldDiscardNote] = struct{}{}
+}
+
+// DiscardNoteCleared returns if the "discard_note" field was cleared in this mutation.
+func (m *DeadLetterMutation) DiscardNoteCleared() bool {
+	_, ok := m.clearedFields[deadletter.FieldDiscardNote]
+	return ok
+}
+
+// ResetDiscardNote resets all changes to the "discard_note" field.
+func (m *DeadLetterMutation) ResetDiscardNote() {
+	m.discard_note = nil
+	delete(m.clearedFields, deadletter.FieldDiscardNote)
+}
+
 // Where appends a list predicates to the DeadLetterMutation builder.
 func (m *DeadLetterMutation) Where(ps ...predicate.DeadLetter) {
 	m.predicates = append(m.predicates, ps...)
@@ -795,7 +995,7 @@ func (m *DeadLetterMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *DeadLetterMutation) Fields() []string {
-	fields := make([]string, 0, 12)
+	fields := make([]string, 0, 16)
 	if m.event_id != nil {
 		fields = append(fields, deadletter.FieldEventID)
 	}
@@ -832,6 +1032,18 @@ func (m *DeadLetterMutation) Fields() []string {
 	if m.created_at != nil {
 		fields = append(fields, deadletter.FieldCreatedAt)
 	}
+	if m.retried_at != nil {
+		fields = append(fields, deadletter.FieldRetriedAt)
+	}
+	if m.retried_event_id != nil {
+		fields = append(fields, deadletter.FieldRetriedEventID)
+	}
+	if m.discarded_at != nil {
+		fields = append(fields, deadletter.FieldDiscardedAt)
+	}
+	if m.discard_note != nil {
+		fields = append(fields, deadletter.FieldDiscardNote)
+	}
 	return fields
 }
 
@@ -864,6 +1076,14 @@ func (m *DeadLetterMutation) Field(name string) (ent.Value, bool) {
 		return m.Attempts()
 	case deadletter.FieldCreatedAt:
 		return m.CreatedAt()
+	case deadletter.FieldRetriedAt:
+		return m.RetriedAt()
+	case deadletter.FieldRetriedEventID:
+		return m.RetriedEventID()
+	case deadletter.FieldDiscardedAt:
+		return m.DiscardedAt()
+	case deadletter.FieldDiscardNote:
+		return m.DiscardNote()
 	}
 	return nil, false
 }
@@ -897,6 +1117,14 @@ func (m *DeadLetterMutation) OldField(ctx context.Context, name string) (ent.Val
 		return m.OldAttempts(ctx)
 	case deadletter.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
+	case deadletter.FieldRetriedAt:
+		return m.OldRetriedAt(ctx)
+	case deadletter.FieldRetriedEventID:
+		return m.OldRetriedEventID(ctx)
+	case deadletter.FieldDiscardedAt:
+		return m.OldDiscardedAt(ctx)
+	case deadletter.FieldDiscardNote:
+		return m.OldDiscardNote(ctx)
 	}
 	return nil, fmt.Errorf("unknown DeadLetter field %s", name)
 }
@@ -990,6 +1218,34 @@ func (m *DeadLetterMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetCreatedAt(v)
 		return nil
+	case deadletter.FieldRetriedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetriedAt(v)
+		return nil
+	case deadletter.FieldRetriedEventID:
+		v, ok := value.(uuid.UUID)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetRetriedEventID(v)
+		return nil
+	case deadletter.FieldDiscardedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDiscardedAt(v)
+		return nil
+	case deadletter.FieldDiscardNote:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDiscardNote(v)
+		return nil
 	}
 	return fmt.Errorf("unknown DeadLetter field %s", name)
 }
@@ -1071,6 +1327,18 @@ func (m *DeadLetterMutation) ClearedFields() []string {
 	if m.FieldCleared(deadletter.FieldHeaders) {
 		fields = append(fields, deadletter.FieldHeaders)
 	}
+	if m.FieldCleared(deadletter.FieldRetriedAt) {
+		fields = append(fields, deadletter.FieldRetriedAt)
+	}
+	if m.FieldCleared(deadletter.FieldRetriedEventID) {
+		fields = append(fields, deadletter.FieldRetriedEventID)
+	}
+	if m.FieldCleared(deadletter.FieldDiscardedAt) {
+		fields = append(fields, deadletter.FieldDiscardedAt)
+	}
+	if m.FieldCleared(deadletter.FieldDiscardNote) {
+		fields = append(fields, deadletter.FieldDiscardNote)
+	}
 	return fields
 }
 
@@ -1108,6 +1376,18 @@ func (m *DeadLetterMutation) ClearField(name string) error {
 		return nil
 	case deadletter.FieldHeaders:
 		m.ClearHeaders()
+		return nil
+	case deadletter.FieldRetriedAt:
+		m.ClearRetriedAt()
+		return nil
+	case deadletter.FieldRetriedEventID:
+		m.ClearRetriedEventID()
+		return nil
+	case deadletter.FieldDiscardedAt:
+		m.ClearDiscardedAt()
+		return nil
+	case deadletter.FieldDiscardNote:
+		m.ClearDiscardNote()
 		return nil
 	}
 	return fmt.Errorf("unknown DeadLetter nullable field %s", name)
@@ -1152,6 +1432,18 @@ func (m *DeadLetterMutation) ResetField(name string) error {
 		return nil
 	case deadletter.FieldCreatedAt:
 		m.ResetCreatedAt()
+		return nil
+	case deadletter.FieldRetriedAt:
+		m.ResetRetriedAt()
+		return nil
+	case deadletter.FieldRetriedEventID:
+		m.ResetRetriedEventID()
+		return nil
+	case deadletter.FieldDiscardedAt:
+		m.ResetDiscardedAt()
+		return nil
+	case deadletter.FieldDiscardNote:
+		m.ResetDiscardNote()
 		return nil
 	}
 	return fmt.Errorf("unknown DeadLetter field %s", name)

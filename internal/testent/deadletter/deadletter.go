@@ -37,6 +37,14 @@ const (
 	FieldAttempts = "attempts"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
+	// FieldRetriedAt holds the string denoting the retried_at field in the database.
+	FieldRetriedAt = "retried_at"
+	// FieldRetriedEventID holds the string denoting the retried_event_id field in the database.
+	FieldRetriedEventID = "retried_event_id"
+	// FieldDiscardedAt holds the string denoting the discarded_at field in the database.
+	FieldDiscardedAt = "discarded_at"
+	// FieldDiscardNote holds the string denoting the discard_note field in the database.
+	FieldDiscardNote = "discard_note"
 	// Table holds the table name of the deadletter in the database.
 	Table = "outbox_dead_letters"
 )
@@ -56,6 +64,10 @@ var Columns = []string{
 	FieldReason,
 	FieldAttempts,
 	FieldCreatedAt,
+	FieldRetriedAt,
+	FieldRetriedEventID,
+	FieldDiscardedAt,
+	FieldDiscardNote,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -131,4 +143,24 @@ func ByAttempts(opts ...sql.OrderTermOption) OrderOption {
 // ByCreatedAt orders the results by the created_at field.
 func ByCreatedAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldCreatedAt, opts...).ToFunc()
+}
+
+// ByRetriedAt orders the results by the retried_at field.
+func ByRetriedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRetriedAt, opts...).ToFunc()
+}
+
+// ByRetriedEventID orders the results by the retried_event_id field.
+func ByRetriedEventID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldRetriedEventID, opts...).ToFunc()
+}
+
+// ByDiscardedAt orders the results by the discarded_at field.
+func ByDiscardedAt(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDiscardedAt, opts...).ToFunc()
+}
+
+// ByDiscardNote orders the results by the discard_note field.
+func ByDiscardNote(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldDiscardNote, opts...).ToFunc()
 }
