@@ -1,0 +1,5 @@
+// Package deploy holds what operators install beside the relay: Prometheus
+// alert rules (prometheus/alerts.yml) and a Grafana dashboard
+// (grafana/entoutbox.json). It has no code; its test checks that every rule
+// and panel parses and uses only metrics package metrics registers.
+package deploy
