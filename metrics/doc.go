@@ -1,0 +1,50 @@
+// Package metrics holds entoutbox's Prometheus metrics. Nothing is
+// registered globally: New registers every collector on the registerer it
+// is given, and the parts of the library that report are told of the
+// *Metrics explicitly (nil, the default everywhere, turns them off):
+//
+//	m, err := metrics.New(prometheus.DefaultRegisterer)
+//	relay.New(relay.Config{..., Metrics: m})                 // the relay
+//	ent.NewOutboxHandlers(client, consumer.WithMetrics(m))   // consumers
+//	outbox.SetMetrics(m)                                     // Emit, process-wide
+//	m.WatchBacklog(db, metrics.BacklogConfig{})              // backlog gauges
+//
+// Labels are bounded: topic, event, consumer, result, reason, source; never
+// an event, aggregate or relay id. Topics are the outbox topics, without
+// the relay's TopicPrefix.
+//
+// Backlog, sampled on scrape at most every BacklogConfig.MinInterval
+// (5 s), with index-backed queries bounded by BacklogConfig.MaxCount:
+//
+//	entoutbox_outbox_pending_events{topic}                gauge
+//	entoutbox_outbox_oldest_pending_age_seconds           gauge, 0 when nothing is pending
+//	entoutbox_dead_letters{source="relay"|"consumer"}     gauge, rows not discarded
+//	entoutbox_relays_holding_partitions                   gauge, fast relays with unexpired leases
+//
+// Relay:
+//
+//	entoutbox_relay_published_total{topic,result="ok"|"error"}     counter
+//	entoutbox_relay_publish_duration_seconds{topic}                histogram
+//	entoutbox_relay_delivery_lag_seconds{topic}                    histogram, row created_at to broker ack
+//	entoutbox_relay_retries_total{topic}                           counter, failed publishes tried again
+//	entoutbox_relay_dead_lettered_total{reason="max_attempts"|"permanent"|"malformed"}  counter
+//	entoutbox_relay_claim_duration_seconds                         histogram (fast path)
+//	entoutbox_relay_claim_rows                                     histogram (fast path)
+//	entoutbox_relay_partitions_owned                               gauge, this process's fast relays
+//	entoutbox_relay_lease_renewal_failures_total                   counter (fast path)
+//
+// The compatible path reports published_total, publish_duration_seconds
+// and dead_lettered_total{reason="malformed"}.
+//
+// Consumers:
+//
+//	entoutbox_consumer_deliveries_total{consumer,event,result="handled"|"duplicate"|"retried"|"dead_lettered"}  counter
+//	entoutbox_consumer_handler_duration_seconds{consumer,event}    histogram, one try, its transaction included
+//	entoutbox_consumer_event_age_seconds{consumer,event}           histogram, outbox_created_at to handled
+//
+// Emit:
+//
+//	entoutbox_emit_events_total{event}     counter, after the transaction commits
+//
+// An event name a consumer does not declare is counted as event="unknown".
+package metrics

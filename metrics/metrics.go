@@ -1,0 +1,256 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of the counters, kept here so that every caller spells them
+// alike.
+const (
+	ResultOK    = "ok"
+	ResultError = "error"
+
+	ResultHandled      = "handled"
+	ResultDuplicate    = "duplicate"
+	ResultRetried      = "retried"
+	ResultDeadLettered = "dead_lettered"
+
+	ReasonMaxAttempts = "max_attempts"
+	ReasonPermanent   = "permanent"
+	ReasonMalformed   = "malformed"
+)
+
+// Metrics holds the collectors of one registry. Its fields are the
+// instruments the relay, the consumers and Emit update; a nil *Metrics
+// turns them all off, and each method is a no-op on nil.
+type Metrics struct {
+	// Relay.
+	RelayPublished            *prometheus.CounterVec   // topic, result
+	RelayPublishDuration      *prometheus.HistogramVec // topic
+	RelayDeliveryLag          *prometheus.HistogramVec // topic
+	RelayRetries              *prometheus.CounterVec   // topic
+	RelayDeadLettered         *prometheus.CounterVec   // reason
+	RelayClaimDuration        prometheus.Histogram
+	RelayClaimRows            prometheus.Histogram
+	RelayLeaseRenewalFailures prometheus.Counter
+	relayPartitionsOwned      prometheus.GaugeFunc
+	ConsumerDeliveries        *prometheus.CounterVec   // consumer, event, result
+	ConsumerHandlerDuration   *prometheus.HistogramVec // consumer, event
+	ConsumerEventAge          *prometheus.HistogramVec // consumer, event
+	EmitEvents                *prometheus.CounterVec   // event
+	backlog                   *backlogCollector
+	partitionsMu              sync.Mutex
+	partitionSources          map[*int]func() int
+}
+
+// latencyBuckets suit publishes, claims and handlers: 1 ms to 10 s.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// lagBuckets suit the time an event waits, from its write to its
+// delivery or handling: 5 ms to 1 h.
+var lagBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// New creates the collectors and registers them on reg. Nothing is
+// registered anywhere else: pass prometheus.DefaultRegisterer to use the
+// default registry. The backlog gauges report nothing until WatchBacklog
+// is given the database.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: registerer is nil")
+	}
+	m := &Metrics{
+		RelayPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_relay_published_total",
+			Help: "Publishes of outbox events to the broker, by outbox topic and result (ok, error).",
+		}, []string{"topic", "result"}),
+		RelayPublishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "entoutbox_relay_publish_duration_seconds",
+			Help:    "How long a publish to the broker took, until it acknowledged or failed, by outbox topic.",
+			Buckets: latencyBuckets,
+		}, []string{"topic"}),
+		RelayDeliveryLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "entoutbox_relay_delivery_lag_seconds",
+			Help:    "Time from an event's write (its row's created_at) to the broker's acknowledgement, by outbox topic.",
+			Buckets: lagBuckets,
+		}, []string{"topic"}),
+		RelayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_relay_retries_total",
+			Help: "Failed publishes that will be tried again, by outbox topic.",
+		}, []string{"topic"}),
+		RelayDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_relay_dead_lettered_total",
+			Help: "Outbox rows the relay set aside as dead letters, by reason (max_attempts, permanent, malformed).",
+		}, []string{"reason"}),
+		RelayClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "entoutbox_relay_claim_duration_seconds",
+			Help:    "How long a claim of outbox rows took (fast path).",
+			Buckets: latencyBuckets,
+		}),
+		RelayClaimRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "entoutbox_relay_claim_rows",
+			Help:    "Rows one claim took (fast path).",
+			Buckets: []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000},
+		}),
+		RelayLeaseRenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "entoutbox_relay_lease_renewal_failures_total",
+			Help: "Failed renewals of the partitions' leases (fast path).",
+		}),
+		ConsumerDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_consumer_deliveries_total",
+			Help: "Handler runs by consumer, event and result (handled, duplicate, retried, dead_lettered).",
+		}, []string{"consumer", "event", "result"}),
+		ConsumerHandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "entoutbox_consumer_handler_duration_seconds",
+			Help:    "How long one try of a handler took, its transaction included, by consumer and event.",
+			Buckets: latencyBuckets,
+		}, []string{"consumer", "event"}),
+		ConsumerEventAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "entoutbox_consumer_event_age_seconds",
+			Help:    "Time from an event's write to its handling, by consumer and event.",
+			Buckets: lagBuckets,
+		}, []string{"consumer", "event"}),
+		EmitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_emit_events_total",
+			Help: "Events emitted, counted once their transaction committed, by event name.",
+		}, []string{"event"}),
+		backlog:          newBacklogCollector(),
+		partitionSources: map[*int]func() int{},
+	}
+	m.relayPartitionsOwned = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "entoutbox_relay_partitions_owned",
+		Help: "Partitions the fast relays of this process own.",
+	}, m.partitionsOwned)
+	for _, c := range []prometheus.Collector{
+		m.RelayPublished, m.RelayPublishDuration, m.RelayDeliveryLag, m.RelayRetries, m.RelayDeadLettered,
+		m.RelayClaimDuration, m.RelayClaimRows, m.RelayLeaseRenewalFailures, m.relayPartitionsOwned,
+		m.ConsumerDeliveries, m.ConsumerHandlerDuration, m.ConsumerEventAge, m.EmitEvents, m.backlog,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: registering: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// WatchPartitions adds owned, read on every scrape, to
+// entoutbox_relay_partitions_owned (the sum over every source watched); the
+// function it returns removes it. The relay calls it while it runs.
+func (m *Metrics) WatchPartitions(owned func() int) (unwatch func()) {
+	if m == nil {
+		return func() {}
+	}
+	key := new(int)
+	m.partitionsMu.Lock()
+	m.partitionSources[key] = owned
+	m.partitionsMu.Unlock()
+	return func() {
+		m.partitionsMu.Lock()
+		delete(m.partitionSources, key)
+		m.partitionsMu.Unlock()
+	}
+}
+
+func (m *Metrics) partitionsOwned() float64 {
+	m.partitionsMu.Lock()
+	sources := make([]func() int, 0, len(m.partitionSources))
+	for _, f := range m.partitionSources {
+		sources = append(sources, f)
+	}
+	m.partitionsMu.Unlock()
+	n := 0
+	for _, f := range sources {
+		n += f()
+	}
+	return float64(n)
+}
+
+// Published records a publish of topic that took d.
+func (m *Metrics) Published(topic string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	result := ResultOK
+	if err != nil {
+		result = ResultError
+	}
+	m.RelayPublished.WithLabelValues(topic, result).Inc()
+	m.RelayPublishDuration.WithLabelValues(topic).Observe(d.Seconds())
+}
+
+// Delivered records the lag of an event of topic written at created,
+// acknowledged now.
+func (m *Metrics) Delivered(topic string, created time.Time) {
+	if m == nil || created.IsZero() {
+		return
+	}
+	m.RelayDeliveryLag.WithLabelValues(topic).Observe(max(time.Since(created).Seconds(), 0))
+}
+
+// Retried records a failed publish of topic that will be tried again.
+func (m *Metrics) Retried(topic string) {
+	if m == nil {
+		return
+	}
+	m.RelayRetries.WithLabelValues(topic).Inc()
+}
+
+// DeadLettered records a row the relay set aside, for reason (one of the
+// Reason constants).
+func (m *Metrics) DeadLettered(reason string) {
+	if m == nil {
+		return
+	}
+	m.RelayDeadLettered.WithLabelValues(reason).Inc()
+}
+
+// Claimed records a claim of rows that took d.
+func (m *Metrics) Claimed(rows int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.RelayClaimDuration.Observe(d.Seconds())
+	m.RelayClaimRows.Observe(float64(rows))
+}
+
+// LeaseRenewalFailed records a failed renewal of the leases.
+func (m *Metrics) LeaseRenewalFailed() {
+	if m == nil {
+		return
+	}
+	m.RelayLeaseRenewalFailures.Inc()
+}
+
+// Delivery records one try of consumer's handler of event, with its result
+// (one of the Result constants other than ok and error) and duration d;
+// zero d records no duration (the handler did not run).
+func (m *Metrics) Delivery(consumer, event, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ConsumerDeliveries.WithLabelValues(consumer, event, result).Inc()
+	if d > 0 {
+		m.ConsumerHandlerDuration.WithLabelValues(consumer, event).Observe(d.Seconds())
+	}
+}
+
+// Handled records the age of an event written at created when consumer
+// handled it.
+func (m *Metrics) Handled(consumer, event string, created time.Time) {
+	if m == nil || created.IsZero() {
+		return
+	}
+	m.ConsumerEventAge.WithLabelValues(consumer, event).Observe(max(time.Since(created).Seconds(), 0))
+}
+
+// Emitted records n events named event whose transaction committed.
+func (m *Metrics) Emitted(event string, n int) {
+	if m == nil {
+		return
+	}
+	m.EmitEvents.WithLabelValues(event).Add(float64(n))
+}
