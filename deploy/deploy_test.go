@@ -9,13 +9,17 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 const (
@@ -40,6 +44,22 @@ func TestDashboard(t *testing.T) {
 	data := readFile(t, dashboardFile)
 	for _, err := range checkDashboard(data, registeredMetrics(t)) {
 		t.Error(err)
+	}
+}
+
+// TestRegisteredMetricsAreRead guards the reading of descriptors: without
+// labels every matcher would be refused, with too many none would.
+func TestRegisteredMetricsAreRead(t *testing.T) {
+	known := registeredMetrics(t)
+	for name, want := range map[string][]string{
+		"entoutbox_relay_published_total":             {"topic", "result"},
+		"entoutbox_outbox_oldest_pending_age_seconds": nil,
+		"entoutbox_consumer_deliveries_total":         {"consumer", "event", "result"},
+	} {
+		got, ok := known[name]
+		if !ok || !slices.Equal(got, want) {
+			t.Errorf("%s: labels %v (registered: %t), want %v", name, got, ok, want)
+		}
 	}
 }
 
@@ -303,27 +323,45 @@ func readFile(t *testing.T, name string) []byte {
 // prometheus.Desc's String form, the only place client_golang exposes them.
 var descPattern = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), .*constLabels: \{(.*)\}, variableLabels: \{([^}]*)\}\}$`)
 
-// registeredMetrics lists the metrics the library registers, with their
-// labels, for now from the metric contract until package metrics lands.
+// registeredMetrics lists the metrics package metrics registers, with their
+// labels: read from the collectors' descriptors, which name every metric,
+// also a label vector that has no series yet (Gather would leave it out).
 func registeredMetrics(t *testing.T) map[string][]string {
 	t.Helper()
-	return map[string][]string{
-		"entoutbox_outbox_pending_events":              {"topic"},
-		"entoutbox_outbox_oldest_pending_age_seconds":  nil,
-		"entoutbox_dead_letters":                       {"source"},
-		"entoutbox_relays_holding_partitions":          nil,
-		"entoutbox_relay_published_total":              {"topic", "result"},
-		"entoutbox_relay_publish_duration_seconds":     {"topic"},
-		"entoutbox_relay_delivery_lag_seconds":         {"topic"},
-		"entoutbox_relay_retries_total":                {"topic"},
-		"entoutbox_relay_dead_lettered_total":          {"reason"},
-		"entoutbox_relay_claim_duration_seconds":       nil,
-		"entoutbox_relay_claim_rows":                   nil,
-		"entoutbox_relay_partitions_owned":             nil,
-		"entoutbox_relay_lease_renewal_failures_total": nil,
-		"entoutbox_consumer_deliveries_total":          {"consumer", "event", "result"},
-		"entoutbox_consumer_handler_duration_seconds":  {"consumer", "event"},
-		"entoutbox_consumer_event_age_seconds":         {"consumer", "event"},
-		"entoutbox_emit_events_total":                  {"event"},
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg); err != nil {
+		t.Fatal(err)
 	}
+	descs := make(chan *prometheus.Desc)
+	go func() {
+		reg.Describe(descs)
+		close(descs)
+	}()
+	known := map[string][]string{}
+	for d := range descs {
+		m := descPattern.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read %s", d)
+		}
+		name, err := strconv.Unquote(m[1])
+		if err != nil {
+			t.Fatalf("cannot read the name of %s: %v", d, err)
+		}
+		var labelNames []string
+		for _, pair := range strings.Split(m[2], ",") {
+			if k, _, ok := strings.Cut(pair, "="); ok {
+				labelNames = append(labelNames, k)
+			}
+		}
+		for _, l := range strings.Split(m[3], ",") {
+			if l != "" {
+				labelNames = append(labelNames, strings.TrimSuffix(strings.TrimPrefix(l, "c("), ")"))
+			}
+		}
+		known[name] = labelNames
+	}
+	if len(known) == 0 {
+		t.Fatal("metrics.New registered no metrics")
+	}
+	return known
 }
