@@ -2,13 +2,18 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // forwarderTopic is the name the compatible path subscribes under. The
@@ -63,7 +68,7 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 	return func(msg *message.Message) ([]*message.Message, error) {
 		reason := msg.Metadata.Get(MetaRowError)
 		if reason == "" {
-			return next(msg)
+			return r.forwardObserved(next, msg)
 		}
 		tx, ok := wsql.TxFromContext(msg.Context())
 		if !ok {
@@ -78,8 +83,49 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		}
 		r.cfg.Logger.Error("Outbox row set aside as a dead letter", fmt.Errorf("%s", reason),
 			map[string]any{"row_id": id, "event_id": msg.UUID})
+		r.cfg.Metrics.DeadLettered(metrics.ReasonMalformed)
 		return nil, nil
 	}
+}
+
+// forwardObserved runs the forwarder's handler on envelope msg, which
+// publishes the event, with the relay's metrics and send span around it.
+// It reads the envelope only when one of them is on.
+func (r *Relay) forwardObserved(next message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	tracer := r.tracer.Get()
+	if r.cfg.Metrics == nil && tracer == nil {
+		return next(msg)
+	}
+	var env forwarderEnvelope
+	if err := json.Unmarshal(msg.Payload, &env); err != nil {
+		return next(msg) // the forwarder says what is wrong with it
+	}
+	var span trace.Span
+	if tracer != nil {
+		out := message.NewMessage(env.UUID, env.Payload)
+		out.Metadata = env.Metadata
+		if out.Metadata == nil {
+			out.Metadata = message.Metadata{}
+		}
+		span = startSend(tracer, r.messagingSystem(), env.DestinationTopic, out)
+		env.Metadata = out.Metadata
+		if b, err := json.Marshal(env); err == nil {
+			msg.Payload = b
+		}
+	}
+	started := time.Now()
+	produced, err := next(msg)
+	rowTopic := strings.TrimPrefix(env.DestinationTopic, r.cfg.TopicPrefix)
+	if m := r.cfg.Metrics; m != nil {
+		m.Published(rowTopic, time.Since(started), err)
+		if err == nil {
+			m.Delivered(rowTopic, createdAt(env.Metadata))
+		}
+	}
+	if span != nil {
+		endSpan(span, err)
+	}
+	return produced, err
 }
 
 // offsetsAdapter keeps the compatible path's read position in one table,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // runFast publishes what the fast Subscriber hands out, many at a time:
@@ -22,7 +23,11 @@ func (r *Relay) runFast(ctx context.Context) error {
 	}
 	defer sub.Close()
 	r.fast.Store(sub)
-	readCtx, stopReading := context.WithCancel(context.Background())
+	defer r.cfg.Metrics.WatchPartitions(func() int {
+		st, _ := r.Status()
+		return st.Partitions
+	})()
+	readCtx, stopReading := context.WithCancel(withMetrics(context.Background(), r.cfg.Metrics))
 	defer stopReading()
 	msgs, err := sub.Subscribe(readCtx, AllTopics)
 	if err != nil {
@@ -85,9 +90,28 @@ func (r *Relay) runFast(ctx context.Context) error {
 func (r *Relay) publish(sub *Subscriber, msg *message.Message, health *publishHealth) {
 	out := message.NewMessage(msg.UUID, msg.Payload)
 	out.Metadata = maps.Clone(msg.Metadata)
-	topic := r.cfg.TopicPrefix + out.Metadata.Get(MetaTopic)
+	rowTopic := out.Metadata.Get(MetaTopic)
+	topic := r.cfg.TopicPrefix + rowTopic
 	delete(out.Metadata, MetaTopic)
-	if err := r.cfg.Publisher.Publish(topic, out); err != nil {
+	var span trace.Span
+	if tracer := r.tracer.Get(); tracer != nil {
+		span = startSend(tracer, r.messagingSystem(), topic, out)
+	}
+	var started time.Time
+	if r.cfg.Metrics != nil {
+		started = time.Now()
+	}
+	err := r.cfg.Publisher.Publish(topic, out)
+	if m := r.cfg.Metrics; m != nil {
+		m.Published(rowTopic, time.Since(started), err)
+		if err == nil {
+			m.Delivered(rowTopic, createdAt(out.Metadata))
+		}
+	}
+	if span != nil {
+		endSpan(span, err)
+	}
+	if err != nil {
 		// A permanent error goes to the dead letters at once (Fail tells);
 		// the health of the broker decides whether any other counts.
 		sub.Fail(msg, err, permanent(err) || health.failed(err))

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/outbox"
 )
 
@@ -37,6 +38,10 @@ type subscription struct {
 
 	q     *queues
 	parts *partitionSet
+
+	// metrics is the relay's, nil when off or for a Subscriber used on
+	// its own (see withMetrics).
+	metrics *metrics.Metrics
 
 	// Sending: the head about to be sent, and its message.
 	nextRow *row
@@ -119,6 +124,7 @@ func stoppedTimer() *time.Timer {
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
 	sub.ctx = ctx
+	sub.metrics = metricsFrom(ctx)
 	defer close(sub.done)
 	wake := s.notifier.add()
 	defer s.notifier.remove(wake)
@@ -237,6 +243,7 @@ func (sub *subscription) claimDone(c claimResult) {
 		sub.claimRetry.Reset(pause)
 		return
 	}
+	sub.metrics.Claimed(len(c.rows), time.Since(c.started))
 	if sub.claimFailures > 0 {
 		s.cfg.Logger.Info("Claiming outbox rows works again", watermill.LogFields{"failures": sub.claimFailures})
 		sub.claimFailures = 0
@@ -305,6 +312,8 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
 				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
+			} else {
+				sub.metrics.DeadLettered(metrics.ReasonMalformed)
 			}
 			continue
 		}
@@ -426,12 +435,13 @@ func (sub *subscription) nacked(r *row, msg *message.Message) bool {
 		attempts++
 	}
 	if f.permanent || attempts >= s.cfg.MaxAttempts {
-		reason := fmt.Sprintf("%s (after %d attempts)", f.reason, attempts)
+		reason, class := fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), metrics.ReasonMaxAttempts
 		if f.permanent {
-			reason = "refused for good: " + f.reason
+			reason, class = "refused for good: "+f.reason, metrics.ReasonPermanent
 		}
 		err := s.store.deadLetter(sub.ctx, r, reason, attempts)
 		if err == nil {
+			sub.metrics.DeadLettered(class)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
@@ -439,6 +449,7 @@ func (sub *subscription) nacked(r *row, msg *message.Message) bool {
 		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(attempts)))
 		return false
 	}
+	sub.metrics.Retried(r.topic)
 	wait, err := s.store.failed(sub.ctx, r, f.countAttempt, f.reason)
 	if err != nil {
 		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
@@ -524,6 +535,9 @@ func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) re
 // rebalanceDone takes the outcome of a rebalance, and schedules the next.
 func (sub *subscription) rebalanceDone(r rebalanceResult) {
 	sub.rebalancing = false
+	if r.err != nil && sub.ctx.Err() == nil {
+		sub.metrics.LeaseRenewalFailed()
+	}
 	if sub.applyRebalance(r) {
 		sub.wantClaim = true
 	}

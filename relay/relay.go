@@ -10,8 +10,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/tracing"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -52,6 +55,19 @@ type Config struct {
 	// DefaultCloseTimeout when zero.
 	CloseTimeout time.Duration
 	Logger       watermill.LoggerAdapter
+
+	// Metrics, when set, receives the relay's metrics (see the metrics
+	// package); nil turns them off.
+	Metrics *metrics.Metrics
+	// TracerProvider starts a producer span "send <topic>" per publish, a
+	// child of the span the event was emitted in, whose context goes out
+	// in the message's metadata for the consumer's span (propagated with
+	// otel.GetTextMapPropagator()). The global provider when nil, which
+	// traces nothing until the application sets one.
+	TracerProvider trace.TracerProvider
+	// MessagingSystem is the messaging.system attribute of the spans, the
+	// broker's scheme (a broker.Broker's Scheme); "watermill" when empty.
+	MessagingSystem string
 
 	// Fast configures PathFast.
 	Fast FastConfig
@@ -217,7 +233,8 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 // returned without error, which for the broker publishers means the broker
 // acknowledged it.
 type Relay struct {
-	cfg Config
+	cfg    Config
+	tracer *tracing.Tracer
 	// fast is the fast path's Subscriber while it runs.
 	fast atomic.Pointer[Subscriber]
 }
@@ -228,7 +245,7 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg}, nil
+	return &Relay{cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
 }
 
 // Run relays until ctx is done, then stops gracefully: in-flight publishes
