@@ -1,0 +1,170 @@
+package admin
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// Status is the state of an outbox at one time.
+type Status struct {
+	At time.Time `json:"at"` // when it was read
+	// Pending counts the events not yet delivered; OldestPending is when
+	// the oldest of them was written (zero for none).
+	Pending       int64          `json:"pending"`
+	OldestPending time.Time      `json:"oldest_pending"`
+	Topics        []TopicBacklog `json:"topics"`
+	// Partitions is how many partitions the fast relays share (0 before
+	// one ran) and Relays who holds them (see relay.RelayShare).
+	Partitions  int               `json:"partitions"`
+	Relays      []RelayShare      `json:"relays"`
+	DeadLetters DeadLetterSummary `json:"dead_letters"`
+}
+
+// RelayShare is relay.RelayShare with names for JSON.
+type RelayShare struct {
+	Relay      string    `json:"relay"`
+	Topic      string    `json:"topic"` // "" for every topic
+	Partitions int       `json:"partitions"`
+	LeaseUntil time.Time `json:"lease_until"`
+	Locks      bool      `json:"locks"`
+	Live       bool      `json:"live"`
+	Lapsed     bool      `json:"lapsed"`
+}
+
+// Age is how long the oldest pending event had waited when st was read.
+func (st Status) Age() time.Duration {
+	if st.OldestPending.IsZero() {
+		return 0
+	}
+	return st.At.Sub(st.OldestPending)
+}
+
+// TopicBacklog is the pending events of one topic.
+type TopicBacklog struct {
+	Topic         string    `json:"topic"`
+	Pending       int64     `json:"pending"`
+	OldestPending time.Time `json:"oldest_pending"`
+}
+
+// DeadLetterSummary counts the dead letters.
+type DeadLetterSummary struct {
+	Open      int64 `json:"open"` // neither retried nor discarded
+	Retried   int64 `json:"retried"`
+	Discarded int64 `json:"discarded"`
+	// The open letters by source ("relay" or a consumer name), and by
+	// source and reason, most frequent first, at most maxReasons.
+	BySource map[string]int64 `json:"by_source"`
+	ByReason []ReasonCount    `json:"by_reason"`
+}
+
+// ReasonCount is how many open letters of one source share a reason.
+type ReasonCount struct {
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+}
+
+// maxReasons bounds the reasons listed: they carry details, and a flood of
+// distinct ones should not flood the output.
+const maxReasons = 20
+
+// ReadStatus reads the status of the outbox table and its dead-letter
+// table (schema.OutboxTable and schema.DeadLetterTable when empty).
+func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) (Status, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	if deadLetterTable == "" {
+		deadLetterTable = schema.DeadLetterTable
+	}
+	b, err := relay.ReadBacklog(ctx, db, table, deadLetterTable)
+	if err != nil {
+		return Status{}, fmt.Errorf("admin: %w", err)
+	}
+	st := Status{At: time.Now(), Pending: b.Pending, OldestPending: b.OldestPending,
+		Topics: []TopicBacklog{}, Partitions: b.Partitions, Relays: []RelayShare{}}
+	for _, r := range b.Relays {
+		st.Relays = append(st.Relays, RelayShare(r))
+	}
+	rows, err := db.QueryContext(ctx, `SELECT topic, count(*), min(created_at) FROM `+pgsql.QuoteIdent(table)+`
+		WHERE delivered_at IS NULL GROUP BY topic ORDER BY topic`)
+	if err != nil {
+		return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t TopicBacklog
+		if err := rows.Scan(&t.Topic, &t.Pending, &t.OldestPending); err != nil {
+			return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
+		}
+		st.Topics = append(st.Topics, t)
+	}
+	if err := rows.Err(); err != nil {
+		return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
+	}
+	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, deadLetterTable); err != nil {
+		return Status{}, err
+	}
+	return st, nil
+}
+
+func readDeadLetterSummary(ctx context.Context, db *sql.DB, table string) (DeadLetterSummary, error) {
+	s := DeadLetterSummary{BySource: map[string]int64{}, ByReason: []ReasonCount{}}
+	t := pgsql.QuoteIdent(table)
+	err := db.QueryRowContext(ctx, `SELECT
+		count(*) FILTER (WHERE retried_at IS NULL AND discarded_at IS NULL),
+		count(*) FILTER (WHERE retried_at IS NOT NULL),
+		count(*) FILTER (WHERE retried_at IS NULL AND discarded_at IS NOT NULL)
+		FROM `+t).Scan(&s.Open, &s.Retried, &s.Discarded)
+	if err != nil {
+		return s, fmt.Errorf("admin: counting dead letters: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT source, reason, count(*) FROM `+t+`
+		WHERE retried_at IS NULL AND discarded_at IS NULL
+		GROUP BY source, reason ORDER BY count(*) DESC, source, reason`)
+	if err != nil {
+		return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r ReasonCount
+		if err := rows.Scan(&r.Source, &r.Reason, &r.Count); err != nil {
+			return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
+		}
+		s.BySource[r.Source] += r.Count
+		if len(s.ByReason) < maxReasons {
+			s.ByReason = append(s.ByReason, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
+	}
+	return s, nil
+}
+
+// Thresholds are the limits Check holds a status to.
+type Thresholds struct {
+	MaxAge         time.Duration // oldest pending event; 0 for no limit
+	MaxDeadLetters int64         // open dead letters; negative for no limit
+}
+
+// Check says, one sentence each, which thresholds st passes; none when it
+// is within all of them.
+func (st Status) Check(th Thresholds) []string {
+	var over []string
+	if age := st.Age(); th.MaxAge > 0 && age > th.MaxAge {
+		over = append(over, fmt.Sprintf("the oldest pending event has waited %s, more than the maximum age %s",
+			age.Round(time.Millisecond), th.MaxAge))
+	}
+	if th.MaxDeadLetters >= 0 && st.DeadLetters.Open > th.MaxDeadLetters {
+		over = append(over, fmt.Sprintf("%d open dead letters, more than the maximum %d",
+			st.DeadLetters.Open, th.MaxDeadLetters))
+	}
+	return over
+}
