@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -49,10 +50,21 @@ type SubscriberConfig struct {
 	// notification woke it; 500 ms when zero.
 	PollInterval time.Duration
 	// PollOnly disables what needs a session of its own, for PgBouncer in
-	// transaction mode: LISTEN/NOTIFY (it polls instead), the liveness lock
-	// (a relay that dies is taken over when its lease ends) and the claim's
-	// session setting.
+	// transaction mode: LISTEN/NOTIFY unless ListenDB is set (it polls
+	// instead), the liveness lock (a relay that dies is taken over when its
+	// lease ends) and the claim's session setting.
 	PollOnly bool
+	// ListenDB, when set, is where the Subscriber LISTENs for the
+	// notifications Emit sends at commit: a direct connection to the
+	// outbox's database (the same server and database), for when the DB
+	// given to NewSubscriber goes through a pooler in transaction mode,
+	// where LISTEN does not work. Claims and every write still go through
+	// that DB. With PollOnly the liveness lock stays off: a relay that dies
+	// is taken over when its lease ends. At start the Subscriber checks that
+	// a notification sent through the DB arrives on the listening
+	// connection, and logs an error saying what to do when it does not
+	// (polling then finds the rows).
+	ListenDB *sql.DB
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).
 	Delete bool
@@ -110,6 +122,18 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
+}
+
+// listenDB is the database to LISTEN on, nil for none: ListenDB when set,
+// else db unless PollOnly.
+func (c SubscriberConfig) listenDB(db *sql.DB) *sql.DB {
+	switch {
+	case c.ListenDB != nil:
+		return c.ListenDB
+	case c.PollOnly:
+		return nil
+	}
+	return db
 }
 
 // DefaultMaxBytesInFlight is the default of MaxBytesInFlight: some 64

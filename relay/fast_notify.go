@@ -39,7 +39,26 @@ type notifier struct {
 	mu      sync.Mutex
 	waiters map[*waiter]bool
 	pid     atomic.Uint32 // the listening session's backend, 0 while there is none
+	check   deliveryCheck
 }
+
+// deliveryCheck is the notifier's check, on its first LISTEN, that a
+// notification sent through the database the rows are written to arrives
+// on the listening connection. It does not when that connection goes
+// through a pooler in transaction mode (LISTEN lands on a server
+// connection that is handed to others), or reaches another server or
+// database than the writes: Emit's notifications are then lost, and only
+// polling finds the rows.
+type deliveryCheck struct {
+	channel string  // of this notifier alone
+	db      *sql.DB // the database the rows are written to
+	started bool    // the check was sent (only on the first LISTEN)
+	heard   chan struct{}
+	once    sync.Once
+}
+
+// listenCheckTimeout is how long the check waits for its notification.
+const listenCheckTimeout = 2 * time.Second
 
 // waiter is one subscription's pair of wake-ups.
 type waiter struct {
@@ -47,7 +66,12 @@ type waiter struct {
 	rebalance chan struct{} // partitions change hands
 }
 
-func newNotifier() *notifier { return &notifier{waiters: map[*waiter]bool{}} }
+// newNotifier returns a notifier whose delivery check notifies checkChannel
+// through writes, the database the rows are written to.
+func newNotifier(writes *sql.DB, checkChannel string) *notifier {
+	return &notifier{waiters: map[*waiter]bool{},
+		check: deliveryCheck{channel: checkChannel, db: writes, heard: make(chan struct{})}}
+}
 
 func (n *notifier) add() *waiter {
 	w := &waiter{rows: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
@@ -87,17 +111,27 @@ func signal(c chan struct{}) {
 // no notification came on it, for the next loss to be a blip of its own.
 const listenHealthy = 2 * time.Second
 
-// listen runs until ctx ends, reconnecting after failures. The wait before
-// reconnecting doubles while connections fail at once, and starts again
-// from the shortest after one that worked (it stayed up, or a
-// notification came on it): otherwise, after a few blips, each loss would
-// mean seconds of polling.
-func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger watermill.LoggerAdapter) {
+// listen runs on db until ctx ends, reconnecting after failures; after
+// the first LISTEN it checks that notifications arrive (deliveryCheck).
+// The wait before reconnecting doubles while connections fail at once,
+// and starts again from the shortest after one that worked (it stayed up,
+// or a notification came on it): otherwise, after a few blips, each loss
+// would mean seconds of polling.
+func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) {
+	var checking sync.WaitGroup
+	defer checking.Wait()
+	check := func() {
+		checking.Add(1)
+		go func() {
+			defer checking.Done()
+			n.checkDelivery(ctx, logger, poll)
+		}()
+	}
 	const first = 100 * time.Millisecond
 	for backoff := first; ctx.Err() == nil; backoff = min(backoff*2, 5*time.Second) {
 		var heard bool
 		started := time.Now()
-		err := n.listenOnce(ctx, db, table, &heard)
+		err := n.listenOnce(ctx, db, table, &heard, check)
 		if ctx.Err() != nil {
 			return
 		}
@@ -115,8 +149,9 @@ func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger 
 }
 
 // listenOnce listens on one connection until it fails; heard tells a
-// notification came on it.
-func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, heard *bool) error {
+// notification came on it. listening runs once the LISTEN is in place,
+// the first time only.
+func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, heard *bool, listening func()) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
@@ -129,7 +164,8 @@ func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, hea
 			return errors.New("LISTEN needs the pgx database/sql driver")
 		}
 		c := sc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(rows)+"; LISTEN "+pgsql.QuoteIdent(rebalance)); err != nil {
+		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(rows)+"; LISTEN "+pgsql.QuoteIdent(rebalance)+
+			"; LISTEN "+pgsql.QuoteIdent(n.check.channel)); err != nil {
 			return err
 		}
 		defer func() {
@@ -141,13 +177,50 @@ func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, hea
 		n.pid.Store(c.PgConn().PID())
 		defer n.pid.Store(0)
 		n.wake(true, true)
+		if !n.check.started {
+			n.check.started = true
+			listening()
+		}
 		for {
 			note, err := c.WaitForNotification(ctx)
 			if err != nil {
 				return err
 			}
 			*heard = true
+			if note.Channel == n.check.channel {
+				n.check.once.Do(func() { close(n.check.heard) })
+				continue
+			}
 			n.wake(note.Channel == rows, note.Channel == rebalance)
 		}
 	})
+}
+
+// checkDelivery sends a notification through the database the rows are
+// written to and waits up to listenCheckTimeout for it on the listening
+// connection. When it does not come, it says so and what to do: the
+// subscriptions find rows by polling meanwhile, every poll.
+func (n *notifier) checkDelivery(ctx context.Context, logger watermill.LoggerAdapter, poll time.Duration) {
+	cctx, cancel := context.WithTimeout(ctx, listenCheckTimeout)
+	defer cancel()
+	if _, err := n.check.db.ExecContext(cctx, `SELECT pg_notify($1, 'check')`, n.check.channel); err != nil {
+		if ctx.Err() == nil {
+			logger.Error("Could not check that notifications arrive on the LISTEN connection; relying on polling if they do not",
+				err, watermill.LogFields{"poll_interval": poll.String()})
+		}
+		return
+	}
+	select {
+	case <-n.check.heard:
+		logger.Debug("Notifications arrive on the LISTEN connection", nil)
+	case <-cctx.Done():
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Error("Notifications sent through the database do not arrive on the LISTEN connection: new rows are found "+
+			"by polling only, every poll_interval. Behind a pooler in transaction mode (PgBouncer), or when LISTEN reaches "+
+			"another server or database than the writes, set --listen-database-url (SubscriberConfig.ListenDB) to a direct "+
+			"connection to the outbox's database", nil,
+			watermill.LogFields{"waited": listenCheckTimeout.String(), "poll_interval": poll.String()})
+	}
 }

@@ -59,15 +59,15 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8],
-		notifier: newNotifier()}
-	if !cfg.PollOnly {
+	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8]}
+	s.notifier = newNotifier(db, "entoutbox_check_"+s.instance)
+	if listenDB := cfg.listenDB(db); listenDB != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopNote = cancel
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.notifier.listen(ctx, db, cfg.Table, cfg.Logger)
+			s.notifier.listen(ctx, listenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
 		}()
 	}
 	return s, nil

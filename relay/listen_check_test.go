@@ -1,0 +1,125 @@
+package relay_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+const (
+	lostNotificationsLog     = "Notifications sent through the database do not arrive on the LISTEN connection"
+	arrivingNotificationsLog = "Notifications arrive on the LISTEN connection"
+)
+
+// logsStarting are the messages logged at level that start with prefix.
+func logsStarting(l *captureLogs, level watermill.LogLevel, prefix string) []watermill.CapturedMessage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []watermill.CapturedMessage
+	for _, m := range l.msgs {
+		if m.Level == level && strings.HasPrefix(m.Msg, prefix) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// otherDatabase opens a database of its own on the test server, which
+// the NOTIFY of the test's database does not reach (notifications are per
+// database), as a LISTEN connection to the wrong place would be.
+func otherDatabase(t *testing.T) *sql.DB {
+	t.Helper()
+	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close() })
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	name := "entoutbox_listen_" + hex.EncodeToString(suffix)
+	_, err = admin.Exec(`CREATE DATABASE ` + name)
+	require.NoError(t, err)
+	u, err := url.Parse(pgtest.ServerURL())
+	require.NoError(t, err)
+	u.Path = "/" + name
+	db, err := sql.Open("pgx", u.String())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		db.Close()
+		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+			t.Logf("dropping database %s: %v", name, err)
+		}
+	})
+	return db
+}
+
+// ListenDB reaches a database the writes' notifications do not reach: the
+// subscriber says so at start, naming the fix, and delivers by polling.
+func TestListenCheckDetectsLostNotifications(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	logs := newCaptureLogs()
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{ListenDB: otherDatabase(t), PollOnly: true,
+		PollInterval: 200 * time.Millisecond, Logger: logs})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog)) == 1 },
+		10*time.Second, 20*time.Millisecond, "the lost notifications were not reported")
+	msg := logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog)[0].Msg
+	require.Contains(t, msg, "--listen-database-url")
+	require.Empty(t, logsStarting(logs, watermill.DebugLogLevel, arrivingNotificationsLog))
+
+	want := emitOrdersAs(t, b.client, "polled", 20, 4, 0)
+	got.waitFor(t, want, 20*time.Second)
+	got.requireExactly(t, want)
+}
+
+// Behind a pooler in transaction mode (PollOnly) with ListenDB a direct
+// connection to the same database: the check passes, nothing is reported,
+// and rows are woken by their notification: each arrives within moments
+// (polling is far too slow, and the once-a-second rescan would let few of
+// them arrive that soon).
+func TestListenDBDeliversNotificationsWithPollOnly(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	listen, err := sql.Open("pgx", b.db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { listen.Close() })
+	logs := newCaptureLogs()
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{ListenDB: listen, PollOnly: true,
+		PollInterval: time.Minute, Logger: logs})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.DebugLogLevel, arrivingNotificationsLog)) == 1 },
+		10*time.Second, 20*time.Millisecond, "the check did not see its notification")
+	require.Empty(t, logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog))
+	for i := range 5 {
+		want := emitOrdersAs(t, b.client, "woken", 1, 1, 0)
+		sent := time.Now()
+		got.waitFor(t, want, 10*time.Second)
+		require.Less(t, time.Since(sent), 200*time.Millisecond, "row %d was not woken by its notification", i)
+	}
+}
