@@ -5,8 +5,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // Config tunes a handler set. Build it with Options.
@@ -27,6 +29,14 @@ type Config struct {
 	DeadLetterPublisher message.Publisher
 	DeadLetterTopic     string
 	Logger              watermill.LoggerAdapter
+	// Metrics, when set, receives the deliveries' metrics (see the metrics
+	// package); nil turns them off.
+	Metrics *metrics.Metrics
+	// TracerProvider starts a consumer span "process <topic>" around each
+	// delivery, a child of the relay's send span whose context the message
+	// carries (otel.GetTextMapPropagator()). The global provider when nil,
+	// which traces nothing until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // Option changes a Config.
@@ -51,6 +61,15 @@ func WithDeadLetterTopic(pub message.Publisher, topic string) Option {
 
 // WithLogger logs through l.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(c *Config) { c.Logger = l } }
+
+// WithMetrics reports the deliveries in m.
+func WithMetrics(m *metrics.Metrics) Option { return func(c *Config) { c.Metrics = m } }
+
+// WithTracerProvider traces the deliveries with tp instead of the global
+// provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *Config) { c.TracerProvider = tp }
+}
 
 func newConfig(opts []Option) Config {
 	var c Config

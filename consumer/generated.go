@@ -18,9 +18,12 @@ import (
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/tracing"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // For generated code. EventType describes a declared event to the run time;
@@ -43,6 +46,7 @@ type HandlerFunc func(ctx context.Context, payload any, m events.Meta) error
 // per consumer name.
 type Set struct {
 	cfg        Config
+	tracer     *tracing.Tracer
 	types      map[string]EventType
 	deadLetter func(context.Context, DeadLetter) error
 
@@ -53,7 +57,8 @@ type Set struct {
 // For generated code. NewSet returns an empty handler set for the declared
 // event types; deadLetter stores what consumers give up on.
 func NewSet(types []EventType, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
-	s := &Set{cfg: newConfig(opts), types: map[string]EventType{}, deadLetter: deadLetter,
+	cfg := newConfig(opts)
+	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
 		handlers: map[string]map[string]HandlerFunc{}}
 	for _, t := range types {
 		s.types[t.Name] = t
@@ -123,18 +128,45 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 // retried by the broker (nacked): ctx ended during the backoff, or a dead
 // letter could not be stored. A message this consumer has no handler for is
 // acknowledged.
-func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) error {
-	m, err := metaOf(msg)
+//
+// The handler's ctx carries the event (events.WithCause), so that the
+// events it emits carry causation and correlation ids, and, while tracing
+// is on, the delivery's consumer span.
+func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
+	m, metaErr := metaOf(msg)
 	m.Consumer = consumer
-	if t := message.SubscribeTopicFromCtx(ctx); t != "" {
-		m.Topic = strings.TrimPrefix(t, s.cfg.TopicPrefix)
-	}
-	if err != nil {
-		return s.giveUp(ctx, m, msg, err.Error(), 0)
+	subscribed := message.SubscribeTopicFromCtx(ctx)
+	if subscribed != "" {
+		m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)
 	}
 	typ, known := s.types[m.Name]
+	event := metricsUnknownEvent // a label for what no declaration names
+	if known {
+		event = m.Name
+	}
+	var deadLettered string // the reason, for the span
+	if tracer := s.tracer.Get(); tracer != nil {
+		destination := subscribed
+		if destination == "" && known {
+			destination = s.cfg.TopicPrefix + typ.Topic
+		}
+		var span trace.Span
+		ctx, span = startProcess(ctx, tracer, consumer, destination, msg)
+		defer func() { endProcess(span, err, deadLettered) }()
+	}
+	setAside := func(reason string, attempts int, d time.Duration) error {
+		if err := s.giveUp(ctx, m, msg, reason, attempts); err != nil {
+			return err
+		}
+		deadLettered = reason
+		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
+		return nil
+	}
+	if metaErr != nil {
+		return setAside(metaErr.Error(), 0, 0)
+	}
 	if !known {
-		return s.giveUp(ctx, m, msg, fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0)
+		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0)
 	}
 	s.mu.Lock()
 	fn := s.handlers[consumer][m.Name]
@@ -143,21 +175,30 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		return nil // an event on the topic this consumer does not handle
 	}
 	if m.Version > typ.Latest {
-		return s.giveUp(ctx, m, msg, fmt.Sprintf("event %q version %d is newer than the newest this code knows (%d)", m.Name, m.Version, typ.Latest), 0)
+		return setAside(fmt.Sprintf("event %q version %d is newer than the newest this code knows (%d)", m.Name, m.Version, typ.Latest), 0, 0)
 	}
 	payload, err := typ.Decode(m.Version, msg.Payload)
 	if err != nil {
-		return s.giveUp(ctx, m, msg, err.Error(), 0)
+		return setAside(err.Error(), 0, 0)
 	}
 	for attempt := 1; ; attempt++ {
 		m.Attempt = attempt
-		err := fn(ctx, payload, m)
-		if err == nil || errors.Is(err, ErrDuplicate) {
+		started := time.Now()
+		err := fn(events.WithCause(ctx, m), payload, m)
+		took := time.Since(started)
+		if err == nil {
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
+			s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+			return nil
+		}
+		if errors.Is(err, ErrDuplicate) {
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
 			return nil
 		}
 		if attempt >= s.cfg.MaxAttempts {
-			return s.giveUp(ctx, m, msg, err.Error(), attempt)
+			return setAside(err.Error(), attempt, took)
 		}
+		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultRetried, took)
 		s.cfg.Logger.Info("Handler failed, retrying", map[string]any{
 			"consumer": consumer, "event_id": m.EventID, "attempt": attempt, "err": err.Error()})
 		select {

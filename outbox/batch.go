@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // Batch holds the events emitted in one transaction and writes them
@@ -29,9 +30,13 @@ import (
 type Batch struct {
 	drv   dialect.ExecQuerier
 	table string
+	// metrics counts the events written once Committed is called; nil
+	// (SetMetrics not called) counts nothing.
+	metrics *metrics.Metrics
 
-	mu   sync.Mutex
-	held []Row
+	mu      sync.Mutex
+	held    []Row
+	written map[string]int // events written by name, while metrics is set
 }
 
 // maxBatchRows bounds the rows of one INSERT: PostgreSQL takes at most
@@ -41,13 +46,19 @@ const maxBatchRows = 1000
 // NewBatch returns a Batch writing to table through drv, the driver of an
 // ent transaction.
 func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
-	return &Batch{drv: drv, table: table}
+	return &Batch{drv: drv, table: table, metrics: emitMetrics.Load()}
 }
 
 // Add checks ev and holds it until the next flush, or writes it at once
 // when cfg gives it an id. The id is chosen here, so cfg.IDTo learns it
 // without a write.
+//
+// Headers the caller did not set are added from ctx: the trace context of
+// its span (traceparent, tracestate, with otel.GetTextMapPropagator()),
+// and inside a consumer's handler causation_id and correlation_id (see
+// events.WithCause).
 func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error {
+	cfg.Headers = contextHeaders(ctx, cfg.Headers)
 	given := cfg.EventID != uuid.Nil
 	if !given {
 		id, err := uuid.NewV7()
@@ -71,6 +82,7 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 		if err := insert(ctx, b.drv, b.table, []Row{r}); err != nil {
 			return err
 		}
+		b.wroteLocked([]Row{r})
 	}
 	if cfg.IDTo != nil {
 		*cfg.IDTo = cfg.EventID
@@ -94,7 +106,31 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 		if err := insert(ctx, b.drv, b.table, held[:n]); err != nil {
 			return err
 		}
+		b.wroteLocked(held[:n])
 		held = held[n:]
 	}
 	return nil
+}
+
+func (b *Batch) wroteLocked(rows []Row) {
+	if b.metrics == nil {
+		return
+	}
+	if b.written == nil {
+		b.written = map[string]int{}
+	}
+	for _, r := range rows {
+		b.written[r.Name]++
+	}
+}
+
+// Committed counts the events written as emitted, in the metrics given to
+// SetMetrics: generated code calls it once the transaction committed.
+func (b *Batch) Committed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, n := range b.written {
+		b.metrics.Emitted(name, n)
+	}
+	b.written = nil
 }

@@ -322,7 +322,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 				_ = txd.tx.Rollback()
 				return err
 			}
-			return next.Commit(ctx, tx)
+			if err := next.Commit(ctx, tx); err != nil {
+				return err
+			}
+			b.Committed() // counted as emitted (outbox.SetMetrics) only now
+			return nil
 		})
 	})
 	txd.onRollback = append(txd.onRollback, func(next Rollbacker) Rollbacker {
