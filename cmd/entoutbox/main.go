@@ -46,6 +46,7 @@ works too), --broker is ENTOUTBOX_BROKER.`,
 		},
 	}
 	root.AddCommand(newRelayCommand(), newStatusCommand(), newCleanupCommand())
+	root.AddCommand(newDeadLettersCommand(), newReplayCommand())
 	return root
 }
 

@@ -4,65 +4,133 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"sort"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/spf13/cobra"
 
-	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/admin"
 )
 
 func newStatusCommand() *cobra.Command {
-	var databaseURL, table, deadLetterTable string
+	var (
+		databaseURL, table, deadLetterTable string
+		asJSON                              bool
+		th                                  admin.Thresholds
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters) and the fast relays",
-		Args:  cobra.NoArgs,
+		Long: `status prints the outbox backlog (pending events, per topic, and the age of the
+oldest), the fast relays and the partitions they hold, and the open dead
+letters (neither retried nor discarded) by source and reason.
+
+With --max-age or --max-dead-letters it exits with status 1 when a threshold
+is passed, saying which (after printing the status), for a cron job or a probe.`,
+		Example: `  entoutbox status --json
+  entoutbox status --max-age 5m --max-dead-letters 0`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db, err := openDB(databaseURL)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			b, err := relay.ReadBacklog(cmd.Context(), db, table, deadLetterTable)
+			st, err := admin.ReadStatus(cmd.Context(), db, table, deadLetterTable)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "pending events:      %d\n", b.Pending)
-			if b.Pending > 0 {
-				fmt.Fprintf(out, "oldest pending age:  %s (written %s)\n",
-					b.Age(time.Now()).Round(time.Millisecond), b.OldestPending.UTC().Format(time.RFC3339))
-			} else {
-				fmt.Fprintf(out, "oldest pending age:  0s\n")
-			}
-			fmt.Fprintf(out, "dead letters:        %d\n", b.DeadLetters)
-			if b.Partitions > 0 {
-				fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(b.Relays), b.Partitions)
-				for _, r := range b.Relays {
-					topic := r.Topic
-					if topic == "" {
-						topic = "every topic"
-					}
-					state := "lease until " + r.LeaseUntil.UTC().Format(time.RFC3339)
-					switch {
-					case r.Lapsed:
-						state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
-							time.Since(r.LeaseUntil).Round(time.Second))
-					case r.Locks && !r.Live:
-						state += "; not running (its liveness lock is gone): taken over within seconds"
-					case !r.Locks:
-						state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
-					}
-					fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
+			if asJSON {
+				if err := writeJSON(out, statusJSON{Status: st, OldestPendingAge: st.Age().Seconds(), Problems: orEmpty(st.Check(th))}); err != nil {
+					return err
 				}
+			} else {
+				writeStatus(out, st)
+			}
+			if over := st.Check(th); len(over) > 0 {
+				return errors.New("status: " + strings.Join(over, "; "))
 			}
 			return nil
 		},
 	}
 	addDatabaseFlags(cmd, &databaseURL, &table)
-	cmd.Flags().StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	f := cmd.Flags()
+	f.StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.DurationVar(&th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")
+	f.Int64Var(&th.MaxDeadLetters, "max-dead-letters", -1, "exit 1 when there are more open dead letters (-1: no limit)")
 	return cmd
+}
+
+// statusJSON is the status with the age spelled out and the thresholds passed.
+type statusJSON struct {
+	admin.Status
+	OldestPendingAge float64  `json:"oldest_pending_age_seconds"`
+	Problems         []string `json:"problems"`
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func writeStatus(out io.Writer, st admin.Status) {
+	fmt.Fprintf(out, "pending events:      %d\n", st.Pending)
+	if st.Pending > 0 {
+		fmt.Fprintf(out, "oldest pending age:  %s (written %s)\n",
+			st.Age().Round(time.Millisecond), st.OldestPending.UTC().Format(time.RFC3339))
+		if len(st.Topics) > 1 {
+			for _, t := range st.Topics {
+				fmt.Fprintf(out, "  %s: %d, oldest %s\n", t.Topic, t.Pending, st.At.Sub(t.OldestPending).Round(time.Millisecond))
+			}
+		}
+	} else {
+		fmt.Fprintf(out, "oldest pending age:  0s\n")
+	}
+	dl := st.DeadLetters
+	fmt.Fprintf(out, "dead letters:        %d\n", dl.Open)
+	if dl.Open > 0 {
+		sources := make([]string, 0, len(dl.BySource))
+		for s := range dl.BySource {
+			sources = append(sources, s)
+		}
+		sort.Strings(sources)
+		for _, s := range sources {
+			fmt.Fprintf(out, "  from %s: %d\n", s, dl.BySource[s])
+		}
+		for _, r := range dl.ByReason {
+			fmt.Fprintf(out, "    %d from %s: %s\n", r.Count, r.Source, oneLine(r.Reason, 100))
+		}
+	}
+	if dl.Retried > 0 || dl.Discarded > 0 {
+		fmt.Fprintf(out, "settled letters:     %d retried, %d discarded\n", dl.Retried, dl.Discarded)
+	}
+	if st.Partitions > 0 {
+		fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(st.Relays), st.Partitions)
+		for _, r := range st.Relays {
+			topic := r.Topic
+			if topic == "" {
+				topic = "every topic"
+			}
+			state := "lease until " + r.LeaseUntil.UTC().Format(time.RFC3339)
+			switch {
+			case r.Lapsed:
+				state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
+					st.At.Sub(r.LeaseUntil).Round(time.Second))
+			case r.Locks && !r.Live:
+				state += "; not running (its liveness lock is gone): taken over within seconds"
+			case !r.Locks:
+				state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
+			}
+			fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
+		}
+	}
 }
 
 func openDB(databaseURL string) (*sql.DB, error) {

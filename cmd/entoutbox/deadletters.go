@@ -1,0 +1,462 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/ent"
+)
+
+// The retry design, shared by the help of retry and of the group.
+const retryHelp = `retry puts a dead letter's event back in the outbox as a pending row with its
+ORIGINAL event id, and the relay publishes it again:
+  - a relay dead letter: the row is written again from the dead letter;
+  - a consumer dead letter: the retained outbox row (or, when retention removed
+    it, one rebuilt from the dead letter) is written again at the end of the
+    outbox. The other consumers skip it as a duplicate (their processed
+    events hold its id); the consumer that gave up handles it.
+The letter stays, marked retried (its id moves to retried_event_id, so that its
+consumer no longer skips the event). Retrying twice does nothing more: a letter
+already retried or discarded is skipped, a pending row is not written twice,
+and consumers dedupe by event id. Retry within the processed-events retention
+(cleanup --processed-retention), or other consumers handle the event again; on
+NATS JetStream, later than the stream's duplicate window (2 minutes by
+default), or JetStream drops the republished message.`
+
+func newDeadLettersCommand() *cobra.Command {
+	var databaseURL string
+	open := func() (*admin.Admin, func(), error) {
+		db, err := openDB(databaseURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
+		return admin.New(client), func() { client.Close() }, nil
+	}
+	cmd := &cobra.Command{
+		Use:     "dead-letters",
+		Aliases: []string{"dead-letter", "dl"},
+		Short:   "List, show, retry, discard and purge dead letters",
+		Long: `dead-letters inspects and repairs the events set aside in outbox_dead_letters,
+by the relay (source "relay") or by a consumer (source = its name).
+
+` + retryHelp + `
+
+discard marks letters as handled by hand, with a note; nothing is deleted, and
+the consumer keeps skipping the event. purge deletes letters retried or
+discarded longer ago than --older-than; open letters are never deleted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.PersistentFlags().StringVar(&databaseURL, "database-url", "", "PostgreSQL URL of the database holding the outbox (env ENTOUTBOX_DATABASE_URL or DATABASE_URL)")
+
+	// list
+	var (
+		f      letterFilter
+		asJSON bool
+	)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead letters, newest first",
+		Example: `  entoutbox dead-letters list --consumer billing --since 24h
+  entoutbox dead-letters list --event order.paid --reason "newer than" --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, done, err := open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ds, err := a.DeadLetters(cmd.Context(), f.filter())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), letterViews(ds, false))
+			}
+			return writeLetterTable(cmd.OutOrStdout(), ds)
+		},
+	}
+	f.add(list, true)
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	// show
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead letter: payload, headers, reason, attempts, when, source, event id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			a, done, err := open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			d, err := a.DeadLetter(cmd.Context(), ids[0])
+			if err != nil {
+				return err
+			}
+			if showJSON {
+				return writeJSON(cmd.OutOrStdout(), viewOf(d, true))
+			}
+			writeLetter(cmd.OutOrStdout(), d)
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+
+	// retry
+	var (
+		rf       letterFilter
+		retryAll bool
+	)
+	retry := &cobra.Command{
+		Use:   "retry ID... | --all [filters]",
+		Short: "Put dead letters' events back in the outbox, with their original ids, for another delivery",
+		Long:  retryHelp,
+		Example: `  entoutbox dead-letters retry 42 43
+  entoutbox dead-letters retry --all --consumer billing --reason "connection refused"`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := idsOrAll(args, retryAll, rf)
+			if err != nil {
+				return err
+			}
+			a, done, err := open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var rs []admin.Result
+			if retryAll {
+				rs, err = a.RetryMatching(cmd.Context(), rf.filter())
+			} else {
+				rs, err = a.Retry(cmd.Context(), ids...)
+			}
+			writeResults(cmd.OutOrStdout(), "retried", rs)
+			return err
+		},
+	}
+	rf.add(retry, false)
+	retry.Flags().BoolVar(&retryAll, "all", false, "retry every open dead letter the filters select")
+
+	// discard
+	var (
+		df         letterFilter
+		discardAll bool
+		note       string
+	)
+	discard := &cobra.Command{
+		Use:   "discard ID... | --all [filters] --note TEXT",
+		Short: "Mark dead letters as handled by hand, with a note; nothing is deleted",
+		Long: `discard marks dead letters discarded (discarded_at, discard_note). Nothing is
+deleted: the letter stays until purge, and its consumer keeps skipping the
+event, replayed or not.`,
+		Example: `  entoutbox dead-letters discard 42 --note "refunded by hand, ticket 1234"`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(note) == "" {
+				return errors.New("discard needs --note saying why")
+			}
+			ids, err := idsOrAll(args, discardAll, df)
+			if err != nil {
+				return err
+			}
+			a, done, err := open()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var rs []admin.Result
+			if discardAll {
+				rs, err = a.DiscardMatching(cmd.Context(), note, df.filter())
+			} else {
+				rs, err = a.Discard(cmd.Context(), note, ids...)
+			}
+			writeResults(cmd.OutOrStdout(), "discarded", rs)
+			return err
+		},
+	}
+	df.add(discard, false)
+	discard.Flags().BoolVar(&discardAll, "all", false, "discard every open dead letter the filters select")
+	discard.Flags().StringVar(&note, "note", "", "why (required)")
+
+	// purge
+	var (
+		olderThan time.Duration
+		batch     int
+	)
+	purge := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete dead letters retried or discarded longer ago than --older-than; never open ones",
+		Long: `purge deletes, in small batches, the dead letters retried or discarded longer
+ago than --older-than. Open letters are never deleted. A purged discarded
+letter no longer keeps its consumer from handling the event if it is
+delivered again (by a replay, say).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan < 0 {
+				return fmt.Errorf("--older-than %s: must not be negative", olderThan)
+			}
+			db, err := openDB(databaseURL)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := admin.PurgeSettled(cmd.Context(), db, olderThan, batch)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d dead letters retried or discarded more than %s ago\n", n, olderThan)
+			return nil
+		},
+	}
+	purge.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "keep settled dead letters this long")
+	purge.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
+
+	cmd.AddCommand(list, show, retry, discard, purge)
+	return cmd
+}
+
+// letterFilter is the filter flags of the dead-letter commands.
+type letterFilter struct {
+	source, event, reason, state string
+	since, until                 timeFlag
+	limit                        int
+}
+
+func (f *letterFilter) add(cmd *cobra.Command, listing bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.source, "source", "", `"relay" or a consumer name`)
+	fl.StringVar(&f.source, "consumer", "", "a consumer name (the same as --source)")
+	fl.StringVar(&f.event, "event", "", "event name, e.g. order.paid")
+	fl.StringVar(&f.reason, "reason", "", "a substring of the reason")
+	fl.Var(&f.since, "since", "dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
+	fl.Var(&f.until, "until", "dead-lettered before: RFC 3339, a date, or a duration ago")
+	fl.IntVar(&f.limit, "limit", 0, "at most this many (0: all)")
+	if listing {
+		fl.StringVar(&f.state, "state", "", "open, retried or discarded (default all)")
+	}
+}
+
+func (f *letterFilter) filter() admin.Filter {
+	return admin.Filter{Source: f.source, Event: f.event, Reason: f.reason,
+		Since: f.since.t, Until: f.until.t, State: admin.State(f.state), Limit: f.limit}
+}
+
+func (f *letterFilter) any() bool {
+	return f.source != "" || f.event != "" || f.reason != "" || !f.since.t.IsZero() || !f.until.t.IsZero() || f.limit > 0
+}
+
+// idsOrAll checks that the letters are named either by id or by --all.
+func idsOrAll(args []string, all bool, f letterFilter) ([]int64, error) {
+	switch {
+	case all && len(args) > 0:
+		return nil, errors.New("give dead-letter ids or --all, not both")
+	case all:
+		return nil, nil
+	case len(args) == 0:
+		return nil, errors.New("give dead-letter ids, or --all with filters")
+	case f.any():
+		return nil, errors.New("filters select letters only with --all")
+	}
+	return parseIDs(args)
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, fmt.Errorf("%q is not a dead-letter id", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// timeFlag is a point in time given as RFC 3339, a date or a duration ago.
+type timeFlag struct{ t time.Time }
+
+func (f *timeFlag) String() string {
+	if f.t.IsZero() {
+		return ""
+	}
+	return f.t.Format(time.RFC3339)
+}
+
+func (f *timeFlag) Type() string { return "time" }
+
+func (f *timeFlag) Set(s string) error {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			f.t = t
+			return nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		f.t = time.Now().Add(-d)
+		return nil
+	}
+	return fmt.Errorf("%q is neither a time (RFC 3339 or 2006-01-02) nor a duration ago (24h)", s)
+}
+
+// letterView is a dead letter as the command prints it in JSON: the
+// payload as text when it is (as JSON when it is JSON), the state spelled out.
+type letterView struct {
+	ID            int64           `json:"id"`
+	EventID       *uuid.UUID      `json:"event_id"`
+	Source        string          `json:"source"`
+	EventName     string          `json:"event_name"`
+	EventVersion  int             `json:"event_version"`
+	Topic         string          `json:"topic"`
+	AggregateType string          `json:"aggregate_type"`
+	AggregateID   string          `json:"aggregate_id"`
+	Reason        string          `json:"reason"`
+	Attempts      int             `json:"attempts"`
+	CreatedAt     time.Time       `json:"created_at"`
+	State         admin.State     `json:"state"`
+	RetriedAt     *time.Time      `json:"retried_at,omitempty"`
+	DiscardedAt   *time.Time      `json:"discarded_at,omitempty"`
+	DiscardNote   string          `json:"discard_note,omitempty"`
+	Headers       json.RawMessage `json:"headers,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadText   string          `json:"payload_text,omitempty"`   // not JSON, valid UTF-8
+	PayloadBase64 []byte          `json:"payload_base64,omitempty"` // neither
+}
+
+func viewOf(d *ent.DeadLetter, full bool) letterView {
+	v := letterView{ID: d.ID, Source: d.Source, EventName: d.EventName, EventVersion: d.EventVersion,
+		Topic: d.Topic, AggregateType: d.AggregateType, AggregateID: d.AggregateID, Reason: d.Reason,
+		Attempts: d.Attempts, CreatedAt: d.CreatedAt, State: admin.StateOf(d), RetriedAt: d.RetriedAt,
+		DiscardedAt: d.DiscardedAt, DiscardNote: d.DiscardNote}
+	if id := admin.EventID(d); id != uuid.Nil {
+		v.EventID = &id
+	}
+	if !full {
+		return v
+	}
+	if len(d.Headers) > 0 && json.Valid(d.Headers) {
+		v.Headers = d.Headers
+	}
+	switch {
+	case len(d.Payload) == 0:
+	case json.Valid(d.Payload):
+		v.Payload = d.Payload
+	case utf8.Valid(d.Payload):
+		v.PayloadText = string(d.Payload)
+	default:
+		v.PayloadBase64 = d.Payload
+	}
+	return v
+}
+
+func letterViews(ds []*ent.DeadLetter, full bool) []letterView {
+	vs := make([]letterView, 0, len(ds))
+	for _, d := range ds {
+		vs = append(vs, viewOf(d, full))
+	}
+	return vs
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeLetterTable(w io.Writer, ds []*ent.DeadLetter) error {
+	if len(ds) == 0 {
+		_, err := fmt.Fprintln(w, "no dead letters")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWHEN\tSOURCE\tEVENT\tEVENT ID\tATTEMPTS\tSTATE\tREASON")
+	for _, d := range ds {
+		event := d.EventName
+		if d.EventVersion > 0 {
+			event += " v" + strconv.Itoa(d.EventVersion)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.CreatedAt.UTC().Format(time.RFC3339),
+			d.Source, event, eventIDText(d), d.Attempts, admin.StateOf(d), oneLine(d.Reason, 80))
+	}
+	return tw.Flush()
+}
+
+func writeLetter(w io.Writer, d *ent.DeadLetter) {
+	line := func(k, v string) { fmt.Fprintf(w, "%-16s%s\n", k+":", v) }
+	line("id", strconv.FormatInt(d.ID, 10))
+	line("event id", eventIDText(d))
+	line("source", d.Source)
+	line("event", fmt.Sprintf("%s v%d", d.EventName, d.EventVersion))
+	line("topic", d.Topic)
+	line("aggregate", d.AggregateType+" "+d.AggregateID)
+	line("dead-lettered", d.CreatedAt.UTC().Format(time.RFC3339Nano))
+	line("attempts", strconv.Itoa(d.Attempts))
+	line("state", string(admin.StateOf(d)))
+	if d.RetriedAt != nil {
+		line("retried at", d.RetriedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if d.DiscardedAt != nil {
+		line("discarded at", d.DiscardedAt.UTC().Format(time.RFC3339Nano))
+		line("note", d.DiscardNote)
+	}
+	line("reason", d.Reason)
+	line("headers", string(d.Headers))
+	switch v := viewOf(d, true); {
+	case v.Payload != nil:
+		line("payload", string(v.Payload))
+	case v.PayloadText != "":
+		line("payload", strconv.Quote(v.PayloadText)+" (not JSON)")
+	default:
+		line("payload", fmt.Sprintf("%q (not UTF-8)", d.Payload))
+	}
+}
+
+func eventIDText(d *ent.DeadLetter) string {
+	if id := admin.EventID(d); id != uuid.Nil {
+		return id.String()
+	}
+	return "-"
+}
+
+// oneLine shortens s to one line of at most n runes, for a table cell.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func writeResults(w io.Writer, verb string, rs []admin.Result) {
+	done := 0
+	for _, r := range rs {
+		id := "-"
+		if r.EventID != uuid.Nil {
+			id = r.EventID.String()
+		}
+		if r.Outcome == admin.Skipped {
+			fmt.Fprintf(w, "dead letter %d (event %s, %s): skipped: %s\n", r.Letter, id, r.Source, r.Why)
+			continue
+		}
+		done++
+		fmt.Fprintf(w, "dead letter %d (event %s, %s): %s\n", r.Letter, id, r.Source, r.Outcome)
+	}
+	fmt.Fprintf(w, "%s %d of %d dead letters\n", verb, done, len(rs))
+}
