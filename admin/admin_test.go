@@ -1,0 +1,392 @@
+package admin_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/ent/deadletter"
+	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// RabbitMQ, because it drops no republished message: JetStream would drop
+// a retry sent within its duplicate window, which a test is.
+const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// env is one test's outbox: its own schema, topic prefix and broker.
+type env struct {
+	db     *pgtest.DB
+	client *testent.Client // the application's, with the handlers
+	admin  *admin.Admin
+	ent    *ent.Client
+	broker broker.Broker
+	prefix string
+}
+
+func setup(t *testing.T, withBroker bool) *env {
+	t.Helper()
+	db := pgtest.New(t)
+	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
+	require.NoError(t, e.client.Schema.Create(context.Background()))
+	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	e.admin = admin.New(e.ent)
+	if withBroker {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		br, err := broker.Open(ctx, amqpURL, broker.Options{})
+		if err != nil {
+			pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
+		}
+		t.Cleanup(func() { _ = br.Close() })
+		e.broker = br
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		e.prefix = "t" + hex.EncodeToString(b) + "_"
+	}
+	return e
+}
+
+// consume runs h's consumers until the test ends; their queues exist when
+// it returns.
+func (e *env) consume(t *testing.T, h *testent.OutboxHandlers) {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	require.NoError(t, h.AddToRouter(r, e.broker.Subscriber))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("router stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("router did not start")
+	}
+}
+
+// relay runs a fast relay publishing to pub until the test ends.
+func (e *env) relay(t *testing.T, pub message.Publisher) {
+	t.Helper()
+	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pub, TopicPrefix: e.prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1,
+			PollInterval: 50 * time.Millisecond, InitialBackoff: 20 * time.Millisecond}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (e *env) emit(t *testing.T, aggregate string, p testent.OrderPaid) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	var id uuid.UUID
+	require.NoError(t, e.client.WithTx(ctx, func(tx *testent.Tx) error {
+		return tx.Outbox.EmitOrderPaid(ctx, aggregate, p, events.ReturnEventID(&id))
+	}))
+	return id
+}
+
+func (e *env) invoices(consumerName string) int {
+	return e.client.Invoice.Query().Where(invoice.Consumer(consumerName)).CountX(context.Background())
+}
+
+func (e *env) letter(t *testing.T, source string) *ent.DeadLetter {
+	t.Helper()
+	var d *ent.DeadLetter
+	require.Eventually(t, func() bool {
+		ds, err := e.ent.DeadLetter.Query().Where(deadletter.Source(source)).All(context.Background())
+		require.NoError(t, err)
+		if len(ds) == 1 {
+			d = ds[0]
+		}
+		return d != nil
+	}, 30*time.Second, 20*time.Millisecond, "no dead letter from %s", source)
+	return d
+}
+
+func (e *env) deliveredOnce(t *testing.T, id uuid.UUID) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		rows := e.ent.Outbox.Query().Where(outboxrow.EventID(id)).AllX(context.Background())
+		require.LessOrEqual(t, len(rows), 1, "one outbox row per event id")
+		return len(rows) == 1 && rows[0].DeliveredAt != nil
+	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// invoiceHandler writes one invoice per handled event, failing while broken.
+func invoiceHandler(calls *atomic.Int64, broken *atomic.Bool) testent.OrderPaidHandler {
+	return func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		calls.Add(1)
+		if broken != nil && broken.Load() {
+			return errors.New("the billing code has a bug")
+		}
+		return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).
+			SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
+	}
+}
+
+// A poison event is dead-lettered by one consumer, the bug is fixed and
+// the letter retried: that consumer's effect happens once, the other
+// consumer's is not repeated, and a second retry changes nothing.
+func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var billingCalls, auditCalls atomic.Int64
+	var broken atomic.Bool
+	broken.Store(true)
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
+		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
+	h.OnOrderPaid("billing", invoiceHandler(&billingCalls, &broken))
+	h.OnOrderPaid("audit", invoiceHandler(&auditCalls, nil))
+	e.consume(t, h)
+	e.relay(t, e.broker.Publisher())
+
+	id := e.emit(t, "1", testent.OrderPaid{OrderID: 1, AmountCents: 100})
+	d := e.letter(t, "billing")
+	require.Equal(t, id, d.EventID)
+	require.Contains(t, d.Reason, "the billing code has a bug")
+	require.Eventually(t, func() bool { return e.invoices("audit") == 1 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, 0, e.invoices("billing"))
+
+	broken.Store(false) // the fix is deployed
+	billingBefore := billingCalls.Load()
+	rs, err := e.admin.Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "billing", Outcome: admin.Requeued}}, rs)
+	require.Eventually(t, func() bool { return e.invoices("billing") == 1 }, 20*time.Second, 10*time.Millisecond)
+	e.deliveredOnce(t, id)
+
+	// Retrying again does nothing: the letter is marked, and kept.
+	rs, err = e.admin.Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.Skipped, rs[0].Outcome)
+	require.Contains(t, rs[0].Why, "already retried at")
+	rs, err = e.admin.RetryMatching(ctx, admin.Filter{Source: "billing"})
+	require.NoError(t, err)
+	require.Empty(t, rs)
+	got, err := e.admin.DeadLetter(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.StateRetried, admin.StateOf(got))
+	require.Equal(t, id, admin.EventID(got))
+	require.Equal(t, uuid.Nil, got.EventID, "the consumer must not skip the retried event")
+
+	time.Sleep(500 * time.Millisecond) // room for a second delivery, if any
+	require.Equal(t, 1, e.invoices("billing"))
+	require.Equal(t, billingBefore+1, billingCalls.Load(), "billing handled the retried event once")
+	require.Equal(t, 1, e.invoices("audit"))
+	require.Equal(t, int64(1), auditCalls.Load(), "audit skipped the retried event as a duplicate, before its handler")
+	require.Equal(t, 1, e.ent.Outbox.Query().CountX(ctx))
+}
+
+// failingPublisher fails every publish while broken; it has no Ping, so
+// the relay counts its first failure.
+type failingPublisher struct {
+	message.Publisher
+	broken *atomic.Bool
+}
+
+func (p failingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.broken.Load() {
+		return errors.New("broker refused it")
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// An event the relay gave up on, retried, goes out again with its
+// original id, once.
+func TestRetryRelayDeadLetterKeepsTheEventID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var (
+		mu  sync.Mutex
+		ids []uuid.UUID
+	)
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, m.EventID)
+		return nil
+	})
+	e.consume(t, h)
+	var broken atomic.Bool
+	broken.Store(true)
+	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+
+	id := e.emit(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
+	d := e.letter(t, "relay")
+	require.Equal(t, id, d.EventID)
+	require.Zero(t, e.ent.Outbox.Query().CountX(ctx), "the relay moved the row to the dead letters")
+
+	broken.Store(false)
+	rs, err := e.admin.RetryMatching(ctx, admin.Filter{Source: "relay", Event: "order.paid"})
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
+	e.deliveredOnce(t, id)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == 1 }, 20*time.Second, 10*time.Millisecond)
+	rs, err = e.admin.Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.Skipped, rs[0].Outcome)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []uuid.UUID{id}, ids, "delivered once, with its original id")
+	require.Equal(t, 1, e.ent.Outbox.Query().CountX(ctx))
+}
+
+// addLetter writes a dead letter as a consumer would.
+func (e *env) addLetter(t *testing.T, source, reason string, at time.Time) *ent.DeadLetter {
+	t.Helper()
+	d, err := e.ent.DeadLetter.Create().SetEventID(uuid.New()).SetSource(source).SetEventName("order.paid").
+		SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").
+		SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).SetReason(reason).
+		SetAttempts(5).SetCreatedAt(at).Save(context.Background())
+	require.NoError(t, err)
+	return d
+}
+
+// A discarded letter stays, marked with its note; it is not retried, the
+// filters and states find it, and only purge removes settled letters.
+func TestDiscardKeepsTheLetterMarked(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	ctx := context.Background()
+	old := e.addLetter(t, "billing", "card declined", time.Now().Add(-48*time.Hour))
+	recent := e.addLetter(t, "audit", "disk full", time.Now())
+
+	_, err := e.admin.Discard(ctx, "", old.ID)
+	require.Error(t, err, "a discard needs a note")
+	rs, err := e.admin.Discard(ctx, "refunded by hand", old.ID, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.Discarded, rs[0].Outcome)
+	require.Equal(t, admin.Skipped, rs[1].Outcome)
+	_, err = e.admin.Discard(ctx, "x", 999999)
+	require.ErrorIs(t, err, admin.ErrNotFound)
+
+	got, err := e.admin.DeadLetter(ctx, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.StateDiscarded, admin.StateOf(got))
+	require.Equal(t, "refunded by hand", got.DiscardNote)
+	require.Equal(t, old.EventID, got.EventID, "its consumer keeps skipping the event")
+	require.Equal(t, old.Payload, got.Payload)
+
+	rs, err = e.admin.Retry(ctx, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.Skipped, rs[0].Outcome)
+	require.Zero(t, e.ent.Outbox.Query().CountX(ctx), "a discarded letter is not retried")
+
+	list := func(f admin.Filter) []int64 {
+		ds, err := e.admin.DeadLetters(ctx, f)
+		require.NoError(t, err)
+		var ids []int64
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+		}
+		return ids
+	}
+	require.Equal(t, []int64{recent.ID, old.ID}, list(admin.Filter{}))
+	require.Equal(t, []int64{old.ID}, list(admin.Filter{State: admin.StateDiscarded}))
+	require.Equal(t, []int64{recent.ID}, list(admin.Filter{State: admin.StateOpen}))
+	require.Equal(t, []int64{recent.ID}, list(admin.Filter{Source: "audit"}))
+	require.Equal(t, []int64{old.ID}, list(admin.Filter{Reason: "declined"}))
+	require.Equal(t, []int64{old.ID}, list(admin.Filter{Until: time.Now().Add(-time.Hour)}))
+	require.Equal(t, []int64{recent.ID}, list(admin.Filter{Since: time.Now().Add(-time.Hour)}))
+
+	// Purge keeps open letters and recently settled ones.
+	n, err := admin.PurgeSettled(ctx, e.db.DB, time.Hour, 10)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	n, err = admin.PurgeSettled(ctx, e.db.DB, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Equal(t, []int64{recent.ID}, list(admin.Filter{}))
+}
+
+// Replayed events reach a fresh consumer with their ids, per aggregate in
+// order, within the range asked; the consumer that handled them skips them.
+func TestReplayReachesAFreshConsumerInOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var oldCalls atomic.Int64
+	old := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	old.OnOrderPaid("billing", invoiceHandler(&oldCalls, nil))
+	e.consume(t, old)
+	e.relay(t, e.broker.Publisher())
+
+	var want []uuid.UUID
+	perAggregate := map[string][]int64{}
+	for i := 1; i <= 12; i++ {
+		agg := strconv.Itoa(i % 3)
+		want = append(want, e.emit(t, agg, testent.OrderPaid{OrderID: int64(i), AmountCents: 1}))
+		perAggregate[agg] = append(perAggregate[agg], int64(i))
+	}
+	outside := e.emit(t, "0", testent.OrderPaid{OrderID: 99, AmountCents: 1})
+	for _, id := range append(want, outside) {
+		e.deliveredOnce(t, id)
+	}
+	require.Eventually(t, func() bool { return oldCalls.Load() == 13 }, 20*time.Second, 10*time.Millisecond)
+	_, err := e.db.DB.Exec(`UPDATE outbox_events SET created_at = now() - interval '2 days' WHERE event_id = $1`, outside)
+	require.NoError(t, err)
+
+	var (
+		mu    sync.Mutex
+		got   []uuid.UUID
+		order = map[string][]int64{}
+	)
+	fresh := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	fresh.OnOrderPaid("read-model", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, m.EventID)
+		order[m.AggregateID] = append(order[m.AggregateID], p.OrderID)
+		return nil
+	})
+	e.consume(t, fresh)
+
+	n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"},
+		Since: time.Now().Add(-time.Hour)}, admin.ReplayOptions{TopicPrefix: e.prefix, BatchSize: 5})
+	require.NoError(t, err)
+	require.Equal(t, 12, n)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 12 }, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	require.ElementsMatch(t, want, got, "their original ids, and not the one written before --since")
+	require.Equal(t, perAggregate, order, "per aggregate in order")
+	mu.Unlock()
+	require.Equal(t, int64(13), oldCalls.Load(), "the consumer that handled them skips them")
+	require.Equal(t, 13, e.invoices("billing"))
+
+	// One aggregate only.
+	n, err = e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"}, AggregateID: "1"},
+		admin.ReplayOptions{TopicPrefix: e.prefix})
+	require.NoError(t, err)
+	require.Equal(t, len(perAggregate["1"]), n)
+}
