@@ -100,6 +100,9 @@ type backlogCollector struct {
 	last    *backlog
 	sampled time.Time // when the last sample was tried
 	err     error
+	// topics is every topic a sample found pending: one with nothing
+	// pending any more reports 0 rather than vanish.
+	topics map[string]bool
 }
 
 func newBacklogCollector() *backlogCollector {
@@ -120,7 +123,7 @@ func newBacklogCollector() *backlogCollector {
 func (c *backlogCollector) watch(db *sql.DB, cfg BacklogConfig) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.db, c.cfg, c.last, c.sampled, c.err = db, cfg, nil, time.Time{}, nil
+	c.db, c.cfg, c.last, c.sampled, c.err, c.topics = db, cfg, nil, time.Time{}, nil, map[string]bool{}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -145,6 +148,12 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		cancel()
 		c.err = err
 		if err == nil {
+			for topic := range b.pending {
+				c.topics[topic] = true
+			}
+			for topic := range c.topics {
+				b.pending[topic] += 0
+			}
 			c.last = &b
 		}
 	}
