@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/ent"
+	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+)
+
+// letterDB is a schema with the outbox tables and an ent client on it.
+func letterDB(t *testing.T) (*pgtest.DB, *ent.Client) {
+	t.Helper()
+	db := pgtest.New(t)
+	app := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	require.NoError(t, app.Schema.Create(context.Background()))
+	return db, ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+}
+
+func addLetter(t *testing.T, client *ent.Client, source, reason string, at time.Time) *ent.DeadLetter {
+	t.Helper()
+	d, err := client.DeadLetter.Create().SetEventID(uuid.New()).SetSource(source).SetEventName("order.paid").
+		SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").
+		SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).
+		SetHeaders(json.RawMessage(`{"trace":"abc"}`)).SetReason(reason).
+		SetAttempts(5).SetCreatedAt(at).Save(context.Background())
+	require.NoError(t, err)
+	return d
+}
+
+func TestDeadLettersCommands(t *testing.T) {
+	t.Parallel()
+	db, client := letterDB(t)
+	ctx := context.Background()
+	billing := addLetter(t, client, "billing", "the billing code has a bug", time.Now().Add(-2*time.Hour))
+	relayed := addLetter(t, client, "relay", "publishing: connection refused", time.Now())
+	id := func(d *ent.DeadLetter) string { return strconv.FormatInt(d.ID, 10) }
+	dl := func(args ...string) (string, error) {
+		return run(t, nil, append(append([]string{"dead-letters"}, args...), "--database-url", db.URL)...)
+	}
+
+	out, err := dl("list")
+	require.NoError(t, err)
+	require.Regexp(t, `ID +WHEN +SOURCE +EVENT +EVENT ID +ATTEMPTS +STATE +REASON\n`, out)
+	require.Regexp(t, id(relayed)+` .* relay +order.paid v2 +`+relayed.EventID.String()+` +5 +open +publishing: connection refused\n`, out)
+	out, err = dl("list", "--consumer", "billing", "--json")
+	require.NoError(t, err)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 1)
+	require.Equal(t, billing.EventID.String(), listed[0]["event_id"])
+	require.Equal(t, "open", listed[0]["state"])
+	out, err = dl("list", "--since", "1h", "--reason", "refused")
+	require.NoError(t, err)
+	require.Contains(t, out, relayed.EventID.String())
+	require.NotContains(t, out, billing.EventID.String())
+	out, err = dl("list", "--until", "1h", "--event", "order.paid")
+	require.NoError(t, err)
+	require.NotContains(t, out, relayed.EventID.String())
+	require.Contains(t, out, billing.EventID.String())
+
+	out, err = dl("show", id(billing))
+	require.NoError(t, err)
+	for _, want := range []string{"event id:       " + billing.EventID.String(), "source:         billing",
+		"attempts:       5", "reason:         the billing code has a bug", `headers:        {"trace": "abc"}`,
+		`payload:        {"order_id":9,"amount_cents":5,"currency":"EUR"}`, "dead-lettered:  "} {
+		require.Contains(t, out, want)
+	}
+	_, err = dl("show", "999999")
+	require.ErrorContains(t, err, "no such dead letter: 999999")
+
+	// retry: the event is pending again in the outbox, with its own id.
+	_, err = dl("retry")
+	require.ErrorContains(t, err, "give dead-letter ids, or --all")
+	_, err = dl("retry", id(billing), "--consumer", "billing")
+	require.ErrorContains(t, err, "filters select letters only with --all")
+	out, err = dl("retry", id(billing))
+	require.NoError(t, err)
+	require.Contains(t, out, "dead letter "+id(billing)+" (event "+billing.EventID.String()+", billing): rebuilt\nretried 1 of 1 dead letters\n")
+	row := client.Outbox.Query().Where(outboxrow.EventID(billing.EventID)).OnlyX(ctx)
+	require.Nil(t, row.DeliveredAt)
+	require.Equal(t, map[string]string{"trace": "abc"}, row.Headers)
+	require.JSONEq(t, `{"order_id":9,"amount_cents":5,"currency":"EUR"}`, string(row.Payload))
+	out, err = dl("retry", "--all", "--consumer", "billing")
+	require.NoError(t, err)
+	require.Equal(t, "retried 0 of 0 dead letters\n", out)
+	out, err = dl("retry", id(billing))
+	require.NoError(t, err)
+	require.Contains(t, out, "skipped: already retried at ")
+	require.Equal(t, 1, client.Outbox.Query().CountX(ctx))
+
+	// discard: kept, marked, with the note.
+	_, err = dl("discard", id(relayed))
+	require.ErrorContains(t, err, "discard needs --note")
+	out, err = dl("discard", id(relayed), "--note", "the broker was misconfigured; resent by hand")
+	require.NoError(t, err)
+	require.Contains(t, out, "discarded 1 of 1 dead letters\n")
+	out, err = dl("show", id(relayed), "--json")
+	require.NoError(t, err)
+	var shown map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &shown))
+	require.Equal(t, "discarded", shown["state"])
+	require.Equal(t, "the broker was misconfigured; resent by hand", shown["discard_note"])
+	require.NotEmpty(t, shown["discarded_at"])
+	out, err = dl("list", "--state", "discarded")
+	require.NoError(t, err)
+	require.Contains(t, out, relayed.EventID.String())
+	require.NotContains(t, out, billing.EventID.String())
+
+	// purge: settled letters older than the retention only.
+	out, err = dl("purge")
+	require.NoError(t, err)
+	require.Equal(t, "deleted 0 dead letters retried or discarded more than 720h0m0s ago\n", out)
+	out, err = dl("purge", "--older-than", "0s")
+	require.NoError(t, err)
+	require.Equal(t, "deleted 2 dead letters retried or discarded more than 0s ago\n", out)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+)
+
+func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	br, err := broker.Open(ctx, amqpURL, broker.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
+	}
+	defer br.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	topic := "t" + hex.EncodeToString(b) + "_rebuild"
+	sub, err := br.Subscriber("read-model")
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+
+	// Six delivered events over two aggregates, one pending, one of another
+	// event and one written before --since: six go out.
+	_, err = db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, delivered_at)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', (g % 2)::text, jsonb_build_object('order_id', g), '{"trace":"t1"}', now()
+		FROM generate_series(1, 6) g;
+		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload) VALUES
+			(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '1', '{"order_id": 7}');
+		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at) VALUES
+			(gen_random_uuid(), 'price.changed', 3, 'catalog', 'Product', 'p', '{}', now()),
+			(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '1', '{"order_id": 0}', now());
+		UPDATE outbox_events SET created_at = now() - interval '2 days' WHERE payload->>'order_id' = '0'`)
+	require.NoError(t, err)
+	var want []string
+	rows, err := db.DB.Query(`SELECT event_id FROM outbox_events WHERE delivered_at IS NOT NULL AND event_name = 'order.paid'
+		AND created_at > now() - interval '1 hour' ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		want = append(want, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, want, 6)
+
+	_, err = run(t, nil, "replay", "--database-url", db.URL, "--broker", amqpURL, "--event", "order.paid")
+	require.EqualError(t, err, "replay needs --since: the first event's time (RFC 3339, a date, or a duration ago)")
+	out, err := run(t, nil, "replay", "--database-url", db.URL, "--broker", amqpURL,
+		"--event", "order.paid", "--since", "1h", "--to-topic", topic, "--batch-size", "4")
+	require.NoError(t, err)
+	require.Equal(t, "replayed 6 events\n", out)
+
+	var got []*message.Message
+	for len(got) < 6 {
+		select {
+		case m := <-msgs:
+			m.Ack()
+			got = append(got, m)
+		case <-ctx.Done():
+			t.Fatalf("received %d of 6 replayed events", len(got))
+		}
+	}
+	for i, m := range got {
+		require.Equal(t, want[i], m.UUID, "original ids, in the order they were written")
+		require.Equal(t, "order.paid", m.Metadata.Get("outbox_event_name"))
+		require.Equal(t, "2", m.Metadata.Get("outbox_event_version"))
+		require.Equal(t, "Order", m.Metadata.Get("outbox_aggregate_type"))
+		require.NotEmpty(t, m.Metadata.Get("outbox_created_at"))
+		require.Equal(t, "t1", m.Metadata.Get("trace"))
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("a seventh message: %s %s", m.UUID, m.Payload)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
