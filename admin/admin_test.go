@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/admin"
@@ -389,4 +390,54 @@ func TestReplayReachesAFreshConsumerInOrder(t *testing.T) {
 		admin.ReplayOptions{TopicPrefix: e.prefix})
 	require.NoError(t, err)
 	require.Equal(t, len(perAggregate["1"]), n)
+}
+
+// Two consumers' letters of one event, retried, write its outbox row once;
+// and retries of one letter at the same time retry it once.
+func TestRetryWritesTheEventOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	ctx := context.Background()
+	id := e.emit(t, "3", testent.OrderPaid{OrderID: 3, AmountCents: 300})
+	_, err := e.db.DB.Exec(`UPDATE outbox_events SET delivered_at = now()`)
+	require.NoError(t, err)
+	var letters []*ent.DeadLetter
+	for _, source := range []string{"billing", "audit"} {
+		d := e.addLetter(t, source, "bug", time.Now())
+		letters = append(letters, e.ent.DeadLetter.UpdateOne(d).SetEventID(id).SaveX(ctx))
+	}
+
+	var wg sync.WaitGroup
+	results := make(chan admin.Result, 16)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rs, err := e.admin.Retry(ctx, letters[0].ID)
+			if assert.NoError(t, err) {
+				results <- rs[0]
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	var done int
+	for r := range results {
+		if r.Outcome != admin.Skipped {
+			require.Equal(t, admin.Requeued, r.Outcome)
+			done++
+		}
+	}
+	require.Equal(t, 1, done, "one of the concurrent retries did it")
+	row := e.ent.Outbox.Query().Where(outboxrow.EventID(id)).OnlyX(ctx)
+	require.Nil(t, row.DeliveredAt)
+
+	rs, err := e.admin.Retry(ctx, letters[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, admin.AlreadyPending, rs[0].Outcome)
+	again := e.ent.Outbox.Query().Where(outboxrow.EventID(id)).OnlyX(ctx)
+	require.Equal(t, row.ID, again.ID, "the pending row is left to the relay, not written again")
+	for _, d := range letters {
+		require.Equal(t, admin.StateRetried, admin.StateOf(e.ent.DeadLetter.GetX(ctx, d.ID)))
+	}
 }
