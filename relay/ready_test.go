@@ -2,9 +2,12 @@ package relay_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/relay"
@@ -42,4 +45,44 @@ func TestSubscriberStatus(t *testing.T) {
 
 	require.NoError(t, a.Close())
 	require.Equal(t, relay.SubscriberStatus{}, a.Status(), "closed")
+}
+
+// Ready fails while the relay does not run; while it runs, it passes as
+// long as the subscriber may send, and says so when it may not: here its
+// renewals fail (the partition table is renamed away) while the database
+// still answers pings, until it is back.
+func TestRelayReady(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 4, Lease: 2 * time.Second}}}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.EqualError(t, r.Ready(ctx), "relay: not running")
+	_, running := r.Status()
+	require.False(t, running)
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond)
+	st, running := r.Status()
+	require.True(t, running)
+	require.Equal(t, relay.SubscriberStatus{Partitions: 4, Live: true}, st)
+
+	_, err = b.db.DB.Exec(`ALTER TABLE outbox_events_partitions RENAME TO outbox_events_partitions_away`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		err := r.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "the subscriber may not send")
+	}, 10*time.Second, 20*time.Millisecond, "still ready: %v", r.Ready(ctx))
+	_, err = b.db.DB.Exec(`ALTER TABLE outbox_events_partitions_away RENAME TO outbox_events_partitions`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond,
+		"not ready again: %v", r.Ready(ctx))
+
+	stop()
+	require.NoError(t, <-done)
+	require.EqualError(t, r.Ready(ctx), "relay: not running")
 }

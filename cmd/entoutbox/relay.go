@@ -1,30 +1,39 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
+// relayOptions are the relay command's flags.
+type relayOptions struct {
+	databaseURL, listenDatabaseURL, table, brokerURL, path string
+	logLevel, logFormat, metricsAddr                       string
+	cfg                                                    relay.Config
+	// The flags shared by both read paths, given to the chosen one.
+	batchSize                   int
+	pollInterval, retryInterval time.Duration
+}
+
 func newRelayCommand() *cobra.Command {
-	var (
-		databaseURL, table, brokerURL, path, logLevel string
-		cfg                                           relay.Config
-		// The flags shared by both read paths, given to the chosen one.
-		batchSize                   int
-		pollInterval, retryInterval time.Duration
-	)
+	o := &relayOptions{}
+	cfg := &o.cfg
 	fast := &cfg.Fast.Subscriber
 	cmd := &cobra.Command{
 		Use:   "relay",
@@ -45,65 +54,19 @@ Brokers, by URL:
   ENTOUTBOX_DATABASE_URL=postgres://... ENTOUTBOX_BROKER=amqp://guest:guest@127.0.0.1:5672/ entoutbox relay`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if brokerURL == "" {
-				return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
-			}
-			// The relay's live heap is small and bounded by --batch-size; a
-			// rarer GC costs some 20 MB and saves about a sixth of its CPU
-			// per event (bench). GOGC set in the environment wins.
-			if os.Getenv("GOGC") == "" {
-				debug.SetGCPercent(400)
-			}
-			// With large payloads the live heap is a few copies of
-			// --max-bytes-in-flight (the rows held, and the broker client's
-			// copies of those being published): a soft limit above that
-			// keeps the rarer GC from letting garbage pile up to several
-			// times it. GOMEMLIMIT set in the environment wins.
-			if os.Getenv("GOMEMLIMIT") == "" && fast.MaxBytesInFlight > 0 {
-				debug.SetMemoryLimit(min(3*fast.MaxBytesInFlight, 1<<62) + 64<<20)
-			}
-			logger, err := newLogger(logLevel)
-			if err != nil {
-				return err
-			}
-			db, err := openDB(databaseURL)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx := cmd.Context()
-			b, err := broker.Open(ctx, brokerURL, broker.Options{Logger: logger})
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-
-			cfg.DB, cfg.Publisher, cfg.Table, cfg.Path, cfg.Logger = db, b.Publisher(), table, relay.Path(path), logger
-			if cfg.Path == relay.PathCompatible {
-				cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = batchSize, pollInterval, retryInterval
-			} else {
-				fast.BatchSize, fast.PollInterval, fast.InitialBackoff = batchSize, pollInterval, retryInterval
-			}
-			r, err := relay.New(cfg)
-			if err != nil {
-				return err
-			}
-			logger.Info("Relay started", watermill.LogFields{"broker": b.Scheme(), "path": path})
-			if err := r.Run(ctx); err != nil {
-				return err
-			}
-			logger.Info("Relay stopped", nil)
-			return nil
+			redact := newRedactor(o.databaseURL, o.listenDatabaseURL, o.brokerURL)
+			// A library's error may quote a URL it was given.
+			return redact.Error(runRelay(cmd.Context(), cmd.ErrOrStderr(), o, redact))
 		},
 	}
-	addDatabaseFlags(cmd, &databaseURL, &table)
+	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
-	f.StringVar(&brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
-	f.StringVar(&path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes) or compatible (watermill-sql subscriber + forwarder)")
+	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
+	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes) or compatible (watermill-sql subscriber + forwarder)")
 	f.StringVar(&cfg.Compatible.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
-	f.IntVar(&batchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d fast, %d compatible)",
+	f.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d fast, %d compatible)",
 		relay.DefaultBatchSize, relay.DefaultCompatibleBatchSize))
 	fast.MaxBytesInFlight = relay.DefaultMaxBytesInFlight
 	f.Var((*byteSize)(&fast.MaxBytesInFlight), "max-bytes-in-flight", "payload and header bytes held at once, "+
@@ -115,21 +78,121 @@ Brokers, by URL:
 	f.BoolVar(&fast.Delete, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
 	f.IntVar(&fast.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes of one event before it goes to the dead letters (fast path)")
 	f.StringVar(&fast.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
-	f.DurationVar(&pollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification (default %s fast, %s compatible)",
+	f.DurationVar(&o.pollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification (default %s fast, %s compatible)",
 		relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval))
-	f.DurationVar(&retryInterval, "retry-interval", 0, fmt.Sprintf("wait before a failed publish is tried again (default %s fast, doubling up to %s; %s compatible)",
+	f.DurationVar(&o.retryInterval, "retry-interval", 0, fmt.Sprintf("wait before a failed publish is tried again (default %s fast, doubling up to %s; %s compatible)",
 		relay.DefaultRetryInterval, relay.DefaultMaxBackoff, relay.DefaultCompatibleRetryInterval))
 	f.DurationVar(&cfg.CloseTimeout, "close-timeout", relay.DefaultCloseTimeout, "how long shutdown waits for in-flight publishes")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
+	f.StringVar(&o.listenDatabaseURL, "listen-database-url", "", "direct PostgreSQL URL of the same database to LISTEN on, when --database-url "+
+		"goes through PgBouncer in transaction mode (with --poll-only); claims and writes still use --database-url (fast path)")
 	return cmd
 }
 
-func newLogger(level string) (watermill.LoggerAdapter, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+// runRelay runs the relay of o until ctx ends, logging to w.
+func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor) error {
+	cfg := o.cfg
+	fast := &cfg.Fast.Subscriber
+	if o.brokerURL == "" {
+		return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
 	}
-	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))), nil
+	if o.listenDatabaseURL != "" && relay.Path(o.path) == relay.PathCompatible {
+		return errors.New("--listen-database-url is for the fast path; the compatible path only polls")
+	}
+	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
+	if err != nil {
+		return err
+	}
+	// The relay's live heap is small and bounded by --batch-size; a
+	// rarer GC costs some 20 MB and saves about a sixth of its CPU
+	// per event (bench). GOGC set in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	// With large payloads the live heap is a few copies of
+	// --max-bytes-in-flight (the rows held, and the broker client's
+	// copies of those being published): a soft limit above that
+	// keeps the rarer GC from letting garbage pile up to several
+	// times it. GOMEMLIMIT set in the environment wins.
+	if os.Getenv("GOMEMLIMIT") == "" && fast.MaxBytesInFlight > 0 {
+		debug.SetMemoryLimit(min(3*fast.MaxBytesInFlight, 1<<62) + 64<<20)
+	}
+	db, err := openDB(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if o.listenDatabaseURL != "" {
+		listen, err := openDB(o.listenDatabaseURL)
+		if err != nil {
+			return fmt.Errorf("--listen-database-url: %w", err)
+		}
+		defer listen.Close()
+		fast.ListenDB = listen
+	}
+	b, err := broker.Open(ctx, o.brokerURL, broker.Options{Logger: wmLogger})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	cfg.DB, cfg.Publisher, cfg.Table, cfg.Path, cfg.Logger = db, b.Publisher(), o.table, relay.Path(o.path), wmLogger
+	if cfg.Path == relay.PathCompatible {
+		cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = o.batchSize, o.pollInterval, o.retryInterval
+	} else {
+		fast.BatchSize, fast.PollInterval, fast.InitialBackoff = o.batchSize, o.pollInterval, o.retryInterval
+	}
+	var reg *prometheus.Registry
+	if o.metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		if cfg.Metrics, err = newMetrics(reg, db, o.table, cfg.DeadLetterTable); err != nil {
+			return err
+		}
+	}
+	r, err := relay.New(cfg)
+	if err != nil {
+		return err
+	}
+	if reg != nil {
+		ops, err := startOpsServer(o.metricsAddr, reg, r.Ready, logger, redact)
+		if err != nil {
+			return err
+		}
+		defer ops.close()
+		ops.setAlive(true)
+		defer ops.setAlive(false)
+	}
+	started := []any{"broker", redact.String(o.brokerURL), "database", redact.String(o.databaseURL), "path", o.path}
+	if o.listenDatabaseURL != "" {
+		started = append(started, "listen_database", redact.String(o.listenDatabaseURL))
+	}
+	logger.Info("Relay started", started...)
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("Relay stopped")
+	return nil
+}
+
+// newMetrics registers on reg the Go runtime's and the process's
+// collectors and the library's metrics, whose backlog gauges sample db.
+func newMetrics(reg *prometheus.Registry, db *sql.DB, table, deadLetterTable string) (*metrics.Metrics, error) {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.WatchBacklog(db, metrics.BacklogConfig{Table: table, DeadLetterTable: deadLetterTable}); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // byteSize is a flag of bytes: a number, or one with a unit (KB, MB, GB
