@@ -1,7 +1,9 @@
 package relay_test
 
 import (
+	"database/sql"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
@@ -149,4 +151,34 @@ func TestBacklogLeavesDiscardedDeadLettersOut(t *testing.T) {
 		return promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay") == 1 &&
 			promtest.Value(t, reg, "entoutbox_dead_letters", "source", "consumer") == 0
 	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// A relay cut off from the database counts its failed lease renewals, and
+// owns no partitions once it gave them up.
+func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	u, err := url.Parse(b.db.URL)
+	require.NoError(t, err)
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr
+	db, err := sql.Open("pgx", u.String())
+	require.NoError(t, err)
+	defer db.Close()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	pubsub, _ := receiveInProcess(t, "orders")
+
+	cfg := quick(relay.PathFast, relay.Config{DB: db, Publisher: pubsub, Metrics: m, CloseTimeout: time.Second,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 2 * time.Second}}})
+	runRelay(t, cfg)
+	require.Eventually(t, func() bool { return promtest.Value(t, reg, "entoutbox_relay_partitions_owned") > 0 },
+		10*time.Second, 10*time.Millisecond)
+	require.Zero(t, promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total"))
+	proxy.cut()
+	require.Eventually(t, func() bool {
+		return promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total") >= 1 &&
+			promtest.Value(t, reg, "entoutbox_relay_partitions_owned") == 0
+	}, 10*time.Second, 10*time.Millisecond, "renewals fail, and the partitions are given up")
 }
