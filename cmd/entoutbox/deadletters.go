@@ -51,7 +51,8 @@ func newDeadLettersCommand() *cobra.Command {
 		Aliases: []string{"dead-letter", "dl"},
 		Short:   "List, show, retry, discard and purge dead letters",
 		Long: `dead-letters inspects and repairs the events set aside in outbox_dead_letters,
-by the relay (source "relay") or by a consumer (source = its name).
+by the relay (source "relay") or by a consumer (source = its name). It works
+on the tables' default names (outbox_events, outbox_dead_letters).
 
 ` + retryHelp + `
 
