@@ -156,6 +156,13 @@ func invoiceHandler(calls *atomic.Int64, broken *atomic.Bool) testent.OrderPaidH
 // consumer's is not repeated, and a second retry changes nothing.
 func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
 	t.Parallel()
+	// The outbox row retained, and removed (--delete-delivered, retention):
+	// then the event is rebuilt from the dead letter.
+	t.Run("retained", func(t *testing.T) { t.Parallel(); retryConsumerDeadLetter(t, false) })
+	t.Run("removed", func(t *testing.T) { t.Parallel(); retryConsumerDeadLetter(t, true) })
+}
+
+func retryConsumerDeadLetter(t *testing.T, removed bool) {
 	e := setup(t, true)
 	ctx := context.Background()
 	var billingCalls, auditCalls atomic.Int64
@@ -175,11 +182,17 @@ func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return e.invoices("audit") == 1 }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0, e.invoices("billing"))
 
+	want := admin.Requeued
+	if removed {
+		e.deliveredOnce(t, id)
+		require.Equal(t, 1, e.ent.Outbox.Delete().ExecX(ctx))
+		want = admin.Rebuilt
+	}
 	broken.Store(false) // the fix is deployed
 	billingBefore := billingCalls.Load()
 	rs, err := e.admin.Retry(ctx, d.ID)
 	require.NoError(t, err)
-	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "billing", Outcome: admin.Requeued}}, rs)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "billing", Outcome: want}}, rs)
 	require.Eventually(t, func() bool { return e.invoices("billing") == 1 }, 20*time.Second, 10*time.Millisecond)
 	e.deliveredOnce(t, id)
 
