@@ -25,7 +25,11 @@ type OutboxHandlers struct {
 	set    *consumer.Set
 }
 
-// NewOutboxHandlers returns an empty handler set on client's database.
+// NewOutboxHandlers returns an empty handler set on client's database. opts
+// set retries, dead-letter topics, logging, metrics (consumer.WithMetrics)
+// and tracing (consumer.WithTracerProvider): each delivery runs in a
+// consumer span, and its handler's ctx makes the events it emits carry
+// causation and correlation ids.
 func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers {
 	h := &OutboxHandlers{client: client}
 	h.set = consumer.NewSet(outboxEventTypes, h.outboxDeadLetter, opts...)
