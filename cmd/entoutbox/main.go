@@ -1,7 +1,9 @@
 // Command entoutbox runs and inspects the entoutbox relay.
 //
-//	entoutbox relay  --database-url postgres://... --broker nats://127.0.0.1:4222
+//	entoutbox relay  --database-url postgres://... --broker nats://127.0.0.1:4222 --metrics-addr :9090 --log-format json
 //	entoutbox status --database-url postgres://...
+//
+// With --metrics-addr the relay serves /metrics, /healthz and /readyz.
 //
 // Every flag can also be set through the environment: --database-url is
 // ENTOUTBOX_DATABASE_URL (or DATABASE_URL), --broker is ENTOUTBOX_BROKER,

@@ -74,7 +74,7 @@ Brokers, by URL:
 	f.IntVar(&cfg.Fast.Concurrency, "concurrency", relay.DefaultConcurrency, "publishes in flight at once (fast path)")
 	f.DurationVar(&fast.Lease, "lease", relay.DefaultLease, "how long a relay owns its partitions unrenewed; a dead relay's go to the others after it (fast path)")
 	f.IntVar(&fast.Partitions, "partitions", relay.DefaultPartitions, "parts the aggregates are hashed into and shared out among relays; the same on every relay of a table (fast path)")
-	f.BoolVar(&fast.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: only poll (no LISTEN), no liveness lock (a relay that dies is taken over when its lease ends)")
+	f.BoolVar(&fast.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: poll (no LISTEN unless --listen-database-url), no liveness lock (a relay that dies is taken over when its lease ends)")
 	f.BoolVar(&fast.Delete, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at (fast path)")
 	f.IntVar(&fast.MaxAttempts, "max-attempts", relay.DefaultMaxAttempts, "failed publishes of one event before it goes to the dead letters (fast path)")
 	f.StringVar(&fast.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")

@@ -16,6 +16,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
@@ -211,9 +212,11 @@ func TestReadyzFollowsDatabaseAndBroker(t *testing.T) {
 	require.NoError(t, err)
 	pgProxy := newTCPProxy(t, pgURL.Host)
 	natsProxy := newTCPProxy(t, testNATS)
+	// These two from the environment, as every flag.
+	t.Setenv("ENTOUTBOX_LOG_FORMAT", "json")
+	t.Setenv("ENTOUTBOX_METRICS_ADDR", "127.0.0.1:0")
 	r := startRelay(t, "relay", "--database-url", withPassword(t, db.URL, pgProxy.addr, "pw"),
-		"--broker", "nats://"+natsProxy.addr, "--log-format", "json", "--metrics-addr", "127.0.0.1:0",
-		"--partitions", "4", "--lease", "3s")
+		"--broker", "nats://"+natsProxy.addr, "--partitions", "4", "--lease", "3s")
 	addr := r.opsAddr(t)
 	ready := func(t *testing.T, why string) {
 		t.Helper()
@@ -223,11 +226,13 @@ func TestReadyzFollowsDatabaseAndBroker(t *testing.T) {
 	unready := func(t *testing.T, reason string) {
 		t.Helper()
 		var body string
-		require.Eventually(t, func() bool {
+		if !assert.Eventually(t, func() bool {
 			var code int
 			code, body = get(t, addr, "/readyz")
 			return code == http.StatusServiceUnavailable && strings.Contains(body, reason)
-		}, 30*time.Second, 50*time.Millisecond, "not unready with %q; last: %s", reason, body)
+		}, 30*time.Second, 50*time.Millisecond) {
+			t.Fatalf("not unready with %q; last: %q", reason, body)
+		}
 		code, health := get(t, addr, "/healthz")
 		require.Equal(t, http.StatusOK, code, health)
 	}
