@@ -25,27 +25,29 @@ const (
 	ReasonMalformed   = "malformed"
 )
 
-// Metrics holds the collectors of one registry. Its fields are the
-// instruments the relay, the consumers and Emit update; a nil *Metrics
-// turns them all off, and each method is a no-op on nil.
+// Metrics holds the collectors registered by New. The relay, the
+// consumers and Emit update them through its methods (which applications
+// need not call); a nil *Metrics turns them all off, and each method is a
+// no-op on nil.
 type Metrics struct {
-	// Relay.
-	RelayPublished            *prometheus.CounterVec   // topic, result
-	RelayPublishDuration      *prometheus.HistogramVec // topic
-	RelayDeliveryLag          *prometheus.HistogramVec // topic
-	RelayRetries              *prometheus.CounterVec   // topic
-	RelayDeadLettered         *prometheus.CounterVec   // reason
-	RelayClaimDuration        prometheus.Histogram
-	RelayClaimRows            prometheus.Histogram
-	RelayLeaseRenewalFailures prometheus.Counter
+	relayPublished            *prometheus.CounterVec   // topic, result
+	relayPublishDuration      *prometheus.HistogramVec // topic
+	relayDeliveryLag          *prometheus.HistogramVec // topic
+	relayRetries              *prometheus.CounterVec   // topic
+	relayDeadLettered         *prometheus.CounterVec   // reason
+	relayClaimDuration        prometheus.Histogram
+	relayClaimRows            prometheus.Histogram
+	relayLeaseRenewalFailures prometheus.Counter
 	relayPartitionsOwned      prometheus.GaugeFunc
-	ConsumerDeliveries        *prometheus.CounterVec   // consumer, event, result
-	ConsumerHandlerDuration   *prometheus.HistogramVec // consumer, event
-	ConsumerEventAge          *prometheus.HistogramVec // consumer, event
-	EmitEvents                *prometheus.CounterVec   // event
-	backlog                   *backlogCollector
-	partitionsMu              sync.Mutex
-	partitionSources          map[*int]func() int
+
+	consumerDeliveries      *prometheus.CounterVec   // consumer, event, result
+	consumerHandlerDuration *prometheus.HistogramVec // consumer, event
+	consumerEventAge        *prometheus.HistogramVec // consumer, event
+	emitEvents              *prometheus.CounterVec   // event
+
+	backlog          *backlogCollector
+	partitionsMu     sync.Mutex
+	partitionSources map[*int]func() int
 }
 
 // latencyBuckets suit publishes, claims and handlers: 1 ms to 10 s.
@@ -64,57 +66,57 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, errors.New("metrics: registerer is nil")
 	}
 	m := &Metrics{
-		RelayPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
+		relayPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_relay_published_total",
 			Help: "Publishes of outbox events to the broker, by outbox topic and result (ok, error).",
 		}, []string{"topic", "result"}),
-		RelayPublishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		relayPublishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "entoutbox_relay_publish_duration_seconds",
 			Help:    "How long a publish to the broker took, until it acknowledged or failed, by outbox topic.",
 			Buckets: latencyBuckets,
 		}, []string{"topic"}),
-		RelayDeliveryLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		relayDeliveryLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "entoutbox_relay_delivery_lag_seconds",
 			Help:    "Time from an event's write (its row's created_at) to the broker's acknowledgement, by outbox topic.",
 			Buckets: lagBuckets,
 		}, []string{"topic"}),
-		RelayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		relayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_relay_retries_total",
 			Help: "Failed publishes that will be tried again, by outbox topic.",
 		}, []string{"topic"}),
-		RelayDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+		relayDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_relay_dead_lettered_total",
 			Help: "Outbox rows the relay set aside as dead letters, by reason (max_attempts, permanent, malformed).",
 		}, []string{"reason"}),
-		RelayClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		relayClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "entoutbox_relay_claim_duration_seconds",
 			Help:    "How long a claim of outbox rows took (fast path).",
 			Buckets: latencyBuckets,
 		}),
-		RelayClaimRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+		relayClaimRows: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "entoutbox_relay_claim_rows",
 			Help:    "Rows one claim took (fast path).",
 			Buckets: []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000},
 		}),
-		RelayLeaseRenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		relayLeaseRenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "entoutbox_relay_lease_renewal_failures_total",
 			Help: "Failed renewals of the partitions' leases (fast path).",
 		}),
-		ConsumerDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		consumerDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_consumer_deliveries_total",
 			Help: "Handler runs by consumer, event and result (handled, duplicate, retried, dead_lettered).",
 		}, []string{"consumer", "event", "result"}),
-		ConsumerHandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		consumerHandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "entoutbox_consumer_handler_duration_seconds",
 			Help:    "How long one try of a handler took, its transaction included, by consumer and event.",
 			Buckets: latencyBuckets,
 		}, []string{"consumer", "event"}),
-		ConsumerEventAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		consumerEventAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "entoutbox_consumer_event_age_seconds",
 			Help:    "Time from an event's write to its handling, by consumer and event.",
 			Buckets: lagBuckets,
 		}, []string{"consumer", "event"}),
-		EmitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+		emitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_emit_events_total",
 			Help: "Events emitted, counted once their transaction committed, by event name.",
 		}, []string{"event"}),
@@ -126,9 +128,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Partitions the fast relays of this process own.",
 	}, m.partitionsOwned)
 	for _, c := range []prometheus.Collector{
-		m.RelayPublished, m.RelayPublishDuration, m.RelayDeliveryLag, m.RelayRetries, m.RelayDeadLettered,
-		m.RelayClaimDuration, m.RelayClaimRows, m.RelayLeaseRenewalFailures, m.relayPartitionsOwned,
-		m.ConsumerDeliveries, m.ConsumerHandlerDuration, m.ConsumerEventAge, m.EmitEvents, m.backlog,
+		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.relayRetries, m.relayDeadLettered,
+		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
+		m.consumerDeliveries, m.consumerHandlerDuration, m.consumerEventAge, m.emitEvents, m.backlog,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: registering: %w", err)
@@ -178,8 +180,8 @@ func (m *Metrics) Published(topic string, d time.Duration, err error) {
 	if err != nil {
 		result = ResultError
 	}
-	m.RelayPublished.WithLabelValues(topic, result).Inc()
-	m.RelayPublishDuration.WithLabelValues(topic).Observe(d.Seconds())
+	m.relayPublished.WithLabelValues(topic, result).Inc()
+	m.relayPublishDuration.WithLabelValues(topic).Observe(d.Seconds())
 }
 
 // Delivered records the lag of an event of topic written at created,
@@ -188,7 +190,7 @@ func (m *Metrics) Delivered(topic string, created time.Time) {
 	if m == nil || created.IsZero() {
 		return
 	}
-	m.RelayDeliveryLag.WithLabelValues(topic).Observe(max(time.Since(created).Seconds(), 0))
+	m.relayDeliveryLag.WithLabelValues(topic).Observe(max(time.Since(created).Seconds(), 0))
 }
 
 // Retried records a failed publish of topic that will be tried again.
@@ -196,7 +198,7 @@ func (m *Metrics) Retried(topic string) {
 	if m == nil {
 		return
 	}
-	m.RelayRetries.WithLabelValues(topic).Inc()
+	m.relayRetries.WithLabelValues(topic).Inc()
 }
 
 // DeadLettered records a row the relay set aside, for reason (one of the
@@ -205,7 +207,7 @@ func (m *Metrics) DeadLettered(reason string) {
 	if m == nil {
 		return
 	}
-	m.RelayDeadLettered.WithLabelValues(reason).Inc()
+	m.relayDeadLettered.WithLabelValues(reason).Inc()
 }
 
 // Claimed records a claim of rows that took d.
@@ -213,8 +215,8 @@ func (m *Metrics) Claimed(rows int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.RelayClaimDuration.Observe(d.Seconds())
-	m.RelayClaimRows.Observe(float64(rows))
+	m.relayClaimDuration.Observe(d.Seconds())
+	m.relayClaimRows.Observe(float64(rows))
 }
 
 // LeaseRenewalFailed records a failed renewal of the leases.
@@ -222,7 +224,7 @@ func (m *Metrics) LeaseRenewalFailed() {
 	if m == nil {
 		return
 	}
-	m.RelayLeaseRenewalFailures.Inc()
+	m.relayLeaseRenewalFailures.Inc()
 }
 
 // Delivery records one try of consumer's handler of event, with its result
@@ -232,9 +234,9 @@ func (m *Metrics) Delivery(consumer, event, result string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.ConsumerDeliveries.WithLabelValues(consumer, event, result).Inc()
+	m.consumerDeliveries.WithLabelValues(consumer, event, result).Inc()
 	if d > 0 {
-		m.ConsumerHandlerDuration.WithLabelValues(consumer, event).Observe(d.Seconds())
+		m.consumerHandlerDuration.WithLabelValues(consumer, event).Observe(d.Seconds())
 	}
 }
 
@@ -244,7 +246,7 @@ func (m *Metrics) Handled(consumer, event string, created time.Time) {
 	if m == nil || created.IsZero() {
 		return
 	}
-	m.ConsumerEventAge.WithLabelValues(consumer, event).Observe(max(time.Since(created).Seconds(), 0))
+	m.consumerEventAge.WithLabelValues(consumer, event).Observe(max(time.Since(created).Seconds(), 0))
 }
 
 // Emitted records n events named event whose transaction committed.
@@ -252,5 +254,5 @@ func (m *Metrics) Emitted(event string, n int) {
 	if m == nil {
 		return
 	}
-	m.EmitEvents.WithLabelValues(event).Add(float64(n))
+	m.emitEvents.WithLabelValues(event).Add(float64(n))
 }
