@@ -22,6 +22,15 @@
 // exported because generated code lives in the user's module, and may
 // change with the generator.
 //
+// WithMetrics counts each delivery by result (handled, duplicate, retried,
+// dead_lettered), times the handler and observes the event's age (see the
+// metrics package). Each delivery runs in an OpenTelemetry consumer span,
+// "process <topic>", the child of the relay's send span the message
+// carries (WithTracerProvider; the global provider by default, which
+// records nothing until the application sets one). The handler's ctx
+// carries the event (events.WithCause): events it emits get causation_id
+// and correlation_id headers.
+//
 // Errors this package returns start with "consumer: ". What a handler
 // returns, a decoding failure or a panic (PanicError) is the reason a
 // dead letter is stored with, kept as it is.
