@@ -182,3 +182,28 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 			promtest.Value(t, reg, "entoutbox_relay_partitions_owned") == 0
 	}, 10*time.Second, 10*time.Millisecond, "renewals fail, and the partitions are given up")
 }
+
+// The compatible path reports its publishes, their lag and the rows it
+// sets aside.
+func TestCompatibleRelayMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	want := emitOrders(t, b.client, 5, 2, 0)
+	_, err = b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload, headers) VALUES (gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'order-x',
+		'{"order_id": 1}', '{"trace id": "x"}')`)
+	require.NoError(t, err)
+	stop := runRelay(t, quick(relay.PathCompatible, relay.Config{DB: b.db.DB, Publisher: pubsub, Metrics: m}))
+	got.waitFor(t, want, 20*time.Second)
+	waitDelivered(t, b, 1)
+	require.NoError(t, stop())
+	v := func(name string, labels ...string) float64 { return promtest.Value(t, reg, name, labels...) }
+	require.Equal(t, 5.0, v("entoutbox_relay_published_total", "topic", "orders", "result", "ok"))
+	require.Equal(t, 5.0, v("entoutbox_relay_publish_duration_seconds", "topic", "orders"))
+	require.Equal(t, 5.0, v("entoutbox_relay_delivery_lag_seconds", "topic", "orders"))
+	require.Equal(t, 1.0, v("entoutbox_relay_dead_lettered_total", "reason", "malformed"))
+}
