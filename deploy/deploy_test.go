@@ -47,6 +47,42 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
+// TestDashboardShowsEveryMetric fails when the library registers a metric
+// no panel shows: add a panel with it.
+func TestDashboardShowsEveryMetric(t *testing.T) {
+	var d dashboard
+	if err := json.Unmarshal(readFile(t, dashboardFile), &d); err != nil {
+		t.Fatal(err)
+	}
+	p := parser.NewParser(parser.Options{})
+	shown := map[string]bool{}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, pn := range ps {
+			walk(pn.Panels)
+			for _, tg := range pn.Targets {
+				e, err := p.ParseExpr(grafanaVariables.Replace(tg.Expr))
+				if err != nil {
+					continue // TestDashboard reports it
+				}
+				for _, sel := range parser.ExtractSelectors(e) {
+					for _, m := range sel {
+						if m.Name == labels.MetricName {
+							shown[m.Value] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	walk(d.Panels)
+	for name := range registeredMetrics(t) {
+		if !shown[name] && !shown[name+"_bucket"] && !shown[name+"_sum"] && !shown[name+"_count"] {
+			t.Errorf("no panel shows %s", name)
+		}
+	}
+}
+
 // TestRegisteredMetricsAreRead guards the reading of descriptors: without
 // labels every matcher would be refused, with too many none would.
 func TestRegisteredMetricsAreRead(t *testing.T) {
@@ -137,12 +173,14 @@ type dashboard struct {
 	SchemaVersion int     `json:"schemaVersion"`
 	Panels        []panel `json:"panels"`
 	Templating    struct {
-		List []struct {
-			Name  string `json:"name"`
-			Type  string `json:"type"`
-			Query any    `json:"query"`
-		} `json:"list"`
+		List []variable `json:"list"`
 	} `json:"templating"`
+}
+
+type variable struct {
+	Name  string `json:"name"`
+	Type  string `json:"type"`
+	Query any    `json:"query"`
 }
 
 type panel struct {
@@ -185,11 +223,7 @@ func checkDashboard(data []byte, known map[string][]string) []error {
 	if d.SchemaVersion < 36 {
 		errs = append(errs, fmt.Errorf("schemaVersion %d: want 36 or later (datasource references by uid)", d.SchemaVersion))
 	}
-	if !slices.ContainsFunc(d.Templating.List, func(v struct {
-		Name  string `json:"name"`
-		Type  string `json:"type"`
-		Query any    `json:"query"`
-	}) bool {
+	if !slices.ContainsFunc(d.Templating.List, func(v variable) bool {
 		return v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus"
 	}) {
 		errs = append(errs, errors.New(`no "datasource" variable of type datasource querying prometheus`))
