@@ -1,5 +1,6 @@
 // Package deploy holds what operators install beside the relay: Prometheus
 // alert rules (prometheus/alerts.yml) and a Grafana dashboard
 // (grafana/entoutbox.json). It has no code; its test checks that every rule
-// and panel parses and uses only metrics package metrics registers.
+// and panel parses and uses only metrics that package metrics registers,
+// and that the dashboard shows every one of them.
 package deploy
