@@ -46,11 +46,16 @@ type env struct {
 	prefix string
 }
 
+// createSchemaMu serializes ent migrations, which race with each other.
+var createSchemaMu sync.Mutex
+
 func setup(t *testing.T, withBroker bool) *env {
 	t.Helper()
 	db := pgtest.New(t)
 	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
+	createSchemaMu.Lock() // ent's migration writes package state: one at a time
 	require.NoError(t, e.client.Schema.Create(context.Background()))
+	createSchemaMu.Unlock()
 	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	e.admin = admin.New(e.ent)
 	if withBroker {
