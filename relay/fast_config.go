@@ -63,7 +63,9 @@ type SubscriberConfig struct {
 	// is taken over when its lease ends. At start the Subscriber checks that
 	// a notification sent through the DB arrives on the listening
 	// connection, and logs an error saying what to do when it does not
-	// (polling then finds the rows).
+	// (polling then finds the rows). (Through a PgBouncer before 1.21, DB
+	// needs default_query_exec_mode=simple_protocol in its URL: pgx caches
+	// prepared statements, which transaction pooling loses.)
 	ListenDB *sql.DB
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).
