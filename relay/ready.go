@@ -15,8 +15,9 @@ const readyTimeout = 2 * time.Second
 // ping, the broker answers one (when the publisher can be pinged, as every
 // broker.Broker's can), and on the fast path the Subscriber may send (it
 // holds its liveness lock and renewed its leases lately) or is a member
-// waiting for its share of partitions. The error says which failed. It is
-// meant for a readiness probe; a relay that is not running is not ready.
+// waiting for its share of partitions (so a fast relay that is not
+// running is not ready). The error says which failed. It is meant for a
+// readiness probe, and bounds each check to a few seconds.
 func (r *Relay) Ready(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
