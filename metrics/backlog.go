@@ -220,9 +220,11 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 	if err := rows.Err(); err != nil {
 		return backlog{}, fmt.Errorf("metrics: counting pending events: %w", err)
 	}
+	// Open letters only: those an operator retried or discarded are
+	// settled (the columns came together, with the dead-letter commands).
 	notDiscarded := ""
 	if discarded {
-		notDiscarded = " AND discarded_at IS NULL"
+		notDiscarded = " AND discarded_at IS NULL AND retried_at IS NULL"
 	}
 	var relayDead, consumerDead int64
 	if err := db.QueryRowContext(ctx, `SELECT

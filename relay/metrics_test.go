@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"net/url"
@@ -126,9 +127,9 @@ func TestBacklogIsSampledAtMostOncePerInterval(t *testing.T) {
 		"a count stops at MaxCount")
 }
 
-// A dead-letter table with a discarded_at column: discarded rows are not
-// counted.
-func TestBacklogLeavesDiscardedDeadLettersOut(t *testing.T) {
+// Only open dead letters are counted, by the metrics and by ReadBacklog:
+// those an operator discarded or retried are settled.
+func TestBacklogCountsOpenDeadLettersOnly(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	reg := prometheus.NewPedanticRegistry()
@@ -144,13 +145,25 @@ func TestBacklogLeavesDiscardedDeadLettersOut(t *testing.T) {
 	require.Equal(t, 2.0, promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay"))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "entoutbox_dead_letters", "source", "consumer"))
 
-	_, err = b.db.DB.Exec(`ALTER TABLE outbox_dead_letters ADD COLUMN IF NOT EXISTS discarded_at timestamptz;
-		UPDATE outbox_dead_letters SET discarded_at = now() WHERE aggregate_id IN ('a', 'c')`)
+	backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, backlog.DeadLetters)
+
+	_, err = b.db.DB.Exec(`UPDATE outbox_dead_letters SET discarded_at = now() WHERE aggregate_id IN ('a', 'c')`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay") == 1 &&
 			promtest.Value(t, reg, "entoutbox_dead_letters", "source", "consumer") == 0
 	}, 5*time.Second, 5*time.Millisecond)
+
+	_, err = b.db.DB.Exec(`UPDATE outbox_dead_letters SET retried_at = now(), event_id = NULL WHERE aggregate_id = 'b'`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay") == 0
+	}, 5*time.Second, 5*time.Millisecond, "a retried letter is settled")
+	backlog, err = relay.ReadBacklog(context.Background(), b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Zero(t, backlog.DeadLetters)
 }
 
 // A relay cut off from the database counts its failed lease renewals, and

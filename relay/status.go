@@ -17,7 +17,8 @@ type Backlog struct {
 	// OldestPending is when the oldest pending event was written; zero
 	// when nothing is pending.
 	OldestPending time.Time
-	// DeadLetters counts events set aside.
+	// DeadLetters counts events set aside and not yet retried or
+	// discarded by an operator.
 	DeadLetters int64
 	// Relays is the fast relays holding partitions, by name, lapsed leases
 	// included; none before a fast relay first ran.
@@ -67,10 +68,22 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 		b      Backlog
 		oldest sql.NullTime
 	)
+	// A dead-letter table of an earlier version has no columns for what an
+	// operator did: all its letters are open.
+	var settledColumns bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname = 'discarded_at' AND attnum > 0 AND NOT attisdropped)`, pgsql.QuoteIdent(deadLetterTable)).
+		Scan(&settledColumns); err != nil {
+		return Backlog{}, fmt.Errorf("relay: reading the dead-letter table: %w", err)
+	}
+	open := ""
+	if settledColumns {
+		open = " WHERE discarded_at IS NULL AND retried_at IS NULL"
+	}
 	err := db.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
 		(SELECT min(created_at) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
-		(SELECT count(*) FROM `+pgsql.QuoteIdent(deadLetterTable)+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
+		(SELECT count(*) FROM `+pgsql.QuoteIdent(deadLetterTable)+open+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
