@@ -322,3 +322,18 @@ func bounded[T any](ctx context.Context, open func() (T, error), discard func(T)
 		return zero, ctx.Err()
 	}
 }
+
+// MessagingSystem is OpenTelemetry's messaging.system value for a broker of
+// the given canonical scheme (see Broker.Scheme): "rabbitmq" for amqp, the
+// scheme itself for the others, "watermill" for the in-process mem.
+func MessagingSystem(scheme string) string {
+	switch scheme {
+	case "amqp":
+		return "rabbitmq"
+	case "postgres":
+		return "postgresql"
+	case "mem", "":
+		return "watermill"
+	}
+	return scheme
+}

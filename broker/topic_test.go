@@ -172,3 +172,12 @@ func TestNATSRefusesWildcardTopics(t *testing.T) {
 	}
 	require.NoError(t, lister.Err())
 }
+
+func TestMessagingSystemNamesOpenTelemetryUses(t *testing.T) {
+	for scheme, want := range map[string]string{"amqp": "rabbitmq", "nats": "nats", "kafka": "kafka", "redis": "redis",
+		"postgres": "postgresql", "mem": "watermill"} {
+		if got := MessagingSystem(scheme); got != want {
+			t.Errorf("MessagingSystem(%q) = %q, want %q", scheme, got, want)
+		}
+	}
+}

@@ -25,12 +25,15 @@ import (
 
 // startPgBouncer runs a PgBouncer of the test's own in transaction mode in
 // front of the test server, its database "outbox" being b's schema, and
-// returns its URL. It skips when pgbouncer is not installed (CI does not
-// install it).
+// returns its URL. It skips when pgbouncer is not installed, unless
+// CI=true (.ci/run installs it).
 func startPgBouncer(t *testing.T, b *emitBundle) string {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("pgbouncer is not installed, and CI=true: .ci/run installs it (apt-get install pgbouncer)")
+		}
 		t.Skip("skipping: pgbouncer is not installed (apt-get install pgbouncer)")
 	}
 	server, err := url.Parse(pgtest.ServerURL())

@@ -66,7 +66,8 @@ type Config struct {
 	// traces nothing until the application sets one.
 	TracerProvider trace.TracerProvider
 	// MessagingSystem is the messaging.system attribute of the spans, the
-	// broker's scheme (a broker.Broker's Scheme); "watermill" when empty.
+	// broker's name (broker.MessagingSystem of a broker.Broker's Scheme);
+	// "watermill" when empty.
 	MessagingSystem string
 
 	// Fast configures PathFast.

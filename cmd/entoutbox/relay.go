@@ -139,6 +139,7 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 	defer b.Close()
 
 	cfg.DB, cfg.Publisher, cfg.Table, cfg.Path, cfg.Logger = db, b.Publisher(), o.table, relay.Path(o.path), wmLogger
+	cfg.MessagingSystem = broker.MessagingSystem(b.Scheme()) // the spans' messaging.system
 	if cfg.Path == relay.PathCompatible {
 		cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = o.batchSize, o.pollInterval, o.retryInterval
 	} else {
