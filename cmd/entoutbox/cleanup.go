@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -14,6 +15,7 @@ func newCleanupCommand() *cobra.Command {
 	var (
 		databaseURL, table, processedTable string
 		processedRetention, deliveredRet   time.Duration
+		settledRet                         time.Duration
 		batch                              int
 	)
 	cmd := &cobra.Command{
@@ -22,8 +24,10 @@ func newCleanupCommand() *cobra.Command {
 		Long: `cleanup deletes, in batches that never lock a table for long:
   - processed-event records (consumers' dedupe) older than --processed-retention;
     keep them longer than a broker may redeliver an event;
-  - outbox rows delivered longer than --delivered-retention ago (0 keeps them).
-Undelivered outbox rows are never deleted.`,
+  - outbox rows delivered longer than --delivered-retention ago (0 keeps them);
+  - dead letters an operator retried or discarded longer than
+    --settled-dead-letter-retention ago (0 keeps them; see dead-letters purge).
+Undelivered outbox rows and open dead letters are never deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A negative retention would reach into the future and delete
@@ -33,6 +37,9 @@ Undelivered outbox rows are never deleted.`,
 			}
 			if deliveredRet < 0 {
 				return fmt.Errorf("--delivered-retention %s: must not be negative (0 keeps every delivered row)", deliveredRet)
+			}
+			if settledRet < 0 {
+				return fmt.Errorf("--settled-dead-letter-retention %s: must not be negative (0 keeps them all)", settledRet)
 			}
 			if batch < 0 {
 				return fmt.Errorf("--batch-size %d: must not be negative", batch)
@@ -55,6 +62,13 @@ Undelivered outbox rows are never deleted.`,
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d outbox rows delivered more than %s ago\n", n, deliveredRet)
 			}
+			if settledRet > 0 {
+				n, err := admin.PurgeSettled(ctx, db, settledRet, batch)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d dead letters retried or discarded more than %s ago\n", n, settledRet)
+			}
 			return nil
 		},
 	}
@@ -63,6 +77,8 @@ Undelivered outbox rows are never deleted.`,
 	f.StringVar(&processedTable, "processed-table", "", "processed-events table name (default outbox_processed_events)")
 	f.DurationVar(&processedRetention, "processed-retention", 7*24*time.Hour, "keep processed-event records this long")
 	f.DurationVar(&deliveredRet, "delivered-retention", 0, "keep delivered outbox rows this long; 0 keeps them all")
+	f.DurationVar(&settledRet, "settled-dead-letter-retention", 0,
+		"keep dead letters this long after they were retried or discarded; 0 keeps them all")
 	f.IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
 	return cmd
 }

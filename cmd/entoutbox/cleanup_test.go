@@ -37,3 +37,34 @@ func TestCleanupRefusesNegativeRetention(t *testing.T) {
 	require.Equal(t, 3, outbox)
 	require.Equal(t, 3, processed)
 }
+
+// cleanup removes dead letters retried or discarded longer ago than
+// --settled-dead-letter-retention, and never an open one, however old.
+func TestCleanupPurgesSettledDeadLetters(t *testing.T) {
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	_, err := db.DB.Exec(`INSERT INTO outbox_dead_letters (source, event_name, reason, created_at, retried_at, discarded_at) VALUES
+		('relay', 'open-old', 'x', now() - interval '30 days', NULL, NULL),
+		('billing', 'retried-old', 'x', now() - interval '30 days', now() - interval '10 days', NULL),
+		('billing', 'discarded-old', 'x', now() - interval '30 days', NULL, now() - interval '10 days'),
+		('billing', 'discarded-recent', 'x', now() - interval '30 days', NULL, now() - interval '1 hour')`)
+	require.NoError(t, err)
+	out, err := run(t, nil, "cleanup", "--database-url", db.URL, "--settled-dead-letter-retention", "168h")
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 2 dead letters retried or discarded more than 168h0m0s ago")
+	var left []string
+	rows, err := db.DB.Query(`SELECT event_name FROM outbox_dead_letters ORDER BY event_name`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		left = append(left, name)
+	}
+	require.Equal(t, []string{"discarded-recent", "open-old"}, left)
+
+	out, err = run(t, nil, "cleanup", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.NotContains(t, out, "dead letters", "0 keeps them all")
+}
