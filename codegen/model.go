@@ -90,6 +90,7 @@ type Version struct {
 	TypeName string // OrderPaid for the latest, OrderPaidV1 for older ones
 	Latest   bool
 	Fields   []*Field
+	Structs  []*Struct // the nested objects' structs, depth first in declaration order
 
 	// UpcastManually: turning this version into the next one calls the
 	// declaration's Upcast.
@@ -113,14 +114,35 @@ func (v *Version) HasPrefill() bool {
 
 // Field is one payload field with its Go rendering precomputed, so the
 // templates stay free of per-kind logic.
+//
+// Nested fields mirror their field.Descriptor tree: an object's fields are
+// in Fields (and its generated struct is Struct), a list's element or a
+// map's value is Elem (a Field with an empty Name and GoName). Path is the
+// wire path from the payload's root, with "[]" for a list's element and
+// "{}" for a map's value: "address.city", "lines[].sku", "attributes{}.x".
 type Field struct {
 	*field.Descriptor
 	GoName   string
 	GoType   string
 	Tag      string
-	Defaults string   // statement applying the default to an absent value at Emit, or ""
+	Path     string
+	Defaults string   // statements applying defaults to absent values at Emit (nested ones too), or ""
 	Prefill  string   // statement setting the default before decoding, or ""
-	Checks   []*Check // validations in order
+	Checks   []*Check // validations of the field's own value, in order
+	Nested   string   // statements validating what the field holds (objects, elements), or ""
+
+	Fields []*Field // KindObject: the object's fields
+	Elem   *Field   // KindList, KindMap: each element or value
+	Struct *Struct  // KindObject: the named struct generated for it
+}
+
+// Struct is a named struct generated for a nested object of one version:
+// OrderPlacedAddress for field "address" of the latest version,
+// OrderPlacedV1Line for the elements of "lines" in version 1.
+type Struct struct {
+	TypeName string
+	Path     string // wire path of the object ("address", "lines[]")
+	Fields   []*Field
 }
 
 // Check is one validation: when Cond holds, the payload is invalid and

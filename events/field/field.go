@@ -9,7 +9,35 @@
 // Fields are required unless marked Optional or Nillable. What required
 // means depends on the kind: strings, enums, times, UUIDs, bytes and JSON
 // must be non-zero; numbers and bools always have a value (use Nillable to
-// tell "absent" from zero).
+// tell "absent" from zero); lists and maps must be non-nil.
+//
+// # Nested payloads
+//
+// Objects, lists and maps with string keys nest to any depth:
+//
+//	field.Object("address", field.String("street"), field.String("city").Optional())
+//	field.Objects("lines", field.String("sku"), field.Int("qty").Min(1))
+//	field.List("sizes", field.Enum("").Values("S", "M", "L"))
+//	field.Map("attributes", field.String(""))
+//	field.Map("stock", field.Object("", field.Int("on_hand")))
+//
+// Their Descriptor is a tree, read by the code generator, the lock file and
+// the JSON Schema writer alike:
+//
+//   - KindObject: Fields holds the object's fields, each a full Descriptor.
+//     A required object is always present; an Optional or Nillable one may
+//     be absent (a nil pointer in Go, no key on the wire).
+//   - KindList: Elem describes every element (a list of any kind, objects
+//     included). Objects(name, fields...) is List(name, Object("", fields...)):
+//     the element object's fields are Elem.Fields.
+//   - KindMap: keys are strings; Elem describes every value. For a map of
+//     objects, the value object's fields are Elem.Fields.
+//
+// An element (Elem) has an empty Name and is neither Optional nor Nillable
+// nor defaulted; its other options (Values, Min, Max, Positive, MaxLen, its
+// own Fields) constrain every element. The older flat list kinds
+// (KindStrings, KindInts, KindInt64s, KindFloat64s) stay as they were: a
+// list of scalars with no element constraints and no Elem.
 package field
 
 import (
@@ -40,10 +68,14 @@ const (
 	KindInts
 	KindInt64s
 	KindFloat64s
+	KindObject // Descriptor.Fields are its fields
+	KindList   // Descriptor.Elem describes each element
+	KindMap    // string keys; Descriptor.Elem describes each value
 )
 
 var kindNames = [...]string{"invalid", "string", "bool", "int", "int32", "int64", "float64",
-	"time", "uuid", "enum", "bytes", "json", "strings", "ints", "int64s", "float64s"}
+	"time", "uuid", "enum", "bytes", "json", "strings", "ints", "int64s", "float64s",
+	"object", "list", "map"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -57,12 +89,20 @@ func (k Kind) Numeric() bool {
 	return k == KindInt || k == KindInt32 || k == KindInt64 || k == KindFloat64
 }
 
+// Nested reports whether values of k hold other values described by the
+// Descriptor's Fields (KindObject) or Elem (KindList, KindMap).
+func (k Kind) Nested() bool { return k == KindObject || k == KindList || k == KindMap }
+
 // Field is implemented by every builder.
 type Field interface {
 	Descriptor() *Descriptor
 }
 
 // Descriptor is the declaration of one field, read by the code generator.
+// Nested kinds make it a tree (see the package doc): a KindObject's fields
+// are in Fields, a KindList's element and a KindMap's value are described by
+// Elem, whose own Fields hold an element object's fields. Walk it with
+// Fields and Elem recursively; no other field of Descriptor nests.
 type Descriptor struct {
 	Name     string // wire (JSON) name
 	Kind     Kind
@@ -74,6 +114,9 @@ type Descriptor struct {
 	Min, Max *float64 // bounds of a numeric field
 	Positive bool     // a numeric field must be > 0
 	MaxLen   int      // maximum length of a string field; 0 means none
+
+	Fields []*Descriptor // KindObject: the object's fields, in declaration order
+	Elem   *Descriptor   // KindList: each element; KindMap: each value. Elem.Name is ""
 }
 
 // Builder builds a Descriptor. T is the Go type of the field's value, so a
@@ -132,6 +175,78 @@ func Int64s(name string) *Builder[[]int64] { return newBuilder[[]int64](name, Ki
 
 // Float64s declares a []float64 field.
 func Float64s(name string) *Builder[[]float64] { return newBuilder[[]float64](name, KindFloat64s) }
+
+// Object declares an object field whose own fields are fields, generated
+// as a named struct. A required object is always present; Optional or
+// Nillable makes it a pointer that may be nil (absent on the wire).
+func Object(name string, fields ...Field) *NestedBuilder {
+	return &NestedBuilder{desc: &Descriptor{Name: name, Kind: KindObject, Fields: descriptors(fields)}}
+}
+
+// Objects declares a list of objects with the given fields: List(name,
+// Object("", fields...)). Line items, for instance.
+func Objects(name string, fields ...Field) *NestedBuilder {
+	return List(name, Object("", fields...))
+}
+
+// List declares a list whose every element is declared by elem, a builder
+// of any kind (its name is dropped): field.List("sizes",
+// field.Enum("").Values("S", "M")). Elements cannot be optional, nillable or
+// defaulted; a required list must be non-nil, and an empty list is a value.
+func List(name string, elem Field) *NestedBuilder {
+	return &NestedBuilder{desc: &Descriptor{Name: name, Kind: KindList, Elem: element(elem)}}
+}
+
+// Map declares a map with string keys whose every value is declared by
+// value (its name is dropped): field.Map("attributes", field.String("")).
+func Map(name string, value Field) *NestedBuilder {
+	return &NestedBuilder{desc: &Descriptor{Name: name, Kind: KindMap, Elem: element(value)}}
+}
+
+// descriptors reads the declarations of nested fields; a nil field stays
+// nil for the code generator to report.
+func descriptors(fields []Field) []*Descriptor {
+	out := make([]*Descriptor, len(fields))
+	for i, f := range fields {
+		if f != nil {
+			out[i] = f.Descriptor()
+		}
+	}
+	return out
+}
+
+func element(f Field) *Descriptor {
+	if f == nil {
+		return nil
+	}
+	d := f.Descriptor()
+	if d != nil {
+		d.Name = ""
+	}
+	return d
+}
+
+// NestedBuilder builds an object, list or map field. They take no default:
+// a default of an object lives on its fields.
+type NestedBuilder struct {
+	desc *Descriptor
+}
+
+// Optional lets the field be absent: a nil pointer (objects), list or map.
+func (b *NestedBuilder) Optional() *NestedBuilder { b.desc.Optional = true; return b }
+
+// Nillable is Optional: an optional object is already a pointer and lists
+// and maps are nil-able.
+func (b *NestedBuilder) Nillable() *NestedBuilder {
+	b.desc.Nillable, b.desc.Optional = true, true
+	return b
+}
+
+// Comment documents the field in the generated struct.
+func (b *NestedBuilder) Comment(c string) *NestedBuilder { b.desc.Comment = c; return b }
+
+// Descriptor returns the declaration built so far.
+func (b *NestedBuilder) Descriptor() *Descriptor { return b.desc }
 
 // Optional lets the field be left at its zero value.
 func (b *Builder[T]) Optional() *Builder[T] { b.desc.Optional = true; return b }
