@@ -160,11 +160,19 @@ func (e *Extension) Hooks() []gen.Hook {
 			if err != nil {
 				return err
 			}
+			lock, err := e.checkLock(g.Config.Target, m) // lock.go, rules.go
+			if err != nil {
+				return err
+			}
 			if g.Annotations == nil {
 				g.Annotations = gen.Annotations{}
 			}
 			g.Annotations[annotationKey] = m
+			g.Annotations[lockAnnotation] = lock
 			if err := next.Generate(g); err != nil {
+				return err
+			}
+			if err := lock.write(g.Config.Target); err != nil {
 				return err
 			}
 			return removeStale(g)

@@ -34,7 +34,11 @@ import (
 //   - stderr.txt: generation must be refused with exactly this message
 //     (one line break at the end aside), leaving every file as it was;
 //   - otherwise ent/: the files the extension generates (those headed
-//     codegen's generated-code line), not ent's own, compared byte for byte;
+//     codegen's generated-code line, and the lock entoutbox.lock.json), not
+//     ent's own, compared byte for byte;
+//   - lock.json, optionally: the lock of an earlier generation, copied into
+//     the package as entoutbox.lock.json before generating (over the one of
+//     case versions in a refused case), for the rules of the lock;
 //   - schema.txt, optionally: the directory under testdata/ of the ent
 //     schema package (its All) to generate with, "schema" when absent.
 //
@@ -108,6 +112,9 @@ func TestGolden(t *testing.T) {
 			if _, err := os.Stat(stderrFile); err == nil {
 				require.NoError(t, os.CopyFS(out, os.DirFS(before)))
 			}
+			if lock, err := os.ReadFile(filepath.Join(caseDir, "lock.json")); err == nil {
+				require.NoError(t, os.WriteFile(filepath.Join(out, codegen.LockFile), lock, 0o644))
+			}
 			snapshot := snapshotTree(t, out)
 			err := generate(t, c, out)
 			if err != nil {
@@ -138,8 +145,8 @@ func TestGolden(t *testing.T) {
 }
 
 // ownFiles reads the files the extension generated under root: those
-// headed with its generated-code line. Each is named entoutbox_*.go, apart
-// from ent's files.
+// headed with its generated-code line, and the lock. Each is named
+// entoutbox_*.go, apart from ent's files.
 func ownFiles(t *testing.T, root string) map[string][]byte {
 	t.Helper()
 	own := map[string][]byte{}
@@ -148,10 +155,14 @@ func ownFiles(t *testing.T, root string) map[string][]byte {
 			own[name] = content
 		}
 	}
+	lock, hasLock := readTree(t, root)[codegen.LockFile]
 	for name := range own {
 		require.True(t, strings.HasPrefix(filepath.Base(name), "entoutbox_"), "the extension wrote %s, which is not named entoutbox_*", name)
 	}
 	require.NotEmpty(t, own, "the extension generated no file")
+	if hasLock {
+		own[codegen.LockFile] = lock
+	}
 	return own
 }
 

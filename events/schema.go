@@ -33,9 +33,27 @@ func (Schema) outboxEvent() {}
 type Version struct {
 	Number int
 	Fields []field.Field
+	// IsDraft is set by Draft: the version is not released yet, and its
+	// shape may still change.
+	IsDraft bool
 }
 
 // V declares version n of an event with the given fields, in order.
 func V(n int, fields ...field.Field) Version {
 	return Version{Number: n, Fields: fields}
+}
+
+// Draft marks a version as not released yet: go generate records it in
+// the lock as a draft, and its shape may change from one generation to the
+// next. Drafts are the newest versions of an event (no released version
+// follows one). Remove the mark to release the version: from then on the
+// lock holds its shape, and a change to it is refused.
+//
+//	events.V(3, field.Int64("order_id"), field.String("note").Optional()).Draft()
+//
+// Do not emit a draft in production: once a consumer stored it, its shape
+// is a contract like any other.
+func (v Version) Draft() Version {
+	v.IsDraft = true
+	return v
 }

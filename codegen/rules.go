@@ -1,0 +1,303 @@
+package codegen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+// The rule ids, as the refusals and the README's table name them (in the
+// manner of buf breaking's rule ids).
+const (
+	RuleFieldAddOptional    = "FIELD_ADD_OPTIONAL"
+	RuleFieldAddRequired    = "FIELD_ADD_REQUIRED"
+	RuleFieldRemoveOptional = "FIELD_REMOVE_OPTIONAL"
+	RuleFieldRemoveRequired = "FIELD_REMOVE_REQUIRED"
+	RuleFieldKindChange     = "FIELD_KIND_CHANGE"
+	RuleFieldRequire        = "FIELD_REQUIRE"
+	RuleFieldRelax          = "FIELD_RELAX"
+	RuleEnumValueAdd        = "ENUM_VALUE_ADD"
+	RuleEnumValueRemove     = "ENUM_VALUE_REMOVE"
+	RuleBoundsLoosen        = "BOUNDS_LOOSEN"
+	RuleBoundsTighten       = "BOUNDS_TIGHTEN"
+	RuleDefaultChange       = "DEFAULT_CHANGE"
+	RuleFieldNameReuse      = "FIELD_NAME_REUSE"
+	RuleEventNameKept       = "EVENT_NAME_KEPT"
+	RuleEventRouteKept      = "EVENT_ROUTE_KEPT"
+	RuleVersionFrozen       = "VERSION_FROZEN"
+	RuleVersionKept         = "VERSION_KEPT"
+	RuleNoRedraft           = "VERSION_NO_REDRAFT"
+	RuleDraftLast           = "DRAFT_LAST"
+)
+
+// Rule levels. Backward: a consumer of the new version reads payloads of
+// the old one (the generated upcast fills them in). Forward: a consumer of
+// the old version reads payloads of the new one (it ignores fields it does
+// not know). Full: both.
+const (
+	LevelFull     = "full"
+	LevelBackward = "backward"
+	LevelForward  = "forward"     // and an upcaster for backward
+	LevelUpcaster = "upcaster"    // neither way without an upcaster
+	LevelNever    = "never"       // refused
+	LevelLock     = "lock"        // refused against the lock
+	LevelDraft    = "draft order" // refused
+)
+
+// Rule is one row of the compatibility table.
+type Rule struct {
+	ID     string
+	Change string // what the declaration does, between versions N and N+1 unless said
+	Level  string
+	Action string // what the generator does
+	Case   string // the golden case under codegen/testdata that shows it
+}
+
+// Rules is the compatibility table, in the README's order.
+var Rules = []Rule{
+	{RuleFieldAddOptional, "a field is added, optional or with a default", LevelFull,
+		"fills it in from its default (or leaves it absent) on older payloads", "rules_compatible"},
+	{RuleFieldAddRequired, "a required field without a default is added", LevelForward,
+		"requires an upcaster", "missing_upcaster"},
+	{RuleFieldRemoveOptional, "an optional field, or one with a default, is removed", LevelForward,
+		"requires an upcaster (say where the value went, or drop it)", "rule_remove_optional"},
+	{RuleFieldRemoveRequired, "a required field is removed", LevelUpcaster,
+		"requires an upcaster; not forward: older consumers miss it", "removed_field"},
+	{RuleFieldKindChange, "a field changes kind", LevelUpcaster,
+		"requires an upcaster", "missing_upcaster"},
+	{RuleFieldRequire, "an optional field becomes required without a default", LevelForward,
+		"requires an upcaster", "missing_upcaster"},
+	{RuleFieldRelax, "a required field becomes optional without a default", LevelBackward,
+		"nothing to do; not forward: older consumers require it", "rules_compatible"},
+	{RuleEnumValueAdd, "an enum gains values", LevelBackward,
+		"nothing to do; not forward: older consumers refuse the new values", "rules_compatible"},
+	{RuleEnumValueRemove, "an enum loses values", LevelForward,
+		"requires an upcaster", "missing_upcaster"},
+	{RuleBoundsLoosen, "bounds widen (Min, Max, Positive, MaxLen)", LevelBackward,
+		"nothing to do; not forward: older consumers refuse values out of their bounds", "rules_compatible"},
+	{RuleBoundsTighten, "bounds narrow (Min, Max, Positive, MaxLen)", LevelForward,
+		"requires an upcaster: older payloads may be out of the new bounds", "rule_bounds_tighten"},
+	{RuleDefaultChange, "a default changes", LevelFull,
+		"nothing to do: producers write the value; the default fills older payloads", "rules_compatible"},
+	{RuleFieldNameReuse, "a field removed in an earlier version comes back with another kind", LevelNever,
+		"refuses: readers of any version see one name with two kinds; choose a new name", "rule_field_name_reuse"},
+	{RuleEventNameKept, "an event's wire name changes (its Go type is in the lock under another)", LevelLock,
+		"refuses: consumers and stored rows know the event by its wire name", "rule_event_name_kept"},
+	{RuleEventRouteKept, "a released event's Topic() or Aggregate() changes", LevelLock,
+		"refuses: consumers subscribe to the topic, and order by the aggregate", "rule_event_route_kept"},
+	{RuleVersionFrozen, "the wire shape of a released version changes (a field added, removed, or its kind, presence, enum, default, bounds or nested fields)", LevelLock,
+		"refuses, naming the field; declare a new version", "rule_version_frozen"},
+	{RuleVersionKept, "a released version is no longer declared", LevelLock,
+		"refuses: stored and in-flight payloads have that version", "rule_version_kept"},
+	{RuleNoRedraft, "a released version is marked Draft()", LevelLock,
+		"refuses", "rule_no_redraft"},
+	{RuleDraftLast, "a released version follows a Draft()", LevelDraft,
+		"refuses: drafts are the newest versions", "rule_draft_last"},
+}
+
+// forwardBreaking are the step rules after which a consumer of the older
+// version cannot read the newer one.
+var forwardBreaking = map[string]bool{
+	RuleFieldRemoveRequired: true, RuleFieldKindChange: true, RuleFieldRelax: true,
+	RuleEnumValueAdd: true, RuleBoundsLoosen: true,
+}
+
+// needsUpcaster are the step rules an upcaster must cover.
+var needsUpcaster = map[string]bool{
+	RuleFieldAddRequired: true, RuleFieldRemoveOptional: true, RuleFieldRemoveRequired: true,
+	RuleFieldKindChange: true, RuleFieldRequire: true, RuleEnumValueRemove: true, RuleBoundsTighten: true,
+}
+
+// stepChange is one change between consecutive versions.
+type stepChange struct {
+	rule, path, what string
+}
+
+// stepChanges classifies how fields change from one version to the next,
+// recursively over nested fields.
+func stepChanges(prefix string, prev, next []*field.Descriptor) []stepChange {
+	var out []stepChange
+	old := map[string]*field.Descriptor{}
+	for _, d := range prev {
+		old[d.Name] = d
+	}
+	kept := map[string]bool{}
+	for _, n := range next {
+		path := prefix + n.Name
+		o := old[n.Name]
+		if o == nil {
+			if n.Optional || n.Default != nil {
+				out = append(out, stepChange{RuleFieldAddOptional, path, "is new and optional"})
+			} else {
+				out = append(out, stepChange{RuleFieldAddRequired, path, "is new, required and has no default"})
+			}
+			continue
+		}
+		kept[n.Name] = true
+		if o.Kind != n.Kind {
+			out = append(out, stepChange{RuleFieldKindChange, path, fmt.Sprintf("changed kind from %s to %s", o.Kind, n.Kind)})
+			continue
+		}
+		// Emit writes a default for an absent value, so a field with one
+		// is always on the wire.
+		switch {
+		case o.Optional && !n.Optional && n.Default == nil:
+			out = append(out, stepChange{RuleFieldRequire, path, "was optional and is now required"})
+		case !o.Optional && n.Optional && n.Default == nil:
+			out = append(out, stepChange{RuleFieldRelax, path, "was required and is now optional"})
+		}
+		if o.Default != nil && n.Default != nil && fmt.Sprintf("%#v", o.Default) != fmt.Sprintf("%#v", n.Default) {
+			out = append(out, stepChange{RuleDefaultChange, path, fmt.Sprintf("default changed from %#v to %#v", o.Default, n.Default)})
+		}
+		if n.Kind == field.KindEnum {
+			if added := missing(n.Enum, o.Enum); len(added) > 0 {
+				out = append(out, stepChange{RuleEnumValueAdd, path, fmt.Sprintf("gained enum values %v", added)})
+			}
+			if dropped := missing(o.Enum, n.Enum); len(dropped) > 0 {
+				out = append(out, stepChange{RuleEnumValueRemove, path, fmt.Sprintf("dropped enum values %v", dropped)})
+			}
+		}
+		ob, nb := boundsText(lockField(o)), boundsText(lockField(n))
+		if narrower(o, n) {
+			out = append(out, stepChange{RuleBoundsTighten, path, fmt.Sprintf("narrowed its bounds from %s to %s", ob, nb)})
+		}
+		if narrower(n, o) {
+			out = append(out, stepChange{RuleBoundsLoosen, path, fmt.Sprintf("widened its bounds from %s to %s", ob, nb)})
+		}
+		out = append(out, stepChanges(path+".", nestedFields(o), nestedFields(n))...)
+	}
+	for _, o := range prev {
+		if kept[o.Name] {
+			continue
+		}
+		// An older consumer fills a field with a default in before decoding.
+		if o.Optional || o.Default != nil {
+			out = append(out, stepChange{RuleFieldRemoveOptional, prefix + o.Name, "was removed"})
+		} else {
+			out = append(out, stepChange{RuleFieldRemoveRequired, prefix + o.Name, "was removed"})
+		}
+	}
+	return out
+}
+
+func lockField(d *field.Descriptor) *LockField {
+	return &LockField{Min: d.Min, Max: d.Max, Positive: d.Positive, MaxLen: d.MaxLen}
+}
+
+// missing lists the values of a that b lacks.
+func missing(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if !slices.Contains(b, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// narrower tells whether next may refuse a value prev accepted: a lower
+// bound raised, an upper bound lowered, a length bound shortened.
+func narrower(prev, next *field.Descriptor) bool {
+	pl, nl := lowerBound(prev), lowerBound(next)
+	switch {
+	case nl.set && (!pl.set || nl.value > pl.value || nl.value == pl.value && nl.exclusive && !pl.exclusive):
+		return true
+	case next.Max != nil && (prev.Max == nil || *next.Max < *prev.Max):
+		return true
+	case next.MaxLen > 0 && (prev.MaxLen == 0 || next.MaxLen < prev.MaxLen):
+		return true
+	}
+	return false
+}
+
+type bound struct {
+	set, exclusive bool
+	value          float64
+}
+
+// lowerBound is the stricter of Min and Positive (> 0).
+func lowerBound(d *field.Descriptor) bound {
+	var b bound
+	if d.Positive {
+		b = bound{set: true, exclusive: true}
+	}
+	if d.Min != nil && (!b.set || *d.Min > b.value) {
+		b = bound{set: true, value: *d.Min}
+	}
+	return b
+}
+
+// applyRules checks the steps between the versions of each event: a field
+// name reused with another kind is refused, a step the upcast plan left
+// automatic that the rules say needs an upcaster is made manual (or refused
+// without one), and each entry gets its compatibility with the previous
+// version.
+func applyRules(m *Model, decls map[string]events.Interface, entries []*LockEntry, fail func(string, ...any)) {
+	byKey := map[string]*LockEntry{}
+	for _, le := range entries {
+		byKey[entryKey(le.Event, le.Version)] = le
+	}
+	replanned := false
+	for _, e := range m.Events {
+		where := eventWhere(e)
+		checkNameReuse(where, e, fail)
+		_, hasUpcaster := decls[e.GoName].(events.Upcaster)
+		for i := 1; i < len(e.Versions); i++ {
+			prev, next := e.Versions[i-1], e.Versions[i]
+			changes := stepChanges("", descriptors(prev.Fields), descriptors(next.Fields))
+			forward := true
+			var gaps []string
+			for _, c := range changes {
+				if forwardBreaking[c.rule] {
+					forward = false
+				}
+				if needsUpcaster[c.rule] && !prev.UpcastManually {
+					gaps = append(gaps, fmt.Sprintf("field %q %s (rule %s)", c.path, c.what, c.rule))
+				}
+			}
+			if len(gaps) > 0 {
+				if !hasUpcaster {
+					fail("%s: versions %d -> %d need an upcaster: %s; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
+						where, prev.Number, next.Number, strings.Join(gaps, "; "), e.GoName, e.GoName)
+				}
+				prev.UpcastManually, e.NeedsUpcaster, replanned = true, true, true
+			}
+			if le := byKey[entryKey(e.Name, next.Number)]; le != nil {
+				backward := !prev.UpcastManually
+				le.BackwardCompatible, le.ForwardCompatible = &backward, &forward
+			}
+		}
+	}
+	if replanned {
+		m.declImports = nil
+		m.nameDeclImports()
+	}
+}
+
+// checkNameReuse refuses a field name that comes back, after versions
+// without it, with another kind than it had.
+func checkNameReuse(where string, e *Event, fail func(string, ...any)) {
+	type seen struct {
+		version int
+		kind    field.Kind
+	}
+	last := map[string]seen{}
+	var walk func(prefix string, ds []*field.Descriptor, v int)
+	walk = func(prefix string, ds []*field.Descriptor, v int) {
+		for _, d := range ds {
+			path := prefix + d.Name
+			if s, ok := last[path]; ok && s.version < v-1 && s.kind != d.Kind {
+				fail("%s version %d, field %q: the name was a %s field until version %d and comes back as %s; a removed field's name is never reused with another kind (rule %s): choose a new name",
+					where, v, path, s.kind, s.version, d.Kind, RuleFieldNameReuse)
+			}
+			last[path] = seen{v, d.Kind}
+			walk(path+".", nestedFields(d), v)
+		}
+	}
+	for _, v := range e.Versions {
+		walk("", descriptors(v.Fields), v.Number)
+	}
+}
