@@ -13,6 +13,9 @@ import (
 	case_kinds "github.com/entoutbox/entoutbox/codegen/testdata/kinds/events"
 	case_missing_outbox "github.com/entoutbox/entoutbox/codegen/testdata/missing_outbox/events"
 	case_missing_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/missing_upcaster/events"
+	case_nested "github.com/entoutbox/entoutbox/codegen/testdata/nested/events"
+	case_nested_refusals "github.com/entoutbox/entoutbox/codegen/testdata/nested_refusals/events"
+	case_nested_upcast "github.com/entoutbox/entoutbox/codegen/testdata/nested_upcast/events"
 	schema_noschema "github.com/entoutbox/entoutbox/codegen/testdata/noschema"
 	case_removed_field "github.com/entoutbox/entoutbox/codegen/testdata/removed_field/events"
 	schema_schema "github.com/entoutbox/entoutbox/codegen/testdata/schema"
@@ -35,6 +38,9 @@ var cases = []goldenCase{
 	{name: "kinds", schemaPkg: "schema", schemas: schema_schema.All, events: case_kinds.All},
 	{name: "missing_outbox", schemaPkg: "noschema", schemas: schema_noschema.All, events: case_missing_outbox.All},
 	{name: "missing_upcaster", schemaPkg: "schema", schemas: schema_schema.All, events: case_missing_upcaster.All},
+	{name: "nested", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested.All},
+	{name: "nested_refusals", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_refusals.All},
+	{name: "nested_upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_upcast.All},
 	{name: "removed_field", schemaPkg: "schema", schemas: schema_schema.All, events: case_removed_field.All},
 	{name: "type_collision", schemaPkg: "schema", schemas: schema_schema.All, events: case_type_collision.All},
 	{name: "upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast.All},

@@ -96,21 +96,19 @@ type Version struct {
 	// declaration's Upcast.
 	UpcastManually bool
 	// NextDefaults is a Go literal of the next version's defaults, for an
-	// automatic step in the JSON upcast path.
+	// automatic step in the JSON upcast path; NextFill are the statements
+	// of that step, which fill nested objects' defaults too.
 	NextDefaults string
+	NextFill     string
 }
 
 // HasDefaults tells whether a field of v has a default that replaces an
 // absent value at Emit and after decoding (outboxSetDefaults).
-func (v *Version) HasDefaults() bool {
-	return slices.ContainsFunc(v.Fields, func(f *Field) bool { return f.Defaults != "" })
-}
+func (v *Version) HasDefaults() bool { return hasDefaults(v.Fields) }
 
 // HasPrefill tells whether a field of v has a default to set before a
 // payload is decoded (outboxPrefill).
-func (v *Version) HasPrefill() bool {
-	return slices.ContainsFunc(v.Fields, func(f *Field) bool { return f.Prefill != "" })
-}
+func (v *Version) HasPrefill() bool { return hasPrefill(v.Fields) }
 
 // Field is one payload field with its Go rendering precomputed, so the
 // templates stay free of per-kind logic.
@@ -134,6 +132,8 @@ type Field struct {
 	Fields []*Field // KindObject: the object's fields
 	Elem   *Field   // KindList, KindMap: each element or value
 	Struct *Struct  // KindObject: the named struct generated for it
+
+	elem bool // f is a list's element or a map's value
 }
 
 // Struct is a named struct generated for a nested object of one version:
@@ -143,6 +143,35 @@ type Struct struct {
 	TypeName string
 	Path     string // wire path of the object ("address", "lines[]")
 	Fields   []*Field
+}
+
+// HasDefaults tells whether a field of s, or of an object it holds, has a
+// default applied at Emit (outboxSetDefaults).
+func (s *Struct) HasDefaults() bool { return hasDefaults(s.Fields) }
+
+// HasPrefill tells whether a field of s has a default to set before it is
+// decoded (outboxPrefill, called by its UnmarshalJSON).
+func (s *Struct) HasPrefill() bool { return hasPrefill(s.Fields) }
+
+func hasDefaults(fs []*Field) bool {
+	return slices.ContainsFunc(fs, func(f *Field) bool { return f.Defaults != "" })
+}
+
+func hasPrefill(fs []*Field) bool {
+	return slices.ContainsFunc(fs, func(f *Field) bool { return f.Prefill != "" })
+}
+
+// HasNested tells whether a version of an event has nested objects, whose
+// errors the generated code prefixes with their path.
+func (m *Model) HasNested() bool {
+	for _, e := range m.Events {
+		for _, v := range e.Versions {
+			if len(v.Structs) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Check is one validation: when Cond holds, the payload is invalid and
@@ -210,6 +239,16 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 			fail("event %s: wire name %q is already used by event %s", e.GoName, e.Name, prev)
 		}
 		byName[e.Name] = e.GoName
+		m.Events = append(m.Events, e)
+	}
+	// Types the generated code declares besides the payloads.
+	taken["OutboxHandlers"] = "the generated OutboxHandlers"
+	for _, e := range m.Events {
+		if _, ok := taken[e.GoName+"Handler"]; !ok {
+			taken[e.GoName+"Handler"] = "the handler type of event " + e.GoName
+		}
+	}
+	for _, e := range m.Events {
 		for _, v := range e.Versions {
 			if owner, ok := taken[v.TypeName]; ok {
 				fail("event %s: generated type %s collides with %s", e.GoName, v.TypeName, owner)
@@ -217,7 +256,19 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 			}
 			taken[v.TypeName] = "event " + e.GoName
 		}
-		m.Events = append(m.Events, e)
+	}
+	// Nested structs come after every payload type, so that a collision
+	// names the nested one whatever the order of the events.
+	for _, e := range m.Events {
+		for _, v := range e.Versions {
+			for _, st := range v.Structs {
+				if owner, ok := taken[st.TypeName]; ok {
+					fail("event %s (%q) version %d, field %q: generated type %s collides with %s", e.GoName, e.Name, v.Number, st.Path, st.TypeName, owner)
+					continue
+				}
+				taken[st.TypeName] = fmt.Sprintf("field %q of event %s version %d", st.Path, e.GoName, v.Number)
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
@@ -296,7 +347,8 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 		if ver.Latest {
 			ver.TypeName = e.GoName
 		}
-		ver.Fields = buildFields(fmt.Sprintf("%s version %d", where, v.Number), v.Fields, fail)
+		s := &scope{where: fmt.Sprintf("%s version %d", where, v.Number), event: e.Name, version: ver, fail: fail}
+		ver.Fields = s.buildFields("", ver.TypeName, fieldDescriptors(v.Fields))
 		e.Versions = append(e.Versions, ver)
 	}
 	if len(e.Versions) != len(versions) {
@@ -308,39 +360,74 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 	return e
 }
 
-func buildFields(where string, fs []field.Field, fail func(string, ...any)) []*Field {
+// scope is the version fields are declared in, for errors and the
+// generated validation of nested values.
+type scope struct {
+	where   string // event OrderPaid ("order.paid") version 2
+	event   string // wire name
+	version *Version
+	fail    func(string, ...any)
+}
+
+func fieldDescriptors(fs []field.Field) []*field.Descriptor {
+	out := make([]*field.Descriptor, len(fs))
+	for i, f := range fs {
+		if f != nil {
+			out[i] = f.Descriptor()
+		}
+	}
+	return out
+}
+
+// buildFields builds the fields of a payload (parent "") or of the object
+// at path parent, whose struct is typeName.
+func (s *scope) buildFields(parent, typeName string, fs []*field.Descriptor) []*Field {
 	var (
 		out    []*Field
 		names  = map[string]bool{}
 		goName = map[string]string{}
 	)
-	for i, f := range fs {
-		if f == nil || f.Descriptor() == nil {
-			fail("%s, field #%d: nil field", where, i+1)
+	for i, d := range fs {
+		num := fmt.Sprintf("%s, field #%d", s.where, i+1)
+		if parent != "" {
+			num = fmt.Sprintf("%s, field %q, field #%d", s.where, parent, i+1)
+		}
+		if d == nil {
+			s.fail("%s: nil field", num)
 			continue
 		}
-		d := f.Descriptor()
-		at := fmt.Sprintf("%s, field %q", where, d.Name)
+		p := d.Name
+		if parent != "" {
+			p = parent + "." + d.Name
+		}
+		at := fmt.Sprintf("%s, field %q", s.where, p)
 		switch {
 		case d.Name == "":
-			fail("%s, field #%d: empty name", where, i+1)
+			s.fail("%s: empty name", num)
 			continue
 		case !ident.MatchString(d.Name):
-			fail("%s: name must start with a letter and hold only letters, digits and underscores", at)
+			s.fail("%s: name must start with a letter and hold only letters, digits and underscores", at)
 			continue
 		case names[d.Name]:
-			fail("%s: duplicate field name", at)
+			s.fail("%s: duplicate field name", at)
 			continue
 		}
 		names[d.Name] = true
-		fd := &Field{Descriptor: d, GoName: pascal(d.Name)}
+		fd := &Field{Descriptor: d, GoName: pascal(d.Name), Path: p}
 		if other, ok := goName[fd.GoName]; ok {
-			fail("%s: Go name %s collides with field %q", at, fd.GoName, other)
+			s.fail("%s: Go name %s collides with field %q", at, fd.GoName, other)
 			continue
 		}
 		goName[fd.GoName] = d.Name
-		if err := render(fd); err != nil {
-			fail("%s: %v", at, err)
+		nested := typeName + pascal(d.Name)
+		if d.Kind == field.KindList || d.Kind == field.KindMap {
+			nested = typeName + pascal(singular(d.Name)) // OrderPlacedLine for "lines"
+		}
+		if !s.buildNested(fd, nested) {
+			continue
+		}
+		if err := render(fd, s); err != nil {
+			s.fail("%s: %v", at, err)
 			continue
 		}
 		out = append(out, fd)
@@ -348,7 +435,57 @@ func buildFields(where string, fs []field.Field, fail func(string, ...any)) []*F
 	return out
 }
 
-var pascal = gen.Funcs["pascal"].(func(string) string)
+// buildNested builds what f holds: an object's struct, named typeName, and
+// fields, or a list's element or map's value (their objects named
+// typeName too). It reports false when f cannot be rendered.
+func (s *scope) buildNested(f *Field, typeName string) bool {
+	d := f.Descriptor
+	at := fmt.Sprintf("%s, field %q", s.where, f.Path)
+	switch d.Kind {
+	case field.KindObject:
+		if len(d.Fields) == 0 {
+			s.fail("%s: object has no fields", at)
+			return false
+		}
+		f.Struct = &Struct{TypeName: typeName, Path: f.Path}
+		s.version.Structs = append(s.version.Structs, f.Struct)
+		f.Struct.Fields = s.buildFields(f.Path, typeName, d.Fields)
+		f.Fields = f.Struct.Fields
+	case field.KindList, field.KindMap:
+		what, suffix := "list", "[]"
+		if d.Kind == field.KindMap {
+			what, suffix = "map", "{}"
+		}
+		if d.Elem == nil {
+			s.fail("%s: %s has no element declaration", at, what)
+			return false
+		}
+		e := &Field{Descriptor: d.Elem, Path: f.Path + suffix, elem: true}
+		at = fmt.Sprintf("%s, field %q", s.where, e.Path)
+		switch {
+		case e.Nillable || e.Default != nil:
+			s.fail("%s: an element cannot be Nillable or have a Default (declare them on the %s, or on the fields of an element object)", at, what)
+			return false
+		case e.Optional && e.Kind == field.KindObject:
+			s.fail("%s: an element object cannot be Optional (its fields can)", at)
+			return false
+		}
+		if !s.buildNested(e, typeName) {
+			return false
+		}
+		if err := render(e, s); err != nil {
+			s.fail("%s: %v", at, err)
+			return false
+		}
+		f.Elem = e
+	}
+	return true
+}
+
+var (
+	pascal   = gen.Funcs["pascal"].(func(string) string)
+	singular = gen.Funcs["singular"].(func(string) string)
+)
 
 // topicMaxLen is the longest topic every broker takes: watermill-sql's
 // offsets table "watermill_offsets_<topic>" must fit PostgreSQL's 63 bytes.

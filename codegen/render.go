@@ -29,30 +29,54 @@ var defaultTypes = map[field.Kind]reflect.Type{
 	field.KindFloat64: reflect.TypeFor[float64](),
 }
 
-// scalar kinds become pointers when Nillable; the others are nil-able already.
+// scalar kinds become pointers when Nillable; the others are nil-able
+// already. An object is a struct value, a pointer when optional.
 func scalar(k field.Kind) bool {
 	switch k {
-	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s,
+		field.KindList, field.KindMap:
 		return false
 	}
 	return true
 }
 
+// pointer tells whether f is generated as a pointer: a Nillable scalar or
+// an optional object. Elements never are.
+func pointer(f *Field) bool {
+	if f.elem {
+		return false
+	}
+	d := f.Descriptor
+	return d.Nillable && scalar(d.Kind) || d.Kind == field.KindObject && d.Optional
+}
+
 // render checks the kind-specific parts of a declaration and fills in the
-// Go rendering of f.
-func render(f *Field) error {
+// Go rendering of f. The nested parts of f (its Struct, its Elem) are
+// rendered already.
+func render(f *Field, s *scope) error {
 	d := f.Descriptor
 	base, ok := goTypes[d.Kind]
+	switch d.Kind {
+	case field.KindObject:
+		base, ok = f.Struct.TypeName, true
+	case field.KindList:
+		base, ok = "[]"+f.Elem.GoType, true
+	case field.KindMap:
+		base, ok = "map[string]"+f.Elem.GoType, true
+	}
 	if !ok {
 		return fmt.Errorf("unknown kind %d", d.Kind)
 	}
 	if err := checkOptions(d); err != nil {
 		return err
 	}
-	pointer := d.Nillable && scalar(d.Kind)
+	pointer := pointer(f)
 	f.GoType = base
 	if pointer {
 		f.GoType = "*" + base
+	}
+	if f.elem {
+		return nil // its checks and defaults are made where it is held
 	}
 	f.Tag = fmt.Sprintf(`json:"%s"`, d.Name)
 	if d.Optional {
@@ -60,10 +84,6 @@ func render(f *Field) error {
 	}
 
 	sel := "e." + f.GoName
-	val := sel // the value, dereferenced
-	if pointer {
-		val = "*" + sel
-	}
 	// At Emit a default replaces only a value that means "absent": a nil
 	// pointer or an empty string. A plain number or bool is always a value;
 	// its default serves older versions that lack the field.
@@ -85,20 +105,42 @@ func render(f *Field) error {
 			f.Defaults = fmt.Sprintf("if %s == %s {\n\t%s\n}", sel, zero(d.Kind), set)
 		}
 	}
+	// A required object is there even when its key is not: it gets its
+	// fields' defaults all the same.
+	if d.Kind == field.KindObject && !pointer && f.Struct.HasPrefill() {
+		f.Prefill = sel + ".outboxPrefill()"
+	}
 
 	// guard is when a present value is checked: a nil pointer or the zero
 	// value of an optional field means "absent". A field with an emit-time
 	// default is never absent once defaults are applied, so Validate does
 	// not ask for it either.
-	optional := d.Optional || f.Defaults != ""
+	f.Checks = valueChecks(f, sel, d.Optional || f.Defaults != "")
+	f.Nested = nestedChecks(s, f, sel, path{format: d.Name}, 1)
+	if nested := nestedDefaults(f, sel, 1); nested != "" {
+		f.Defaults = strings.TrimPrefix(f.Defaults+"\n"+nested, "\n")
+	}
+	return nil
+}
+
+// valueChecks are the validations of the value sel of field or element f
+// (optional: its zero value means absent).
+func valueChecks(f *Field, sel string, optional bool) []*Check {
+	d := f.Descriptor
+	pointer := pointer(f)
+	val := sel // the value, dereferenced
+	if pointer {
+		val = "*" + sel
+	}
 	guard := ""
 	switch {
 	case pointer:
 		guard = sel + " != nil && "
-	case optional && scalar(d.Kind) && d.Kind != field.KindBool:
+	case optional && scalar(d.Kind) && d.Kind != field.KindBool && d.Kind != field.KindObject:
 		guard = fmt.Sprintf("%s != %s && ", sel, zero(d.Kind))
 	}
-	add := func(cond, reason string) { f.Checks = append(f.Checks, &Check{Cond: cond, Reason: reason}) }
+	var checks []*Check
+	add := func(cond, reason string) { checks = append(checks, &Check{Cond: cond, Reason: reason}) }
 	if !optional {
 		switch d.Kind {
 		case field.KindString, field.KindEnum:
@@ -111,9 +153,11 @@ func render(f *Field) error {
 			add(sel+" == nil", `"is required"`)
 		case field.KindJSON:
 			add("len("+sel+") == 0", `"is required"`)
-		case field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+		case field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s, field.KindList:
 			// nil would go out as JSON null; an empty list is a value ("none").
 			add(sel+" == nil", `"is required (nil; give an empty list for none)"`)
+		case field.KindMap:
+			add(sel+" == nil", `"is required (nil; give an empty map for none)"`)
 		}
 	}
 	switch d.Kind {
@@ -142,7 +186,99 @@ func render(f *Field) error {
 		lit := num(*d.Max)
 		add(fmt.Sprintf("%s%s > %s", guard, val, lit), fmt.Sprintf(`fmt.Sprintf("value %%v is above the maximum %s", %s)`, lit, val))
 	}
-	return nil
+	return checks
+}
+
+// path is a Go expression of a value's wire path at run time: a format
+// and the loop variables it takes (lines[%d] with i1).
+type path struct {
+	format string
+	args   []string
+}
+
+func (p path) index(format, arg string) path {
+	return path{format: p.format + format, args: append(slices.Clip(p.args), arg)}
+}
+
+func (p path) expr() string {
+	if len(p.args) == 0 {
+		return strconv.Quote(p.format)
+	}
+	return fmt.Sprintf("fmt.Sprintf(%s, %s)", strconv.Quote(p.format), strings.Join(p.args, ", "))
+}
+
+// nestedChecks are the statements validating what sel, the value of f,
+// holds: an object's fields (through its Validate, whose field the path
+// is put before) and every element of a list or map, which report their
+// path (lines[2].sku, attributes["k"].x). Map keys are visited in order,
+// so the error is the same on every run.
+func nestedChecks(s *scope, f *Field, sel string, p path, depth int) string {
+	d := f.Descriptor
+	switch d.Kind {
+	case field.KindObject:
+		call := fmt.Sprintf("if err := %s.Validate(); err != nil {\n\treturn outboxNestedError(%s, err)\n}", sel, p.expr())
+		if pointer(f) {
+			call = fmt.Sprintf("if %s != nil {\n\t%s\n}", sel, call)
+		}
+		return call
+	case field.KindList, field.KindMap:
+		i, v := fmt.Sprintf("i%d", depth), fmt.Sprintf("v%d", depth)
+		var ep path
+		var head string
+		if d.Kind == field.KindList {
+			ep = p.index("[%d]", i)
+			head = fmt.Sprintf("for %s, %s := range %s {", i, v, sel)
+		} else {
+			i = fmt.Sprintf("k%d", depth)
+			ep = p.index("[%q]", i)
+			head = fmt.Sprintf("for _, %s := range slices.Sorted(maps.Keys(%s)) {\n\t%s := %s[%s]", i, sel, v, sel, i)
+		}
+		var body []string
+		for _, c := range valueChecks(f.Elem, v, f.Elem.Optional) {
+			body = append(body, fmt.Sprintf("if %s {\n\treturn &events.ValidationError{Event: %q, Version: %d, Field: %s, Reason: %s}\n}",
+				c.Cond, s.event, s.version.Number, ep.expr(), c.Reason))
+		}
+		if inner := nestedChecks(s, f.Elem, v, ep, depth+1); inner != "" {
+			body = append(body, inner)
+		}
+		if len(body) == 0 {
+			return ""
+		}
+		return head + "\n" + strings.Join(body, "\n") + "\n}"
+	}
+	return ""
+}
+
+// nestedDefaults are the statements applying the defaults of the objects
+// sel, the value of f, holds, at any depth, or "".
+func nestedDefaults(f *Field, sel string, depth int) string {
+	switch f.Kind {
+	case field.KindObject:
+		if !f.Struct.HasDefaults() {
+			return ""
+		}
+		call := sel + ".outboxSetDefaults()"
+		if pointer(f) {
+			call = fmt.Sprintf("if %s != nil {\n\t%s\n}", sel, call)
+		}
+		return call
+	case field.KindList:
+		i := fmt.Sprintf("i%d", depth)
+		inner := nestedDefaults(f.Elem, fmt.Sprintf("%s[%s]", sel, i), depth+1)
+		if inner == "" {
+			return ""
+		}
+		return fmt.Sprintf("for %s := range %s {\n%s\n}", i, sel, inner)
+	case field.KindMap:
+		k, v := fmt.Sprintf("k%d", depth), fmt.Sprintf("v%d", depth)
+		inner := nestedDefaults(f.Elem, v, depth+1)
+		if inner == "" {
+			return ""
+		}
+		// A map's values are copies: the one with defaults goes back.
+		return fmt.Sprintf("for %s, %s := range %s {\n%s\n%s[%s] = %s\n}", k, v, sel, inner, sel, k, v)
+	}
+	return ""
 }
 
 // checkOptions refuses options that do not apply to the field's kind and
@@ -225,7 +361,8 @@ func zero(k field.Kind) string {
 		return "(time.Time{})"
 	case field.KindUUID:
 		return "uuid.Nil"
-	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s:
+	case field.KindBytes, field.KindJSON, field.KindStrings, field.KindInts, field.KindInt64s, field.KindFloat64s,
+		field.KindList, field.KindMap:
 		return "nil"
 	}
 	return "0"

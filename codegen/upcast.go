@@ -10,42 +10,80 @@ import (
 
 // upcastGaps lists why version next cannot be filled in automatically from
 // version prev: a consumer written for next receives prev's payloads. Only
-// added fields that are optional or have a default are automatic.
+// added fields that are optional or have a default are automatic, at any
+// depth: the fields of objects, and of the objects in lists and maps, are
+// compared by path.
 func upcastGaps(prev, next *Version) []string {
+	return fieldGaps(prev.Fields, next.Fields)
+}
+
+func fieldGaps(prevFields, nextFields []*Field) []string {
 	old := map[string]*Field{}
-	for _, f := range prev.Fields {
+	for _, f := range prevFields {
 		old[f.Name] = f
 	}
 	var gaps []string
-	for _, f := range next.Fields {
+	for _, f := range nextFields {
 		o, ok := old[f.Name]
 		delete(old, f.Name)
 		switch {
 		case !ok && !f.Optional && f.Default == nil:
-			gaps = append(gaps, fmt.Sprintf("field %q is new, required and has no default", f.Name))
+			gaps = append(gaps, fmt.Sprintf("field %q is new, required and has no default", f.Path))
 		case !ok:
-		case o.Kind != f.Kind:
-			gaps = append(gaps, fmt.Sprintf("field %q changed kind from %s to %s", f.Name, o.Kind, f.Kind))
 		case o.Optional && !f.Optional && f.Default == nil:
-			gaps = append(gaps, fmt.Sprintf("field %q was optional and is now required", f.Name))
-		case f.Kind == field.KindEnum:
-			var dropped []string
-			for _, v := range o.Enum {
-				if !slices.Contains(f.Enum, v) {
-					dropped = append(dropped, v)
-				}
-			}
-			if len(dropped) > 0 {
-				gaps = append(gaps, fmt.Sprintf("field %q dropped enum values %v", f.Name, dropped))
-			}
+			gaps = append(gaps, fmt.Sprintf("field %q was optional and is now required", f.Path))
+			gaps = append(gaps, valueGaps(o, f)...)
+		default:
+			gaps = append(gaps, valueGaps(o, f)...)
 		}
 	}
-	for _, f := range prev.Fields {
+	for _, f := range prevFields {
 		if _, ok := old[f.Name]; ok {
-			gaps = append(gaps, fmt.Sprintf("field %q was removed", f.Name))
+			gaps = append(gaps, fmt.Sprintf("field %q was removed", f.Path))
 		}
 	}
 	return gaps
+}
+
+// valueGaps compares the values of a field (or element) in two versions:
+// kind, enum values and, for nested kinds, what they hold.
+func valueGaps(o, f *Field) []string {
+	if o.Kind != f.Kind {
+		return []string{fmt.Sprintf("field %q changed kind from %s to %s", f.Path, shape(o), shape(f))}
+	}
+	switch f.Kind {
+	case field.KindEnum:
+		var dropped []string
+		for _, v := range o.Enum {
+			if !slices.Contains(f.Enum, v) {
+				dropped = append(dropped, v)
+			}
+		}
+		if len(dropped) > 0 {
+			return []string{fmt.Sprintf("field %q dropped enum values %v", f.Path, dropped)}
+		}
+	case field.KindObject:
+		return fieldGaps(o.Fields, f.Fields)
+	case field.KindList, field.KindMap:
+		if o.Elem.Kind != f.Elem.Kind {
+			return []string{fmt.Sprintf("field %q changed kind from %s to %s", f.Path, shape(o), shape(f))}
+		}
+		if o.Elem.Optional && !f.Elem.Optional {
+			return []string{fmt.Sprintf("field %q was optional and is now required", f.Elem.Path)}
+		}
+		return valueGaps(o.Elem, f.Elem)
+	}
+	return nil
+}
+
+// shape names a field's kind with what its lists and maps hold: "list of
+// object", "map of list of int".
+func shape(f *Field) string {
+	switch f.Kind {
+	case field.KindList, field.KindMap:
+		return fmt.Sprintf("%s of %s", f.Kind, shape(f.Elem))
+	}
+	return f.Kind.String()
 }
 
 // planUpcasts marks the version steps that need the declaration's Upcast
@@ -55,7 +93,8 @@ func planUpcasts(where string, e *Event, hasUpcaster bool, fail func(string, ...
 		prev, next := e.Versions[i-1], e.Versions[i]
 		gaps := upcastGaps(prev, next)
 		if len(gaps) == 0 {
-			prev.NextDefaults = defaultsLiteral(next)
+			prev.NextDefaults = defaultsLiteral(next.Fields)
+			prev.NextFill = fillDefaults(next.Fields, "fields", 1)
 			continue
 		}
 		prev.UpcastManually = true
@@ -67,12 +106,12 @@ func planUpcasts(where string, e *Event, hasUpcaster bool, fail func(string, ...
 	}
 }
 
-// defaultsLiteral is a Go map literal of v's declared defaults by wire
-// name, or "" when it has none: an automatic step in the JSON upcast path
-// fills them in for the manual steps after it.
-func defaultsLiteral(v *Version) string {
+// defaultsLiteral is a Go map literal of the declared defaults of fs by
+// wire name, or "" when it has none: an automatic step in the JSON upcast
+// path fills them in for the manual steps after it.
+func defaultsLiteral(fs []*Field) string {
 	var parts []string
-	for _, f := range v.Fields {
+	for _, f := range fs {
 		if f.Default != nil {
 			parts = append(parts, fmt.Sprintf("%q: %#v", f.Name, f.Default))
 		}
@@ -81,4 +120,47 @@ func defaultsLiteral(v *Version) string {
 		return ""
 	}
 	return "map[string]any{" + strings.Join(parts, ", ") + "}"
+}
+
+// fillDefaults are the statements of an automatic step in the JSON upcast
+// path: the defaults of fs go into the decoded object m where its keys are
+// missing, and into the objects m holds, in lists and maps too, at any
+// depth. "" when there are none.
+func fillDefaults(fs []*Field, m string, depth int) string {
+	var out []string
+	if lit := defaultsLiteral(fs); lit != "" {
+		out = append(out, fmt.Sprintf("consumer.FillDefaults(%s, %s)", m, lit))
+	}
+	for _, f := range fs {
+		if inner := fillValue(f, fmt.Sprintf("%s[%q]", m, f.Name), depth); inner != "" {
+			out = append(out, inner)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// fillValue fills the defaults of the objects held by the decoded value
+// expr of f.
+func fillValue(f *Field, expr string, depth int) string {
+	switch f.Kind {
+	case field.KindObject:
+		o := fmt.Sprintf("o%d", depth)
+		inner := fillDefaults(f.Fields, o, depth+1)
+		if inner == "" {
+			return ""
+		}
+		return fmt.Sprintf("if %s, ok := %s.(map[string]any); ok {\n%s\n}", o, expr, inner)
+	case field.KindList, field.KindMap:
+		c, x := fmt.Sprintf("c%d", depth), fmt.Sprintf("x%d", depth)
+		inner := fillValue(f.Elem, x, depth+1)
+		if inner == "" {
+			return ""
+		}
+		typ := "[]any"
+		if f.Kind == field.KindMap {
+			typ = "map[string]any"
+		}
+		return fmt.Sprintf("if %s, ok := %s.(%s); ok {\nfor _, %s := range %s {\n%s\n}\n}", c, expr, typ, x, c, inner)
+	}
+	return ""
 }
