@@ -33,9 +33,18 @@
 //   - KindMap: keys are strings; Elem describes every value. For a map of
 //     objects, the value object's fields are Elem.Fields.
 //
-// An element (Elem) has an empty Name and is neither Optional nor Nillable
-// nor defaulted; its other options (Values, Min, Max, Positive, MaxLen, its
-// own Fields) constrain every element. The older flat list kinds
+// An element (Elem) has an empty Name, is never Nillable nor defaulted
+// (declare defaults on the fields of an element object) and is required
+// like a field: an empty string element is refused unless the element is
+// Optional (an element object cannot be). Its other options (Values, Min,
+// Max, Positive, MaxLen, its own Fields or Elem) constrain every element.
+//
+// Generated code: a nested object is a named struct (OrderPlacedAddress,
+// OrderPlacedLine for the elements of "lines", OrderPlacedV1Line in an older
+// version), a value when required and a pointer when optional. Validation
+// errors name the path: lines[2].sku, attributes["k"].value. A path
+// in a declaration error uses "[]" for a list's element and "{}" for a
+// map's value: "lines[].sku". The older flat list kinds
 // (KindStrings, KindInts, KindInt64s, KindFloat64s) stay as they were: a
 // list of scalars with no element constraints and no Elem.
 package field
@@ -193,6 +202,7 @@ func Objects(name string, fields ...Field) *NestedBuilder {
 // of any kind (its name is dropped): field.List("sizes",
 // field.Enum("").Values("S", "M")). Elements cannot be optional, nillable or
 // defaulted; a required list must be non-nil, and an empty list is a value.
+// A list of lists is List(name, List("", ...)).
 func List(name string, elem Field) *NestedBuilder {
 	return &NestedBuilder{desc: &Descriptor{Name: name, Kind: KindList, Elem: element(elem)}}
 }
