@@ -18,6 +18,15 @@ import (
 	case_nested_upcast "github.com/entoutbox/entoutbox/codegen/testdata/nested_upcast/events"
 	schema_noschema "github.com/entoutbox/entoutbox/codegen/testdata/noschema"
 	case_removed_field "github.com/entoutbox/entoutbox/codegen/testdata/removed_field/events"
+	case_rule_draft_last "github.com/entoutbox/entoutbox/codegen/testdata/rule_draft_last/events"
+	case_rule_event_name_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_name_kept/events"
+	case_rule_event_route_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_route_kept/events"
+	case_rule_field_name_reuse "github.com/entoutbox/entoutbox/codegen/testdata/rule_field_name_reuse/events"
+	case_rule_no_redraft "github.com/entoutbox/entoutbox/codegen/testdata/rule_no_redraft/events"
+	case_rule_remove_optional "github.com/entoutbox/entoutbox/codegen/testdata/rule_remove_optional/events"
+	case_rule_version_frozen "github.com/entoutbox/entoutbox/codegen/testdata/rule_version_frozen/events"
+	case_rule_version_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_version_kept/events"
+	case_rules_compatible "github.com/entoutbox/entoutbox/codegen/testdata/rules_compatible/events"
 	schema_schema "github.com/entoutbox/entoutbox/codegen/testdata/schema"
 	case_type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
 	case_upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
@@ -42,6 +51,15 @@ var cases = []goldenCase{
 	{name: "nested_refusals", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_refusals.All},
 	{name: "nested_upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_upcast.All},
 	{name: "removed_field", schemaPkg: "schema", schemas: schema_schema.All, events: case_removed_field.All},
+	{name: "rule_draft_last", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_draft_last.All},
+	{name: "rule_event_name_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_name_kept.All},
+	{name: "rule_event_route_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_route_kept.All},
+	{name: "rule_field_name_reuse", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_field_name_reuse.All},
+	{name: "rule_no_redraft", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_no_redraft.All},
+	{name: "rule_remove_optional", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_remove_optional.All},
+	{name: "rule_version_frozen", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_version_frozen.All},
+	{name: "rule_version_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_version_kept.All},
+	{name: "rules_compatible", schemaPkg: "schema", schemas: schema_schema.All, events: case_rules_compatible.All},
 	{name: "type_collision", schemaPkg: "schema", schemas: schema_schema.All, events: case_type_collision.All},
 	{name: "upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast.All},
 	{name: "version_numbering", schemaPkg: "schema", schemas: schema_schema.All, events: case_version_numbering.All},

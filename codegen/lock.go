@@ -51,9 +51,10 @@ type LockEntry struct {
 	Topic     string `json:"topic"`
 	Aggregate string `json:"aggregate"`
 	Status    string `json:"status"`
-	// BackwardCompatible: a consumer of this version reads payloads of the
-	// previous one without an upcaster (defaults fill them in). Absent on
-	// version 1.
+	// BackwardCompatible: a consumer of this version reads every payload of
+	// the previous one without an upcaster (defaults fill them in); false
+	// when the step needs the declaration's Upcast, or narrows bounds.
+	// Absent on version 1.
 	BackwardCompatible *bool `json:"backward_compatible,omitempty"`
 	// ForwardCompatible: a consumer of the previous version reads payloads
 	// of this one (it ignores what it does not know): producers may deploy
@@ -68,7 +69,7 @@ func (e *LockEntry) Released() bool { return e.Status != StatusDraft }
 // LockField is the wire shape of one field, sorted by name among its
 // siblings: the order of declaration is not part of the wire shape.
 type LockField struct {
-	Name     string          `json:"name"`
+	Name     string          `json:"name,omitempty"` // empty for an element`
 	Kind     string          `json:"kind"`
 	Presence string          `json:"presence"`       // required, optional or nillable
 	Enum     []string        `json:"enum,omitempty"` // sorted
@@ -77,9 +78,10 @@ type LockField struct {
 	Max      *float64        `json:"max,omitempty"`
 	Positive bool            `json:"positive,omitempty"`
 	MaxLen   int             `json:"max_len,omitempty"`
-	// Fields are the fields of a nested object (of the object, the list's
-	// elements or the map's values).
+	// Fields are an object's fields; Elem describes a list's elements or a
+	// map's values (field.Descriptor's tree).
 	Fields []*LockField `json:"fields,omitempty"`
+	Elem   *LockField   `json:"elem,omitempty"`
 }
 
 // Field presences in the lock.
@@ -197,31 +199,43 @@ func descriptors(fs []*Field) []*field.Descriptor {
 	return out
 }
 
-// nestedFields is the recursion point over nested payloads: the fields of
-// an object field (or of a list's or map's object elements).
-func nestedFields(d *field.Descriptor) []*field.Descriptor { return nil }
-
-// lockFields records the wire shape of fields, sorted by name, recursively.
+// lockFields records the wire shape of fields, sorted by name, and of
+// what they nest, recursively.
 func lockFields(ds []*field.Descriptor) []*LockField {
 	out := []*LockField{}
 	for _, d := range ds {
-		lf := &LockField{Name: d.Name, Kind: d.Kind.String(), Presence: presence(d), Min: d.Min, Max: d.Max,
-			Positive: d.Positive, MaxLen: d.MaxLen}
-		if len(d.Enum) > 0 {
-			lf.Enum = slices.Sorted(slices.Values(d.Enum))
-		}
-		if d.Default != nil {
-			if b, err := json.Marshal(d.Default); err == nil {
-				lf.Default = b
-			}
-		}
-		if nested := nestedFields(d); len(nested) > 0 {
-			lf.Fields = lockFields(nested)
-		}
-		out = append(out, lf)
+		out = append(out, lockField(d))
 	}
 	slices.SortFunc(out, func(a, b *LockField) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+func lockField(d *field.Descriptor) *LockField {
+	lf := &LockField{Name: d.Name, Kind: d.Kind.String(), Presence: presence(d), Min: d.Min, Max: d.Max,
+		Positive: d.Positive, MaxLen: d.MaxLen}
+	if len(d.Enum) > 0 {
+		lf.Enum = slices.Sorted(slices.Values(d.Enum))
+	}
+	if d.Default != nil {
+		if b, err := json.Marshal(d.Default); err == nil {
+			lf.Default = b
+		}
+	}
+	if d.Kind == field.KindObject {
+		lf.Fields = lockFields(d.Fields)
+	}
+	if d.Elem != nil {
+		lf.Elem = lockField(d.Elem)
+	}
+	return lf
+}
+
+// elemPath names a list's elements (lines[]) or a map's values (stock{}).
+func elemPath(path, kind string) string {
+	if kind == field.KindMap.String() {
+		return path + "{}"
+	}
+	return path + "[]"
 }
 
 func presence(d *field.Descriptor) string {
@@ -253,7 +267,7 @@ func (x *Extension) checkLock(target string, m *Model) (*Lock, error) {
 	var errs []string
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	entries := lockEntries(m, decls, fail)
-	applyRules(m, decls, entries, fail)
+	applyRules(m, entries, fail)
 	l := compareLock(m, entries, old, fail)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
@@ -297,12 +311,12 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		d := next[entryKey(o.Event, o.Version)]
 		switch {
 		case d == nil:
-			fail("%s: version %d is released in %s and is no longer declared; a released version is never removed (rule %s): declare it again",
-				where, o.Version, LockFile, RuleVersionKept)
+			fail("%s: released in %s but no longer declared; a released version is never removed (rule %s): declare it again",
+				where, LockFile, RuleVersionKept)
 			continue
 		case !d.Released():
-			fail("%s: version %d is released in %s, so it cannot become a draft again (rule %s): remove Draft(), or declare the change as version %d",
-				where, o.Version, LockFile, RuleNoRedraft, len(e.Versions)+1)
+			fail("%s: released in %s, so it cannot become a draft again (rule %s): remove Draft(), and declare changes as version %d",
+				where, LockFile, RuleNoRedraft, len(e.Versions)+1)
 			continue
 		}
 		if o.Topic != d.Topic {
@@ -314,7 +328,7 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 				where, o.Aggregate, d.Aggregate, o.Version, LockFile, RuleEventRouteKept)
 		}
 		for _, diff := range diffFields("", o.Fields, d.Fields) {
-			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d, or mark a version Draft() while it is unreleased",
+			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d",
 				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1)
 		}
 	}
@@ -348,35 +362,45 @@ func diffFields(prefix string, was, now []*LockField) []fieldDiff {
 	}
 	seen := map[string]bool{}
 	for _, o := range was {
-		path := prefix + o.Name
 		seen[o.Name] = true
-		n := byName[o.Name]
-		if n == nil {
-			out = append(out, fieldDiff{path, "was removed"})
-			continue
+		if n := byName[o.Name]; n != nil {
+			out = append(out, diffField(prefix+o.Name, o, n)...)
+		} else {
+			out = append(out, fieldDiff{prefix + o.Name, "was removed"})
 		}
-		if o.Kind != n.Kind {
-			out = append(out, fieldDiff{path, fmt.Sprintf("kind changed from %s to %s", o.Kind, n.Kind)})
-			continue
-		}
-		if o.Presence != n.Presence {
-			out = append(out, fieldDiff{path, fmt.Sprintf("changed from %s to %s", o.Presence, n.Presence)})
-		}
-		if !slices.Equal(o.Enum, n.Enum) {
-			out = append(out, fieldDiff{path, fmt.Sprintf("enum values changed from %v to %v", o.Enum, n.Enum)})
-		}
-		if !bytes.Equal(o.Default, n.Default) {
-			out = append(out, fieldDiff{path, fmt.Sprintf("default changed from %s to %s", rawOrNone(o.Default), rawOrNone(n.Default))})
-		}
-		if ob, nb := boundsText(o), boundsText(n); ob != nb {
-			out = append(out, fieldDiff{path, fmt.Sprintf("bounds changed from %s to %s", ob, nb)})
-		}
-		out = append(out, diffFields(path+".", o.Fields, n.Fields)...)
 	}
 	for _, n := range now {
 		if !seen[n.Name] {
 			out = append(out, fieldDiff{prefix + n.Name, "was added"})
 		}
+	}
+	return out
+}
+
+// diffField lists how one field (or element) differs, with what it nests.
+func diffField(path string, o, n *LockField) []fieldDiff {
+	if o.Kind != n.Kind {
+		return []fieldDiff{{path, fmt.Sprintf("kind changed from %s to %s", o.Kind, n.Kind)}}
+	}
+	var out []fieldDiff
+	if o.Presence != n.Presence {
+		out = append(out, fieldDiff{path, fmt.Sprintf("changed from %s to %s", o.Presence, n.Presence)})
+	}
+	if !slices.Equal(o.Enum, n.Enum) {
+		out = append(out, fieldDiff{path, fmt.Sprintf("enum values changed from %v to %v", o.Enum, n.Enum)})
+	}
+	if !bytes.Equal(o.Default, n.Default) {
+		out = append(out, fieldDiff{path, fmt.Sprintf("default changed from %s to %s", rawOrNone(o.Default), rawOrNone(n.Default))})
+	}
+	if ob, nb := boundsText(o), boundsText(n); ob != nb {
+		out = append(out, fieldDiff{path, fmt.Sprintf("bounds changed from %s to %s", ob, nb)})
+	}
+	out = append(out, diffFields(path+".", o.Fields, n.Fields)...)
+	switch {
+	case o.Elem != nil && n.Elem != nil:
+		out = append(out, diffField(elemPath(path, o.Kind), o.Elem, n.Elem)...)
+	case o.Elem != nil || n.Elem != nil:
+		out = append(out, fieldDiff{elemPath(path, o.Kind), "element description changed"})
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
 )
 
@@ -40,8 +39,8 @@ const (
 const (
 	LevelFull     = "full"
 	LevelBackward = "backward"
-	LevelForward  = "forward"     // and an upcaster for backward
-	LevelUpcaster = "upcaster"    // neither way without an upcaster
+	LevelForward  = "forward"     // backward only with an upcaster
+	LevelNone     = "none"        // neither way: an upcaster for backward
 	LevelNever    = "never"       // refused
 	LevelLock     = "lock"        // refused against the lock
 	LevelDraft    = "draft order" // refused
@@ -64,9 +63,9 @@ var Rules = []Rule{
 		"requires an upcaster", "missing_upcaster"},
 	{RuleFieldRemoveOptional, "an optional field, or one with a default, is removed", LevelForward,
 		"requires an upcaster (say where the value went, or drop it)", "rule_remove_optional"},
-	{RuleFieldRemoveRequired, "a required field is removed", LevelUpcaster,
+	{RuleFieldRemoveRequired, "a required field is removed", LevelNone,
 		"requires an upcaster; not forward: older consumers miss it", "removed_field"},
-	{RuleFieldKindChange, "a field changes kind", LevelUpcaster,
+	{RuleFieldKindChange, "a field changes kind", LevelNone,
 		"requires an upcaster", "missing_upcaster"},
 	{RuleFieldRequire, "an optional field becomes required without a default", LevelForward,
 		"requires an upcaster", "missing_upcaster"},
@@ -79,7 +78,7 @@ var Rules = []Rule{
 	{RuleBoundsLoosen, "bounds widen (Min, Max, Positive, MaxLen)", LevelBackward,
 		"nothing to do; not forward: older consumers refuse values out of their bounds", "rules_compatible"},
 	{RuleBoundsTighten, "bounds narrow (Min, Max, Positive, MaxLen)", LevelForward,
-		"requires an upcaster: older payloads may be out of the new bounds", "rule_bounds_tighten"},
+		"accepts it: an older payload out of the new bounds is dead-lettered with the validation error (an upcaster that runs for the step may repair it); `backward_compatible` is false", "rules_compatible"},
 	{RuleDefaultChange, "a default changes", LevelFull,
 		"nothing to do: producers write the value; the default fills older payloads", "rules_compatible"},
 	{RuleFieldNameReuse, "a field removed in an earlier version comes back with another kind", LevelNever,
@@ -105,11 +104,11 @@ var forwardBreaking = map[string]bool{
 	RuleEnumValueAdd: true, RuleBoundsLoosen: true,
 }
 
-// needsUpcaster are the step rules an upcaster must cover.
-var needsUpcaster = map[string]bool{
-	RuleFieldAddRequired: true, RuleFieldRemoveOptional: true, RuleFieldRemoveRequired: true,
-	RuleFieldKindChange: true, RuleFieldRequire: true, RuleEnumValueRemove: true, RuleBoundsTighten: true,
-}
+// backwardBreaking are the step rules after which some payloads of the
+// older version do not validate as the newer one, upcast automatically or
+// not: they are dead-lettered with the validation error unless the
+// declaration's Upcast repairs them.
+var backwardBreaking = map[string]bool{RuleBoundsTighten: true}
 
 // stepChange is one change between consecutive versions.
 type stepChange struct {
@@ -117,7 +116,7 @@ type stepChange struct {
 }
 
 // stepChanges classifies how fields change from one version to the next,
-// recursively over nested fields.
+// recursively over what they nest.
 func stepChanges(prefix string, prev, next []*field.Descriptor) []stepChange {
 	var out []stepChange
 	old := map[string]*field.Descriptor{}
@@ -137,37 +136,7 @@ func stepChanges(prefix string, prev, next []*field.Descriptor) []stepChange {
 			continue
 		}
 		kept[n.Name] = true
-		if o.Kind != n.Kind {
-			out = append(out, stepChange{RuleFieldKindChange, path, fmt.Sprintf("changed kind from %s to %s", o.Kind, n.Kind)})
-			continue
-		}
-		// Emit writes a default for an absent value, so a field with one
-		// is always on the wire.
-		switch {
-		case o.Optional && !n.Optional && n.Default == nil:
-			out = append(out, stepChange{RuleFieldRequire, path, "was optional and is now required"})
-		case !o.Optional && n.Optional && n.Default == nil:
-			out = append(out, stepChange{RuleFieldRelax, path, "was required and is now optional"})
-		}
-		if o.Default != nil && n.Default != nil && fmt.Sprintf("%#v", o.Default) != fmt.Sprintf("%#v", n.Default) {
-			out = append(out, stepChange{RuleDefaultChange, path, fmt.Sprintf("default changed from %#v to %#v", o.Default, n.Default)})
-		}
-		if n.Kind == field.KindEnum {
-			if added := missing(n.Enum, o.Enum); len(added) > 0 {
-				out = append(out, stepChange{RuleEnumValueAdd, path, fmt.Sprintf("gained enum values %v", added)})
-			}
-			if dropped := missing(o.Enum, n.Enum); len(dropped) > 0 {
-				out = append(out, stepChange{RuleEnumValueRemove, path, fmt.Sprintf("dropped enum values %v", dropped)})
-			}
-		}
-		ob, nb := boundsText(lockField(o)), boundsText(lockField(n))
-		if narrower(o, n) {
-			out = append(out, stepChange{RuleBoundsTighten, path, fmt.Sprintf("narrowed its bounds from %s to %s", ob, nb)})
-		}
-		if narrower(n, o) {
-			out = append(out, stepChange{RuleBoundsLoosen, path, fmt.Sprintf("widened its bounds from %s to %s", ob, nb)})
-		}
-		out = append(out, stepChanges(path+".", nestedFields(o), nestedFields(n))...)
+		out = append(out, stepField(path, o, n)...)
 	}
 	for _, o := range prev {
 		if kept[o.Name] {
@@ -183,8 +152,46 @@ func stepChanges(prefix string, prev, next []*field.Descriptor) []stepChange {
 	return out
 }
 
-func lockField(d *field.Descriptor) *LockField {
-	return &LockField{Min: d.Min, Max: d.Max, Positive: d.Positive, MaxLen: d.MaxLen}
+// stepField classifies how one field (or element) kept from one version to
+// the next changes, with what it nests.
+func stepField(path string, o, n *field.Descriptor) []stepChange {
+	if o.Kind != n.Kind {
+		return []stepChange{{RuleFieldKindChange, path, fmt.Sprintf("changed kind from %s to %s", o.Kind, n.Kind)}}
+	}
+	var out []stepChange
+	// Emit writes a default for an absent value, so a field with one is
+	// always on the wire.
+	switch {
+	case o.Optional && !n.Optional && n.Default == nil:
+		out = append(out, stepChange{RuleFieldRequire, path, "was optional and is now required"})
+	case !o.Optional && n.Optional && n.Default == nil:
+		out = append(out, stepChange{RuleFieldRelax, path, "was required and is now optional"})
+	}
+	if o.Default != nil && n.Default != nil && fmt.Sprintf("%#v", o.Default) != fmt.Sprintf("%#v", n.Default) {
+		out = append(out, stepChange{RuleDefaultChange, path, fmt.Sprintf("default changed from %#v to %#v", o.Default, n.Default)})
+	}
+	if n.Kind == field.KindEnum {
+		if added := missing(n.Enum, o.Enum); len(added) > 0 {
+			out = append(out, stepChange{RuleEnumValueAdd, path, fmt.Sprintf("gained enum values %v", added)})
+		}
+		if dropped := missing(o.Enum, n.Enum); len(dropped) > 0 {
+			out = append(out, stepChange{RuleEnumValueRemove, path, fmt.Sprintf("dropped enum values %v", dropped)})
+		}
+	}
+	ob, nb := boundsText(lockField(o)), boundsText(lockField(n))
+	if narrower(o, n) {
+		out = append(out, stepChange{RuleBoundsTighten, path, fmt.Sprintf("narrowed its bounds from %s to %s", ob, nb)})
+	}
+	if narrower(n, o) {
+		out = append(out, stepChange{RuleBoundsLoosen, path, fmt.Sprintf("widened its bounds from %s to %s", ob, nb)})
+	}
+	if n.Kind == field.KindObject {
+		out = append(out, stepChanges(path+".", o.Fields, n.Fields)...)
+	}
+	if o.Elem != nil && n.Elem != nil {
+		out = append(out, stepField(elemPath(path, n.Kind.String()), o.Elem, n.Elem)...)
+	}
+	return out
 }
 
 // missing lists the values of a that b lacks.
@@ -230,50 +237,28 @@ func lowerBound(d *field.Descriptor) bound {
 	return b
 }
 
-// applyRules checks the steps between the versions of each event: a field
-// name reused with another kind is refused, a step the upcast plan left
-// automatic that the rules say needs an upcaster is made manual (or refused
-// without one), and each entry gets its compatibility with the previous
-// version.
-func applyRules(m *Model, decls map[string]events.Interface, entries []*LockEntry, fail func(string, ...any)) {
+// applyRules checks the steps between the versions of each event (a field
+// name reused with another kind is refused) and gives each entry its
+// compatibility with the previous version. Which steps need an upcaster is
+// upcast.go's plan (upcastGaps): the rules name the same changes.
+func applyRules(m *Model, entries []*LockEntry, fail func(string, ...any)) {
 	byKey := map[string]*LockEntry{}
 	for _, le := range entries {
 		byKey[entryKey(le.Event, le.Version)] = le
 	}
-	replanned := false
 	for _, e := range m.Events {
-		where := eventWhere(e)
-		checkNameReuse(where, e, fail)
-		_, hasUpcaster := decls[e.GoName].(events.Upcaster)
+		checkNameReuse(eventWhere(e), e, fail)
 		for i := 1; i < len(e.Versions); i++ {
 			prev, next := e.Versions[i-1], e.Versions[i]
-			changes := stepChanges("", descriptors(prev.Fields), descriptors(next.Fields))
-			forward := true
-			var gaps []string
-			for _, c := range changes {
-				if forwardBreaking[c.rule] {
-					forward = false
-				}
-				if needsUpcaster[c.rule] && !prev.UpcastManually {
-					gaps = append(gaps, fmt.Sprintf("field %q %s (rule %s)", c.path, c.what, c.rule))
-				}
-			}
-			if len(gaps) > 0 {
-				if !hasUpcaster {
-					fail("%s: versions %d -> %d need an upcaster: %s; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
-						where, prev.Number, next.Number, strings.Join(gaps, "; "), e.GoName, e.GoName)
-				}
-				prev.UpcastManually, e.NeedsUpcaster, replanned = true, true, true
+			backward, forward := !prev.UpcastManually, true
+			for _, c := range stepChanges("", descriptors(prev.Fields), descriptors(next.Fields)) {
+				forward = forward && !forwardBreaking[c.rule]
+				backward = backward && !backwardBreaking[c.rule]
 			}
 			if le := byKey[entryKey(e.Name, next.Number)]; le != nil {
-				backward := !prev.UpcastManually
 				le.BackwardCompatible, le.ForwardCompatible = &backward, &forward
 			}
 		}
-	}
-	if replanned {
-		m.declImports = nil
-		m.nameDeclImports()
 	}
 }
 
@@ -294,10 +279,24 @@ func checkNameReuse(where string, e *Event, fail func(string, ...any)) {
 					where, v, path, s.kind, s.version, d.Kind, RuleFieldNameReuse)
 			}
 			last[path] = seen{v, d.Kind}
-			walk(path+".", nestedFields(d), v)
+			walk(path+".", d.Fields, v)
+			if d.Elem != nil {
+				walk("", []*field.Descriptor{{Name: elemPath(path, d.Kind.String()), Kind: d.Elem.Kind,
+					Fields: d.Elem.Fields, Elem: d.Elem.Elem}}, v)
+			}
 		}
 	}
 	for _, v := range e.Versions {
 		walk("", descriptors(v.Fields), v.Number)
 	}
+}
+
+// RulesTable renders Rules as the README's Markdown table.
+func RulesTable() string {
+	var b strings.Builder
+	b.WriteString("| rule | change | level | the generator | golden case |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range Rules {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | `%s` |\n", r.ID, r.Change, r.Level, r.Action, r.Case)
+	}
+	return b.String()
 }

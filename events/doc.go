@@ -38,6 +38,17 @@
 //		return fields, nil
 //	}
 //
+// go generate records the wire shape of every version in the ent
+// package's entoutbox.lock.json (commit it) and from then on refuses a
+// change to a released version; declare the change as a new version. While
+// a version is not released yet, mark it a draft and its shape may change:
+//
+//	events.V(3, field.Int64("order_id"), field.String("note").Optional()).Draft()
+//
+// Remove Draft to release it. The README's rules table says which changes
+// between consecutive versions are backward or forward compatible, which
+// need an Upcaster and which are refused.
+//
 // Its errors start with "events: "; a *ValidationError names the event and
 // version, and the field at fault when there is one.
 //

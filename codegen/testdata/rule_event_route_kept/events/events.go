@@ -1,0 +1,21 @@
+// Package events moves an event whose version 1 is released in its lock.json
+// to another topic (rule EVENT_ROUTE_KEPT).
+package events
+
+import (
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+type OrderPaid struct{ events.Schema }
+
+func (OrderPaid) Name() string      { return "order.paid" }
+func (OrderPaid) Topic() string     { return "payments" }
+func (OrderPaid) Aggregate() string { return "Order" }
+func (OrderPaid) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("order_id"), field.Int64("amount_cents")),
+	}
+}
+
+var All = []events.Interface{OrderPaid{}}

@@ -1,0 +1,97 @@
+// Package events declares, per compatible rule of the README's table, an
+// event whose version 2 makes that change: the lock records whether each
+// step is backward and forward compatible. Its lock.json holds a draft that
+// changed since (drafts may) and an event no longer declared (its entries
+// stay in the lock).
+package events
+
+import (
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/events/field"
+)
+
+type rule struct{ events.Schema }
+
+func (rule) Topic() string     { return "rules" }
+func (rule) Aggregate() string { return "Rule" }
+
+// FieldAddOptional adds an optional field and one with a default.
+type FieldAddOptional struct{ rule }
+
+func (FieldAddOptional) Name() string { return "field_add_optional" }
+func (FieldAddOptional) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id")),
+		events.V(2, field.Int64("id"), field.String("note").Optional(), field.String("currency").Default("EUR")),
+	}
+}
+
+// FieldRelax makes a required field optional.
+type FieldRelax struct{ rule }
+
+func (FieldRelax) Name() string { return "field_relax" }
+func (FieldRelax) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.String("note")),
+		events.V(2, field.Int64("id"), field.String("note").Optional()),
+	}
+}
+
+// EnumValueAdd adds an enum value.
+type EnumValueAdd struct{ rule }
+
+func (EnumValueAdd) Name() string { return "enum_value_add" }
+func (EnumValueAdd) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Enum("tier").Values("a", "b")),
+		events.V(2, field.Int64("id"), field.Enum("tier").Values("a", "b", "c")),
+	}
+}
+
+// BoundsLoosen widens a bound.
+type BoundsLoosen struct{ rule }
+
+func (BoundsLoosen) Name() string { return "bounds_loosen" }
+func (BoundsLoosen) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Int("qty").Min(1).Max(10), field.String("sku").MaxLen(8)),
+		events.V(2, field.Int64("id"), field.Int("qty").Min(0).Max(100), field.String("sku").MaxLen(16)),
+	}
+}
+
+// BoundsTighten narrows bounds: forward compatible, and older payloads out
+// of the new bounds are dead-lettered.
+type BoundsTighten struct{ rule }
+
+func (BoundsTighten) Name() string { return "bounds_tighten" }
+func (BoundsTighten) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Int("qty").Max(100), field.String("sku")),
+		events.V(2, field.Int64("id"), field.Int("qty").Positive().Max(10), field.String("sku").MaxLen(8)),
+	}
+}
+
+// DefaultChange changes a default.
+type DefaultChange struct{ rule }
+
+func (DefaultChange) Name() string { return "default_change" }
+func (DefaultChange) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.String("currency").Default("EUR")),
+		events.V(2, field.Int64("id"), field.String("currency").Default("USD")),
+	}
+}
+
+// Drafted has a version not released yet, whose shape changed since the
+// lock was written.
+type Drafted struct{ rule }
+
+func (Drafted) Name() string { return "drafted" }
+func (Drafted) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id")),
+		events.V(2, field.Int64("id"), field.Int("count").Optional()).Draft(),
+	}
+}
+
+var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{}, Drafted{}}
