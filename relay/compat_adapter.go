@@ -34,6 +34,9 @@ type SchemaAdapter struct {
 	SelectBatchSize int
 	// TopicPrefix is prepended to every destination topic when reading.
 	TopicPrefix string
+	// CloudEvents, when set, adds CloudEvents attributes to every message
+	// read (see CloudEvents).
+	CloudEvents *CloudEvents
 }
 
 var _ wsql.SchemaAdapter = SchemaAdapter{}
@@ -180,6 +183,7 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	}
 	md = outbox.Metadata(name, version, aggType, aggID, md)
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
+	s.CloudEvents.set(md, eventID, name, version, createdAt)
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", eventID, err)

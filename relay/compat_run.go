@@ -31,7 +31,7 @@ func (r *Relay) runCompatible(ctx context.Context) error {
 		ResendInterval: r.cfg.Compatible.RetryInterval,
 		RetryInterval:  r.cfg.Compatible.RetryInterval,
 		SchemaAdapter: SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.Compatible.BatchSize,
-			TopicPrefix: r.cfg.TopicPrefix},
+			TopicPrefix: r.cfg.TopicPrefix, CloudEvents: r.cfg.CloudEvents},
 		OffsetsAdapter:   newOffsetsAdapter(r.cfg.Table),
 		InitializeSchema: true,
 	}, r.cfg.Logger)

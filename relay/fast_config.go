@@ -82,6 +82,9 @@ type SubscriberConfig struct {
 	// before it closes the Subscriber.)
 	CloseTimeout time.Duration
 	Logger       watermill.LoggerAdapter
+	// CloudEvents, when set, adds CloudEvents attributes to every message
+	// (see CloudEvents); in a relay it is Config.CloudEvents.
+	CloudEvents *CloudEvents
 }
 
 func (c *SubscriberConfig) setDefaults() {

@@ -376,6 +376,7 @@ func (sub *subscription) message(r *row) *message.Message {
 	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
 	md[MetaTopic] = r.topic
+	sub.s.cfg.CloudEvents.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
 	msg := message.NewMessage(r.eventID.String(), r.payload)
 	msg.Metadata = md
 	return msg

@@ -69,6 +69,10 @@ type Config struct {
 	// broker's name (broker.MessagingSystem of a broker.Broker's Scheme);
 	// "watermill" when empty.
 	MessagingSystem string
+	// CloudEvents, when set, makes every message a CloudEvents 1.0 event
+	// in binary content mode (ce_ metadata; see CloudEvents), on either
+	// path.
+	CloudEvents *CloudEvents
 
 	// Fast configures PathFast.
 	Fast FastConfig
@@ -146,6 +150,7 @@ func (c *CompatibleConfig) setDefaults() {
 func (c Config) subscriberConfig() SubscriberConfig {
 	sc := c.Fast.Subscriber
 	sc.Table, sc.DeadLetterTable, sc.Logger = c.Table, c.DeadLetterTable, c.Logger
+	sc.CloudEvents = c.CloudEvents
 	return sc
 }
 
@@ -177,6 +182,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: Config.Compatible.BatchSize must not be negative, not %d", c.Compatible.BatchSize)
 	}
 	if err := checkTableName(c.Table); err != nil {
+		return err
+	}
+	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
 		return err
 	}
 	return c.subscriberConfig().validate("Config.Fast.Subscriber.")

@@ -25,6 +25,7 @@ import (
 type relayOptions struct {
 	databaseURL, listenDatabaseURL, table, brokerURL, path string
 	logLevel, logFormat, metricsAddr                       string
+	cloudEventsSource, cloudEventsDataSchemaBase           string
 	cfg                                                    relay.Config
 	// The flags shared by both read paths, given to the chosen one.
 	batchSize                   int
@@ -88,6 +89,9 @@ Brokers, by URL:
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
 	f.StringVar(&o.listenDatabaseURL, "listen-database-url", "", "direct PostgreSQL URL of the same database to LISTEN on, when --database-url "+
 		"goes through PgBouncer in transaction mode (with --poll-only); claims and writes still use --database-url (fast path)")
+	f.StringVar(&o.cloudEventsSource, "cloudevents-source", "", "make every message a CloudEvents 1.0 event in binary mode (ce_ metadata) with this ce_source, e.g. urn:shop:orders (off when empty)")
+	f.StringVar(&o.cloudEventsDataSchemaBase, "cloudevents-dataschema-base", "", "URI the generated JSON Schemas (the ent package's entoutbox/) are published under; "+
+		"ce_dataschema is it joined with schemas/<event>.v<N>.json (with --cloudevents-source)")
 	return cmd
 }
 
@@ -97,6 +101,9 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 	fast := &cfg.Fast.Subscriber
 	if o.brokerURL == "" {
 		return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
+	}
+	if o.cloudEventsDataSchemaBase != "" && o.cloudEventsSource == "" {
+		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
 	}
 	if o.listenDatabaseURL != "" && relay.Path(o.path) == relay.PathCompatible {
 		return errors.New("--listen-database-url is for the fast path; the compatible path only polls")
@@ -140,6 +147,9 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 
 	cfg.DB, cfg.Publisher, cfg.Table, cfg.Path, cfg.Logger = db, b.Publisher(), o.table, relay.Path(o.path), wmLogger
 	cfg.MessagingSystem = broker.MessagingSystem(b.Scheme()) // the spans' messaging.system
+	if o.cloudEventsSource != "" {
+		cfg.CloudEvents = &relay.CloudEvents{Source: o.cloudEventsSource, DataSchemaBase: o.cloudEventsDataSchemaBase}
+	}
 	if cfg.Path == relay.PathCompatible {
 		cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = o.batchSize, o.pollInterval, o.retryInterval
 	} else {

@@ -1,0 +1,166 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/spec"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// ceMessage reads a Watermill message as a CloudEvents binary-mode message
+// whose attributes are ce_ prefixed metadata, as the SDK's Kafka binding
+// reads headers.
+type ceMessage struct{ msg *message.Message }
+
+var ceSpecs = spec.WithPrefix("ce_")
+
+func (m ceMessage) ReadEncoding() binding.Encoding {
+	if ceSpecs.Version(m.msg.Metadata.Get("ce_specversion")) != nil {
+		return binding.EncodingBinary
+	}
+	return binding.EncodingUnknown
+}
+
+func (m ceMessage) ReadStructured(context.Context, binding.StructuredWriter) error {
+	return binding.ErrNotStructured
+}
+
+func (m ceMessage) ReadBinary(_ context.Context, w binding.BinaryWriter) error {
+	v := ceSpecs.Version(m.msg.Metadata.Get("ce_specversion"))
+	for k, val := range m.msg.Metadata {
+		if a := v.Attribute(k); a != nil {
+			if err := w.SetAttribute(a, val); err != nil {
+				return err
+			}
+		} else if name, ok := strings.CutPrefix(k, "ce_"); ok {
+			if err := w.SetExtension(name, val); err != nil {
+				return err
+			}
+		}
+	}
+	return w.SetData(bytes.NewReader(m.msg.Payload))
+}
+
+func (m ceMessage) Finish(error) error { return nil }
+
+// GetAttribute and GetExtension make it a binding.MessageMetadataReader,
+// as the SDK's bindings are.
+func (m ceMessage) GetAttribute(k spec.Kind) (spec.Attribute, any) {
+	a := ceSpecs.Version(m.msg.Metadata.Get("ce_specversion")).AttributeFromKind(k)
+	if a == nil {
+		return nil, nil
+	}
+	if v, ok := m.msg.Metadata[a.PrefixedName()]; ok {
+		return a, v
+	}
+	return a, nil
+}
+
+func (m ceMessage) GetExtension(name string) any {
+	if v, ok := m.msg.Metadata["ce_"+name]; ok {
+		return v
+	}
+	return nil
+}
+
+// TestRelayedMessagesAreCloudEvents relays an event with CloudEvents on and
+// decodes the message with the CloudEvents SDK: id, type, source, time,
+// data schema and data are the event's (codegen's tests check the data
+// schema names a generated file); and the generated handlers still take
+// the message.
+func TestRelayedMessagesAreCloudEvents(t *testing.T) {
+	t.Parallel()
+	forPaths(t, testRelayedMessagesAreCloudEvents)
+}
+
+func testRelayedMessagesAreCloudEvents(t *testing.T, path relay.Path) {
+	ctx := context.Background()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	id := uuid.New()
+	require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
+		return tx.Outbox.EmitOrderPaid(ctx, "order-7", testent.OrderPaid{OrderID: 7, AmountCents: 4200, Currency: "USD"},
+			events.WithEventID(id), events.WithHeader("correlation_id", "c-7"))
+	}))
+	var createdAt time.Time
+	require.NoError(t, b.db.DB.QueryRow(`SELECT created_at FROM outbox_events WHERE event_id = $1`, id).Scan(&createdAt))
+
+	ce := &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/"}
+	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub, CloudEvents: ce}))
+	want := emitted{ids: map[string]bool{id.String(): true}}
+	got.waitFor(t, want, 20*time.Second)
+	require.NoError(t, stop())
+	msg := got.msgs[id.String()]
+
+	ev, err := binding.ToEvent(ctx, ceMessage{msg})
+	require.NoError(t, err)
+	require.NoError(t, ev.Validate())
+	require.Equal(t, "1.0", ev.SpecVersion())
+	require.Equal(t, id.String(), ev.ID())
+	require.Equal(t, "order.paid.v2", ev.Type())
+	require.Equal(t, "urn:shop:orders", ev.Source())
+	require.True(t, createdAt.Equal(ev.Time()), "ce_time %s is the row's created_at %s", ev.Time(), createdAt)
+	require.Equal(t, "application/json", ev.DataContentType())
+	require.Equal(t, "https://contracts.example.com/orders/schemas/order.paid.v2.json", ev.DataSchema())
+	var data testent.OrderPaid
+	require.NoError(t, ev.DataAs(&data))
+	require.Equal(t, testent.OrderPaid{OrderID: 7, AmountCents: 4200, Currency: "USD"}, data)
+	require.Empty(t, ev.Extensions(), "only the CloudEvents attributes are ce_ keys")
+
+	// The outbox metadata is still there, and the consumers ignore the ce_ keys.
+	require.Equal(t, "order.paid", msg.Metadata.Get(events.MetaEventName))
+	require.Equal(t, "c-7", msg.Metadata.Get("correlation_id"))
+	h := testent.NewOutboxHandlers(b.client)
+	var handled *testent.OrderPaid
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		handled = e
+		require.Equal(t, id, m.EventID)
+		require.Equal(t, "c-7", m.Headers["correlation_id"])
+		return nil
+	})
+	in := message.NewMessage(msg.UUID, msg.Payload)
+	in.Metadata = msg.Metadata
+	require.NoError(t, h.Handle(ctx, "billing", in))
+	require.NotNil(t, handled, "the handler ran")
+	require.Equal(t, data, *handled)
+}
+
+// TestRelayMessagesWithoutCloudEvents: off by default, no ce_ key goes out.
+func TestRelayMessagesWithoutCloudEvents(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	want := emitOrders(t, b.client, 1, 1, 0)
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	got.waitFor(t, want, 20*time.Second)
+	require.NoError(t, stop())
+	for id := range want.ids {
+		for k := range got.msgs[id].Metadata {
+			require.False(t, strings.HasPrefix(k, "ce_"), "metadata %s without CloudEvents", k)
+		}
+	}
+}
+
+func TestNewRefusesBadCloudEvents(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	_, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub, CloudEvents: &relay.CloudEvents{}})
+	require.EqualError(t, err, "relay: Config.CloudEvents.Source is empty; name the producing service, e.g. urn:shop:orders")
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		CloudEvents: &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "contracts/orders"}})
+	require.EqualError(t, err, `relay: Config.CloudEvents.DataSchemaBase "contracts/orders" is not an absolute URI`)
+}
