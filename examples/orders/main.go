@@ -1,8 +1,11 @@
 // Command orders is the entoutbox example, end to end: it places orders and
-// emits OrderPaid in the same ent transaction as each order, shows that a
-// rolled-back transaction leaves no event behind, relays the committed
-// events to a broker, and consumes them with a generated, typed handler that
-// writes one invoice per order, even when the broker delivers an event twice.
+// emits OrderPlaced (line items and a shipping address, nested in the
+// payload) and OrderPaid in the same ent transaction as each order, shows
+// that a rolled-back transaction leaves no event behind and that a bad line
+// item is refused with its path, relays the committed events to a broker,
+// and consumes them with generated, typed handlers: one ships each order,
+// one writes one invoice per order, even when the broker delivers an event
+// twice.
 //
 //	go run ./examples/orders                                # embedded NATS, nothing to install
 //	go run ./examples/orders --broker amqp://guest:guest@127.0.0.1:5672/
@@ -23,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +103,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	var (
 		mu          sync.Mutex
 		invoiced    = map[int64]bool{}
+		shipped     = map[int64]bool{}
 		skipped     = 0
 		deliveries  = map[string]int{}
 		lostAckOnce = ""
@@ -115,15 +120,33 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		mu.Unlock()
 		return nil
 	})
+	handlers.OnOrderPlaced("shipping", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPlaced, m events.Meta) error {
+		items := 0
+		for _, l := range e.Lines {
+			items += l.Qty
+		}
+		fmt.Fprintf(out, "shipping: order %d, %d items in %d lines to %s, %s, %s (event %s v%d)\n",
+			e.OrderID, items, len(e.Lines), e.ShipTo.Name, e.ShipTo.City, e.ShipTo.Country, m.EventID, m.Version)
+		mu.Lock()
+		shipped[e.OrderID] = true
+		mu.Unlock()
+		return nil
+	})
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
-	// Simulate an ack lost on the way to the broker for the first event: the
+	// Simulate an ack lost on the way to the broker for billing's first event: the
 	// broker delivers it again, and the dedupe record makes the handler skip it.
 	router.AddMiddleware(func(next message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			produced, err := next(msg)
+			// Every consumer receives the topic's events; billing handles
+			// order.paid only, which is where the lost ack is simulated.
+			consumerName, _, _ := strings.Cut(message.HandlerNameFromCtx(msg.Context()), "/")
+			if consumerName != "billing" || msg.Metadata.Get(events.MetaEventName) != "order.paid" {
+				return produced, err
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			deliveries[msg.UUID]++
@@ -166,7 +189,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	done := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(invoiced) == cfg.Orders && skipped > 0
+		return len(invoiced) == cfg.Orders && len(shipped) == cfg.Orders && skipped > 0
 	}
 	deadline := time.Now().Add(cfg.Timeout)
 	for !done() {
@@ -198,28 +221,48 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "done: %d orders paid, %d events relayed (pending in the outbox: %d), %d invoices written once each\n",
-		cfg.Orders, cfg.Orders, backlog.Pending, invoices)
+	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each\n",
+		cfg.Orders, 2*cfg.Orders, backlog.Pending, len(shipped), invoices)
 	return nil
 }
 
+// linesOf is order i's line items: i teas and a mug, 10.00 EUR per i.
+func linesOf(i int) []ent.OrderPlacedLine {
+	return []ent.OrderPlacedLine{
+		{Sku: "tea-earl-grey", Qty: i, UnitCents: 500},
+		{Sku: "mug", Qty: 1, UnitCents: int64(500 * i)},
+	}
+}
+
 // placeOrders creates and pays orders, each in one transaction with its
-// event, then shows a rolled-back and a refused emit.
+// events, then shows a rolled-back and two refused emits.
 func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) error {
 	for i := 1; i <= n; i++ {
 		err := client.WithTx(ctx, func(tx *ent.Tx) error {
+			lines := linesOf(i)
+			var amount int64
+			for _, l := range lines {
+				amount += int64(l.Qty) * l.UnitCents
+			}
 			o, err := tx.Order.Create().SetCustomer(fmt.Sprintf("customer-%d", i)).
-				SetAmountCents(int64(1000 * i)).SetStatus(order.StatusPAID).Save(ctx)
+				SetAmountCents(amount).SetStatus(order.StatusPAID).Save(ctx)
 			if err != nil {
 				return err
 			}
-			return tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10),
+			id := strconv.FormatInt(o.ID, 10)
+			// ShipTo.Country is left out: its declared default, FR, fills it in.
+			if err := tx.Outbox.EmitOrderPlaced(ctx, id, ent.OrderPlaced{OrderID: o.ID, Lines: lines,
+				ShipTo:     ent.OrderPlacedShipTo{Name: o.Customer, Street: fmt.Sprintf("%d rue de la Paix", i), City: "Paris"},
+				Attributes: map[string]string{"gift_note": "enjoy"}}); err != nil {
+				return err
+			}
+			return tx.Outbox.EmitOrderPaid(ctx, id,
 				ent.OrderPaid{OrderID: o.ID, AmountCents: o.AmountCents, Currency: "EUR"})
 		})
 		if err != nil {
 			return fmt.Errorf("placing order %d: %w", i, err)
 		}
-		fmt.Fprintf(out, "placed order %d and emitted order.paid in the same transaction\n", i)
+		fmt.Fprintf(out, "placed order %d and emitted order.placed and order.paid in the same transaction\n", i)
 	}
 
 	// A transaction that fails after emitting: the event goes with it.
@@ -243,6 +286,15 @@ func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) 
 	// An invalid payload is refused before it reaches the database.
 	err = client.WithTx(ctx, func(tx *ent.Tx) error {
 		return tx.Outbox.EmitOrderPaid(ctx, "0", ent.OrderPaid{OrderID: 0, AmountCents: 500, Currency: "JPY"})
+	})
+	fmt.Fprintf(out, "refused: %v\n", err)
+
+	// So is a bad line item, named by its path in the payload.
+	err = client.WithTx(ctx, func(tx *ent.Tx) error {
+		lines := linesOf(1)
+		lines[1].Qty = 0
+		return tx.Outbox.EmitOrderPlaced(ctx, "0", ent.OrderPlaced{OrderID: 0, Lines: lines,
+			ShipTo: ent.OrderPlacedShipTo{Name: "nobody", Street: "nowhere", City: "Paris"}})
 	})
 	fmt.Fprintf(out, "refused: %v\n", err)
 

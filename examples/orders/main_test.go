@@ -25,13 +25,18 @@ func TestExampleRunsEndToEnd(t *testing.T) {
 	require.Contains(t, got, "started an embedded NATS JetStream server")
 	require.Contains(t, got, "rolled back: customer-declined")
 	require.Contains(t, got, `refused: events: invalid "order.paid" v2 payload: field "currency" value "JPY" is not one of [EUR USD GBP]`)
-	require.Contains(t, got, "outbox holds 3 committed events")
+	require.Contains(t, got, `refused: events: invalid "order.placed" v1 payload: field "lines[1].qty" value 0 is below the minimum 1`)
+	require.Contains(t, got, "outbox holds 6 committed events")
+	for i, line := range []string{"shipping: order 1, 2 items in 2 lines to customer-1, Paris, FR",
+		"shipping: order 2, 3 items in 2 lines to customer-2, Paris, FR", "shipping: order 3, 4 items in 2 lines to customer-3, Paris, FR"} {
+		require.Equal(t, 1, strings.Count(got, line), "order %d shipped once: %s", i+1, line)
+	}
 	for _, line := range []string{"invoiced order 1, 10.00 EUR", "invoiced order 2, 20.00 EUR", "invoiced order 3, 30.00 EUR"} {
 		require.Equal(t, 1, strings.Count(got, line), "once: %s", line)
 	}
 	require.NotContains(t, got, "invoiced order 4", "the rolled-back order's event must not be relayed")
 	require.Contains(t, got, "delivered again, skipped: already processed")
-	require.Contains(t, got, "done: 3 orders paid, 3 events relayed (pending in the outbox: 0), 3 invoices written once each")
+	require.Contains(t, got, "done: 3 orders placed and paid, 6 events relayed (pending in the outbox: 0), 3 shipped, 3 invoices written once each")
 }
 
 // The application binary must not carry the code generator.

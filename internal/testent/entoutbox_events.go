@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -283,6 +285,271 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 		AggregateID:   aggregateID,
 		Payload:       payload,
 	}, opts)
+}
+
+// OrderPlacedV1 is the payload of version 1 of event "order.placed".
+type OrderPlacedV1 struct {
+	OrderID int64                `json:"order_id"`
+	Lines   []OrderPlacedV1Line  `json:"lines"`
+	Address OrderPlacedV1Address `json:"address"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "order.placed" version 1.
+func (e *OrderPlacedV1) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version OrderPlacedV1 is the payload of.
+func (OrderPlacedV1) OutboxEvent() (name string, version int) {
+	return "order.placed", 1
+}
+
+// OrderPlacedV1Line is field "lines[]" of version 1 of event "order.placed".
+type OrderPlacedV1Line struct {
+	Sku string `json:"sku"`
+	Qty int    `json:"qty"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "order.placed" version 1; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedV1Line) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
+	}
+	if e.Qty < 1 {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "qty", Reason: fmt.Sprintf("value %v is below the minimum 1", e.Qty)}
+	}
+	return nil
+}
+
+// OrderPlacedV1Address is field "address" of version 1 of event "order.placed".
+type OrderPlacedV1Address struct {
+	Street string `json:"street"`
+	City   string `json:"city"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "order.placed" version 1; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedV1Address) Validate() error {
+	if e.Street == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "street", Reason: "is required"}
+	}
+	if e.City == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "city", Reason: "is required"}
+	}
+	return nil
+}
+
+// OrderPlaced is the payload of version 2 of event "order.placed", the version producers emit.
+type OrderPlaced struct {
+	OrderID    int64                           `json:"order_id"`
+	Lines      []OrderPlacedLine               `json:"lines"`
+	Address    OrderPlacedAddress              `json:"address"`
+	Attributes map[string]OrderPlacedAttribute `json:"attributes,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "order.placed" version 2.
+func (e *OrderPlaced) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	for _, k1 := range slices.Sorted(maps.Keys(e.Attributes)) {
+		v1 := e.Attributes[k1]
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("attributes[%q]", k1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version OrderPlaced is the payload of.
+func (OrderPlaced) OutboxEvent() (name string, version int) {
+	return "order.placed", 2
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlaced) outboxSetDefaults() {
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+	e.Address.outboxSetDefaults()
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPlaced) outboxPrefill() {
+	e.Address.outboxPrefill()
+}
+
+// OrderPlacedLine is field "lines[]" of version 2 of event "order.placed".
+type OrderPlacedLine struct {
+	Sku  string `json:"sku"`
+	Qty  int    `json:"qty"`
+	Unit string `json:"unit"`
+	// items per pack; version 1 sold single items
+	Pack int `json:"pack"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "order.placed" version 2; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedLine) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: "is required"}
+	}
+	if e.Qty < 1 {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "qty", Reason: fmt.Sprintf("value %v is below the minimum 1", e.Qty)}
+	}
+	if e.Unit != "" && !(e.Unit == "piece" || e.Unit == "kg") {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "unit", Reason: fmt.Sprintf("value %q is not one of [piece kg]", e.Unit)}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlacedLine) outboxSetDefaults() {
+	if e.Unit == "" {
+		e.Unit = "piece"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *OrderPlacedLine) outboxPrefill() {
+	e.Unit = "piece"
+	e.Pack = 1
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *OrderPlacedLine) UnmarshalJSON(b []byte) error {
+	type plain OrderPlacedLine // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// OrderPlacedAddress is field "address" of version 2 of event "order.placed".
+type OrderPlacedAddress struct {
+	Street  string `json:"street"`
+	City    string `json:"city"`
+	Country string `json:"country"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "order.placed" version 2; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedAddress) Validate() error {
+	if e.Street == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "street", Reason: "is required"}
+	}
+	if e.City == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "city", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlacedAddress) outboxSetDefaults() {
+	if e.Country == "" {
+		e.Country = "FR"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *OrderPlacedAddress) outboxPrefill() {
+	e.Country = "FR"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *OrderPlacedAddress) UnmarshalJSON(b []byte) error {
+	type plain OrderPlacedAddress // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// OrderPlacedAttribute is field "attributes{}" of version 2 of event "order.placed".
+type OrderPlacedAttribute struct {
+	Value string `json:"value"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "attributes{}" in "order.placed" version 2; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedAttribute) Validate() error {
+	if e.Value == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: "is required"}
+	}
+	if len(e.Value) > 16 {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 16", len(e.Value))}
+	}
+	return nil
+}
+
+// EmitOrderPlaced writes event "order.placed" (version 2, topic
+// "orders") about the Order aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.placed", err)
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "order.placed",
+		Version:       2,
+		Topic:         "orders",
+		AggregateType: "Order",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+	}, opts)
+}
+
+// outboxNestedError puts the path of a nested object before the field its
+// Validate names: "lines[2]" and "sku" make "lines[2].sku".
+func outboxNestedError(at string, err error) error {
+	ve, ok := err.(*events.ValidationError)
+	if !ok {
+		return err
+	}
+	nested := *ve
+	nested.Field = at + "." + ve.Field
+	return &nested
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.

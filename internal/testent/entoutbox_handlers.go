@@ -41,6 +41,7 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "order.paid", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPaid},
 	{Name: "profile.updated", Topic: "profiles", Latest: 1, Decode: outboxDecodeProfileUpdated},
 	{Name: "price.changed", Topic: "catalog", Latest: 3, Decode: outboxDecodePriceChanged},
+	{Name: "order.placed", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPlaced},
 }
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -204,6 +205,51 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 3, err)
+	}
+	return e, nil
+}
+
+// OrderPlacedHandler handles event "order.placed". e is the latest version;
+// older ones arrive upcast. Write the effect with tx: it commits together
+// with the record that the event was processed.
+type OrderPlacedHandler func(ctx context.Context, tx *Tx, e *OrderPlaced, m events.Meta) error
+
+// RegisterOrderPlaced registers fn as consumerName's handler of "order.placed".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnOrderPlaced panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterOrderPlaced(consumerName string, fn OrderPlacedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPlaced), m) })
+		}
+	}
+	return h.set.Register(consumerName, "order.placed", run)
+}
+
+// OnOrderPlaced is RegisterOrderPlaced that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnOrderPlaced(consumerName string, fn OrderPlacedHandler) {
+	if err := h.RegisterOrderPlaced(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
+func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.placed", version, 2)
+	}
+	e := &OrderPlaced{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.placed", version, err)
+	}
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 2, err)
 	}
 	return e, nil
 }

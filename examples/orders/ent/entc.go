@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	ext := codegen.NewExtension(codegen.Events(orderevents.OrderPaid{}, orderevents.OrderCancelled{}))
+	ext := codegen.NewExtension(codegen.Events(orderevents.OrderPlaced{}, orderevents.OrderPaid{}, orderevents.OrderCancelled{}))
 	err := entc.Generate("./schema", &gen.Config{}, entc.Extensions(ext))
 	if err != nil {
 		log.Fatalf("entoutbox example: generating ent: %v", err)

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +16,160 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/outbox"
 )
+
+// OrderPlaced is the payload of version 1 of event "order.placed", the version producers emit.
+type OrderPlaced struct {
+	OrderID int64 `json:"order_id"`
+	// the items ordered
+	Lines  []OrderPlacedLine `json:"lines"`
+	ShipTo OrderPlacedShipTo `json:"ship_to"`
+	// free-form labels: a gift note, a delivery slot
+	Attributes map[string]string `json:"attributes,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "order.placed" version 1.
+func (e *OrderPlaced) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	if err := e.ShipTo.Validate(); err != nil {
+		return outboxNestedError("ship_to", err)
+	}
+	for _, k1 := range slices.Sorted(maps.Keys(e.Attributes)) {
+		v1 := e.Attributes[k1]
+		if v1 == "" {
+			return &events.ValidationError{Event: "order.placed", Version: 1, Field: fmt.Sprintf("attributes[%q]", k1), Reason: "is required"}
+		}
+		if len(v1) > 200 {
+			return &events.ValidationError{Event: "order.placed", Version: 1, Field: fmt.Sprintf("attributes[%q]", k1), Reason: fmt.Sprintf("is %d bytes long, more than the maximum 200", len(v1))}
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version OrderPlaced is the payload of.
+func (OrderPlaced) OutboxEvent() (name string, version int) {
+	return "order.placed", 1
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlaced) outboxSetDefaults() {
+	e.ShipTo.outboxSetDefaults()
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *OrderPlaced) outboxPrefill() {
+	e.ShipTo.outboxPrefill()
+}
+
+// OrderPlacedLine is field "lines[]" of version 1 of event "order.placed".
+type OrderPlacedLine struct {
+	Sku       string `json:"sku"`
+	Qty       int    `json:"qty"`
+	UnitCents int64  `json:"unit_cents"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "order.placed" version 1; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedLine) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
+	}
+	if len(e.Sku) > 64 {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 64", len(e.Sku))}
+	}
+	if e.Qty < 1 {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "qty", Reason: fmt.Sprintf("value %v is below the minimum 1", e.Qty)}
+	}
+	if e.UnitCents <= 0 {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "unit_cents", Reason: fmt.Sprintf("value %v is not positive", e.UnitCents)}
+	}
+	return nil
+}
+
+// OrderPlacedShipTo is field "ship_to" of version 1 of event "order.placed".
+type OrderPlacedShipTo struct {
+	Name   string `json:"name"`
+	Street string `json:"street"`
+	City   string `json:"city"`
+	// ISO 3166-1 alpha-2 code
+	Country string `json:"country"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "ship_to" in "order.placed" version 1; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *OrderPlacedShipTo) Validate() error {
+	if e.Name == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "name", Reason: "is required"}
+	}
+	if e.Street == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "street", Reason: "is required"}
+	}
+	if e.City == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "city", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlacedShipTo) outboxSetDefaults() {
+	if e.Country == "" {
+		e.Country = "FR"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *OrderPlacedShipTo) outboxPrefill() {
+	e.Country = "FR"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *OrderPlacedShipTo) UnmarshalJSON(b []byte) error {
+	type plain OrderPlacedShipTo // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// EmitOrderPlaced writes event "order.placed" (version 1, topic
+// "orders") about the Order aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.placed", err)
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "order.placed",
+		Version:       1,
+		Topic:         "orders",
+		AggregateType: "Order",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+	}, opts)
+}
 
 // OrderPaidV1 is the payload of version 1 of event "order.paid".
 //
@@ -154,6 +310,18 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID strin
 		AggregateID:   aggregateID,
 		Payload:       payload,
 	}, opts)
+}
+
+// outboxNestedError puts the path of a nested object before the field its
+// Validate names: "lines[2]" and "sku" make "lines[2].sku".
+func outboxNestedError(at string, err error) error {
+	ve, ok := err.(*events.ValidationError)
+	if !ok {
+		return err
+	}
+	nested := *ve
+	nested.Field = at + "." + ve.Field
+	return &nested
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.

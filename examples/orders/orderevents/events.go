@@ -6,6 +6,34 @@ import (
 	"github.com/entoutbox/entoutbox/events/field"
 )
 
+// OrderPlaced is published when a customer places an order: its line items
+// and where to ship it, nested in the payload.
+type OrderPlaced struct{ events.Schema }
+
+func (OrderPlaced) Name() string      { return "order.placed" }
+func (OrderPlaced) Topic() string     { return "orders" }
+func (OrderPlaced) Aggregate() string { return "Order" }
+func (OrderPlaced) Versions() []events.Version {
+	return []events.Version{
+		events.V(1,
+			field.Int64("order_id"),
+			field.Objects("lines",
+				field.String("sku").MaxLen(64),
+				field.Int("qty").Min(1),
+				field.Int64("unit_cents").Positive(),
+			).Comment("the items ordered"),
+			field.Object("ship_to",
+				field.String("name"),
+				field.String("street"),
+				field.String("city"),
+				field.String("country").Default("FR").Comment("ISO 3166-1 alpha-2 code"),
+			),
+			field.Map("attributes", field.String("").MaxLen(200)).Optional().
+				Comment("free-form labels: a gift note, a delivery slot"),
+		),
+	}
+}
+
 // OrderPaid is published when payment for an order is captured.
 type OrderPaid struct{ events.Schema }
 

@@ -48,7 +48,35 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}}
+
+// OrderPlaced nests: line items, an address, a map of attributes. Version
+// 2 adds defaulted fields inside the lines and the address, so a version 1
+// payload shows whether defaults reach nested objects on the way up; pack
+// is a number, whose default only decoding can apply (0 is a value).
+type OrderPlaced struct{ events.Schema }
+
+func (OrderPlaced) Name() string      { return "order.placed" }
+func (OrderPlaced) Topic() string     { return "orders" }
+func (OrderPlaced) Aggregate() string { return "Order" }
+func (OrderPlaced) Versions() []events.Version {
+	return []events.Version{
+		events.V(1,
+			field.Int64("order_id"),
+			field.Objects("lines", field.String("sku"), field.Int("qty").Min(1)),
+			field.Object("address", field.String("street"), field.String("city")),
+		),
+		events.V(2,
+			field.Int64("order_id"),
+			field.Objects("lines", field.String("sku"), field.Int("qty").Min(1),
+				field.Enum("unit").Values("piece", "kg").Default("piece"),
+				field.Int("pack").Default(1).Comment("items per pack; version 1 sold single items")),
+			field.Object("address", field.String("street"), field.String("city"),
+				field.String("country").Default("FR")),
+			field.Map("attributes", field.Object("", field.String("value").MaxLen(16))).Optional(),
+		),
+	}
+}
 
 // PriceChanged needs an upcaster between versions 2 and 3 (cents become a
 // decimal amount); 1 to 2 only adds a field with a default. Version 3
