@@ -172,6 +172,9 @@ func (e *Extension) Hooks() []gen.Hook {
 			if err := next.Generate(g); err != nil {
 				return err
 			}
+			if err := writeContracts(g, m); err != nil { // contract.go
+				return err
+			}
 			if err := lock.write(g.Config.Target); err != nil {
 				return err
 			}

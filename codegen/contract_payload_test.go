@@ -1,0 +1,219 @@
+package codegen_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/outboxtest"
+)
+
+// testentContract is the contract go generate wrote for internal/testent.
+const testentContract = "../internal/testent/entoutbox"
+
+// payloadSchemas compiles the committed schema of every event version of
+// internal/testent, by "name.vN".
+func payloadSchemas(t *testing.T) map[string]*jsonschema.Schema {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(testentContract, "schemas", "*.json"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	out := map[string]*jsonschema.Schema{}
+	for _, f := range files {
+		out[strings.TrimSuffix(filepath.Base(f), ".json")] = compileOffline(t, f, readJSON(t, f))
+	}
+	return out
+}
+
+func validatePayload(t *testing.T, s *jsonschema.Schema, payload []byte) error {
+	t.Helper()
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	require.NoError(t, err)
+	return s.Validate(v)
+}
+
+// TestEmittedPayloadsMatchTheirSchemas emits every event of internal/testent
+// through the database, and builds the payload of every older version with
+// outboxtest, and validates each against its version's generated schema.
+// Every schema must have been checked against at least one payload.
+func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	require.NoError(t, client.Schema.Create(ctx))
+	schemas := payloadSchemas(t)
+	checked := map[string]int{}
+	check := func(name string, version int, payload []byte) {
+		t.Helper()
+		key := fmt.Sprintf("%s.v%d", name, version)
+		s, ok := schemas[key]
+		require.True(t, ok, "no schema %s", key)
+		require.NoError(t, validatePayload(t, s, payload), "%s payload %s", key, payload)
+		checked[key]++
+	}
+
+	deleted := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error {
+		for _, emit := range []func() error{
+			func() error {
+				return tx.Outbox.EmitOrderPaid(ctx, "o-1", testent.OrderPaid{OrderID: 1, AmountCents: 4200})
+			},
+			func() error {
+				return tx.Outbox.EmitOrderPaid(ctx, "o-2", testent.OrderPaid{OrderID: 2, AmountCents: 1, Currency: "USD"})
+			},
+			func() error {
+				return tx.Outbox.EmitProfileUpdated(ctx, "p-1", testent.ProfileUpdated{
+					DisplayName: "Ada", Score: -3, Balance: 1.5, UpdatedAt: time.Now(), SessionID: uuid.New(),
+					Plan: "free", Settings: json.RawMessage(`{"theme":"dark"}`), Tags: []string{}})
+			},
+			func() error {
+				return tx.Outbox.EmitProfileUpdated(ctx, "p-2", testent.ProfileUpdated{
+					DisplayName: "Grace", Nickname: "gh", Verified: true, Score: 1 << 30, UpdatedAt: time.Now(),
+					DeletedAt: &deleted, SessionID: uuid.New(), Plan: "pro", Avatar: []byte{0, 1, 2},
+					Settings: json.RawMessage(`null`), Tags: []string{"a", "b"}, FriendIds: []int64{7}})
+			},
+			func() error {
+				return tx.Outbox.EmitPriceChanged(ctx, "sku-1", testent.PriceChanged{Sku: "sku-1", Amount: 9.99})
+			},
+		} {
+			if err := emit(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	rows, err := db.DB.QueryContext(ctx, `SELECT event_name, event_version, payload FROM outbox_events ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			name    string
+			version int
+			payload []byte
+		)
+		require.NoError(t, rows.Scan(&name, &version, &payload))
+		check(name, version, payload)
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 5, n)
+
+	// Older versions, as rows written before a deploy carry them.
+	for _, p := range []events.Payload{
+		testent.OrderPaidV1{OrderID: 1, AmountCents: 0},
+		testent.PriceChangedV1{Sku: "a", Cents: 5},
+		testent.PriceChangedV2{Sku: "a", Cents: 5, Currency: "EUR"},
+	} {
+		msg := outboxtest.Message(t, p, "agg-1")
+		name, version := p.OutboxEvent()
+		check(name, version, msg.Payload)
+	}
+	for key := range schemas {
+		require.Positive(t, checked[key], "no payload of %s was checked against its schema", key)
+	}
+}
+
+// TestSchemasRefuseInvalidPayloads: payloads the generated Validate refuses
+// are refused by the schema too, for the rule that makes them invalid.
+func TestSchemasRefuseInvalidPayloads(t *testing.T) {
+	t.Parallel()
+	schemas := payloadSchemas(t)
+	validate := map[string]func([]byte) error{
+		"order.paid.v2":      goValidate[testent.OrderPaid],
+		"profile.updated.v1": goValidate[testent.ProfileUpdated],
+		"price.changed.v3":   goValidate[testent.PriceChanged],
+	}
+	profile := func(change func(map[string]any)) string {
+		p := map[string]any{"display_name": "Ada", "verified": false, "score": 1, "balance": 0,
+			"updated_at": "2026-01-02T03:04:05Z", "session_id": "0b5e6f5c-3f0e-4a8e-9d3f-0a1b2c3d4e5f",
+			"plan": "free", "settings": map[string]any{}, "tags": []any{}}
+		change(p)
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	for _, c := range []struct {
+		schema, payload, why string
+	}{
+		{"order.paid.v2", `{"order_id": 1, "amount_cents": 0, "currency": "EUR"}`, "exclusiveMinimum"},
+		{"order.paid.v2", `{"order_id": 1, "amount_cents": 5, "currency": "GBP"}`, "enum"},
+		{"order.paid.v2", `{"amount_cents": 5}`, "required"},
+		{"order.paid.v2", `{"order_id": 1.5, "amount_cents": 5}`, "type"},
+		{"order.paid.v2", `{"order_id": 1, "amount_cents": 5, "note": "x"}`, "additionalProperties"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["display_name"] = "" }), "minLength"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["session_id"] = "00000000-0000-0000-0000-000000000000" }), "not"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["updated_at"] = "0001-01-01T00:00:00Z" }), "not"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["tags"] = nil }), "type"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["plan"] = "gold" }), "enum"},
+		{"profile.updated.v1", profile(func(p map[string]any) { p["score"] = 1 << 31 }), "maximum"},
+		{"price.changed.v3", `{"sku": "", "amount": 1}`, "minLength"},
+	} {
+		t.Run(c.schema+" "+c.why, func(t *testing.T) {
+			err := validatePayload(t, schemas[c.schema], []byte(c.payload))
+			require.Error(t, err, "the schema takes %s", c.payload)
+			require.Contains(t, failedKeywords(err), c.why, "refused for another rule: %v", err)
+			// Go ignores unknown keys and decodes a missing number as 0;
+			// the schema holds other producers to the keys Emit writes.
+			if v, ok := validate[c.schema]; ok && c.why != "additionalProperties" && c.why != "required" {
+				require.Error(t, v([]byte(c.payload)), "Validate takes what the schema refuses: %s", c.payload)
+			}
+		})
+	}
+	// The same payloads, made valid, pass both.
+	for _, ok := range []struct{ schema, payload string }{
+		{"order.paid.v2", `{"order_id": 1, "amount_cents": 5}`},
+		{"profile.updated.v1", profile(func(map[string]any) {})},
+	} {
+		require.NoError(t, validatePayload(t, schemas[ok.schema], []byte(ok.payload)))
+		require.NoError(t, validate[ok.schema]([]byte(ok.payload)))
+	}
+}
+
+// goValidate decodes payload as the generated handlers do and validates it.
+func goValidate[T any, P interface {
+	*T
+	Validate() error
+}](payload []byte) error {
+	var v T
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return err
+	}
+	return P(&v).Validate()
+}
+
+// failedKeywords are the keywords a validation failed on, at any depth.
+func failedKeywords(err error) []string {
+	var out []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			k := strings.Join(e.ErrorKind.KeywordPath(), "/")
+			if k == "" { // not's kind names no keyword
+				k = strings.ToLower(strings.TrimPrefix(fmt.Sprintf("%T", e.ErrorKind), "*kind."))
+			}
+			out = append(out, k)
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	if ve, ok := err.(*jsonschema.ValidationError); ok {
+		walk(ve)
+	}
+	return out
+}
