@@ -242,7 +242,8 @@ func caseNamed(t *testing.T, name string) goldenCase {
 func isDir(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() }
 
 // TestRefusalThroughEntc refuses a generation the way go generate runs it,
-// through entc.Generate, into a user's ent package generated before. ent
+// through entc.Generate, into a user's ent package generated before: a bad
+// declaration, and an edit of a version its lock holds as released. ent
 // stubs an existing runtime.go before loading the schema and, on an error,
 // leaves the stub: the package still built but lost its runtime defaults.
 func TestRefusalThroughEntc(t *testing.T) {
@@ -268,6 +269,13 @@ func TestRefusalThroughEntc(t *testing.T) {
 	err = generateWith(caseNamed(t, "bad_default").events...)
 	require.Error(t, err)
 	require.Equal(t, strings.TrimSuffix(string(want), "\n"), err.Error())
+	requireSameTree(t, before, snapshotTree(t, mod))
+
+	// The lock the first generation wrote holds version 1 of order.paid:
+	// an edit of it is refused the same way, the lock kept as it was.
+	require.FileExists(t, codegen.LockFile)
+	err = generateWith(caseNamed(t, "rule_version_frozen").events...)
+	require.ErrorContains(t, err, `event OrderPaid ("order.paid") version 1, field "amount_cents": kind changed from int64 to string, but version 1 is released in entoutbox.lock.json`)
 	requireSameTree(t, before, snapshotTree(t, mod))
 }
 
