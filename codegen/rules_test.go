@@ -180,3 +180,35 @@ func TestDraftMarksTheVersion(t *testing.T) {
 	require.True(t, v.IsDraft)
 	require.False(t, events.V(2).IsDraft)
 }
+
+// TestReadmeShowsTheLockRefusal: the refusal the README quotes is the one
+// an edit of the quick start's released version 1 gets.
+func TestReadmeShowsTheLockRefusal(t *testing.T) {
+	version := func(n int, fs ...field.Field) *Version {
+		var out []*Field
+		for _, d := range descs(fs...) {
+			out = append(out, &Field{Descriptor: d})
+		}
+		return &Version{Number: n, Fields: out}
+	}
+	event := func(amount field.Field) *Model {
+		return &Model{Events: []*Event{{GoName: "OrderPaid", Name: "order.paid", Topic: "orders", Aggregate: "Order", Versions: []*Version{
+			version(1, field.Int64("order_id"), amount),
+			version(2, field.Int64("order_id"), field.Int64("amount_cents").Positive(),
+				field.Enum("currency").Values("EUR", "USD").Default("EUR")),
+		}}}}
+	}
+	var errs []string
+	fail := func(f string, a ...any) { errs = append(errs, fmt.Sprintf(f, a...)) }
+	released := event(field.Int64("amount_cents"))
+	old := compareLock(released, lockEntries(released, nil, fail), &Lock{}, fail)
+	require.Empty(t, errs)
+
+	edited := event(field.String("amount_cents"))
+	compareLock(edited, lockEntries(edited, nil, fail), old, fail)
+	require.Len(t, errs, 1)
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	quoted := "entoutbox: invalid event declarations:\n\t" + errs[0] + "\n"
+	require.True(t, strings.Contains(string(readme), quoted), "README.md must quote the refusal as it is:\n%s", quoted)
+}
