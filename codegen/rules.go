@@ -39,7 +39,7 @@ const (
 const (
 	LevelFull     = "full"
 	LevelBackward = "backward"
-	LevelForward  = "forward"     // backward only with an upcaster
+	LevelForward  = "forward"     // backward needs an upcaster (or, for bounds, may dead-letter)
 	LevelNone     = "none"        // neither way: an upcaster for backward
 	LevelNever    = "never"       // refused
 	LevelLock     = "lock"        // refused against the lock
@@ -97,18 +97,29 @@ var Rules = []Rule{
 		"refuses: drafts are the newest versions", "rule_draft_last"},
 }
 
-// forwardBreaking are the step rules after which a consumer of the older
-// version cannot read the newer one.
-var forwardBreaking = map[string]bool{
-	RuleFieldRemoveRequired: true, RuleFieldKindChange: true, RuleFieldRelax: true,
-	RuleEnumValueAdd: true, RuleBoundsLoosen: true,
+// ruleLevels are the levels of Rules by id.
+var ruleLevels = func() map[string]string {
+	m := map[string]string{}
+	for _, r := range Rules {
+		m[r.ID] = r.Level
+	}
+	return m
+}()
+
+// keepsForward tells whether a consumer of the older version still reads
+// the newer one after a change of the rule.
+func keepsForward(rule string) bool {
+	l := ruleLevels[rule]
+	return l == LevelFull || l == LevelForward
 }
 
-// backwardBreaking are the step rules after which some payloads of the
-// older version do not validate as the newer one, upcast automatically or
-// not: they are dead-lettered with the validation error unless the
-// declaration's Upcast repairs them.
-var backwardBreaking = map[string]bool{RuleBoundsTighten: true}
+// keepsBackward tells whether a consumer of the newer version still reads
+// every payload of the older one after a change of the rule, without an
+// upcaster.
+func keepsBackward(rule string) bool {
+	l := ruleLevels[rule]
+	return l == LevelFull || l == LevelBackward
+}
 
 // stepChange is one change between consecutive versions.
 type stepChange struct {
@@ -252,8 +263,8 @@ func applyRules(m *Model, entries []*LockEntry, fail func(string, ...any)) {
 			prev, next := e.Versions[i-1], e.Versions[i]
 			backward, forward := !prev.UpcastManually, true
 			for _, c := range stepChanges("", descriptors(prev.Fields), descriptors(next.Fields)) {
-				forward = forward && !forwardBreaking[c.rule]
-				backward = backward && !backwardBreaking[c.rule]
+				forward = forward && keepsForward(c.rule)
+				backward = backward && keepsBackward(c.rule)
 			}
 			if le := byKey[entryKey(e.Name, next.Number)]; le != nil {
 				le.BackwardCompatible, le.ForwardCompatible = &backward, &forward

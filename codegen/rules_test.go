@@ -70,7 +70,7 @@ func TestStepRules(t *testing.T) {
 			forward := true
 			for _, c := range stepChanges("", tt.prev, tt.next) {
 				got = append(got, c.rule+" "+c.path)
-				forward = forward && !forwardBreaking[c.rule]
+				forward = forward && keepsForward(c.rule)
 			}
 			require.Equal(t, tt.want, got)
 			require.Equal(t, tt.forward, forward, "forward compatible")
