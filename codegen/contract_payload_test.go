@@ -90,6 +90,16 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 			func() error {
 				return tx.Outbox.EmitPriceChanged(ctx, "sku-1", testent.PriceChanged{Sku: "sku-1", Amount: 9.99})
 			},
+			func() error {
+				return tx.Outbox.EmitOrderPlaced(ctx, "o-3", testent.OrderPlaced{OrderID: 3,
+					Lines:      []testent.OrderPlacedLine{{Sku: "a", Qty: 1}, {Sku: "b", Qty: 2, Unit: "kg", Pack: 6}},
+					Address:    testent.OrderPlacedAddress{Street: "1 rue", City: "Lyon"},
+					Attributes: map[string]testent.OrderPlacedAttribute{"gift": {Value: "yes"}}})
+			},
+			func() error {
+				return tx.Outbox.EmitOrderPlaced(ctx, "o-4", testent.OrderPlaced{OrderID: 4, Lines: []testent.OrderPlacedLine{},
+					Address: testent.OrderPlacedAddress{Street: "2 rue", City: "Nice", Country: "IT"}})
+			},
 		} {
 			if err := emit(); err != nil {
 				return err
@@ -112,13 +122,15 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		n++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 5, n)
+	require.Equal(t, 7, n)
 
 	// Older versions, as rows written before a deploy carry them.
 	for _, p := range []events.Payload{
 		testent.OrderPaidV1{OrderID: 1, AmountCents: 0},
 		testent.PriceChangedV1{Sku: "a", Cents: 5},
 		testent.PriceChangedV2{Sku: "a", Cents: 5, Currency: "EUR"},
+		testent.OrderPlacedV1{OrderID: 1, Lines: []testent.OrderPlacedV1Line{{Sku: "a", Qty: 1}},
+			Address: testent.OrderPlacedV1Address{Street: "s", City: "c"}},
 	} {
 		msg := outboxtest.Message(t, p, "agg-1")
 		name, version := p.OutboxEvent()
@@ -138,7 +150,18 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 		"order.paid.v2":      goValidate[testent.OrderPaid],
 		"profile.updated.v1": goValidate[testent.ProfileUpdated],
 		"price.changed.v3":   goValidate[testent.PriceChanged],
+		"order.placed.v2":    goValidate[testent.OrderPlaced],
 	}
+	placed := func(change func(map[string]any)) string {
+		p := map[string]any{"order_id": 1,
+			"lines":      []any{map[string]any{"sku": "a", "qty": 1, "unit": "piece", "pack": 1}},
+			"address":    map[string]any{"street": "s", "city": "c", "country": "FR"},
+			"attributes": map[string]any{"gift": map[string]any{"value": "yes"}}}
+		change(p)
+		b, _ := json.Marshal(p)
+		return string(b)
+	}
+	line := func(p map[string]any) map[string]any { return p["lines"].([]any)[0].(map[string]any) }
 	profile := func(change func(map[string]any)) string {
 		p := map[string]any{"display_name": "Ada", "verified": false, "score": 1, "balance": 0,
 			"updated_at": "2026-01-02T03:04:05Z", "session_id": "0b5e6f5c-3f0e-4a8e-9d3f-0a1b2c3d4e5f",
@@ -162,6 +185,17 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 		{"profile.updated.v1", profile(func(p map[string]any) { p["plan"] = "gold" }), "enum"},
 		{"profile.updated.v1", profile(func(p map[string]any) { p["score"] = 1 << 31 }), "maximum"},
 		{"price.changed.v3", `{"sku": "", "amount": 1}`, "minLength"},
+		{"order.placed.v2", placed(func(p map[string]any) { line(p)["sku"] = "" }), "minLength"},
+		{"order.placed.v2", placed(func(p map[string]any) { line(p)["qty"] = 0 }), "minimum"},
+		{"order.placed.v2", placed(func(p map[string]any) { line(p)["unit"] = "box" }), "enum"},
+		{"order.placed.v2", placed(func(p map[string]any) { p["lines"] = nil }), "type"},
+		{"order.placed.v2", placed(func(p map[string]any) { p["address"].(map[string]any)["city"] = "" }), "minLength"},
+		{"order.placed.v2", placed(func(p map[string]any) {
+			p["attributes"].(map[string]any)["gift"] = map[string]any{"value": strings.Repeat("x", 17)}
+		}), "maxLength"},
+		{"order.placed.v2", placed(func(p map[string]any) { p["attributes"].(map[string]any)["gift"] = "yes" }), "type"},
+		{"order.placed.v2", placed(func(p map[string]any) { delete(p, "address") }), "required"},
+		{"order.placed.v2", placed(func(p map[string]any) { line(p)["colour"] = "red" }), "additionalProperties"},
 	} {
 		t.Run(c.schema+" "+c.why, func(t *testing.T) {
 			err := validatePayload(t, schemas[c.schema], []byte(c.payload))
@@ -178,6 +212,7 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 	for _, ok := range []struct{ schema, payload string }{
 		{"order.paid.v2", `{"order_id": 1, "amount_cents": 5}`},
 		{"profile.updated.v1", profile(func(map[string]any) {})},
+		{"order.placed.v2", placed(func(map[string]any) {})},
 	} {
 		require.NoError(t, validatePayload(t, schemas[ok.schema], []byte(ok.payload)))
 		require.NoError(t, validate[ok.schema]([]byte(ok.payload)))

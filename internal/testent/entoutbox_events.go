@@ -540,6 +540,186 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 	}, opts)
 }
 
+// CartChangedV1 is the payload of version 1 of event "cart.changed".
+type CartChangedV1 struct {
+	Lines []CartChangedV1Line `json:"lines"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "cart.changed" version 1.
+func (e *CartChangedV1) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "cart.changed", Version: 1, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version CartChangedV1 is the payload of.
+func (CartChangedV1) OutboxEvent() (name string, version int) {
+	return "cart.changed", 1
+}
+
+// CartChangedV1Line is field "lines[]" of version 1 of event "cart.changed".
+type CartChangedV1Line struct {
+	Sku   string `json:"sku"`
+	Cents int64  `json:"cents"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "cart.changed" version 1; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *CartChangedV1Line) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "cart.changed", Version: 1, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// CartChangedV2 is the payload of version 2 of event "cart.changed".
+type CartChangedV2 struct {
+	Lines []CartChangedV2Line `json:"lines"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "cart.changed" version 2.
+func (e *CartChangedV2) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version CartChangedV2 is the payload of.
+func (CartChangedV2) OutboxEvent() (name string, version int) {
+	return "cart.changed", 2
+}
+
+// CartChangedV2Line is field "lines[]" of version 2 of event "cart.changed".
+type CartChangedV2Line struct {
+	Sku      string `json:"sku"`
+	Cents    int64  `json:"cents"`
+	Currency string `json:"currency"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "cart.changed" version 2; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *CartChangedV2Line) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// CartChanged is the payload of version 3 of event "cart.changed", the version producers emit.
+type CartChanged struct {
+	Lines []CartChangedLine `json:"lines"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "cart.changed" version 3.
+func (e *CartChanged) Validate() error {
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "cart.changed", Version: 3, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version CartChanged is the payload of.
+func (CartChanged) OutboxEvent() (name string, version int) {
+	return "cart.changed", 3
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChanged) outboxSetDefaults() {
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+}
+
+// CartChangedLine is field "lines[]" of version 3 of event "cart.changed".
+type CartChangedLine struct {
+	Sku      string  `json:"sku"`
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "cart.changed" version 3; the error names the
+// field within the object, and the payload's Validate puts the path before it.
+func (e *CartChangedLine) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "cart.changed", Version: 3, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChangedLine) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "USD"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *CartChangedLine) outboxPrefill() {
+	e.Currency = "USD"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *CartChangedLine) UnmarshalJSON(b []byte) error {
+	type plain CartChangedLine // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// EmitCartChanged writes event "cart.changed" (version 3, topic
+// "carts") about the Cart aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, e CartChanged, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "cart.changed", err)
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "cart.changed",
+		Version:       3,
+		Topic:         "carts",
+		AggregateType: "Cart",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+	}, opts)
+}
+
 // outboxNestedError puts the path of a nested object before the field its
 // Validate names: "lines[2]" and "sku" make "lines[2].sku".
 func outboxNestedError(at string, err error) error {

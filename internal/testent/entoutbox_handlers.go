@@ -42,6 +42,7 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "profile.updated", Topic: "profiles", Latest: 1, Decode: outboxDecodeProfileUpdated},
 	{Name: "price.changed", Topic: "catalog", Latest: 3, Decode: outboxDecodePriceChanged},
 	{Name: "order.placed", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPlaced},
+	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
 }
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -250,6 +251,75 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 2, err)
+	}
+	return e, nil
+}
+
+// CartChangedHandler handles event "cart.changed". e is the latest version;
+// older ones arrive upcast. Write the effect with tx: it commits together
+// with the record that the event was processed.
+type CartChangedHandler func(ctx context.Context, tx *Tx, e *CartChanged, m events.Meta) error
+
+// RegisterCartChanged registers fn as consumerName's handler of "cart.changed".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnCartChanged panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterCartChanged(consumerName string, fn CartChangedHandler) error {
+	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		run = func(ctx context.Context, payload any, m events.Meta) error {
+			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*CartChanged), m) })
+		}
+	}
+	return h.set.Register(consumerName, "cart.changed", run)
+}
+
+// OnCartChanged is RegisterCartChanged that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnCartChanged(consumerName string, fn CartChangedHandler) {
+	if err := h.RegisterCartChanged(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeCartChanged turns a payload of any declared version into the latest.
+func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
+	if version < 1 || version > 3 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "cart.changed", version, 3)
+	}
+	if version <= 2 {
+		fields, err := consumer.DecodeFields(payload)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+		}
+		for v := version; v < 3; v++ {
+			switch v {
+			case 1:
+				if c1, ok := fields["lines"].([]any); ok {
+					for _, x1 := range c1 {
+						if o2, ok := x1.(map[string]any); ok {
+							consumer.FillDefaults(o2, map[string]any{"currency": "EUR"})
+						}
+					}
+				}
+			case 2:
+				if fields, err = (outboxdecl1.CartChanged{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting %q from version %d: %w", "cart.changed", v, err)
+				}
+			}
+		}
+		if payload, err = json.Marshal(fields); err != nil {
+			return nil, fmt.Errorf("encoding upcast %q payload: %w", "cart.changed", err)
+		}
+	}
+	e := &CartChanged{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+	}
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 3, err)
 	}
 	return e, nil
 }

@@ -48,7 +48,7 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}}
 
 // OrderPlaced nests: line items, an address, a map of attributes. Version
 // 2 adds defaulted fields inside the lines and the address, so a version 1
@@ -110,5 +110,53 @@ func (PriceChanged) Upcast(from int, fields map[string]any) (map[string]any, err
 	}
 	delete(fields, "cents")
 	fields["amount"] = float64(cents) / 100
+	return fields, nil
+}
+
+// CartChanged is PriceChanged nested in line items: version 2 adds a
+// defaulted currency inside each line (an automatic step), version 3 turns
+// each line's cents into an amount (Upcast maps the nested objects) and
+// defaults to another currency, so a version 1 payload shows whether its
+// lines got version 2's default on the way.
+type CartChanged struct{ events.Schema }
+
+func (CartChanged) Name() string      { return "cart.changed" }
+func (CartChanged) Topic() string     { return "carts" }
+func (CartChanged) Aggregate() string { return "Cart" }
+func (CartChanged) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Objects("lines", field.String("sku"), field.Int64("cents"))),
+		events.V(2, field.Objects("lines", field.String("sku"), field.Int64("cents"),
+			field.String("currency").Default("EUR"))),
+		events.V(3, field.Objects("lines", field.String("sku"), field.Float64("amount"),
+			field.String("currency").Default("USD"))),
+	}
+}
+
+// Upcast turns version 2's cents into version 3's amount, in every line.
+func (CartChanged) Upcast(from int, fields map[string]any) (map[string]any, error) {
+	if from != 2 {
+		return nil, fmt.Errorf("no upcast from version %d", from)
+	}
+	lines, ok := fields["lines"].([]any)
+	if !ok {
+		return nil, fmt.Errorf("lines is %T, not a list", fields["lines"])
+	}
+	for i, l := range lines {
+		line, ok := l.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("lines[%d] is %T, not an object", i, l)
+		}
+		n, ok := line["cents"].(json.Number)
+		if !ok {
+			return nil, fmt.Errorf("lines[%d].cents is %T, not a number", i, line["cents"])
+		}
+		cents, err := n.Int64()
+		if err != nil {
+			return nil, fmt.Errorf("lines[%d].cents: %w", i, err)
+		}
+		delete(line, "cents")
+		line["amount"] = float64(cents) / 100
+	}
 	return fields, nil
 }
