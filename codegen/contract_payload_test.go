@@ -97,6 +97,9 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 					Attributes: map[string]testent.OrderPlacedAttribute{"gift": {Value: "yes"}}})
 			},
 			func() error {
+				return tx.Outbox.EmitCartChanged(ctx, "c-1", testent.CartChanged{Lines: []testent.CartChangedLine{{Sku: "a", Amount: 1.25}}})
+			},
+			func() error {
 				return tx.Outbox.EmitOrderPlaced(ctx, "o-4", testent.OrderPlaced{OrderID: 4, Lines: []testent.OrderPlacedLine{},
 					Address: testent.OrderPlacedAddress{Street: "2 rue", City: "Nice", Country: "IT"}})
 			},
@@ -122,13 +125,15 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		n++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 7, n)
+	require.Equal(t, 8, n)
 
 	// Older versions, as rows written before a deploy carry them.
 	for _, p := range []events.Payload{
 		testent.OrderPaidV1{OrderID: 1, AmountCents: 0},
 		testent.PriceChangedV1{Sku: "a", Cents: 5},
 		testent.PriceChangedV2{Sku: "a", Cents: 5, Currency: "EUR"},
+		testent.CartChangedV1{Lines: []testent.CartChangedV1Line{{Sku: "a", Cents: 5}}},
+		testent.CartChangedV2{Lines: []testent.CartChangedV2Line{{Sku: "a", Cents: 5, Currency: "EUR"}}},
 		testent.OrderPlacedV1{OrderID: 1, Lines: []testent.OrderPlacedV1Line{{Sku: "a", Qty: 1}},
 			Address: testent.OrderPlacedV1Address{Street: "s", City: "c"}},
 	} {
