@@ -217,6 +217,8 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 	for _, ok := range []struct{ schema, payload string }{
 		{"order.paid.v2", `{"order_id": 1, "amount_cents": 5}`},
 		{"profile.updated.v1", profile(func(map[string]any) {})},
+		// Nillable: null decodes to nil, as an absent key does.
+		{"profile.updated.v1", profile(func(p map[string]any) { p["deleted_at"] = nil })},
 		{"order.placed.v2", placed(func(map[string]any) {})},
 	} {
 		require.NoError(t, validatePayload(t, schemas[ok.schema], []byte(ok.payload)))
