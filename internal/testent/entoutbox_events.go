@@ -323,8 +323,8 @@ type OrderPlacedV1Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedV1Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
@@ -342,8 +342,8 @@ type OrderPlacedV1Address struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "address" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "address" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedV1Address) Validate() error {
 	if e.Street == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "street", Reason: "is required"}
@@ -415,8 +415,8 @@ type OrderPlacedLine struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: "is required"}
@@ -460,8 +460,8 @@ type OrderPlacedAddress struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "address" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "address" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedAddress) Validate() error {
 	if e.Street == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "street", Reason: "is required"}
@@ -499,8 +499,8 @@ type OrderPlacedAttribute struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "attributes{}" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "attributes{}" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedAttribute) Validate() error {
 	if e.Value == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: "is required"}
@@ -571,8 +571,8 @@ type CartChangedV1Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedV1Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 1, Field: "sku", Reason: "is required"}
@@ -612,8 +612,8 @@ type CartChangedV2Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedV2Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "sku", Reason: "is required"}
@@ -661,8 +661,8 @@ type CartChangedLine struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 3; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 3. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 3, Field: "sku", Reason: "is required"}

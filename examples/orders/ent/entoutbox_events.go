@@ -78,8 +78,8 @@ type OrderPlacedLine struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
@@ -106,8 +106,8 @@ type OrderPlacedShipTo struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "ship_to" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "ship_to" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedShipTo) Validate() error {
 	if e.Name == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "name", Reason: "is required"}

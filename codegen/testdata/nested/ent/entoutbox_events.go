@@ -52,8 +52,8 @@ type OrderPlacedV1Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedV1Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
@@ -71,8 +71,8 @@ type OrderPlacedV1Address struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "address" in "order.placed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "address" in "order.placed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedV1Address) Validate() error {
 	if e.Street == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "street", Reason: "is required"}
@@ -184,8 +184,8 @@ type OrderPlacedLine struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: "is required"}
@@ -235,8 +235,8 @@ type OrderPlacedLineDiscount struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[].discounts[]" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[].discounts[]" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedLineDiscount) Validate() error {
 	if e.Code == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "code", Reason: "is required"}
@@ -255,8 +255,8 @@ type OrderPlacedAddress struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "address" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "address" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedAddress) Validate() error {
 	if e.Street == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "street", Reason: "is required"}
@@ -294,8 +294,8 @@ type OrderPlacedBilling struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "billing" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "billing" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedBilling) Validate() error {
 	if e.VatID == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "vat_id", Reason: "is required"}
@@ -310,8 +310,8 @@ type OrderPlacedStock struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "stock{}" in "order.placed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "stock{}" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *OrderPlacedStock) Validate() error {
 	return nil
 }

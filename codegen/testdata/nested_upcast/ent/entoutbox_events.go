@@ -45,8 +45,8 @@ type CartChangedV1Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 1; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedV1Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 1, Field: "sku", Reason: "is required"}
@@ -86,8 +86,8 @@ type CartChangedV2Line struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 2; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedV2Line) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "sku", Reason: "is required"}
@@ -135,8 +135,8 @@ type CartChangedLine struct {
 }
 
 // Validate reports the first field of e that breaks the declaration of
-// "lines[]" in "cart.changed" version 3; the error names the
-// field within the object, and the payload's Validate puts the path before it.
+// "lines[]" in "cart.changed" version 3. The error names the
+// field within the object; the payload's Validate puts the path before it.
 func (e *CartChangedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "cart.changed", Version: 3, Field: "sku", Reason: "is required"}
