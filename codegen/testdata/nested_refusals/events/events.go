@@ -46,5 +46,36 @@ func (ItemAdded) Versions() []events.Version {
 	}
 }
 
+// Dead's object "letter" would be generated as DeadLetter, an ent type.
+type Dead struct{ events.Schema }
+
+func (Dead) Name() string      { return "dead" }
+func (Dead) Topic() string     { return "orders" }
+func (Dead) Aggregate() string { return "Order" }
+func (Dead) Versions() []events.Version {
+	return []events.Version{events.V(1, field.Object("letter", field.String("text")))}
+}
+
+// Cart's line items would be generated as CartLine, the payload of the
+// event declared after it.
+type Cart struct{ events.Schema }
+
+func (Cart) Name() string      { return "cart" }
+func (Cart) Topic() string     { return "orders" }
+func (Cart) Aggregate() string { return "Order" }
+func (Cart) Versions() []events.Version {
+	return []events.Version{events.V(1, field.Objects("lines", field.String("sku")))}
+}
+
+// CartLine is an event of its own.
+type CartLine struct{ events.Schema }
+
+func (CartLine) Name() string      { return "cart.line" }
+func (CartLine) Topic() string     { return "orders" }
+func (CartLine) Aggregate() string { return "Order" }
+func (CartLine) Versions() []events.Version {
+	return []events.Version{events.V(1, field.String("sku"))}
+}
+
 // All lists the declarations of this case.
-var All = []events.Interface{OrderPlaced{}, ItemAdded{}}
+var All = []events.Interface{OrderPlaced{}, ItemAdded{}, Dead{}, Cart{}, CartLine{}}
