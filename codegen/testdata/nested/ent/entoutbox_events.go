@@ -87,13 +87,15 @@ func (e *OrderPlacedV1Address) Validate() error {
 type OrderPlaced struct {
 	OrderID int64 `json:"order_id"`
 	// the items ordered
-	Lines      []OrderPlacedLine           `json:"lines"`
-	Address    OrderPlacedAddress          `json:"address"`
-	Billing    *OrderPlacedBilling         `json:"billing,omitzero"`
-	Tags       []string                    `json:"tags,omitzero"`
-	Attributes map[string]string           `json:"attributes,omitzero"`
-	Stock      map[string]OrderPlacedStock `json:"stock,omitzero"`
-	Grid       [][]int                     `json:"grid,omitzero"`
+	Lines      []OrderPlacedLine              `json:"lines"`
+	Address    OrderPlacedAddress             `json:"address"`
+	Billing    *OrderPlacedBilling            `json:"billing,omitzero"`
+	Tags       []string                       `json:"tags,omitzero"`
+	Attributes map[string]string              `json:"attributes,omitzero"`
+	Stock      map[string]OrderPlacedStock    `json:"stock,omitzero"`
+	Grid       [][]int                        `json:"grid,omitzero"`
+	Bundles    map[string][]OrderPlacedBundle `json:"bundles,omitzero"`
+	Slots      []map[string]OrderPlacedSlot   `json:"slots,omitzero"`
 }
 
 // Validate reports the first field of e that breaks the declaration of
@@ -148,6 +150,28 @@ func (e *OrderPlaced) Validate() error {
 			}
 		}
 	}
+	for _, k1 := range slices.Sorted(maps.Keys(e.Bundles)) {
+		v1 := e.Bundles[k1]
+		if v1 == nil {
+			return &events.ValidationError{Event: "order.placed", Version: 2, Field: fmt.Sprintf("bundles[%q]", k1), Reason: "is required (nil; give an empty list for none)"}
+		}
+		for i2, v2 := range v1 {
+			if err := v2.Validate(); err != nil {
+				return outboxNestedError(fmt.Sprintf("bundles[%q][%d]", k1, i2), err)
+			}
+		}
+	}
+	for i1, v1 := range e.Slots {
+		if v1 == nil {
+			return &events.ValidationError{Event: "order.placed", Version: 2, Field: fmt.Sprintf("slots[%d]", i1), Reason: "is required (nil; give an empty map for none)"}
+		}
+		for _, k2 := range slices.Sorted(maps.Keys(v1)) {
+			v2 := v1[k2]
+			if err := v2.Validate(); err != nil {
+				return outboxNestedError(fmt.Sprintf("slots[%d][%q]", i1, k2), err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -166,6 +190,12 @@ func (e *OrderPlaced) outboxSetDefaults() {
 	for k1, v1 := range e.Stock {
 		v1.outboxSetDefaults()
 		e.Stock[k1] = v1
+	}
+	for i1 := range e.Slots {
+		for k2, v2 := range e.Slots[i1] {
+			v2.outboxSetDefaults()
+			e.Slots[i1][k2] = v2
+		}
 	}
 }
 
@@ -337,6 +367,72 @@ func (e *OrderPlacedStock) outboxPrefill() {
 // fields an older version's payload lacks get them, in lists and maps too.
 func (e *OrderPlacedStock) UnmarshalJSON(b []byte) error {
 	type plain OrderPlacedStock // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// OrderPlacedBundle is field "bundles{}[]" of version 2 of event "order.placed".
+type OrderPlacedBundle struct {
+	Sku string `json:"sku"`
+	N   int    `json:"n"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "bundles{}[]" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *OrderPlacedBundle) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *OrderPlacedBundle) outboxPrefill() {
+	e.N = 1
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *OrderPlacedBundle) UnmarshalJSON(b []byte) error {
+	type plain OrderPlacedBundle // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// OrderPlacedSlot is field "slots[]{}" of version 2 of event "order.placed".
+type OrderPlacedSlot struct {
+	At string `json:"at"`
+	Tz string `json:"tz"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "slots[]{}" in "order.placed" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *OrderPlacedSlot) Validate() error {
+	if e.At == "" {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "at", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPlacedSlot) outboxSetDefaults() {
+	if e.Tz == "" {
+		e.Tz = "UTC"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *OrderPlacedSlot) outboxPrefill() {
+	e.Tz = "UTC"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *OrderPlacedSlot) UnmarshalJSON(b []byte) error {
+	type plain OrderPlacedSlot // without this method
 	e.outboxPrefill()
 	return json.Unmarshal(b, (*plain)(e))
 }

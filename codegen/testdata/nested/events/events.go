@@ -40,6 +40,8 @@ func (OrderPlaced) Versions() []events.Version {
 			field.Map("attributes", field.String("").MaxLen(64)).Optional(),
 			field.Map("stock", field.Object("", field.Int("on_hand"), field.Int("reserved").Nillable().Default(0))).Optional(),
 			field.List("grid", field.List("", field.Int("").Max(9))).Optional(),
+			field.Map("bundles", field.Objects("", field.String("sku"), field.Int("n").Default(1))).Optional(),
+			field.List("slots", field.Map("", field.Object("", field.String("at"), field.String("tz").Default("UTC")))).Optional(),
 		),
 	}
 }
