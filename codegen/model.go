@@ -100,6 +100,25 @@ type Version struct {
 	// of that step, which fill nested objects' defaults too.
 	NextDefaults string
 	NextFill     string
+
+	// ForwardFromPrevious: consumers of the previous version read this
+	// one (rules.go). ReadableFrom is the oldest version whose consumers
+	// read it, v itself when the step from the previous one is not
+	// forward compatible; the generated Emit writes it with the event.
+	ForwardFromPrevious bool
+	ReadableFrom        int
+}
+
+// Downcasts are the older versions Emit may write instead of the latest
+// (events.AsVersion): those whose consumers read the latest.
+func (e *Event) Downcasts() []*Version {
+	var out []*Version
+	for _, v := range e.Versions[:len(e.Versions)-1] {
+		if v.Number >= e.Latest().ReadableFrom {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // HasDefaults tells whether a field of v has a default that replaces an

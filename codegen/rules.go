@@ -269,6 +269,20 @@ func applyRules(m *Model, entries []*LockEntry, fail func(string, ...any)) {
 			if le := byKey[entryKey(e.Name, next.Number)]; le != nil {
 				le.BackwardCompatible, le.ForwardCompatible = &backward, &forward
 			}
+			next.ForwardFromPrevious = forward
+		}
+		setReadableFrom(e)
+	}
+}
+
+// setReadableFrom gives each version of e the oldest version whose
+// consumers read it: the start of the run of forward compatible steps
+// that ends at it.
+func setReadableFrom(e *Event) {
+	for i, v := range e.Versions {
+		v.ReadableFrom = v.Number
+		if i > 0 && v.ForwardFromPrevious {
+			v.ReadableFrom = e.Versions[i-1].ReadableFrom
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"maps"
 
 	"github.com/google/uuid"
@@ -21,6 +22,9 @@ type EmitConfig struct {
 	// IDTo, when set, receives the event id once Emit has accepted the
 	// event (see ReturnEventID).
 	IDTo *uuid.UUID
+	// Version, when not zero, is the version Emit writes instead of the
+	// latest (see AsVersion).
+	Version int
 }
 
 // NewEmitConfig applies opts in order.
@@ -62,3 +66,20 @@ func WithHeader(key, value string) EmitOption {
 func ReturnEventID(id *uuid.UUID) EmitOption {
 	return func(c *EmitConfig) { c.IDTo = id }
 }
+
+// AsVersion makes Emit write version n of the event instead of the latest,
+// to hold a producer back while its consumers are deployed: the generated
+// Emit downcasts the payload (encodes the latest, decodes it as version n,
+// validates it as version n). It is allowed only when consumers of version
+// n can read the latest version (every step from n on is forward
+// compatible); otherwise Emit fails with ErrVersionNotWritable and writes
+// nothing.
+func AsVersion(n int) EmitOption {
+	return func(c *EmitConfig) { c.Version = n }
+}
+
+// ErrVersionNotWritable is returned by Emit given AsVersion(n) when the
+// event cannot be written as version n: n is not declared, or a step after
+// it is not forward compatible, so consumers of version n could not read
+// what the latest says. Nothing is written.
+var ErrVersionNotWritable = errors.New("events: the event cannot be written as that version")

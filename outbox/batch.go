@@ -40,7 +40,7 @@ type Batch struct {
 }
 
 // maxBatchRows bounds the rows of one INSERT: PostgreSQL takes at most
-// 65535 parameters in a statement, and each row has 8.
+// 65535 parameters in a statement, and each row has insertColumns.
 const maxBatchRows = 1000
 
 // NewBatch returns a Batch writing to table through drv, the driver of an

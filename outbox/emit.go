@@ -19,6 +19,10 @@ type Event struct {
 	AggregateType string
 	AggregateID   string
 	Payload       []byte // JSON
+	// ReadableFrom is the oldest version whose consumers can read Payload
+	// as theirs (every step from it to Version is forward compatible); 0 or
+	// Version when only consumers of Version can. The generator computes it.
+	ReadableFrom int
 }
 
 // Row is an outbox row as the writer inserts it: an event, its id, and the
@@ -88,5 +92,6 @@ func NewMessage(ev Event, cfg events.EmitConfig) (*message.Message, error) {
 	}
 	msg := message.NewMessage(r.EventID.String(), r.Payload)
 	msg.Metadata = Metadata(r.Name, r.Version, r.AggregateType, r.AggregateID, r.Headers)
+	SetReadableFrom(msg.Metadata, r.Version, r.ReadableFrom)
 	return msg, nil
 }

@@ -19,7 +19,7 @@ import (
 func NotifyChannel(table string) string { return table }
 
 // insertColumns is how many parameters a row takes.
-const insertColumns = 8
+const insertColumns = 9
 
 // InsertQuery builds the INSERT of rows into table, in their order, as
 // Emit writes them (the compatible relay path's schema adapter uses it
@@ -33,7 +33,7 @@ func InsertQuery(table string, rows []Row) (string, []any, error) {
 		args = make([]any, 0, insertColumns*len(rows))
 	)
 	q.WriteString("WITH inserted AS (INSERT INTO " + pgsql.QuoteIdent(table) +
-		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES ")
+		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from) VALUES ")
 	for i, r := range rows {
 		headers, err := encodeHeaders(r.Headers)
 		if err != nil {
@@ -43,9 +43,9 @@ func InsertQuery(table string, rows []Row) (string, []any, error) {
 			q.WriteByte(',')
 		}
 		n := i * insertColumns
-		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
+		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb,$%d::bigint)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
 		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
-			string(r.Payload), headers)
+			string(r.Payload), headers, readableFromColumn(r.Event))
 	}
 	// One statement: the insert, and a notification the fast relay gets
 	// at commit. It returns one row per inserted row, so the rows affected

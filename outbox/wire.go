@@ -27,6 +27,23 @@ func Metadata(name string, version int, aggregateType, aggregateID string, heade
 	return md
 }
 
+// SetReadableFrom sets events.MetaReadableFrom in md when readableFrom is
+// below version: only then can an older consumer read the payload.
+func SetReadableFrom(md message.Metadata, version, readableFrom int) {
+	if readableFrom > 0 && readableFrom < version {
+		md[events.MetaReadableFrom] = strconv.Itoa(readableFrom)
+	}
+}
+
+// readableFromColumn is the readable_from column of a row: NULL unless an
+// older version's consumers can read it.
+func readableFromColumn(ev Event) any {
+	if ev.ReadableFrom > 0 && ev.ReadableFrom < ev.Version {
+		return ev.ReadableFrom
+	}
+	return nil
+}
+
 // encodeHeaders is the headers column: a JSON object, or NULL for none.
 func encodeHeaders(h map[string]string) (any, error) {
 	if len(h) == 0 {

@@ -88,9 +88,12 @@ func rowOf(topic string, msg *message.Message) (outbox.Row, error) {
 		}
 		headers[k] = v
 	}
+	// A message without (or with a garbled) readable_from is read by
+	// consumers of its own version only.
+	readableFrom, _ := strconv.Atoi(msg.Metadata.Get(events.MetaReadableFrom))
 	return outbox.Row{EventID: id, Headers: headers, Event: outbox.Event{Name: msg.Metadata.Get(events.MetaEventName),
 		Version: version, Topic: topic, AggregateType: msg.Metadata.Get(events.MetaAggregateType),
-		AggregateID: msg.Metadata.Get(events.MetaAggregateID), Payload: msg.Payload}}, nil
+		AggregateID: msg.Metadata.Get(events.MetaAggregateID), Payload: msg.Payload, ReadableFrom: readableFrom}}, nil
 }
 
 // SchemaInitializingQueries returns nothing: ent's migration owns the table.
@@ -140,7 +143,7 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	q := `SELECT * FROM (
 		WITH last_processed AS (` + next.Query + `)
 		SELECT id, transaction_id, event_id, event_name, event_version, topic,
-			aggregate_type, aggregate_id, payload, headers, created_at
+			aggregate_type, aggregate_id, payload, headers, created_at, readable_from
 		FROM ` + s.table() + `
 		WHERE (
 			(transaction_id = (SELECT last_processed_transaction_id FROM last_processed)
@@ -172,9 +175,10 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		payload   []byte
 		headersJS []byte
 		createdAt time.Time
+		readable  stdsql.NullInt64
 	)
 	if err := params.Row.Scan(&r.Offset, &txID, &eventID, &name, &version, &topic,
-		&aggType, &aggID, &payload, &headersJS, &createdAt); err != nil {
+		&aggType, &aggID, &payload, &headersJS, &createdAt, &readable); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
 	md, rowErr := outbox.DecodeHeaders(headersJS)
@@ -182,6 +186,7 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		rowErr = checkRow(name, topic, aggID)
 	}
 	md = outbox.Metadata(name, version, aggType, aggID, md)
+	outbox.SetReadableFrom(md, version, int(readable.Int64))
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
 	s.CloudEvents.set(md, eventID, name, version, createdAt)
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})

@@ -374,6 +374,7 @@ func (sub *subscription) maySend() bool {
 // message builds the Watermill message of r.
 func (sub *subscription) message(r *row) *message.Message {
 	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
+	outbox.SetReadableFrom(md, r.version, r.readableFrom)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
 	md[MetaTopic] = r.topic
 	sub.s.cfg.CloudEvents.set(md, r.eventID.String(), r.name, r.version, r.createdAt)

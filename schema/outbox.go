@@ -45,6 +45,11 @@ func (Outbox) Fields() []ent.Field {
 			SchemaType(jsonb()).Comment("the event payload as queryable JSON"),
 		field.JSON("headers", map[string]string{}).Optional().
 			SchemaType(jsonb()).Comment("message metadata: trace context, correlation ids"),
+		// readable_from is the oldest version whose consumers can read the
+		// payload as theirs; NULL when only consumers of event_version can.
+		// It lets a consumer one version behind handle a newer event during
+		// a rolling deploy.
+		field.Int("readable_from").Optional().Nillable().Immutable().Positive(),
 		field.Time("created_at").Default(time.Now).Immutable().
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
 		// transaction_id lets the compatible (watermill-sql) read path order

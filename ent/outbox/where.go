@@ -85,6 +85,11 @@ func AggregateID(v string) predicate.Outbox {
 	return predicate.Outbox(sql.FieldEQ(FieldAggregateID, v))
 }
 
+// ReadableFrom applies equality check predicate on the "readable_from" field. It's identical to ReadableFromEQ.
+func ReadableFrom(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldEQ(FieldReadableFrom, v))
+}
+
 // CreatedAt applies equality check predicate on the "created_at" field. It's identical to CreatedAtEQ.
 func CreatedAt(v time.Time) predicate.Outbox {
 	return predicate.Outbox(sql.FieldEQ(FieldCreatedAt, v))
@@ -463,6 +468,56 @@ func HeadersIsNil() predicate.Outbox {
 // HeadersNotNil applies the NotNil predicate on the "headers" field.
 func HeadersNotNil() predicate.Outbox {
 	return predicate.Outbox(sql.FieldNotNull(FieldHeaders))
+}
+
+// ReadableFromEQ applies the EQ predicate on the "readable_from" field.
+func ReadableFromEQ(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldEQ(FieldReadableFrom, v))
+}
+
+// ReadableFromNEQ applies the NEQ predicate on the "readable_from" field.
+func ReadableFromNEQ(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldNEQ(FieldReadableFrom, v))
+}
+
+// ReadableFromIn applies the In predicate on the "readable_from" field.
+func ReadableFromIn(vs ...int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldIn(FieldReadableFrom, vs...))
+}
+
+// ReadableFromNotIn applies the NotIn predicate on the "readable_from" field.
+func ReadableFromNotIn(vs ...int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldNotIn(FieldReadableFrom, vs...))
+}
+
+// ReadableFromGT applies the GT predicate on the "readable_from" field.
+func ReadableFromGT(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldGT(FieldReadableFrom, v))
+}
+
+// ReadableFromGTE applies the GTE predicate on the "readable_from" field.
+func ReadableFromGTE(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldGTE(FieldReadableFrom, v))
+}
+
+// ReadableFromLT applies the LT predicate on the "readable_from" field.
+func ReadableFromLT(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldLT(FieldReadableFrom, v))
+}
+
+// ReadableFromLTE applies the LTE predicate on the "readable_from" field.
+func ReadableFromLTE(v int) predicate.Outbox {
+	return predicate.Outbox(sql.FieldLTE(FieldReadableFrom, v))
+}
+
+// ReadableFromIsNil applies the IsNil predicate on the "readable_from" field.
+func ReadableFromIsNil() predicate.Outbox {
+	return predicate.Outbox(sql.FieldIsNull(FieldReadableFrom))
+}
+
+// ReadableFromNotNil applies the NotNil predicate on the "readable_from" field.
+func ReadableFromNotNil() predicate.Outbox {
+	return predicate.Outbox(sql.FieldNotNull(FieldReadableFrom))
 }
 
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.

@@ -83,6 +83,11 @@ func (e *OrderPaid) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -92,14 +97,49 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.paid", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastOrderPaid(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
-		Version:       2,
+		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastOrderPaid turns an encoded latest "order.paid" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &OrderPaidV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.paid", n, n, 2, 1)
 }
 
 // ProfileUpdated is the payload of version 1 of event "profile.updated", the version producers emit.
@@ -164,6 +204,9 @@ func (ProfileUpdated) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 1 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -172,14 +215,34 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "profile.updated", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 1, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastProfileUpdated(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "profile.updated",
-		Version:       1,
+		Version:       version,
 		Topic:         "profiles",
 		AggregateType: "Profile",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastProfileUpdated turns an encoded latest "profile.updated" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastProfileUpdated(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 1 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "profile.updated", n, n, 1, 1)
 }
 
 // PriceChangedV1 is the payload of version 1 of event "price.changed".
@@ -268,6 +331,9 @@ func (e *PriceChanged) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 3 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string, e PriceChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -277,14 +343,34 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "price.changed", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 3, 3
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastPriceChanged(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "price.changed",
-		Version:       3,
+		Version:       version,
 		Topic:         "catalog",
 		AggregateType: "Product",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastPriceChanged turns an encoded latest "price.changed" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastPriceChanged(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "price.changed", n, 3)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "price.changed", n, n, 3, 3)
 }
 
 // OrderPlacedV1 is the payload of version 1 of event "order.placed".
@@ -521,6 +607,11 @@ func (e *OrderPlacedAttribute) Validate() error {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -530,14 +621,49 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.placed", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastOrderPlaced(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.placed",
-		Version:       2,
+		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastOrderPlaced turns an encoded latest "order.placed" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &OrderPlacedV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.placed", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.placed", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.placed", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.placed", n, n, 2, 1)
 }
 
 // CartChangedV1 is the payload of version 1 of event "cart.changed".
@@ -701,6 +827,9 @@ func (e *CartChangedLine) UnmarshalJSON(b []byte) error {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 3 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, e CartChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -710,14 +839,34 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "cart.changed", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 3, 3
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastCartChanged(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "cart.changed",
-		Version:       3,
+		Version:       version,
 		Topic:         "carts",
 		AggregateType: "Cart",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastCartChanged turns an encoded latest "cart.changed" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastCartChanged(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "cart.changed", n, 3)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "cart.changed", n, n, 3, 3)
 }
 
 // outboxNestedError puts the path of a nested object before the field its
@@ -733,12 +882,12 @@ func outboxNestedError(at string, err error) error {
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

@@ -35,6 +35,8 @@ type Outbox struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// message metadata: trace context, correlation ids
 	Headers map[string]string `json:"headers,omitempty"`
+	// ReadableFrom holds the value of the "readable_from" field.
+	ReadableFrom *int `json:"readable_from,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt time.Time `json:"created_at,omitempty"`
 	// TransactionID holds the value of the "transaction_id" field.
@@ -57,7 +59,7 @@ func (*Outbox) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case outbox.FieldPayload, outbox.FieldHeaders:
 			values[i] = new([]byte)
-		case outbox.FieldID, outbox.FieldEventVersion, outbox.FieldTransactionID, outbox.FieldAttempts:
+		case outbox.FieldID, outbox.FieldEventVersion, outbox.FieldReadableFrom, outbox.FieldTransactionID, outbox.FieldAttempts:
 			values[i] = new(sql.NullInt64)
 		case outbox.FieldEventName, outbox.FieldTopic, outbox.FieldAggregateType, outbox.FieldAggregateID, outbox.FieldLastError:
 			values[i] = new(sql.NullString)
@@ -137,6 +139,13 @@ func (_m *Outbox) assignValues(columns []string, values []any) error {
 				if err := json.Unmarshal(*value, &_m.Headers); err != nil {
 					return fmt.Errorf("unmarshal field headers: %w", err)
 				}
+			}
+		case outbox.FieldReadableFrom:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field readable_from", values[i])
+			} else if value.Valid {
+				_m.ReadableFrom = new(int)
+				*_m.ReadableFrom = int(value.Int64)
 			}
 		case outbox.FieldCreatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
@@ -234,6 +243,11 @@ func (_m *Outbox) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("headers=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Headers))
+	builder.WriteString(", ")
+	if v := _m.ReadableFrom; v != nil {
+		builder.WriteString("readable_from=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("created_at=")
 	builder.WriteString(_m.CreatedAt.Format(time.ANSIC))

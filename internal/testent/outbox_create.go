@@ -70,6 +70,20 @@ func (_c *OutboxCreate) SetHeaders(v map[string]string) *OutboxCreate {
 	return _c
 }
 
+// SetReadableFrom sets the "readable_from" field.
+func (_c *OutboxCreate) SetReadableFrom(v int) *OutboxCreate {
+	_c.mutation.SetReadableFrom(v)
+	return _c
+}
+
+// SetNillableReadableFrom sets the "readable_from" field if the given value is not nil.
+func (_c *OutboxCreate) SetNillableReadableFrom(v *int) *OutboxCreate {
+	if v != nil {
+		_c.SetReadableFrom(*v)
+	}
+	return _c
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (_c *OutboxCreate) SetCreatedAt(v time.Time) *OutboxCreate {
 	_c.mutation.SetCreatedAt(v)
@@ -237,6 +251,11 @@ func (_c *OutboxCreate) check() error {
 	if _, ok := _c.mutation.Payload(); !ok {
 		return &ValidationError{Name: "payload", err: errors.New(`testent: missing required field "Outbox.payload"`)}
 	}
+	if v, ok := _c.mutation.ReadableFrom(); ok {
+		if err := outbox.ReadableFromValidator(v); err != nil {
+			return &ValidationError{Name: "readable_from", err: fmt.Errorf(`testent: validator failed for field "Outbox.readable_from": %w`, err)}
+		}
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`testent: missing required field "Outbox.created_at"`)}
 	}
@@ -314,6 +333,10 @@ func (_c *OutboxCreate) createSpec() (*Outbox, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.Headers(); ok {
 		_spec.SetField(outbox.FieldHeaders, field.TypeJSON, value)
 		_node.Headers = value
+	}
+	if value, ok := _c.mutation.ReadableFrom(); ok {
+		_spec.SetField(outbox.FieldReadableFrom, field.TypeInt, value)
+		_node.ReadableFrom = &value
 	}
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(outbox.FieldCreatedAt, field.TypeTime, value)

@@ -2492,6 +2492,8 @@ type OutboxMutation struct {
 	payload           *json.RawMessage
 	appendpayload     json.RawMessage
 	headers           *map[string]string
+	readable_from     *int
+	addreadable_from  *int
 	created_at        *time.Time
 	transaction_id    *uint64
 	addtransaction_id *int64
@@ -2946,6 +2948,76 @@ func (m *OutboxMutation) ResetHeaders() {
 	delete(m.clearedFields, outbox.FieldHeaders)
 }
 
+// SetReadableFrom sets the "readable_from" field.
+func (m *OutboxMutation) SetReadableFrom(i int) {
+	m.readable_from = &i
+	m.addreadable_from = nil
+}
+
+// ReadableFrom returns the value of the "readable_from" field in the mutation.
+func (m *OutboxMutation) ReadableFrom() (r int, exists bool) {
+	v := m.readable_from
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReadableFrom returns the old "readable_from" field's value of the Outbox entity.
+// If the Outbox object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OutboxMutation) OldReadableFrom(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReadableFrom is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReadableFrom requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReadableFrom: %w", err)
+	}
+	return oldValue.ReadableFrom, nil
+}
+
+// AddReadableFrom adds i to the "readable_from" field.
+func (m *OutboxMutation) AddReadableFrom(i int) {
+	if m.addreadable_from != nil {
+		*m.addreadable_from += i
+	} else {
+		m.addreadable_from = &i
+	}
+}
+
+// AddedReadableFrom returns the value that was added to the "readable_from" field in this mutation.
+func (m *OutboxMutation) AddedReadableFrom() (r int, exists bool) {
+	v := m.addreadable_from
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearReadableFrom clears the value of the "readable_from" field.
+func (m *OutboxMutation) ClearReadableFrom() {
+	m.readable_from = nil
+	m.addreadable_from = nil
+	m.clearedFields[outbox.FieldReadableFrom] = struct{}{}
+}
+
+// ReadableFromCleared returns if the "readable_from" field was cleared in this mutation.
+func (m *OutboxMutation) ReadableFromCleared() bool {
+	_, ok := m.clearedFields[outbox.FieldReadableFrom]
+	return ok
+}
+
+// ResetReadableFrom resets all changes to the "readable_from" field.
+func (m *OutboxMutation) ResetReadableFrom() {
+	m.readable_from = nil
+	m.addreadable_from = nil
+	delete(m.clearedFields, outbox.FieldReadableFrom)
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (m *OutboxMutation) SetCreatedAt(t time.Time) {
 	m.created_at = &t
@@ -3276,7 +3348,7 @@ func (m *OutboxMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *OutboxMutation) Fields() []string {
-	fields := make([]string, 0, 14)
+	fields := make([]string, 0, 15)
 	if m.event_id != nil {
 		fields = append(fields, outbox.FieldEventID)
 	}
@@ -3300,6 +3372,9 @@ func (m *OutboxMutation) Fields() []string {
 	}
 	if m.headers != nil {
 		fields = append(fields, outbox.FieldHeaders)
+	}
+	if m.readable_from != nil {
+		fields = append(fields, outbox.FieldReadableFrom)
 	}
 	if m.created_at != nil {
 		fields = append(fields, outbox.FieldCreatedAt)
@@ -3343,6 +3418,8 @@ func (m *OutboxMutation) Field(name string) (ent.Value, bool) {
 		return m.Payload()
 	case outbox.FieldHeaders:
 		return m.Headers()
+	case outbox.FieldReadableFrom:
+		return m.ReadableFrom()
 	case outbox.FieldCreatedAt:
 		return m.CreatedAt()
 	case outbox.FieldTransactionID:
@@ -3380,6 +3457,8 @@ func (m *OutboxMutation) OldField(ctx context.Context, name string) (ent.Value, 
 		return m.OldPayload(ctx)
 	case outbox.FieldHeaders:
 		return m.OldHeaders(ctx)
+	case outbox.FieldReadableFrom:
+		return m.OldReadableFrom(ctx)
 	case outbox.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
 	case outbox.FieldTransactionID:
@@ -3457,6 +3536,13 @@ func (m *OutboxMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetHeaders(v)
 		return nil
+	case outbox.FieldReadableFrom:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReadableFrom(v)
+		return nil
 	case outbox.FieldCreatedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -3510,6 +3596,9 @@ func (m *OutboxMutation) AddedFields() []string {
 	if m.addevent_version != nil {
 		fields = append(fields, outbox.FieldEventVersion)
 	}
+	if m.addreadable_from != nil {
+		fields = append(fields, outbox.FieldReadableFrom)
+	}
 	if m.addtransaction_id != nil {
 		fields = append(fields, outbox.FieldTransactionID)
 	}
@@ -3526,6 +3615,8 @@ func (m *OutboxMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case outbox.FieldEventVersion:
 		return m.AddedEventVersion()
+	case outbox.FieldReadableFrom:
+		return m.AddedReadableFrom()
 	case outbox.FieldTransactionID:
 		return m.AddedTransactionID()
 	case outbox.FieldAttempts:
@@ -3545,6 +3636,13 @@ func (m *OutboxMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddEventVersion(v)
+		return nil
+	case outbox.FieldReadableFrom:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddReadableFrom(v)
 		return nil
 	case outbox.FieldTransactionID:
 		v, ok := value.(int64)
@@ -3571,6 +3669,9 @@ func (m *OutboxMutation) ClearedFields() []string {
 	if m.FieldCleared(outbox.FieldHeaders) {
 		fields = append(fields, outbox.FieldHeaders)
 	}
+	if m.FieldCleared(outbox.FieldReadableFrom) {
+		fields = append(fields, outbox.FieldReadableFrom)
+	}
 	if m.FieldCleared(outbox.FieldTransactionID) {
 		fields = append(fields, outbox.FieldTransactionID)
 	}
@@ -3596,6 +3697,9 @@ func (m *OutboxMutation) ClearField(name string) error {
 	switch name {
 	case outbox.FieldHeaders:
 		m.ClearHeaders()
+		return nil
+	case outbox.FieldReadableFrom:
+		m.ClearReadableFrom()
 		return nil
 	case outbox.FieldTransactionID:
 		m.ClearTransactionID()
@@ -3637,6 +3741,9 @@ func (m *OutboxMutation) ResetField(name string) error {
 		return nil
 	case outbox.FieldHeaders:
 		m.ResetHeaders()
+		return nil
+	case outbox.FieldReadableFrom:
+		m.ResetReadableFrom()
 		return nil
 	case outbox.FieldCreatedAt:
 		m.ResetCreatedAt()

@@ -175,6 +175,9 @@ func (_u *OutboxUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.HeadersCleared() {
 		_spec.ClearField(outbox.FieldHeaders, field.TypeJSON)
 	}
+	if _u.mutation.ReadableFromCleared() {
+		_spec.ClearField(outbox.FieldReadableFrom, field.TypeInt)
+	}
 	if _u.mutation.TransactionIDCleared() {
 		_spec.ClearField(outbox.FieldTransactionID, field.TypeUint64)
 	}
@@ -395,6 +398,9 @@ func (_u *OutboxUpdateOne) sqlSave(ctx context.Context) (_node *Outbox, err erro
 	}
 	if _u.mutation.HeadersCleared() {
 		_spec.ClearField(outbox.FieldHeaders, field.TypeJSON)
+	}
+	if _u.mutation.ReadableFromCleared() {
+		_spec.ClearField(outbox.FieldReadableFrom, field.TypeInt)
 	}
 	if _u.mutation.TransactionIDCleared() {
 		_spec.ClearField(outbox.FieldTransactionID, field.TypeUint64)

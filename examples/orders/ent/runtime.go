@@ -42,16 +42,20 @@ func init() {
 	outboxDescEventVersion := outboxFields[3].Descriptor()
 	// outbox.EventVersionValidator is a validator for the "event_version" field. It is called by the builders before save.
 	outbox.EventVersionValidator = outboxDescEventVersion.Validators[0].(func(int) error)
+	// outboxDescReadableFrom is the schema descriptor for readable_from field.
+	outboxDescReadableFrom := outboxFields[9].Descriptor()
+	// outbox.ReadableFromValidator is a validator for the "readable_from" field. It is called by the builders before save.
+	outbox.ReadableFromValidator = outboxDescReadableFrom.Validators[0].(func(int) error)
 	// outboxDescCreatedAt is the schema descriptor for created_at field.
-	outboxDescCreatedAt := outboxFields[9].Descriptor()
+	outboxDescCreatedAt := outboxFields[10].Descriptor()
 	// outbox.DefaultCreatedAt holds the default value on creation for the created_at field.
 	outbox.DefaultCreatedAt = outboxDescCreatedAt.Default.(func() time.Time)
 	// outboxDescAvailableAt is the schema descriptor for available_at field.
-	outboxDescAvailableAt := outboxFields[11].Descriptor()
+	outboxDescAvailableAt := outboxFields[12].Descriptor()
 	// outbox.DefaultAvailableAt holds the default value on creation for the available_at field.
 	outbox.DefaultAvailableAt = outboxDescAvailableAt.Default.(func() time.Time)
 	// outboxDescAttempts is the schema descriptor for attempts field.
-	outboxDescAttempts := outboxFields[12].Descriptor()
+	outboxDescAttempts := outboxFields[13].Descriptor()
 	// outbox.DefaultAttempts holds the default value on creation for the attempts field.
 	outbox.DefaultAttempts = outboxDescAttempts.Default.(int)
 	// outbox.AttemptsValidator is a validator for the "attempts" field. It is called by the builders before save.

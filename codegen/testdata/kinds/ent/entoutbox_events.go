@@ -145,6 +145,9 @@ func (e *ProfileUpdated) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 1 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -154,23 +157,43 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "profile.updated", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 1, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastProfileUpdated(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "profile.updated",
-		Version:       1,
+		Version:       version,
 		Topic:         "profiles",
 		AggregateType: "Profile",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastProfileUpdated turns an encoded latest "profile.updated" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastProfileUpdated(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 1 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "profile.updated", n, n, 1, 1)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

@@ -447,6 +447,11 @@ func (e *OrderPlacedSlot) UnmarshalJSON(b []byte) error {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -456,14 +461,49 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.placed", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastOrderPlaced(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.placed",
-		Version:       2,
+		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastOrderPlaced turns an encoded latest "order.placed" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &OrderPlacedV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.placed", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.placed", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.placed", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.placed", n, n, 2, 1)
 }
 
 // outboxNestedError puts the path of a nested object before the field its
@@ -479,12 +519,12 @@ func outboxNestedError(at string, err error) error {
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

@@ -72,6 +72,11 @@ func (e *FieldAddOptional) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID string, e FieldAddOptional, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -81,14 +86,49 @@ func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID str
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_add_optional", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldAddOptional(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_add_optional",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastFieldAddOptional turns an encoded latest "field_add_optional" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastFieldAddOptional(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &FieldAddOptionalV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_add_optional", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_add_optional", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "field_add_optional", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_add_optional", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_add_optional", n, n, 2, 1)
 }
 
 // FieldRelaxV1 is the payload of version 1 of event "field_relax".
@@ -138,6 +178,9 @@ func (FieldRelax) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID string, e FieldRelax, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -146,14 +189,34 @@ func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID string, e
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_relax", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldRelax(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_relax",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastFieldRelax turns an encoded latest "field_relax" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastFieldRelax(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_relax", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_relax", n, n, 2, 2)
 }
 
 // EnumValueAddV1 is the payload of version 1 of event "enum_value_add".
@@ -212,6 +275,9 @@ func (EnumValueAdd) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID string, e EnumValueAdd, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -220,14 +286,34 @@ func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID string,
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "enum_value_add", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastEnumValueAdd(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "enum_value_add",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastEnumValueAdd turns an encoded latest "enum_value_add" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastEnumValueAdd(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "enum_value_add", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "enum_value_add", n, n, 2, 2)
 }
 
 // BoundsLoosenV1 is the payload of version 1 of event "bounds_loosen".
@@ -300,6 +386,9 @@ func (BoundsLoosen) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID string, e BoundsLoosen, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -308,14 +397,34 @@ func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID string,
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "bounds_loosen", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastBoundsLoosen(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "bounds_loosen",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastBoundsLoosen turns an encoded latest "bounds_loosen" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastBoundsLoosen(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_loosen", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "bounds_loosen", n, n, 2, 2)
 }
 
 // BoundsTightenV1 is the payload of version 1 of event "bounds_tighten".
@@ -382,6 +491,11 @@ func (BoundsTighten) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string, e BoundsTighten, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -390,14 +504,49 @@ func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "bounds_tighten", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastBoundsTighten(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "bounds_tighten",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastBoundsTighten turns an encoded latest "bounds_tighten" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastBoundsTighten(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &BoundsTightenV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "bounds_tighten", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "bounds_tighten", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "bounds_tighten", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_tighten", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "bounds_tighten", n, n, 2, 1)
 }
 
 // DefaultChangeV1 is the payload of version 1 of event "default_change".
@@ -458,6 +607,11 @@ func (e *DefaultChange) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string, e DefaultChange, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -467,14 +621,49 @@ func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "default_change", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastDefaultChange(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "default_change",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastDefaultChange turns an encoded latest "default_change" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastDefaultChange(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &DefaultChangeV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "default_change", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "default_change", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "default_change", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "default_change", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "default_change", n, n, 2, 1)
 }
 
 // DraftedV1 is the payload of version 1 of event "drafted".
@@ -520,6 +709,11 @@ func (Drafted) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Drafted, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -528,23 +722,58 @@ func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Dr
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "drafted", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastDrafted(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "drafted",
-		Version:       2,
+		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastDrafted turns an encoded latest "drafted" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastDrafted(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &DraftedV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "drafted", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "drafted", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "drafted", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "drafted", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "drafted", n, n, 2, 1)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

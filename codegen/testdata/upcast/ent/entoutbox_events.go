@@ -100,6 +100,9 @@ func (e *PriceChanged) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 3 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string, e PriceChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -109,23 +112,43 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "price.changed", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 3, 3
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastPriceChanged(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "price.changed",
-		Version:       3,
+		Version:       version,
 		Topic:         "catalog",
 		AggregateType: "Product",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastPriceChanged turns an encoded latest "price.changed" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastPriceChanged(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "price.changed", n, 3)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "price.changed", n, n, 3, 3)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

@@ -93,6 +93,11 @@ func (e *OrderPaid) outboxPrefill() {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 3
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -102,14 +107,62 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.paid", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 3, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastOrderPaid(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
-		Version:       3,
+		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastOrderPaid turns an encoded latest "order.paid" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &OrderPaidV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
+		}
+		return b, 1, nil
+	case 2:
+		old := &OrderPaidV2{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "order.paid", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 3)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.paid", n, n, 3, 1)
 }
 
 // OrderShipped is the payload of version 1 of event "order.shipped", the version producers emit.
@@ -142,6 +195,9 @@ func (OrderShipped) OutboxEvent() (name string, version int) {
 // breaks its declaration, or the header or aggregate id that no broker can
 // carry (see events.CheckHeader); none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 1 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string, e OrderShipped, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -150,23 +206,43 @@ func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string,
 	if err != nil {
 		return fmt.Errorf("entoutbox: encoding %q payload: %w", "order.shipped", err)
 	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 1, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastOrderShipped(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.shipped",
-		Version:       1,
+		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
 		AggregateID:   aggregateID,
 		Payload:       payload,
-	}, opts)
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastOrderShipped turns an encoded latest "order.shipped" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastOrderShipped(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 1 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.shipped", n, 1)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.shipped", n, n, 1, 1)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
-func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, opts []events.EmitOption) error {
+func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg events.EmitConfig) error {
 	b, err := c.outboxBatch()
 	if err != nil {
 		return err
 	}
-	return b.Add(ctx, ev, events.NewEmitConfig(opts...))
+	return b.Add(ctx, ev, cfg)
 }
 
 // outboxBatches holds the batch of every open transaction that emitted.

@@ -84,6 +84,7 @@ var (
 		{Name: "aggregate_id", Type: field.TypeString},
 		{Name: "payload", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
+		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
 		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
 		{Name: "available_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
@@ -108,7 +109,7 @@ var (
 			{
 				Name:    "outbox_events_commit_order",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[10], OutboxEventsColumns[0]},
+				Columns: []*schema.Column{OutboxEventsColumns[11], OutboxEventsColumns[0]},
 			},
 		},
 	}

@@ -29,6 +29,8 @@ const (
 	FieldPayload = "payload"
 	// FieldHeaders holds the string denoting the headers field in the database.
 	FieldHeaders = "headers"
+	// FieldReadableFrom holds the string denoting the readable_from field in the database.
+	FieldReadableFrom = "readable_from"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
 	// FieldTransactionID holds the string denoting the transaction_id field in the database.
@@ -56,6 +58,7 @@ var Columns = []string{
 	FieldAggregateID,
 	FieldPayload,
 	FieldHeaders,
+	FieldReadableFrom,
 	FieldCreatedAt,
 	FieldTransactionID,
 	FieldAvailableAt,
@@ -77,6 +80,8 @@ func ValidColumn(column string) bool {
 var (
 	// EventVersionValidator is a validator for the "event_version" field. It is called by the builders before save.
 	EventVersionValidator func(int) error
+	// ReadableFromValidator is a validator for the "readable_from" field. It is called by the builders before save.
+	ReadableFromValidator func(int) error
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 	// DefaultAvailableAt holds the default value on creation for the "available_at" field.
@@ -123,6 +128,11 @@ func ByAggregateType(opts ...sql.OrderTermOption) OrderOption {
 // ByAggregateID orders the results by the aggregate_id field.
 func ByAggregateID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldAggregateID, opts...).ToFunc()
+}
+
+// ByReadableFrom orders the results by the readable_from field.
+func ByReadableFrom(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldReadableFrom, opts...).ToFunc()
 }
 
 // ByCreatedAt orders the results by the created_at field.
