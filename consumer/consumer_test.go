@@ -234,7 +234,8 @@ func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
 		reasons[dl.AggregateID] = dl.Reason
 	}
 	require.Equal(t, map[string]string{
-		"1": `event "order.paid" version 3 is newer than the newest this code knows (2)`,
+		"1": "event \"order.paid\" version 3 is newer than the newest this code knows (2) and not readable as version 2; " +
+			"deploy the consumer that knows it, then `entoutbox dead-letters retry`",
 		"2": `unknown event "order.refunded" (version 2): this code declares no such event`,
 		"3": `decoding "order.paid" version 2 payload: invalid character 'o' in literal null (expecting 'u')`,
 		"4": `events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,10 +175,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 	if fn == nil {
 		return nil // an event on the topic this consumer does not handle
 	}
-	if m.Version > typ.Latest {
-		return setAside(fmt.Sprintf("event %q version %d is newer than the newest this code knows (%d)", m.Name, m.Version, typ.Latest), 0, 0)
-	}
-	payload, err := typ.Decode(m.Version, msg.Payload)
+	payload, err := decode(typ, m, msg)
 	if err != nil {
 		return setAside(err.Error(), 0, 0)
 	}
@@ -207,6 +205,27 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		case <-time.After(s.cfg.backoff(attempt)):
 		}
 	}
+}
+
+// decode turns msg's payload into typ's latest version. A version newer
+// than this code knows, from a producer deployed first, is read as the
+// latest when the producer says consumers of it can (events.MetaReadableFrom:
+// every step since is forward compatible, so the unknown fields are
+// ignored); otherwise it is refused with what the operator does.
+func decode(typ EventType, m events.Meta, msg *message.Message) (any, error) {
+	if m.Version <= typ.Latest {
+		return typ.Decode(m.Version, msg.Payload)
+	}
+	from, err := strconv.Atoi(msg.Metadata.Get(events.MetaReadableFrom))
+	if err != nil || from < 1 || from > typ.Latest {
+		return nil, fmt.Errorf("event %q version %d is newer than the newest this code knows (%d) and not readable as version %d; "+
+			"deploy the consumer that knows it, then `entoutbox dead-letters retry`", m.Name, m.Version, typ.Latest, typ.Latest)
+	}
+	payload, err := typ.Decode(typ.Latest, msg.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("event %q version %d read as version %d: %w", m.Name, m.Version, typ.Latest, err)
+	}
+	return payload, nil
 }
 
 // For generated code. RecordProcessed inserts (consumer, event id) into the
