@@ -19,7 +19,8 @@ import (
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
 // together, so the event is tried again. Older versions reach the handler
-// upcast to the latest; what cannot be handled goes to the dead letters.
+// upcast to the latest, newer ones readable as the latest decoded as it;
+// what cannot be handled goes to the dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -59,8 +60,11 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 }
 
 // OrderPaidHandler handles event "order.paid". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
 // RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
@@ -104,8 +108,11 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 }
 
 // ProfileUpdatedHandler handles event "profile.updated". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type ProfileUpdatedHandler func(ctx context.Context, tx *Tx, e *ProfileUpdated, m events.Meta) error
 
 // RegisterProfileUpdated registers fn as consumerName's handler of "profile.updated".
@@ -147,8 +154,11 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 }
 
 // PriceChangedHandler handles event "price.changed". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type PriceChangedHandler func(ctx context.Context, tx *Tx, e *PriceChanged, m events.Meta) error
 
 // RegisterPriceChanged registers fn as consumerName's handler of "price.changed".
@@ -211,8 +221,11 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 }
 
 // OrderPlacedHandler handles event "order.placed". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderPlacedHandler func(ctx context.Context, tx *Tx, e *OrderPlaced, m events.Meta) error
 
 // RegisterOrderPlaced registers fn as consumerName's handler of "order.placed".
@@ -256,8 +269,11 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 }
 
 // CartChangedHandler handles event "cart.changed". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type CartChangedHandler func(ctx context.Context, tx *Tx, e *CartChanged, m events.Meta) error
 
 // RegisterCartChanged registers fn as consumerName's handler of "cart.changed".

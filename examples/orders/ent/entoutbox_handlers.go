@@ -18,7 +18,8 @@ import (
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
 // together, so the event is tried again. Older versions reach the handler
-// upcast to the latest; what cannot be handled goes to the dead letters.
+// upcast to the latest, newer ones readable as the latest decoded as it;
+// what cannot be handled goes to the dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -56,8 +57,11 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 }
 
 // OrderPlacedHandler handles event "order.placed". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderPlacedHandler func(ctx context.Context, tx *Tx, e *OrderPlaced, m events.Meta) error
 
 // RegisterOrderPlaced registers fn as consumerName's handler of "order.placed".
@@ -101,8 +105,11 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 }
 
 // OrderPaidHandler handles event "order.paid". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
 // RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
@@ -146,8 +153,11 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 }
 
 // OrderCancelledHandler handles event "order.cancelled". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderCancelledHandler func(ctx context.Context, tx *Tx, e *OrderCancelled, m events.Meta) error
 
 // RegisterOrderCancelled registers fn as consumerName's handler of "order.cancelled".

@@ -18,7 +18,8 @@ import (
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
 // together, so the event is tried again. Older versions reach the handler
-// upcast to the latest; what cannot be handled goes to the dead letters.
+// upcast to the latest, newer ones readable as the latest decoded as it;
+// what cannot be handled goes to the dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -54,8 +55,11 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 }
 
 // ProfileUpdatedHandler handles event "profile.updated". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type ProfileUpdatedHandler func(ctx context.Context, tx *Tx, e *ProfileUpdated, m events.Meta) error
 
 // RegisterProfileUpdated registers fn as consumerName's handler of "profile.updated".

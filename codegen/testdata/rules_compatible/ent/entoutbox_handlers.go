@@ -18,7 +18,8 @@ import (
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
 // together, so the event is tried again. Older versions reach the handler
-// upcast to the latest; what cannot be handled goes to the dead letters.
+// upcast to the latest, newer ones readable as the latest decoded as it;
+// what cannot be handled goes to the dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -60,8 +61,11 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 }
 
 // FieldAddOptionalHandler handles event "field_add_optional". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type FieldAddOptionalHandler func(ctx context.Context, tx *Tx, e *FieldAddOptional, m events.Meta) error
 
 // RegisterFieldAddOptional registers fn as consumerName's handler of "field_add_optional".
@@ -105,8 +109,11 @@ func outboxDecodeFieldAddOptional(version int, payload []byte) (any, error) {
 }
 
 // FieldRelaxHandler handles event "field_relax". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type FieldRelaxHandler func(ctx context.Context, tx *Tx, e *FieldRelax, m events.Meta) error
 
 // RegisterFieldRelax registers fn as consumerName's handler of "field_relax".
@@ -148,8 +155,11 @@ func outboxDecodeFieldRelax(version int, payload []byte) (any, error) {
 }
 
 // EnumValueAddHandler handles event "enum_value_add". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type EnumValueAddHandler func(ctx context.Context, tx *Tx, e *EnumValueAdd, m events.Meta) error
 
 // RegisterEnumValueAdd registers fn as consumerName's handler of "enum_value_add".
@@ -191,8 +201,11 @@ func outboxDecodeEnumValueAdd(version int, payload []byte) (any, error) {
 }
 
 // BoundsLoosenHandler handles event "bounds_loosen". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type BoundsLoosenHandler func(ctx context.Context, tx *Tx, e *BoundsLoosen, m events.Meta) error
 
 // RegisterBoundsLoosen registers fn as consumerName's handler of "bounds_loosen".
@@ -234,8 +247,11 @@ func outboxDecodeBoundsLoosen(version int, payload []byte) (any, error) {
 }
 
 // BoundsTightenHandler handles event "bounds_tighten". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type BoundsTightenHandler func(ctx context.Context, tx *Tx, e *BoundsTighten, m events.Meta) error
 
 // RegisterBoundsTighten registers fn as consumerName's handler of "bounds_tighten".
@@ -277,8 +293,11 @@ func outboxDecodeBoundsTighten(version int, payload []byte) (any, error) {
 }
 
 // DefaultChangeHandler handles event "default_change". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type DefaultChangeHandler func(ctx context.Context, tx *Tx, e *DefaultChange, m events.Meta) error
 
 // RegisterDefaultChange registers fn as consumerName's handler of "default_change".
@@ -322,8 +341,11 @@ func outboxDecodeDefaultChange(version int, payload []byte) (any, error) {
 }
 
 // DraftedHandler handles event "drafted". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type DraftedHandler func(ctx context.Context, tx *Tx, e *Drafted, m events.Meta) error
 
 // RegisterDrafted registers fn as consumerName's handler of "drafted".

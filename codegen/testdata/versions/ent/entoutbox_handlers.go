@@ -18,7 +18,8 @@ import (
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
 // together, so the event is tried again. Older versions reach the handler
-// upcast to the latest; what cannot be handled goes to the dead letters.
+// upcast to the latest, newer ones readable as the latest decoded as it;
+// what cannot be handled goes to the dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -55,8 +56,11 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 }
 
 // OrderPaidHandler handles event "order.paid". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
 // RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
@@ -100,8 +104,11 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 }
 
 // OrderShippedHandler handles event "order.shipped". e is the latest version;
-// older ones arrive upcast. Write the effect with tx: it commits together
-// with the record that the event was processed.
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed.
 type OrderShippedHandler func(ctx context.Context, tx *Tx, e *OrderShipped, m events.Meta) error
 
 // RegisterOrderShipped registers fn as consumerName's handler of "order.shipped".
