@@ -459,3 +459,21 @@ func TestRetryWritesTheEventOnce(t *testing.T) {
 		require.Equal(t, admin.StateRetried, admin.StateOf(e.ent.DeadLetter.GetX(ctx, d.ID)))
 	}
 }
+
+// A replayed event carries what the relay would have sent, the version its
+// older consumers can read as included (rolling deploys).
+func TestReplayMessageKeepsReadableFrom(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	ctx := context.Background()
+	_, err := e.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload, readable_from, delivered_at) VALUES
+		(gen_random_uuid(), 'order.paid', 3, 'orders', 'Order', 'a', '{}', 2, now()),
+		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'b', '{}', NULL, now())`)
+	require.NoError(t, err)
+	rows, err := e.ent.Outbox.Query().Order(ent.Asc("id")).All(ctx)
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, "2", admin.Message(rows[0]).Metadata.Get(events.MetaReadableFrom))
+	require.Empty(t, admin.Message(rows[1]).Metadata.Get(events.MetaReadableFrom))
+}

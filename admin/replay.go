@@ -106,5 +106,8 @@ func Message(o *ent.Outbox) *message.Message {
 	msg := message.NewMessage(o.EventID.String(), message.Payload(o.Payload))
 	msg.Metadata = outbox.Metadata(o.EventName, o.EventVersion, o.AggregateType, o.AggregateID, o.Headers)
 	msg.Metadata[events.MetaCreatedAt] = o.CreatedAt.UTC().Format(time.RFC3339Nano)
+	if o.ReadableFrom != nil {
+		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, *o.ReadableFrom)
+	}
 	return msg
 }

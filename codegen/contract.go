@@ -254,6 +254,10 @@ func headersSchema(e *Event, v *Version) jsonObject {
 		events.MetaAggregateID:   jsonObject{"type": "string", "minLength": 1, "maxLength": 255, "description": "the aggregate id"},
 		events.MetaCreatedAt:     jsonObject{"type": "string", "format": "date-time", "description": "when the event was written (RFC 3339, UTC)"},
 	}
+	if v.ReadableFrom > 0 && v.ReadableFrom < v.Number {
+		props[events.MetaReadableFrom] = jsonObject{"type": "string", "const": strconv.Itoa(v.ReadableFrom),
+			"description": "the oldest version whose consumers can read this one (rolling deploys)"}
+	}
 	ce := map[string]jsonObject{
 		"ce_id":              str("CloudEvents id: the event id"),
 		"ce_source":          {"type": "string", "format": "uri-reference", "description": "CloudEvents source"},
