@@ -113,7 +113,7 @@ func newBacklogCollector() *backlogCollector {
 		ageDesc: prometheus.NewDesc("entoutbox_outbox_oldest_pending_age_seconds",
 			"How long the oldest pending outbox event has waited; 0 when nothing is pending (sampled).", nil, nil),
 		deadDesc: prometheus.NewDesc("entoutbox_dead_letters",
-			"Rows in the dead-letter table not discarded, by source (relay, consumer) (sampled).",
+			"Open dead letters (neither retried nor discarded), by source (relay, consumer) (sampled).",
 			[]string{"source"}, nil),
 		relaysDesc: prometheus.NewDesc("entoutbox_relays_holding_partitions",
 			"Fast relays holding partitions under an unexpired lease (sampled).", nil, nil),

@@ -18,7 +18,7 @@
 //
 //	entoutbox_outbox_pending_events{topic}                gauge
 //	entoutbox_outbox_oldest_pending_age_seconds           gauge, 0 when nothing is pending
-//	entoutbox_dead_letters{source="relay"|"consumer"}     gauge, rows not discarded
+//	entoutbox_dead_letters{source="relay"|"consumer"}     gauge, open letters (not retried, not discarded)
 //	entoutbox_relays_holding_partitions                   gauge, fast relays with unexpired leases
 //
 // Relay:
