@@ -26,6 +26,7 @@ type relayOptions struct {
 	databaseURL, listenDatabaseURL, table, brokerURL, path string
 	logLevel, logFormat, metricsAddr                       string
 	cloudEventsSource, cloudEventsDataSchemaBase           string
+	pprof                                                  bool
 	cfg                                                    relay.Config
 	// The flags shared by both read paths, given to the chosen one.
 	batchSize                   int
@@ -87,6 +88,7 @@ Brokers, by URL:
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --metrics-addr (for measuring; keep the address private)")
 	f.StringVar(&o.listenDatabaseURL, "listen-database-url", "", "direct PostgreSQL URL of the same database to LISTEN on, when --database-url "+
 		"goes through PgBouncer in transaction mode (with --poll-only); claims and writes still use --database-url (fast path)")
 	f.StringVar(&o.cloudEventsSource, "cloudevents-source", "", "make every message a CloudEvents 1.0 event in binary mode (ce_ metadata) with this ce_source, e.g. urn:shop:orders (off when empty)")
@@ -101,6 +103,9 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 	fast := &cfg.Fast.Subscriber
 	if o.brokerURL == "" {
 		return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
+	}
+	if o.pprof && o.metricsAddr == "" {
+		return errors.New("--pprof serves the profiles on --metrics-addr: set it too")
 	}
 	if o.cloudEventsDataSchemaBase != "" && o.cloudEventsSource == "" {
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
@@ -167,7 +172,7 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 		return err
 	}
 	if reg != nil {
-		ops, err := startOpsServer(o.metricsAddr, reg, r.Ready, logger, redact)
+		ops, err := startOpsServer(o.metricsAddr, reg, r.Ready, logger, redact, o.pprof)
 		if err != nil {
 			return err
 		}

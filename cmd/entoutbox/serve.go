@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 
 // opsServer serves what operators and orchestrators ask a running relay:
 // /metrics (Prometheus), /healthz (the process runs the relay loop) and
-// /readyz (the relay can deliver now).
+// /readyz (the relay can deliver now), and with --pprof Go's profiles
+// under /debug/pprof/ (off by default: a profile shows the code's inner
+// workings to whoever reaches the address).
 type opsServer struct {
 	srv   *http.Server
 	addr  string // the address it listens on, the port chosen when it was :0
@@ -31,7 +34,7 @@ const readyTimeout = 5 * time.Second
 // endpoints, ready telling whether the relay can deliver. It fails at
 // once when addr cannot be listened on.
 func startOpsServer(addr string, reg *prometheus.Registry, ready func(context.Context) error, logger *slog.Logger,
-	redact redactor) (*opsServer, error) {
+	redact redactor, profiles bool) (*opsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %q: %w", addr, err)
@@ -56,6 +59,15 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready func(context.Co
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	paths := "/metrics /healthz /readyz"
+	if profiles {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		paths += " /debug/pprof/"
+	}
 	o.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	go func() {
@@ -64,7 +76,7 @@ func startOpsServer(addr string, reg *prometheus.Registry, ready func(context.Co
 			logger.Error("Serving metrics and health checks stopped", "error", err)
 		}
 	}()
-	logger.Info("Serving metrics and health checks", "addr", o.addr, "paths", "/metrics /healthz /readyz")
+	logger.Info("Serving metrics and health checks", "addr", o.addr, "paths", paths)
 	return o, nil
 }
 

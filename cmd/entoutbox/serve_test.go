@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -248,4 +250,26 @@ func TestReadyzFollowsDatabaseAndBroker(t *testing.T) {
 	natsProxy.restore()
 	ready(t, "not ready again after the broker came back")
 	require.NoError(t, r.stop())
+}
+
+// Go's profiles are served only when asked for (--pprof): they show the
+// code's inner workings to whoever reaches the address.
+func TestOpsServerServesProfilesOnlyWithPprof(t *testing.T) {
+	ready := func(context.Context) error { return nil }
+	for _, profiles := range []bool{false, true} {
+		ops, err := startOpsServer("127.0.0.1:0", prometheus.NewRegistry(), ready, slog.New(slog.DiscardHandler),
+			newRedactor(), profiles)
+		require.NoError(t, err)
+		resp, err := http.Get("http://" + ops.addr + "/debug/pprof/")
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		want := http.StatusNotFound
+		if profiles {
+			want = http.StatusOK
+		}
+		require.Equal(t, want, resp.StatusCode, "--pprof %v", profiles)
+		ops.close()
+	}
+	_, err := run(t, nil, "relay", "--broker", "mem://", "--pprof")
+	require.EqualError(t, err, "--pprof serves the profiles on --metrics-addr: set it too")
 }
