@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -107,8 +108,8 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	const amqpAddr = "127.0.0.1:5672"
 	b := setupEmit(t)
 	direct := openBroker(t, "amqp://guest:guest@"+amqpAddr+"/", "RabbitMQ at "+amqpAddr)
-	proxy := newTCPProxy(t, amqpAddr)
-	viaProxy := openBroker(t, "amqp://guest:guest@"+proxy.addr+"/", "RabbitMQ through a local proxy")
+	proxy := tcpproxy.Start(t, amqpAddr)
+	viaProxy := openBroker(t, "amqp://guest:guest@"+proxy.Addr+"/", "RabbitMQ through a local proxy")
 	prefix := uniquePrefix()
 	got := receiveAll(t, direct, prefix+"consumer", prefix+"orders")
 
@@ -120,7 +121,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	first := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, first, 20*time.Second)
 
-	proxy.cut()
+	proxy.Cut()
 	during := emitOrders(t, b.client, 10, 5, 0)
 	// The oldest row of every aggregate has failed (the others wait behind
 	// it), and none was counted.
@@ -135,7 +136,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	require.NoError(t, b.db.DB.QueryRow(`SELECT coalesce(max(attempts), 0) FROM outbox_events`).Scan(&counted))
 	require.Zero(t, counted, "a failure during the outage counted as an attempt")
 	require.Empty(t, deadLetters(t, b), "an outage sent events to the dead letters")
-	proxy.restore()
+	proxy.Restore()
 	got.waitFor(t, during, 60*time.Second)
 	waitDelivered(t, b, 0)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/promtest"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -173,8 +174,8 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 	b := setupEmit(t)
 	u, err := url.Parse(b.db.URL)
 	require.NoError(t, err)
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr
 	db, err := sql.Open("pgx", u.String())
 	require.NoError(t, err)
 	defer db.Close()
@@ -189,7 +190,7 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 	require.Eventually(t, func() bool { return promtest.Value(t, reg, "entoutbox_relay_partitions_owned") > 0 },
 		10*time.Second, 10*time.Millisecond)
 	require.Zero(t, promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total"))
-	proxy.cut()
+	proxy.Cut()
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total") >= 1 &&
 			promtest.Value(t, reg, "entoutbox_relay_partitions_owned") == 0

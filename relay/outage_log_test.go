@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -75,8 +76,8 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	const natsAddr = "127.0.0.1:4222"
 	b := setupEmit(t)
 	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
-	proxy := newTCPProxy(t, natsAddr)
-	viaProxy := openBroker(t, "nats://"+proxy.addr, "NATS JetStream through a local proxy")
+	proxy := tcpproxy.Start(t, natsAddr)
+	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
 	prefix := uniquePrefix()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -95,7 +96,7 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	got.waitFor(t, first, 20*time.Second)
 	require.Empty(t, logsOf(logs, watermill.ErrorLogLevel, failingLog))
 
-	proxy.cut()
+	proxy.Cut()
 	during := emitOrders(t, b.client, 20, 4, 0)
 	require.Eventually(t, func() bool { return len(logsOf(logs, watermill.ErrorLogLevel, failingLog)) > 0 },
 		20*time.Second, 20*time.Millisecond, "the outage was not logged")
@@ -105,7 +106,7 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	require.Error(t, failing[0].Err, "the outage is logged with the publish error")
 	require.Empty(t, logsOf(logs, watermill.InfoLogLevel, recoveredLog))
 
-	proxy.restore()
+	proxy.Restore()
 	got.waitFor(t, during, 60*time.Second)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())

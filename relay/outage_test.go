@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -21,8 +22,8 @@ func testRelaySurvivesBrokerOutage(t *testing.T, path relay.Path) {
 	const natsAddr = "127.0.0.1:4222"
 	b := setupEmit(t)
 	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
-	proxy := newTCPProxy(t, natsAddr)
-	viaProxy := openBroker(t, "nats://"+proxy.addr, "NATS JetStream through a local proxy")
+	proxy := tcpproxy.Start(t, natsAddr)
+	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
 
 	prefix := uniquePrefix()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -39,13 +40,13 @@ func testRelaySurvivesBrokerOutage(t *testing.T, path relay.Path) {
 	first := emitOrders(t, b.client, 20, 4, 0)
 	got.waitFor(t, first, 20*time.Second)
 
-	proxy.cut()
+	proxy.Cut()
 	during := emitOrders(t, b.client, 30, 4, 3)
 	time.Sleep(2 * time.Second)
 	backlog, err := relay.ReadBacklog(ctx, b.db.DB, "", "")
 	require.NoError(t, err)
 	require.Equal(t, int64(len(during.ids)), backlog.Pending, "nothing is delivered, nor lost, while the broker is away")
-	proxy.restore()
+	proxy.Restore()
 
 	got.waitFor(t, during, 60*time.Second)
 	waitDelivered(t, b, 0)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -185,8 +186,8 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	defer cancel()
 	u, err := url.Parse(b.db.URL)
 	require.NoError(t, err)
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr
 	dbA, err := sql.Open("pgx", u.String())
 	require.NoError(t, err)
 	defer dbA.Close()
@@ -212,7 +213,7 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay to be cut off claimed nothing")
 	}
-	proxy.cut()
+	proxy.Cut()
 
 	other, err := relay.NewSubscriber(b.db.DB, cfg)
 	require.NoError(t, err)

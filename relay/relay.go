@@ -207,7 +207,7 @@ func checkTableName(table string) error {
 // outboxColumns are the columns of the outbox table the relay reads or
 // writes.
 const outboxColumns = "id,event_id,event_name,event_version,topic,aggregate_type,aggregate_id,payload,headers," +
-	"created_at,transaction_id,available_at,attempts,delivered_at,last_error"
+	"created_at,transaction_id,available_at,attempts,delivered_at,last_error,readable_from"
 
 // checkTables refuses an outbox table that does not exist or is not one,
 // and a dead-letter table that does not exist, before the relay creates

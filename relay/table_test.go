@@ -30,19 +30,23 @@ func tablesOf(t *testing.T, b *emitBundle) []string {
 	return out
 }
 
-// A --table that names no outbox table is refused at start, on either
-// path, with an error naming it, and nothing is created after its name.
+// A --table that names no outbox table, or one not migrated to this
+// version, is refused at start, on either path, with an error naming it,
+// and nothing is created after its name.
 func TestRelayRefusesMissingTable(t *testing.T) {
 	t.Parallel()
 	forPaths(t, func(t *testing.T, path relay.Path) {
 		b := setupEmit(t)
-		_, err := b.db.DB.Exec(`CREATE TABLE not_outbox (id bigint, payload jsonb)`)
+		_, err := b.db.DB.Exec(`CREATE TABLE not_outbox (id bigint, payload jsonb);
+			CREATE TABLE unmigrated (LIKE outbox_events INCLUDING ALL); ALTER TABLE unmigrated DROP COLUMN readable_from`)
 		require.NoError(t, err)
 		before := tablesOf(t, b)
 		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		for table, want := range map[string]string{
 			"nope":       `relay: table "nope" does not exist (run the ent migration first: client.Schema.Create)`,
 			"not_outbox": `relay: table "not_outbox" is not an outbox table: it lacks the columns event_id, event_name`,
+			// A table of an earlier version, not migrated since.
+			"unmigrated": `relay: table "unmigrated" is not an outbox table: it lacks the columns readable_from (run the ent migration first`,
 		} {
 			r, err := relay.New(quick(path, relay.Config{DB: b.db.DB, Publisher: pub, Table: table}))
 			require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
@@ -212,13 +213,13 @@ func TestReadyzFollowsDatabaseAndBroker(t *testing.T) {
 	db := outboxDB(t)
 	pgURL, err := url.Parse(pgtest.ServerURL())
 	require.NoError(t, err)
-	pgProxy := newTCPProxy(t, pgURL.Host)
-	natsProxy := newTCPProxy(t, testNATS)
+	pgProxy := tcpproxy.Start(t, pgURL.Host)
+	natsProxy := tcpproxy.Start(t, testNATS)
 	// These two from the environment, as every flag.
 	t.Setenv("ENTOUTBOX_LOG_FORMAT", "json")
 	t.Setenv("ENTOUTBOX_METRICS_ADDR", "127.0.0.1:0")
-	r := startRelay(t, "relay", "--database-url", withPassword(t, db.URL, pgProxy.addr, "pw"),
-		"--broker", "nats://"+natsProxy.addr, "--partitions", "4", "--lease", "3s")
+	r := startRelay(t, "relay", "--database-url", withPassword(t, db.URL, pgProxy.Addr, "pw"),
+		"--broker", "nats://"+natsProxy.Addr, "--partitions", "4", "--lease", "3s")
 	addr := r.opsAddr(t)
 	ready := func(t *testing.T, why string) {
 		t.Helper()
@@ -240,14 +241,14 @@ func TestReadyzFollowsDatabaseAndBroker(t *testing.T) {
 	}
 	ready(t, "never ready")
 
-	pgProxy.cut()
+	pgProxy.Cut()
 	unready(t, "database is not reachable")
-	pgProxy.restore()
+	pgProxy.Restore()
 	ready(t, "not ready again after the database came back")
 
-	natsProxy.cut()
+	natsProxy.Cut()
 	unready(t, "broker is not reachable")
-	natsProxy.restore()
+	natsProxy.Restore()
 	ready(t, "not ready again after the broker came back")
 	require.NoError(t, r.stop())
 }
