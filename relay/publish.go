@@ -1,0 +1,208 @@
+package relay
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// publishing sends the messages of a read path to the broker, many in
+// flight at once, and tells each one's outcome. The read path keeps per-
+// aggregate order by giving it at most one message per aggregate at a
+// time.
+type publishing struct {
+	r      *Relay
+	health *publishHealth
+	work   chan outgoing
+	wg     sync.WaitGroup
+}
+
+// outgoing is one message to publish and what to do with the outcome.
+type outgoing struct {
+	msg  *message.Message
+	done func(error)
+}
+
+// startPublishing starts a pool of concurrency publishers: a goroutine per
+// message would grow a fresh stack through the broker client's calls every
+// time.
+func (r *Relay) startPublishing(concurrency int) *publishing {
+	p := &publishing{r: r, health: newPublishHealth(r.cfg.Publisher, r.cfg.Logger), work: make(chan outgoing)}
+	for range concurrency {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for o := range p.work {
+				o.done(p.send(o.msg))
+			}
+		}()
+	}
+	return p
+}
+
+// publish sends msg, whose metadata carries its row's topic under
+// MetaTopic as the read paths' messages do, to the broker, and calls done
+// with the outcome once the broker confirmed or refused it. It blocks while
+// the pool is busy, or until ctx ends (then it returns false and done is
+// not called). done runs on a publisher goroutine: it must be short.
+func (p *publishing) publish(ctx context.Context, msg *message.Message, done func(error)) bool {
+	select {
+	case p.work <- outgoing{msg: msg, done: done}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// counts tells whether a failed publish counts as an attempt of its
+// message: it does when no retry can cure it, or when the broker answers
+// (the message's own fault); not in an outage.
+func (p *publishing) counts(err error) bool {
+	return permanent(err) || p.health.failed(err)
+}
+
+// stop waits until the publishes in flight are done, up to timeout, and
+// reports whether they all were. Call it once, after the last publish.
+func (p *publishing) stop(timeout time.Duration) bool {
+	close(p.work)
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// send publishes msg on its topic (with the relay's prefix), in a producer
+// span, and counts it.
+func (p *publishing) send(msg *message.Message) error {
+	r := p.r
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	out.Metadata = maps.Clone(msg.Metadata)
+	rowTopic := out.Metadata.Get(MetaTopic)
+	topic := r.cfg.TopicPrefix + rowTopic
+	delete(out.Metadata, MetaTopic)
+	var span trace.Span
+	if tracer := r.tracer.Get(); tracer != nil {
+		span = startSend(tracer, r.messagingSystem(), topic, out)
+	}
+	var started time.Time
+	if r.cfg.Metrics != nil {
+		started = time.Now()
+	}
+	err := r.cfg.Publisher.Publish(topic, out)
+	if m := r.cfg.Metrics; m != nil {
+		m.Published(rowTopic, time.Since(started), err)
+		if err == nil {
+			m.Delivered(rowTopic, createdAt(out.Metadata))
+		}
+	}
+	if span != nil {
+		endSpan(span, err)
+	}
+	if err == nil {
+		p.health.succeeded()
+	}
+	return err
+}
+
+// publishHealth tells a message's own failure from an outage, so that
+// only the first count towards MaxAttempts. With a publisher that can be
+// pinged (every broker.Broker's), a failure counts when the broker answers
+// a ping: a poison row reaches the dead letters after its attempts even on
+// an idle system, and nothing is dead-lettered for an outage. With another
+// publisher, once several publishes in a row have failed with no success
+// between them, failures stop counting until a publish succeeds again.
+//
+// It also says once when publishes start failing for an outage, and once
+// when they work again: a relay silent while the broker is away looks
+// idle.
+type publishHealth struct {
+	pinger pinger
+	streak atomic.Int64
+	logger watermill.LoggerAdapter
+
+	failing atomic.Bool // in an outage, said so, and not over yet
+	outMu   sync.Mutex
+	since   time.Time // when the outage was first seen
+	fails   int64     // publishes failed since
+
+	mu      sync.Mutex
+	checked time.Time // when the broker was last pinged
+	answers bool      // how it answered
+}
+
+// pinger is a publisher that can tell whether its broker takes publishes
+// at all (see broker.Pinger).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+const (
+	outageStreak = 3
+	// A ping's answer serves the failures of the next pingReuse, so that an
+	// outage costs one ping at a time, not one per failed publish.
+	pingReuse   = time.Second
+	pingTimeout = 5 * time.Second
+)
+
+func newPublishHealth(pub message.Publisher, logger watermill.LoggerAdapter) *publishHealth {
+	h := &publishHealth{logger: logger}
+	h.pinger, _ = pub.(pinger)
+	return h
+}
+
+func (h *publishHealth) succeeded() {
+	h.streak.Store(0)
+	if !h.failing.Load() {
+		return
+	}
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	if h.failing.CompareAndSwap(true, false) {
+		h.logger.Info("Publishing to the broker works again", watermill.LogFields{
+			"failed_for": time.Since(h.since).Round(time.Millisecond).String(), "failed_publishes": h.fails})
+	}
+}
+
+// failed records a failure, err, and tells whether it counts as an
+// attempt: it does not in an outage.
+func (h *publishHealth) failed(err error) bool {
+	counts := h.counts()
+	h.outMu.Lock()
+	defer h.outMu.Unlock()
+	if h.failing.Load() {
+		h.fails++
+	} else if !counts {
+		// A failure that counts is the message's own (the broker
+		// answers): no outage to tell of.
+		h.since, h.fails = time.Now(), 1
+		h.failing.Store(true)
+		h.logger.Error("Publishing to the broker fails; retrying until it works again (failures in an outage "+
+			"do not count as attempts)", err, nil)
+	}
+	return counts
+}
+
+func (h *publishHealth) counts() bool {
+	if h.pinger == nil {
+		return h.streak.Add(1) <= outageStreak
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.checked) >= pingReuse {
+		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+		h.answers = h.pinger.Ping(ctx) == nil
+		cancel()
+		h.checked = time.Now()
+	}
+	return h.answers
+}
