@@ -32,10 +32,16 @@ const (
 	// time, strictly in commit order; it waits for every older transaction
 	// on the server to end (snapshot xmin) before it reads a row.
 	PathCompatible Path = "compatible"
+	// PathWAL reads committed inserts from PostgreSQL logical replication
+	// (a pgoutput slot and a publication of the table), in commit order,
+	// at most one publish per aggregate in flight. No polling, no claims,
+	// no write per delivered row: the slot's confirmed position is the
+	// delivery state. One relay streams a slot; others wait as standbys.
+	PathWAL Path = "wal"
 )
 
 // Config configures a Relay. What both read paths share is at the top;
-// each path's own settings are in Fast and Compatible, and only the
+// each path's own settings are in Fast, Compatible and WAL, and only the
 // chosen path's are used.
 type Config struct {
 	// DB holds the outbox table (database/sql with the pgx driver).
@@ -78,6 +84,8 @@ type Config struct {
 	Fast FastConfig
 	// Compatible configures PathCompatible.
 	Compatible CompatibleConfig
+	// WAL configures PathWAL.
+	WAL WALConfig
 }
 
 // FastConfig configures the fast read path.
@@ -128,6 +136,9 @@ func (c *Config) setDefaults() {
 		c.Fast.Concurrency = DefaultConcurrency
 	}
 	c.Compatible.setDefaults()
+	if c.Path == PathWAL {
+		c.WAL.setDefaults(c.Table)
+	}
 }
 
 func (c *CompatibleConfig) setDefaults() {
@@ -162,8 +173,8 @@ func (c Config) Validate() error {
 		return errors.New("relay: Config.DB is nil")
 	case c.Publisher == nil:
 		return errors.New("relay: Config.Publisher is nil")
-	case c.Path != "" && c.Path != PathFast && c.Path != PathCompatible:
-		return fmt.Errorf("relay: Config.Path is %q; want %q or %q", c.Path, PathFast, PathCompatible)
+	case c.Path != "" && c.Path != PathFast && c.Path != PathCompatible && c.Path != PathWAL:
+		return fmt.Errorf("relay: Config.Path is %q; want %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL)
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("relay: Config.CloseTimeout must not be negative, not %s", c.CloseTimeout)
 	case c.Fast.Concurrency < 0:
@@ -185,6 +196,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
+		return err
+	}
+	if err := c.WAL.validate("Config.WAL."); err != nil {
 		return err
 	}
 	return c.subscriberConfig().validate("Config.Fast.Subscriber.")
@@ -246,6 +260,8 @@ type Relay struct {
 	tracer *tracing.Tracer
 	// fast is the fast path's Subscriber while it runs.
 	fast atomic.Pointer[Subscriber]
+	// wal is the WAL path's status while it runs.
+	wal atomic.Pointer[walState]
 }
 
 // New checks cfg and returns a relay; Run starts it.
@@ -275,9 +291,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if r.cfg.Path == PathCompatible {
+	switch r.cfg.Path {
+	case PathCompatible:
 		err = r.runCompatible(ctx)
-	} else {
+	case PathWAL:
+		err = r.runWAL(ctx)
+	default:
 		err = r.runFast(ctx)
 	}
 	if err != nil && ctx.Err() != nil {

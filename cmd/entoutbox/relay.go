@@ -24,6 +24,7 @@ import (
 // relayOptions are the relay command's flags.
 type relayOptions struct {
 	databaseURL, listenDatabaseURL, table, brokerURL, path string
+	replicationURL                                         string
 	logLevel, logFormat, metricsAddr                       string
 	cloudEventsSource, cloudEventsDataSchemaBase           string
 	pprof                                                  bool
@@ -56,7 +57,7 @@ Brokers, by URL:
   ENTOUTBOX_DATABASE_URL=postgres://... ENTOUTBOX_BROKER=amqp://guest:guest@127.0.0.1:5672/ entoutbox relay`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			redact := newRedactor(o.databaseURL, o.listenDatabaseURL, o.brokerURL)
+			redact := newRedactor(o.databaseURL, o.listenDatabaseURL, o.brokerURL, o.replicationURL)
 			// A library's error may quote a URL it was given.
 			return redact.Error(runRelay(cmd.Context(), cmd.ErrOrStderr(), o, redact))
 		},
@@ -64,7 +65,12 @@ Brokers, by URL:
 	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
 	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
-	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes) or compatible (watermill-sql subscriber + forwarder)")
+	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes), compatible (watermill-sql subscriber + forwarder) "+
+		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION)")
+	f.StringVar(&cfg.WAL.Slot, "slot", "", "replication slot, created when absent (default <table>_wal; wal path)")
+	f.StringVar(&cfg.WAL.Publication, "publication", "", "publication of the table's inserts, created when absent (default <table>_wal; wal path)")
+	f.StringVar(&o.replicationURL, "replication-url", "", "PostgreSQL URL of the replication connection, when --database-url goes through a pooler "+
+		"(default --database-url; wal path)")
 	f.StringVar(&cfg.Compatible.ConsumerGroup, "consumer-group", "", "name of the relay's read position; relays sharing it share the work (default entoutbox_relay)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
@@ -113,6 +119,12 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 	if o.listenDatabaseURL != "" && relay.Path(o.path) == relay.PathCompatible {
 		return errors.New("--listen-database-url is for the fast path; the compatible path only polls")
 	}
+	if o.listenDatabaseURL != "" && relay.Path(o.path) == relay.PathWAL {
+		return errors.New("--listen-database-url is for the fast path; the wal path streams (see --replication-url)")
+	}
+	if o.replicationURL != "" && relay.Path(o.path) != relay.PathWAL {
+		return errors.New("--replication-url is for the wal path (--path wal)")
+	}
 	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
 	if err != nil {
 		return err
@@ -155,9 +167,16 @@ func runRelay(ctx context.Context, w io.Writer, o *relayOptions, redact redactor
 	if o.cloudEventsSource != "" {
 		cfg.CloudEvents = &relay.CloudEvents{Source: o.cloudEventsSource, DataSchemaBase: o.cloudEventsDataSchemaBase}
 	}
-	if cfg.Path == relay.PathCompatible {
+	switch cfg.Path {
+	case relay.PathCompatible:
 		cfg.Compatible.BatchSize, cfg.Compatible.PollInterval, cfg.Compatible.RetryInterval = o.batchSize, o.pollInterval, o.retryInterval
-	} else {
+	case relay.PathWAL:
+		// The shared flags mean the same on the WAL path: rows held at
+		// once, bytes held, publishes in flight, attempts, first retry.
+		w := &cfg.WAL
+		w.ReplicationURL, w.MaxRowsInFlight, w.MaxBytesInFlight = o.replicationURL, o.batchSize, fast.MaxBytesInFlight
+		w.Concurrency, w.MaxAttempts, w.InitialBackoff = cfg.Fast.Concurrency, fast.MaxAttempts, o.retryInterval
+	default:
 		fast.BatchSize, fast.PollInterval, fast.InitialBackoff = o.batchSize, o.pollInterval, o.retryInterval
 	}
 	var reg *prometheus.Registry

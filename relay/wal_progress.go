@@ -1,0 +1,199 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// Rows delivered by the WAL path keep delivered_at NULL: marking each would
+// be the write per row the path exists to avoid. Instead the relay records
+// now and then a snapshot of transactions all delivered, in the table
+// <table>_wal_progress, one row per slot:
+//
+//   - created: the snapshot of the slot's creation (exported by
+//     CREATE_REPLICATION_SLOT). Transactions visible in it committed before
+//     the slot's start and were never streamed.
+//   - delivered: a snapshot taken (pg_current_snapshot(), then
+//     pg_current_wal_insert_lsn()) and stored only once the relay had
+//     delivered everything up to that position: every transaction visible
+//     in it has committed before, so all its rows were acked or
+//     dead-lettered.
+//
+// A row with delivered_at NULL is thus delivered when its transaction is
+// visible in delivered and not in created. Cleanup deletes such rows, and
+// the backlog does not count them. With no progress row, nothing changes
+// for the other paths.
+
+// walProgressTable is the name of table's progress table.
+func walProgressTable(table string) string { return table + "_wal_progress" }
+
+func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
+	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(walProgressTable(table))+` (
+		slot text PRIMARY KEY,
+		created pg_snapshot,
+		delivered pg_snapshot,
+		confirmed_lsn pg_lsn,
+		updated_at timestamptz NOT NULL DEFAULT now())`)
+	if err != nil {
+		return fmt.Errorf("relay: creating table %q: %w", walProgressTable(table), err)
+	}
+	return nil
+}
+
+// recordSlotCreated stores the snapshot a new slot exported as the slot's
+// start, and forgets what was delivered through an earlier slot of the
+// name.
+func (r *Relay) recordSlotCreated(ctx context.Context, snapshotName string) error {
+	tx, err := r.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SET TRANSACTION SNAPSHOT `+pgsql.QuoteLiteral(snapshotName)); err != nil {
+		return fmt.Errorf("importing the slot's snapshot: %w", err)
+	}
+	var snap string
+	if err := tx.QueryRowContext(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return fmt.Errorf("reading the slot's snapshot: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(r.cfg.Table))+`
+		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
+		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
+			updated_at = now()`, r.cfg.WAL.Slot, snap)
+	return err
+}
+
+// recordWALProgress stores, every ProgressInterval while the relay streams
+// and delivers, a snapshot whose transactions are all delivered.
+func (r *Relay) recordWALProgress(ctx context.Context, stat *walState) {
+	t := time.NewTicker(r.cfg.WAL.ProgressInterval)
+	defer t.Stop()
+	var (
+		candidate     string // a snapshot taken, stored once the position passes at
+		at            pglogrepl.LSN
+		lastDelivered = int64(-1)
+		failing       bool
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pos, active := stat.position()
+		if !active {
+			candidate = "" // a new session may start from further back
+			continue
+		}
+		var err error
+		if candidate != "" && pos >= at {
+			if err = r.storeProgress(ctx, candidate, pos); err == nil {
+				candidate = ""
+			}
+		}
+		// Only while rows are delivered: an idle relay writes nothing.
+		if err == nil && candidate == "" && stat.delivered.Load() != lastDelivered {
+			lastDelivered = stat.delivered.Load()
+			candidate, at, err = takeSnapshot(ctx, r.cfg.DB)
+		}
+		if err != nil && ctx.Err() == nil && !failing {
+			r.cfg.Logger.Error("Recording the delivered transactions failed; trying again", err,
+				watermill.LogFields{"slot": r.cfg.WAL.Slot})
+		}
+		failing = err != nil
+	}
+}
+
+// takeSnapshot reads the current snapshot, then the WAL insert position:
+// every transaction visible in the snapshot committed before that position.
+func takeSnapshot(ctx context.Context, db *sql.DB) (string, pglogrepl.LSN, error) {
+	var snap string
+	if err := db.QueryRowContext(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return "", 0, fmt.Errorf("relay: reading the current snapshot: %w", err)
+	}
+	var lsn pglogrepl.LSN
+	if err := db.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()`).Scan(&lsn); err != nil {
+		return "", 0, fmt.Errorf("relay: reading the WAL position: %w", err)
+	}
+	return snap, lsn, nil
+}
+
+func (r *Relay) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
+	_, err := r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(r.cfg.Table))+`
+		(slot, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, $3::pg_lsn, now())
+		ON CONFLICT (slot) DO UPDATE SET delivered = EXCLUDED.delivered, confirmed_lsn = EXCLUDED.confirmed_lsn,
+			updated_at = now()`, r.cfg.WAL.Slot, snap, pos.String())
+	if err != nil {
+		return fmt.Errorf("relay: storing the delivered transactions: %w", err)
+	}
+	return nil
+}
+
+// walDelivered is the condition that row alias o of the outbox table was
+// delivered by the WAL path through progress row alias p (both in scope).
+// Its range on transaction_id lets the (transaction_id, id) index serve it.
+func walDelivered(o, p string) string {
+	x := o + ".transaction_id"
+	return p + ".created IS NOT NULL AND " + p + ".delivered IS NOT NULL AND " + o + ".delivered_at IS NULL AND " +
+		x + " >= pg_snapshot_xmin(" + p + ".created) AND " + x + " < pg_snapshot_xmax(" + p + ".delivered) AND " +
+		"pg_visible_in_snapshot(" + x + ", " + p + ".delivered) AND NOT pg_visible_in_snapshot(" + x + ", " + p + ".created)"
+}
+
+// notWALDelivered is the condition that row alias o was not delivered by
+// the WAL path, for counting the backlog; "" when table has no progress
+// table (no WAL relay ran).
+func notWALDelivered(ctx context.Context, db *sql.DB, table, o string) (string, error) {
+	var exists bool
+	progress := walProgressTable(table)
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
+		return "", fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	}
+	if !exists {
+		return "", nil
+	}
+	return ` AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(progress) + ` p WHERE ` + walDelivered(o, "p") + `)`, nil
+}
+
+// cleanupWALDelivered deletes, batch rows at a time, the rows the WAL path
+// delivered that were written before cutoff.
+func cleanupWALDelivered(ctx context.Context, db *sql.DB, table string, cutoff time.Time, batch int) (int64, error) {
+	progress := walProgressTable(table)
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	t := pgsql.QuoteIdent(table)
+	q := `DELETE FROM ` + t + ` WHERE id IN (SELECT o.id FROM ` + t + ` o JOIN ` + pgsql.QuoteIdent(progress) + ` p ON ` +
+		walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
+	var total int64
+	for {
+		res, err := db.ExecContext(ctx, q, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("relay: deleting the rows of %s the WAL path delivered: %w", table, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}

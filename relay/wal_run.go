@@ -1,0 +1,234 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/outbox"
+)
+
+// runWAL streams the slot until ctx ends: one session at a time, a new one
+// after the connection is lost (from the slot's confirmed position), and
+// as a standby while another relay streams the slot.
+func (r *Relay) runWAL(ctx context.Context) error {
+	cfg := r.cfg.WAL
+	if err := r.ensurePublication(ctx); err != nil {
+		return err
+	}
+	if err := ensureProgressTable(ctx, r.cfg.DB, r.cfg.Table); err != nil {
+		return err
+	}
+	stat := &walState{slot: cfg.Slot, role: WALConnecting}
+	r.wal.Store(stat)
+	pub := r.startPublishing(cfg.Concurrency)
+	defer pub.stop(r.cfg.CloseTimeout)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if cfg.ProgressInterval > 0 {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Add(1)
+		go func() { defer wg.Done(); r.recordWALProgress(pctx, stat) }()
+	}
+	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table, "slot": cfg.Slot})
+	failures, standby := 0, false
+	for {
+		started := time.Now()
+		err := r.streamWAL(ctx, pub, stat)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var fatal walFatal
+		switch {
+		case errors.As(err, &fatal):
+			return fatal.err
+		case errors.Is(err, errSlotActive):
+			if !standby {
+				r.cfg.Logger.Info("Another relay streams the slot; waiting as a standby", watermill.LogFields{"slot": cfg.Slot})
+				standby = true
+			}
+			stat.set(WALStandby, 0, nil)
+			failures = 0
+			if !sleepCtx(ctx, cfg.StandbyRetry) {
+				return nil
+			}
+			continue
+		}
+		if standby {
+			standby = false
+		}
+		if time.Since(started) > 10*time.Second {
+			failures = 0 // it streamed a while: start the backoff afresh
+		}
+		failures++
+		wait := backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)
+		if failures <= 3 || failures%20 == 0 {
+			r.cfg.Logger.Error("The replication stream failed; reconnecting", err,
+				watermill.LogFields{"slot": cfg.Slot, "retry_in": wait.String(), "failures": failures})
+		}
+		stat.set(WALConnecting, 0, nil)
+		if !sleepCtx(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ensurePublication creates the publication of the table's inserts when
+// absent, and refuses one that does not publish them.
+func (r *Relay) ensurePublication(ctx context.Context) error {
+	pubName, table := r.cfg.WAL.Publication, pgsql.QuoteIdent(r.cfg.Table)
+	var exists, publishes bool
+	err := r.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+		EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $1 AND p.pubinsert AND (p.puballtables OR EXISTS (
+			SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))))`,
+		pubName, table).Scan(&exists, &publishes)
+	if err != nil {
+		return fmt.Errorf("relay: looking for publication %q: %w", pubName, err)
+	}
+	if exists {
+		if !publishes {
+			return fmt.Errorf("relay: publication %q exists but does not publish the inserts of table %q: "+
+				"choose another Config.WAL.Publication, or ALTER PUBLICATION it", pubName, r.cfg.Table)
+		}
+		return nil
+	}
+	_, err = r.cfg.DB.ExecContext(ctx, `CREATE PUBLICATION `+pgsql.QuoteIdent(pubName)+` FOR TABLE `+table+
+		` WITH (publish = 'insert')`)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+		return nil // another relay created it meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("relay: creating publication %q for table %q: %w", pubName, r.cfg.Table, err)
+	}
+	return nil
+}
+
+// walMessage builds the Watermill message of r: the fast path's message of
+// the same row.
+func walMessage(r *walRow, ce *CloudEvents) *message.Message {
+	return rowMessage(&r.row, ce)
+}
+
+// rowMessage builds the message of a checked row (decodedHeaders set), as
+// every read path of ours sends it.
+func rowMessage(r *row, ce *CloudEvents) *message.Message {
+	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
+	outbox.SetReadableFrom(md, r.version, r.readableFrom)
+	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
+	md[MetaTopic] = r.topic
+	ce.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
+	msg := message.NewMessage(r.eventID.String(), r.payload)
+	msg.Metadata = md
+	return msg
+}
+
+// WALRole is what a WAL relay does now.
+type WALRole string
+
+const (
+	// WALConnecting: opening the replication connection, or waiting to
+	// open it again after it failed.
+	WALConnecting WALRole = "connecting"
+	// WALActive: streaming the slot.
+	WALActive WALRole = "active"
+	// WALStandby: another session streams the slot; it tries to take it
+	// every StandbyRetry.
+	WALStandby WALRole = "standby"
+	walStopped WALRole = "stopped"
+)
+
+// WALStatus is what a relay on the WAL path is doing.
+type WALStatus struct {
+	Slot string
+	Role WALRole
+	// Confirmed is the position sent to the server as delivered.
+	Confirmed string
+	// InFlight counts the rows read and not yet acked or dead-lettered.
+	InFlight int
+	// Delivered counts the rows acked or dead-lettered since the relay
+	// started.
+	Delivered int64
+}
+
+// walState is a WAL relay's status, shared by its sessions.
+type walState struct {
+	mu        sync.Mutex
+	slot      string
+	role      WALRole
+	confirmed pglogrepl.LSN
+	w         *walWindow
+	delivered atomic.Int64
+}
+
+func (s *walState) set(role WALRole, confirmed pglogrepl.LSN, w *walWindow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.role, s.w = role, w
+	if confirmed != 0 {
+		s.confirmed = confirmed
+	}
+}
+
+func (s *walState) confirm(pos pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.confirmed = max(s.confirmed, pos)
+}
+
+// position is the confirmed position while streaming, and whether it is.
+func (s *walState) position() (pglogrepl.LSN, bool) {
+	s.mu.Lock()
+	w := s.w
+	active := s.role == WALActive
+	s.mu.Unlock()
+	if !active || w == nil {
+		return 0, false
+	}
+	return w.position(), true
+}
+
+func (s *walState) status() WALStatus {
+	s.mu.Lock()
+	st := WALStatus{Slot: s.slot, Role: s.role, Confirmed: s.confirmed.String(), Delivered: s.delivered.Load()}
+	w := s.w
+	s.mu.Unlock()
+	if w != nil {
+		st.InFlight, _ = w.counts()
+		st.Confirmed = w.position().String()
+	}
+	return st
+}
+
+// WALStatus is the WAL path's status while Run runs it; false otherwise.
+func (r *Relay) WALStatus() (WALStatus, bool) {
+	s := r.wal.Load()
+	if s == nil {
+		return WALStatus{}, false
+	}
+	st := s.status()
+	return st, true
+}

@@ -1,0 +1,548 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/metrics"
+)
+
+// errSlotActive is a session's end when another session streams the slot:
+// the relay waits as a standby.
+var errSlotActive = errors.New("relay: the replication slot is streamed by another session")
+
+// walFatal wraps an error no reconnection cures (a setting of the server
+// or of the relay): Run returns it.
+type walFatal struct{ err error }
+
+func (e walFatal) Error() string { return e.err.Error() }
+func (e walFatal) Unwrap() error { return e.err }
+
+// classify turns what a session ended with into errSlotActive, a walFatal,
+// or leaves it as it is (a lost connection: reconnect).
+func classifyWAL(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "55006": // object_in_use: "replication slot ... is active for PID ..."
+		return errSlotActive
+	case "42501", "28000", "28P01", "3D000", "55000", "42704":
+		// No privilege or role, no database, wal_level below logical, a
+		// publication that is gone: a person must act.
+		return walFatal{err}
+	}
+	return err
+}
+
+// replicationConfig is the replication connection's settings: ReplicationURL's,
+// or else those of DB's own connections, with replication=database.
+func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
+	var cfg *pgconn.Config
+	if u := r.cfg.WAL.ReplicationURL; u != "" {
+		c, err := pgconn.ParseConfig(u)
+		if err != nil {
+			return nil, walFatal{fmt.Errorf("relay: Config.WAL.ReplicationURL: %w", err)}
+		}
+		cfg = c
+	} else {
+		conn, err := r.cfg.DB.Conn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("relay: reading the database's connection settings: %w", err)
+		}
+		defer conn.Close()
+		err = conn.Raw(func(dc any) error {
+			c, ok := dc.(*stdlib.Conn)
+			if !ok {
+				return walFatal{fmt.Errorf("relay: Config.DB's driver is %T, not pgx's: set Config.WAL.ReplicationURL", dc)}
+			}
+			cfg = c.Conn().Config().Config.Copy()
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	// The stream's values come in text format; these make timestamps
+	// easy to read back.
+	cfg.RuntimeParams["DateStyle"] = "ISO"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	return cfg, nil
+}
+
+// walSession is one replication connection streaming the slot, and the
+// rows it read.
+type walSession struct {
+	r    *Relay
+	cfg  WALConfig
+	pub  *publishing
+	conn *pgconn.PgConn
+	w    *walWindow
+	// relations are the outbox table's column positions, by relation id.
+	relations map[uint32]*walRelation
+	metrics   *metrics.Metrics
+	// ctx ends when the session does: no more publishes, retries or dead
+	// letters start.
+	ctx  context.Context
+	out  sync.WaitGroup // publishes and dead letters under way
+	stat *walState
+}
+
+// streamWAL runs one session: it connects, makes sure of the slot, streams
+// it until ctx ends or the connection fails, and returns why it ended
+// (nil when ctx ended).
+func (r *Relay) streamWAL(ctx context.Context, pub *publishing, stat *walState) error {
+	cfg := r.cfg.WAL
+	pcfg, err := r.replicationConfig(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pcfg)
+	if err != nil {
+		return classifyWAL(fmt.Errorf("relay: opening the replication connection: %w", err))
+	}
+	defer conn.Close(context.Background())
+	if err := r.ensureSlot(ctx, conn); err != nil {
+		return classifyWAL(err)
+	}
+	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'",
+			"publication_names " + pgsql.QuoteLiteral(cfg.Publication)},
+	})
+	if err != nil {
+		return classifyWAL(fmt.Errorf("relay: starting replication of slot %q: %w", cfg.Slot, err))
+	}
+	// The slot is ours now: its confirmed position is where the stream
+	// starts, and what status updates start from.
+	var confirmed pglogrepl.LSN
+	if err := r.cfg.DB.QueryRowContext(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+		cfg.Slot).Scan(&confirmed); err != nil {
+		return fmt.Errorf("relay: reading the position of slot %q: %w", cfg.Slot, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &walSession{r: r, cfg: cfg, pub: pub, conn: conn, w: newWALWindow(confirmed),
+		relations: map[uint32]*walRelation{}, metrics: r.cfg.Metrics, ctx: sctx, stat: stat}
+	stat.set(WALActive, confirmed, s.w)
+	r.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
+		"publication": cfg.Publication, "confirmed": confirmed.String()})
+	dispatched := make(chan struct{})
+	go func() { defer close(dispatched); s.dispatch() }()
+	err = s.read(ctx)
+	// Whatever ended it: send nothing more, let what is out finish, and
+	// confirm what it settled (the connection may be gone: then the next
+	// session starts from the slot's position and sends the rest again).
+	cancel()
+	s.w.stop()
+	<-dispatched
+	done := make(chan struct{})
+	go func() { s.out.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(r.cfg.CloseTimeout):
+		r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
+	}
+	_ = s.sendStatus(false) // read by the server before the connection closes
+	stat.set(walStopped, s.w.position(), nil)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return classifyWAL(err)
+}
+
+// read reads the stream until ctx ends or the connection fails, sending the
+// confirmed position every StatusInterval and when the server asks. While
+// the window is full it reads nothing, but still sends the position, so
+// the server does not end the session for silence (wal_sender_timeout).
+func (s *walSession) read(ctx context.Context) error {
+	nextStatus := time.Now()
+	// Confirmed rows are sent on in good time: until the server has their
+	// position they are held (a crash would send them again).
+	sendAt := max(s.cfg.MaxRowsInFlight/4, 1)
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		mayRead := s.w.mayRead(s.cfg.MaxRowsInFlight, s.cfg.MaxBytesInFlight)
+		if unsent := s.w.unsentRows(); !time.Now().Before(nextStatus) || unsent >= sendAt || unsent > 0 && !mayRead {
+			if err := s.sendStatus(false); err != nil {
+				return err
+			}
+			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+			continue
+		}
+		if !mayRead {
+			t := time.NewTimer(time.Until(nextStatus))
+			select {
+			case <-s.w.freed:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if pgconn.Timeout(err) || ctx.Err() != nil {
+				continue
+			}
+			return fmt.Errorf("relay: reading the replication stream: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			reply, err := s.handle(msg.Data)
+			if err != nil {
+				return err
+			}
+			if reply {
+				if err := s.sendStatus(false); err != nil {
+					return err
+				}
+				nextStatus = time.Now().Add(s.cfg.StatusInterval)
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("relay: the replication stream ended: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("relay: the server ended the replication stream")
+		}
+	}
+}
+
+// sendStatus tells the server the confirmed position: it may forget the
+// WAL before it, and the slot starts there next time.
+func (s *walSession) sendStatus(reply bool) error {
+	pos := s.w.toSend()
+	s.stat.confirm(pos)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos, ReplyRequested: reply})
+	if err != nil {
+		return fmt.Errorf("relay: sending the confirmed position: %w", err)
+	}
+	return nil
+}
+
+// handle takes one message of the stream, and tells whether the server
+// asked for a reply.
+func (s *walSession) handle(data []byte) (reply bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("relay: reading a keepalive: %w", err)
+		}
+		// Nothing held: the WAL up to the server's position holds no row of
+		// ours still to deliver (other tables' WAL must not pile up).
+		s.w.confirmAt(pkm.ServerWALEnd)
+		return pkm.ReplyRequested, nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return false, fmt.Errorf("relay: reading WAL data: %w", err)
+		}
+		m, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return false, fmt.Errorf("relay: decoding a pgoutput message: %w", err)
+		}
+		return false, s.take(m)
+	}
+	return false, nil
+}
+
+// take applies one decoded pgoutput message.
+func (s *walSession) take(m pglogrepl.Message) error {
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		s.relations[m.RelationID] = s.relation(m)
+	case *pglogrepl.BeginMessage:
+		s.w.begin(m.Xid)
+	case *pglogrepl.InsertMessage:
+		rel, ok := s.relations[m.RelationID]
+		if !ok {
+			return fmt.Errorf("relay: an insert into relation %d came before its description", m.RelationID)
+		}
+		if rel == nil {
+			return nil // another table of the publication
+		}
+		r := rel.decode(m.Tuple)
+		if s.w.add(r) {
+			s.deadLetter(r, r.bad.Error(), 0, metrics.ReasonMalformed)
+		}
+	case *pglogrepl.CommitMessage:
+		s.w.commit(m.TransactionEndLSN)
+	}
+	return nil
+}
+
+// relation maps the columns of the outbox table, or returns nil for
+// another table someone added to the publication.
+func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
+	if m.RelationName != s.r.cfg.Table {
+		s.r.cfg.Logger.Info("The publication holds another table; its rows are not relayed", watermill.LogFields{
+			"publication": s.cfg.Publication, "table": m.Namespace + "." + m.RelationName})
+		return nil
+	}
+	rel := &walRelation{cols: map[string]int{}}
+	for i, c := range m.Columns {
+		rel.cols[c.Name] = i
+	}
+	return rel
+}
+
+// dispatch hands the rows whose turn came to the publishers until the
+// session ends.
+func (s *walSession) dispatch() {
+	for {
+		r := s.w.next()
+		if r == nil {
+			select {
+			case <-s.w.wake:
+				continue
+			case <-s.ctx.Done():
+				return
+			}
+		}
+		msg := walMessage(r, s.r.cfg.CloudEvents)
+		s.out.Add(1)
+		if !s.pub.publish(s.ctx, msg, func(err error) { defer s.out.Done(); s.published(r, err) }) {
+			s.out.Done()
+			return
+		}
+	}
+}
+
+// published takes the outcome of publishing r. A failure in an outage is
+// tried again without counting; the row's own failures count, and after
+// MaxAttempts (or one that no retry cures) it goes to the dead letters.
+func (s *walSession) published(r *walRow, err error) {
+	if err == nil {
+		s.settle(r)
+		return
+	}
+	if !s.pub.counts(err) {
+		r.outages++
+		s.retry(r, min(s.cfg.backoff(r.outages), time.Second))
+		return
+	}
+	r.attempts++
+	if permanent(err) {
+		s.deadLetter(r, "refused for good: "+err.Error(), r.attempts, metrics.ReasonPermanent)
+		return
+	}
+	if r.attempts >= s.cfg.MaxAttempts {
+		s.deadLetter(r, fmt.Sprintf("%s (after %d attempts)", err, r.attempts), r.attempts, metrics.ReasonMaxAttempts)
+		return
+	}
+	s.metrics.Retried(r.topic)
+	s.retry(r, s.cfg.backoff(r.attempts))
+}
+
+func (s *walSession) settle(r *walRow) {
+	s.w.settle(r)
+	s.stat.delivered.Add(1)
+}
+
+func (s *walSession) retry(r *walRow, wait time.Duration) {
+	time.AfterFunc(wait, func() { s.w.again(r) })
+}
+
+// deadLetter moves r to the dead letters with reason beside the stream,
+// trying again while the database fails, and settles it once it is there.
+func (s *walSession) deadLetter(r *walRow, reason string, attempts int, class string) {
+	s.out.Add(1)
+	go func() {
+		defer s.out.Done()
+		for failures := 1; ; failures++ {
+			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, reason, attempts)
+			if err == nil {
+				s.metrics.DeadLettered(class)
+				s.settle(r)
+				return
+			}
+			if failures <= 3 {
+				s.r.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
+					watermill.LogFields{"event_id": r.eventID})
+			}
+			select {
+			case <-time.After(s.cfg.backoff(failures)):
+			case <-s.ctx.Done():
+				return // the next session reads it again
+			}
+		}
+	}()
+}
+
+// moveToDeadLetters moves r's row to the dead letters by id; when the row
+// is gone from the table (deleted by hand), the letter is written from what
+// the stream carried, so nothing is skipped without one.
+func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
+	res, err := r.cfg.DB.ExecContext(ctx, deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), row.id, reason, attempts)
+	if err != nil {
+		return fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	var eventID any
+	if row.eventID != uuid.Nil {
+		eventID = row.eventID
+	}
+	var headers any
+	if len(row.headers) > 0 {
+		headers = string(row.headers)
+	}
+	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(r.cfg.DeadLetterTable)+` (event_id, source, event_name,
+		event_version, topic, aggregate_type, aggregate_id, payload, headers, reason, attempts, created_at)
+		VALUES ($1, 'relay', $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, now())`,
+		eventID, row.name, row.version, row.topic, row.aggregateType, row.aggregateID, row.payload, headers,
+		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts)
+	if err != nil {
+		return fmt.Errorf("relay: writing the dead letter of row %d: %w", row.id, err)
+	}
+	return nil
+}
+
+// ensureSlot creates the slot when absent, and records the boundary of
+// what it streams (see recordSlotCreated). Creating a slot waits for the
+// transactions running on the server to end.
+func (r *Relay) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	slot := r.cfg.WAL.Slot
+	var plugin, database string
+	err := r.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots
+		WHERE slot_name = $1`, slot).Scan(&plugin, &database)
+	switch {
+	case err == nil:
+		var current string
+		if err := r.cfg.DB.QueryRowContext(ctx, `SELECT current_database()`).Scan(&current); err != nil {
+			return fmt.Errorf("relay: reading the database name: %w", err)
+		}
+		if plugin != "pgoutput" || database != current {
+			return walFatal{fmt.Errorf("relay: replication slot %q exists but is not a pgoutput slot of database %q "+
+				"(plugin %q, database %q): choose another Config.WAL.Slot", slot, current, plugin, database)}
+		}
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("relay: looking for replication slot %q: %w", slot, err)
+	}
+	r.cfg.Logger.Info("Creating the replication slot (this waits for the transactions running on the server to end)",
+		watermill.LogFields{"slot": slot})
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+			return nil // another relay created it meanwhile
+		}
+		return fmt.Errorf("relay: creating replication slot %q: %w", slot, err)
+	}
+	// The exported snapshot lives until the next command on conn.
+	if err := r.recordSlotCreated(ctx, res.SnapshotName); err != nil {
+		r.cfg.Logger.Error("Recording where the new slot starts failed; CleanupDelivered will not delete the rows it "+
+			"delivers (they keep delivered_at NULL)", err, watermill.LogFields{"slot": slot})
+	}
+	return nil
+}
+
+// walRelation is the outbox table as the stream describes it: column
+// positions by name.
+type walRelation struct {
+	cols map[string]int
+}
+
+// decode reads an outbox row from an insert's tuple (text format). What
+// cannot be read makes the row malformed, with the reason.
+func (rel *walRelation) decode(t *pglogrepl.TupleData) *walRow {
+	r := &walRow{}
+	var bad []string
+	text := func(name string) (string, bool) {
+		i, ok := rel.cols[name]
+		if !ok || i >= len(t.Columns) || t.Columns[i].DataType != pglogrepl.TupleDataTypeText {
+			return "", false
+		}
+		return string(t.Columns[i].Data), true
+	}
+	id, _ := text("id")
+	var err error
+	if r.id, err = strconv.ParseInt(id, 10, 64); err != nil {
+		bad = append(bad, "id "+strconv.Quote(id)+" is not a number")
+	}
+	if s, ok := text("event_id"); ok {
+		if r.eventID, err = uuid.Parse(s); err != nil {
+			bad = append(bad, "event_id "+strconv.Quote(s)+" is not a UUID")
+		}
+	}
+	r.name, _ = text("event_name")
+	if s, ok := text("event_version"); ok {
+		if r.version, err = strconv.Atoi(s); err != nil {
+			bad = append(bad, "event_version "+strconv.Quote(s)+" is not a number")
+		}
+	}
+	r.topic, _ = text("topic")
+	r.aggregateType, _ = text("aggregate_type")
+	r.aggregateID, _ = text("aggregate_id")
+	if s, ok := text("payload"); ok {
+		r.payload = []byte(s)
+	}
+	if s, ok := text("headers"); ok {
+		r.headers = []byte(s)
+	}
+	if s, ok := text("readable_from"); ok {
+		r.readableFrom, _ = strconv.Atoi(s)
+	}
+	if s, ok := text("created_at"); ok {
+		if r.createdAt, err = parseTimestamptz(s); err != nil {
+			bad = append(bad, "created_at "+strconv.Quote(s)+" is not a timestamp")
+		}
+	}
+	r.size = int64(len(r.payload) + len(r.headers))
+	if len(bad) == 0 {
+		r.decodedHeaders, err = decodeRowHeaders(&r.row)
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+	if len(bad) > 0 {
+		r.bad = errors.New(joinReasons(bad))
+	}
+	return r
+}
+
+func joinReasons(reasons []string) string {
+	s := reasons[0]
+	for _, r := range reasons[1:] {
+		s += "; " + r
+	}
+	return s
+}
+
+// parseTimestamptz reads a timestamptz in PostgreSQL's ISO output.
+func parseTimestamptz(s string) (time.Time, error) {
+	var err error
+	for _, layout := range []string{"2006-01-02 15:04:05.999999999Z07", "2006-01-02 15:04:05.999999999Z07:00",
+		"2006-01-02 15:04:05.999999999Z07:00:00"} {
+		var t time.Time
+		if t, err = time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, err
+}

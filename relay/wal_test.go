@@ -1,0 +1,327 @@
+package relay_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// walSetup is a test's own outbox schema with a slot and a publication
+// of its own, dropped when the test ends.
+type walSetup struct {
+	*emitBundle
+	slot, publication string
+}
+
+// setupWAL skips (fails under CI=true) when the server cannot do logical
+// replication.
+func setupWAL(t *testing.T) *walSetup {
+	t.Helper()
+	b := setupEmit(t)
+	requireLogical(t, b.db.DB)
+	name := "t" + uuid.NewString()[:8] + "_wal"
+	s := &walSetup{emitBundle: b, slot: name, publication: name}
+	t.Cleanup(func() { dropWAL(t, b.db.DB, s.slot, s.publication) })
+	return s
+}
+
+func requireLogical(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var level string
+	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
+	if level != "logical" {
+		err := fmt.Errorf("wal_level is %q", level)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the WAL path's tests need wal_level=logical under CI=true: %v", err)
+		}
+		t.Skipf("skipping: the WAL path needs wal_level=logical (%v); ../shared/services.sh sets it", err)
+	}
+}
+
+// dropWAL drops the slot once no session streams it, and the publication.
+func dropWAL(t *testing.T, db *sql.DB, slot, publication string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Logf("dropping slot %s: %v", slot, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+publication+`"`); err != nil {
+		t.Logf("dropping publication %s: %v", publication, err)
+	}
+}
+
+// config is a quick WAL relay of s's slot.
+func (s *walSetup) config(cfg relay.Config) relay.Config {
+	cfg.DB, cfg.Path = s.db.DB, relay.PathWAL
+	cfg.WAL.Slot, cfg.WAL.Publication = s.slot, s.publication
+	cfg.WAL.InitialBackoff = 50 * time.Millisecond
+	cfg.WAL.StatusInterval = 200 * time.Millisecond
+	cfg.WAL.StandbyRetry = 200 * time.Millisecond
+	cfg.WAL.ProgressInterval = 200 * time.Millisecond
+	return cfg
+}
+
+// slotPosition is the slot's confirmed position, and whether a session
+// streams it.
+func (s *walSetup) slotPosition(t *testing.T) (string, bool) {
+	t.Helper()
+	var lsn sql.NullString
+	var active bool
+	require.NoError(t, s.db.DB.QueryRow(`SELECT confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = $1`,
+		s.slot).Scan(&lsn, &active))
+	return lsn.String, active
+}
+
+// Transactions committed in another order than they wrote arrive in commit
+// order, within one aggregate too: the later writer that commits first is
+// delivered first. Rolled-back transactions deliver nothing.
+func TestWALDeliversInCommitOrder(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	arrived := arrivalOrder(t, pubsub, "orders")
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{Concurrency: 1}}))
+	waitStreaming(t, s)
+
+	ctx := context.Background()
+	want := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	var order []string // commit order
+	for i := range 10 {
+		agg := fmt.Sprintf("order-%d", i%3)
+		early, err := s.client.Tx(ctx)
+		require.NoError(t, err)
+		earlyID := emitIn(t, early, agg, 2*i)
+		late, err := s.client.Tx(ctx)
+		require.NoError(t, err)
+		lateID := emitIn(t, late, agg, 2*i+1)
+		rolled, err := s.client.Tx(ctx)
+		require.NoError(t, err)
+		rolledID := emitIn(t, rolled, agg, 1000+i)
+		require.NoError(t, late.Commit()) // written second, committed first
+		require.NoError(t, rolled.Rollback())
+		require.NoError(t, early.Commit())
+		order = append(order, lateID, earlyID)
+		want.ids[lateID], want.ids[earlyID], want.rolledBack[rolledID] = true, true, true
+		want.perAggregate[agg] = append(want.perAggregate[agg], lateID, earlyID)
+	}
+	got.waitFor(t, want, 20*time.Second)
+	require.NoError(t, stop())
+	got.requireExactly(t, want)
+	require.Equal(t, order, arrived(), "one publish at a time: the broker sees the commit order")
+}
+
+// arrivalOrder subscribes to topic and returns the ids received so far, in
+// the order they came.
+func arrivalOrder(t *testing.T, pubsub message.Subscriber, topic string) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := pubsub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var ids []string
+	go func() {
+		for msg := range msgs {
+			mu.Lock()
+			ids = append(ids, msg.UUID)
+			mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), ids...)
+	}
+}
+
+func emitIn(t *testing.T, tx *testent.Tx, agg string, n int) string {
+	t.Helper()
+	id := uuid.New()
+	require.NoError(t, tx.Outbox.EmitOrderPaid(context.Background(), agg, testent.OrderPaid{OrderID: int64(n), AmountCents: 100},
+		events.WithEventID(id)))
+	return id.String()
+}
+
+// Many writers commit interleaved transactions of many aggregates while
+// the relay publishes many at a time: every committed event once, none
+// rolled back, each aggregate in its commit order.
+func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
+	waitStreaming(t, s)
+
+	var (
+		mu   sync.Mutex
+		want = emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+		wg   sync.WaitGroup
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := emitOrdersAs(t, s.client, fmt.Sprintf("w%d", w), 100, 7, 5)
+			mu.Lock()
+			defer mu.Unlock()
+			for id := range e.ids {
+				want.ids[id] = true
+			}
+			for id := range e.rolledBack {
+				want.rolledBack[id] = true
+			}
+			for agg, ids := range e.perAggregate {
+				want.perAggregate[agg] = ids
+			}
+		}()
+	}
+	wg.Wait()
+	got.waitFor(t, want, 30*time.Second)
+	require.NoError(t, stop())
+	time.Sleep(100 * time.Millisecond)
+	got.requireExactly(t, want)
+}
+
+// waitStreaming waits until a relay streams s's slot.
+func waitStreaming(t *testing.T, s *walSetup) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var active bool
+		err := s.db.DB.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, s.slot).Scan(&active)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false
+		}
+		require.NoError(t, err)
+		return active
+	}, 20*time.Second, 20*time.Millisecond, "no relay streams slot %s", s.slot)
+}
+
+// The relay process is killed with SIGKILL while it drains, again and
+// again, and a new one starts: every committed event arrives, and the
+// duplicates are at most MaxRowsInFlight (--batch-size) per kill, the rows
+// whose position the server did not have yet.
+func TestWALRelayKilledMidStream(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCommand()
+	require.NoError(t, err)
+	// Redis Streams keeps every publish: duplicates show (JetStream would
+	// drop them by message id).
+	const brokerURL = "redis://127.0.0.1:6379/0"
+	s := setupWAL(t)
+	direct := openBroker(t, brokerURL, "Redis at 127.0.0.1:6379")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	const window = 20
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd := exec.Command(bin, "relay", "--path", "wal", "--slot", s.slot, "--publication", s.publication,
+			"--broker", brokerURL, "--topic-prefix", prefix, "--batch-size", fmt.Sprint(window), "--retry-interval", "50ms",
+			"--log-level", "info")
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+s.db.URL)
+		logs := &lockedBuffer{}
+		cmd.Stderr = logs
+		dieWithTest(cmd)
+		require.NoError(t, cmd.Start())
+		return cmd, logs
+	}
+	// The slot starts when first created: create it before anything is
+	// committed.
+	first, logs := start()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Streaming the replication slot") },
+		20*time.Second, 10*time.Millisecond, "relay logs:\n%s", logs.String())
+
+	emitDone := make(chan emitted, 1)
+	go func() { emitDone <- emitOrders(t, s.client, 600, 10, 5) }()
+	kills, midStream := 0, 0
+	var want emitted
+	cmd := first
+	for emitting := true; emitting || kills < 2; {
+		before := got.distinct()
+		if cmd == nil {
+			cmd, _ = start()
+		}
+		for deadline := time.Now().Add(5 * time.Second); got.distinct() <= before && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		select {
+		case want = <-emitDone:
+			emitting = false
+		default:
+			if got.distinct() > before {
+				midStream++
+			}
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		cmd = nil
+		kills++
+	}
+	require.Positive(t, midStream, "no kill happened mid-stream")
+	final, logs := start()
+	got.waitFor(t, want, 60*time.Second)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Relay running") }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, final.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, final.Wait(), "relay logs:\n%s", logs.String())
+	require.Contains(t, logs.String(), "Relay stopped")
+
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	dups := 0
+	for id, n := range got.count {
+		require.False(t, want.rolledBack[id], "event %s of a rolled-back transaction was delivered", id)
+		require.True(t, want.ids[id], "unknown event %s", id)
+		dups += n - 1
+	}
+	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
+	require.LessOrEqual(t, dups, kills*window, "duplicates beyond the rows held at the kills")
+	for agg, ids := range want.perAggregate {
+		require.Equal(t, ids, firstSeenOf(got, agg), "first arrivals of aggregate %s in commit order", agg)
+	}
+}
+
+// firstSeenOf is the ids of agg in the order they first arrived; got.mu is
+// held.
+func firstSeenOf(got *received, agg string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range got.perAggregate[agg] {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
