@@ -312,7 +312,7 @@ func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
 // session ends.
 func (s *walSession) dispatch() {
 	for {
-		r := s.w.next()
+		r := s.w.next(s.cfg.Concurrency)
 		if r == nil {
 			select {
 			case <-s.w.wake:
@@ -323,7 +323,11 @@ func (s *walSession) dispatch() {
 		}
 		msg := walMessage(r, s.r.cfg.CloudEvents)
 		s.out.Add(1)
-		if !s.pub.publish(s.ctx, msg, func(err error) { defer s.out.Done(); s.published(r, err) }) {
+		if !s.pub.publish(s.ctx, msg, func(err error) {
+			defer s.out.Done()
+			s.published(r, err)
+			s.w.answered()
+		}) {
 			s.out.Done()
 			return
 		}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"container/heap"
 	"sync"
 
 	"github.com/jackc/pglogrepl"
@@ -27,14 +28,21 @@ type walWindow struct {
 	// queued holds, per aggregate, its rows read and not settled: the
 	// first is out.
 	queued map[aggregate][]*walRow
-	// ready is the rows whose turn came, for the dispatcher.
-	ready []*walRow
+	// ready is the rows whose turn came, for the dispatcher, oldest in
+	// the stream first: with one publish at a time, the broker sees the
+	// commit order.
+	ready readyRows
+	seq   uint64 // the stream position of the last row read
+	// publishing counts the rows handed to the publishers and not yet
+	// answered: at most the pool's size, so that the next row is chosen
+	// when a publisher is free (the oldest ready then).
+	publishing int
 	// held counts the rows of the transactions in txs, and of those
 	// confirmed whose position was not yet sent to the server (unsent): a
 	// crash now would have them all sent again. open counts the rows not
 	// settled, openBytes their bytes.
 	held, unsent, open int
-	openBytes  int64
+	openBytes          int64
 	// delivered counts the rows settled since the session began.
 	delivered int64
 	stopped   bool
@@ -59,6 +67,7 @@ type walRow struct {
 	// bad is why the row cannot be published (malformed); it goes to the
 	// dead letters as it is.
 	bad error
+	seq uint64 // its position in the stream
 	// outages counts its failed publishes that did not count as attempts.
 	outages int
 }
@@ -92,6 +101,8 @@ func (w *walWindow) add(r *walRow) (deadLetter bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r.tx = w.cur
+	w.seq++
+	r.seq = w.seq
 	w.cur.rows++
 	w.cur.open++
 	w.held++
@@ -104,7 +115,7 @@ func (w *walWindow) add(r *walRow) (deadLetter bool) {
 	q := w.queued[a]
 	w.queued[a] = append(q, r)
 	if len(q) == 0 {
-		w.ready = append(w.ready, r)
+		heap.Push(&w.ready, r)
 		w.signal()
 	}
 	return false
@@ -167,17 +178,24 @@ func (w *walWindow) mayRead(maxRows int, maxBytes int64) bool {
 	return w.held < maxRows || len(w.txs) == 1 && w.cur != nil
 }
 
-// next takes the next row whose turn came, if any.
-func (w *walWindow) next() *walRow {
+// next takes the next row whose turn came, if any and if fewer than limit
+// are being published.
+func (w *walWindow) next(limit int) *walRow {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.ready) == 0 || w.stopped {
+	if len(w.ready) == 0 || w.stopped || w.publishing >= limit {
 		return nil
 	}
-	r := w.ready[0]
-	w.ready[0] = nil
-	w.ready = w.ready[1:]
-	return r
+	w.publishing++
+	return heap.Pop(&w.ready).(*walRow)
+}
+
+// answered records that a row handed out by next was published or failed.
+func (w *walWindow) answered() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.publishing--
+	w.signal()
 }
 
 // again makes r ready once more (after a failed publish's wait).
@@ -187,7 +205,7 @@ func (w *walWindow) again(r *walRow) {
 	if w.stopped {
 		return
 	}
-	w.ready = append(w.ready, r)
+	heap.Push(&w.ready, r)
 	w.signal()
 }
 
@@ -213,7 +231,7 @@ func (w *walWindow) settle(r *walRow) {
 		} else {
 			w.queued[a] = q
 			if !w.stopped {
-				w.ready = append(w.ready, q[0])
+				heap.Push(&w.ready, q[0])
 			}
 		}
 	}
@@ -254,4 +272,19 @@ func (w *walWindow) counts() (open int, delivered int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.open, w.delivered
+}
+
+// readyRows is a heap of rows by stream position.
+type readyRows []*walRow
+
+func (h readyRows) Len() int           { return len(h) }
+func (h readyRows) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h readyRows) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readyRows) Push(x any)        { *h = append(*h, x.(*walRow)) }
+func (h *readyRows) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return r
 }
