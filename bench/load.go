@@ -118,34 +118,46 @@ type pacedLoad struct {
 	err  error // the first failed transaction, if any
 }
 
-// runPaced commits one event per transaction at rate events/s for d. A
-// scheduler hands out ticks at their due time and a few workers commit
-// them, so one slow commit does not delay the next events; ticks that fall
-// behind are sent as soon as a worker is free.
-func runPaced(ctx context.Context, client *testent.Client, rate int, d time.Duration, aggregates int) *pacedLoad {
-	const workers = 16
+// runPaced commits events at rate events/s for d, perTx of them per
+// transaction (each of its own aggregate). A scheduler hands out ticks at
+// their due time and workers commit them, so one slow commit does not
+// delay the next events; ticks that fall behind are sent as soon as a
+// worker is free.
+func runPaced(ctx context.Context, client *testent.Client, rate int, d time.Duration, aggregates, perTx, workers int) *pacedLoad {
 	l := &pacedLoad{committed: make(map[string]time.Time)}
 	var mu sync.Mutex
 	ticks := make(chan int, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			ids := make([]string, perTx)
 			for i := range ticks {
-				id := uuid.Must(uuid.NewV7()).String()
-				err := client.WithTx(ctx, func(tx *testent.Tx) error { return emitOne(ctx, tx, id, i, aggregates) })
+				for k := range ids {
+					ids[k] = uuid.Must(uuid.NewV7()).String()
+				}
+				err := client.WithTx(ctx, func(tx *testent.Tx) error {
+					for k, id := range ids {
+						if err := emitOne(ctx, tx, id, i*perTx+k, aggregates); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
 				at := time.Now()
 				mu.Lock()
 				if err != nil && l.err == nil {
 					l.err = fmt.Errorf("committing a paced event: %w", err)
 				} else if err == nil {
-					l.ids = append(l.ids, id)
-					l.committed[id] = at
+					for _, id := range ids {
+						l.ids = append(l.ids, id)
+						l.committed[id] = at
+					}
 				}
 				mu.Unlock()
 			}
 		})
 	}
-	interval := time.Second / time.Duration(rate)
+	interval := time.Second * time.Duration(perTx) / time.Duration(rate)
 	start := time.Now()
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)

@@ -47,7 +47,10 @@ type config struct {
 	Aggregates      int           // distinct aggregate ids
 	PollInterval    time.Duration // passed to the relay when non-zero
 	BatchSize       int           // passed to the relay when non-zero
+	NearLimit       float64       // the near-limit load's rate, as a fraction of the drain rate; 0 skips it
 	Timeout         time.Duration // longest wait for events to arrive, per phase
+	RelayProfile    string        // where to write a CPU profile of the first relay's drain; "" for none
+	ProfileFor      time.Duration // how long that profile runs
 	Progress        io.Writer     // progress lines; nil discards them
 }
 
@@ -69,6 +72,9 @@ func main() {
 	flag.IntVar(&cfg.Aggregates, "aggregates", 1000, "distinct aggregate ids the events are spread over")
 	flag.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay --poll-interval (default: the relay's own)")
 	flag.IntVar(&cfg.BatchSize, "batch-size", 0, "relay --batch-size (default: the relay's own)")
+	flag.Float64Var(&cfg.NearLimit, "near-limit", 0.6, "rate of the near-limit latency load, as a fraction of the row's drain rate (0 skips it)")
+	flag.StringVar(&cfg.RelayProfile, "relay-profile", "", "write a CPU profile of the first relay of each row during its drain to this path prefix (<prefix>.<row>.pprof)")
+	flag.DurationVar(&cfg.ProfileFor, "profile-for", 5*time.Second, "how long --relay-profile profiles (raise --events to keep the drain going that long)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.Parse()
 	cfg.Paths = splitList(paths)
@@ -147,6 +153,8 @@ func (c config) check() error {
 		return errors.New("--latency-duration, --hold and --timeout must be positive")
 	case c.Aggregates <= 0:
 		return errors.New("--aggregates must be positive")
+	case c.NearLimit < 0 || c.NearLimit > 1:
+		return errors.New("--near-limit must be between 0 and 1")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
 	}
@@ -162,6 +170,9 @@ func (c config) describe() string {
 	if c.BatchSize > 0 {
 		s += fmt.Sprintf(" batch-size=%d", c.BatchSize)
 	}
+	if c.NearLimit > 0 {
+		s += fmt.Sprintf(" near-limit=%.0f%% of the drain rate", c.NearLimit*100)
+	}
 	return s
 }
 
@@ -170,11 +181,15 @@ func (c config) describe() string {
 // run at all has n/a in every cell and its reason as its note.
 func printTable(out io.Writer, results []result) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "relay\tdrain ev/s\tp50\tp99\tmax\tp99 held-tx\tmax held-tx\tpeak RSS\tnotes")
+	fmt.Fprintln(tw, "relay\tdrain ev/s\tp50\tp99\tmax\tnear-limit ev/s\tp50\tp99\tp99 held-tx\tmax held-tx\tpeak RSS\tnotes")
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", r.name, strings.Repeat("\tn/a", 7), firstLine(r.err))
+			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", r.name, strings.Repeat("\tn/a", 10), firstLine(r.err))
 			continue
+		}
+		nearRate := "-"
+		if r.nearRate > 0 {
+			nearRate = thousands(int64(r.nearRate))
 		}
 		drain := "-"
 		if r.drainRate > 0 {
@@ -184,8 +199,9 @@ func printTable(out io.Writer, results []result) error {
 		if r.peakKB > 0 {
 			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain,
 			fmtDur(r.latency.p50, r.latency.n), fmtDur(r.latency.p99, r.latency.n), fmtDur(r.latency.max, r.latency.n),
+			nearRate, fmtDur(r.near.p50, r.near.n), fmtDur(r.near.p99, r.near.n),
 			fmtDur(r.held.p99, r.held.n), fmtDur(r.held.max, r.held.n), rss, strings.Join(r.notes, "; "))
 	}
 	return tw.Flush()

@@ -51,6 +51,8 @@ type result struct {
 	err       error
 	drainRate float64 // events/s
 	latency   stats   // paced load
+	near      stats   // paced load near the drain limit
+	nearRate  int     // its events/s
 	held      stats   // paced load while transactions are held open
 	peakKB    int64
 	drainCPU  string // where the drain's CPU went, per event
@@ -135,12 +137,30 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		}
 	}()
 	cpuFrom := sampleCPU(rs.pids())
+	var profiled <-chan error
+	if cfg.RelayProfile != "" {
+		path := cfg.RelayProfile + "." + spec.key + ".pprof"
+		e.progress("profiling the first relay for %s into %s", cfg.ProfileFor, path)
+		profiled = rs.profile(cfg.ProfileFor, path)
+	}
 	if err := e.drain(ctx, s, recv, rs, ids, start, cpuFrom, res); err != nil {
 		return err
 	}
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			res.note("profile: %v", err)
+		}
+	}
 
 	e.progress("paced load: %d events/s for %s", cfg.Rate, cfg.LatencyDuration)
-	res.latency = e.latencyPhase(ctx, s, recv, rs, cfg.LatencyDuration, nil, res, "latency")
+	res.latency = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.LatencyDuration, nil, res, "latency")
+
+	if cfg.NearLimit > 0 && res.drainRate > 0 {
+		near := nearLimitLoad(res.drainRate, cfg.NearLimit)
+		res.nearRate = near.rate
+		e.progress("paced load near the limit: %d events/s (%d per transaction) for %s", near.rate, near.perTx, cfg.LatencyDuration)
+		res.near = e.latencyPhase(ctx, s, recv, rs, near, cfg.LatencyDuration, nil, res, "near-limit")
+	}
 
 	e.progress("paced load for %s while transactions are held open", cfg.Hold)
 	if e.otherErr != nil {
@@ -150,7 +170,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	if err != nil {
 		res.note("held-tx: %v", err)
 	} else {
-		res.held = e.latencyPhase(ctx, s, recv, rs, cfg.Hold, held, res, "held-tx")
+		res.held = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.Hold, held, res, "held-tx")
 	}
 
 	if err := rs.err(); err != nil {
@@ -211,12 +231,29 @@ func (e *env) drain(ctx context.Context, s *sandbox, recv *receiver, rs *relaySe
 	return nil
 }
 
+// paced is the shape of a paced load.
+type paced struct {
+	rate    int // events/s
+	perTx   int // events per transaction
+	workers int // transactions committing at once
+}
+
+// nearLimitLoad is the paced load at fraction of the measured drain rate.
+// One event per transaction cannot reach such rates here (each commit
+// waits for its WAL flush), so its events come in transactions of up to
+// ten, at most 2,000 transactions a second.
+func nearLimitLoad(drainRate, fraction float64) paced {
+	rate := max(int(drainRate*fraction), 1)
+	perTx := min(max(1, (rate+1999)/2000), 10)
+	return paced{rate: rate, perTx: perTx, workers: 32}
+}
+
 // latencyPhase runs the paced load for d with the relays running, releases
 // held (if any) when the load ends, waits for the events and returns their
 // commit-to-receive latencies.
-func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, d time.Duration,
+func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, p paced, d time.Duration,
 	held *heldTxs, res *result, phase string) stats {
-	load := runPaced(ctx, s.client, e.cfg.Rate, d, e.cfg.Aggregates)
+	load := runPaced(ctx, s.client, p.rate, d, e.cfg.Aggregates, p.perTx, p.workers)
 	if held != nil {
 		if err := held.release(); err != nil {
 			res.note("%s: %v", phase, err)
@@ -225,7 +262,7 @@ func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *
 	if load.err != nil {
 		res.note("%s: %v", phase, load.err)
 	}
-	if got := float64(len(load.ids)) / load.span.Seconds(); load.span > 0 && got < 0.95*float64(e.cfg.Rate) {
+	if got := float64(len(load.ids)) / load.span.Seconds(); load.span > 0 && got < 0.95*float64(p.rate) {
 		res.note("%s: emitter reached only %.0f events/s", phase, got)
 	}
 	missing := recv.await(ctx, load.ids, e.cfg.Timeout, rs.failed())

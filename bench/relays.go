@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +26,12 @@ const stopTimeout = 40 * time.Second
 type relaySet struct {
 	procs  []*relayProc
 	exited chan struct{} // closed when the first process ends by itself
-	once   sync.Once
-	mu     sync.Mutex
-	first  error // why the first process ended
-	closed bool  // stop was called: later exits are expected
+	// pprofAddr serves the first relay's profiles (see --relay-profile).
+	pprofAddr string
+	once      sync.Once
+	mu        sync.Mutex
+	first     error // why the first process ended
+	closed    bool  // stop was called: later exits are expected
 }
 
 type relayProc struct {
@@ -47,8 +53,17 @@ func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, err
 		args = append(args, "--batch-size", strconv.Itoa(e.cfg.BatchSize))
 	}
 	rs := &relaySet{exited: make(chan struct{})}
-	for range n {
-		p := &relayProc{cmd: exec.Command(e.bin, args...), stderr: &capBuffer{}, done: make(chan struct{})}
+	for i := range n {
+		procArgs := args
+		if i == 0 && e.cfg.RelayProfile != "" {
+			addr, err := freeAddr()
+			if err != nil {
+				return nil, err
+			}
+			rs.pprofAddr = addr
+			procArgs = append(slices.Clone(args), "--metrics-addr", addr, "--pprof")
+		}
+		p := &relayProc{cmd: exec.Command(e.bin, procArgs...), stderr: &capBuffer{}, done: make(chan struct{})}
 		p.cmd.Stderr = p.stderr
 		if err := p.cmd.Start(); err != nil {
 			_ = rs.stop()
@@ -214,4 +229,50 @@ func (b *capBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// freeAddr is a loopback address with a port free at the time of asking.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port for the relay's profile: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// profile writes a CPU profile of the first relay, taken over d from now,
+// to path. It runs beside the drain; a failure is only reported.
+func (rs *relaySet) profile(d time.Duration, path string) <-chan error {
+	out := make(chan error, 1)
+	go func() {
+		out <- func() error {
+			url := "http://" + rs.pprofAddr + "/debug/pprof/profile?seconds=" + strconv.Itoa(max(int(d.Seconds()), 1))
+			var resp *http.Response
+			var err error
+			for range 50 { // the relay may still be starting its server
+				if resp, err = http.Get(url); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", url, resp.Status)
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}()
+	}()
+	return out
 }

@@ -137,6 +137,21 @@ func Open(ctx context.Context, rawURL string, opts Options) (Broker, error) {
 	}
 	ps.scheme = kind.scheme
 	ps.pub = topicChecked{Publisher: ps.pub, scheme: kind.scheme}
+	if async := ps.async; async != nil {
+		scheme := kind.scheme
+		ps.async = func(topic string, msg *message.Message, done func(error)) {
+			if err := ValidateTopic(scheme, topic); err != nil {
+				done(err)
+				return
+			}
+			async(topic, msg, func(err error) {
+				if err != nil {
+					err = fmt.Errorf("broker: %s: %w", scheme, err)
+				}
+				done(err)
+			})
+		}
+	}
 	return ps, nil
 }
 
@@ -155,6 +170,9 @@ type pubSub struct {
 	pub    message.Publisher
 	// ping checks the broker answers; nil when there is nothing to ask.
 	ping func(ctx context.Context) error
+	// async publishes without waiting (see AsyncPublisher); nil when the
+	// broker's client cannot.
+	async func(topic string, msg *message.Message, done func(error))
 	// newSub makes a subscriber of a non-empty group.
 	newSub func(group string) (message.Subscriber, error)
 	// closers release what pub and the subscribers share (connections,
@@ -168,7 +186,13 @@ type pubSub struct {
 
 func (p *pubSub) Scheme() string { return p.scheme }
 
-func (p *pubSub) Publisher() message.Publisher { return ownedPublisher{p.pub, p.scheme, p.ping} }
+func (p *pubSub) Publisher() message.Publisher {
+	owned := ownedPublisher{p.pub, p.scheme, p.ping}
+	if p.async != nil {
+		return asyncPublisher{owned, p.async}
+	}
+	return owned
+}
 
 func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 	if strings.TrimSpace(group) == "" {
@@ -255,6 +279,31 @@ func (o ownedPublisher) Ping(ctx context.Context) error {
 		return fmt.Errorf("broker: %s: %w", o.scheme, err)
 	}
 	return nil
+}
+
+// AsyncPublisher is what the Publisher of a Broker also is when its client
+// keeps many publishes in flight on one connection and confirms each on its
+// own (NATS JetStream today). A relay uses it instead of a pool of
+// goroutines each waiting for one confirmation: the messages go out
+// together in a few writes, and their confirmations come back together.
+type AsyncPublisher interface {
+	message.Publisher
+	// PublishAsync hands msg to the broker for topic and returns without
+	// waiting. done is called exactly once, from another goroutine or
+	// before PublishAsync returns: with nil once the broker confirmed msg,
+	// else with the reason it did not. Messages in flight together may be
+	// stored in any order: publish a message whose order matters after the
+	// previous one is done.
+	PublishAsync(topic string, msg *message.Message, done func(error))
+}
+
+type asyncPublisher struct {
+	ownedPublisher
+	async func(topic string, msg *message.Message, done func(error))
+}
+
+func (a asyncPublisher) PublishAsync(topic string, msg *message.Message, done func(error)) {
+	a.async(topic, msg, done)
 }
 
 // ownedSubscriber makes Close idempotent (not every Watermill subscriber is)

@@ -153,8 +153,18 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 		nc.Close()
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
+	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(natsAsyncMaxPending),
+		jetstream.WithPublishAsyncTimeout(natsAsyncTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	np := &natsPublisher{Publisher: pub, js: js, async: async, topo: topo, acks: make(chan natsPending, natsAsyncMaxPending),
+		closed: make(chan struct{})}
+	go np.confirm()
 	return &pubSub{
-		pub: &natsPublisher{Publisher: pub, js: js, topo: topo},
+		pub:   np,
+		async: np.PublishAsync,
 		// A JetStream request: the server answers, and JetStream with it.
 		ping: func(ctx context.Context) error {
 			if _, err := js.AccountInfo(ctx); err != nil {
@@ -274,10 +284,97 @@ func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStrea
 }
 
 // natsPublisher provisions a topic's stream before its first message.
+// Publish waits for JetStream's ack of each message, as the module does;
+// PublishAsync (see AsyncPublisher) sends with JetStream's async publish
+// and one goroutine, confirm, hands each ack to its caller.
 type natsPublisher struct {
 	*wmnats.Publisher
-	js   jetstream.JetStream
-	topo *natsTopology
+	js    jetstream.JetStream
+	async jetstream.JetStream // with the async publish settings
+	topo  *natsTopology
+	// acks is the async publishes awaiting JetStream's ack, in the order
+	// they were sent; closed ends confirm.
+	acks      chan natsPending
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// natsAsyncMaxPending bounds the async publishes awaiting an ack; a relay
+// keeps fewer in flight (its Concurrency), so that a publish never stalls.
+const natsAsyncMaxPending = 4096
+
+// natsAsyncTimeout is how long an async publish waits for its ack before
+// it fails, as long as a Publish waits (nats.go's default request timeout).
+const natsAsyncTimeout = 5 * time.Second
+
+type natsPending struct {
+	fut   jetstream.PubAckFuture
+	topic string
+	done  func(error)
+}
+
+// PublishAsync implements AsyncPublisher.
+func (p *natsPublisher) PublishAsync(topic string, msg *message.Message, done func(error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
+	_, _, err := p.topo.ensureStream(ctx, p.js, topic)
+	cancel()
+	if err != nil {
+		done(err)
+		return
+	}
+	nm, err := natsMarshaler{}.Marshal(topic, msg)
+	if err != nil {
+		done(err)
+		return
+	}
+	fut, err := p.async.PublishMsgAsync(nm)
+	if err != nil {
+		p.topo.forget(topic)
+		done(err)
+		return
+	}
+	select {
+	case p.acks <- natsPending{fut: fut, topic: topic, done: done}:
+	case <-p.closed:
+		done(errors.New("publisher closed"))
+	}
+}
+
+// confirm waits for the acks of the async publishes in the order they
+// were sent (JetStream answers in that order) and tells each caller.
+func (p *natsPublisher) confirm() {
+	for {
+		var pa natsPending
+		select {
+		case pa = <-p.acks:
+		case <-p.closed:
+			return
+		}
+		select {
+		case <-pa.fut.Ok():
+			pa.done(nil)
+		case err := <-pa.fut.Err():
+			p.topo.forget(pa.topic) // its stream may have been deleted
+			pa.done(err)
+		case <-p.closed:
+			pa.done(errors.New("publisher closed before JetStream acknowledged the message"))
+			return
+		}
+	}
+}
+
+// Close fails the async publishes still awaiting an ack, then closes the
+// module's publisher.
+func (p *natsPublisher) Close() error {
+	p.closeOnce.Do(func() { close(p.closed) })
+	for {
+		select {
+		case pa := <-p.acks:
+			pa.done(errors.New("publisher closed before JetStream acknowledged the message"))
+		default:
+			return p.Publisher.Close()
+		}
+	}
 }
 
 func (p *natsPublisher) Publish(topic string, messages ...*message.Message) error {

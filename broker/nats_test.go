@@ -258,3 +258,82 @@ func TestNATSSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
 	assert.Contains(t, said[0], "consumer.WithTopicPrefix")
 	assert.Empty(t, log.find(busy))
 }
+
+// PublishAsync keeps many messages in flight and confirms each only once
+// JetStream stored it: every one is done without error, stored once with
+// its Nats-Msg-Id, and one published again is dropped as a duplicate.
+func TestNATSPublishAsyncConfirmsEachStoredMessage(t *testing.T) {
+	topic := fmt.Sprintf("async_%d", time.Now().UnixNano())
+	u := natsSetup(t, topic)
+	b, err := Open(context.Background(), u, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	async, ok := b.Publisher().(AsyncPublisher)
+	require.True(t, ok, "the NATS publisher publishes without waiting")
+
+	const n = 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n+1)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = watermill.NewUUID()
+		wg.Add(1)
+		async.PublishAsync(topic, message.NewMessage(ids[i], []byte(fmt.Sprintf("m%d", i))), func(err error) {
+			errs <- err
+			wg.Done()
+		})
+	}
+	wg.Add(1)
+	async.PublishAsync(topic, message.NewMessage(ids[0], []byte("again")), func(err error) { errs <- err; wg.Done() })
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := natsStream(t).Stream(ctx, natsName(topic))
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(n), info.State.Msgs, "each message stored once; the one sent again dropped by its Nats-Msg-Id")
+	for _, seq := range []uint64{1, n} {
+		raw, err := stream.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		assert.Equal(t, ids[seq-1], raw.Header.Get(nats.MsgIdHdr))
+	}
+}
+
+// Without JetStream's ack (the server is gone) an async publish fails: it
+// is never confirmed on faith. An invalid topic fails at once, permanently.
+func TestNATSPublishAsyncFailsWithoutAnAck(t *testing.T) {
+	topic := fmt.Sprintf("async_gone_%d", time.Now().UnixNano())
+	u := natsSetup(t, topic)
+	b, err := Open(context.Background(), u, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	async := b.Publisher().(AsyncPublisher)
+
+	done := make(chan error, 1)
+	async.PublishAsync("bad topic", message.NewMessage(watermill.NewUUID(), nil), func(err error) { done <- err })
+	err = <-done
+	var invalid *InvalidTopicError
+	require.ErrorAs(t, err, &invalid)
+
+	// The stream is deleted under the publisher: JetStream has nobody to
+	// store the message and answers with no ack.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	async.PublishAsync(topic, message.NewMessage(watermill.NewUUID(), nil), func(err error) { first <- err })
+	require.NoError(t, <-first)
+	require.NoError(t, natsStream(t).DeleteStream(ctx, natsName(topic)))
+	gone := make(chan error, 1)
+	async.PublishAsync(topic, message.NewMessage(watermill.NewUUID(), nil), func(err error) { gone <- err })
+	select {
+	case err := <-gone:
+		require.Error(t, err, "a message no stream stored is not confirmed")
+	case <-time.After(natsAsyncTimeout + 5*time.Second):
+		t.Fatal("no answer for a message no stream stored")
+	}
+}

@@ -14,6 +14,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 		return err
 	}
 	defer sub.Close()
+	sub.direct = true
 	r.fast.Store(sub)
 	defer r.cfg.Metrics.WatchPartitions(func() int {
 		st, _ := r.Status()
@@ -57,9 +58,9 @@ func (r *Relay) runFast(ctx context.Context) error {
 					sub.Fail(msg, err, pub.counts(err))
 					return
 				}
-				msg.Ack()
+				settle(msg, true)
 			}) {
-				msg.Nack() // not published: it comes again
+				settle(msg, false) // not published: it comes again
 				return stop()
 			}
 		}

@@ -40,6 +40,9 @@ type Subscriber struct {
 	bytesHeld, bytesPeak atomic.Int64
 	// states is what each subscription last published, for Status.
 	states subscriberStates
+	// direct is set by the relay of this package before it subscribes: it
+	// settles messages with settle rather than Ack and Nack.
+	direct bool
 }
 
 type failure struct {
@@ -142,7 +145,7 @@ func (s *Subscriber) isClosed() bool {
 // sends the row to the dead letters at once.
 func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool) {
 	s.reasons.Store(msg, failure{reason: reason.Error(), countAttempt: countAttempt, permanent: permanent(reason)})
-	msg.Nack()
+	settle(msg, false)
 }
 
 // Close stops every subscription: acks received so far are recorded, and

@@ -16,11 +16,27 @@ import (
 // flight at once, and tells each one's outcome. The read path keeps per-
 // aggregate order by giving it at most one message per aggregate at a
 // time.
+//
+// A publisher that publishes without waiting (asyncPublisher, as the
+// broker package's NATS publisher) is called from the read path's own
+// goroutine, with at most concurrency messages in flight: the messages go
+// out together and their confirmations come back together. Any other
+// publisher is called from a pool of concurrency goroutines, each waiting
+// for one confirmation (a goroutine per message would grow a fresh stack
+// through the broker client's calls every time).
 type publishing struct {
 	r      *Relay
 	health *publishHealth
-	work   chan outgoing
+	async  asyncPublisher
+	slots  chan struct{} // async: one per message in flight
+	work   chan outgoing // pool: the messages for the publishers
 	wg     sync.WaitGroup
+}
+
+// asyncPublisher is broker.AsyncPublisher: PublishAsync returns at once
+// and calls done exactly once with the broker's answer.
+type asyncPublisher interface {
+	PublishAsync(topic string, msg *message.Message, done func(error))
 }
 
 // outgoing is one message to publish and what to do with the outcome.
@@ -29,17 +45,22 @@ type outgoing struct {
 	done func(error)
 }
 
-// startPublishing starts a pool of concurrency publishers: a goroutine per
-// message would grow a fresh stack through the broker client's calls every
-// time.
 func (r *Relay) startPublishing(concurrency int) *publishing {
-	p := &publishing{r: r, health: newPublishHealth(r.cfg.Publisher, r.cfg.Logger), work: make(chan outgoing)}
+	p := &publishing{r: r, health: newPublishHealth(r.cfg.Publisher, r.cfg.Logger)}
+	if async, ok := r.cfg.Publisher.(asyncPublisher); ok {
+		p.async, p.slots = async, make(chan struct{}, concurrency)
+		return p
+	}
+	p.work = make(chan outgoing)
 	for range concurrency {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			for o := range p.work {
-				o.done(p.send(o.msg))
+				s := p.prepare(o.msg)
+				err := r.cfg.Publisher.Publish(s.topic, s.out)
+				s.finish(err)
+				o.done(err)
 			}
 		}()
 	}
@@ -49,15 +70,32 @@ func (r *Relay) startPublishing(concurrency int) *publishing {
 // publish sends msg, whose metadata carries its row's topic under
 // MetaTopic as the read paths' messages do, to the broker, and calls done
 // with the outcome once the broker confirmed or refused it. It blocks while
-// the pool is busy, or until ctx ends (then it returns false and done is
-// not called). done runs on a publisher goroutine: it must be short.
+// concurrency messages are in flight, or until ctx ends (then it returns
+// false and done is not called). done may run on another goroutine: it
+// must be short.
 func (p *publishing) publish(ctx context.Context, msg *message.Message, done func(error)) bool {
+	if p.async == nil {
+		select {
+		case p.work <- outgoing{msg: msg, done: done}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	select {
-	case p.work <- outgoing{msg: msg, done: done}:
-		return true
+	case p.slots <- struct{}{}:
 	case <-ctx.Done():
 		return false
 	}
+	p.wg.Add(1)
+	s := p.prepare(msg)
+	p.async.PublishAsync(s.topic, s.out, func(err error) {
+		s.finish(err)
+		<-p.slots
+		p.wg.Done()
+		done(err)
+	})
+	return true
 }
 
 // counts tells whether a failed publish counts as an attempt of its
@@ -70,7 +108,9 @@ func (p *publishing) counts(err error) bool {
 // stop waits until the publishes in flight are done, up to timeout, and
 // reports whether they all were. Call it once, after the last publish.
 func (p *publishing) stop(timeout time.Duration) bool {
-	close(p.work)
+	if p.work != nil {
+		close(p.work)
+	}
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
 	select {
@@ -81,37 +121,48 @@ func (p *publishing) stop(timeout time.Duration) bool {
 	}
 }
 
-// send publishes msg on its topic (with the relay's prefix), in a producer
-// span, and counts it.
-func (p *publishing) send(msg *message.Message) error {
+// sending is one publish under way: the message as it goes out, its span
+// and when it started.
+type sending struct {
+	p               *publishing
+	out             *message.Message
+	rowTopic, topic string
+	span            trace.Span
+	started         time.Time
+}
+
+// prepare makes the message that goes out for msg: on its topic with the
+// relay's prefix, in a producer span.
+func (p *publishing) prepare(msg *message.Message) sending {
 	r := p.r
 	out := message.NewMessage(msg.UUID, msg.Payload)
 	out.Metadata = maps.Clone(msg.Metadata)
-	rowTopic := out.Metadata.Get(MetaTopic)
-	topic := r.cfg.TopicPrefix + rowTopic
+	s := sending{p: p, out: out, rowTopic: out.Metadata.Get(MetaTopic)}
+	s.topic = r.cfg.TopicPrefix + s.rowTopic
 	delete(out.Metadata, MetaTopic)
-	var span trace.Span
 	if tracer := r.tracer.Get(); tracer != nil {
-		span = startSend(tracer, r.messagingSystem(), topic, out)
+		s.span = startSend(tracer, r.messagingSystem(), s.topic, out)
 	}
-	var started time.Time
 	if r.cfg.Metrics != nil {
-		started = time.Now()
+		s.started = time.Now()
 	}
-	err := r.cfg.Publisher.Publish(topic, out)
-	if m := r.cfg.Metrics; m != nil {
-		m.Published(rowTopic, time.Since(started), err)
+	return s
+}
+
+// finish counts the outcome of the publish and ends its span.
+func (s sending) finish(err error) {
+	if m := s.p.r.cfg.Metrics; m != nil {
+		m.Published(s.rowTopic, time.Since(s.started), err)
 		if err == nil {
-			m.Delivered(rowTopic, createdAt(out.Metadata))
+			m.Delivered(s.rowTopic, createdAt(s.out.Metadata))
 		}
 	}
-	if span != nil {
-		endSpan(span, err)
+	if s.span != nil {
+		endSpan(s.span, err)
 	}
 	if err == nil {
-		p.health.succeeded()
+		s.p.health.succeeded()
 	}
-	return err
 }
 
 // publishHealth tells a message's own failure from an outage, so that
