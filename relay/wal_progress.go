@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -66,11 +68,29 @@ func (r *Relay) recordSlotCreated(ctx context.Context, snapshotName string) erro
 	if err := tx.Commit(); err != nil {
 		return err
 	}
+	snap = normalSnapshot(snap)
 	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(r.cfg.Table))+`
 		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
 		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
 			updated_at = now()`, r.cfg.WAL.Slot, snap)
 	return err
+}
+
+// normalSnapshot fixes the text of a slot's exported snapshot, whose xmin
+// may lie past its xmax ("101:100:") when no transaction ran: pg_snapshot
+// refuses that. With no transaction in progress it means every
+// transaction below xmax is visible, as "100:100:" says.
+func normalSnapshot(s string) string {
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) != 3 {
+		return s
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || xmin <= xmax || parts[2] != "" {
+		return s
+	}
+	return parts[1] + ":" + parts[1] + ":"
 }
 
 // recordWALProgress stores, every ProgressInterval while the relay streams

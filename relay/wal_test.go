@@ -207,12 +207,15 @@ func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
 	got.requireExactly(t, want)
 }
 
-// waitStreaming waits until a relay streams s's slot.
+// waitStreaming waits until a relay streams s's slot. While a slot is
+// being created it shows active but has no position yet: what commits then
+// is before its start and never streamed.
 func waitStreaming(t *testing.T, s *walSetup) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var active bool
-		err := s.db.DB.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, s.slot).Scan(&active)
+		err := s.db.DB.QueryRow(`SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots
+			WHERE slot_name = $1`, s.slot).Scan(&active)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false
 		}
