@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/outbox"
@@ -473,7 +475,7 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 	if err != nil {
 		return claimed{}, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT * FROM (
+	query := `SELECT * FROM (
 			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, NULL::bigint, 0, 0::bigint, 0::bigint, true,
 				pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
 				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
@@ -481,45 +483,57 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 			SELECT w.id, w.event_id, w.event_name, w.event_version, w.topic, w.aggregate_type, w.aggregate_id,
 				CASE WHEN w.kept THEN w.payload END, CASE WHEN w.kept THEN w.headers END, w.created_at, w.attempts,
 				w.readable_from, w.part, w.wait_ms, w.size, w.kept, NULL
-			FROM (`+sized+`) w WHERE w.running - w.size <= `+budget+`
-		) c ORDER BY 1`, args...)
+			FROM (` + sized + `) w WHERE w.running - w.size <= ` + budget + `
+		) c ORDER BY 1`
+	// Through pgx itself rather than database/sql: a claim reads thousands
+	// of rows, and database/sql's per-value conversions cost more than
+	// reading them.
+	var out claimed
+	err = db.Raw(func(dc any) error {
+		rows, err := dc.(*stdlib.Conn).Conn().Query(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r := &row{}
+			var (
+				waitMS   int64
+				kept     bool
+				open     *string
+				eventID  pgtype.UUID
+				readable *int64
+			)
+			if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
+				&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
+				return err
+			}
+			if r.id == 0 {
+				xmax, xip, _ := strings.Cut(*open, ":")
+				out.open = openTxs{from: xmax, listed: []string{}}
+				if xip != "" {
+					out.open.listed = strings.Split(xip, ",")
+				}
+				continue
+			}
+			if !kept {
+				out.cut, out.cutSize = true, r.size
+				continue
+			}
+			r.eventID = eventID.Bytes
+			if readable != nil {
+				r.readableFrom = int(*readable)
+			}
+			r.wait = time.Duration(waitMS) * time.Millisecond
+			out.rows = append(out.rows, r)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		conn.reset()
 		return claimed{}, err
 	}
-	defer rows.Close()
-	var out claimed
-	for rows.Next() {
-		r := &row{}
-		var (
-			waitMS   int64
-			kept     bool
-			open     sql.NullString
-			eventID  uuid.NullUUID
-			readable sql.NullInt64
-		)
-		if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-			&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
-			return claimed{}, err
-		}
-		if r.id == 0 {
-			xmax, xip, _ := strings.Cut(open.String, ":")
-			out.open = openTxs{from: xmax, listed: []string{}}
-			if xip != "" {
-				out.open.listed = strings.Split(xip, ",")
-			}
-			continue
-		}
-		if !kept {
-			out.cut, out.cutSize = true, r.size
-			continue
-		}
-		r.eventID = eventID.UUID
-		r.readableFrom = int(readable.Int64)
-		r.wait = time.Duration(waitMS) * time.Millisecond
-		out.rows = append(out.rows, r)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // delivered records rows the broker acknowledged.
