@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -327,4 +328,109 @@ func firstSeenOf(got *received, agg string) []string {
 		}
 	}
 	return out
+}
+
+// The broker goes away while events are committed and comes back: nothing
+// is lost, nothing dead-lettered. A relay stopped during an outage has
+// not confirmed what the broker did not ack: the next one delivers it.
+func TestWALSurvivesBrokerOutage(t *testing.T) {
+	t.Parallel()
+	const natsAddr = "127.0.0.1:4222"
+	s := setupWAL(t)
+	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
+	proxy := tcpproxy.Start(t, natsAddr)
+	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	cfg := s.config(relay.Config{Publisher: viaProxy.Publisher(), TopicPrefix: prefix, CloseTimeout: 2 * time.Second,
+		WAL: relay.WALConfig{MaxAttempts: 2}})
+	stop := runRelay(t, cfg)
+	waitStreaming(t, s)
+	first := emitOrders(t, s.client, 20, 4, 0)
+	got.waitFor(t, first, 20*time.Second)
+
+	proxy.Cut()
+	during := emitOrdersAs(t, s.client, "during", 30, 4, 3)
+	time.Sleep(2 * time.Second) // many failed publishes: more than MaxAttempts each
+	proxy.Restore()
+	got.waitFor(t, during, 60*time.Second)
+
+	// Stopped in an outage: the next relay sends what was not acked.
+	proxy.Cut()
+	stopped := emitOrdersAs(t, s.client, "stopped", 30, 4, 0)
+	time.Sleep(time.Second)
+	require.NoError(t, stop())
+	proxy.Restore()
+	runRelay(t, s.config(relay.Config{Publisher: direct.Publisher(), TopicPrefix: prefix}))
+	got.waitFor(t, stopped, 60*time.Second)
+
+	backlog, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
+	require.NoError(t, err)
+	require.Zero(t, backlog.DeadLetters, "an outage dead-letters nothing")
+	for id := range during.rolledBack {
+		require.Zero(t, got.count[id], "rolled-back event %s delivered", id)
+	}
+}
+
+// Two relays on one slot: one streams, the other waits as a standby and
+// takes over within seconds when the first is killed.
+func TestWALStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCommand()
+	require.NoError(t, err)
+	const brokerURL = "redis://127.0.0.1:6379/0"
+	s := setupWAL(t)
+	direct := openBroker(t, brokerURL, "Redis at 127.0.0.1:6379")
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := direct.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+
+	start := func() (*exec.Cmd, *lockedBuffer) {
+		cmd := exec.Command(bin, "relay", "--path", "wal", "--slot", s.slot, "--publication", s.publication,
+			"--broker", brokerURL, "--topic-prefix", prefix, "--log-level", "info")
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+s.db.URL)
+		logs := &lockedBuffer{}
+		cmd.Stderr = logs
+		dieWithTest(cmd)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, logs
+	}
+	logged := func(logs *lockedBuffer, what string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Contains(logs.String(), what) }, 20*time.Second,
+			10*time.Millisecond, "relay logs:\n%s", logs.String())
+	}
+	active, activeLogs := start()
+	logged(activeLogs, "Streaming the replication slot")
+	standby, standbyLogs := start()
+	logged(standbyLogs, "waiting as a standby")
+
+	before := emitOrders(t, s.client, 40, 5, 0)
+	got.waitFor(t, before, 20*time.Second)
+	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
+	_ = active.Wait()
+	killed := time.Now()
+	after := emitOrdersAs(t, s.client, "after", 40, 5, 0)
+	logged(standbyLogs, "Streaming the replication slot")
+	got.waitFor(t, after, 20*time.Second)
+	t.Logf("the standby delivered %d events %s after the kill", len(after.ids), time.Since(killed).Round(time.Millisecond))
+	require.NoError(t, standby.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, standby.Wait(), "relay logs:\n%s", standbyLogs.String())
 }
