@@ -62,7 +62,7 @@ func main() {
 	var paths string
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
-	flag.StringVar(&paths, "paths", "compatible,fast,fast3", "rows to run: compatible, fast, fast3 (three fast replicas)")
+	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical)")
 	flag.IntVar(&cfg.Events, "events", 20000, "events emitted before the relay starts, for the drain throughput")
 	flag.IntVar(&cfg.Rate, "rate", 500, "events/s of the paced load (one event per transaction)")
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "how long the paced load runs for the latency columns")

@@ -46,6 +46,9 @@ type relayProc struct {
 func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, error) {
 	args := []string{"relay", "--database-url", s.url, "--broker", e.cfg.Broker, "--path", path,
 		"--topic-prefix", prefix, "--log-level", "error"}
+	if path == "wal" {
+		args = append(args, "--slot", s.walName(), "--publication", s.walName())
+	}
 	if e.cfg.PollInterval > 0 {
 		args = append(args, "--poll-interval", e.cfg.PollInterval.String())
 	}

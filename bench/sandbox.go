@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,7 +65,31 @@ func (s *sandbox) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	s.dropWAL(ctx)
 	_, _ = s.admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+pgsql.QuoteIdent(s.name)+` CASCADE`)
+}
+
+// walName is the replication slot and publication of a WAL row: named
+// after the sandbox, since both belong to the database, not the schema.
+func (s *sandbox) walName() string { return s.name }
+
+// dropWAL drops the WAL row's slot and publication, if any: a slot left
+// behind would keep the server's WAL for ever. The relay has stopped; its
+// session may take a moment to release the slot.
+func (s *sandbox) dropWAL(ctx context.Context) {
+	for range 50 {
+		var active sql.NullBool
+		err := s.admin.QueryRowContext(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, s.walName()).Scan(&active)
+		if errors.Is(err, sql.ErrNoRows) || err != nil {
+			break
+		}
+		if !active.Bool {
+			_, _ = s.admin.ExecContext(ctx, `SELECT pg_drop_replication_slot($1)`, s.walName())
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, _ = s.admin.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+pgsql.QuoteIdent(s.walName()))
 }
 
 // retain inserts n rows that are already delivered, as a table that keeps
@@ -127,4 +152,28 @@ func randomHex() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// waitSlot waits until the WAL row's slot exists and has a position.
+func (s *sandbox) waitSlot(timeout time.Duration, abort <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var ready bool
+		err := s.admin.QueryRow(`SELECT EXISTS (SELECT 1 FROM pg_replication_slots
+			WHERE slot_name = $1 AND confirmed_flush_lsn IS NOT NULL)`, s.walName()).Scan(&ready)
+		if err != nil {
+			return fmt.Errorf("looking for the replication slot: %w", err)
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the WAL relay made no replication slot %s within %s", s.walName(), timeout)
+		}
+		select {
+		case <-abort:
+			return errors.New("the WAL relay ended before making its slot")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
