@@ -24,6 +24,19 @@ type Status struct {
 	Partitions  int               `json:"partitions"`
 	Relays      []RelayShare      `json:"relays"`
 	DeadLetters DeadLetterSummary `json:"dead_letters"`
+	// WAL is the replication slots of the WAL relays (see relay.WALSlot);
+	// empty before one ran.
+	WAL []WALSlot `json:"wal"`
+}
+
+// WALSlot is relay.WALSlot with names for JSON.
+type WALSlot struct {
+	Slot          string `json:"slot"`
+	Exists        bool   `json:"exists"`
+	Active        bool   `json:"active"`
+	RetainedBytes int64  `json:"retained_bytes"`
+	LagBytes      int64  `json:"lag_bytes"`
+	WALStatus     string `json:"wal_status"`
 }
 
 // RelayShare is relay.RelayShare with names for JSON.
@@ -88,25 +101,19 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 		return Status{}, fmt.Errorf("admin: %w", err)
 	}
 	st := Status{At: time.Now(), Pending: b.Pending, OldestPending: b.OldestPending,
-		Topics: []TopicBacklog{}, Partitions: b.Partitions, Relays: []RelayShare{}}
+		Topics: []TopicBacklog{}, Partitions: b.Partitions, Relays: []RelayShare{}, WAL: []WALSlot{}}
 	for _, r := range b.Relays {
 		st.Relays = append(st.Relays, RelayShare(r))
 	}
-	rows, err := db.QueryContext(ctx, `SELECT topic, count(*), min(created_at) FROM `+pgsql.QuoteIdent(table)+`
-		WHERE delivered_at IS NULL GROUP BY topic ORDER BY topic`)
+	topics, err := relay.ReadPendingByTopic(ctx, db, table)
 	if err != nil {
-		return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
+		return Status{}, fmt.Errorf("admin: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var t TopicBacklog
-		if err := rows.Scan(&t.Topic, &t.Pending, &t.OldestPending); err != nil {
-			return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
-		}
-		st.Topics = append(st.Topics, t)
+	for _, t := range topics {
+		st.Topics = append(st.Topics, TopicBacklog(t))
 	}
-	if err := rows.Err(); err != nil {
-		return Status{}, fmt.Errorf("admin: reading the backlog per topic: %w", err)
+	for _, w := range b.WAL {
+		st.WAL = append(st.WAL, WALSlot(w))
 	}
 	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, deadLetterTable); err != nil {
 		return Status{}, err

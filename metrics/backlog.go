@@ -88,11 +88,20 @@ type backlog struct {
 	oldest      time.Time        // zero when nothing is pending
 	deadLetters map[string]int64 // by source: relay, consumer
 	relays      int64
+	slots       []walSlot // the WAL relays' replication slots
 	at          time.Time // when the database said so
+}
+
+// walSlot is a WAL relay's replication slot as sampled.
+type walSlot struct {
+	name     string
+	active   bool
+	retained int64 // bytes of WAL the server keeps for it
 }
 
 type backlogCollector struct {
 	pendingDesc, ageDesc, deadDesc, relaysDesc *prometheus.Desc
+	walRetainedDesc, walActiveDesc             *prometheus.Desc
 
 	mu      sync.Mutex
 	db      *sql.DB
@@ -117,6 +126,11 @@ func newBacklogCollector() *backlogCollector {
 			[]string{"source"}, nil),
 		relaysDesc: prometheus.NewDesc("entoutbox_relays_holding_partitions",
 			"Fast relays holding partitions under an unexpired lease (sampled).", nil, nil),
+		walRetainedDesc: prometheus.NewDesc("entoutbox_wal_slot_retained_bytes",
+			"WAL the server keeps for a WAL relay's replication slot, by slot; it grows without bound while no relay "+
+				"streams the slot (sampled).", []string{"slot"}, nil),
+		walActiveDesc: prometheus.NewDesc("entoutbox_wal_slot_active",
+			"1 when a WAL relay streams the replication slot, 0 when none does (sampled).", []string{"slot"}, nil),
 	}
 }
 
@@ -131,6 +145,8 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ageDesc
 	ch <- c.deadDesc
 	ch <- c.relaysDesc
+	ch <- c.walRetainedDesc
+	ch <- c.walActiveDesc
 }
 
 // Collect samples when the last sample is older than MinInterval, one
@@ -173,6 +189,14 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.deadDesc, prometheus.GaugeValue, float64(b.deadLetters[source]), source)
 	}
 	ch <- prometheus.MustNewConstMetric(c.relaysDesc, prometheus.GaugeValue, float64(b.relays))
+	for _, s := range b.slots {
+		active := 0.0
+		if s.active {
+			active = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.walRetainedDesc, prometheus.GaugeValue, float64(s.retained), s.name)
+		ch <- prometheus.MustNewConstMetric(c.walActiveDesc, prometheus.GaugeValue, active, s.name)
+	}
 }
 
 // oldestWindow is how many of the first pending rows, in id order, the
@@ -190,12 +214,21 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 	var (
 		parts     bool
 		discarded bool
+		wal       bool
 		oldest    sql.NullTime
 	)
+	progress := cfg.Table + "_wal_progress"
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&wal); err != nil {
+		return backlog{}, fmt.Errorf("metrics: sampling the outbox backlog: %w", err)
+	}
+	notWAL := ""
+	if wal {
+		notWAL = notWALDelivered(pgsql.QuoteIdent(progress))
+	}
 	err := db.QueryRowContext(ctx, `SELECT now(), to_regclass($1) IS NOT NULL,
 		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'discarded_at'
 			AND attnum > 0 AND NOT attisdropped),
-		(SELECT min(created_at) FROM (SELECT created_at FROM `+t+` WHERE delivered_at IS NULL
+		(SELECT min(created_at) FROM (SELECT created_at FROM `+t+` o WHERE delivered_at IS NULL`+notWAL+`
 			ORDER BY id LIMIT `+fmt.Sprint(oldestWindow)+`) o)`,
 		pgsql.QuoteIdent(cfg.Table+"_partitions"), dl).Scan(&b.at, &parts, &discarded, &oldest)
 	if err != nil {
@@ -204,7 +237,7 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 	b.oldest = oldest.Time
 	limit := fmt.Sprint(cfg.MaxCount)
 	rows, err := db.QueryContext(ctx, `SELECT topic, count(*) FROM (SELECT topic FROM `+t+
-		` WHERE delivered_at IS NULL ORDER BY id LIMIT `+limit+`) p GROUP BY topic`)
+		` o WHERE delivered_at IS NULL`+notWAL+` ORDER BY id LIMIT `+limit+`) p GROUP BY topic`)
 	if err != nil {
 		return backlog{}, fmt.Errorf("metrics: counting pending events: %w", err)
 	}
@@ -240,5 +273,40 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 			return backlog{}, fmt.Errorf("metrics: counting relays: %w", err)
 		}
 	}
+	if wal {
+		if b.slots, err = sampleSlots(ctx, db, progress); err != nil {
+			return backlog{}, err
+		}
+	}
 	return b, nil
+}
+
+// notWALDelivered leaves out the rows the WAL path delivered (they keep
+// delivered_at NULL): those whose transaction is visible in a snapshot the
+// relay recorded as delivered and not in the one of the slot's start (the
+// relay package's walDelivered, for alias o).
+func notWALDelivered(progress string) string {
+	return ` AND NOT EXISTS (SELECT 1 FROM ` + progress + ` p WHERE p.created IS NOT NULL AND p.delivered IS NOT NULL
+		AND o.transaction_id >= pg_snapshot_xmin(p.created) AND o.transaction_id < pg_snapshot_xmax(p.delivered)
+		AND pg_visible_in_snapshot(o.transaction_id, p.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, p.created))`
+}
+
+// sampleSlots reads the WAL relays' slots named in the progress table.
+func sampleSlots(ctx context.Context, db *sql.DB, progress string) ([]walSlot, error) {
+	rows, err := db.QueryContext(ctx, `SELECT p.slot, coalesce(s.active, false),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
+		FROM `+pgsql.QuoteIdent(progress)+` p JOIN pg_replication_slots s ON s.slot_name = p.slot ORDER BY p.slot`)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: reading the replication slots: %w", err)
+	}
+	defer rows.Close()
+	var slots []walSlot
+	for rows.Next() {
+		var s walSlot
+		if err := rows.Scan(&s.name, &s.active, &s.retained); err != nil {
+			return nil, fmt.Errorf("metrics: reading the replication slots: %w", err)
+		}
+		slots = append(slots, s)
+	}
+	return slots, rows.Err()
 }

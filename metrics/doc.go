@@ -20,6 +20,13 @@
 //	entoutbox_outbox_oldest_pending_age_seconds           gauge, 0 when nothing is pending
 //	entoutbox_dead_letters{source="relay"|"consumer"}     gauge, open letters (not retried, not discarded)
 //	entoutbox_relays_holding_partitions                   gauge, fast relays with unexpired leases
+//	entoutbox_wal_slot_retained_bytes{slot}               gauge, WAL the server keeps for a WAL relay's slot
+//	entoutbox_wal_slot_active{slot}                       gauge, 1 while a WAL relay streams the slot, else 0
+//
+// The WAL gauges appear once a WAL relay ran on the table; rows the WAL
+// path delivered (delivered_at stays NULL) are not counted as pending.
+// While no relay streams a slot, its retained bytes grow without bound:
+// alert on entoutbox_wal_slot_active == 0 or on the retained bytes.
 //
 // Relay:
 //

@@ -57,6 +57,8 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_relay_published_total",
 		"entoutbox_relay_retries_total",
 		"entoutbox_relays_holding_partitions",
+		"entoutbox_wal_slot_active",
+		"entoutbox_wal_slot_retained_bytes",
 	}, r.names)
 
 	reg := prometheus.NewPedanticRegistry()

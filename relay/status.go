@@ -26,6 +26,27 @@ type Backlog struct {
 	// Partitions is how many partitions the table is split into; zero
 	// before a fast relay first ran.
 	Partitions int
+	// WAL is the replication slots WAL relays of the table stream; none
+	// before a WAL relay first ran.
+	WAL []WALSlot
+}
+
+// WALSlot is the state of one WAL relay's replication slot.
+type WALSlot struct {
+	Slot string
+	// Exists tells the slot is on the server (it may have been dropped).
+	Exists bool
+	// Active tells a relay streams it now. While none does, the server
+	// keeps all WAL since the slot's position: the disk fills.
+	Active bool
+	// RetainedBytes is the WAL the server keeps for the slot (from its
+	// restart_lsn); LagBytes how far its confirmed position is behind the
+	// server's WAL.
+	RetainedBytes, LagBytes int64
+	// WALStatus is the server's word on the retained WAL (reserved,
+	// extended, unreserved, lost): "lost" means the slot was invalidated
+	// (max_slot_wal_keep_size) and events must be replayed.
+	WALStatus string
 }
 
 // RelayShare is what one fast relay subscription owns.
@@ -80,9 +101,14 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 	if settledColumns {
 		open = " WHERE discarded_at IS NULL AND retried_at IS NULL"
 	}
-	err := db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
-		(SELECT min(created_at) FROM `+pgsql.QuoteIdent(table)+` WHERE delivered_at IS NULL),
+	// Rows the WAL path delivered keep delivered_at NULL: left out.
+	notWAL, err := notWALDelivered(ctx, db, table, "o")
+	if err != nil {
+		return Backlog{}, err
+	}
+	err = db.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM `+pgsql.QuoteIdent(table)+` o WHERE delivered_at IS NULL`+notWAL+`),
+		(SELECT min(created_at) FROM `+pgsql.QuoteIdent(table)+` o WHERE delivered_at IS NULL`+notWAL+`),
 		(SELECT count(*) FROM `+pgsql.QuoteIdent(deadLetterTable)+open+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
@@ -90,6 +116,11 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 	b.OldestPending = oldest.Time
 	if err := readShares(ctx, db, table, &b); err != nil {
 		return Backlog{}, err
+	}
+	if notWAL != "" {
+		if b.WAL, err = ReadWALSlots(ctx, db, table); err != nil {
+			return Backlog{}, err
+		}
 	}
 	return b, nil
 }
@@ -124,4 +155,39 @@ func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error
 		b.Relays = append(b.Relays, r)
 	}
 	return rows.Err()
+}
+
+// TopicPending is the pending events of one topic.
+type TopicPending struct {
+	Topic         string
+	Pending       int64
+	OldestPending time.Time
+}
+
+// ReadPendingByTopic counts the pending events of table
+// (schema.OutboxTable when empty) per topic, leaving out those the WAL path
+// delivered.
+func ReadPendingByTopic(ctx context.Context, db *sql.DB, table string) ([]TopicPending, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	notWAL, err := notWALDelivered(ctx, db, table, "o")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT topic, count(*), min(created_at) FROM `+pgsql.QuoteIdent(table)+` o
+		WHERE delivered_at IS NULL`+notWAL+` GROUP BY topic ORDER BY topic`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the backlog per topic: %w", err)
+	}
+	defer rows.Close()
+	var out []TopicPending
+	for rows.Next() {
+		var t TopicPending
+		if err := rows.Scan(&t.Topic, &t.Pending, &t.OldestPending); err != nil {
+			return nil, fmt.Errorf("reading the backlog per topic: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }

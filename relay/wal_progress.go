@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Rows delivered by the WAL path keep delivered_at NULL: marking each would
@@ -216,4 +217,50 @@ func cleanupWALDelivered(ctx context.Context, db *sql.DB, table string, cutoff t
 			return total, nil
 		}
 	}
+}
+
+// ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable
+// when empty): those that ever streamed it, from its progress table.
+func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	progress := walProgressTable(table)
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT p.slot, s.slot_name IS NOT NULL, coalesce(s.active, false),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
+		coalesce(s.wal_status, '')
+		FROM `+pgsql.QuoteIdent(progress)+` p LEFT JOIN pg_replication_slots s ON s.slot_name = p.slot
+		ORDER BY p.slot`)
+	if err != nil {
+		return nil, fmt.Errorf("relay: reading the replication slots: %w", err)
+	}
+	defer rows.Close()
+	var slots []WALSlot
+	for rows.Next() {
+		var s WALSlot
+		if err := rows.Scan(&s.Slot, &s.Exists, &s.Active, &s.RetainedBytes, &s.LagBytes, &s.WALStatus); err != nil {
+			return nil, fmt.Errorf("relay: reading the replication slots: %w", err)
+		}
+		slots = append(slots, s)
+	}
+	return slots, rows.Err()
+}
+
+// registerSlot makes the slot known to status before anything is
+// delivered.
+func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
+	_, err := db.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(table))+` (slot) VALUES ($1)
+		ON CONFLICT (slot) DO NOTHING`, slot)
+	if err != nil {
+		return fmt.Errorf("relay: registering slot %q in %s: %w", slot, walProgressTable(table), err)
+	}
+	return nil
 }

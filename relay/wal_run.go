@@ -30,6 +30,9 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	if err := ensureProgressTable(ctx, r.cfg.DB, r.cfg.Table); err != nil {
 		return err
 	}
+	if err := registerSlot(ctx, r.cfg.DB, r.cfg.Table, cfg.Slot); err != nil {
+		return err
+	}
 	stat := &walState{slot: cfg.Slot, role: WALConnecting}
 	r.wal.Store(stat)
 	pub := r.startPublishing(cfg.Concurrency)

@@ -15,11 +15,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -433,4 +436,49 @@ func TestWALStandbyTakesOver(t *testing.T) {
 	t.Logf("the standby delivered %d events %s after the kill", len(after.ids), time.Since(killed).Round(time.Millisecond))
 	require.NoError(t, standby.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, standby.Wait(), "relay logs:\n%s", standbyLogs.String())
+}
+
+// Status and the metrics show the slot: active while a relay streams it,
+// and once none does, inactive with the WAL it retains growing. Rows the
+// relay delivered are not counted as pending (their delivered_at stays
+// NULL); those committed while no relay runs are.
+func TestWALSlotLagInStatus(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	require.NoError(t, m.WatchBacklog(s.db.DB, metrics.BacklogConfig{MinInterval: time.Millisecond}))
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
+	waitStreaming(t, s)
+	want := emitOrders(t, s.client, 30, 3, 0)
+	got.waitFor(t, want, 20*time.Second)
+	require.Eventually(t, func() bool {
+		b, err := relay.ReadBacklog(context.Background(), s.db.DB, "", "")
+		require.NoError(t, err)
+		return b.Pending == 0
+	}, 10*time.Second, 20*time.Millisecond, "delivered rows still counted as pending")
+	b, err := relay.ReadBacklog(context.Background(), s.db.DB, "", "")
+	require.NoError(t, err)
+	require.Len(t, b.WAL, 1)
+	require.Equal(t, s.slot, b.WAL[0].Slot)
+	require.True(t, b.WAL[0].Exists)
+	require.True(t, b.WAL[0].Active, "a relay streams the slot")
+	require.Equal(t, 1.0, promtest.Value(t, reg, "entoutbox_wal_slot_active", "slot", s.slot))
+	require.Zero(t, promtest.Value(t, reg, "entoutbox_outbox_pending_events", "topic", "orders"))
+
+	require.NoError(t, stop())
+	waiting := emitOrdersAs(t, s.client, "waiting", 20, 3, 0)
+	require.Eventually(t, func() bool {
+		b, err = relay.ReadBacklog(context.Background(), s.db.DB, "", "")
+		require.NoError(t, err)
+		return !b.WAL[0].Active
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, int64(len(waiting.ids)), b.Pending, "what no relay delivered is pending")
+	require.Positive(t, b.WAL[0].RetainedBytes, "the server keeps the WAL since the slot's position")
+	require.Positive(t, b.WAL[0].LagBytes, "the confirmed position is behind")
+	require.Zero(t, promtest.Value(t, reg, "entoutbox_wal_slot_active", "slot", s.slot))
+	require.Positive(t, promtest.Value(t, reg, "entoutbox_wal_slot_retained_bytes", "slot", s.slot))
+	require.Equal(t, float64(len(waiting.ids)), promtest.Value(t, reg, "entoutbox_outbox_pending_events", "topic", "orders"))
 }

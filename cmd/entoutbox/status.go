@@ -23,10 +23,11 @@ func newStatusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters) and the fast relays",
+		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters), the fast relays and the WAL slots",
 		Long: `status prints the outbox backlog (pending events, per topic, and the age of the
-oldest), the fast relays and the partitions they hold, and the open dead
-letters (neither retried nor discarded) by source and reason.
+oldest), the fast relays and the partitions they hold, the WAL relays'
+replication slots (active or not, WAL retained), and the open dead letters
+(neither retried nor discarded) by source and reason.
 
 With --max-age or --max-dead-letters it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.`,
@@ -131,6 +132,44 @@ func writeStatus(out io.Writer, st admin.Status) {
 			fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
 		}
 	}
+	writeWALSlots(out, st.WAL)
+}
+
+// writeWALSlots prints the WAL relays' slots: whether one streams each,
+// and the WAL the server keeps for it.
+func writeWALSlots(out io.Writer, slots []admin.WALSlot) {
+	if len(slots) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "wal slots:           %d\n", len(slots))
+	for _, w := range slots {
+		switch {
+		case !w.Exists:
+			fmt.Fprintf(out, "  %s: gone from the server (dropped); a WAL relay creates it anew, from now on\n", w.Slot)
+			continue
+		case w.WALStatus == "lost":
+			fmt.Fprintf(out, "  %s: LOST (invalidated by max_slot_wal_keep_size): events since its position must be replayed\n", w.Slot)
+			continue
+		}
+		state := "active (a relay streams it)"
+		if !w.Active {
+			state = "inactive: no relay streams it, and the server keeps all WAL since its position (the disk grows)"
+		}
+		fmt.Fprintf(out, "  %s: %s; retains %s of WAL, confirmed %s behind\n", w.Slot, state,
+			humanBytes(w.RetainedBytes), humanBytes(w.LagBytes))
+	}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func openDB(databaseURL string) (*sql.DB, error) {
