@@ -13,6 +13,11 @@ import (
 // CleanupDelivered deletes outbox rows delivered more than retain ago, in
 // batches of batch rows (1000 when zero). Undelivered rows are never
 // touched. table is schema.OutboxTable when empty.
+//
+// Rows the WAL path delivered keep delivered_at NULL; they are deleted when
+// written more than retain ago and their transaction is in the last
+// snapshot a WAL relay recorded as delivered (see PathWAL). Without a WAL
+// relay's progress table this does what it always did.
 func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
 	if retain < 0 {
 		// It would reach into the future: every delivered row, however recent.
@@ -21,5 +26,11 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 	if table == "" {
 		table = schema.OutboxTable
 	}
-	return retention.Delete(ctx, db, table, "delivered_at", time.Now().Add(-retain), batch)
+	cutoff := time.Now().Add(-retain)
+	n, err := retention.Delete(ctx, db, table, "delivered_at", cutoff, batch)
+	if err != nil {
+		return n, err
+	}
+	viaWAL, err := cleanupWALDelivered(ctx, db, table, cutoff, batch)
+	return n + viaWAL, err
 }

@@ -482,3 +482,54 @@ func TestWALSlotLagInStatus(t *testing.T) {
 	require.Positive(t, promtest.Value(t, reg, "entoutbox_wal_slot_retained_bytes", "slot", s.slot))
 	require.Equal(t, float64(len(waiting.ids)), promtest.Value(t, reg, "entoutbox_outbox_pending_events", "topic", "orders"))
 }
+
+// Cleanup deletes the old rows the WAL path delivered, in bulk, and keeps
+// the recent ones, those no relay delivered, and those written before the
+// slot's start (another path's to deliver).
+func TestWALCleanupDeletesDeliveredKeepsUndelivered(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	ctx := context.Background()
+	before := emitOrdersAs(t, s.client, "before", 5, 2, 0) // before the slot: not the WAL path's
+	pubsub, got := receiveInProcess(t, "orders")
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
+	waitStreaming(t, s)
+	delivered := emitOrders(t, s.client, 20, 3, 0)
+	got.waitFor(t, delivered, 20*time.Second)
+	require.Eventually(t, func() bool {
+		b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
+		require.NoError(t, err)
+		return b.Pending == int64(len(before.ids))
+	}, 10*time.Second, 20*time.Millisecond, "the delivered rows are not recorded as delivered")
+	require.NoError(t, stop())
+	undelivered := emitOrdersAs(t, s.client, "later", 7, 2, 0)
+
+	// All written "long ago"; 5 of the delivered ones just now.
+	_, err := s.db.DB.Exec(`UPDATE outbox_events SET created_at = now() - interval '30 days'`)
+	require.NoError(t, err)
+	_, err = s.db.DB.Exec(`UPDATE outbox_events SET created_at = now() WHERE id IN (
+		SELECT id FROM outbox_events WHERE aggregate_id LIKE 'order-%' ORDER BY id DESC LIMIT 5)`)
+	require.NoError(t, err)
+	n, err := relay.CleanupDelivered(ctx, s.db.DB, "", 7*24*time.Hour, 4)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(delivered.ids)-5), n, "old rows the WAL path delivered")
+	left := map[string]bool{}
+	rows, err := s.db.DB.Query(`SELECT event_id FROM outbox_events`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		left[id] = true
+	}
+	require.NoError(t, rows.Err())
+	for id := range before.ids {
+		require.True(t, left[id], "a row written before the slot's start was deleted")
+	}
+	for id := range undelivered.ids {
+		require.True(t, left[id], "an undelivered row was deleted")
+	}
+	require.Len(t, left, len(before.ids)+len(undelivered.ids)+5)
+	b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
+	require.NoError(t, err)
+	require.Equal(t, int64(len(before.ids)+len(undelivered.ids)), b.Pending)
+}

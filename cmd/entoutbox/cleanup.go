@@ -25,6 +25,8 @@ func newCleanupCommand() *cobra.Command {
   - processed-event records (consumers' dedupe) older than --processed-retention;
     keep them longer than a broker may redeliver an event;
   - outbox rows delivered longer than --delivered-retention ago (0 keeps them);
+    rows the wal path delivered (their delivered_at stays empty) when written
+    longer ago and recorded as delivered by the WAL relay;
   - dead letters an operator retried or discarded longer than
     --settled-dead-letter-retention ago (0 keeps them; see dead-letters purge).
 Undelivered outbox rows and open dead letters are never deleted.`,
