@@ -533,3 +533,51 @@ func TestWALCleanupDeletesDeliveredKeepsUndelivered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(before.ids)+len(undelivered.ids)), b.Pending)
 }
+
+// Rows no broker can take (written by hand) and a row the broker always
+// refuses go to the dead letters with their reasons, once each; the rest
+// flows in order and the slot moves on past them.
+func TestWALDeadLettersMalformedAndPoisonRows(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	poison := uuid.NewString()
+	stop := runRelay(t, s.config(relay.Config{Publisher: failingPublisher{pubsub, poison},
+		WAL: relay.WALConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}}))
+	waitStreaming(t, s)
+	ctx := context.Background()
+	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
+		payload, headers) VALUES ($1, 'order.paid', 1, 'orders', 'Order', 'order-p', '{}', '{}'),
+		(gen_random_uuid(), 'order.paid', 1, '', 'Order', 'order-m', '{}', '{}'),
+		(gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'order-m', '{}', '"not an object"')`, poison)
+	require.NoError(t, err)
+	want := emitOrders(t, s.client, 40, 4, 0)
+	got.waitFor(t, want, 20*time.Second)
+	require.Eventually(t, func() bool {
+		b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
+		require.NoError(t, err)
+		return b.DeadLetters == 3 && b.Pending == 0
+	}, 20*time.Second, 20*time.Millisecond, "not every bad row reached the dead letters")
+	require.NoError(t, stop())
+	got.requireExactly(t, want)
+
+	reasons := map[string]int{}
+	rows, err := s.db.DB.Query(`SELECT event_id::text, reason, attempts FROM outbox_dead_letters`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id, reason string
+		var attempts int
+		require.NoError(t, rows.Scan(&id, &reason, &attempts))
+		if id == poison {
+			require.Equal(t, "message rejected by the broker (after 3 attempts)", reason)
+			require.Equal(t, 3, attempts)
+		}
+		reasons[reason]++
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, reasons, 3, "three letters, each with its reason: %v", reasons)
+	require.Equal(t, 1, reasons["topic is empty"], "reasons: %v", reasons)
+	var left int
+	require.NoError(t, s.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE aggregate_id IN ('order-p', 'order-m')`).Scan(&left))
+	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
+}
