@@ -49,6 +49,7 @@ works too), --broker is ENTOUTBOX_BROKER.`,
 	}
 	root.AddCommand(newRelayCommand(), newStatusCommand(), newCleanupCommand())
 	root.AddCommand(newDeadLettersCommand(), newReplayCommand())
+	root.AddCommand(newConsoleCommand())
 	return root
 }
 

@@ -1,0 +1,161 @@
+package console
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/ent"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures a Console. The tables are the schema package's
+// defaults (outbox_events, outbox_dead_letters, outbox_processed_events),
+// as for the admin package.
+type Config struct {
+	// DB holds the outbox (database/sql with the pgx driver).
+	DB *sql.DB
+	// Token, when set, is required of every request (Bearer, basic auth
+	// password or the login form). Empty: only loopback hosts are served.
+	Token string
+	// ReadOnly hides retry and discard and refuses them.
+	ReadOnly bool
+	// BasePath is the path the console is mounted under, e.g. "/outbox"
+	// with http.StripPrefix("/outbox", h); "" at the root.
+	BasePath string
+	// Refresh is how often the overview reloads itself; 5 s when zero,
+	// never when negative.
+	Refresh time.Duration
+	// Secret signs session cookies and CSRF tokens; random when empty,
+	// which ends the sessions when the process restarts. Give the
+	// replicas behind one load balancer the same.
+	Secret []byte
+	// Logger receives the errors of failed pages; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Console is the web console, an http.Handler.
+type Console struct {
+	cfg    Config
+	admin  *admin.Admin
+	client *ent.Client
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+	log    *slog.Logger
+}
+
+// New returns the console of cfg.DB.
+func New(cfg Config) (*Console, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("console: Config.DB is nil")
+	}
+	cfg.BasePath = strings.TrimRight(cfg.BasePath, "/")
+	if cfg.BasePath != "" && !strings.HasPrefix(cfg.BasePath, "/") {
+		return nil, fmt.Errorf("console: BasePath %q must start with /", cfg.BasePath)
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = 5 * time.Second
+	}
+	if len(cfg.Secret) == 0 {
+		cfg.Secret = make([]byte, 32)
+		if _, err := rand.Read(cfg.Secret); err != nil {
+			return nil, fmt.Errorf("console: making a session secret: %w", err)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, cfg.DB)))
+	c := &Console{cfg: cfg, admin: admin.New(client), client: client, log: cfg.Logger}
+	if err := c.parseTemplates(); err != nil {
+		return nil, err
+	}
+	c.routes()
+	return c, nil
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
+	m.HandleFunc("GET /{$}", c.overview)
+	m.HandleFunc("GET /events", c.search)
+	m.HandleFunc("GET /events/{id}", c.event)
+	m.HandleFunc("GET /dead-letters", c.deadLetters)
+	m.HandleFunc("GET /dead-letters/{id}", c.deadLetter)
+	m.HandleFunc("POST /dead-letters/retry", c.action(c.retry))
+	m.HandleFunc("POST /dead-letters/discard", c.action(c.discard))
+	m.HandleFunc("GET /login", c.loginForm)
+	m.HandleFunc("POST /login", c.login)
+	m.HandleFunc("POST /logout", c.logout)
+	c.mux = m
+}
+
+// ServeHTTP authenticates r, gives it a session and serves it.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	if c.cfg.Token == "" && !loopbackHost(r.Host) {
+		http.Error(w, "console: without a token the console answers only loopback hosts (localhost, 127.0.0.1, [::1]); "+
+			"start it with --token to serve "+r.Host, http.StatusForbidden)
+		return
+	}
+	s := c.session(w, r)
+	if c.cfg.Token != "" && !s.authed && !c.tokenInHeader(r) && !isLoginPath(r) {
+		c.refuseUnauthenticated(w, r)
+		return
+	}
+	if r.Method == http.MethodPost && !c.validCSRF(r, s) {
+		http.Error(w, "console: this form has no valid CSRF token; reload the page and try again", http.StatusForbidden)
+		return
+	}
+	c.mux.ServeHTTP(w, r.WithContext(withSession(r.Context(), s)))
+}
+
+func isLoginPath(r *http.Request) bool {
+	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
+}
+
+// refuseUnauthenticated sends a browser to the login form and anything
+// else a 401.
+func (c *Console) refuseUnauthenticated(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, c.cfg.BasePath+"/login?next="+urlQueryEscape(c.cfg.BasePath+r.URL.RequestURI()), http.StatusSeeOther)
+		return
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="entoutbox console", Basic realm="entoutbox console"`)
+	http.Error(w, "console: a token is required (Authorization: Bearer, basic auth, or log in)", http.StatusUnauthorized)
+}
+
+// action wraps a POST handler that changes dead letters: refused when
+// read-only.
+func (c *Console) action(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.cfg.ReadOnly {
+			http.Error(w, "console: read-only; retry and discard are turned off", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
+}

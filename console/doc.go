@@ -1,0 +1,27 @@
+// Package console is a web console for the outbox: the backlog, delivery
+// rate, relays and consumers at a glance, a search for events with each
+// event's whole story, and the dead letters with their retry and discard.
+// `entoutbox console` serves it; a service can mount the same handler:
+//
+//	h, err := console.New(console.Config{DB: db, Token: os.Getenv("CONSOLE_TOKEN"), BasePath: "/outbox"})
+//	if err != nil { ... }
+//	mux.Handle("/outbox/", http.StripPrefix("/outbox", h))
+//
+// Pages are rendered on the server with html/template (every value
+// escaped, payloads pretty-printed and shown as text); the templates, a
+// stylesheet and a few lines of script are embedded in the binary. Charts
+// are inline SVG drawn on the server.
+//
+// # Safety
+//
+// Without a Token the console answers only requests addressed to a
+// loopback host (which also defeats DNS rebinding); ListenCheck refuses a
+// non-loopback address without one. With a Token every request carries it
+// as `Authorization: Bearer`, as the password of basic auth, or through
+// the session cookie the login form sets. Every action is a POST that
+// must carry the session's CSRF token; cookies are HttpOnly and
+// SameSite=Strict. ReadOnly hides the actions and refuses them.
+//
+// Retry and discard are the admin package's, the same as
+// `entoutbox dead-letters`: nothing is deleted.
+package console

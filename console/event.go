@@ -1,0 +1,177 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/ent/deadletter"
+	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+type eventPage struct {
+	EventID     uuid.UUID
+	Row         *ent.Outbox // nil when the outbox no longer holds it
+	Letters     []*ent.DeadLetter
+	Processed   []processedBy
+	Story       []storyStep
+	Payload     string
+	PayloadJSON bool
+	Headers     string
+	Name        string
+	Version     int
+	Topic       string
+	Aggregate   string
+	State       string
+}
+
+type processedBy struct {
+	Consumer    string
+	ProcessedAt time.Time
+	Attempts    int
+}
+
+type storyStep struct {
+	At     time.Time
+	What   string
+	Detail string
+	Letter int64 // the dead letter this step is about; 0 for none
+}
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an event id (a UUID)", r.PathValue("id")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	p, err := c.readEvent(ctx, id)
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if p.Row == nil && len(p.Letters) == 0 && len(p.Processed) == 0 {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no event %s: not in the outbox (a relay with --delete-delivered, or retention, removes delivered rows), the dead letters or the processed events", id))
+		return
+	}
+	c.renderView(w, r, "event", http.StatusOK, view{Title: "event " + id.String(), Nav: "search", Data: p})
+}
+
+// readEvent gathers everything the tables know of event id: its outbox
+// row (the unique index on event_id), its dead letters (their event_id
+// index; retried_event_id by a scan of the dead letters, a small table)
+// and the consumers that processed it (one probe of the (consumer,
+// event_id) index per consumer).
+func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error) {
+	p := eventPage{EventID: id}
+	row, err := c.client.Outbox.Query().Where(outboxrow.EventID(id)).Only(ctx)
+	switch {
+	case ent.IsNotFound(err):
+	case err != nil:
+		return p, fmt.Errorf("console: reading event %s: %w", id, err)
+	default:
+		p.Row = row
+	}
+	p.Letters, err = c.client.DeadLetter.Query().Where(deadletter.Or(deadletter.EventID(id), deadletter.RetriedEventID(id))).
+		Order(deadletter.ByID()).All(ctx)
+	if err != nil {
+		return p, fmt.Errorf("console: reading the dead letters of event %s: %w", id, err)
+	}
+	if p.Processed, err = c.processedBy(ctx, id); err != nil {
+		return p, err
+	}
+	var payload, headers []byte
+	switch {
+	case p.Row != nil:
+		payload = p.Row.Payload
+		if len(p.Row.Headers) > 0 {
+			headers, _ = json.Marshal(p.Row.Headers)
+		}
+		p.Name, p.Version, p.Topic, p.Aggregate = p.Row.EventName, p.Row.EventVersion, p.Row.Topic, p.Row.AggregateType+" "+p.Row.AggregateID
+	case len(p.Letters) > 0:
+		d := p.Letters[len(p.Letters)-1]
+		payload, headers = d.Payload, d.Headers
+		p.Name, p.Version, p.Topic, p.Aggregate = d.EventName, d.EventVersion, d.Topic, d.AggregateType+" "+d.AggregateID
+	}
+	p.Payload, p.PayloadJSON = prettyJSON(payload)
+	p.Headers, _ = prettyJSON(headers)
+	p.Story, p.State = story(p)
+	return p, nil
+}
+
+func (c *Console) processedBy(ctx context.Context, id uuid.UUID) ([]processedBy, error) {
+	t := quoted(schema.ProcessedEventTable)
+	rows, err := c.cfg.DB.QueryContext(ctx, `WITH RECURSIVE names AS (
+			(SELECT consumer FROM `+t+` ORDER BY consumer LIMIT 1)
+			UNION ALL
+			SELECT (SELECT p.consumer FROM `+t+` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			FROM names WHERE names.consumer IS NOT NULL
+		)
+		SELECT consumer, processed_at, attempts FROM `+t+`
+		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
+		ORDER BY processed_at`, id)
+	if err != nil {
+		return nil, fmt.Errorf("console: reading who processed event %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []processedBy
+	for rows.Next() {
+		var b processedBy
+		if err := rows.Scan(&b.Consumer, &b.ProcessedAt, &b.Attempts); err != nil {
+			return nil, fmt.Errorf("console: reading who processed event %s: %w", id, err)
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// story puts what happened to the event in time order, and says where it
+// stands.
+func story(p eventPage) ([]storyStep, string) {
+	var s []storyStep
+	state := "unknown"
+	if o := p.Row; o != nil {
+		s = append(s, storyStep{At: o.CreatedAt, What: "emitted", Detail: fmt.Sprintf("outbox row %d", o.ID)})
+		if o.DeliveredAt != nil {
+			s = append(s, storyStep{At: *o.DeliveredAt, What: "delivered to the broker", Detail: fmt.Sprintf("after %d failed attempts", o.Attempts)})
+			state = "delivered"
+		} else {
+			detail := fmt.Sprintf("%d failed attempts so far", o.Attempts)
+			if o.LastError != "" {
+				detail += "; last error: " + o.LastError
+			}
+			s = append(s, storyStep{At: o.AvailableAt, What: "pending: next try", Detail: detail})
+			state = "pending"
+		}
+	}
+	for _, d := range p.Letters {
+		s = append(s, storyStep{At: d.CreatedAt, What: "dead-lettered by " + d.Source,
+			Detail: fmt.Sprintf("after %d attempts: %s", d.Attempts, d.Reason), Letter: d.ID})
+		if d.RetriedAt != nil {
+			s = append(s, storyStep{At: *d.RetriedAt, What: "retried", Detail: fmt.Sprintf("dead letter %d went back to the outbox", d.ID), Letter: d.ID})
+		}
+		if d.DiscardedAt != nil {
+			s = append(s, storyStep{At: *d.DiscardedAt, What: "discarded", Detail: d.DiscardNote, Letter: d.ID})
+		}
+		if admin.StateOf(d) == admin.StateOpen {
+			state = "dead letter open"
+		}
+	}
+	for _, b := range p.Processed {
+		s = append(s, storyStep{At: b.ProcessedAt, What: "processed by " + b.Consumer, Detail: fmt.Sprintf("on try %d", b.Attempts)})
+	}
+	if p.Row == nil && state == "unknown" && len(p.Processed) > 0 {
+		state = "delivered (the outbox row is gone)"
+	}
+	sort.SliceStable(s, func(i, j int) bool { return s[i].At.Before(s[j].At) })
+	return s, state
+}

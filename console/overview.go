@@ -1,0 +1,204 @@
+package console
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+type overviewPage struct {
+	Status    admin.Status
+	Age       time.Duration
+	Chart     rateChart
+	Consumers []consumerActivity
+	Slots     []walSlot
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	st, err := admin.ReadStatus(ctx, c.cfg.DB, "", "")
+	if err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	p := overviewPage{Status: st, Age: st.Age()}
+	if p.Chart, err = readDeliveryRate(ctx, c.cfg.DB); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if p.Consumers, err = readConsumers(ctx, c.cfg.DB); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if p.Slots, err = readWALSlots(ctx, c.cfg.DB); err != nil {
+		c.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	refresh := 0
+	if c.cfg.Refresh > 0 {
+		refresh = int((c.cfg.Refresh + time.Second - 1) / time.Second)
+	}
+	c.renderView(w, r, "overview", http.StatusOK, view{Title: "overview", Refresh: refresh, Data: p})
+}
+
+// The delivery-rate chart: rows delivered in the last rateWindow, in
+// rateBucket buckets, read from delivered_at of at most rateScanRows of the
+// newest rows (a range of the primary key). A relay that deletes
+// delivered rows (--delete-delivered) or the WAL path (which does not
+// write delivered_at) leaves nothing to count.
+const (
+	rateWindow   = 10 * time.Minute
+	rateBucket   = 10 * time.Second
+	rateScanRows = 200_000
+)
+
+type rateChart struct {
+	Buckets   []float64 // events per second, oldest first
+	Max       float64
+	Total     int64
+	Truncated bool // the scan bound cut the window short
+	SVG       template.HTML
+}
+
+func readDeliveryRate(ctx context.Context, db *sql.DB) (rateChart, error) {
+	n := int(rateWindow / rateBucket)
+	ch := rateChart{Buckets: make([]float64, n)}
+	t := quoted(schema.OutboxTable)
+	// Served by the primary key: the newest rateScanRows ids, backwards.
+	rows, err := db.QueryContext(ctx, `WITH bound AS (SELECT coalesce(max(id), 0) - $1 AS lo, now() AS now FROM `+t+`)
+		SELECT floor(extract(epoch FROM (bound.now - o.delivered_at)) / $2)::int AS b, count(*),
+			min(o.id) = (SELECT lo FROM bound) + 1
+		FROM `+t+` o, bound WHERE o.id > bound.lo AND o.delivered_at > bound.now - make_interval(secs => $3)
+		GROUP BY 1`, rateScanRows, rateBucket.Seconds(), rateWindow.Seconds())
+	if err != nil {
+		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			b     int
+			count int64
+			edge  sql.NullBool
+		)
+		if err := rows.Scan(&b, &count, &edge); err != nil {
+			return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
+		}
+		if b < 0 || b >= n {
+			continue
+		}
+		ch.Buckets[n-1-b] = float64(count) / rateBucket.Seconds()
+		ch.Total += count
+		if edge.Bool {
+			ch.Truncated = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
+	}
+	for _, v := range ch.Buckets {
+		ch.Max = max(ch.Max, v)
+	}
+	ch.SVG = barChart(ch.Buckets, ch.Max)
+	return ch, nil
+}
+
+// barChart draws values as an SVG bar chart; only numbers go into it.
+func barChart(values []float64, top float64) template.HTML {
+	const w, h, pad = 600.0, 120.0, 2.0
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="delivered per second">`, w, h+14, w, h+14)
+	fmt.Fprintf(&b, `<line x1="0" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999" stroke-width="1"/>`, h, w, h)
+	if top > 0 {
+		bw := w / float64(len(values))
+		for i, v := range values {
+			bh := v / top * (h - 4)
+			if v > 0 && bh < 1 {
+				bh = 1
+			}
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#3b7dd8"><title>%.1f/s</title></rect>`,
+				float64(i)*bw+pad/2, h-bh, bw-pad, bh, v)
+		}
+	}
+	fmt.Fprintf(&b, `<text x="0" y="%.0f" font-size="11" fill="#666">-%s</text>`, h+12, rateWindow)
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-size="11" fill="#666" text-anchor="end">now</text>`, w, h+12)
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) // numbers and constants only
+}
+
+// consumerActivity is what one consumer processed lately.
+type consumerActivity struct {
+	Name          string
+	LastMinute    int64
+	LastProcessed time.Time // zero when nothing in the last minute
+}
+
+// readConsumers lists the consumers with processed events and what each
+// processed in the last minute. The names come from a loose scan of the
+// (consumer, event_id) index, one probe per consumer; the counts from a
+// range of the processed_at index.
+func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) {
+	t := quoted(schema.ProcessedEventTable)
+	rows, err := db.QueryContext(ctx, `WITH RECURSIVE names AS (
+			(SELECT consumer FROM `+t+` ORDER BY consumer LIMIT 1)
+			UNION ALL
+			SELECT (SELECT p.consumer FROM `+t+` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			FROM names WHERE names.consumer IS NOT NULL
+		), recent AS (
+			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM `+t+`
+			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
+		)
+		SELECT names.consumer, coalesce(recent.n, 0), recent.last FROM names LEFT JOIN recent USING (consumer)
+		WHERE names.consumer IS NOT NULL ORDER BY names.consumer LIMIT 1000`)
+	if err != nil {
+		return nil, fmt.Errorf("console: reading the consumers: %w", err)
+	}
+	defer rows.Close()
+	var out []consumerActivity
+	for rows.Next() {
+		var (
+			a    consumerActivity
+			last sql.NullTime
+		)
+		if err := rows.Scan(&a.Name, &a.LastMinute, &last); err != nil {
+			return nil, fmt.Errorf("console: reading the consumers: %w", err)
+		}
+		a.LastProcessed = last.Time
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// walSlot is a logical replication slot of this database with pgoutput,
+// the WAL read path's delivery state.
+type walSlot struct {
+	Name     string
+	Active   bool
+	LagBytes int64 // WAL written since the slot's confirmed position
+}
+
+func readWALSlots(ctx context.Context, db *sql.DB) ([]walSlot, error) {
+	rows, err := db.QueryContext(ctx, `SELECT slot_name, active,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+		FROM pg_replication_slots WHERE database = current_database() AND plugin = 'pgoutput' ORDER BY slot_name`)
+	if err != nil {
+		return nil, fmt.Errorf("console: reading the replication slots: %w", err)
+	}
+	defer rows.Close()
+	var out []walSlot
+	for rows.Next() {
+		var s walSlot
+		if err := rows.Scan(&s.Name, &s.Active, &s.LagBytes); err != nil {
+			return nil, fmt.Errorf("console: reading the replication slots: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,153 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/console"
+)
+
+func TestListenCheckRefusesNonLoopbackWithoutToken(t *testing.T) {
+	for addr, ok := range map[string]bool{"127.0.0.1:8080": true, "localhost:8080": true, "[::1]:8080": true,
+		":8080": false, "0.0.0.0:8080": false, "10.1.2.3:8080": false, "[::]:8080": false, "example.com:80": false} {
+		err := console.ListenCheck(addr, "")
+		if ok {
+			assert.NoError(t, err, addr)
+		} else {
+			assert.ErrorContains(t, err, "--token", addr)
+		}
+		assert.NoError(t, console.ListenCheck(addr, "s3cret"), addr)
+	}
+	assert.ErrorContains(t, console.ListenCheck("8080", ""), `address "8080"`)
+}
+
+// Without a token the console answers loopback hosts only, so a page on
+// another site that rebinds its name to 127.0.0.1 gets nothing.
+func TestNoTokenServesLoopbackHostsOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	c := browserClient(t)
+	status, _ := get(t, c, e.srv.URL+"/")
+	require.Equal(t, http.StatusOK, status)
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+	req.Host = "attacker.example:80"
+	status, body := do(t, c, req)
+	require.Equal(t, http.StatusForbidden, status)
+	require.Contains(t, body, "only loopback hosts")
+}
+
+func TestTokenIsRequired(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{Token: "s3cret"})
+	c := browserClient(t)
+	status, _ := get(t, c, e.srv.URL+"/")
+	assert.Equal(t, http.StatusUnauthorized, status, "no token")
+	status, _ = get(t, c, e.srv.URL+"/", "Authorization", "Bearer wrong")
+	assert.Equal(t, http.StatusUnauthorized, status, "a wrong token")
+	status, _ = get(t, c, e.srv.URL+"/dead-letters", "Authorization", "Bearer s3cret")
+	assert.Equal(t, http.StatusOK, status, "Bearer")
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+	req.SetBasicAuth("ops", "s3cret")
+	status, _ = do(t, c, req)
+	assert.Equal(t, http.StatusOK, status, "basic auth")
+	status, _ = get(t, c, e.srv.URL+"/events", "Accept", "text/html")
+	assert.Equal(t, http.StatusSeeOther, status, "a browser goes to the login form")
+
+	// The login form: a wrong token, then the right one.
+	status, page := get(t, c, e.srv.URL+"/login")
+	require.Equal(t, http.StatusOK, status)
+	csrf := csrfOf(t, page)
+	status, _ = post(t, c, e.srv.URL+"/login", url.Values{"csrf": {csrf}, "token": {"wrong"}})
+	assert.Equal(t, http.StatusUnauthorized, status)
+	status, _ = post(t, c, e.srv.URL+"/login", url.Values{"token": {"s3cret"}})
+	assert.Equal(t, http.StatusForbidden, status, "a login without the CSRF token")
+	status, _ = post(t, c, e.srv.URL+"/login", url.Values{"csrf": {csrf}, "token": {"s3cret"}, "next": {"//attacker.example/"}})
+	require.Equal(t, http.StatusSeeOther, status)
+	status, _ = get(t, c, e.srv.URL+"/")
+	assert.Equal(t, http.StatusOK, status, "logged in")
+}
+
+// An action without the CSRF token of the session, from another origin,
+// or without the console's token is refused, and the letter stays open.
+func TestActionsNeedCSRFAndToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{Token: "s3cret"})
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	auth := []string{"Authorization", "Bearer s3cret"}
+	retry := e.srv.URL + "/dead-letters/retry"
+	c := browserClient(t)
+	_, page := get(t, c, e.srv.URL+"/dead-letters/"+strconv.FormatInt(d.ID, 10), auth...)
+	csrf := csrfOf(t, page)
+	other := browserClient(t)
+	_, otherPage := get(t, other, e.srv.URL+"/", auth...)
+
+	for name, tc := range map[string]struct {
+		c      *http.Client
+		form   url.Values
+		header []string
+		status int
+	}{
+		"no CSRF token":              {c, url.Values{"id": {strconv.FormatInt(d.ID, 10)}}, auth, http.StatusForbidden},
+		"a wrong CSRF token":         {c, url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {"x" + csrf}}, auth, http.StatusForbidden},
+		"another session's token":    {c, url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrfOf(t, otherPage)}}, auth, http.StatusForbidden},
+		"a CSRF token of no session": {browserClient(t), url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrf}}, auth, http.StatusForbidden},
+		"another origin":             {c, url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrf}}, append([]string{"Origin", "https://attacker.example"}, auth...), http.StatusForbidden},
+		"no token":                   {c, url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrf}}, nil, http.StatusUnauthorized},
+	} {
+		status, body := post(t, tc.c, retry, tc.form, tc.header...)
+		assert.Equal(t, tc.status, status, "%s: %s", name, body)
+		assert.Equal(t, admin.StateOpen, admin.StateOf(e.reload(t, d)), name)
+	}
+	status, body := post(t, c, retry, url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrf}}, auth...)
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Equal(t, admin.StateRetried, admin.StateOf(e.reload(t, d)))
+}
+
+func TestReadOnlyHidesAndRefusesActions(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{ReadOnly: true})
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	c := browserClient(t)
+	for _, path := range []string{"/dead-letters", "/dead-letters/" + strconv.FormatInt(d.ID, 10)} {
+		status, page := get(t, c, e.srv.URL+path)
+		require.Equal(t, http.StatusOK, status)
+		assert.NotContains(t, page, "/dead-letters/retry", path)
+		assert.NotContains(t, page, "/dead-letters/discard", path)
+		assert.Contains(t, page, "read-only", path)
+	}
+	_, page := get(t, c, e.srv.URL+"/")
+	for _, action := range []string{"retry", "discard"} {
+		status, body := post(t, c, e.srv.URL+"/dead-letters/"+action,
+			url.Values{"id": {strconv.FormatInt(d.ID, 10)}, "csrf": {csrfOf(t, page)}, "note": {"n"}})
+		assert.Equal(t, http.StatusForbidden, status, body)
+	}
+	assert.Equal(t, admin.StateOpen, admin.StateOf(e.reload(t, d)))
+}
+
+// Payloads, headers and reasons are text: markup in them is escaped.
+func TestPayloadIsEscaped(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	evil := `{"note":"</pre><script>alert(1)</script><img src=x onerror=alert(2)>"}`
+	id := e.emit(t, "orders", "Order", "<b>7</b>", evil, 1)[0]
+	d := e.relayLetter(t, "orders", evil)
+	c := browserClient(t)
+	for _, path := range []string{"/events/" + id.String(), "/dead-letters/" + strconv.FormatInt(d.ID, 10),
+		"/events?aggregate_id=%3Cb%3E7%3C%2Fb%3E"} {
+		status, page := get(t, c, e.srv.URL+path)
+		require.Equal(t, http.StatusOK, status, path)
+		assert.NotContains(t, page, "<script>alert", path)
+		assert.NotContains(t, page, "<img src=x", path)
+		assert.NotContains(t, page, "<b>7</b>", path)
+	}
+	_, page := get(t, c, e.srv.URL+"/events/"+id.String())
+	assert.Contains(t, page, "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
+	assert.True(t, strings.Contains(page, `&#34;note&#34;: `), "the payload is indented")
+}

@@ -1,0 +1,396 @@
+package console
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// scanBound is how many ids a search without an index for its filters
+// walks back from its upper bound before it stops and says so.
+const scanBound = 500_000
+
+// searchLimit is how many events a page of results shows.
+const searchLimit = 50
+
+func quoted(table string) string { return pgsql.QuoteIdent(table) }
+
+// eventQuery is the search form.
+type eventQuery struct {
+	EventID       string
+	AggregateType string
+	AggregateID   string
+	Event         string
+	Topic         string
+	From, To      string
+	Before        int64 // ids below this only (paging); 0 for none
+}
+
+func (q eventQuery) empty() bool {
+	return q.EventID == "" && q.AggregateID == "" && q.AggregateType == "" && q.Event == "" &&
+		q.Topic == "" && q.From == "" && q.To == ""
+}
+
+func (q eventQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"event_id": q.EventID, "aggregate_type": q.AggregateType,
+		"aggregate_id": q.AggregateID, "event": q.Event, "topic": q.Topic, "from": q.From, "to": q.To} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// eventRow is one outbox row in the results.
+type eventRow struct {
+	ID            int64
+	EventID       uuid.UUID
+	Name          string
+	Version       int
+	Topic         string
+	AggregateType string
+	AggregateID   string
+	CreatedAt     time.Time
+	DeliveredAt   *time.Time
+	Attempts      int
+	LastError     string
+}
+
+type searchPage struct {
+	Query    eventQuery
+	Results  []eventRow
+	Searched bool
+	Notes    []string // which index served the search, or the bounded scan
+	Took     time.Duration
+	Older    string // the query string of the next page; "" for none
+	Problem  string // the form's error
+}
+
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	f := r.URL.Query()
+	q := eventQuery{EventID: strings.TrimSpace(f.Get("event_id")), AggregateType: strings.TrimSpace(f.Get("aggregate_type")),
+		AggregateID: strings.TrimSpace(f.Get("aggregate_id")), Event: strings.TrimSpace(f.Get("event")),
+		Topic: strings.TrimSpace(f.Get("topic")), From: strings.TrimSpace(f.Get("from")), To: strings.TrimSpace(f.Get("to"))}
+	if b := f.Get("before"); b != "" {
+		q.Before, _ = strconv.ParseInt(b, 10, 64)
+	}
+	p := searchPage{Query: q}
+	if q.EventID != "" {
+		id, err := uuid.Parse(q.EventID)
+		if err != nil {
+			p.Problem = fmt.Sprintf("%q is not an event id (a UUID)", q.EventID)
+			c.renderView(w, r, "search", http.StatusBadRequest, view{Title: "events", Data: p})
+			return
+		}
+		// The unique index on event_id, and the dead letters' and
+		// processed events' indexes: the event page.
+		http.Redirect(w, r, c.cfg.BasePath+"/events/"+id.String(), http.StatusSeeOther)
+		return
+	}
+	if !q.empty() {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := c.findEvents(ctx, q, &p); err != nil {
+			if fe, ok := err.(formError); ok {
+				p.Problem = string(fe)
+				c.renderView(w, r, "search", http.StatusBadRequest, view{Title: "events", Data: p})
+				return
+			}
+			c.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+		p.Searched, p.Took = true, time.Since(start)
+	}
+	c.renderView(w, r, "search", http.StatusOK, view{Title: "events", Nav: "search", Data: p})
+}
+
+// formError is a search the form got wrong.
+type formError string
+
+func (e formError) Error() string { return string(e) }
+
+// findEvents runs q, newest first, and says in p.Notes how.
+func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) error {
+	t := quoted(schema.OutboxTable)
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	from, err := parseWhen(q.From)
+	if err != nil {
+		return formError("from: " + err.Error())
+	}
+	to, err := parseWhen(q.To)
+	if err != nil {
+		return formError("to: " + err.Error())
+	}
+	// The id range: ids grow with created_at, so a time range is an id
+	// range found by a bounded search on the primary key.
+	var lo, hi int64 // ids in [lo, hi); 0 for no bound
+	if !from.IsZero() {
+		if lo, err = firstIDAt(ctx, c.cfg.DB, from); err != nil {
+			return err
+		}
+		where = append(where, "created_at >= "+arg(from))
+	}
+	if !to.IsZero() {
+		if hi, err = firstIDAt(ctx, c.cfg.DB, to); err != nil {
+			return err
+		}
+		where = append(where, "created_at < "+arg(to))
+	}
+	if q.Before > 0 && (hi == 0 || q.Before < hi) {
+		hi = q.Before
+	}
+	if !from.IsZero() || !to.IsZero() {
+		p.Notes = append(p.Notes, "the time range is an id range found by a binary search on the primary key (ids grow with created_at)")
+	}
+
+	indexed := false
+	if q.AggregateID != "" || q.AggregateType != "" {
+		ix, err := findAggregateIndex(ctx, c.cfg.DB)
+		if err != nil {
+			return err
+		}
+		switch {
+		case q.AggregateID == "":
+			where = append(where, "aggregate_type = "+arg(q.AggregateType))
+			if ix.onType {
+				indexed = true
+				p.Notes = append(p.Notes, "aggregate type: index "+ix.name)
+			}
+		case ix.onID != "":
+			where = append(where, "aggregate_id = "+arg(q.AggregateID))
+			if q.AggregateType != "" {
+				where = append(where, "aggregate_type = "+arg(q.AggregateType))
+			}
+			indexed = true
+			p.Notes = append(p.Notes, "aggregate id: index "+ix.onID)
+		case ix.name != "" && q.AggregateType != "":
+			where = append(where, "aggregate_type = "+arg(q.AggregateType), "aggregate_id = "+arg(q.AggregateID))
+			indexed = true
+			p.Notes = append(p.Notes, "aggregate: index "+ix.name)
+		case ix.name != "":
+			// Every aggregate type, by a loose scan of the same index.
+			types, err := aggregateTypes(ctx, c.cfg.DB)
+			if err != nil {
+				return err
+			}
+			where = append(where, "aggregate_type = ANY("+arg(types)+")", "aggregate_id = "+arg(q.AggregateID))
+			indexed = true
+			p.Notes = append(p.Notes, fmt.Sprintf("aggregate: index %s, once per aggregate type (%d)", ix.name, len(types)))
+		default:
+			where = append(where, "aggregate_id = "+arg(q.AggregateID))
+			if q.AggregateType != "" {
+				where = append(where, "aggregate_type = "+arg(q.AggregateType))
+			}
+		}
+	}
+	if q.Event != "" {
+		where = append(where, "event_name = "+arg(q.Event))
+	}
+	if q.Topic != "" {
+		where = append(where, "topic = "+arg(q.Topic))
+	}
+	if lo > 0 {
+		where = append(where, "id >= "+arg(lo))
+	}
+	if hi > 0 {
+		where = append(where, "id < "+arg(hi))
+	}
+	// Without an index for the filters, walk the primary key back from
+	// the upper bound, scanBound ids at most.
+	var scanLo int64
+	filtered := q.AggregateID != "" || q.AggregateType != "" || q.Event != "" || q.Topic != ""
+	if filtered && !indexed {
+		top := hi
+		if top == 0 {
+			if err := c.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+t).Scan(&top); err != nil {
+				return fmt.Errorf("console: reading the newest id: %w", err)
+			}
+		}
+		if top-scanBound > lo {
+			scanLo = top - scanBound
+			where = append(where, "id >= "+arg(scanLo))
+		}
+		note := fmt.Sprintf("no index serves this search: a bounded scan of the primary key over at most %d ids", scanBound)
+		if q.AggregateID != "" {
+			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id)"
+		}
+		p.Notes = append(p.Notes, note)
+	}
+	if !filtered {
+		p.Notes = append(p.Notes, "primary key, newest first")
+	}
+	sqlText := `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, created_at,
+		delivered_at, attempts, coalesce(last_error, '') FROM ` + t
+	if len(where) > 0 {
+		sqlText += " WHERE " + strings.Join(where, " AND ")
+	}
+	sqlText += " ORDER BY id DESC LIMIT " + strconv.Itoa(searchLimit)
+	rows, err := c.cfg.DB.QueryContext(ctx, sqlText, args...)
+	if err != nil {
+		return fmt.Errorf("console: searching events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e eventRow
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Name, &e.Version, &e.Topic, &e.AggregateType, &e.AggregateID,
+			&e.CreatedAt, &e.DeliveredAt, &e.Attempts, &e.LastError); err != nil {
+			return fmt.Errorf("console: searching events: %w", err)
+		}
+		p.Results = append(p.Results, e)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("console: searching events: %w", err)
+	}
+	// The next page: below the last result, or below the scanned range.
+	var next int64
+	switch {
+	case len(p.Results) == searchLimit:
+		next = p.Results[len(p.Results)-1].ID
+	case scanLo > 0:
+		next = scanLo
+		p.Notes = append(p.Notes, fmt.Sprintf("the scan stopped at id %d: older events were not searched (see older)", scanLo))
+	}
+	if next > 0 {
+		v := q.values()
+		v.Set("before", strconv.FormatInt(next, 10))
+		p.Older = v.Encode()
+	}
+	return nil
+}
+
+// firstIDAt is the first id whose row was written at or after t (or one
+// past the last id), by a binary search on the primary key: a probe per
+// halving, each an index lookup.
+func firstIDAt(ctx context.Context, db *sql.DB, at time.Time) (int64, error) {
+	t := quoted(schema.OutboxTable)
+	var lo, hi sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT min(id), max(id) FROM `+t).Scan(&lo, &hi); err != nil {
+		return 0, fmt.Errorf("console: reading the id range: %w", err)
+	}
+	if !lo.Valid {
+		return 1, nil
+	}
+	a, b := lo.Int64, hi.Int64+1 // the answer is in [a, b]
+	for a < b {
+		mid := a + (b-a)/2
+		var (
+			id      int64
+			created time.Time
+		)
+		err := db.QueryRowContext(ctx, `SELECT id, created_at FROM `+t+` WHERE id >= $1 ORDER BY id LIMIT 1`, mid).Scan(&id, &created)
+		if err == sql.ErrNoRows {
+			b = mid
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("console: finding the id written at %s: %w", at.Format(time.RFC3339), err)
+		}
+		if !created.Before(at) {
+			b = mid // no ids between mid and id
+		} else {
+			a = id + 1
+		}
+	}
+	return a, nil
+}
+
+// aggregateIndex is what the outbox's indexes offer a search by aggregate.
+type aggregateIndex struct {
+	onID   string // an index leading with aggregate_id
+	name   string // an index leading with (aggregate_type, aggregate_id)
+	onType bool   // name, or another index, leads with aggregate_type
+}
+
+// findAggregateIndex finds the valid, non-partial indexes of the outbox by
+// their leading columns.
+func findAggregateIndex(ctx context.Context, db *sql.DB) (aggregateIndex, error) {
+	var ix aggregateIndex
+	rows, err := db.QueryContext(ctx, `SELECT i.relname, array_to_string(array_agg(a.attname ORDER BY k.ord), ',')
+		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+		CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+		WHERE x.indrelid = to_regclass($1) AND x.indisvalid AND x.indpred IS NULL
+		GROUP BY i.relname ORDER BY i.relname`, quoted(schema.OutboxTable))
+	if err != nil {
+		return ix, fmt.Errorf("console: reading the outbox's indexes: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, cols string
+		if err := rows.Scan(&name, &cols); err != nil {
+			return ix, fmt.Errorf("console: reading the outbox's indexes: %w", err)
+		}
+		switch {
+		case cols == "aggregate_id" || strings.HasPrefix(cols, "aggregate_id,"):
+			if ix.onID == "" {
+				ix.onID = name
+			}
+		case cols == "aggregate_type,aggregate_id" || strings.HasPrefix(cols, "aggregate_type,aggregate_id,"):
+			if ix.name == "" {
+				ix.name = name
+			}
+			ix.onType = true
+		case cols == "aggregate_type" || strings.HasPrefix(cols, "aggregate_type,"):
+			ix.onType = true
+		}
+	}
+	return ix, rows.Err()
+}
+
+// aggregateTypes lists the aggregate types by a loose scan of the index on
+// (aggregate_type, aggregate_id): one probe per type.
+func aggregateTypes(ctx context.Context, db *sql.DB) ([]string, error) {
+	t := quoted(schema.OutboxTable)
+	rows, err := db.QueryContext(ctx, `WITH RECURSIVE types AS (
+			(SELECT aggregate_type FROM `+t+` ORDER BY aggregate_type LIMIT 1)
+			UNION ALL
+			SELECT (SELECT o.aggregate_type FROM `+t+` o WHERE o.aggregate_type > types.aggregate_type ORDER BY o.aggregate_type LIMIT 1)
+			FROM types WHERE types.aggregate_type IS NOT NULL
+		) SELECT aggregate_type FROM types WHERE aggregate_type IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("console: listing the aggregate types: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("console: listing the aggregate types: %w", err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// parseWhen reads a time as RFC 3339, the browser's datetime-local
+// (taken as UTC), a date, or a duration ago (15m).
+func parseWhen(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a time (2006-01-02T15:04, UTC, or RFC 3339) nor a duration ago (15m)", s)
+}
