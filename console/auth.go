@@ -17,9 +17,18 @@ import (
 	"time"
 )
 
-// sessionCookie holds "sid.authed.mac": the session id, whether it logged
-// in with the token, and their HMAC under Config.Secret.
-const sessionCookie = "entoutbox_console"
+// sessionCookie names the cookie holding "sid.authed.expiry.mac": the
+// session id, whether it logged in with the token, when it ends, and their
+// HMAC under Config.Secret. Browsers share cookies across the ports of a
+// host, so the port is in the name: two consoles on one machine keep
+// their sessions apart.
+func sessionCookie(r *http.Request) string {
+	name := "entoutbox_console"
+	if _, port, err := net.SplitHostPort(r.Host); err == nil && port != "" && strings.Trim(port, "0123456789") == "" {
+		name += "_" + port
+	}
+	return name
+}
 
 // sessionTTL bounds a session's life.
 const sessionTTL = 12 * time.Hour
@@ -49,7 +58,7 @@ func (c *Console) mac(parts ...string) string {
 
 // session reads r's session cookie, or starts a session and sets one.
 func (c *Console) session(w http.ResponseWriter, r *http.Request) session {
-	if ck, err := r.Cookie(sessionCookie); err == nil {
+	if ck, err := r.Cookie(sessionCookie(r)); err == nil {
 		if p := strings.Split(ck.Value, "."); len(p) == 4 {
 			if hmac.Equal([]byte(p[3]), []byte(c.mac("session", p[0], p[1], p[2]))) {
 				if exp, err := time.Parse("20060102150405", p[2]); err == nil && time.Now().Before(exp) {
@@ -75,7 +84,7 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, authed bo
 	if path == "" {
 		path = "/"
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: strings.Join([]string{s.id, flag, exp, c.mac("session", s.id, flag, exp)}, "."),
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: strings.Join([]string{s.id, flag, exp, c.mac("session", s.id, flag, exp)}, "."),
 		Path: path, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
 	return s
 }

@@ -114,7 +114,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // no-referrer would make a browser send "Origin: null"
 	h.Set("Cache-Control", "no-store")
 	if c.cfg.Token == "" && !loopbackHost(r.Host) {
 		http.Error(w, "console: without a token the console answers only loopback hosts (localhost, 127.0.0.1, [::1]); "+

@@ -1,0 +1,291 @@
+package console_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/console"
+	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+var updateScreenshots = flag.Bool("update-screenshots", false, "rewrite docs/screenshots/*.png from the browser tests")
+
+// One headless Chromium for the test binary; each test has its own tab.
+var browser struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel func()
+	err    error
+	dir    string
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if browser.cancel != nil {
+		browser.cancel()
+	}
+	if browser.dir != "" {
+		_ = os.RemoveAll(browser.dir)
+	}
+	os.Exit(code)
+}
+
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// tab opens a browser tab for t, or skips t when there is no Chromium
+// (fails under CI=true).
+func tab(t *testing.T) context.Context {
+	t.Helper()
+	browser.once.Do(func() {
+		path := chromiumPath()
+		if path == "" {
+			browser.err = exec.ErrNotFound
+			return
+		}
+		browser.dir, browser.err = os.MkdirTemp("", "console-chromium-")
+		if browser.err != nil {
+			return
+		}
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+			chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(browser.dir),
+			chromedp.WindowSize(1280, 900))
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		browser.ctx, browser.cancel = bctx, func() { cancelBrowser(); cancelAlloc() }
+		browser.err = chromedp.Do(bctx) // starts the browser
+	})
+	if browser.err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Chromium is required under CI=true: %v", browser.err)
+		}
+		t.Skipf("skipping: no headless Chromium (%v); install chromium, or set CI=true to fail instead", browser.err)
+	}
+	ctx, cancel := chromedp.NewContext(browser.ctx)
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(ctx), "opening a tab")
+	ctx, cancelTimeout := context.WithTimeout(ctx, 30*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	require.NoError(t, err, "reading %s", sel)
+	return s
+}
+
+// waitFor waits until the page, the one a click led to, has sel: it asks
+// each document anew, where a query would stay on the one it started in.
+func waitFor(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	var last string
+	ok := assert.Eventually(t, func() bool {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.readyState === "complete" && !!document.querySelector(`+strconv.Quote(sel)+`)`))
+		if !ok {
+			last, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
+		}
+		return err == nil && ok
+	}, 15*time.Second, 30*time.Millisecond)
+	require.True(t, ok, "the page has no %s; it shows: %s", sel, last)
+}
+
+func TestBrowserOverviewShowsBacklog(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	e.emit(t, "orders", "Order", "1", `{"order_id":1}`, 3)
+	e.emit(t, "invoices", "Invoice", "9", `{"invoice_id":9}`, 2)
+	e.relayLetter(t, "orders", `{"order_id":42}`)
+	ctx := tab(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#pending"))))
+	assert.Equal(t, "5", text(t, ctx, "#pending"))
+	assert.Equal(t, "1", text(t, ctx, "#open-letters"))
+	topics := text(t, ctx, "#topics")
+	assert.Contains(t, topics, "orders")
+	assert.Contains(t, topics, "invoices")
+}
+
+func TestBrowserSearchFindsEventByAggregateID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	e.emit(t, "orders", "Order", "other", `{"order_id":2}`, 20)
+	want := e.emit(t, "orders", "Order", "order-7731", `{"order_id":7731,"amount_cents":4200}`, 1)[0]
+	e.emit(t, "orders", "Order", "other", `{"order_id":2}`, 20)
+	ctx := tab(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/events"),
+		chromedp.SetValue(chromedp.CSS(`input[name=aggregate_id]`), "order-7731"),
+		chromedp.Click(chromedp.CSS(`#search button`))))
+	waitFor(t, ctx, "#how")
+	results := text(t, ctx, "#results")
+	assert.Contains(t, results, want.String())
+	assert.Equal(t, 1, strings.Count(results, "order-7731"))
+	assert.Contains(t, text(t, ctx, "#how"), "bounded scan", "the page says no index served the search")
+
+	// The event's page: its story and formatted payload.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#results a.mono`))))
+	waitFor(t, ctx, "#payload")
+	assert.Equal(t, want.String(), text(t, ctx, "#event-id"))
+	assert.Contains(t, text(t, ctx, "#payload"), "\"amount_cents\": 4200")
+	assert.Contains(t, text(t, ctx, "#story"), "emitted")
+	assert.Equal(t, "pending", text(t, ctx, "#state"))
+}
+
+// A relay dead letter retried from its page goes back to the outbox and a
+// running fast relay delivers it to the broker.
+func TestBrowserRetriedDeadLetterIsDelivered(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	ctx := context.Background()
+	br, err := broker.Open(ctx, "mem://", broker.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = br.Close() })
+	sub, err := br.Subscriber("test")
+	require.NoError(t, err)
+	received, err := sub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: br.Publisher(), Path: relay.PathFast,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	b := tab(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/dead-letters/"+strconv.FormatInt(d.ID, 10)),
+		chromedp.Click(chromedp.CSS("#retry"))))
+	waitFor(t, b, "#outcomes")
+	assert.Contains(t, text(t, b, "#outcomes"), string(admin.Rebuilt))
+	select {
+	case m := <-received:
+		assert.Equal(t, d.EventID.String(), m.UUID)
+		m.Ack()
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retried event did not reach the broker")
+	}
+	require.Eventually(t, func() bool {
+		o, err := e.ent.Outbox.Query().Where(outboxrow.EventID(d.EventID)).Only(ctx)
+		return err == nil && o.DeliveredAt != nil
+	}, 20*time.Second, 20*time.Millisecond, "the outbox row is marked delivered")
+	assert.Equal(t, admin.StateRetried, admin.StateOf(e.reload(t, d)), "the letter stays, marked retried")
+
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/events/"+d.EventID.String()), chromedp.WaitVisible(chromedp.CSS("#story"))))
+	assert.Equal(t, "delivered", text(t, b, "#state"))
+	story := text(t, b, "#story")
+	assert.Contains(t, story, "dead-lettered by relay")
+	assert.Contains(t, story, "retried")
+	assert.Contains(t, story, "delivered to the broker")
+}
+
+func TestBrowserDiscardKeepsTheRecord(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	b := tab(t)
+	page := e.srv.URL + "/dead-letters/" + strconv.FormatInt(d.ID, 10)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(page),
+		chromedp.SetValue(chromedp.CSS("#note"), "refunded by hand, ticket 1234"),
+		chromedp.Click(chromedp.CSS("#discard"))))
+	waitFor(t, b, "#outcomes")
+	assert.Contains(t, text(t, b, "#outcomes"), string(admin.Discarded))
+	got := e.reload(t, d)
+	assert.Equal(t, admin.StateDiscarded, admin.StateOf(got))
+	assert.Equal(t, "refunded by hand, ticket 1234", got.DiscardNote)
+	assert.Equal(t, d.Payload, got.Payload, "the record is whole")
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#letter-state"))))
+	assert.Equal(t, "discarded", text(t, b, "#letter-state"))
+	assert.Equal(t, "refunded by hand, ticket 1234", text(t, b, "#discard-note"))
+}
+
+func TestBrowserShowsScriptInPayloadAsText(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	evil := `{"note":"</pre><script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\">"}`
+	id := e.emit(t, "orders", "Order", "1", evil, 1)[0]
+	d := e.relayLetter(t, "orders", evil)
+	b := tab(t)
+	for _, page := range []string{"/events/" + id.String(), "/dead-letters/" + strconv.FormatInt(d.ID, 10)} {
+		require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+page), chromedp.WaitVisible(chromedp.CSS("#payload"))))
+		assert.Contains(t, text(t, b, "#payload"), `</pre><script>window.pwned=1</script>`, page)
+		injected, err := chromedp.Run(b, chromedp.Evaluate[bool](`typeof window.pwned !== "undefined" || document.querySelectorAll("main script, main img").length > 0`))
+		require.NoError(t, err)
+		assert.False(t, injected, "%s: the payload became markup", page)
+	}
+}
+
+// A form whose CSRF token is removed is refused, and the letter stays open.
+func TestBrowserActionWithoutCSRFIsRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	b := tab(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/dead-letters/"+strconv.FormatInt(d.ID, 10)),
+		chromedp.WaitVisible(chromedp.CSS("#retry"))))
+	_, err := chromedp.Run(b, chromedp.Evaluate[bool](`document.querySelector('#letter-actions input[name=csrf]').remove(), true`))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(b, chromedp.Click(chromedp.CSS("#retry"))))
+	require.Eventually(t, func() bool {
+		body, err := chromedp.Run(b, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		return err == nil && strings.Contains(body, "no valid CSRF token")
+	}, 10*time.Second, 50*time.Millisecond, "the POST without a CSRF token is refused")
+	assert.Equal(t, admin.StateOpen, admin.StateOf(e.reload(t, d)))
+}
+
+// The README's screenshots: go test ./console -run Screenshots -update-screenshots
+// rewrites them; otherwise they are taken and thrown away.
+func TestScreenshots(t *testing.T) {
+	e := setup(t, console.Config{Refresh: -1})
+	for i := range 8 {
+		e.emit(t, "orders", "Order", strconv.Itoa(i), `{"order_id":`+strconv.Itoa(i)+`,"amount_cents":4200,"currency":"EUR"}`, 40+i*7)
+	}
+	e.emit(t, "invoices", "Invoice", "9", `{"invoice_id":9}`, 12)
+	ids := e.emit(t, "orders", "Order", "7731", `{"order_id":7731,"amount_cents":4200,"currency":"EUR","lines":[{"sku":"A-1","qty":2}]}`, 1)
+	// Deliveries spread over the last minutes, for the chart.
+	_, err := e.db.DB.Exec(`UPDATE outbox_events SET delivered_at = now() - (random() * interval '9 minutes'),
+		created_at = now() - interval '10 minutes' WHERE id % 3 <> 0 AND event_id <> $1`, ids[0])
+	require.NoError(t, err)
+	_, err = e.db.DB.Exec(`UPDATE outbox_events SET delivered_at = now() WHERE event_id = $1`, ids[0])
+	require.NoError(t, err)
+	e.relayLetter(t, "orders", `{"order_id":42}`)
+	_, err = e.ent.ProcessedEvent.Create().SetConsumer("billing").SetEventID(ids[0]).SetEventName("order.paid").Save(context.Background())
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	if *updateScreenshots {
+		dir = filepath.Join("..", "docs", "screenshots")
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+	}
+	b := tab(t)
+	for name, page := range map[string]string{"overview.png": "/", "event.png": "/events/" + ids[0].String()} {
+		require.NoError(t, chromedp.Do(b, chromedp.EmulateViewport(1200, 800), chromedp.Navigate(e.srv.URL+page),
+			chromedp.WaitVisible(chromedp.CSS("main"))))
+		png, err := chromedp.Run(b, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+	}
+}
