@@ -59,6 +59,8 @@ type Console struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	log    *slog.Logger
+
+	scanBound int64 // scanBound; a test lowers it
 }
 
 // New returns the console of cfg.DB.
@@ -83,7 +85,7 @@ func New(cfg Config) (*Console, error) {
 		cfg.Logger = slog.Default()
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, cfg.DB)))
-	c := &Console{cfg: cfg, admin: admin.New(client), client: client, log: cfg.Logger}
+	c := &Console{cfg: cfg, admin: admin.New(client), client: client, log: cfg.Logger, scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}

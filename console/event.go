@@ -14,7 +14,6 @@ import (
 	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 type eventPage struct {
@@ -109,16 +108,7 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 }
 
 func (c *Console) processedBy(ctx context.Context, id uuid.UUID) ([]processedBy, error) {
-	t := quoted(schema.ProcessedEventTable)
-	rows, err := c.cfg.DB.QueryContext(ctx, `WITH RECURSIVE names AS (
-			(SELECT consumer FROM `+t+` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM `+t+` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		)
-		SELECT consumer, processed_at, attempts FROM `+t+`
-		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
-		ORDER BY processed_at`, id)
+	rows, err := c.cfg.DB.QueryContext(ctx, processedByQuery, id)
 	if err != nil {
 		return nil, fmt.Errorf("console: reading who processed event %s: %w", id, err)
 	}
@@ -175,3 +165,15 @@ func story(p eventPage) ([]storyStep, string) {
 	sort.SliceStable(s, func(i, j int) bool { return s[i].At.Before(s[j].At) })
 	return s, state
 }
+
+// processedByQuery probes the (consumer, event_id) index once per
+// consumer, the names found by a loose scan of the same index.
+var processedByQuery = `WITH RECURSIVE names AS (
+			(SELECT consumer FROM ` + processedTable + ` ORDER BY consumer LIMIT 1)
+			UNION ALL
+			SELECT (SELECT p.consumer FROM ` + processedTable + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			FROM names WHERE names.consumer IS NOT NULL
+		)
+		SELECT consumer, processed_at, attempts FROM ` + processedTable + `
+		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
+		ORDER BY processed_at`

@@ -71,13 +71,8 @@ type rateChart struct {
 func readDeliveryRate(ctx context.Context, db *sql.DB) (rateChart, error) {
 	n := int(rateWindow / rateBucket)
 	ch := rateChart{Buckets: make([]float64, n)}
-	t := quoted(schema.OutboxTable)
 	// Served by the primary key: the newest rateScanRows ids, backwards.
-	rows, err := db.QueryContext(ctx, `WITH bound AS (SELECT coalesce(max(id), 0) - $1 AS lo, now() AS now FROM `+t+`)
-		SELECT floor(extract(epoch FROM (bound.now - o.delivered_at)) / $2)::int AS b, count(*),
-			min(o.id) = (SELECT lo FROM bound) + 1
-		FROM `+t+` o, bound WHERE o.id > bound.lo AND o.delivered_at > bound.now - make_interval(secs => $3)
-		GROUP BY 1`, rateScanRows, rateBucket.Seconds(), rateWindow.Seconds())
+	rows, err := db.QueryContext(ctx, deliveryRateQuery, rateScanRows, rateBucket.Seconds(), rateWindow.Seconds())
 	if err != nil {
 		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
 	}
@@ -145,18 +140,7 @@ type consumerActivity struct {
 // (consumer, event_id) index, one probe per consumer; the counts from a
 // range of the processed_at index.
 func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) {
-	t := quoted(schema.ProcessedEventTable)
-	rows, err := db.QueryContext(ctx, `WITH RECURSIVE names AS (
-			(SELECT consumer FROM `+t+` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM `+t+` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		), recent AS (
-			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM `+t+`
-			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
-		)
-		SELECT names.consumer, coalesce(recent.n, 0), recent.last FROM names LEFT JOIN recent USING (consumer)
-		WHERE names.consumer IS NOT NULL ORDER BY names.consumer LIMIT 1000`)
+	rows, err := db.QueryContext(ctx, consumersQuery)
 	if err != nil {
 		return nil, fmt.Errorf("console: reading the consumers: %w", err)
 	}
@@ -177,7 +161,8 @@ func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) 
 }
 
 // walSlot is a logical replication slot of this database with pgoutput,
-// the WAL read path's delivery state.
+// the WAL read path's delivery state: those named as a publication of the
+// outbox table, as the WAL relay names both by default.
 type walSlot struct {
 	Name     string
 	Active   bool
@@ -187,7 +172,10 @@ type walSlot struct {
 func readWALSlots(ctx context.Context, db *sql.DB) ([]walSlot, error) {
 	rows, err := db.QueryContext(ctx, `SELECT slot_name, active,
 		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-		FROM pg_replication_slots WHERE database = current_database() AND plugin = 'pgoutput' ORDER BY slot_name`)
+		FROM pg_replication_slots s WHERE database = current_database() AND plugin = 'pgoutput'
+		AND EXISTS (SELECT 1 FROM pg_publication_tables p WHERE p.pubname = s.slot_name
+			AND p.schemaname = current_schema() AND p.tablename = $1)
+		ORDER BY slot_name`, schema.OutboxTable)
 	if err != nil {
 		return nil, fmt.Errorf("console: reading the replication slots: %w", err)
 	}
@@ -202,3 +190,25 @@ func readWALSlots(ctx context.Context, db *sql.DB) ([]walSlot, error) {
 	}
 	return out, rows.Err()
 }
+
+var (
+	// The newest rateScanRows ids, backwards on the primary key.
+	deliveryRateQuery = `WITH bound AS (SELECT coalesce(max(id), 0) - $1 AS lo, now() AS now FROM ` + outboxTable + `)
+		SELECT floor(extract(epoch FROM (bound.now - o.delivered_at)) / $2)::int AS b, count(*),
+			min(o.id) = (SELECT lo FROM bound) + 1
+		FROM ` + outboxTable + ` o, bound WHERE o.id > bound.lo AND o.delivered_at > bound.now - make_interval(secs => $3)
+		GROUP BY 1`
+	// A loose scan of the (consumer, event_id) index for the names, a
+	// range of the processed_at index for the last minute.
+	consumersQuery = `WITH RECURSIVE names AS (
+			(SELECT consumer FROM ` + processedTable + ` ORDER BY consumer LIMIT 1)
+			UNION ALL
+			SELECT (SELECT p.consumer FROM ` + processedTable + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			FROM names WHERE names.consumer IS NOT NULL
+		), recent AS (
+			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM ` + processedTable + `
+			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
+		)
+		SELECT names.consumer, coalesce(recent.n, 0), recent.last FROM names LEFT JOIN recent USING (consumer)
+		WHERE names.consumer IS NOT NULL ORDER BY names.consumer LIMIT 1000`
+)

@@ -25,6 +25,11 @@ const searchLimit = 50
 
 func quoted(table string) string { return pgsql.QuoteIdent(table) }
 
+var (
+	outboxTable    = quoted(schema.OutboxTable)
+	processedTable = quoted(schema.ProcessedEventTable)
+)
+
 // eventQuery is the search form.
 type eventQuery struct {
 	EventID       string
@@ -123,6 +128,52 @@ func (e formError) Error() string { return string(e) }
 
 // findEvents runs q, newest first, and says in p.Notes how.
 func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) error {
+	plan, err := c.planSearch(ctx, q, p)
+	if err != nil {
+		return err
+	}
+	rows, err := c.cfg.DB.QueryContext(ctx, plan.sql, plan.args...)
+	if err != nil {
+		return fmt.Errorf("console: searching events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e eventRow
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Name, &e.Version, &e.Topic, &e.AggregateType, &e.AggregateID,
+			&e.CreatedAt, &e.DeliveredAt, &e.Attempts, &e.LastError); err != nil {
+			return fmt.Errorf("console: searching events: %w", err)
+		}
+		p.Results = append(p.Results, e)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("console: searching events: %w", err)
+	}
+	// The next page: below the last result, or below the scanned range.
+	var next int64
+	switch {
+	case len(p.Results) == searchLimit:
+		next = p.Results[len(p.Results)-1].ID
+	case plan.scanLo > 0:
+		next = plan.scanLo
+		p.Notes = append(p.Notes, fmt.Sprintf("the scan stopped at id %d: older events were not searched (see older)", plan.scanLo))
+	}
+	if next > 0 {
+		v := q.values()
+		v.Set("before", strconv.FormatInt(next, 10))
+		p.Older = v.Encode()
+	}
+	return nil
+}
+
+// searchPlan is the statement of a search, and where a bounded scan stopped.
+type searchPlan struct {
+	sql    string
+	args   []any
+	scanLo int64 // the lowest id a bounded scan reaches; 0 for none
+}
+
+// planSearch builds the statement of q and says in p.Notes what serves it.
+func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (searchPlan, error) {
 	t := quoted(schema.OutboxTable)
 	var (
 		where []string
@@ -131,24 +182,24 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
 	from, err := parseWhen(q.From)
 	if err != nil {
-		return formError("from: " + err.Error())
+		return searchPlan{}, formError("from: " + err.Error())
 	}
 	to, err := parseWhen(q.To)
 	if err != nil {
-		return formError("to: " + err.Error())
+		return searchPlan{}, formError("to: " + err.Error())
 	}
 	// The id range: ids grow with created_at, so a time range is an id
 	// range found by a bounded search on the primary key.
 	var lo, hi int64 // ids in [lo, hi); 0 for no bound
 	if !from.IsZero() {
 		if lo, err = firstIDAt(ctx, c.cfg.DB, from); err != nil {
-			return err
+			return searchPlan{}, err
 		}
 		where = append(where, "created_at >= "+arg(from))
 	}
 	if !to.IsZero() {
 		if hi, err = firstIDAt(ctx, c.cfg.DB, to); err != nil {
-			return err
+			return searchPlan{}, err
 		}
 		where = append(where, "created_at < "+arg(to))
 	}
@@ -163,7 +214,7 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 	if q.AggregateID != "" || q.AggregateType != "" {
 		ix, err := findAggregateIndex(ctx, c.cfg.DB)
 		if err != nil {
-			return err
+			return searchPlan{}, err
 		}
 		switch {
 		case q.AggregateID == "":
@@ -187,7 +238,7 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 			// Every aggregate type, by a loose scan of the same index.
 			types, err := aggregateTypes(ctx, c.cfg.DB)
 			if err != nil {
-				return err
+				return searchPlan{}, err
 			}
 			where = append(where, "aggregate_type = ANY("+arg(types)+")", "aggregate_id = "+arg(q.AggregateID))
 			indexed = true
@@ -219,14 +270,14 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 		top := hi
 		if top == 0 {
 			if err := c.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+t).Scan(&top); err != nil {
-				return fmt.Errorf("console: reading the newest id: %w", err)
+				return searchPlan{}, fmt.Errorf("console: reading the newest id: %w", err)
 			}
 		}
-		if top-scanBound > lo {
-			scanLo = top - scanBound
+		if top-c.scanBound > lo {
+			scanLo = top - c.scanBound
 			where = append(where, "id >= "+arg(scanLo))
 		}
-		note := fmt.Sprintf("no index serves this search: a bounded scan of the primary key over at most %d ids", scanBound)
+		note := fmt.Sprintf("no index serves this search: a bounded scan of the primary key over at most %d ids", c.scanBound)
 		if q.AggregateID != "" {
 			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id)"
 		}
@@ -241,37 +292,7 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 		sqlText += " WHERE " + strings.Join(where, " AND ")
 	}
 	sqlText += " ORDER BY id DESC LIMIT " + strconv.Itoa(searchLimit)
-	rows, err := c.cfg.DB.QueryContext(ctx, sqlText, args...)
-	if err != nil {
-		return fmt.Errorf("console: searching events: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e eventRow
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Name, &e.Version, &e.Topic, &e.AggregateType, &e.AggregateID,
-			&e.CreatedAt, &e.DeliveredAt, &e.Attempts, &e.LastError); err != nil {
-			return fmt.Errorf("console: searching events: %w", err)
-		}
-		p.Results = append(p.Results, e)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("console: searching events: %w", err)
-	}
-	// The next page: below the last result, or below the scanned range.
-	var next int64
-	switch {
-	case len(p.Results) == searchLimit:
-		next = p.Results[len(p.Results)-1].ID
-	case scanLo > 0:
-		next = scanLo
-		p.Notes = append(p.Notes, fmt.Sprintf("the scan stopped at id %d: older events were not searched (see older)", scanLo))
-	}
-	if next > 0 {
-		v := q.values()
-		v.Set("before", strconv.FormatInt(next, 10))
-		p.Older = v.Encode()
-	}
-	return nil
+	return searchPlan{sql: sqlText, args: args, scanLo: scanLo}, nil
 }
 
 // firstIDAt is the first id whose row was written at or after t (or one
