@@ -293,7 +293,8 @@ type AsyncPublisher interface {
 	// before PublishAsync returns: with nil once the broker confirmed msg,
 	// else with the reason it did not. Messages in flight together may be
 	// stored in any order: publish a message whose order matters after the
-	// previous one is done.
+	// previous one is done. It neither acks nor keeps msg, which may be a
+	// bare message.Message{UUID, Metadata, Payload}.
 	PublishAsync(topic string, msg *message.Message, done func(error))
 }
 

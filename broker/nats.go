@@ -315,12 +315,14 @@ type natsPending struct {
 
 // PublishAsync implements AsyncPublisher.
 func (p *natsPublisher) PublishAsync(topic string, msg *message.Message, done func(error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
-	_, _, err := p.topo.ensureStream(ctx, p.js, topic)
-	cancel()
-	if err != nil {
-		done(err)
-		return
+	if _, known := p.topo.streams.Load(topic); !known {
+		ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
+		_, _, err := p.topo.ensureStream(ctx, p.js, topic)
+		cancel()
+		if err != nil {
+			done(err)
+			return
+		}
 	}
 	nm, err := natsMarshaler{}.Marshal(topic, msg)
 	if err != nil {
@@ -448,19 +450,20 @@ func (s *natsSubscriber) Close() error {
 type natsMarshaler struct{}
 
 func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, error) {
+	// What the module's NATSMarshaler writes (the UUID header, then one
+	// header per metadata key), built in one pass.
+	header := make(nats.Header, len(msg.Metadata)+2)
+	header.Set(wmnats.WatermillUUIDHdr, msg.UUID)
 	for k, v := range msg.Metadata {
 		if err := checkNATSHeader(k, v); err != nil {
 			return nil, fmt.Errorf("message %s: %w", msg.UUID, err)
 		}
-	}
-	nm, err := (&wmnats.NATSMarshaler{}).Marshal(topic, msg)
-	if err != nil {
-		return nil, err
+		header.Set(k, v)
 	}
 	if msg.UUID != "" {
-		nm.Header.Set(nats.MsgIdHdr, msg.UUID)
+		header.Set(nats.MsgIdHdr, msg.UUID)
 	}
-	return nm, nil
+	return &nats.Msg{Subject: topic, Data: msg.Payload, Header: header}, nil
 }
 
 // Unmarshal reads what NATSMarshaler writes, and never fails: a message

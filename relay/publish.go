@@ -135,7 +135,16 @@ type sending struct {
 // relay's prefix, in a producer span.
 func (p *publishing) prepare(msg *message.Message) sending {
 	r := p.r
-	out := message.NewMessage(msg.UUID, msg.Payload)
+	var out *message.Message
+	if p.async != nil {
+		// An async publisher only reads it (see broker.AsyncPublisher):
+		// no ack channels to make.
+		out = &message.Message{UUID: msg.UUID, Payload: msg.Payload}
+	} else {
+		// A publisher may hand it to subscribers who ack it (Watermill's
+		// gochannel does): a message of its own.
+		out = message.NewMessage(msg.UUID, msg.Payload)
+	}
 	out.Metadata = maps.Clone(msg.Metadata)
 	s := sending{p: p, out: out, rowTopic: out.Metadata.Get(MetaTopic)}
 	s.topic = r.cfg.TopicPrefix + s.rowTopic
