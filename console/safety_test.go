@@ -151,3 +151,35 @@ func TestPayloadIsEscaped(t *testing.T) {
 	assert.Contains(t, page, "&lt;/pre&gt;&lt;script&gt;alert(1)&lt;/script&gt;")
 	assert.True(t, strings.Contains(page, `&#34;note&#34;: `), "the payload is indented")
 }
+
+// The list's bulk actions: the selected letters, and every open letter
+// the filter selects; a discard without a note is refused.
+func TestBulkRetryAndDiscard(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	a, b, c := e.relayLetter(t, "orders", `{"order_id":1}`), e.relayLetter(t, "orders", `{"order_id":2}`), e.relayLetter(t, "orders", `{"order_id":3}`)
+	billing, err := e.ent.DeadLetter.Create().SetSource("billing").SetReason("the billing code has a bug").
+		SetEventName("order.paid").Save(t.Context())
+	require.NoError(t, err)
+	cl := browserClient(t)
+	_, page := get(t, cl, e.srv.URL+"/dead-letters")
+	require.Contains(t, page, `value="`+strconv.FormatInt(a.ID, 10)+`"`)
+	csrf := csrfOf(t, page)
+	id := func(x int64) string { return strconv.FormatInt(x, 10) }
+
+	status, body := post(t, cl, e.srv.URL+"/dead-letters/retry", url.Values{"csrf": {csrf}, "id": {id(a.ID), id(b.ID)}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "retried 2 of 2")
+	status, body = post(t, cl, e.srv.URL+"/dead-letters/discard", url.Values{"csrf": {csrf}, "all": {"1"}, "source": {"relay"}})
+	assert.Equal(t, http.StatusBadRequest, status, "a discard needs a note: %s", body)
+	status, body = post(t, cl, e.srv.URL+"/dead-letters/discard", url.Values{"csrf": {csrf}, "all": {"1"}, "source": {"relay"}, "note": {"duplicates of 41"}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, "discarded 1 of 1", "only the open relay letter")
+	for d, want := range map[int64]admin.State{a.ID: admin.StateRetried, b.ID: admin.StateRetried, c.ID: admin.StateDiscarded, billing.ID: admin.StateOpen} {
+		got, err := e.ent.DeadLetter.Get(t.Context(), d)
+		require.NoError(t, err, "letter %d is kept", d)
+		assert.Equal(t, want, admin.StateOf(got), "letter %d", d)
+	}
+	status, body = post(t, cl, e.srv.URL+"/dead-letters/retry", url.Values{"csrf": {csrf}, "id": {"999999"}})
+	assert.Equal(t, http.StatusNotFound, status, body)
+}
