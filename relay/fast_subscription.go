@@ -12,9 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
-	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/metrics"
-	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // rescanEvery is how often a caught-up subscription reads from the oldest
@@ -418,13 +416,14 @@ func (sub *subscription) maySend() bool {
 	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
 }
 
-// message builds the Watermill message of r.
+// message builds the Watermill message of r. The relay settles its
+// messages through their directMsg, never with Ack or Nack: they need no
+// ack channels.
 func (sub *subscription) message(r *row) *message.Message {
-	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
-	outbox.SetReadableFrom(md, r.version, r.readableFrom)
-	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
-	md[MetaTopic] = r.topic
-	sub.s.cfg.CloudEvents.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
+	md := rowMetadata(r, sub.s.cfg.CloudEvents)
+	if sub.s.direct {
+		return &message.Message{UUID: r.eventID.String(), Payload: r.payload, Metadata: md}
+	}
 	msg := message.NewMessage(r.eventID.String(), r.payload)
 	msg.Metadata = md
 	return msg

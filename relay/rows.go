@@ -2,8 +2,12 @@ package relay
 
 import (
 	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // What both read paths do with a row: check what a broker cannot take
@@ -27,3 +31,15 @@ func checkRow(name, topic, aggregateID string) error {
 // MetaRowError is set on a message read from a row that cannot be relayed
 // as it is; its value is the reason.
 const MetaRowError = events.ReservedPrefix + "row_error"
+
+// rowMetadata is the metadata of the message of a checked row
+// (decodedHeaders set), as every read path of ours sends it; MetaTopic
+// carries the row's topic to the publisher.
+func rowMetadata(r *row, ce *CloudEvents) message.Metadata {
+	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
+	outbox.SetReadableFrom(md, r.version, r.readableFrom)
+	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
+	md[MetaTopic] = r.topic
+	ce.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
+	return md
+}
