@@ -141,7 +141,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	var profiled <-chan error
 	if cfg.RelayProfile != "" {
 		path := cfg.RelayProfile + "." + spec.key + ".pprof"
-		e.progress("profiling the first relay for %s into %s", cfg.ProfileFor, path)
+		e.progress("profiling the first relay for %s into %s (its /metrics and /debug/pprof/ on %s)", cfg.ProfileFor, path, rs.pprofAddr)
 		profiled = rs.profile(cfg.ProfileFor, path)
 	}
 	if err := e.drain(ctx, s, spec, recv, rs, ids, start, cpuFrom, res); err != nil {
