@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -181,8 +182,13 @@ func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	s := setupWAL(t)
 	pubsub, got := receiveInProcess(t, "orders")
-	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
+	// Publishes that take varying time: without one per aggregate at a
+	// time, they would overtake each other. The first relay makes the
+	// slot; the second finds a backlog.
+	cfg := s.config(relay.Config{Publisher: jitterPublisher{pubsub}})
+	first := runRelay(t, cfg)
 	waitStreaming(t, s)
+	require.NoError(t, first())
 
 	var (
 		mu   sync.Mutex
@@ -208,6 +214,7 @@ func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	stop := runRelay(t, cfg)
 	got.waitFor(t, want, 30*time.Second)
 	require.NoError(t, stop())
 	time.Sleep(100 * time.Millisecond)
@@ -341,11 +348,13 @@ func firstSeenOf(got *received, agg string) []string {
 // not confirmed what the broker did not ack: the next one delivers it.
 func TestWALSurvivesBrokerOutage(t *testing.T) {
 	t.Parallel()
-	const natsAddr = "127.0.0.1:4222"
+	// Redis refuses publishes at once while it is away (a JetStream
+	// client would wait for it).
+	const redisAddr = "127.0.0.1:6379"
 	s := setupWAL(t)
-	direct := openBroker(t, "nats://"+natsAddr, "NATS JetStream at "+natsAddr)
-	proxy := tcpproxy.Start(t, natsAddr)
-	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
+	direct := openBroker(t, "redis://"+redisAddr+"/0", "Redis at "+redisAddr)
+	proxy := tcpproxy.Start(t, redisAddr)
+	viaProxy := openBroker(t, "redis://"+proxy.Addr+"/0", "Redis through a local proxy")
 	prefix := uniquePrefix()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -357,8 +366,11 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 	got := newReceived()
 	go consume(ctx, msgs, got)
 
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
 	cfg := s.config(relay.Config{Publisher: viaProxy.Publisher(), TopicPrefix: prefix, CloseTimeout: 2 * time.Second,
-		WAL: relay.WALConfig{MaxAttempts: 2}})
+		Metrics: m, WAL: relay.WALConfig{MaxAttempts: 3}})
 	stop := runRelay(t, cfg)
 	waitStreaming(t, s)
 	first := emitOrders(t, s.client, 20, 4, 0)
@@ -366,7 +378,10 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 
 	proxy.Cut()
 	during := emitOrdersAs(t, s.client, "during", 30, 4, 3)
-	time.Sleep(2 * time.Second) // many failed publishes: more than MaxAttempts each
+	// Longer than MaxAttempts failed publishes of each aggregate's head.
+	require.Eventually(t, func() bool {
+		return promtest.Value(t, reg, "entoutbox_relay_published_total", "topic", "orders", "result", "error") >= 4*4
+	}, 30*time.Second, 50*time.Millisecond, "publishes do not fail during the outage")
 	proxy.Restore()
 	got.waitFor(t, during, 60*time.Second)
 
@@ -636,4 +651,12 @@ func TestWALSurvivesPostgresRestart(t *testing.T) {
 		require.Equal(t, ids, firstSeenOf(got, agg), "first arrivals of aggregate %s in commit order", agg)
 	}
 	t.Logf("%d events, %d duplicates", len(want.ids), dups)
+}
+
+// jitterPublisher publishes after a random pause of up to 2 ms.
+type jitterPublisher struct{ message.Publisher }
+
+func (p jitterPublisher) Publish(topic string, msgs ...*message.Message) error {
+	time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+	return p.Publisher.Publish(topic, msgs...)
 }
