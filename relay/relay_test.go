@@ -183,7 +183,7 @@ func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 		cfg  relay.Config
 		want string
 	}{
-		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast" or "compatible"`},
+		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast", "compatible" or "wal"`},
 		{relay.Config{Fast: relay.FastConfig{Concurrency: -1}}, "relay: Config.Fast.Concurrency must not be negative, not -1"},
 		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: -2}}},
 			"relay: Config.Fast.Subscriber.MaxAttempts must not be negative, not -2"},
