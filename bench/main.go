@@ -222,6 +222,17 @@ func printDrainCPU(out io.Writer, results []result) {
 		}
 		fmt.Fprintf(out, "  %s: %s\n", r.name, r.drainCPU)
 	}
+	header = false
+	for _, r := range results {
+		if r.nearCPU == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "near-limit CPU per event, emitting and relaying at once (the bench column is the emitter and receiver):")
+			header = true
+		}
+		fmt.Fprintf(out, "  %s: %s\n", r.name, r.nearCPU)
+	}
 }
 
 // firstLine is the first line of err, without the prefix the entoutbox

@@ -54,6 +54,7 @@ type result struct {
 	latency   stats   // paced load
 	near      stats   // paced load near the drain limit
 	nearRate  int     // its events/s
+	nearCPU   string  // where its CPU went, per event
 	held      stats   // paced load while transactions are held open
 	peakKB    int64
 	drainCPU  string // where the drain's CPU went, per event
@@ -160,7 +161,9 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		near := nearLimitLoad(res.drainRate, cfg.NearLimit)
 		res.nearRate = near.rate
 		e.progress("paced load near the limit: %d events/s (%d per transaction) for %s", near.rate, near.perTx, cfg.LatencyDuration)
+		cpuFrom := sampleCPU(rs.pids())
 		res.near = e.latencyPhase(ctx, s, recv, rs, near, cfg.LatencyDuration, nil, res, "near-limit")
+		res.nearCPU = cpuPerEvent(cpuFrom, sampleCPU(rs.pids()), res.near.n, runtime.NumCPU())
 		// The column shows the rate the emitter reached, which on a busy
 		// machine can fall short of the one asked for (a note says so).
 		res.nearRate = int(float64(res.near.n) / cfg.LatencyDuration.Seconds())
