@@ -94,6 +94,22 @@ func TestSearchQueryPlans(t *testing.T) {
 	search("by event name, bounded scan", eventQuery{Event: "order.refunded"}, "outbox_events_pkey")
 	search("by topic in a time range", eventQuery{Topic: "payments",
 		From: time.Now().Add(-time.Duration(n/4) * 10 * time.Millisecond).UTC().Format(time.RFC3339Nano)}, "outbox_events_pkey")
+	// A time range is an id range: [first id written at From, first id
+	// written at To).
+	var from, to time.Time
+	require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT (SELECT created_at FROM outbox_events WHERE id = $1),
+		(SELECT created_at FROM outbox_events WHERE id = $2)`, n/4, n/2).Scan(&from, &to))
+	window := eventQuery{From: from.UTC().Format(time.RFC3339Nano), To: to.UTC().Format(time.RFC3339Nano)}
+	search("a time range", window, "outbox_events_pkey", "(id >= ", "(id < ")
+	var p searchPage
+	require.NoError(t, c.findEvents(ctx, window, &p))
+	require.Len(t, p.Results, searchLimit)
+	require.Equal(t, int64(n/2-1), p.Results[0].ID, "the newest event before To")
+	window.Before = int64(n/4 + 10)
+	p = searchPage{}
+	require.NoError(t, c.findEvents(ctx, window, &p))
+	require.Len(t, p.Results, 10, "paged down to From")
+	require.Equal(t, int64(n/4), p.Results[9].ID, "the first event at From")
 	search("by aggregate, no index: bounded scan", eventQuery{AggregateID: "4242"}, "outbox_events_pkey")
 	_, err = db.DB.ExecContext(ctx, `CREATE INDEX outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id); ANALYZE outbox_events`)
 	require.NoError(t, err)
