@@ -155,7 +155,7 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 		next = p.Results[len(p.Results)-1].ID
 	case plan.scanLo > 0:
 		next = plan.scanLo
-		p.Notes = append(p.Notes, fmt.Sprintf("the scan stopped at id %d: older events were not searched (see older)", plan.scanLo))
+		p.Notes = append(p.Notes, fmt.Sprintf("The scan stopped at id %d: older events were not searched (see Older)", plan.scanLo))
 	}
 	if next > 0 {
 		v := q.values()
@@ -207,7 +207,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 		hi = q.Before
 	}
 	if !from.IsZero() || !to.IsZero() {
-		p.Notes = append(p.Notes, "the time range is an id range found by a binary search on the primary key (ids grow with created_at)")
+		p.Notes = append(p.Notes, "The time range is an id range found by a binary search on the primary key (ids grow with created_at)")
 	}
 
 	indexed := false
@@ -221,7 +221,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 			where = append(where, "aggregate_type = "+arg(q.AggregateType))
 			if ix.onType {
 				indexed = true
-				p.Notes = append(p.Notes, "aggregate type: index "+ix.name)
+				p.Notes = append(p.Notes, "Aggregate type: index "+ix.name)
 			}
 		case ix.onID != "":
 			where = append(where, "aggregate_id = "+arg(q.AggregateID))
@@ -229,11 +229,11 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 				where = append(where, "aggregate_type = "+arg(q.AggregateType))
 			}
 			indexed = true
-			p.Notes = append(p.Notes, "aggregate id: index "+ix.onID)
+			p.Notes = append(p.Notes, "Aggregate id: index "+ix.onID)
 		case ix.name != "" && q.AggregateType != "":
 			where = append(where, "aggregate_type = "+arg(q.AggregateType), "aggregate_id = "+arg(q.AggregateID))
 			indexed = true
-			p.Notes = append(p.Notes, "aggregate: index "+ix.name)
+			p.Notes = append(p.Notes, "Aggregate: index "+ix.name)
 		case ix.name != "":
 			// Every aggregate type, by a loose scan of the same index.
 			types, err := aggregateTypes(ctx, c.cfg.DB)
@@ -242,7 +242,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 			}
 			where = append(where, "aggregate_type = ANY("+arg(types)+")", "aggregate_id = "+arg(q.AggregateID))
 			indexed = true
-			p.Notes = append(p.Notes, fmt.Sprintf("aggregate: index %s, once per aggregate type (%d)", ix.name, len(types)))
+			p.Notes = append(p.Notes, fmt.Sprintf("Aggregate: index %s, once per aggregate type (%d)", ix.name, len(types)))
 		default:
 			where = append(where, "aggregate_id = "+arg(q.AggregateID))
 			if q.AggregateType != "" {
@@ -277,14 +277,14 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 			scanLo = top - c.scanBound
 			where = append(where, "id >= "+arg(scanLo))
 		}
-		note := fmt.Sprintf("no index serves this search: a bounded scan of the primary key over at most %d ids", c.scanBound)
+		note := fmt.Sprintf("No index serves this search: a bounded scan of the primary key over at most %s ids", thousands(c.scanBound))
 		if q.AggregateID != "" {
 			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id)"
 		}
 		p.Notes = append(p.Notes, note)
 	}
 	if !filtered {
-		p.Notes = append(p.Notes, "primary key, newest first")
+		p.Notes = append(p.Notes, "Primary key, newest first")
 	}
 	sqlText := `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, created_at,
 		delivered_at, attempts, coalesce(last_error, '') FROM ` + t
@@ -414,4 +414,13 @@ func parseWhen(s string) (time.Time, error) {
 		return time.Now().Add(-d), nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither a time (2006-01-02T15:04, UTC, or RFC 3339) nor a duration ago (15m)", s)
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
