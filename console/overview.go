@@ -50,29 +50,48 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 // The delivery-rate chart: rows delivered in the last rateWindow, in
-// rateBucket buckets, read from delivered_at of at most rateScanRows of the
-// newest rows (a range of the primary key). A relay that deletes
-// delivered rows (--delete-delivered) or the WAL path (which does not
-// write delivered_at) leaves nothing to count.
+// rateBucket buckets, read from delivered_at of the rows written since
+// rateLookback ago: all of them, a range of the primary key, when they are
+// at most rateSamples, else every stride-th id (one primary-key lookup
+// each) with the counts scaled up. A relay that deletes delivered rows
+// (--delete-delivered) or the WAL path (which does not write delivered_at)
+// leaves nothing to count.
 const (
 	rateWindow   = 10 * time.Minute
 	rateBucket   = 10 * time.Second
-	rateScanRows = 200_000
+	rateLookback = time.Hour
+	rateSamples  = 20_000
 )
 
 type rateChart struct {
-	Buckets   []float64 // events per second, oldest first
-	Max       float64
-	Total     int64
-	Truncated bool // the scan bound cut the window short
-	SVG       template.HTML
+	Buckets []float64 // events per second, oldest first
+	Max     float64
+	Total   int64 // delivered in the window (estimated when Stride > 1)
+	Stride  int64 // 1 when every row was counted
+	SVG     template.HTML
 }
 
 func readDeliveryRate(ctx context.Context, db *sql.DB) (rateChart, error) {
 	n := int(rateWindow / rateBucket)
-	ch := rateChart{Buckets: make([]float64, n)}
-	// Served by the primary key: the newest rateScanRows ids, backwards.
-	rows, err := db.QueryContext(ctx, deliveryRateQuery, rateScanRows, rateBucket.Seconds(), rateWindow.Seconds())
+	ch := rateChart{Buckets: make([]float64, n), Stride: 1}
+	var hi sql.NullInt64
+	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+outboxTable).Scan(&hi); err != nil {
+		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
+	}
+	if !hi.Valid {
+		ch.SVG = barChart(ch.Buckets, 0)
+		return ch, nil
+	}
+	lo, err := firstIDAt(ctx, db, time.Now().Add(-rateLookback))
+	if err != nil {
+		return ch, err
+	}
+	query := deliveryRateQuery
+	if span := hi.Int64 - lo + 1; span > rateSamples {
+		ch.Stride = (span + rateSamples - 1) / rateSamples
+		query = sampledDeliveryRateQuery
+	}
+	rows, err := db.QueryContext(ctx, query, lo, hi.Int64, ch.Stride, rateBucket.Seconds(), rateWindow.Seconds())
 	if err != nil {
 		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
 	}
@@ -81,19 +100,16 @@ func readDeliveryRate(ctx context.Context, db *sql.DB) (rateChart, error) {
 		var (
 			b     int
 			count int64
-			edge  sql.NullBool
 		)
-		if err := rows.Scan(&b, &count, &edge); err != nil {
+		if err := rows.Scan(&b, &count); err != nil {
 			return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
 		}
 		if b < 0 || b >= n {
 			continue
 		}
+		count *= ch.Stride
 		ch.Buckets[n-1-b] = float64(count) / rateBucket.Seconds()
 		ch.Total += count
-		if edge.Bool {
-			ch.Truncated = true
-		}
 	}
 	if err := rows.Err(); err != nil {
 		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
@@ -192,11 +208,18 @@ func readWALSlots(ctx context.Context, db *sql.DB) ([]walSlot, error) {
 }
 
 var (
-	// The newest rateScanRows ids, backwards on the primary key.
-	deliveryRateQuery = `WITH bound AS (SELECT coalesce(max(id), 0) - $1 AS lo, now() AS now FROM ` + outboxTable + `)
-		SELECT floor(extract(epoch FROM (bound.now - o.delivered_at)) / $2)::int AS b, count(*),
-			min(o.id) = (SELECT lo FROM bound) + 1
-		FROM ` + outboxTable + ` o, bound WHERE o.id > bound.lo AND o.delivered_at > bound.now - make_interval(secs => $3)
+	// Every id of [$1, $2] ($3 is 1): a range of the primary key.
+	deliveryRateQuery = `SELECT floor(extract(epoch FROM (now() - delivered_at)) / $4)::int AS b, count(*)
+		FROM ` + outboxTable + ` WHERE id BETWEEN $1 AND $2 AND $3::bigint = 1
+			AND delivered_at > now() - make_interval(secs => $5)
+		GROUP BY 1`
+	// Every $3-th id of [$1, $2]: a primary-key lookup each (the LIMIT
+	// keeps the planner from turning the lookups into a join over the
+	// whole table).
+	sampledDeliveryRateQuery = `SELECT floor(extract(epoch FROM (now() - o.delivered_at)) / $4)::int AS b, count(*)
+		FROM generate_series($1::bigint, $2::bigint, $3::bigint) AS s(id)
+		CROSS JOIN LATERAL (SELECT delivered_at FROM ` + outboxTable + ` WHERE id = s.id LIMIT 1) o
+		WHERE o.delivered_at > now() - make_interval(secs => $5)
 		GROUP BY 1`
 	// A loose scan of the (consumer, event_id) index for the names, a
 	// range of the processed_at index for the last minute.

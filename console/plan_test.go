@@ -115,6 +115,15 @@ func TestSearchQueryPlans(t *testing.T) {
 	require.NoError(t, err)
 	search("by aggregate type and id", eventQuery{AggregateType: "Order", AggregateID: "4242"}, "outbox_events_aggregate")
 	search("by aggregate id of any type", eventQuery{AggregateID: "4242"}, "outbox_events_aggregate")
-	explain("delivery rate", deliveryRateQuery, []any{rateScanRows, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
+	explain("delivery rate, every row", deliveryRateQuery, []any{n / 2, n, 1, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
+	explain("delivery rate, sampled", sampledDeliveryRateQuery, []any{1, n, 7, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
+	// The sampled estimate is close to the count.
+	ch, err := readDeliveryRate(ctx, db.DB)
+	require.NoError(t, err)
+	var exact int64
+	require.NoError(t, db.DB.QueryRowContext(ctx, `SELECT count(*) FROM outbox_events WHERE delivered_at > now() - interval '10 minutes'`).Scan(&exact))
+	require.Greater(t, ch.Stride, int64(1), "sampled")
+	require.InEpsilon(t, exact, ch.Total, 0.05, "estimated %d delivered in the window, counted %d", ch.Total, exact)
+	t.Logf("delivery rate: estimated %d delivered from one row in %d, counted %d", ch.Total, ch.Stride, exact)
 	explain("consumers", consumersQuery, nil, "outbox_processed_events_key", "outbox_processed_events_age")
 }
