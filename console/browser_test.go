@@ -275,6 +275,19 @@ func TestScreenshots(t *testing.T) {
 	_, err = e.ent.ProcessedEvent.Create().SetConsumer("billing").SetEventID(ids[0]).SetEventName("order.paid").Save(context.Background())
 	require.NoError(t, err)
 
+	// Two fast relays sharing the partitions (their messages left unread).
+	for _, id := range []string{"relay-a", "relay-b"} {
+		sub, err := relay.NewSubscriber(e.db.DB, relay.SubscriberConfig{RelayID: id, Partitions: 16})
+		require.NoError(t, err)
+		_, err = sub.Subscribe(t.Context(), relay.AllTopics)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+	}
+	require.Eventually(t, func() bool {
+		st, err := admin.ReadStatus(t.Context(), e.db.DB, "", "")
+		return err == nil && len(st.Relays) == 2
+	}, 20*time.Second, 50*time.Millisecond, "both relays hold partitions")
+
 	dir := t.TempDir()
 	if *updateScreenshots {
 		dir = filepath.Join("..", "docs", "screenshots")
