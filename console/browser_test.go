@@ -302,3 +302,24 @@ func TestScreenshots(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}
 }
+
+// With a token, a browser is sent to the login page and, once logged in,
+// acts with its session; a wrong token gets nowhere.
+func TestBrowserLogsInWithTheToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{Token: "s3cret"})
+	d := e.relayLetter(t, "orders", `{"order_id":42}`)
+	b := tab(t)
+	letter := e.srv.URL + "/dead-letters/" + strconv.FormatInt(d.ID, 10)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(letter)))
+	waitFor(t, b, "form.login")
+	require.NoError(t, chromedp.Do(b, chromedp.SetValue(chromedp.CSS(`input[name=token]`), "wrong"),
+		chromedp.Click(chromedp.CSS(`form.login button`))))
+	waitFor(t, b, "p.problem")
+	require.NoError(t, chromedp.Do(b, chromedp.SetValue(chromedp.CSS(`input[name=token]`), "s3cret"),
+		chromedp.Click(chromedp.CSS(`form.login button`))))
+	waitFor(t, b, "#letter-state") // back on the page it asked for
+	require.NoError(t, chromedp.Do(b, chromedp.SetValue(chromedp.CSS("#note"), "duplicate of 41"), chromedp.Click(chromedp.CSS("#discard"))))
+	waitFor(t, b, "#outcomes")
+	assert.Equal(t, admin.StateDiscarded, admin.StateOf(e.reload(t, d)))
+}
