@@ -22,7 +22,7 @@ import (
 // CONSOLE_PLAN_ROWS (say 2000000) to time them on a bigger table.
 func TestSearchQueryPlans(t *testing.T) {
 	t.Parallel()
-	n := 60_000
+	n := 30_000
 	if s := os.Getenv("CONSOLE_PLAN_ROWS"); s != "" {
 		var err error
 		n, err = strconv.Atoi(s)
