@@ -17,6 +17,7 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -659,4 +660,30 @@ type jitterPublisher struct{ message.Publisher }
 func (p jitterPublisher) Publish(topic string, msgs ...*message.Message) error {
 	time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 	return p.Publisher.Publish(topic, msgs...)
+}
+
+// New refuses WAL settings that cannot work, naming the field.
+func TestWALConfigRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("pgx", pgtest.ServerURL())
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	pub := gochannel.NewGoChannel(gochannel.Config{}, nil)
+	for _, tc := range []struct {
+		cfg  relay.Config
+		want string
+	}{
+		{relay.Config{WAL: relay.WALConfig{Slot: "Orders-WAL"}},
+			`relay: Config.WAL.Slot is "Orders-WAL": a replication slot name is 1 to 63 lower-case letters, digits and underscores (the default is the table's name with _wal)`},
+		{relay.Config{Table: "Outbox"},
+			`relay: Config.WAL.Slot is "Outbox_wal": a replication slot name is 1 to 63 lower-case letters, digits and underscores (the default is the table's name with _wal)`},
+		{relay.Config{WAL: relay.WALConfig{Publication: "a b"}},
+			`relay: Config.WAL.Publication is "a b": want 1 to 63 lower-case letters, digits and underscores`},
+		{relay.Config{WAL: relay.WALConfig{MaxRowsInFlight: -1}}, `relay: Config.WAL.MaxRowsInFlight must not be negative, not -1`},
+		{relay.Config{WAL: relay.WALConfig{StatusInterval: -time.Second}}, `relay: Config.WAL.StatusInterval must not be negative, not -1s`},
+	} {
+		tc.cfg.DB, tc.cfg.Publisher, tc.cfg.Path = db, pub, relay.PathWAL
+		_, err := relay.New(tc.cfg)
+		require.EqualError(t, err, tc.want)
+	}
 }
