@@ -687,3 +687,29 @@ func TestWALConfigRefusedNamingTheField(t *testing.T) {
 		require.EqualError(t, err, tc.want)
 	}
 }
+
+// A transaction of more rows than the window is read through, the window's
+// worth at a time; the transactions around it are delivered too, once.
+func TestWALTransactionLargerThanTheWindow(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{MaxRowsInFlight: 50}}))
+	waitStreaming(t, s)
+	before := emitOrdersAs(t, s.client, "before", 10, 2, 0)
+	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
+		payload, headers) SELECT gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'big-' || (g % 7), '{}', '{}'
+		FROM generate_series(1, 1500) g`)
+	require.NoError(t, err)
+	after := emitOrdersAs(t, s.client, "after", 10, 2, 0)
+	got.waitFor(t, after, 30*time.Second)
+	got.waitFor(t, before, time.Second)
+	require.Eventually(t, func() bool { return got.distinct() == 1520 }, 30*time.Second, 20*time.Millisecond,
+		"got %d of 1520", got.distinct())
+	require.NoError(t, stop())
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	for id, n := range got.count {
+		require.Equal(t, 1, n, "event %s delivered %d times", id, n)
+	}
+}
