@@ -252,7 +252,8 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 }
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
-// A row counts as delivered (delivered_at is set) only after the publisher
+// A row counts as delivered (delivered_at is set; on the WAL path, the
+// slot's confirmed position moves past it) only after the publisher
 // returned without error, which for the broker publishers means the broker
 // acknowledged it.
 type Relay struct {
