@@ -13,10 +13,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/outbox"
 )
 
 // runWAL streams the slot until ctx ends: one session at a time, a new one
@@ -137,16 +135,10 @@ func walMessage(r *walRow, ce *CloudEvents) *message.Message {
 }
 
 // rowMessage builds the message of a checked row (decodedHeaders set), as
-// every read path of ours sends it.
+// every read path of ours sends it. It goes only to the relay's publishing,
+// which neither acks nor keeps it: no ack channels to make.
 func rowMessage(r *row, ce *CloudEvents) *message.Message {
-	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
-	outbox.SetReadableFrom(md, r.version, r.readableFrom)
-	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
-	md[MetaTopic] = r.topic
-	ce.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
-	msg := message.NewMessage(r.eventID.String(), r.payload)
-	msg.Metadata = md
-	return msg
+	return &message.Message{UUID: r.eventID.String(), Payload: r.payload, Metadata: rowMetadata(r, ce)}
 }
 
 // WALRole is what a WAL relay does now.
