@@ -157,7 +157,11 @@ func (r *Relay) streamWAL(ctx context.Context, pub *publishing, stat *walState) 
 	case <-time.After(r.cfg.CloseTimeout):
 		r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
 	}
-	_ = s.sendStatus(false) // read by the server before the connection closes
+	if err == nil && !conn.IsClosed() {
+		// A graceful stop: the server reads it before the connection
+		// closes. (A failed connection is being closed by pgconn.)
+		_ = s.sendStatus(false)
+	}
 	stat.set(walStopped, s.w.position(), nil)
 	if ctx.Err() != nil {
 		return nil
@@ -174,6 +178,8 @@ func (s *walSession) read(ctx context.Context) error {
 	// Confirmed rows are sent on in good time: until the server has their
 	// position they are held (a crash would send them again).
 	sendAt := max(s.cfg.MaxRowsInFlight/4, 1)
+	deadline := &deadlineCtx{parent: ctx}
+	defer deadline.stop()
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -196,9 +202,7 @@ func (s *walSession) read(ctx context.Context) error {
 			t.Stop()
 			continue
 		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		msg, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		msg, err := s.conn.ReceiveMessage(deadline.until(nextStatus))
 		if err != nil {
 			if pgconn.Timeout(err) || ctx.Err() != nil {
 				continue
@@ -222,6 +226,32 @@ func (s *walSession) read(ctx context.Context) error {
 		case *pgproto3.CopyDone:
 			return errors.New("relay: the server ended the replication stream")
 		}
+	}
+}
+
+// deadlineCtx hands out a context that ends at a deadline, the same one
+// for as long as the deadline stays: one per status interval rather than
+// one (and a timer) per message read, of which the stream brings
+// thousands a second.
+type deadlineCtx struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+	at     time.Time
+}
+
+func (d *deadlineCtx) until(t time.Time) context.Context {
+	if d.ctx == nil || !d.at.Equal(t) {
+		d.stop()
+		d.ctx, d.cancel = context.WithDeadline(d.parent, t)
+		d.at = t
+	}
+	return d.ctx
+}
+
+func (d *deadlineCtx) stop() {
+	if d.cancel != nil {
+		d.cancel()
 	}
 }
 
