@@ -119,16 +119,26 @@ func consume(ctx context.Context, msgs <-chan *message.Message, r *received) {
 // waitFor waits until r holds every id of want.
 func (r *received) waitFor(t *testing.T, want emitted, timeout time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	missing := func() int {
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		n := 0
 		for id := range want.ids {
 			if r.count[id] == 0 {
-				return false
+				n++
 			}
 		}
-		return true
-	}, timeout, 20*time.Millisecond, "not every committed event arrived (got %d of %d)", r.distinct(), len(want.ids))
+		return n
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		n := missing()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every committed event arrived within %s: %d of %d missing", timeout, n, len(want.ids))
+		}
+	}
 }
 
 // requireExactly asserts: every committed event, none rolled back, no

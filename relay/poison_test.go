@@ -22,6 +22,12 @@ type failingPublisher struct {
 	poison string
 }
 
+// Ping answers, as a broker that refuses one message but is up does: each
+// refusal counts as an attempt, however few other publishes succeed
+// between them (without Ping, three failures in a row with no success
+// between are taken for an outage, and stop counting).
+func (failingPublisher) Ping(context.Context) error { return nil }
+
 func (p failingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		if m.UUID == p.poison {
