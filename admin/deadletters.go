@@ -17,6 +17,7 @@ import (
 	"github.com/entoutbox/entoutbox/ent/predicate"
 	"github.com/entoutbox/entoutbox/internal/retention"
 	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -263,6 +264,13 @@ func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, strin
 		outcome Outcome
 	)
 	o, err := tx.Outbox.Query().Where(outboxrow.EventID(d.EventID)).ForUpdate().Only(ctx)
+	// The WAL read path delivers without stamping delivered_at.
+	walDelivered := false
+	if err == nil && o.DeliveredAt == nil {
+		if walDelivered, err = relay.WALDelivered(ctx, tx, schema.OutboxTable, o.ID); err != nil {
+			return "", "", err
+		}
+	}
 	switch {
 	case ent.IsNotFound(err):
 		var why string
@@ -272,7 +280,7 @@ func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, strin
 		outcome = Rebuilt
 	case err != nil:
 		return "", "", fmt.Errorf("reading the outbox row of event %s: %w", d.EventID, err)
-	case o.DeliveredAt == nil:
+	case o.DeliveredAt == nil && !walDelivered:
 		// Another letter of the event (a second consumer's) was retried
 		// first, or the event was never delivered: the relay has it.
 		return AlreadyPending, "", nil

@@ -264,3 +264,51 @@ func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
 	}
 	return nil
 }
+
+// queryer is a *sql.DB, a *sql.Tx, or an ent client or transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// WALDelivered tells whether the WAL read path delivered the outbox row id
+// of table (schema.OutboxTable when empty). Rows it delivered keep
+// delivered_at NULL: what tells them is the snapshots the WAL relay
+// recorded. False when no WAL relay ever ran on table.
+func WALDelivered(ctx context.Context, q queryer, table string, id int64) (bool, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	progress := walProgressTable(table)
+	var exists bool
+	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)); err != nil {
+		return false, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	}
+	if !exists {
+		return false, nil
+	}
+	var delivered bool
+	err := queryBool(ctx, q, &delivered, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(table)+` o, `+
+		pgsql.QuoteIdent(progress)+` p WHERE o.id = $1 AND `+walDelivered("o", "p")+`)`, id)
+	if err != nil {
+		return false, fmt.Errorf("relay: reading whether the WAL path delivered row %d: %w", id, err)
+	}
+	return delivered, nil
+}
+
+func queryBool(ctx context.Context, q queryer, dst *bool, query string, args ...any) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dst); err != nil {
+		return err
+	}
+	return rows.Close()
+}

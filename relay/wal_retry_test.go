@@ -1,0 +1,55 @@
+package relay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// A consumer's dead letter of an event the WAL path delivered is retried:
+// the event goes back to the outbox and is delivered again, though its row
+// never had delivered_at (the WAL path does not write it).
+func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{ProgressInterval: 50 * time.Millisecond}}))
+	waitStreaming(t, s)
+	want := emitOrders(t, s.client, 1, 1, 0)
+	got.waitFor(t, want, 20*time.Second)
+	var eventID string
+	for id := range want.ids {
+		eventID = id
+	}
+	ctx := context.Background()
+	var rowID int64
+	require.NoError(t, s.db.DB.QueryRow(`SELECT id FROM outbox_events WHERE event_id = $1`, eventID).Scan(&rowID))
+	require.Eventually(t, func() bool {
+		delivered, err := relay.WALDelivered(ctx, s.db.DB, "", rowID)
+		require.NoError(t, err)
+		return delivered
+	}, 20*time.Second, 20*time.Millisecond, "the WAL relay records what it delivered")
+
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, s.db.DB)))
+	d, err := client.DeadLetter.Create().SetEventID(uuid.MustParse(eventID)).SetSource("billing").
+		SetReason("handler failed").SetAttempts(5).Save(ctx)
+	require.NoError(t, err)
+	res, err := admin.New(client).Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, admin.Requeued, res[0].Outcome, "a WAL-delivered event is not pending: it is requeued")
+	require.Eventually(t, func() bool {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		return got.count[eventID] >= 2
+	}, 20*time.Second, 20*time.Millisecond, "the retried event is delivered again")
+}
