@@ -16,7 +16,8 @@ const readyTimeout = 2 * time.Second
 // broker.Broker's can), and on the fast path the Subscriber may send (it
 // holds its liveness lock and renewed its leases lately) or is a member
 // waiting for its share of partitions (so a fast relay that is not
-// running is not ready). The error says which failed. It is meant for a
+// running is not ready); on the WAL path it streams the slot or waits as
+// its standby. The error says which failed. It is meant for a
 // readiness probe, and bounds each check to a few seconds.
 func (r *Relay) Ready(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -30,6 +31,16 @@ func (r *Relay) Ready(ctx context.Context) error {
 		if err := p.Ping(bctx); err != nil {
 			return fmt.Errorf("relay: broker is not reachable: %w", err)
 		}
+	}
+	if r.cfg.Path == PathWAL {
+		st, ok := r.WALStatus()
+		switch {
+		case !ok:
+			return errors.New("relay: not running")
+		case st.Role != WALActive && st.Role != WALStandby:
+			return fmt.Errorf("relay: the WAL relay neither streams slot %q nor waits as its standby (%s)", r.cfg.WAL.Slot, st.Role)
+		}
+		return nil
 	}
 	if r.cfg.Path != PathFast {
 		return nil

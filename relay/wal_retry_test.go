@@ -2,16 +2,21 @@ package relay_test
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -52,4 +57,36 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 		defer got.mu.Unlock()
 		return got.count[eventID] >= 2
 	}, 20*time.Second, 20*time.Millisecond, "the retried event is delivered again")
+}
+
+// A WAL relay is ready while it streams its slot, and not while its
+// replication connection is gone (it reconnects meanwhile); not before it
+// runs.
+func TestWALRelayReady(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	u, err := url.Parse(s.db.URL)
+	require.NoError(t, err)
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr
+	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	r, err := relay.New(s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{ReplicationURL: u.String()}}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.EqualError(t, r.Ready(ctx), "relay: not running")
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 20*time.Second, 20*time.Millisecond,
+		"not ready while streaming: %v", r.Ready(ctx))
+	proxy.Cut()
+	require.Eventually(t, func() bool {
+		err := r.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "neither streams slot")
+	}, 20*time.Second, 20*time.Millisecond, "still ready without its replication connection")
+	proxy.Restore()
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 20*time.Second, 20*time.Millisecond,
+		"not ready again: %v", r.Ready(ctx))
 }
