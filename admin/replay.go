@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/ent"
@@ -13,6 +15,8 @@ import (
 	"github.com/entoutbox/entoutbox/ent/predicate"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Range selects the delivered events to replay.
@@ -49,7 +53,11 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 	if batch <= 0 {
 		batch = 500
 	}
-	ps := []predicate.Outbox{outboxrow.EventNameIn(r.Events...), outboxrow.DeliveredAtNotNil()}
+	delivered, err := a.delivered(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ps := []predicate.Outbox{outboxrow.EventNameIn(r.Events...), delivered}
 	if !r.Since.IsZero() {
 		ps = append(ps, outboxrow.CreatedAtGTE(r.Since))
 	}
@@ -110,4 +118,21 @@ func Message(o *ent.Outbox) *message.Message {
 		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, *o.ReadableFrom)
 	}
 	return msg
+}
+
+// delivered is the predicate of delivered rows: delivered_at is set, or
+// the WAL path delivered them (it does not write delivered_at).
+func (a *Admin) delivered(ctx context.Context) (predicate.Outbox, error) {
+	byWAL, err := relay.WALDeliveredSQL(ctx, a.client, schema.OutboxTable)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	if byWAL == nil {
+		return outboxrow.DeliveredAtNotNil(), nil
+	}
+	return predicate.Outbox(func(s *entsql.Selector) {
+		// s.C gives the column qualified as the query names the table.
+		alias := strings.TrimSuffix(s.C(outboxrow.FieldID), `."`+outboxrow.FieldID+`"`)
+		s.Where(entsql.Or(entsql.NotNull(s.C(outboxrow.FieldDeliveredAt)), entsql.ExprP(byWAL(alias))))
+	}), nil
 }

@@ -312,3 +312,25 @@ func queryBool(ctx context.Context, q queryer, dst *bool, query string, args ...
 	}
 	return rows.Close()
 }
+
+// WALDeliveredSQL returns, for the outbox table (schema.OutboxTable when
+// empty), a function giving the SQL condition that the row of alias (as
+// written in the query, e.g. "outbox_events" or "o") was delivered by the
+// WAL path; nil when no WAL relay ever ran on table. Its range on
+// transaction_id lets the (transaction_id, id) index serve it.
+func WALDeliveredSQL(ctx context.Context, q queryer, table string) (func(alias string) string, error) {
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	progress := walProgressTable(table)
+	var exists bool
+	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)); err != nil {
+		return nil, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	}
+	if !exists {
+		return nil, nil
+	}
+	return func(alias string) string {
+		return `EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(progress) + ` p WHERE ` + walDelivered(alias, "p") + `)`
+	}, nil
+}
