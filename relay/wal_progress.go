@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/retention"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -202,21 +203,11 @@ func cleanupWALDelivered(ctx context.Context, db *sql.DB, table string, cutoff t
 	t := pgsql.QuoteIdent(table)
 	q := `DELETE FROM ` + t + ` WHERE id IN (SELECT o.id FROM ` + t + ` o JOIN ` + pgsql.QuoteIdent(progress) + ` p ON ` +
 		walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
-	var total int64
-	for {
-		res, err := db.ExecContext(ctx, q, cutoff, batch)
-		if err != nil {
-			return total, fmt.Errorf("relay: deleting the rows of %s the WAL path delivered: %w", table, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
+	n, err := retention.InBatches(ctx, db, q, cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("relay: deleting the rows of %s the WAL path delivered: %w", table, err)
 	}
+	return n, nil
 }
 
 // ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable

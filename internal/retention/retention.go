@@ -23,11 +23,22 @@ func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff ti
 	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE id IN (
 		SELECT id FROM %[1]s WHERE %[2]s < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`,
 		pgsql.QuoteIdent(table), pgsql.QuoteIdent(timeColumn))
+	n, err := InBatches(ctx, db, q, cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("deleting old rows of %s: %w", table, err)
+	}
+	return n, nil
+}
+
+// InBatches runs query, a DELETE of at most $2 rows older than $1, with
+// cutoff and batch until it deletes fewer than batch rows, and returns how
+// many it deleted in all.
+func InBatches(ctx context.Context, db *sql.DB, query string, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for {
-		res, err := db.ExecContext(ctx, q, cutoff, batch)
+		res, err := db.ExecContext(ctx, query, cutoff, batch)
 		if err != nil {
-			return total, fmt.Errorf("deleting old rows of %s: %w", table, err)
+			return total, err
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
