@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -79,15 +78,7 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	proxy := tcpproxy.Start(t, natsAddr)
 	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
 
 	logs := newCaptureLogs()
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,

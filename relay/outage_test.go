@@ -26,15 +26,8 @@ func testRelaySurvivesBrokerOutage(t *testing.T, path relay.Path) {
 	viaProxy := openBroker(t, "nats://"+proxy.Addr, "NATS JetStream through a local proxy")
 
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
+	ctx := context.Background()
 
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix}))
 	first := emitOrders(t, b.client, 20, 4, 0)

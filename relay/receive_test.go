@@ -43,3 +43,19 @@ func receiveInProcess(t *testing.T, topic string) (*gochannel.GoChannel, *receiv
 	go consume(ctx, msgs, got)
 	return pubsub, got
 }
+
+// receiveOn subscribes the group prefix+"consumer" to prefix+"orders" on b
+// and records what arrives until the test ends.
+func receiveOn(t *testing.T, b broker.Broker, prefix string) *received {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sub, err := b.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	return got
+}

@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -35,15 +34,7 @@ func TestThreeReplicasWithKills(t *testing.T) {
 	b := setupEmit(t)
 	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
 
 	// A batch well below the stream, so that the bound on duplicates says
 	// something.

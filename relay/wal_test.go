@@ -253,15 +253,7 @@ func TestWALRelayKilledMidStream(t *testing.T) {
 	s := setupWAL(t)
 	direct := openBroker(t, brokerURL, "Redis at 127.0.0.1:6379")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
 
 	const window = 20
 	start := func() (*exec.Cmd, *lockedBuffer) {
@@ -357,15 +349,8 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 	proxy := tcpproxy.Start(t, redisAddr)
 	viaProxy := openBroker(t, "redis://"+proxy.Addr+"/0", "Redis through a local proxy")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
+	ctx := context.Background()
 
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -413,15 +398,7 @@ func TestWALStandbyTakesOver(t *testing.T) {
 	s := setupWAL(t)
 	direct := openBroker(t, brokerURL, "Redis at 127.0.0.1:6379")
 	prefix := uniquePrefix()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sub, err := direct.Subscriber(prefix + "consumer")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(ctx, prefix+"orders")
-	require.NoError(t, err)
-	got := newReceived()
-	go consume(ctx, msgs, got)
+	got := receiveOn(t, direct, prefix)
 
 	start := func() (*exec.Cmd, *lockedBuffer) {
 		cmd := exec.Command(bin, "relay", "--path", "wal", "--slot", s.slot, "--publication", s.publication,
