@@ -94,23 +94,35 @@ func testRelayKilledMidStream(t *testing.T, path relay.Path) {
 	require.Positive(t, midStream, "no kill happened mid-stream")
 	final, logs := start()
 	got.waitFor(t, want, 60*time.Second)
+	stopGracefully(t, final, logs)
+	dups := got.duplicatesOf(t, want)
+	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
+	require.LessOrEqual(t, dups, kills*batch, "duplicates beyond the batches in flight at the kills")
+}
 
-	// A graceful stop exits 0 (once the signal handler is in place).
+// stopGracefully stops a relay child with SIGTERM once its signal handler
+// is in place: it must exit 0, saying it stopped.
+func stopGracefully(t *testing.T, cmd *exec.Cmd, logs *lockedBuffer) {
+	t.Helper()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Relay running") }, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, final.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, final.Wait(), "relay logs:\n%s", logs.String())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait(), "relay logs:\n%s", logs.String())
 	require.Contains(t, logs.String(), "Relay stopped")
+}
 
-	got.mu.Lock()
-	defer got.mu.Unlock()
+// duplicatesOf checks that r holds events of want only, none rolled back,
+// and returns how many deliveries came more than once.
+func (r *received) duplicatesOf(t *testing.T, want emitted) int {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	dups := 0
-	for id, n := range got.count {
+	for id, n := range r.count {
 		require.False(t, want.rolledBack[id], "event %s of a rolled-back transaction was delivered", id)
 		require.True(t, want.ids[id], "unknown event %s", id)
 		dups += n - 1
 	}
-	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
-	require.LessOrEqual(t, dups, kills*batch, "duplicates beyond the batches in flight at the kills")
+	return dups
 }
 
 // lockedBuffer collects a child's output while the test reads it.
