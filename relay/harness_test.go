@@ -26,6 +26,19 @@ type emitted struct {
 	perAggregate map[string][]string
 }
 
+// add takes in the events of e, whose aggregates are not in want yet.
+func (want *emitted) add(e emitted) {
+	for id := range e.ids {
+		want.ids[id] = true
+	}
+	for id := range e.rolledBack {
+		want.rolledBack[id] = true
+	}
+	for agg, ids := range e.perAggregate {
+		want.perAggregate[agg] = ids
+	}
+}
+
 // emitOrders commits n OrderPaid events over the given number of
 // aggregates, and rolls back every rollbackEvery-th transaction (0: none).
 func emitOrders(t *testing.T, client *testent.Client, n, aggregates, rollbackEvery int) emitted {

@@ -68,15 +68,7 @@ func TestThreeReplicasWithKills(t *testing.T) {
 			e := emitOrdersAs(t, b.client, fmt.Sprintf("w%d", w), total/4, 50, 5)
 			mu.Lock()
 			defer mu.Unlock()
-			for id := range e.ids {
-				want.ids[id] = true
-			}
-			for id := range e.rolledBack {
-				want.rolledBack[id] = true
-			}
-			for agg, ids := range e.perAggregate {
-				want.perAggregate[agg] = ids
-			}
+			want.add(e)
 		})
 	}
 	emitting := make(chan struct{})

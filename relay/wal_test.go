@@ -203,15 +203,7 @@ func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
 			e := emitOrdersAs(t, s.client, fmt.Sprintf("w%d", w), 100, 7, 5)
 			mu.Lock()
 			defer mu.Unlock()
-			for id := range e.ids {
-				want.ids[id] = true
-			}
-			for id := range e.rolledBack {
-				want.rolledBack[id] = true
-			}
-			for agg, ids := range e.perAggregate {
-				want.perAggregate[agg] = ids
-			}
+			want.add(e)
 		}()
 	}
 	wg.Wait()
