@@ -242,8 +242,9 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 	if missing != "" {
 		return fmt.Errorf("relay: table %q is not an outbox table: it lacks the columns %s (%s)", table, missing, migrate)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(deadLetterTable)).Scan(&exists); err != nil {
-		return fmt.Errorf("relay: looking for table %q: %w", deadLetterTable, err)
+	exists, err := tableExists(ctx, db, deadLetterTable)
+	if err != nil {
+		return err
 	}
 	if !exists {
 		return fmt.Errorf("relay: dead-letter table %q does not exist (%s)", deadLetterTable, migrate)

@@ -128,9 +128,9 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 // readShares reads which fast relays own which partitions, if any ran.
 func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error {
 	parts := table + "_partitions"
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(parts)).Scan(&exists); err != nil {
-		return fmt.Errorf("reading the relays: %w", err)
+	exists, err := tableExists(ctx, db, parts)
+	if err != nil {
+		return err
 	}
 	if !exists {
 		return nil

@@ -175,10 +175,10 @@ func walDelivered(o, p string) string {
 // the WAL path, for counting the backlog; "" when table has no progress
 // table (no WAL relay ran).
 func notWALDelivered(ctx context.Context, db *sql.DB, table, o string) (string, error) {
-	var exists bool
 	progress := walProgressTable(table)
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
-		return "", fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	exists, err := tableExists(ctx, db, progress)
+	if err != nil {
+		return "", err
 	}
 	if !exists {
 		return "", nil
@@ -190,9 +190,9 @@ func notWALDelivered(ctx context.Context, db *sql.DB, table, o string) (string, 
 // delivered that were written before cutoff.
 func cleanupWALDelivered(ctx context.Context, db *sql.DB, table string, cutoff time.Time, batch int) (int64, error) {
 	progress := walProgressTable(table)
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
-		return 0, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	exists, err := tableExists(ctx, db, progress)
+	if err != nil {
+		return 0, err
 	}
 	if !exists {
 		return 0, nil
@@ -217,9 +217,9 @@ func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, err
 		table = schema.OutboxTable
 	}
 	progress := walProgressTable(table)
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	exists, err := tableExists(ctx, db, progress)
+	if err != nil {
+		return nil, err
 	}
 	if !exists {
 		return nil, nil
@@ -256,29 +256,39 @@ func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
 	return nil
 }
 
-// queryer is a *sql.DB, a *sql.Tx, or an ent client or transaction.
-type queryer interface {
+// Querier is what WALDelivered and WALDeliveredSQL read through: a
+// *sql.DB, a *sql.Tx, or an ent client or transaction.
+type Querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// tableExists tells whether table name exists (on the search path).
+func tableExists(ctx context.Context, q Querier, name string) (bool, error) {
+	var exists bool
+	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(name)); err != nil {
+		return false, fmt.Errorf("relay: looking for table %q: %w", name, err)
+	}
+	return exists, nil
 }
 
 // WALDelivered tells whether the WAL read path delivered the outbox row id
 // of table (schema.OutboxTable when empty). Rows it delivered keep
 // delivered_at NULL: what tells them is the snapshots the WAL relay
 // recorded. False when no WAL relay ever ran on table.
-func WALDelivered(ctx context.Context, q queryer, table string, id int64) (bool, error) {
+func WALDelivered(ctx context.Context, q Querier, table string, id int64) (bool, error) {
 	if table == "" {
 		table = schema.OutboxTable
 	}
 	progress := walProgressTable(table)
-	var exists bool
-	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)); err != nil {
-		return false, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	exists, err := tableExists(ctx, q, progress)
+	if err != nil {
+		return false, err
 	}
 	if !exists {
 		return false, nil
 	}
 	var delivered bool
-	err := queryBool(ctx, q, &delivered, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(table)+` o, `+
+	err = queryBool(ctx, q, &delivered, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(table)+` o, `+
 		pgsql.QuoteIdent(progress)+` p WHERE o.id = $1 AND `+walDelivered("o", "p")+`)`, id)
 	if err != nil {
 		return false, fmt.Errorf("relay: reading whether the WAL path delivered row %d: %w", id, err)
@@ -286,7 +296,7 @@ func WALDelivered(ctx context.Context, q queryer, table string, id int64) (bool,
 	return delivered, nil
 }
 
-func queryBool(ctx context.Context, q queryer, dst *bool, query string, args ...any) error {
+func queryBool(ctx context.Context, q Querier, dst *bool, query string, args ...any) error {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -309,14 +319,14 @@ func queryBool(ctx context.Context, q queryer, dst *bool, query string, args ...
 // written in the query, e.g. "outbox_events" or "o") was delivered by the
 // WAL path; nil when no WAL relay ever ran on table. Its range on
 // transaction_id lets the (transaction_id, id) index serve it.
-func WALDeliveredSQL(ctx context.Context, q queryer, table string) (func(alias string) string, error) {
+func WALDeliveredSQL(ctx context.Context, q Querier, table string) (func(alias string) string, error) {
 	if table == "" {
 		table = schema.OutboxTable
 	}
 	progress := walProgressTable(table)
-	var exists bool
-	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)); err != nil {
-		return nil, fmt.Errorf("relay: looking for table %q: %w", progress, err)
+	exists, err := tableExists(ctx, q, progress)
+	if err != nil {
+		return nil, err
 	}
 	if !exists {
 		return nil, nil
