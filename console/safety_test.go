@@ -183,3 +183,88 @@ func TestBulkRetryAndDiscard(t *testing.T) {
 	status, body = post(t, cl, e.srv.URL+"/dead-letters/retry", url.Values{"csrf": {csrf}, "id": {"999999"}})
 	assert.Equal(t, http.StatusNotFound, status, body)
 }
+
+// The token is compared in full: a token of the right length, a prefix,
+// the token with more after it, and no token are all refused, by every
+// way a token is given (Bearer, basic auth, the login form).
+func TestTokenIsComparedInFull(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-Token"
+	e := setup(t, console.Config{Token: token})
+	wrong := map[string]string{
+		"the same length":            "s3cret-Tokem",
+		"the same length, all wrong": strings.Repeat("x", len(token)),
+		"a prefix":                   token[:len(token)-1],
+		"the token and more":         token + "x",
+		"empty":                      "",
+	}
+	c := browserClient(t)
+	for name, tok := range wrong {
+		status, _ := get(t, c, e.srv.URL+"/", "Authorization", "Bearer "+tok)
+		assert.Equal(t, http.StatusUnauthorized, status, "Bearer: %s (%q)", name, tok)
+		req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+		require.NoError(t, err)
+		req.SetBasicAuth("ops", tok)
+		status, _ = do(t, c, req)
+		assert.Equal(t, http.StatusUnauthorized, status, "basic auth: %s (%q)", name, tok)
+
+		lc := browserClient(t)
+		_, page := get(t, lc, e.srv.URL+"/login")
+		status, _ = post(t, lc, e.srv.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "token": {tok}})
+		assert.Equal(t, http.StatusUnauthorized, status, "login form: %s (%q)", name, tok)
+		status, _ = get(t, lc, e.srv.URL+"/")
+		assert.Equal(t, http.StatusUnauthorized, status, "after a refused login: %s (%q)", name, tok)
+	}
+
+	status, _ := get(t, c, e.srv.URL+"/", "Authorization", "Bearer "+token)
+	assert.Equal(t, http.StatusOK, status, "Bearer with the token")
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("ops", token)
+	status, _ = do(t, c, req)
+	assert.Equal(t, http.StatusOK, status, "basic auth with the token")
+	lc := browserClient(t)
+	_, page := get(t, lc, e.srv.URL+"/login")
+	status, _ = post(t, lc, e.srv.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "token": {token}})
+	require.Equal(t, http.StatusSeeOther, status, "login with the token")
+	status, _ = get(t, lc, e.srv.URL+"/")
+	assert.Equal(t, http.StatusOK, status, "logged in with the token")
+}
+
+// Without a token the console answers only Host headers naming this
+// machine: localhost and the loopback addresses. Any other address, even
+// a private one, or a name, may be a page that rebinds its name, or
+// another machine on the network.
+func TestNoTokenRefusesEveryNonLoopbackHost(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	c := browserClient(t)
+	served := []string{"localhost", "localhost:8080", "LOCALHOST:8080", "127.0.0.1", "127.0.0.1:8080", "[::1]", "[::1]:8080"}
+	refused := []string{"10.0.0.5", "10.0.0.5:8080", "192.168.1.1", "192.168.1.1:80", "172.16.0.1", "0.0.0.0", "0.0.0.0:8080",
+		"8.8.8.8", "203.0.113.7:443", "[::]", "[::]:8080", "[2001:db8::1]", "[2001:db8::1]:8080", "[fe80::1]", "[::ffff:10.0.0.5]",
+		"example.com", "example.com:8080", "localhost.example.com", "127.0.0.1.example.com"}
+	for _, host := range served {
+		req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+		require.NoError(t, err)
+		req.Host = host
+		status, body := do(t, c, req)
+		assert.Equal(t, http.StatusOK, status, "Host %s: %s", host, body)
+	}
+	for _, host := range refused {
+		req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+		require.NoError(t, err)
+		req.Host = host
+		status, body := do(t, c, req)
+		assert.Equal(t, http.StatusForbidden, status, "Host %s", host)
+		assert.Contains(t, body, "only loopback hosts", "Host %s", host)
+	}
+
+	// With a token, the token is what guards: any host is served to it.
+	e = setup(t, console.Config{Token: "s3cret"})
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/", nil)
+	require.NoError(t, err)
+	req.Host = "10.0.0.5:8080"
+	req.Header.Set("Authorization", "Bearer s3cret")
+	status, body := do(t, c, req)
+	assert.Equal(t, http.StatusOK, status, "a token on Host 10.0.0.5:8080: %s", body)
+}
