@@ -477,3 +477,105 @@ func TestReplayMessageKeepsReadableFrom(t *testing.T) {
 	require.Equal(t, "2", admin.Message(rows[0]).Metadata.Get(events.MetaReadableFrom))
 	require.Empty(t, admin.Message(rows[1]).Metadata.Get(events.MetaReadableFrom))
 }
+
+// Replay sends delivered events only: rows still pending, interleaved with
+// delivered ones of the same event, are the relay's and never replayed;
+// with a WAL relay's progress recorded, the rows it delivered (delivered_at
+// NULL) are replayed, and those it did not, before or after, are not.
+func TestReplaySendsDeliveredEventsOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	topic := e.prefix + "orders"
+	sub, err := e.broker.Subscriber("replay-check")
+	require.NoError(t, err)
+	subCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(subCtx, topic) // declares the queue: it gets what is published from now on
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		got []uuid.UUID
+	)
+	go func() {
+		for m := range msgs {
+			mu.Lock()
+			got = append(got, uuid.MustParse(m.UUID))
+			mu.Unlock()
+			m.Ack()
+		}
+	}()
+	// received waits for n messages, then a little for any more, and
+	// returns them all.
+	received := func(n int) []uuid.UUID {
+		require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n },
+			30*time.Second, 10*time.Millisecond, "the broker received fewer than %d replayed events", n)
+		time.Sleep(500 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		out := got
+		got = nil
+		return out
+	}
+	insert := func(aggregate string, delivered bool) uuid.UUID {
+		t.Helper()
+		var id uuid.UUID
+		require.NoError(t, e.db.DB.QueryRow(`INSERT INTO outbox_events (event_id, event_name, event_version, topic,
+			aggregate_type, aggregate_id, payload, delivered_at) VALUES (gen_random_uuid(), 'order.paid', 2, 'orders',
+			'Order', $1, '{"order_id":1,"amount_cents":1,"currency":"EUR"}', CASE WHEN $2 THEN now() END) RETURNING event_id`,
+			aggregate, delivered).Scan(&id))
+		return id
+	}
+	replay := func() int {
+		t.Helper()
+		n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"}},
+			admin.ReplayOptions{TopicPrefix: e.prefix, BatchSize: 2})
+		require.NoError(t, err)
+		return n
+	}
+
+	// Delivered by the fast or compatible path: delivered_at is set.
+	var delivered []uuid.UUID
+	for i := range 3 {
+		agg := strconv.Itoa(i % 2)
+		delivered = append(delivered, insert(agg, true))
+		insert(agg, false) // pending, of the same aggregate, between them
+	}
+	require.Equal(t, len(delivered), replay(), "the delivered events only")
+	require.ElementsMatch(t, delivered, received(len(delivered)), "the delivered events only, not the pending ones")
+
+	// A WAL relay's progress: a row written after its slot's creation and
+	// before the recorded delivered snapshot was delivered; the pending rows
+	// above (visible at the slot's creation) and one written after were not.
+	_, err = e.db.DB.Exec(`CREATE TABLE outbox_events_wal_progress (slot text PRIMARY KEY, created pg_snapshot,
+		delivered pg_snapshot, confirmed_lsn pg_lsn, updated_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO outbox_events_wal_progress (slot, created) VALUES ('replay_test', pg_current_snapshot())`)
+	require.NoError(t, err)
+	byWAL := insert("0", false)
+	_, err = e.db.DB.Exec(`UPDATE outbox_events_wal_progress SET delivered = pg_current_snapshot()`)
+	require.NoError(t, err)
+	insert("0", false) // after the delivered snapshot: pending
+	want := append([]uuid.UUID{byWAL}, delivered...)
+	require.Equal(t, len(want), replay(), "the delivered events and the one the WAL path delivered only")
+	require.ElementsMatch(t, want, received(len(want)), "the delivered events and the one the WAL path delivered, not the pending ones")
+}
+
+// A negative retention would put the cutoff in the future and delete every
+// settled letter, however recent: PurgeSettled refuses it, naming it, and
+// deletes nothing.
+func TestPurgeSettledRefusesANegativeRetention(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	ctx := context.Background()
+	discarded := e.addLetter(t, "billing", "card declined", time.Now())
+	_, err := e.admin.Discard(ctx, "refunded by hand", discarded.ID)
+	require.NoError(t, err)
+	retried := e.addLetter(t, "audit", "disk full", time.Now())
+	require.NoError(t, e.ent.DeadLetter.UpdateOne(retried).SetRetriedAt(time.Now()).Exec(ctx))
+	e.addLetter(t, "audit", "disk full", time.Now())
+
+	n, err := admin.PurgeSettled(ctx, e.db.DB, -time.Hour, 10)
+	require.EqualError(t, err, "admin: retention -1h0m0s must not be negative")
+	require.Zero(t, n)
+	require.Equal(t, 3, e.ent.DeadLetter.Query().CountX(ctx), "nothing deleted")
+}
