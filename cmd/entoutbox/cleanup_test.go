@@ -22,20 +22,24 @@ func TestCleanupRefusesNegativeRetention(t *testing.T) {
 			payload, delivered_at)
 		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() FROM generate_series(1, 3) g;
 		INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at)
-		SELECT 'billing', gen_random_uuid(), 'order.paid', now() FROM generate_series(1, 3)`)
+		SELECT 'billing', gen_random_uuid(), 'order.paid', now() FROM generate_series(1, 3);
+		INSERT INTO outbox_dead_letters (source, event_name, reason, retried_at, discarded_at) VALUES
+		('billing', 'order.paid', 'x', now(), NULL), ('billing', 'order.paid', 'x', NULL, now())`)
 	require.NoError(t, err)
 	for args, want := range map[string][]string{
 		"--delivered-retention -1h0m0s: must not be negative (0 keeps every delivered row)": {"--delivered-retention", "-1h"},
 		"--processed-retention -1h0m0s: must not be negative":                               {"--processed-retention", "-1h"},
+		"--settled-dead-letter-retention -1h0m0s: must not be negative (0 keeps them all)":  {"--settled-dead-letter-retention", "-1h"},
 	} {
 		_, err := run(t, nil, append([]string{"cleanup", "--database-url", db.URL}, want...)...)
 		require.EqualError(t, err, args)
 	}
-	var outbox, processed int
-	require.NoError(t, db.DB.QueryRow(`SELECT (SELECT count(*) FROM outbox_events), (SELECT count(*) FROM outbox_processed_events)`).
-		Scan(&outbox, &processed))
+	var outbox, processed, letters int
+	require.NoError(t, db.DB.QueryRow(`SELECT (SELECT count(*) FROM outbox_events), (SELECT count(*) FROM outbox_processed_events),
+		(SELECT count(*) FROM outbox_dead_letters)`).Scan(&outbox, &processed, &letters))
 	require.Equal(t, 3, outbox)
 	require.Equal(t, 3, processed)
+	require.Equal(t, 2, letters)
 }
 
 // cleanup removes dead letters retried or discarded longer ago than

@@ -123,7 +123,11 @@ func TestDeadLettersCommands(t *testing.T) {
 	require.Contains(t, out, relayed.EventID.String())
 	require.NotContains(t, out, billing.EventID.String())
 
-	// purge: settled letters older than the retention only.
+	// purge: settled letters older than the retention only. A negative
+	// one would reach into the future and delete them all: refused.
+	_, err = dl("purge", "--older-than", "-1h")
+	require.EqualError(t, err, "--older-than -1h0m0s: must not be negative")
+	require.Equal(t, 2, client.DeadLetter.Query().CountX(ctx), "a refused purge deletes nothing")
 	out, err = dl("purge")
 	require.NoError(t, err)
 	require.Equal(t, "deleted 0 dead letters retried or discarded more than 720h0m0s ago\n", out)
