@@ -428,13 +428,24 @@ func (s *walSession) deadLetter(r *walRow, reason string, attempts int, class st
 // moveToDeadLetters moves r's row to the dead letters by id; when the row
 // is gone from the table (deleted by hand), the letter is written from what
 // the stream carried, so nothing is skipped without one.
+//
+// The stream can show a transaction's commit before the snapshots of other
+// connections see it (the server sends what is in the WAL; the transaction
+// leaves the running ones a moment later): a move that finds nothing is
+// tried again once the transaction is visible, and only then is the row
+// taken for gone.
 func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
-	res, err := r.cfg.DB.ExecContext(ctx, deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), row.id, reason, attempts)
-	if err != nil {
-		return fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
+	moved, err := r.moveRow(ctx, row, reason, attempts)
+	if err != nil || moved {
 		return err
+	}
+	if row.tx != nil {
+		if err := r.waitVisible(ctx, row); err != nil {
+			return err
+		}
+		if moved, err = r.moveRow(ctx, row, reason, attempts); err != nil || moved {
+			return err
+		}
 	}
 	var eventID any
 	if row.eventID != uuid.Nil {
@@ -453,6 +464,63 @@ func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason strin
 		return fmt.Errorf("relay: writing the dead letter of row %d: %w", row.id, err)
 	}
 	return nil
+}
+
+// moveRow moves row to the dead letters, and tells whether it found it.
+func (r *Relay) moveRow(ctx context.Context, row *walRow, reason string, attempts int) (bool, error) {
+	res, err := r.cfg.DB.ExecContext(ctx, deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), row.id, reason, attempts)
+	if err != nil {
+		return false, fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
+	}
+	return n > 0, nil
+}
+
+// walVisibleWait bounds moveToDeadLetters' wait for a committed
+// transaction to become visible; past it the move fails and is tried
+// again later.
+const walVisibleWait = 10 * time.Second
+
+// waitVisible waits until the transaction of row, committed in the stream,
+// is visible to a new snapshot of the database's connections.
+func (r *Relay) waitVisible(ctx context.Context, row *walRow) error {
+	// The stream numbers transactions in 32 bits; the database compares
+	// them in 64 (with the epoch): widen it next to a recent one.
+	var next uint64
+	if err := r.cfg.DB.QueryRowContext(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).
+		Scan(&next); err != nil {
+		return fmt.Errorf("relay: reading the current transaction id: %w", err)
+	}
+	xid := fullXID(row.tx.xid, next)
+	deadline := time.Now().Add(walVisibleWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		var visible bool
+		if err := r.cfg.DB.QueryRowContext(ctx, `SELECT pg_visible_in_snapshot($1::text::xid8, pg_current_snapshot())`,
+			strconv.FormatUint(xid, 10)).Scan(&visible); err != nil {
+			return fmt.Errorf("relay: reading whether transaction %d of row %d is visible: %w", xid, row.id, err)
+		}
+		if visible {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("relay: row %d: its transaction %d, committed in the replication stream, "+
+				"is still not visible to the database's connections after %s", row.id, xid, walVisibleWait)
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// fullXID widens the 32-bit transaction id xid to the 64-bit one within
+// 2^31 of next, a recent 64-bit id.
+func fullXID(xid uint32, next uint64) uint64 {
+	return uint64(int64(next) + int64(int32(xid-uint32(next))))
 }
 
 // ensureSlot creates the slot when absent, and records the boundary of
