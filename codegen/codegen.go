@@ -56,8 +56,10 @@ import (
 	"bytes"
 	"embed"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"entgo.io/ent/entc"
 	"entgo.io/ent/entc/gen"
@@ -156,7 +158,7 @@ func (e *Extension) Hooks() []gen.Hook {
 					}
 				}
 			}()
-			m, err := Build(g, e.events)
+			m, err := build(g, e.events) // model.go
 			if err != nil {
 				return err
 			}
@@ -201,3 +203,8 @@ func (e *Extension) Templates() []*gen.Template {
 }
 
 var errInvalid = errors.New("entoutbox: invalid event declarations")
+
+// refusal is the error of a refused generation, one problem a line.
+func refusal(problems []string) error {
+	return fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(problems, "\n\t"))
+}

@@ -268,9 +268,12 @@ func (x *Extension) checkLock(target string, m *Model) (*Lock, error) {
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	entries := lockEntries(m, decls, fail)
 	applyRules(m, entries, fail)
-	l := compareLock(m, entries, old, fail)
+	l, frozen := compareLock(m, entries, old, fail)
+	// The missing upcasters come last: an edit of a released version is
+	// refused first, as declaring an upcaster would not make it pass.
+	errs = append(errs, m.upcasterRefusals(frozen)...)
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
+		return nil, refusal(errs)
 	}
 	return l, nil
 }
@@ -278,11 +281,12 @@ func (x *Extension) checkLock(target string, m *Model) (*Lock, error) {
 func eventWhere(e *Event) string { return fmt.Sprintf("event %s (%q)", e.GoName, e.Name) }
 
 // compareLock compares the declared entries with the lock of the previous
-// generation and returns the lock to write. A released version must be
+// generation and returns the lock to write, and the released versions
+// whose wire shape changed (by entryKey). A released version must be
 // declared again with the same wire shape, topic and aggregate; an event
 // no longer declared keeps its entries (its wire name stays taken by its
 // shapes); drafts of the old lock that are gone are dropped.
-func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, ...any)) *Lock {
+func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, ...any)) (*Lock, map[string]bool) {
 	byEvent := map[string]*Event{}
 	for _, e := range m.Events {
 		byEvent[e.Name] = e
@@ -292,6 +296,7 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		next[entryKey(d.Event, d.Version)] = d
 	}
 	renamed := map[string]bool{} // old wire names whose Go type is declared under another
+	frozen := map[string]bool{}
 	for _, o := range old.Events {
 		if !o.Released() {
 			continue
@@ -328,6 +333,7 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 				where, o.Aggregate, d.Aggregate, o.Version, LockFile, RuleEventRouteKept)
 		}
 		for _, diff := range diffFields("", o.Fields, d.Fields) {
+			frozen[entryKey(o.Event, o.Version)] = true
 			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d",
 				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1)
 		}
@@ -345,7 +351,7 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		}
 		return a.Version - b.Version
 	})
-	return l
+	return l, frozen
 }
 
 func entryKey(event string, version int) string { return event + "\x00" + strconv.Itoa(version) }

@@ -67,6 +67,8 @@ type Event struct {
 	DeclPkg       string // import path of the declaration
 	DeclType      string
 	DeclAlias     string // import name of DeclPkg in generated code
+
+	missingUpcasts []missingUpcast // steps that need an upcaster the declaration lacks
 }
 
 // LastManualStep is the highest version whose step to the next one calls
@@ -220,10 +222,12 @@ var (
 var entSuffixes = []string{"", "Client", "Create", "CreateBulk", "Update", "UpdateOne", "Delete",
 	"DeleteOne", "Query", "Select", "GroupBy", "Mutation", "s", "Edges", "Upsert", "UpsertOne", "UpsertBulk"}
 
-// Build validates the declarations against each other and the ent graph and
+// build validates the declarations against each other and the ent graph and
 // returns the model. All problems are reported at once, each naming the
-// event, version and field it is about.
-func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
+// event, version and field it is about, and the steps that need an upcaster
+// the declaration lacks last. Without other problems, those steps are left
+// to checkLock, which refuses them after the lock's refusals.
+func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	var errs []string
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 
@@ -290,7 +294,7 @@ func Build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w:\n\t%s", errInvalid, strings.Join(errs, "\n\t"))
+		return nil, refusal(append(errs, m.upcasterRefusals(nil)...))
 	}
 	m.nameDeclImports()
 	return m, nil
@@ -375,7 +379,7 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 		return e
 	}
 	_, hasUpcaster := ev.(events.Upcaster)
-	planUpcasts(where, e, hasUpcaster, fail)
+	planUpcasts(where, e, hasUpcaster)
 	return e
 }
 

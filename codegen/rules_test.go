@@ -201,7 +201,7 @@ func TestReadmeShowsTheLockRefusal(t *testing.T) {
 	var errs []string
 	fail := func(f string, a ...any) { errs = append(errs, fmt.Sprintf(f, a...)) }
 	released := event(field.Int64("amount_cents"))
-	old := compareLock(released, lockEntries(released, nil, fail), &Lock{}, fail)
+	old, _ := compareLock(released, lockEntries(released, nil, fail), &Lock{}, fail)
 	require.Empty(t, errs)
 
 	edited := event(field.String("amount_cents"))

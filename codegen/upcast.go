@@ -87,8 +87,9 @@ func shape(f *Field) string {
 }
 
 // planUpcasts marks the version steps that need the declaration's Upcast
-// and reports a declaration that needs one but has none.
-func planUpcasts(where string, e *Event, hasUpcaster bool, fail func(string, ...any)) {
+// and records those it needs but lacks (Event.missingUpcasts): they are
+// refused last, after the lock's refusals (upcasterRefusals).
+func planUpcasts(where string, e *Event, hasUpcaster bool) {
 	for i := 1; i < len(e.Versions); i++ {
 		prev, next := e.Versions[i-1], e.Versions[i]
 		gaps := upcastGaps(prev, next)
@@ -100,10 +101,35 @@ func planUpcasts(where string, e *Event, hasUpcaster bool, fail func(string, ...
 		prev.UpcastManually = true
 		e.NeedsUpcaster = true
 		if !hasUpcaster {
-			fail("%s: versions %d -> %d need an upcaster: %s; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
-				where, prev.Number, next.Number, strings.Join(gaps, "; "), e.GoName, e.GoName)
+			e.missingUpcasts = append(e.missingUpcasts, missingUpcast{from: prev.Number, to: next.Number,
+				refusal: fmt.Sprintf("%s: versions %d -> %d need an upcaster: %s; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
+					where, prev.Number, next.Number, strings.Join(gaps, "; "), e.GoName, e.GoName)})
 		}
 	}
+}
+
+// missingUpcast is a version step that needs the declaration's Upcast,
+// which it lacks.
+type missingUpcast struct {
+	from, to int
+	refusal  string
+}
+
+// upcasterRefusals refuses the steps that need an upcaster the declaration
+// lacks, but those from or to a version in frozen (by entryKey): a released
+// version whose shape changed. The gaps of such a step come from the
+// change the lock refuses, and restoring the version is the fix, not an
+// upcaster.
+func (m *Model) upcasterRefusals(frozen map[string]bool) []string {
+	var out []string
+	for _, e := range m.Events {
+		for _, s := range e.missingUpcasts {
+			if !frozen[entryKey(e.Name, s.from)] && !frozen[entryKey(e.Name, s.to)] {
+				out = append(out, s.refusal)
+			}
+		}
+	}
+	return out
 }
 
 // defaultsLiteral is a Go map literal of the declared defaults of fs by

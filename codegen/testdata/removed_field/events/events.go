@@ -1,7 +1,9 @@
 // Package events declares a version that drops a required field of the
 // previous one, with no upcaster: a consumer of version 2 would receive
 // version 1 payloads carrying a field it no longer knows, and someone must
-// decide what becomes of it.
+// decide what becomes of it. Its lock.json has released no version yet:
+// the lock of case versions, where order.paid is released, would refuse
+// the edits of its versions first.
 package events
 
 import (
