@@ -3,8 +3,13 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -54,14 +59,18 @@ func TestEmitWritesTheTransactionsEventsTogetherInOrder(t *testing.T) {
 	require.Equal(t, []string{"1", "A", "3", "4", "6", "B", "8", "9"}, order)
 }
 
-// A transaction's events are written in statements of at most 1000 rows
-// (PostgreSQL's bound on parameters), all of them, in order.
+// A transaction's events are written in statements of at most 1,000 rows
+// (PostgreSQL takes at most 65,535 parameters in one), all of them, in
+// order: a driver between ent and the database counts the rows of each
+// INSERT into the outbox.
 func TestEmitManyEventsInOneTransaction(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	ctx := context.Background()
-	const n = 2500
-	require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
+	inserts := &insertLog{}
+	client := testent.NewClient(testent.Driver(insertLogDriver{entsql.OpenDB(dialect.Postgres, b.db.DB), inserts}))
+	const n = 2501
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error {
 		for i := range n {
 			if err := tx.Outbox.EmitOrderPaid(ctx, "agg", testent.OrderPaid{OrderID: int64(i), AmountCents: 1}); err != nil {
 				return err
@@ -69,11 +78,57 @@ func TestEmitManyEventsInOneTransaction(t *testing.T) {
 		}
 		return nil
 	}))
+	require.Equal(t, []int{1000, 1000, 501}, inserts.rowsPerStatement(), "rows of each INSERT into the outbox")
 	rows := b.rows(t)
 	require.Len(t, rows, n)
 	for i, r := range rows {
-		require.EqualValues(t, i, r.Payload["order_id"])
+		require.EqualValues(t, i, r.Payload["order_id"], "row %d out of emit order", i)
 	}
+}
+
+// insertLogDriver is a driver whose transactions record, in insertLog,
+// the rows of each INSERT into outbox_events they run.
+type insertLogDriver struct {
+	dialect.Driver
+	log *insertLog
+}
+
+func (d insertLogDriver) Tx(ctx context.Context) (dialect.Tx, error) {
+	tx, err := d.Driver.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return insertLogTx{tx, d.log}, nil
+}
+
+type insertLogTx struct {
+	dialect.Tx
+	log *insertLog
+}
+
+func (tx insertLogTx) Exec(ctx context.Context, query string, args, v any) error {
+	if strings.Contains(query, `INSERT INTO "outbox_events"`) {
+		// outbox.InsertQuery writes each row's values as "($1,...)".
+		tx.log.add(strings.Count(query, "($"))
+	}
+	return tx.Tx.Exec(ctx, query, args, v)
+}
+
+type insertLog struct {
+	mu   sync.Mutex
+	rows []int
+}
+
+func (l *insertLog) add(rows int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rows = append(l.rows, rows)
+}
+
+func (l *insertLog) rowsPerStatement() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.rows)
 }
 
 // When the held events cannot be written at commit, nothing commits: not
