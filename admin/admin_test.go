@@ -32,8 +32,7 @@ import (
 	"github.com/entoutbox/entoutbox/relay"
 )
 
-// RabbitMQ, because it drops no republished message: JetStream would drop
-// a retry sent within its duplicate window, which a test is.
+// The broker of most tests; brokers_test.go runs retry and replay on each.
 const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 // env is one test's outbox: its own schema, topic prefix and broker.
@@ -51,6 +50,16 @@ var createSchemaMu sync.Mutex
 
 func setup(t *testing.T, withBroker bool) *env {
 	t.Helper()
+	if !withBroker {
+		return setupOn(t, "", "")
+	}
+	return setupOn(t, amqpURL, "RabbitMQ at 127.0.0.1:5672")
+}
+
+// setupOn is setup with the broker at url ("" for none); service names it
+// when it is not reachable ("" when it runs in process).
+func setupOn(t *testing.T, url, service string) *env {
+	t.Helper()
 	db := pgtest.New(t)
 	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
 	createSchemaMu.Lock() // ent's migration writes package state: one at a time
@@ -58,13 +67,14 @@ func setup(t *testing.T, withBroker bool) *env {
 	createSchemaMu.Unlock()
 	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	e.admin = admin.New(e.ent)
-	if withBroker {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if url != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		br, err := broker.Open(ctx, amqpURL, broker.Options{})
-		if err != nil {
-			pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
+		br, err := broker.Open(ctx, url, broker.Options{})
+		if err != nil && service != "" {
+			pgtest.Unavailable(t, service, err)
 		}
+		require.NoError(t, err)
 		t.Cleanup(func() { _ = br.Close() })
 		e.broker = br
 		b := make([]byte, 4)

@@ -67,6 +67,10 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 	if r.AggregateID != "" {
 		ps = append(ps, outboxrow.AggregateIDEQ(r.AggregateID))
 	}
+	// Each event goes out under a publish id of this replay's own, so that a
+	// broker that drops duplicates by message id (JetStream, within its
+	// duplicate window) stores it; consumers still see its event id.
+	replayID := time.Now().UnixNano()
 	var sent int
 	for after := int64(0); ; {
 		rows, err := a.client.Outbox.Query().
@@ -85,7 +89,9 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 			}
 			msgs := make([]*message.Message, 0, end-start)
 			for _, o := range rows[start:end] {
-				msgs = append(msgs, Message(o))
+				msg := Message(o)
+				msg.Metadata[events.MetaPublishID] = outbox.ReplayPublishID(o.EventID.String(), replayID)
+				msgs = append(msgs, msg)
 			}
 			if err := pub.Publish(topic, msgs...); err != nil {
 				return sent, fmt.Errorf("admin: publishing %d events to %q (after %d sent): %w", len(msgs), topic, sent, err)
@@ -109,11 +115,13 @@ func (o ReplayOptions) topic(row *ent.Outbox) string {
 
 // Message is the message the relay publishes for outbox row o: the event
 // id as its UUID, the payload, and as metadata the row's headers, the
-// event name, version and aggregate and when it was written.
+// event name, version and aggregate, when it was written and the row's
+// publish id (events.MetaPublishID).
 func Message(o *ent.Outbox) *message.Message {
 	msg := message.NewMessage(o.EventID.String(), message.Payload(o.Payload))
 	msg.Metadata = outbox.Metadata(o.EventName, o.EventVersion, o.AggregateType, o.AggregateID, o.Headers)
 	msg.Metadata[events.MetaCreatedAt] = o.CreatedAt.UTC().Format(time.RFC3339Nano)
+	msg.Metadata[events.MetaPublishID] = outbox.PublishID(o.EventID.String(), o.ID)
 	if o.ReadableFrom != nil {
 		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, *o.ReadableFrom)
 	}

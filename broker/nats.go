@@ -18,6 +18,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/entoutbox/entoutbox/events"
 )
 
 // NATS JetStream through watermill-nats/v2's pkg/nats (the module's own
@@ -43,8 +45,12 @@ import (
 // topic prefix differs from the relay's.
 //
 // Messages use the module's NATSMarshaler's format (payload as body, UUID and
-// metadata as headers) plus the header Nats-Msg-Id = UUID, which JetStream
-// uses to drop a message published again within the duplicate window. A
+// metadata as headers) plus the header Nats-Msg-Id, which JetStream uses to
+// drop a message published again within the duplicate window: the
+// message's events.MetaPublishID where it has one (one per outbox row and
+// per replay, so a retried or replayed event is stored again), else its
+// UUID. A publish acked as a duplicate of another message is an error
+// (*DuplicateError), not a delivery. A
 // message whose headers are not one value per key is delivered, not refused:
 // see natsMarshaler.Unmarshal.
 
@@ -308,9 +314,11 @@ const natsAsyncMaxPending = 4096
 const natsAsyncTimeout = 5 * time.Second
 
 type natsPending struct {
-	fut   jetstream.PubAckFuture
-	topic string
-	done  func(error)
+	fut       jetstream.PubAckFuture
+	topic     string
+	uuid      string // the message's
+	publishID bool   // whether it has events.MetaPublishID
+	done      func(error)
 }
 
 // PublishAsync implements AsyncPublisher.
@@ -336,7 +344,8 @@ func (p *natsPublisher) PublishAsync(topic string, msg *message.Message, done fu
 		return
 	}
 	select {
-	case p.acks <- natsPending{fut: fut, topic: topic, done: done}:
+	case p.acks <- natsPending{fut: fut, topic: topic, uuid: msg.UUID,
+		publishID: msg.Metadata.Get(events.MetaPublishID) != "", done: done}:
 	case <-p.closed:
 		done(errors.New("publisher closed"))
 	}
@@ -353,8 +362,8 @@ func (p *natsPublisher) confirm() {
 			return
 		}
 		select {
-		case <-pa.fut.Ok():
-			pa.done(nil)
+		case ack := <-pa.fut.Ok():
+			pa.done(checkDuplicate(pa.topic, pa.uuid, pa.publishID, ack))
 		case err := <-pa.fut.Err():
 			p.topo.forget(pa.topic) // its stream may have been deleted
 			pa.done(err)
@@ -379,17 +388,64 @@ func (p *natsPublisher) Close() error {
 	}
 }
 
+// Publish sends the messages one at a time, each once JetStream acked the
+// one before, as the module's publisher does, and reads each ack: a message
+// JetStream dropped as a duplicate may not have been stored (see
+// checkDuplicate).
 func (p *natsPublisher) Publish(topic string, messages ...*message.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
 	defer cancel()
 	if _, _, err := p.topo.ensureStream(ctx, p.js, topic); err != nil {
 		return err
 	}
-	if err := p.Publisher.Publish(topic, messages...); err != nil {
-		p.topo.forget(topic)
-		return err
+	for _, msg := range messages {
+		nm, err := natsMarshaler{}.Marshal(topic, msg)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), natsAsyncTimeout)
+		ack, err := p.js.PublishMsg(ctx, nm)
+		cancel()
+		if err != nil {
+			p.topo.forget(topic)
+			return fmt.Errorf("sending message %s: %w", msg.UUID, err)
+		}
+		if err := checkDuplicate(topic, msg.UUID, msg.Metadata.Get(events.MetaPublishID) != "", ack); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// DuplicateError is a publish that JetStream acknowledged as a duplicate
+// without storing it: a message with the same Nats-Msg-Id was stored
+// within the stream's duplicate window (2 minutes by default), at
+// Sequence. Subscribers that handled that one do not get this one.
+type DuplicateError struct {
+	Topic    string
+	UUID     string // the message's, and its Nats-Msg-Id
+	Sequence uint64 // the stored message's
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("JetStream did not store message %s on %q: it dropped it as a duplicate of stream sequence %d "+
+		"with the same Nats-Msg-Id, within the stream's duplicate window; give it its own %s to have it stored",
+		e.UUID, e.Topic, e.Sequence, events.MetaPublishID)
+}
+
+// checkDuplicate tells whether a publish JetStream acked as a duplicate
+// was delivered. A message carrying events.MetaPublishID (everything the
+// relay and a replay send) has an id of its own per outbox row or replay:
+// its duplicate is that very publish stored before, the relay sending a
+// row again after a crash, and it is delivered. Any other message is
+// known to JetStream by its UUID alone: what was stored under it may be
+// an earlier message with the same UUID that subscribers already handled,
+// so this one is not delivered and the caller is told (*DuplicateError).
+func checkDuplicate(topic, uuid string, publishID bool, ack *jetstream.PubAck) error {
+	if ack == nil || !ack.Duplicate || publishID {
+		return nil
+	}
+	return &DuplicateError{Topic: topic, UUID: uuid, Sequence: ack.Sequence}
 }
 
 // natsSubscriber provisions the stream and the group's durable consumer
@@ -460,7 +516,12 @@ func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, err
 		}
 		header.Set(k, v)
 	}
-	if msg.UUID != "" {
+	// JetStream drops a message whose id it stored within the duplicate
+	// window: one id per publish where the message has one, so that a
+	// retried or replayed event is stored again (see events.MetaPublishID).
+	if id := msg.Metadata.Get(events.MetaPublishID); id != "" {
+		header.Set(nats.MsgIdHdr, id)
+	} else if msg.UUID != "" {
 		header.Set(nats.MsgIdHdr, msg.UUID)
 	}
 	return &nats.Msg{Subject: topic, Data: msg.Payload, Header: header}, nil

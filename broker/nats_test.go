@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
 )
 
 // natsStream connects to the test server's JetStream for checks and
@@ -58,27 +60,64 @@ func natsChecks(ctx context.Context, t *testing.T, _, topic, _ string) func([]se
 	}
 }
 
-// TestNATSDeduplicates publishes a message twice: JetStream keeps one.
+// TestNATSDeduplicates: JetStream drops a message whose Nats-Msg-Id it
+// stored within its duplicate window. A message sent again under the same
+// publish id (the relay sending a row again after a crash) is stored once
+// and both publishes succeed; the same event under another publish id (a
+// retry's new row, a replay) is stored again; a message known by its UUID
+// alone, dropped as a duplicate, is an error, never a silent success. Sync
+// and async publishes alike.
 func TestNATSDeduplicates(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.dedupe." + randomSuffix()
 	rawURL := natsSetup(t, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)
 	defer b.Close()
+	pub := b.Publisher()
+	async := pub.(AsyncPublisher)
+	publishAsync := func(msg *message.Message) error {
+		done := make(chan error, 1)
+		async.PublishAsync(topic, msg, func(err error) { done <- err })
+		return <-done
+	}
+	event := watermill.NewUUID()
+	msg := func(publishID string) *message.Message {
+		m := message.NewMessage(event, []byte(`{"a":1}`))
+		if publishID != "" {
+			m.Metadata.Set(events.MetaPublishID, publishID)
+		}
+		return m
+	}
 
-	id := watermill.NewUUID()
-	require.NoError(t, b.Publisher().Publish(topic, message.NewMessage(id, []byte(`{"a":1}`))))
-	require.NoError(t, b.Publisher().Publish(topic, message.NewMessage(id, []byte(`{"a":1}`))))
-	require.NoError(t, b.Publisher().Publish(topic, message.NewMessage(watermill.NewUUID(), []byte(`{"a":2}`))))
+	require.NoError(t, pub.Publish(topic, msg(event+"/1")))
+	require.NoError(t, pub.Publish(topic, msg(event+"/1")), "the same row again: stored before, delivered")
+	require.NoError(t, publishAsync(msg(event+"/1")), "the same row again: stored before, delivered")
+	require.NoError(t, pub.Publish(topic, msg(event+"/2")), "a retry's row: stored")
+	require.NoError(t, publishAsync(msg(event+"/replay-1")), "a replay: stored")
+
+	var dup *DuplicateError
+	err = pub.Publish(topic, msg(""), message.NewMessage(watermill.NewUUID(), []byte(`{"a":2}`)))
+	require.NoError(t, err, "the first message with this UUID alone is stored")
+	err = pub.Publish(topic, msg(""))
+	require.ErrorAs(t, err, &dup, "dropped as a duplicate of another message: not delivered")
+	require.Equal(t, event, dup.UUID)
+	require.Contains(t, err.Error(), "did not store message "+event)
+	require.ErrorAs(t, publishAsync(msg("")), &dup)
 
 	stream, err := natsStream(t).Stream(ctx, natsName(topic))
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, info.State.Msgs)
+	require.EqualValues(t, 5, info.State.Msgs, "rows 1 and 2, the replay, the UUID-only message and the other one")
+	for seq, want := range map[uint64]string{1: event + "/1", 2: event + "/2", 3: event + "/replay-1", 4: event} {
+		raw, err := stream.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		require.Equal(t, want, raw.Header.Get(nats.MsgIdHdr), "Nats-Msg-Id of stream message %d", seq)
+		require.Equal(t, event, raw.Header.Get(wmnats.WatermillUUIDHdr), "the event id of stream message %d", seq)
+	}
 }
 
 // TestNATSGroupShares checks two members of a group split the messages and
@@ -283,9 +322,11 @@ func TestNATSPublishAsyncConfirmsEachStoredMessage(t *testing.T) {
 			wg.Done()
 		})
 	}
-	wg.Add(1)
-	async.PublishAsync(topic, message.NewMessage(ids[0], []byte("again")), func(err error) { errs <- err; wg.Done() })
 	wg.Wait()
+	again := make(chan error, 1)
+	async.PublishAsync(topic, message.NewMessage(ids[0], []byte("again")), func(err error) { again <- err })
+	var dup *DuplicateError
+	require.ErrorAs(t, <-again, &dup, "the one sent again is dropped, and said so")
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)

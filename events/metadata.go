@@ -14,6 +14,15 @@ const (
 	// step since is forward compatible): a consumer one version behind
 	// during a rolling deploy handles it instead of dead-lettering it.
 	MetaReadableFrom = "outbox_readable_from"
+	// MetaPublishID is the id of this one publish of the event, which a
+	// broker that drops duplicates by message id (JetStream's
+	// Nats-Msg-Id) uses instead of the event id: every outbox row of an
+	// event (a dead-letter retry writes a new one) and every replay has
+	// its own, so the broker stores each, while the event id consumers
+	// dedupe on (the message UUID) stays the same. The relay sets it to
+	// "<event id>/<row id>": publishing one row again after a crash is
+	// still dropped as the duplicate it is.
+	MetaPublishID = "outbox_publish_id"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

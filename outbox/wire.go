@@ -27,6 +27,20 @@ func Metadata(name string, version int, aggregateType, aggregateID string, heade
 	return md
 }
 
+// PublishID is the events.MetaPublishID of the message of outbox row
+// rowID, which holds event eventID.
+func PublishID(eventID string, rowID int64) string {
+	return eventID + "/" + strconv.FormatInt(rowID, 10)
+}
+
+// ReplayPublishID is the events.MetaPublishID of event eventID sent again
+// by the replay that started at the given time (Unix nanoseconds): unlike
+// the row's, it reaches a broker that saw the row's publish within its
+// duplicate window.
+func ReplayPublishID(eventID string, replay int64) string {
+	return eventID + "/replay-" + strconv.FormatInt(replay, 10)
+}
+
 // SetReadableFrom sets events.MetaReadableFrom in md when readableFrom is
 // below version: only then can an older consumer read the payload.
 func SetReadableFrom(md message.Metadata, version, readableFrom int) {

@@ -188,6 +188,7 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	md = outbox.Metadata(name, version, aggType, aggID, md)
 	outbox.SetReadableFrom(md, version, int(readable.Int64))
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
+	md[events.MetaPublishID] = outbox.PublishID(eventID, r.Offset)
 	s.CloudEvents.set(md, eventID, name, version, createdAt)
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {

@@ -39,6 +39,7 @@ func rowMetadata(r *row, ce *CloudEvents) message.Metadata {
 	md := outbox.Metadata(r.name, r.version, r.aggregateType, r.aggregateID, r.decodedHeaders)
 	outbox.SetReadableFrom(md, r.version, r.readableFrom)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
+	md[events.MetaPublishID] = outbox.PublishID(r.eventID.String(), r.id)
 	md[MetaTopic] = r.topic
 	ce.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
 	return md
