@@ -35,14 +35,16 @@
 // A retry is safe to repeat: a letter already retried or discarded is left
 // alone, an event whose outbox row is still pending is not written twice,
 // and consumers dedupe by event id, so no consumer's effect happens twice.
-// Two caveats:
-//   - Retry within the processed-events retention (entoutbox cleanup
-//     --processed-retention): once another consumer's record of the event
-//     is deleted, it handles the event again.
-//   - NATS JetStream drops a message whose Nats-Msg-Id (the event id) it
-//     saw within the stream's duplicate window (2 minutes by default): an
-//     event republished that soon after its first delivery does not reach
-//     anyone. Retry or replay later than that.
+// Retry within the processed-events retention (entoutbox cleanup
+// --processed-retention): once another consumer's record of the event is
+// deleted, it handles the event again.
+//
+// A retry or replay reaches consumers however soon after the first
+// delivery, on every broker: NATS JetStream drops a message whose
+// Nats-Msg-Id it stored within the stream's duplicate window, and that id
+// is the message's publish id (events.MetaPublishID), one per outbox row
+// (a retry writes a new row) and one per replay, while the event id
+// consumers dedupe on stays the same.
 //
 // # Discarding a dead letter
 //
@@ -55,7 +57,8 @@
 //
 // Replay publishes retained delivered events (the relay's
 // --delete-delivered keeps none) straight to the broker, with their
-// original ids and the message the relay builds, in id order, which is
+// original event ids and the message the relay builds (under a publish id
+// of the replay's own), in id order, which is
 // insertion order and so per-aggregate order. A new consumer, or one whose
 // read model was rebuilt and its processed events cleared, handles them in
 // order; a consumer that handled them skips them as duplicates.

@@ -32,9 +32,10 @@ The letter stays, marked retried (its id moves to retried_event_id, so that its
 consumer no longer skips the event). Retrying twice does nothing more: a letter
 already retried or discarded is skipped, a pending row is not written twice,
 and consumers dedupe by event id. Retry within the processed-events retention
-(cleanup --processed-retention), or other consumers handle the event again; on
-NATS JetStream, later than the stream's duplicate window (2 minutes by
-default), or JetStream drops the republished message.`
+(cleanup --processed-retention), or other consumers handle the event again. A
+retry right after the first delivery reaches consumers on every broker: the
+new row has its own broker message id (on NATS JetStream the Nats-Msg-Id,
+which the stream would otherwise drop as a duplicate), the same event id.`
 
 func newDeadLettersCommand() *cobra.Command {
 	var databaseURL string

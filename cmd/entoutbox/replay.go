@@ -33,8 +33,9 @@ order, while a consumer that handled them skips them as duplicates (and one
 that discarded an event's dead letter skips that event).
 
 --to-topic sends every event to that topic instead of its own. Pending events
-are left to the relay; the table is outbox_events. On NATS JetStream, a message whose event id the stream
-saw within its duplicate window (2 minutes by default) is dropped.`,
+are left to the relay; the table is outbox_events. Each replay publishes under
+broker message ids of its own (on NATS JetStream the Nats-Msg-Id), so that a
+broker that drops duplicates stores every replay; consumers see the event ids.`,
 		Example: `  entoutbox replay --event order.paid --since 2026-11-01 --broker nats://127.0.0.1:4222
   entoutbox replay --event order.paid --since 72h --aggregate 42 --to-topic orders_rebuild --broker amqp://guest:guest@127.0.0.1:5672/`,
 		Args: cobra.NoArgs,
