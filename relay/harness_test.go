@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/outbox"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -105,6 +107,31 @@ func (r *received) add(msg *message.Message) {
 	agg := msg.Metadata.Get(events.MetaAggregateID)
 	r.perAggregate[agg] = append(r.perAggregate[agg], msg.UUID)
 	r.msgs[msg.UUID] = msg
+}
+
+// requirePublishIDs checks every message received went out under its
+// outbox row's publish id, the broker's message id (JetStream's
+// Nats-Msg-Id), which a dead-letter retry's new row changes.
+func (r *received) requirePublishIDs(t *testing.T, db *sql.DB) {
+	t.Helper()
+	rows, err := db.Query(`SELECT event_id::text, id FROM outbox_events`)
+	require.NoError(t, err)
+	defer rows.Close()
+	rowIDs := map[string]int64{}
+	for rows.Next() {
+		var event string
+		var id int64
+		require.NoError(t, rows.Scan(&event, &id))
+		rowIDs[event] = id
+	}
+	require.NoError(t, rows.Err())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for event, msg := range r.msgs {
+		require.Contains(t, rowIDs, event, "a row for each message received")
+		require.Equal(t, outbox.PublishID(event, rowIDs[event]), msg.Metadata.Get(events.MetaPublishID),
+			"the publish id of event %s", event)
+	}
 }
 
 func (r *received) distinct() int {

@@ -140,6 +140,7 @@ func TestWALDeliversInCommitOrder(t *testing.T) {
 	got.waitFor(t, want, 20*time.Second)
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
+	got.requirePublishIDs(t, s.db.DB)
 	require.Equal(t, order, arrived(), "one publish at a time: the broker sees the commit order")
 }
 
