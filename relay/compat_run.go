@@ -10,8 +10,10 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
 )
@@ -81,11 +83,24 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, reason, 0); err != nil {
 			return nil, fmt.Errorf("relay: moving row %d to %s: %w", id, r.cfg.DeadLetterTable, err)
 		}
-		r.cfg.Logger.Error("Outbox row set aside as a dead letter", fmt.Errorf("%s", reason),
-			map[string]any{"row_id": id, "event_id": msg.UUID})
 		r.cfg.Metrics.DeadLettered(metrics.ReasonMalformed)
+		logDeadLettered(r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), reason, 0)
 		return nil, nil
 	}
+}
+
+// brokenRow is what the log of a broken row's dead letter says of it,
+// read from the forwarder envelope of msg, row id.
+func (r *Relay) brokenRow(id int64, msg *message.Message) *row {
+	row := &row{id: id}
+	row.eventID, _ = uuid.Parse(msg.UUID)
+	var env forwarderEnvelope
+	if json.Unmarshal(msg.Payload, &env) == nil {
+		row.topic = strings.TrimPrefix(env.DestinationTopic, r.cfg.TopicPrefix)
+		row.name = env.Metadata[events.MetaEventName]
+		row.aggregateType, row.aggregateID = env.Metadata[events.MetaAggregateType], env.Metadata[events.MetaAggregateID]
+	}
+	return row
 }
 
 // forwardObserved runs the forwarder's handler on envelope msg, which

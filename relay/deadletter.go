@@ -1,6 +1,13 @@
 package relay
 
-import "github.com/entoutbox/entoutbox/internal/pgsql"
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
 
 // deadLetterQuery moves outbox row $1 to the dead-letter table with reason
 // $2 and at least $3 attempts, in one statement: the row is never in both
@@ -13,3 +20,26 @@ func deadLetterQuery(table, deadLetterTable string) string {
 			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
 		FROM moved`
 }
+
+// deadLetteredLog is the message every read path logs, at error level, once
+// for each row it moved to the dead letters, with the reason as the error
+// and the fields event_id, row_id, relay, path, topic, event_name,
+// aggregate and attempts. relay names the relay: the fast path's member
+// name (RelayID/instance/n), the WAL path's slot, the compatible path's
+// consumer group.
+const deadLetteredLog = "Outbox row sent to the dead letters"
+
+// logDeadLettered says that r went to the dead letters. The metric alone
+// left an operator with a count and no event id nor reason; it is logged
+// after the move, so a move that failed and is tried again logs once.
+func logDeadLettered(l watermill.LoggerAdapter, path Path, relay string, r *row, reason string, attempts int) {
+	l.Error(deadLetteredLog, errors.New(reason), watermill.LogFields{
+		"event_id": r.eventID.String(), "row_id": r.id, "relay": relay, "path": string(path),
+		"topic": r.topic, "event_name": r.name, "aggregate": r.aggregateType + "/" + r.aggregateID,
+		"attempts": attempts})
+}
+
+// defaultLogger is the logger of a relay or Subscriber given none: the
+// application's slog default, so dead letters and outages are seen
+// without configuration. watermill.NopLogger{} silences it.
+func defaultLogger() watermill.LoggerAdapter { return watermill.NewSlogLogger(slog.Default()) }

@@ -5,6 +5,10 @@ import (
 	"database/sql"
 )
 
+// DeadLetteredLog is what every read path logs for a row it moved to the
+// dead letters.
+const DeadLetteredLog = deadLetteredLog
+
 // BytesHeld is what the fast path of r holds now and held at most, as
 // MaxBytesInFlight counts it; zero before it runs.
 func BytesHeld(r *Relay) (now, peak int64) {

@@ -81,7 +81,10 @@ type SubscriberConfig struct {
 	// DefaultSubscriberCloseTimeout when zero. (The relay waits up to its own CloseTimeout for its publishes
 	// before it closes the Subscriber.)
 	CloseTimeout time.Duration
-	Logger       watermill.LoggerAdapter
+	// Logger receives what the relay logs, each dead letter at error level
+	// among it; slog.Default() (through watermill.NewSlogLogger) when nil.
+	// watermill.NopLogger{} silences it.
+	Logger watermill.LoggerAdapter
 	// CloudEvents, when set, adds CloudEvents attributes to every message
 	// (see CloudEvents); in a relay it is Config.CloudEvents.
 	CloudEvents *CloudEvents
@@ -125,7 +128,7 @@ func (c *SubscriberConfig) setDefaults() {
 		c.CloseTimeout = DefaultSubscriberCloseTimeout
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = defaultLogger()
 	}
 }
 

@@ -327,11 +327,14 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 		if err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
-			if err := sub.s.store.deadLetter(context.Background(), r, err.Error(), r.attempts); err != nil {
-				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err, nil)
+			reason := err.Error()
+			if err := sub.s.store.deadLetter(context.Background(), r, reason, r.attempts); err != nil {
+				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err,
+					watermill.LogFields{"event_id": r.eventID.String(), "relay": sub.holder})
 				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
 			} else {
 				sub.metrics.DeadLettered(metrics.ReasonMalformed)
+				logDeadLettered(sub.s.cfg.Logger, PathFast, sub.holder, r, reason, r.attempts)
 			}
 			continue
 		}
@@ -560,6 +563,7 @@ func (sub *subscription) nacked(r *row, msg *message.Message) bool {
 		err := s.store.deadLetter(sub.ctx, r, reason, attempts)
 		if err == nil {
 			sub.metrics.DeadLettered(class)
+			logDeadLettered(s.cfg.Logger, PathFast, sub.holder, r, reason, attempts)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,

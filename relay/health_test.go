@@ -144,14 +144,16 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 // The relay starts before any consumer on RabbitMQ, so no queue is bound to
 // the exchange yet: RabbitMQ returns every publish as unroutable, nothing is
 // marked delivered, and after its attempts each event is a dead letter
-// saying why. Once a consumer group has declared its queue, events flow.
+// saying why, and logged. Once a consumer group has declared its queue,
+// events flow.
 func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	amqp := openBroker(t, "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ at 127.0.0.1:5672")
 	prefix := uniquePrefix()
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
+	logs := newCaptureLogs()
+	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix, Logger: logs,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: prefix + "relay"}}})
 	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
 	runRelay(t, cfg)
 	lost := emitOrders(t, b.client, 5, 5, 0)
@@ -166,6 +168,7 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 		require.Contains(t, d.reason, "returned unroutable (NO_ROUTE): no queue is bound")
 		require.Equal(t, 3, d.attempts)
 	}
+	require.Equal(t, 5, requireDeadLettersLogged(t, b, logs, relay.PathFast, prefix+"relay/"))
 
 	got := receiveAll(t, amqp, prefix+"billing", prefix+"orders")
 	later := emitOrders(t, b.client, 5, 5, 0)

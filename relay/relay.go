@@ -60,7 +60,10 @@ type Config struct {
 	// CloseTimeout bounds how long shutdown waits for in-flight publishes;
 	// DefaultCloseTimeout when zero.
 	CloseTimeout time.Duration
-	Logger       watermill.LoggerAdapter
+	// Logger receives what the relay logs, each dead letter at error level
+	// among it; slog.Default() (through watermill.NewSlogLogger) when nil.
+	// watermill.NopLogger{} silences it.
+	Logger watermill.LoggerAdapter
 
 	// Metrics, when set, receives the relay's metrics (see the metrics
 	// package); nil turns them off.
@@ -130,7 +133,7 @@ func (c *Config) setDefaults() {
 		c.CloseTimeout = DefaultCloseTimeout
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = defaultLogger()
 	}
 	if c.Fast.Concurrency == 0 {
 		c.Fast.Concurrency = DefaultConcurrency

@@ -409,12 +409,13 @@ func (s *walSession) deadLetter(r *walRow, reason string, attempts int, class st
 			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, reason, attempts)
 			if err == nil {
 				s.metrics.DeadLettered(class)
+				logDeadLettered(s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, reason, attempts)
 				s.settle(r)
 				return
 			}
 			if failures <= 3 {
 				s.r.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
-					watermill.LogFields{"event_id": r.eventID})
+					watermill.LogFields{"event_id": r.eventID.String(), "relay": s.cfg.Slot})
 			}
 			select {
 			case <-time.After(s.cfg.backoff(failures)):
