@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -28,7 +29,10 @@ type Config struct {
 	// dead letter to a broker topic, next to the dead-letter table.
 	DeadLetterPublisher message.Publisher
 	DeadLetterTopic     string
-	Logger              watermill.LoggerAdapter
+	// Logger receives the retries (info) and dead letters (error,
+	// DeadLetteredLog); slog.Default() (through watermill.NewSlogLogger)
+	// when nil. WithLogger(watermill.NopLogger{}) silences it.
+	Logger watermill.LoggerAdapter
 	// Metrics, when set, receives the deliveries' metrics (see the metrics
 	// package); nil turns them off.
 	Metrics *metrics.Metrics
@@ -59,7 +63,8 @@ func WithDeadLetterTopic(pub message.Publisher, topic string) Option {
 	return func(c *Config) { c.DeadLetterPublisher, c.DeadLetterTopic = pub, topic }
 }
 
-// WithLogger logs through l.
+// WithLogger logs through l instead of slog.Default();
+// watermill.NopLogger{} silences the handler set.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(c *Config) { c.Logger = l } }
 
 // WithMetrics reports the deliveries in m.
@@ -89,7 +94,7 @@ func newConfig(opts []Option) Config {
 		c.MaxBackoff = c.InitialBackoff
 	}
 	if c.Logger == nil {
-		c.Logger = watermill.NopLogger{}
+		c.Logger = watermill.NewSlogLogger(slog.Default())
 	}
 	return c
 }

@@ -31,6 +31,11 @@
 // carries the event (events.WithCause): events it emits get causation_id
 // and correlation_id headers.
 //
+// A handler set logs through slog.Default() unless given WithLogger
+// (watermill.NopLogger{} silences it): each retry at info, each dead
+// letter once it is stored at error (DeadLetteredLog, with the event id,
+// consumer, topic and the reason).
+//
 // Errors this package returns start with "consumer: ". What a handler
 // returns, a decoding failure or a panic (PanicError) is the reason a
 // dead letter is stored with, kept as it is.

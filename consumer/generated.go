@@ -146,17 +146,17 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		event = m.Name
 	}
 	var deadLettered string // the reason, for the span
+	destination := subscribed
+	if destination == "" && known {
+		destination = s.cfg.TopicPrefix + typ.Topic
+	}
 	if tracer := s.tracer.Get(); tracer != nil {
-		destination := subscribed
-		if destination == "" && known {
-			destination = s.cfg.TopicPrefix + typ.Topic
-		}
 		var span trace.Span
 		ctx, span = startProcess(ctx, tracer, consumer, destination, msg)
 		defer func() { endProcess(span, err, deadLettered) }()
 	}
 	setAside := func(reason string, attempts int, d time.Duration) error {
-		if err := s.giveUp(ctx, m, msg, reason, attempts); err != nil {
+		if err := s.giveUp(ctx, m, destination, msg, reason, attempts); err != nil {
 			return err
 		}
 		deadLettered = reason

@@ -131,7 +131,8 @@ func TestUnwritableDeadLetterNacksTheMessage(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var calls atomic.Int64
-	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2))...)
+	logs := &captureLogger{}
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2), consumer.WithLogger(logs))...)
 	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
 		calls.Add(1)
 		return errors.New("ledger closed")
@@ -181,6 +182,18 @@ func TestUnwritableDeadLetterNacksTheMessage(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, seen, deliveries.Load(), "acknowledged once its dead letter is written")
 	require.Equal(t, seen-1, nacks.Load(), "every delivery but the last was nacked")
+
+	// Each dead letter is logged once, when it is written: not once per
+	// failed try to write it.
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	letters := map[any]int{}
+	for _, m := range logs.msgs {
+		if m.Msg == consumer.DeadLetteredLog {
+			letters[m.Fields["event_id"]]++
+		}
+	}
+	require.Equal(t, map[any]int{direct.UUID: 1, newer.UUID: 1, routed.UUID: 1}, letters)
 }
 
 // Each automatic step of the upcast path fills the defaults of the version

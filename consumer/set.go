@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
@@ -20,10 +21,10 @@ import (
 // dead letter cannot be stored the delivery is nacked so nothing is lost.
 // The broker topic comes first: once the row exists a redelivery is
 // skipped, so a topic publish that failed after it would never be made.
-func (s *Set) giveUp(ctx context.Context, m events.Meta, msg *message.Message, reason string, attempts int) error {
+// It logs the dead letter once it is stored (a failure is the nack's to
+// report), at error level: DeadLetteredLog.
+func (s *Set) giveUp(ctx context.Context, m events.Meta, topic string, msg *message.Message, reason string, attempts int) error {
 	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts}
-	s.cfg.Logger.Error("Event sent to the dead letters", errors.New(reason),
-		map[string]any{"consumer": m.Consumer, "event_id": msg.UUID, "attempts": attempts})
 	if s.cfg.DeadLetterPublisher != nil {
 		out := message.NewMessage(msg.UUID, msg.Payload)
 		out.Metadata = maps.Clone(msg.Metadata)
@@ -34,8 +35,22 @@ func (s *Set) giveUp(ctx context.Context, m events.Meta, msg *message.Message, r
 			return fmt.Errorf("consumer: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
 		}
 	}
-	return s.deadLetter(ctx, d)
+	if err := s.deadLetter(ctx, d); err != nil {
+		return err
+	}
+	s.cfg.Logger.Error(DeadLetteredLog, errors.New(reason), watermill.LogFields{
+		"event_id": msg.UUID, "consumer": m.Consumer, "topic": topic, "event_name": m.Name,
+		"event_version": m.Version, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
+		"attempts": attempts})
+	return nil
 }
+
+// DeadLetteredLog is the message a handler set logs, at error level, for
+// each delivery it sent to the dead letters, with the reason as the error
+// and the fields event_id, consumer, topic (as subscribed, else the
+// event's declared topic with the prefix), event_name, event_version,
+// aggregate_type, aggregate_id and attempts.
+const DeadLetteredLog = "Event sent to the dead letters"
 
 // MetaMalformed is set by a broker's unmarshaler on a message it could
 // only partly read (a NATS header key repeated, say), to why: the message

@@ -24,9 +24,9 @@ func deadLetterQuery(table, deadLetterTable string) string {
 // deadLetteredLog is the message every read path logs, at error level, once
 // for each row it moved to the dead letters, with the reason as the error
 // and the fields event_id, row_id, relay, path, topic, event_name,
-// aggregate and attempts. relay names the relay: the fast path's member
-// name (RelayID/instance/n), the WAL path's slot, the compatible path's
-// consumer group.
+// aggregate_type, aggregate_id and attempts. relay names the relay: the
+// fast path's member name (RelayID/instance/n), the WAL path's slot, the
+// compatible path's consumer group.
 const deadLetteredLog = "Outbox row sent to the dead letters"
 
 // logDeadLettered says that r went to the dead letters. The metric alone
@@ -35,8 +35,8 @@ const deadLetteredLog = "Outbox row sent to the dead letters"
 func logDeadLettered(l watermill.LoggerAdapter, path Path, relay string, r *row, reason string, attempts int) {
 	l.Error(deadLetteredLog, errors.New(reason), watermill.LogFields{
 		"event_id": r.eventID.String(), "row_id": r.id, "relay": relay, "path": string(path),
-		"topic": r.topic, "event_name": r.name, "aggregate": r.aggregateType + "/" + r.aggregateID,
-		"attempts": attempts})
+		"topic": r.topic, "event_name": r.name, "aggregate_type": r.aggregateType,
+		"aggregate_id": r.aggregateID, "attempts": attempts})
 }
 
 // defaultLogger is the logger of a relay or Subscriber given none: the
