@@ -110,3 +110,43 @@ func TestFastPathLogsEachDeadLetter(t *testing.T) {
 
 	require.Equal(t, 3, requireDeadLettersLogged(t, b, logs, relay.PathFast, relayID+"/"))
 }
+
+// The WAL path logs each row it sets aside, malformed or refused after its
+// attempts, once at error with its event id, the slot and the reason.
+func TestWALPathLogsEachDeadLetter(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	poison := uuid.NewString()
+	logs := newCaptureLogs()
+	stop := runRelay(t, s.config(relay.Config{Publisher: failingPublisher{pubsub, poison}, Logger: logs,
+		WAL: relay.WALConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}}))
+	waitStreaming(t, s)
+	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
+		payload, headers) VALUES ($1, 'order.paid', 1, 'orders', 'Order', 'order-p', '{}', '{}')`, poison)
+	require.NoError(t, err)
+	insertBrokenRow(t, s.emitBundle, "order-m")
+	want := emitOrders(t, s.client, 12, 3, 0)
+	got.waitFor(t, want, 30*time.Second)
+	waitDelivered(t, s.emitBundle, 2)
+	require.NoError(t, stop())
+	require.Equal(t, 2, requireDeadLettersLogged(t, s.emitBundle, logs, relay.PathWAL, s.slot))
+}
+
+// The compatible path logs the row it sets aside once at error with its
+// event id, the consumer group and the reason.
+func TestCompatiblePathLogsEachDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	want := emitOrders(t, b.client, 4, 2, 0)
+	insertBrokenRow(t, b, "order-x")
+	logs := newCaptureLogs()
+	group := "logs_" + uuid.NewString()[:8]
+	stop := runRelay(t, quick(relay.PathCompatible, relay.Config{DB: b.db.DB, Publisher: pubsub, Logger: logs,
+		Compatible: relay.CompatibleConfig{ConsumerGroup: group}}))
+	got.waitFor(t, want, 30*time.Second)
+	waitDelivered(t, b, 1)
+	require.NoError(t, stop())
+	require.Equal(t, 1, requireDeadLettersLogged(t, b, logs, relay.PathCompatible, group))
+}
