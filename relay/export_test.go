@@ -28,3 +28,20 @@ func ListenerPID(s *Subscriber) uint32 { return s.notifier.pid.Load() }
 func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
 	return s.store.inOwnerLock(ctx, func(*sql.Tx) error { fn(); return nil })
 }
+
+// OnRenew makes every renewal of the leases by s's run loops call fn
+// first: fn may block, as a database connection that hangs would, and an
+// error from it fails the renewal. Set it before Subscribe.
+func OnRenew(s *Subscriber, fn func(context.Context) error) { s.hooks.renew = fn }
+
+// OnLivenessCheck makes every check of s's liveness sessions call fn
+// first, as OnRenew does for renewals. Set it before Subscribe.
+func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.hooks.liveCheck = fn }
+
+// SubscriberBytesHeld is what s's subscriptions hold now, as
+// MaxBytesInFlight counts it.
+func SubscriberBytesHeld(s *Subscriber) int64 { return s.bytesHeld.Load() }
+
+// LiveStale is how old a subscription's last confirmation of its liveness
+// lock may be for it to send.
+const LiveStale = liveStale

@@ -61,6 +61,7 @@ type liveness struct {
 	table    string
 	holder   string
 	disabled bool
+	hook     func(context.Context) error // tests only: runs first in each check (see testHooks)
 
 	mu     sync.Mutex
 	conn   *sql.Conn
@@ -120,7 +121,13 @@ func (l *liveness) watch(ctx context.Context, conn *sql.Conn, done, lost chan st
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, liveStale)
-		_, err := conn.ExecContext(cctx, `SELECT 1`)
+		var err error
+		if l.hook != nil {
+			err = l.hook(cctx)
+		}
+		if err == nil {
+			_, err = conn.ExecContext(cctx, `SELECT 1`)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -43,6 +43,24 @@ type Subscriber struct {
 	// direct is set by the relay of this package before it subscribes: it
 	// settles messages with settle rather than Ack and Nack.
 	direct bool
+	// hooks is zero outside this package's tests.
+	hooks testHooks
+}
+
+// testHooks are seams for this package's tests (set in export_test.go
+// before Subscribe): each, when set, runs first in what it names, and may
+// block it or fail it with an error, as a database that hangs or refuses
+// would.
+type testHooks struct {
+	renew     func(context.Context) error // a renewal of the leases by a run loop
+	liveCheck func(context.Context) error // a check that the liveness lock's session is there
+}
+
+// newLiveness is the lock of life of the subscription named holder.
+func (s *Subscriber) newLiveness(holder string) *liveness {
+	l := newLiveness(s.store.db, s.cfg.Table, holder, s.cfg.PollOnly)
+	l.hook = s.hooks.liveCheck
+	return l
 }
 
 type failure struct {

@@ -114,7 +114,7 @@ func newSubscription(s *Subscriber, topic, holder string) *subscription {
 		rebalanced: make(chan rebalanceResult, 1), rebalanceT: stoppedTimer(), recordT: stoppedTimer(),
 		rebalanceEvery: min(time.Second, s.cfg.Lease/3),
 	}
-	sub.live = newLiveness(s.store.db, s.cfg.Table, holder, s.cfg.PollOnly)
+	sub.live = s.newLiveness(holder)
 	return sub
 }
 
@@ -647,7 +647,12 @@ func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) re
 	// give the partitions up.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
 	defer cancel()
-	res.err = sub.live.ensure(rctx)
+	if s.hooks.renew != nil {
+		res.err = s.hooks.renew(rctx)
+	}
+	if res.err == nil {
+		res.err = sub.live.ensure(rctx)
+	}
 	if res.err == nil {
 		res.own, res.err = s.store.rebalance(rctx, sub.topic, sub.holder, req.release, &sub.dead)
 	}
@@ -716,7 +721,7 @@ func (sub *subscription) rename() {
 	s := sub.s
 	old := sub.holder
 	sub.holder = fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, uuid.NewString()[:8], s.nextSeq())
-	sub.live = newLiveness(s.store.db, s.cfg.Table, sub.holder, s.cfg.PollOnly)
+	sub.live = s.newLiveness(sub.holder)
 	s.cfg.Logger.Info("Joining again under a new name: the liveness lock of the old one is held by its lost session",
 		watermill.LogFields{"relay": sub.holder, "was": old})
 	if err := s.store.leave(sub.ctx, sub.topic, old); err != nil {

@@ -1,0 +1,277 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// The fast path's fencing: a subscription sends nothing once it cannot be
+// sure its partitions are still its own. The database stalls and failures
+// it guards against are made with the Subscriber's test hooks (OnRenew,
+// OnLivenessCheck), which block or fail a renewal or a liveness check
+// exactly when the test says.
+
+// emitInOneTx commits n OrderPaid events over the given number of
+// aggregates in one transaction.
+func emitInOneTx(t *testing.T, client *testent.Client, prefix string, n, aggregates int) emitted {
+	t.Helper()
+	ctx := context.Background()
+	e := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error {
+		for i := range n {
+			agg := fmt.Sprintf("%s-%d", prefix, i%aggregates)
+			id := uuid.NewString()
+			if err := tx.Outbox.EmitOrderPaid(ctx, agg, testent.OrderPaid{OrderID: int64(i), AmountCents: 100},
+				events.WithEventID(uuid.MustParse(id))); err != nil {
+				return err
+			}
+			e.ids[id] = true
+			e.perAggregate[agg] = append(e.perAggregate[agg], id)
+		}
+		return nil
+	}))
+	return e
+}
+
+// pacedConsumer takes the messages of a subscription one at a time, acking
+// each after pace while paced, and notes when each arrived.
+type pacedConsumer struct {
+	*received
+	paced atomic.Bool
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func consumePaced(t *testing.T, msgs <-chan *message.Message, pace time.Duration) *pacedConsumer {
+	c := &pacedConsumer{received: newReceived()}
+	c.paced.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case msg, ok := <-msgs:
+				if !ok {
+					return
+				}
+				c.mu.Lock()
+				c.times = append(c.times, time.Now())
+				c.mu.Unlock()
+				c.add(msg)
+				if c.paced.Load() {
+					time.Sleep(pace)
+				}
+				msg.Ack()
+			}
+		}
+	}()
+	return c
+}
+
+// arrivedAfter is how many messages arrived after at.
+func (c *pacedConsumer) arrivedAfter(at time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, tm := range c.times {
+		if tm.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
+// stall is a hook that, once armed, blocks every call until released
+// (whatever its context says, as a connection stuck in the network would),
+// and tells when the last call let through and the first blocked one came.
+type stall struct {
+	armed    atomic.Bool
+	passed   atomic.Int64 // unix nanoseconds
+	entered  chan struct{}
+	enter    sync.Once
+	released chan struct{}
+	release  sync.Once
+}
+
+func newStall() *stall {
+	return &stall{entered: make(chan struct{}), released: make(chan struct{})}
+}
+
+func (s *stall) hook(context.Context) error {
+	if !s.armed.Load() {
+		s.passed.Store(time.Now().UnixNano())
+		return nil
+	}
+	s.enter.Do(func() { close(s.entered) })
+	<-s.released
+	return nil
+}
+
+// arm blocks the calls from now on, once one was let through (the fence
+// is reckoned from it).
+func (s *stall) arm(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.passed.Load() != 0 }, 30*time.Second, time.Millisecond,
+		"no call came through the hook")
+	s.armed.Store(true)
+}
+
+func (s *stall) open() { s.armed.Store(false); s.release.Do(func() { close(s.released) }) }
+
+// waitEntered waits until a stalled call came, and returns when the last
+// call before it was let through.
+func (s *stall) waitEntered(t *testing.T) time.Time {
+	t.Helper()
+	select {
+	case <-s.entered:
+		return time.Unix(0, s.passed.Load())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled call never came")
+		return time.Time{}
+	}
+}
+
+// fencedSubscriber starts a Subscriber on b's table with the given lease,
+// whose hooks set sets before it subscribes, and a paced consumer of it.
+func fencedSubscriber(t *testing.T, b *emitBundle, lease time.Duration, set func(*relay.Subscriber)) (*relay.Subscriber, *pacedConsumer) {
+	t.Helper()
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: 4, Lease: lease,
+		PollInterval: 20 * time.Millisecond, InitialBackoff: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	set(sub)
+	msgs, err := sub.Subscribe(context.Background(), relay.AllTopics)
+	require.NoError(t, err)
+	return sub, consumePaced(t, msgs, 20*time.Millisecond)
+}
+
+// requireSilentAfter asserts that nothing arrived after fence (plus a
+// margin for a message already on its way) during the next few seconds,
+// while rows remain to be sent: the subscription stopped, not its supply.
+func requireSilentAfter(t *testing.T, got *pacedConsumer, want emitted, fence time.Time, why string) {
+	t.Helper()
+	checkFrom := fence.Add(time.Second)
+	time.Sleep(time.Until(checkFrom.Add(3 * time.Second)))
+	late := got.arrivedAfter(checkFrom)
+	require.Zero(t, late, "%d events sent more than a second after %s", late, why)
+	require.Less(t, got.distinct(), len(want.ids), "every event was sent before the fence: the test proves nothing")
+}
+
+// A subscription whose renewal of its leases hangs sends nothing once its
+// leases are two thirds of Lease old, before they could have run out and
+// another relay taken its partitions; it delivers everything once the
+// database answers again.
+func TestSubscriberSendsNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	want := emitInOneTx(t, b.client, "hung", 1000, 50)
+	// Long enough that a fence at three quarters of it or later is told
+	// from one at two thirds, past the margin requireSilentAfter allows.
+	const lease = 9 * time.Second
+	renewals := newStall()
+	_, got := fencedSubscriber(t, b, lease, func(s *relay.Subscriber) { relay.OnRenew(s, renewals.hook) })
+	t.Cleanup(renewals.open) // before Close, which waits for the renewal
+
+	require.Eventually(t, func() bool { return got.distinct() >= 20 }, 30*time.Second, 10*time.Millisecond,
+		"the subscription sent nothing")
+	renewals.arm(t)
+	// The leases were last renewed by the renewal let through before (or
+	// earlier, if it failed): they run from when it began.
+	fence := renewals.waitEntered(t).Add(lease * 2 / 3)
+	requireSilentAfter(t, got, want, fence, "two thirds of a lease whose renewal hangs")
+
+	renewals.open()
+	got.paced.Store(false)
+	got.waitFor(t, want, 60*time.Second)
+	got.requireExactly(t, want)
+}
+
+// A subscription that cannot confirm its liveness lock (the session
+// holding it is gone and the check of it hangs) sends nothing once its
+// last confirmation is LiveStale old: the others take its partitions when
+// they see the lock free. It delivers everything once it holds a lock
+// again.
+func TestSubscriberSendsNothingWithoutItsLivenessLock(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	want := emitInOneTx(t, b.client, "unlocked", 1000, 50)
+	checks := newStall()
+	_, got := fencedSubscriber(t, b, 30*time.Second, func(s *relay.Subscriber) { relay.OnLivenessCheck(s, checks.hook) })
+	t.Cleanup(checks.open) // before Close, which waits for the check
+
+	require.Eventually(t, func() bool { return got.distinct() >= 20 }, 30*time.Second, 10*time.Millisecond,
+		"the subscription sent nothing")
+	checks.arm(t)
+	// The lock was last confirmed by the check let through before.
+	fence := checks.waitEntered(t).Add(relay.LiveStale)
+	// The lock goes with its session, as when the server ends it.
+	var pid int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT l.pid FROM pg_locks l JOIN outbox_events_relays r
+		ON l.classid::bigint = (hashtextextended('entoutbox live outbox_events ' || r.relay, 0) >> 32) & 4294967295
+		AND l.objid::bigint = hashtextextended('entoutbox live outbox_events ' || r.relay, 0) & 4294967295
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1`).Scan(&pid))
+	_, err := b.db.DB.Exec(`SELECT pg_terminate_backend($1)`, pid)
+	require.NoError(t, err)
+	requireSilentAfter(t, got, want, fence, "the last confirmation of the liveness lock, its session gone")
+
+	checks.open()
+	got.paced.Store(false)
+	got.waitFor(t, want, 60*time.Second)
+	got.requireExactly(t, want)
+}
+
+// A subscription whose renewals keep failing gives its partitions up, and
+// with them the rows it held, so that it holds nothing another relay may
+// take over; once renewals work again it takes them back and delivers.
+func TestSubscriberGivesUpItsPartitionsWhenRenewalsKeepFailing(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	want := emitInOneTx(t, b.client, "refused", 200, 20)
+	var failing atomic.Bool
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: 4, Lease: 3 * time.Second,
+		PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	relay.OnRenew(sub, func(context.Context) error {
+		if failing.Load() {
+			return errors.New("renewal refused by the test")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	// Nobody reads yet: what it claims waits in its memory.
+	require.Eventually(t, func() bool { return relay.SubscriberBytesHeld(sub) > 0 }, 30*time.Second, 10*time.Millisecond,
+		"the subscription claimed nothing")
+	require.Equal(t, 4, sub.Status().Partitions)
+
+	failing.Store(true)
+	require.Eventually(t, func() bool { return sub.Status().Partitions == 0 && relay.SubscriberBytesHeld(sub) == 0 },
+		30*time.Second, 10*time.Millisecond, "renewals kept failing and the subscription kept its partitions (%d) or rows (%d bytes)",
+		sub.Status().Partitions, relay.SubscriberBytesHeld(sub))
+
+	failing.Store(false)
+	require.Eventually(t, func() bool { return sub.Status().Partitions == 4 }, 30*time.Second, 10*time.Millisecond,
+		"the partitions did not come back once renewals worked")
+	got := newReceived()
+	go consume(ctx, msgs, got)
+	got.waitFor(t, want, 60*time.Second)
+	got.requireExactly(t, want)
+}
