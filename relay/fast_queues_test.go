@@ -1,6 +1,10 @@
 package relay
 
 import (
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -160,4 +164,148 @@ func TestPartitionSetClaimsEverythingWithNilWhenItOwnsAll(t *testing.T) {
 	require.True(t, any)
 	require.Nil(t, parts, "no partition filter: the claim reads the whole table")
 	require.False(t, ps.settling())
+}
+
+// queueModel drives queues as the run loop does, through random claims,
+// sends, acks, nacks with their retries, partitions given up and taken
+// back, and recordings, over a few aggregates of a simulated table. After
+// every step it checks that no aggregate has two rows in flight and that
+// every row sent is its aggregate's oldest undelivered row.
+type queueModel struct {
+	t       *testing.T
+	rng     *rand.Rand
+	q       *queues
+	now     time.Time
+	nextID  int64
+	pending map[int64]*modelRow // undelivered rows of the table, by id
+}
+
+type modelRow struct {
+	id          int64
+	agg         string
+	availableAt time.Time
+}
+
+func modelPartition(agg string) int { return int(agg[len(agg)-1]-'0') % 2 }
+
+// write adds rows to the table.
+func (m *queueModel) write() {
+	for range 1 + m.rng.IntN(4) {
+		m.nextID++
+		agg := "a" + strconv.Itoa(m.rng.IntN(5))
+		m.pending[m.nextID] = &modelRow{id: m.nextID, agg: agg}
+	}
+}
+
+// claim reads the undelivered rows not held, oldest first, as a claim from
+// the oldest row does, and adds them as subscription.add does.
+func (m *queueModel) claim() {
+	held := map[int64]bool{}
+	for _, id := range m.q.heldIDs() {
+		held[id] = true
+	}
+	blocked := map[aggregate]bool{}
+	for _, a := range m.q.stillBlocked(m.now) {
+		blocked[a] = true
+	}
+	ids := slices.Sorted(maps.Keys(m.pending))
+	limit := 1 + m.rng.IntN(8)
+	for _, id := range ids {
+		if limit == 0 {
+			break
+		}
+		pr := m.pending[id]
+		r := testRow(id, pr.agg, modelPartition(pr.agg))
+		a := r.aggregate()
+		if held[id] || blocked[a] {
+			continue
+		}
+		limit--
+		if !m.q.unblock(a, true, m.now) {
+			continue
+		}
+		if pr.availableAt.After(m.now) {
+			m.q.block(a, r.partition, pr.availableAt)
+			continue
+		}
+		m.q.push(r)
+	}
+}
+
+// sendSome sends rows while there are some and the dice say so, checking
+// each one.
+func (m *queueModel) sendSome() {
+	for m.q.head() != nil && m.rng.IntN(4) > 0 {
+		r := m.q.send()
+		m.check("send")
+		for _, pr := range m.pending {
+			if pr.agg == r.aggregateID && pr.id < r.id {
+				m.t.Fatalf("row %d of %s sent before its older row %d was delivered", r.id, r.aggregateID, pr.id)
+			}
+		}
+	}
+}
+
+// settleOne acks or nacks a row in flight.
+func (m *queueModel) settleOne() {
+	ids := slices.Sorted(maps.Keys(m.q.inflight))
+	if len(ids) == 0 {
+		return
+	}
+	r := m.q.inflight[ids[m.rng.IntN(len(ids))]]
+	if m.rng.IntN(3) > 0 {
+		m.q.settle(r, true)
+		delete(m.pending, r.id)
+		m.q.goOn(r.aggregate())
+		return
+	}
+	m.q.settle(r, false)
+	until := m.now.Add(time.Duration(1+m.rng.IntN(3)) * time.Second)
+	m.pending[r.id].availableAt = until
+	m.q.block(r.aggregate(), r.partition, until)
+}
+
+// check asserts that no aggregate has two rows in flight.
+func (m *queueModel) check(op string) {
+	per := map[aggregate]int{}
+	for _, r := range m.q.inflight {
+		per[r.aggregate()]++
+		if per[r.aggregate()] > 1 {
+			m.t.Fatalf("after %s: two rows of %s in flight", op, r.aggregateID)
+		}
+	}
+}
+
+func TestQueuesNeverSendTwoRowsOfAnAggregateAtOnce(t *testing.T) {
+	for seed := range uint64(50) {
+		m := &queueModel{t: t, rng: rand.New(rand.NewPCG(seed, 0)), q: newQueues(nil), now: time.Unix(1000, 0),
+			pending: map[int64]*modelRow{}}
+		for range 500 {
+			var op string
+			switch m.rng.IntN(8) {
+			case 0:
+				op = "write"
+				m.write()
+			case 1, 2:
+				op = "claim"
+				m.claim()
+			case 3, 4:
+				op = "send"
+				m.sendSome()
+			case 5:
+				op = "settle"
+				m.settleOne()
+			case 6:
+				// A partition given up (lost, surplus, or everything after
+				// a failed renewal): its rows in flight stay, the rest go.
+				op = "drop"
+				m.q.drop(m.rng.IntN(2))
+			case 7:
+				op = "time and record"
+				m.now = m.now.Add(time.Duration(m.rng.IntN(1500)) * time.Millisecond)
+				m.q.recorded(m.q.takeAcks())
+			}
+			m.check(op)
+		}
+	}
 }
