@@ -45,3 +45,6 @@ func SubscriberBytesHeld(s *Subscriber) int64 { return s.bytesHeld.Load() }
 // LiveStale is how old a subscription's last confirmation of its liveness
 // lock may be for it to send.
 const LiveStale = liveStale
+
+// OnRelayRenew is OnRenew for the fast Subscriber of r. Set it before Run.
+func OnRelayRenew(r *Relay, fn func(context.Context) error) { r.hooks.renew = fn }

@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // runFast publishes what the fast Subscriber hands out, many at a time:
@@ -14,7 +16,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 		return err
 	}
 	defer sub.Close()
-	sub.direct = true
+	sub.direct, sub.hooks = true, r.hooks
 	r.fast.Store(sub)
 	defer r.cfg.Metrics.WatchPartitions(func() int {
 		st, _ := r.Status()
@@ -29,6 +31,9 @@ func (r *Relay) runFast(ctx context.Context) error {
 	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
 
 	pub := r.startPublishing(r.cfg.Fast.Concurrency)
+	// A message may wait long for a publish slot: by then the subscription
+	// may no longer own its row's partition.
+	pub.mayPublish = func(msg *message.Message) bool { return msg.Context().(*directMsg).mayPublish() }
 	stop := func() error {
 		// Stop taking messages, let the publishes in flight finish and be
 		// recorded, then Close releases everything else.
@@ -51,6 +56,10 @@ func (r *Relay) runFast(ctx context.Context) error {
 				return errors.New("relay: the outbox subscription ended")
 			}
 			if !pub.publish(ctx, msg, func(err error) {
+				if errors.Is(err, errNotPublished) {
+					unsent(msg)
+					return
+				}
 				if err != nil {
 					// A permanent error goes to the dead letters at once
 					// (Fail tells); the broker's health decides whether

@@ -67,6 +67,7 @@ type failure struct {
 	reason       string
 	countAttempt bool
 	permanent    bool // no retry can cure it: dead-letter at once
+	unsent       bool // the relay did not publish it (see mayPublish)
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -117,7 +118,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	sub := newSubscription(s, topic, fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, s.instance, seq))
 	// Join the group now, so that a relay that cannot (a table split into
 	// another number of partitions, say) fails at once.
-	sub.renewed = time.Now()
+	sub.renewedAt(time.Now())
 	if err := sub.live.ensure(ctx); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}

@@ -96,6 +96,13 @@ type subscription struct {
 	dead           deadHolders
 	waitingOn      string // who it last said it waits for
 	epoch          int    // counts giveUpAll calls
+
+	// sendUntil is when two thirds of the leases renewed last have passed,
+	// in Unix nanoseconds, and losses counts the times it lost partitions
+	// (gave them up, or found them taken): the relay reads both from its
+	// own goroutines before it publishes a message (see mayPublish).
+	sendUntil atomic.Int64
+	losses    atomic.Int64
 }
 
 type result struct {
@@ -408,7 +415,18 @@ func (sub *subscription) toSend() (chan *message.Message, *message.Message) {
 			sub.next.SetContext(&directMsg{Context: sub.ctx, sub: sub, row: head, msg: sub.next})
 		}
 	}
+	if sub.s.direct {
+		// What the relay checks before it publishes, as of now.
+		d := sub.next.Context().(*directMsg)
+		d.live, d.losses = sub.live, sub.losses.Load()
+	}
 	return sub.out, sub.next
+}
+
+// renewedAt records that the leases were renewed at t.
+func (sub *subscription) renewedAt(t time.Time) {
+	sub.renewed = t
+	sub.sendUntil.Store(t.Add(sub.s.cfg.Lease * 2 / 3).UnixNano())
 }
 
 // maySend tells whether the subscription may send rows now: it holds its
@@ -505,6 +523,27 @@ type directMsg struct {
 	row     *row
 	msg     *message.Message
 	settled atomic.Bool
+	// live and losses are the subscription's when it handed msg out.
+	live   *liveness
+	losses int64
+}
+
+// mayPublish tells whether the relay may still publish msg, which the
+// subscription handed out a while ago: it may have waited for a publish
+// slot for long, while the subscription lost its liveness lock, went two
+// thirds into its leases without renewing them, or lost partitions. The
+// relay checks it right before the broker is called, as maySend is
+// checked before the subscription hands a message out.
+func (d *directMsg) mayPublish() bool {
+	return d.live.ok() && time.Now().UnixNano() < d.sub.sendUntil.Load() && d.sub.losses.Load() == d.losses
+}
+
+// unsent gives back msg, which the relay did not publish (see mayPublish):
+// its row comes again, with the rest of its aggregate behind it.
+func unsent(msg *message.Message) {
+	d := msg.Context().(*directMsg)
+	d.sub.s.reasons.Store(msg, failure{unsent: true})
+	settle(msg, false)
 }
 
 // settle acks (or nacks) msg: through its directMsg when it has one, else
@@ -530,6 +569,15 @@ func settle(msg *message.Message, acked bool) {
 
 // settled takes an ack or a nack of a message in flight.
 func (sub *subscription) settled(res result) {
+	if !res.acked {
+		if f, ok := sub.s.reasons.Load(res.msg); ok && f.(failure).unsent {
+			sub.s.reasons.Delete(res.msg)
+			// Not published, and no fault of the row: nothing to record.
+			sub.q.settle(res.row, false)
+			sub.block(res.row.aggregate(), res.row.partition, time.Now())
+			return
+		}
+	}
 	if !res.acked && sub.recordDone != nil {
 		// Record the acks before the failure: nothing acked comes again.
 		sub.finishRecording(<-sub.recordDone)
@@ -709,7 +757,7 @@ func (sub *subscription) applyRebalance(r rebalanceResult) bool {
 		s.cfg.Logger.Info("Partitions renewed again", watermill.LogFields{"relay": sub.holder})
 		sub.renewFailing = false
 	}
-	sub.renewed = r.started
+	sub.renewedAt(r.started)
 	return sub.apply(r.own, r.req.release)
 }
 
@@ -734,6 +782,9 @@ func (sub *subscription) rename() {
 // drops what it holds of the partitions it lost or gives back.
 func (sub *subscription) apply(own ownership, released []int) bool {
 	c := sub.parts.apply(own, released)
+	if len(c.lost) > 0 {
+		sub.losses.Add(1)
+	}
 	for _, p := range c.lost {
 		// Its lease ran out and another relay took it: stop sending its rows.
 		sub.s.cfg.Logger.Error("Lost a partition to another relay after its lease ran out", nil,
@@ -765,6 +816,7 @@ func (sub *subscription) lostLiveness() {
 // rebalance already under way is then disregarded.
 func (sub *subscription) giveUpAll() {
 	sub.epoch++
+	sub.losses.Add(1)
 	for _, p := range sub.parts.giveUpAll() {
 		sub.q.drop(p)
 	}

@@ -275,3 +275,90 @@ func TestSubscriberGivesUpItsPartitionsWhenRenewalsKeepFailing(t *testing.T) {
 	got.waitFor(t, want, 60*time.Second)
 	got.requireExactly(t, want)
 }
+
+// startsPublisher notes when each publish began, and holds every publish
+// after the first free ones until held is closed.
+type startsPublisher struct {
+	message.Publisher
+	free   atomic.Int64
+	held   chan struct{}
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+func (p *startsPublisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.Lock()
+	p.starts = append(p.starts, time.Now())
+	p.mu.Unlock()
+	if p.free.Add(-1) < 0 {
+		<-p.held
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+func (p *startsPublisher) startedAfter(at time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, tm := range p.starts {
+		if tm.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
+// A relay whose broker stalls while its renewal hangs holds messages it
+// took from its subscription before the fence, waiting for a publish slot.
+// None of them is published once the leases are two thirds of Lease old,
+// however long the broker kept them waiting: by then another relay may
+// have the partitions. Everything is delivered once both answer again.
+func TestRelayPublishesNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	// The broker takes ten publishes, then holds the next: the relay
+	// takes what it can from its subscription meanwhile.
+	pub := &startsPublisher{Publisher: pubsub, held: make(chan struct{})}
+	pub.free.Store(10)
+	want := emitInOneTx(t, b.client, "stalled", 300, 100)
+	const lease = 3 * time.Second
+	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
+		Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{Lease: lease, Partitions: 4}}}))
+	require.NoError(t, err)
+	renewals := newStall()
+	relay.OnRelayRenew(r, renewals.hook)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(pub.held) }) }
+	t.Cleanup(func() {
+		openGate()
+		renewals.open()
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			t.Error("the relay did not stop within 40s")
+		}
+	})
+
+	require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
+		"the first publishes did not arrive")
+	renewals.arm(t)
+	fence := renewals.waitEntered(t).Add(lease * 2 / 3)
+	time.Sleep(time.Until(fence.Add(lease))) // the leases have run out
+	openGate()
+	time.Sleep(2 * time.Second)
+	late := pub.startedAfter(fence.Add(time.Second))
+	require.Zero(t, late, "%d publishes began more than a second after two thirds of a lease whose renewal hangs", late)
+	require.Equal(t, 11, got.distinct(), "only the publish the broker held before the fence arrives")
+
+	renewals.open()
+	got.waitFor(t, want, 60*time.Second)
+	seen := got.firstSeen()
+	for agg, ids := range want.perAggregate {
+		require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
+	}
+}

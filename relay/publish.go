@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,14 @@ type publishing struct {
 	slots  chan struct{} // async: one per message in flight
 	work   chan outgoing // pool: the messages for the publishers
 	wg     sync.WaitGroup
+	// mayPublish, when set, is asked right before each message goes to
+	// the broker; a message it refuses is not published, and its done is
+	// called with errNotPublished.
+	mayPublish func(*message.Message) bool
 }
+
+// errNotPublished tells a message was not published: mayPublish refused it.
+var errNotPublished = errors.New("relay: not published: the read path may no longer send it")
 
 // asyncPublisher is broker.AsyncPublisher: PublishAsync returns at once
 // and calls done exactly once with the broker's answer.
@@ -57,6 +65,10 @@ func (r *Relay) startPublishing(concurrency int) *publishing {
 		go func() {
 			defer p.wg.Done()
 			for o := range p.work {
+				if p.mayPublish != nil && !p.mayPublish(o.msg) {
+					o.done(errNotPublished)
+					continue
+				}
 				s := p.prepare(o.msg)
 				err := r.cfg.Publisher.Publish(s.topic, s.out)
 				s.finish(err)
@@ -86,6 +98,11 @@ func (p *publishing) publish(ctx context.Context, msg *message.Message, done fun
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
 		return false
+	}
+	if p.mayPublish != nil && !p.mayPublish(msg) {
+		<-p.slots
+		done(errNotPublished)
+		return true
 	}
 	p.wg.Add(1)
 	s := p.prepare(msg)

@@ -267,6 +267,8 @@ type Relay struct {
 	fast atomic.Pointer[Subscriber]
 	// wal is the WAL path's status while it runs.
 	wal atomic.Pointer[walState]
+	// hooks go to its fast Subscriber; zero outside this package's tests.
+	hooks testHooks
 }
 
 // New checks cfg and returns a relay; Run starts it.
