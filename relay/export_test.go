@@ -30,8 +30,10 @@ func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
 }
 
 // OnRenew makes every renewal of the leases by s's run loops call fn
-// first: fn may block, as a database connection that hangs would, and an
-// error from it fails the renewal. Set it before Subscribe.
+// before it begins: fn may hold it back as long as it likes (as a stalled
+// process or a database that hangs would: the leases run from the renewal
+// before), and an error from it fails the renewal. Set it before
+// Subscribe.
 func OnRenew(s *Subscriber, fn func(context.Context) error) { s.hooks.renew = fn }
 
 // OnLivenessCheck makes every check of s's liveness sessions call fn

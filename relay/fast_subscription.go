@@ -690,17 +690,17 @@ type rebalanceResult struct {
 // touches none of its state.
 func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) rebalanceResult {
 	s := sub.s
+	if s.hooks.renew != nil {
+		if err := s.hooks.renew(ctx); err != nil {
+			return rebalanceResult{req: req, err: err, started: time.Now()}
+		}
+	}
 	res := rebalanceResult{req: req, started: time.Now()}
 	// Bounded, so that a database that hangs cannot delay the decision to
 	// give the partitions up.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Lease/3)
 	defer cancel()
-	if s.hooks.renew != nil {
-		res.err = s.hooks.renew(rctx)
-	}
-	if res.err == nil {
-		res.err = sub.live.ensure(rctx)
-	}
+	res.err = sub.live.ensure(rctx)
 	if res.err == nil {
 		res.own, res.err = s.store.rebalance(rctx, sub.topic, sub.holder, req.release, &sub.dead)
 	}

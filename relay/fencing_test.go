@@ -362,3 +362,109 @@ func TestRelayPublishesNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
 		require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
 	}
 }
+
+// idsPublisher notes the event ids it published.
+type idsPublisher struct {
+	message.Publisher
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (p *idsPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		p.ids[m.UUID] = true
+	}
+	return nil
+}
+
+// startRelay runs a relay whose renewals first call renew (nil for none),
+// until the test ends.
+func startRelay(t *testing.T, cfg relay.Config, renew func(context.Context) error) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(cfg)
+	require.NoError(t, err)
+	if renew != nil {
+		relay.OnRelayRenew(r, renew)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			t.Error("a relay did not stop within 40s")
+		}
+	})
+	return r
+}
+
+// A relay stalls (its renewals do not begin) while its broker holds a
+// publish and it holds more messages waiting for a publish slot. Its
+// leases run out and another relay takes its partitions and publishes
+// their events. Then the stalled relay renews, finding its partitions
+// taken, and its broker answers: of the messages it held, it publishes
+// none (a fresh renewal does not make them its own again).
+func TestRelayPublishesNothingOfPartitionsItLost(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	pubA := &startsPublisher{Publisher: &idsPublisher{Publisher: pubsub, ids: map[string]bool{}}, held: make(chan struct{})}
+	pubA.free.Store(10)
+	pubB := &idsPublisher{Publisher: pubsub, ids: map[string]bool{}}
+	want := emitInOneTx(t, b.client, "lost", 300, 100)
+	config := func(id string, pub message.Publisher) relay.Config {
+		return quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
+			Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{RelayID: id, Lease: 3 * time.Second, Partitions: 4}}})
+	}
+	renewals := newStall()
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(pubA.held) }) }
+	a := startRelay(t, config("a", pubA), renewals.hook)
+	t.Cleanup(func() { openGate(); renewals.open() }) // before a stops: it waits for both
+
+	require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
+		"the first publishes did not arrive")
+	renewals.arm(t)
+	renewals.waitEntered(t)
+	startRelay(t, config("b", pubB), nil)
+	// The stalled relay's membership lapsed with its leases: the other
+	// takes every partition.
+	require.Eventually(t, func() bool { o := owners(t, b); return o[keyWithPrefix(o, "b/")] == 4 }, 30*time.Second,
+		10*time.Millisecond, "the second relay did not take the partitions whose lease ran out: %v", owners(t, b))
+	require.Eventually(t, func() bool { pubB.mu.Lock(); defer pubB.mu.Unlock(); return len(pubB.ids) > 0 },
+		30*time.Second, 10*time.Millisecond, "the second relay published nothing")
+
+	now, _ := relay.BytesHeld(a)
+	require.Positive(t, now, "the stalled relay holds no message")
+	// Its renewal now finds them taken.
+	renewals.open()
+	require.Eventually(t, func() bool { st, _ := a.Status(); return st.Partitions < 4 }, 30*time.Second, 10*time.Millisecond,
+		"the stalled relay did not renew")
+	openGate()
+	got.waitFor(t, want, 60*time.Second)
+	// Until it settled every message it held, published or not.
+	require.Eventually(t, func() bool { now, _ := relay.BytesHeld(a); return now == 0 }, 30*time.Second, 10*time.Millisecond,
+		"the stalled relay still holds messages")
+
+	// The publish its broker held when it stalled had begun before: it
+	// may be one of the partitions lost.
+	idsA := pubA.Publisher.(*idsPublisher)
+	idsA.mu.Lock()
+	pubB.mu.Lock()
+	var both []string
+	for id := range idsA.ids {
+		if pubB.ids[id] {
+			both = append(both, id)
+		}
+	}
+	pubB.mu.Unlock()
+	idsA.mu.Unlock()
+	require.LessOrEqual(t, len(both), 1, "events of partitions the stalled relay lost were published by both: %v", both)
+}
