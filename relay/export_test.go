@@ -50,3 +50,7 @@ const LiveStale = liveStale
 
 // OnRelayRenew is OnRenew for the fast Subscriber of r. Set it before Run.
 func OnRelayRenew(r *Relay, fn func(context.Context) error) { r.hooks.renew = fn }
+
+// OnRelayLivenessCheck is OnLivenessCheck for the fast Subscriber of r.
+// Set it before Run.
+func OnRelayLivenessCheck(r *Relay, fn func(context.Context) error) { r.hooks.liveCheck = fn }

@@ -308,58 +308,71 @@ func (p *startsPublisher) startedAfter(at time.Time) int {
 	return n
 }
 
-// A relay whose broker stalls while its renewal hangs holds messages it
-// took from its subscription before the fence, waiting for a publish slot.
-// None of them is published once the leases are two thirds of Lease old,
-// however long the broker kept them waiting: by then another relay may
-// have the partitions. Everything is delivered once both answer again.
-func TestRelayPublishesNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
-	t.Parallel()
-	b := setupEmit(t)
-	pubsub, got := receiveInProcess(t, "orders")
-	// The broker takes ten publishes, then holds the next: the relay
-	// takes what it can from its subscription meanwhile.
-	pub := &startsPublisher{Publisher: pubsub, held: make(chan struct{})}
-	pub.free.Store(10)
-	want := emitInOneTx(t, b.client, "stalled", 300, 100)
+// A relay whose broker stalls holds messages it took from its
+// subscription before the fence, waiting for a publish slot, when its
+// renewal hangs or its liveness check does. None of them is published once
+// the fence is passed (two thirds of Lease after the last renewal,
+// LiveStale after the last confirmation of the lock), however long the
+// broker kept them waiting: by then another relay may have the
+// partitions. Everything is delivered once all answer again.
+func TestRelayPublishesNothingPastTheFence(t *testing.T) {
 	const lease = 3 * time.Second
-	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
-		Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{Lease: lease, Partitions: 4}}}))
-	require.NoError(t, err)
-	renewals := newStall()
-	relay.OnRelayRenew(r, renewals.hook)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var opened sync.Once
-	openGate := func() { opened.Do(func() { close(pub.held) }) }
-	t.Cleanup(func() {
-		openGate()
-		renewals.open()
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-			t.Error("the relay did not stop within 40s")
-		}
-	})
+	for _, c := range []struct {
+		name  string
+		set   func(*relay.Relay, func(context.Context) error)
+		fence time.Duration
+	}{
+		{"renewal hangs", relay.OnRelayRenew, lease * 2 / 3},
+		{"liveness check hangs", relay.OnRelayLivenessCheck, relay.LiveStale},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupEmit(t)
+			pubsub, got := receiveInProcess(t, "orders")
+			// The broker takes ten publishes, then holds the next: the
+			// relay takes what it can from its subscription meanwhile.
+			pub := &startsPublisher{Publisher: pubsub, held: make(chan struct{})}
+			pub.free.Store(10)
+			want := emitInOneTx(t, b.client, "stalled", 300, 100)
+			r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
+				Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{Lease: lease, Partitions: 4}}}))
+			require.NoError(t, err)
+			stalled := newStall()
+			c.set(r, stalled.hook)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			var opened sync.Once
+			openGate := func() { opened.Do(func() { close(pub.held) }) }
+			t.Cleanup(func() {
+				openGate()
+				stalled.open()
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(40 * time.Second):
+					t.Error("the relay did not stop within 40s")
+				}
+			})
 
-	require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
-		"the first publishes did not arrive")
-	renewals.arm(t)
-	fence := renewals.waitEntered(t).Add(lease * 2 / 3)
-	time.Sleep(time.Until(fence.Add(lease))) // the leases have run out
-	openGate()
-	time.Sleep(2 * time.Second)
-	late := pub.startedAfter(fence.Add(time.Second))
-	require.Zero(t, late, "%d publishes began more than a second after two thirds of a lease whose renewal hangs", late)
-	require.Equal(t, 11, got.distinct(), "only the publish the broker held before the fence arrives")
+			require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
+				"the first publishes did not arrive")
+			stalled.arm(t)
+			fence := stalled.waitEntered(t).Add(c.fence)
+			time.Sleep(time.Until(fence.Add(lease))) // long past it
+			openGate()
+			time.Sleep(2 * time.Second)
+			late := pub.startedAfter(fence.Add(time.Second))
+			require.Zero(t, late, "%d publishes began more than a second past the fence", late)
+			require.Equal(t, 11, got.distinct(), "only the publish the broker held before the fence arrives")
 
-	renewals.open()
-	got.waitFor(t, want, 60*time.Second)
-	seen := got.firstSeen()
-	for agg, ids := range want.perAggregate {
-		require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
+			stalled.open()
+			got.waitFor(t, want, 60*time.Second)
+			seen := got.firstSeen()
+			for agg, ids := range want.perAggregate {
+				require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
+			}
+		})
 	}
 }
 
