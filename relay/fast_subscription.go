@@ -128,8 +128,8 @@ func newSubscription(s *Subscriber, topic, holder string) *subscription {
 // outBuffer is the room of a subscription's channel: none for a Watermill
 // consumer, which takes one message at a time, a little for the relay, so
 // that the loop sends in bursts while the relay publishes. A message waiting
-// there is in flight: at worst it goes out a moment after maySend turned
-// false, well within the lease's margin.
+// there is in flight; the relay checks mayPublish before it publishes it,
+// however long it waited.
 func outBuffer(direct bool) int {
 	if direct {
 		return 16
