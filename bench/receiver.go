@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -35,7 +36,9 @@ func newReceiver(_ context.Context, brokerURL, topic string) (*receiver, error) 
 		return nil, fmt.Errorf("receiver: connecting to NATS: %w", err)
 	}
 	r := &receiver{nc: nc, brokerURL: brokerURL, topic: topic, got: make(map[string]time.Time)}
-	r.sub, err = nc.Subscribe(topic, func(m *nats.Msg) { r.record(m.Header.Get(nats.MsgIdHdr), time.Now()) })
+	// The event id is the Watermill UUID; Nats-Msg-Id is the publish id
+	// (event id and row id), which a retry or replay changes.
+	r.sub, err = nc.Subscribe(topic, func(m *nats.Msg) { r.record(m.Header.Get(wmnats.WatermillUUIDHdr), time.Now()) })
 	if err == nil {
 		err = r.sub.SetPendingLimits(-1, -1)
 	}
