@@ -254,6 +254,10 @@ func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, 
 type Tables struct {
 	Processed   string // the processed-events (dedupe) table
 	DeadLetters string // the dead-letter table
+	// Positions is the consumers' per-aggregate positions table
+	// (schema.ConsumerPosition); "" when the application has none, and
+	// then an aggregate's events are not put in order by the consumer.
+	Positions string
 }
 
 // For generated code. RecordDelivery is RecordProcessed that also returns

@@ -23,6 +23,11 @@ const (
 	// "<event id>/<row id>": publishing one row again after a crash is
 	// still dropped as the duplicate it is.
 	MetaPublishID = "outbox_publish_id"
+	// MetaAggregateSeq, set when the producer counts its aggregates'
+	// events (schema.AggregateSequence), is the event's place among its
+	// aggregate's events on its topic: 1, 2, 3..., dense over committed
+	// transactions. Consumers apply an aggregate's events in this order.
+	MetaAggregateSeq = "outbox_aggregate_seq"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

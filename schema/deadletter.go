@@ -37,6 +37,8 @@ func (DeadLetter) Fields() []ent.Field {
 		field.String("topic").Optional(),
 		field.String("aggregate_type").Optional(),
 		field.String("aggregate_id").Optional(),
+		field.Int64("aggregate_seq").Optional().Nillable().
+			Comment("the event's place in its aggregate's order on its topic; a retry keeps it"),
 		field.Bytes("payload").Optional().Comment("the payload as received, which may not be valid JSON"),
 		field.JSON("headers", json.RawMessage{}).Optional().SchemaType(jsonb()).
 			Comment("the headers as stored, which may not be an object of strings"),

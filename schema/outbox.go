@@ -50,6 +50,13 @@ func (Outbox) Fields() []ent.Field {
 		// It lets a consumer one version behind handle a newer event during
 		// a rolling deploy.
 		field.Int("readable_from").Optional().Nillable().Immutable().Positive(),
+		// aggregate_seq is the event's place among its aggregate's events on
+		// its topic: 1, 2, 3..., without gaps over committed transactions
+		// (Emit counts in the AggregateSequence table, whose row lock
+		// orders the aggregate's writers). Consumers apply an aggregate's
+		// events in this order whatever order the broker hands them out in.
+		// NULL on rows written without the sequence table.
+		field.Int64("aggregate_seq").Optional().Nillable().Immutable().Positive(),
 		field.Time("created_at").Default(time.Now).Immutable().
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
 		// transaction_id lets the compatible (watermill-sql) read path order

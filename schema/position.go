@@ -1,0 +1,64 @@
+package schema
+
+import (
+	"time"
+
+	"entgo.io/ent"
+	"entgo.io/ent/dialect/entsql"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+	"github.com/google/uuid"
+)
+
+// ConsumerPositionTable is the default table name of the consumers'
+// per-aggregate positions.
+const ConsumerPositionTable = "outbox_consumer_positions"
+
+// ConsumerPosition is how far one consumer name has applied one
+// aggregate's events on one topic (their aggregate_seq). It is read and
+// written in the handler's transaction, with the dedupe record: an event
+// at or below the position is a duplicate, the next one is applied, one
+// further ahead waits for its predecessor. So the effects of an aggregate
+// happen in order with any number of instances of the consumer.
+type ConsumerPosition struct {
+	ent.Schema
+}
+
+// Annotations names the table.
+func (ConsumerPosition) Annotations() []schema.Annotation {
+	return []schema.Annotation{entsql.Annotation{Table: ConsumerPositionTable}}
+}
+
+// Fields of a position.
+func (ConsumerPosition) Fields() []ent.Field {
+	return []ent.Field{
+		field.Int64("id"),
+		field.String("consumer").Immutable().NotEmpty(),
+		field.String("topic").Immutable(),
+		field.String("aggregate_type").Immutable(),
+		field.String("aggregate_id").Immutable(),
+		field.Int64("last_seq").NonNegative().Comment("the aggregate_seq of the last event applied (or passed over)"),
+		// Set while the aggregate is held: its event at held_seq is in the
+		// dead letters, and the ones after it wait for its repair.
+		field.Int64("held_seq").Optional().Nillable(),
+		field.UUID("held_event_id", uuid.UUID{}).Optional().Nillable(),
+		field.Time("held_at").Optional().Nillable(),
+		// Set while an event further ahead than the next waits for its
+		// predecessor: a gap older than the consumer's bound holds the
+		// aggregate instead of waiting for ever.
+		field.Time("waiting_since").Optional().Nillable(),
+		field.Time("updated_at").Default(time.Now).UpdateDefault(time.Now).
+			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+	}
+}
+
+// Indexes: one position per consumer, topic and aggregate; held
+// aggregates are found for status without a scan.
+func (ConsumerPosition) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("consumer", "topic", "aggregate_type", "aggregate_id").Unique().StorageKey("outbox_consumer_positions_key"),
+		index.Fields("consumer", "held_seq").StorageKey("outbox_consumer_positions_held").
+			Annotations(entsql.IndexWhere("held_seq IS NOT NULL")),
+	}
+}
