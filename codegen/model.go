@@ -20,6 +20,11 @@ type Model struct {
 	OutboxTable         string
 	ProcessedEventTable string
 	DeadLetterTable     string
+	// SequenceTable and PositionTable are "" when the schema has no
+	// AggregateSequence (Emit then numbers no events) or no
+	// ConsumerPosition (consumers then keep no per-aggregate order).
+	SequenceTable string
+	PositionTable string
 	Events              []*Event
 	declImports         []DeclImport
 }
@@ -215,6 +220,9 @@ var (
 	outboxFields     = []string{"event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id", "payload", "headers"}
 	processedFields  = []string{"consumer", "event_id", "event_name", "attempts", "processed_at"}
 	deadLetterFields = []string{"event_id", "source", "event_name", "payload", "headers", "reason", "attempts"}
+	sequenceFields   = []string{"topic", "aggregate_type", "aggregate_id", "last_seq"}
+	positionFields   = []string{"consumer", "topic", "aggregate_type", "aggregate_id", "last_seq", "held_seq",
+		"held_event_id", "held_at", "waiting_since"}
 )
 
 // entSuffixes are the names ent derives from a schema type; an event type
@@ -235,6 +243,12 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	taken := map[string]string{} // Go names generated into the ent package -> owner
 	if n := ourNode(g, "Outbox", outboxFields, true, fail); n != nil {
 		m.OutboxTable = n.Table()
+	}
+	if n := ourNode(g, "AggregateSequence", sequenceFields, false, fail); n != nil {
+		m.SequenceTable = n.Table()
+	}
+	if n := ourNode(g, "ConsumerPosition", positionFields, false, fail); n != nil {
+		m.PositionTable = n.Table()
 	}
 	// The consumer side is generated when both of its tables are there.
 	processed := ourNode(g, "ProcessedEvent", processedFields, false, fail)

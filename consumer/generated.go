@@ -50,17 +50,27 @@ type Set struct {
 	tracer     *tracing.Tracer
 	types      map[string]EventType
 	deadLetter func(context.Context, DeadLetter) error
+	tables     Tables // "" names for tables the generated code does not know
 
 	mu       sync.Mutex
 	handlers map[string]map[string]HandlerFunc // consumer -> event name -> handler
 }
 
 // For generated code. NewSet returns an empty handler set for the declared
-// event types; deadLetter stores what consumers give up on.
+// event types; deadLetter stores what consumers give up on. Handlers
+// generated before the consumer positions call it; NewSetFor says which
+// tables the generated code writes.
 func NewSet(types []EventType, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
+	return NewSetFor(types, Tables{}, deadLetter, opts...)
+}
+
+// For generated code. NewSetFor returns an empty handler set for the
+// declared event types, whose generated code writes tables; deadLetter
+// stores what consumers give up on.
+func NewSetFor(types []EventType, tables Tables, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
-		handlers: map[string]map[string]HandlerFunc{}}
+		tables: tables, handlers: map[string]map[string]HandlerFunc{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
@@ -332,6 +342,12 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		return fmt.Errorf("consumer: writing dead letter of event %s for consumer %q to %s: %w", d.Meta.EventID, d.Meta.Consumer, table, err)
 	}
 	return nil
+}
+
+// For generated code. StoreDeadLetter writes d into the dead-letter table
+// of t (see InsertDeadLetter).
+func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
+	return InsertDeadLetter(ctx, db, t.DeadLetters, d)
 }
 
 // For generated code. DecodeFields decodes a JSON object keeping numbers

@@ -100,6 +100,13 @@ func metaOf(msg *message.Message) (events.Meta, error) {
 		errs = append(errs, fmt.Sprintf("metadata %s %q is not a version number", events.MetaEventVersion, msg.Metadata.Get(events.MetaEventVersion)))
 	}
 	m.Version = v
+	if raw := msg.Metadata.Get(events.MetaAggregateSeq); raw != "" {
+		seq, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || seq < 1 {
+			errs = append(errs, fmt.Sprintf("metadata %s %q is not a positive number", events.MetaAggregateSeq, raw))
+		}
+		m.AggregateSeq = max(seq, 0)
+	}
 	if len(errs) > 0 {
 		return m, errors.New("malformed message: " + strings.Join(errs, "; "))
 	}

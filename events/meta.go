@@ -14,10 +14,13 @@ type Meta struct {
 	Topic         string
 	AggregateType string
 	AggregateID   string
-	CreatedAt     time.Time // when the event was written; zero if the message did not say
-	Headers       map[string]string
-	Consumer      string // the consumer name the handler is registered under
-	Attempt       int    // 1 for the first try of this delivery
+	// AggregateSeq is the event's place among its aggregate's events on
+	// its topic (1, 2, 3...); 0 when its producer does not number them.
+	AggregateSeq int64
+	CreatedAt    time.Time // when the event was written; zero if the message did not say
+	Headers      map[string]string
+	Consumer     string // the consumer name the handler is registered under
+	Attempt      int    // 1 for the first try of this delivery
 }
 
 // Upcaster is implemented by an event declaration whose versions cannot all
