@@ -114,6 +114,20 @@ func (_c *DeadLetterCreate) SetNillableAggregateID(v *string) *DeadLetterCreate 
 	return _c
 }
 
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (_c *DeadLetterCreate) SetAggregateSeq(v int64) *DeadLetterCreate {
+	_c.mutation.SetAggregateSeq(v)
+	return _c
+}
+
+// SetNillableAggregateSeq sets the "aggregate_seq" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableAggregateSeq(v *int64) *DeadLetterCreate {
+	if v != nil {
+		_c.SetAggregateSeq(*v)
+	}
+	return _c
+}
+
 // SetPayload sets the "payload" field.
 func (_c *DeadLetterCreate) SetPayload(v []byte) *DeadLetterCreate {
 	_c.mutation.SetPayload(v)
@@ -342,6 +356,10 @@ func (_c *DeadLetterCreate) createSpec() (*DeadLetter, *sqlgraph.CreateSpec) {
 		_spec.SetField(deadletter.FieldAggregateID, field.TypeString, value)
 		_node.AggregateID = value
 	}
+	if value, ok := _c.mutation.AggregateSeq(); ok {
+		_spec.SetField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+		_node.AggregateSeq = &value
+	}
 	if value, ok := _c.mutation.Payload(); ok {
 		_spec.SetField(deadletter.FieldPayload, field.TypeBytes, value)
 		_node.Payload = value
@@ -553,6 +571,30 @@ func (u *DeadLetterUpsert) UpdateAggregateID() *DeadLetterUpsert {
 // ClearAggregateID clears the value of the "aggregate_id" field.
 func (u *DeadLetterUpsert) ClearAggregateID() *DeadLetterUpsert {
 	u.SetNull(deadletter.FieldAggregateID)
+	return u
+}
+
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (u *DeadLetterUpsert) SetAggregateSeq(v int64) *DeadLetterUpsert {
+	u.Set(deadletter.FieldAggregateSeq, v)
+	return u
+}
+
+// UpdateAggregateSeq sets the "aggregate_seq" field to the value that was provided on create.
+func (u *DeadLetterUpsert) UpdateAggregateSeq() *DeadLetterUpsert {
+	u.SetExcluded(deadletter.FieldAggregateSeq)
+	return u
+}
+
+// AddAggregateSeq adds v to the "aggregate_seq" field.
+func (u *DeadLetterUpsert) AddAggregateSeq(v int64) *DeadLetterUpsert {
+	u.Add(deadletter.FieldAggregateSeq, v)
+	return u
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (u *DeadLetterUpsert) ClearAggregateSeq() *DeadLetterUpsert {
+	u.SetNull(deadletter.FieldAggregateSeq)
 	return u
 }
 
@@ -889,6 +931,34 @@ func (u *DeadLetterUpsertOne) UpdateAggregateID() *DeadLetterUpsertOne {
 func (u *DeadLetterUpsertOne) ClearAggregateID() *DeadLetterUpsertOne {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.ClearAggregateID()
+	})
+}
+
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (u *DeadLetterUpsertOne) SetAggregateSeq(v int64) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetAggregateSeq(v)
+	})
+}
+
+// AddAggregateSeq adds v to the "aggregate_seq" field.
+func (u *DeadLetterUpsertOne) AddAggregateSeq(v int64) *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.AddAggregateSeq(v)
+	})
+}
+
+// UpdateAggregateSeq sets the "aggregate_seq" field to the value that was provided on create.
+func (u *DeadLetterUpsertOne) UpdateAggregateSeq() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateAggregateSeq()
+	})
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (u *DeadLetterUpsertOne) ClearAggregateSeq() *DeadLetterUpsertOne {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearAggregateSeq()
 	})
 }
 
@@ -1414,6 +1484,34 @@ func (u *DeadLetterUpsertBulk) UpdateAggregateID() *DeadLetterUpsertBulk {
 func (u *DeadLetterUpsertBulk) ClearAggregateID() *DeadLetterUpsertBulk {
 	return u.Update(func(s *DeadLetterUpsert) {
 		s.ClearAggregateID()
+	})
+}
+
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (u *DeadLetterUpsertBulk) SetAggregateSeq(v int64) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.SetAggregateSeq(v)
+	})
+}
+
+// AddAggregateSeq adds v to the "aggregate_seq" field.
+func (u *DeadLetterUpsertBulk) AddAggregateSeq(v int64) *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.AddAggregateSeq(v)
+	})
+}
+
+// UpdateAggregateSeq sets the "aggregate_seq" field to the value that was provided on create.
+func (u *DeadLetterUpsertBulk) UpdateAggregateSeq() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.UpdateAggregateSeq()
+	})
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (u *DeadLetterUpsertBulk) ClearAggregateSeq() *DeadLetterUpsertBulk {
+	return u.Update(func(s *DeadLetterUpsert) {
+		s.ClearAggregateSeq()
 	})
 }
 

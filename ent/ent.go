@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/entoutbox/entoutbox/ent/aggregatesequence"
+	"github.com/entoutbox/entoutbox/ent/consumerposition"
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	"github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/ent/processedevent"
@@ -75,9 +77,11 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			deadletter.Table:     deadletter.ValidColumn,
-			outbox.Table:         outbox.ValidColumn,
-			processedevent.Table: processedevent.ValidColumn,
+			aggregatesequence.Table: aggregatesequence.ValidColumn,
+			consumerposition.Table:  consumerposition.ValidColumn,
+			deadletter.Table:        deadletter.ValidColumn,
+			outbox.Table:            outbox.ValidColumn,
+			processedevent.Table:    processedevent.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

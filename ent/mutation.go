@@ -12,6 +12,8 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
+	"github.com/entoutbox/entoutbox/ent/aggregatesequence"
+	"github.com/entoutbox/entoutbox/ent/consumerposition"
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	"github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/ent/predicate"
@@ -28,10 +30,1509 @@ const (
 	OpUpdateOne = ent.OpUpdateOne
 
 	// Node types.
-	TypeDeadLetter     = "DeadLetter"
-	TypeOutbox         = "Outbox"
-	TypeProcessedEvent = "ProcessedEvent"
+	TypeAggregateSequence = "AggregateSequence"
+	TypeConsumerPosition  = "ConsumerPosition"
+	TypeDeadLetter        = "DeadLetter"
+	TypeOutbox            = "Outbox"
+	TypeProcessedEvent    = "ProcessedEvent"
 )
+
+// AggregateSequenceMutation represents an operation that mutates the AggregateSequence nodes in the graph.
+type AggregateSequenceMutation struct {
+	config
+	op             Op
+	typ            string
+	id             *int64
+	topic          *string
+	aggregate_type *string
+	aggregate_id   *string
+	last_seq       *int64
+	addlast_seq    *int64
+	clearedFields  map[string]struct{}
+	done           bool
+	oldValue       func(context.Context) (*AggregateSequence, error)
+	predicates     []predicate.AggregateSequence
+}
+
+var _ ent.Mutation = (*AggregateSequenceMutation)(nil)
+
+// aggregatesequenceOption allows management of the mutation configuration using functional options.
+type aggregatesequenceOption func(*AggregateSequenceMutation)
+
+// newAggregateSequenceMutation creates new mutation for the AggregateSequence entity.
+func newAggregateSequenceMutation(c config, op Op, opts ...aggregatesequenceOption) *AggregateSequenceMutation {
+	m := &AggregateSequenceMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeAggregateSequence,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withAggregateSequenceID sets the ID field of the mutation.
+func withAggregateSequenceID(id int64) aggregatesequenceOption {
+	return func(m *AggregateSequenceMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *AggregateSequence
+		)
+		m.oldValue = func(ctx context.Context) (*AggregateSequence, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().AggregateSequence.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withAggregateSequence sets the old AggregateSequence of the mutation.
+func withAggregateSequence(node *AggregateSequence) aggregatesequenceOption {
+	return func(m *AggregateSequenceMutation) {
+		m.oldValue = func(context.Context) (*AggregateSequence, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m AggregateSequenceMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m AggregateSequenceMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// SetID sets the value of the id field. Note that this
+// operation is only accepted on creation of AggregateSequence entities.
+func (m *AggregateSequenceMutation) SetID(id int64) {
+	m.id = &id
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *AggregateSequenceMutation) ID() (id int64, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *AggregateSequenceMutation) IDs(ctx context.Context) ([]int64, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int64{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().AggregateSequence.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetTopic sets the "topic" field.
+func (m *AggregateSequenceMutation) SetTopic(s string) {
+	m.topic = &s
+}
+
+// Topic returns the value of the "topic" field in the mutation.
+func (m *AggregateSequenceMutation) Topic() (r string, exists bool) {
+	v := m.topic
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTopic returns the old "topic" field's value of the AggregateSequence entity.
+// If the AggregateSequence object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AggregateSequenceMutation) OldTopic(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTopic is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTopic requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTopic: %w", err)
+	}
+	return oldValue.Topic, nil
+}
+
+// ResetTopic resets all changes to the "topic" field.
+func (m *AggregateSequenceMutation) ResetTopic() {
+	m.topic = nil
+}
+
+// SetAggregateType sets the "aggregate_type" field.
+func (m *AggregateSequenceMutation) SetAggregateType(s string) {
+	m.aggregate_type = &s
+}
+
+// AggregateType returns the value of the "aggregate_type" field in the mutation.
+func (m *AggregateSequenceMutation) AggregateType() (r string, exists bool) {
+	v := m.aggregate_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateType returns the old "aggregate_type" field's value of the AggregateSequence entity.
+// If the AggregateSequence object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AggregateSequenceMutation) OldAggregateType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateType: %w", err)
+	}
+	return oldValue.AggregateType, nil
+}
+
+// ResetAggregateType resets all changes to the "aggregate_type" field.
+func (m *AggregateSequenceMutation) ResetAggregateType() {
+	m.aggregate_type = nil
+}
+
+// SetAggregateID sets the "aggregate_id" field.
+func (m *AggregateSequenceMutation) SetAggregateID(s string) {
+	m.aggregate_id = &s
+}
+
+// AggregateID returns the value of the "aggregate_id" field in the mutation.
+func (m *AggregateSequenceMutation) AggregateID() (r string, exists bool) {
+	v := m.aggregate_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateID returns the old "aggregate_id" field's value of the AggregateSequence entity.
+// If the AggregateSequence object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AggregateSequenceMutation) OldAggregateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateID: %w", err)
+	}
+	return oldValue.AggregateID, nil
+}
+
+// ResetAggregateID resets all changes to the "aggregate_id" field.
+func (m *AggregateSequenceMutation) ResetAggregateID() {
+	m.aggregate_id = nil
+}
+
+// SetLastSeq sets the "last_seq" field.
+func (m *AggregateSequenceMutation) SetLastSeq(i int64) {
+	m.last_seq = &i
+	m.addlast_seq = nil
+}
+
+// LastSeq returns the value of the "last_seq" field in the mutation.
+func (m *AggregateSequenceMutation) LastSeq() (r int64, exists bool) {
+	v := m.last_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastSeq returns the old "last_seq" field's value of the AggregateSequence entity.
+// If the AggregateSequence object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *AggregateSequenceMutation) OldLastSeq(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastSeq: %w", err)
+	}
+	return oldValue.LastSeq, nil
+}
+
+// AddLastSeq adds i to the "last_seq" field.
+func (m *AggregateSequenceMutation) AddLastSeq(i int64) {
+	if m.addlast_seq != nil {
+		*m.addlast_seq += i
+	} else {
+		m.addlast_seq = &i
+	}
+}
+
+// AddedLastSeq returns the value that was added to the "last_seq" field in this mutation.
+func (m *AggregateSequenceMutation) AddedLastSeq() (r int64, exists bool) {
+	v := m.addlast_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetLastSeq resets all changes to the "last_seq" field.
+func (m *AggregateSequenceMutation) ResetLastSeq() {
+	m.last_seq = nil
+	m.addlast_seq = nil
+}
+
+// Where appends a list predicates to the AggregateSequenceMutation builder.
+func (m *AggregateSequenceMutation) Where(ps ...predicate.AggregateSequence) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the AggregateSequenceMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *AggregateSequenceMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.AggregateSequence, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *AggregateSequenceMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *AggregateSequenceMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (AggregateSequence).
+func (m *AggregateSequenceMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *AggregateSequenceMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.topic != nil {
+		fields = append(fields, aggregatesequence.FieldTopic)
+	}
+	if m.aggregate_type != nil {
+		fields = append(fields, aggregatesequence.FieldAggregateType)
+	}
+	if m.aggregate_id != nil {
+		fields = append(fields, aggregatesequence.FieldAggregateID)
+	}
+	if m.last_seq != nil {
+		fields = append(fields, aggregatesequence.FieldLastSeq)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *AggregateSequenceMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case aggregatesequence.FieldTopic:
+		return m.Topic()
+	case aggregatesequence.FieldAggregateType:
+		return m.AggregateType()
+	case aggregatesequence.FieldAggregateID:
+		return m.AggregateID()
+	case aggregatesequence.FieldLastSeq:
+		return m.LastSeq()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *AggregateSequenceMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case aggregatesequence.FieldTopic:
+		return m.OldTopic(ctx)
+	case aggregatesequence.FieldAggregateType:
+		return m.OldAggregateType(ctx)
+	case aggregatesequence.FieldAggregateID:
+		return m.OldAggregateID(ctx)
+	case aggregatesequence.FieldLastSeq:
+		return m.OldLastSeq(ctx)
+	}
+	return nil, fmt.Errorf("unknown AggregateSequence field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AggregateSequenceMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case aggregatesequence.FieldTopic:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTopic(v)
+		return nil
+	case aggregatesequence.FieldAggregateType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateType(v)
+		return nil
+	case aggregatesequence.FieldAggregateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateID(v)
+		return nil
+	case aggregatesequence.FieldLastSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastSeq(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AggregateSequence field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *AggregateSequenceMutation) AddedFields() []string {
+	var fields []string
+	if m.addlast_seq != nil {
+		fields = append(fields, aggregatesequence.FieldLastSeq)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *AggregateSequenceMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case aggregatesequence.FieldLastSeq:
+		return m.AddedLastSeq()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *AggregateSequenceMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case aggregatesequence.FieldLastSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddLastSeq(v)
+		return nil
+	}
+	return fmt.Errorf("unknown AggregateSequence numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *AggregateSequenceMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *AggregateSequenceMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *AggregateSequenceMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown AggregateSequence nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *AggregateSequenceMutation) ResetField(name string) error {
+	switch name {
+	case aggregatesequence.FieldTopic:
+		m.ResetTopic()
+		return nil
+	case aggregatesequence.FieldAggregateType:
+		m.ResetAggregateType()
+		return nil
+	case aggregatesequence.FieldAggregateID:
+		m.ResetAggregateID()
+		return nil
+	case aggregatesequence.FieldLastSeq:
+		m.ResetLastSeq()
+		return nil
+	}
+	return fmt.Errorf("unknown AggregateSequence field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *AggregateSequenceMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *AggregateSequenceMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *AggregateSequenceMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *AggregateSequenceMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *AggregateSequenceMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *AggregateSequenceMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *AggregateSequenceMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown AggregateSequence unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *AggregateSequenceMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown AggregateSequence edge %s", name)
+}
+
+// ConsumerPositionMutation represents an operation that mutates the ConsumerPosition nodes in the graph.
+type ConsumerPositionMutation struct {
+	config
+	op             Op
+	typ            string
+	id             *int64
+	consumer       *string
+	topic          *string
+	aggregate_type *string
+	aggregate_id   *string
+	last_seq       *int64
+	addlast_seq    *int64
+	held_seq       *int64
+	addheld_seq    *int64
+	held_event_id  *uuid.UUID
+	held_at        *time.Time
+	waiting_since  *time.Time
+	updated_at     *time.Time
+	clearedFields  map[string]struct{}
+	done           bool
+	oldValue       func(context.Context) (*ConsumerPosition, error)
+	predicates     []predicate.ConsumerPosition
+}
+
+var _ ent.Mutation = (*ConsumerPositionMutation)(nil)
+
+// consumerpositionOption allows management of the mutation configuration using functional options.
+type consumerpositionOption func(*ConsumerPositionMutation)
+
+// newConsumerPositionMutation creates new mutation for the ConsumerPosition entity.
+func newConsumerPositionMutation(c config, op Op, opts ...consumerpositionOption) *ConsumerPositionMutation {
+	m := &ConsumerPositionMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeConsumerPosition,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withConsumerPositionID sets the ID field of the mutation.
+func withConsumerPositionID(id int64) consumerpositionOption {
+	return func(m *ConsumerPositionMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ConsumerPosition
+		)
+		m.oldValue = func(ctx context.Context) (*ConsumerPosition, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ConsumerPosition.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withConsumerPosition sets the old ConsumerPosition of the mutation.
+func withConsumerPosition(node *ConsumerPosition) consumerpositionOption {
+	return func(m *ConsumerPositionMutation) {
+		m.oldValue = func(context.Context) (*ConsumerPosition, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ConsumerPositionMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ConsumerPositionMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// SetID sets the value of the id field. Note that this
+// operation is only accepted on creation of ConsumerPosition entities.
+func (m *ConsumerPositionMutation) SetID(id int64) {
+	m.id = &id
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ConsumerPositionMutation) ID() (id int64, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ConsumerPositionMutation) IDs(ctx context.Context) ([]int64, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int64{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ConsumerPosition.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetConsumer sets the "consumer" field.
+func (m *ConsumerPositionMutation) SetConsumer(s string) {
+	m.consumer = &s
+}
+
+// Consumer returns the value of the "consumer" field in the mutation.
+func (m *ConsumerPositionMutation) Consumer() (r string, exists bool) {
+	v := m.consumer
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldConsumer returns the old "consumer" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldConsumer(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldConsumer is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldConsumer requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldConsumer: %w", err)
+	}
+	return oldValue.Consumer, nil
+}
+
+// ResetConsumer resets all changes to the "consumer" field.
+func (m *ConsumerPositionMutation) ResetConsumer() {
+	m.consumer = nil
+}
+
+// SetTopic sets the "topic" field.
+func (m *ConsumerPositionMutation) SetTopic(s string) {
+	m.topic = &s
+}
+
+// Topic returns the value of the "topic" field in the mutation.
+func (m *ConsumerPositionMutation) Topic() (r string, exists bool) {
+	v := m.topic
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTopic returns the old "topic" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldTopic(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTopic is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTopic requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTopic: %w", err)
+	}
+	return oldValue.Topic, nil
+}
+
+// ResetTopic resets all changes to the "topic" field.
+func (m *ConsumerPositionMutation) ResetTopic() {
+	m.topic = nil
+}
+
+// SetAggregateType sets the "aggregate_type" field.
+func (m *ConsumerPositionMutation) SetAggregateType(s string) {
+	m.aggregate_type = &s
+}
+
+// AggregateType returns the value of the "aggregate_type" field in the mutation.
+func (m *ConsumerPositionMutation) AggregateType() (r string, exists bool) {
+	v := m.aggregate_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateType returns the old "aggregate_type" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldAggregateType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateType: %w", err)
+	}
+	return oldValue.AggregateType, nil
+}
+
+// ResetAggregateType resets all changes to the "aggregate_type" field.
+func (m *ConsumerPositionMutation) ResetAggregateType() {
+	m.aggregate_type = nil
+}
+
+// SetAggregateID sets the "aggregate_id" field.
+func (m *ConsumerPositionMutation) SetAggregateID(s string) {
+	m.aggregate_id = &s
+}
+
+// AggregateID returns the value of the "aggregate_id" field in the mutation.
+func (m *ConsumerPositionMutation) AggregateID() (r string, exists bool) {
+	v := m.aggregate_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateID returns the old "aggregate_id" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldAggregateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateID: %w", err)
+	}
+	return oldValue.AggregateID, nil
+}
+
+// ResetAggregateID resets all changes to the "aggregate_id" field.
+func (m *ConsumerPositionMutation) ResetAggregateID() {
+	m.aggregate_id = nil
+}
+
+// SetLastSeq sets the "last_seq" field.
+func (m *ConsumerPositionMutation) SetLastSeq(i int64) {
+	m.last_seq = &i
+	m.addlast_seq = nil
+}
+
+// LastSeq returns the value of the "last_seq" field in the mutation.
+func (m *ConsumerPositionMutation) LastSeq() (r int64, exists bool) {
+	v := m.last_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldLastSeq returns the old "last_seq" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldLastSeq(ctx context.Context) (v int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldLastSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldLastSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldLastSeq: %w", err)
+	}
+	return oldValue.LastSeq, nil
+}
+
+// AddLastSeq adds i to the "last_seq" field.
+func (m *ConsumerPositionMutation) AddLastSeq(i int64) {
+	if m.addlast_seq != nil {
+		*m.addlast_seq += i
+	} else {
+		m.addlast_seq = &i
+	}
+}
+
+// AddedLastSeq returns the value that was added to the "last_seq" field in this mutation.
+func (m *ConsumerPositionMutation) AddedLastSeq() (r int64, exists bool) {
+	v := m.addlast_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetLastSeq resets all changes to the "last_seq" field.
+func (m *ConsumerPositionMutation) ResetLastSeq() {
+	m.last_seq = nil
+	m.addlast_seq = nil
+}
+
+// SetHeldSeq sets the "held_seq" field.
+func (m *ConsumerPositionMutation) SetHeldSeq(i int64) {
+	m.held_seq = &i
+	m.addheld_seq = nil
+}
+
+// HeldSeq returns the value of the "held_seq" field in the mutation.
+func (m *ConsumerPositionMutation) HeldSeq() (r int64, exists bool) {
+	v := m.held_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHeldSeq returns the old "held_seq" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldHeldSeq(ctx context.Context) (v *int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHeldSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHeldSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHeldSeq: %w", err)
+	}
+	return oldValue.HeldSeq, nil
+}
+
+// AddHeldSeq adds i to the "held_seq" field.
+func (m *ConsumerPositionMutation) AddHeldSeq(i int64) {
+	if m.addheld_seq != nil {
+		*m.addheld_seq += i
+	} else {
+		m.addheld_seq = &i
+	}
+}
+
+// AddedHeldSeq returns the value that was added to the "held_seq" field in this mutation.
+func (m *ConsumerPositionMutation) AddedHeldSeq() (r int64, exists bool) {
+	v := m.addheld_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearHeldSeq clears the value of the "held_seq" field.
+func (m *ConsumerPositionMutation) ClearHeldSeq() {
+	m.held_seq = nil
+	m.addheld_seq = nil
+	m.clearedFields[consumerposition.FieldHeldSeq] = struct{}{}
+}
+
+// HeldSeqCleared returns if the "held_seq" field was cleared in this mutation.
+func (m *ConsumerPositionMutation) HeldSeqCleared() bool {
+	_, ok := m.clearedFields[consumerposition.FieldHeldSeq]
+	return ok
+}
+
+// ResetHeldSeq resets all changes to the "held_seq" field.
+func (m *ConsumerPositionMutation) ResetHeldSeq() {
+	m.held_seq = nil
+	m.addheld_seq = nil
+	delete(m.clearedFields, consumerposition.FieldHeldSeq)
+}
+
+// SetHeldEventID sets the "held_event_id" field.
+func (m *ConsumerPositionMutation) SetHeldEventID(u uuid.UUID) {
+	m.held_event_id = &u
+}
+
+// HeldEventID returns the value of the "held_event_id" field in the mutation.
+func (m *ConsumerPositionMutation) HeldEventID() (r uuid.UUID, exists bool) {
+	v := m.held_event_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHeldEventID returns the old "held_event_id" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldHeldEventID(ctx context.Context) (v *uuid.UUID, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHeldEventID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHeldEventID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHeldEventID: %w", err)
+	}
+	return oldValue.HeldEventID, nil
+}
+
+// ClearHeldEventID clears the value of the "held_event_id" field.
+func (m *ConsumerPositionMutation) ClearHeldEventID() {
+	m.held_event_id = nil
+	m.clearedFields[consumerposition.FieldHeldEventID] = struct{}{}
+}
+
+// HeldEventIDCleared returns if the "held_event_id" field was cleared in this mutation.
+func (m *ConsumerPositionMutation) HeldEventIDCleared() bool {
+	_, ok := m.clearedFields[consumerposition.FieldHeldEventID]
+	return ok
+}
+
+// ResetHeldEventID resets all changes to the "held_event_id" field.
+func (m *ConsumerPositionMutation) ResetHeldEventID() {
+	m.held_event_id = nil
+	delete(m.clearedFields, consumerposition.FieldHeldEventID)
+}
+
+// SetHeldAt sets the "held_at" field.
+func (m *ConsumerPositionMutation) SetHeldAt(t time.Time) {
+	m.held_at = &t
+}
+
+// HeldAt returns the value of the "held_at" field in the mutation.
+func (m *ConsumerPositionMutation) HeldAt() (r time.Time, exists bool) {
+	v := m.held_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHeldAt returns the old "held_at" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldHeldAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHeldAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHeldAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHeldAt: %w", err)
+	}
+	return oldValue.HeldAt, nil
+}
+
+// ClearHeldAt clears the value of the "held_at" field.
+func (m *ConsumerPositionMutation) ClearHeldAt() {
+	m.held_at = nil
+	m.clearedFields[consumerposition.FieldHeldAt] = struct{}{}
+}
+
+// HeldAtCleared returns if the "held_at" field was cleared in this mutation.
+func (m *ConsumerPositionMutation) HeldAtCleared() bool {
+	_, ok := m.clearedFields[consumerposition.FieldHeldAt]
+	return ok
+}
+
+// ResetHeldAt resets all changes to the "held_at" field.
+func (m *ConsumerPositionMutation) ResetHeldAt() {
+	m.held_at = nil
+	delete(m.clearedFields, consumerposition.FieldHeldAt)
+}
+
+// SetWaitingSince sets the "waiting_since" field.
+func (m *ConsumerPositionMutation) SetWaitingSince(t time.Time) {
+	m.waiting_since = &t
+}
+
+// WaitingSince returns the value of the "waiting_since" field in the mutation.
+func (m *ConsumerPositionMutation) WaitingSince() (r time.Time, exists bool) {
+	v := m.waiting_since
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitingSince returns the old "waiting_since" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldWaitingSince(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitingSince is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitingSince requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitingSince: %w", err)
+	}
+	return oldValue.WaitingSince, nil
+}
+
+// ClearWaitingSince clears the value of the "waiting_since" field.
+func (m *ConsumerPositionMutation) ClearWaitingSince() {
+	m.waiting_since = nil
+	m.clearedFields[consumerposition.FieldWaitingSince] = struct{}{}
+}
+
+// WaitingSinceCleared returns if the "waiting_since" field was cleared in this mutation.
+func (m *ConsumerPositionMutation) WaitingSinceCleared() bool {
+	_, ok := m.clearedFields[consumerposition.FieldWaitingSince]
+	return ok
+}
+
+// ResetWaitingSince resets all changes to the "waiting_since" field.
+func (m *ConsumerPositionMutation) ResetWaitingSince() {
+	m.waiting_since = nil
+	delete(m.clearedFields, consumerposition.FieldWaitingSince)
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *ConsumerPositionMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *ConsumerPositionMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *ConsumerPositionMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// Where appends a list predicates to the ConsumerPositionMutation builder.
+func (m *ConsumerPositionMutation) Where(ps ...predicate.ConsumerPosition) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ConsumerPositionMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ConsumerPositionMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ConsumerPosition, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ConsumerPositionMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ConsumerPositionMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ConsumerPosition).
+func (m *ConsumerPositionMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ConsumerPositionMutation) Fields() []string {
+	fields := make([]string, 0, 10)
+	if m.consumer != nil {
+		fields = append(fields, consumerposition.FieldConsumer)
+	}
+	if m.topic != nil {
+		fields = append(fields, consumerposition.FieldTopic)
+	}
+	if m.aggregate_type != nil {
+		fields = append(fields, consumerposition.FieldAggregateType)
+	}
+	if m.aggregate_id != nil {
+		fields = append(fields, consumerposition.FieldAggregateID)
+	}
+	if m.last_seq != nil {
+		fields = append(fields, consumerposition.FieldLastSeq)
+	}
+	if m.held_seq != nil {
+		fields = append(fields, consumerposition.FieldHeldSeq)
+	}
+	if m.held_event_id != nil {
+		fields = append(fields, consumerposition.FieldHeldEventID)
+	}
+	if m.held_at != nil {
+		fields = append(fields, consumerposition.FieldHeldAt)
+	}
+	if m.waiting_since != nil {
+		fields = append(fields, consumerposition.FieldWaitingSince)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, consumerposition.FieldUpdatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ConsumerPositionMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case consumerposition.FieldConsumer:
+		return m.Consumer()
+	case consumerposition.FieldTopic:
+		return m.Topic()
+	case consumerposition.FieldAggregateType:
+		return m.AggregateType()
+	case consumerposition.FieldAggregateID:
+		return m.AggregateID()
+	case consumerposition.FieldLastSeq:
+		return m.LastSeq()
+	case consumerposition.FieldHeldSeq:
+		return m.HeldSeq()
+	case consumerposition.FieldHeldEventID:
+		return m.HeldEventID()
+	case consumerposition.FieldHeldAt:
+		return m.HeldAt()
+	case consumerposition.FieldWaitingSince:
+		return m.WaitingSince()
+	case consumerposition.FieldUpdatedAt:
+		return m.UpdatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ConsumerPositionMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case consumerposition.FieldConsumer:
+		return m.OldConsumer(ctx)
+	case consumerposition.FieldTopic:
+		return m.OldTopic(ctx)
+	case consumerposition.FieldAggregateType:
+		return m.OldAggregateType(ctx)
+	case consumerposition.FieldAggregateID:
+		return m.OldAggregateID(ctx)
+	case consumerposition.FieldLastSeq:
+		return m.OldLastSeq(ctx)
+	case consumerposition.FieldHeldSeq:
+		return m.OldHeldSeq(ctx)
+	case consumerposition.FieldHeldEventID:
+		return m.OldHeldEventID(ctx)
+	case consumerposition.FieldHeldAt:
+		return m.OldHeldAt(ctx)
+	case consumerposition.FieldWaitingSince:
+		return m.OldWaitingSince(ctx)
+	case consumerposition.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown ConsumerPosition field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ConsumerPositionMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case consumerposition.FieldConsumer:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetConsumer(v)
+		return nil
+	case consumerposition.FieldTopic:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTopic(v)
+		return nil
+	case consumerposition.FieldAggregateType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateType(v)
+		return nil
+	case consumerposition.FieldAggregateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateID(v)
+		return nil
+	case consumerposition.FieldLastSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetLastSeq(v)
+		return nil
+	case consumerposition.FieldHeldSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHeldSeq(v)
+		return nil
+	case consumerposition.FieldHeldEventID:
+		v, ok := value.(uuid.UUID)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHeldEventID(v)
+		return nil
+	case consumerposition.FieldHeldAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHeldAt(v)
+		return nil
+	case consumerposition.FieldWaitingSince:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitingSince(v)
+		return nil
+	case consumerposition.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ConsumerPosition field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ConsumerPositionMutation) AddedFields() []string {
+	var fields []string
+	if m.addlast_seq != nil {
+		fields = append(fields, consumerposition.FieldLastSeq)
+	}
+	if m.addheld_seq != nil {
+		fields = append(fields, consumerposition.FieldHeldSeq)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ConsumerPositionMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case consumerposition.FieldLastSeq:
+		return m.AddedLastSeq()
+	case consumerposition.FieldHeldSeq:
+		return m.AddedHeldSeq()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ConsumerPositionMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case consumerposition.FieldLastSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddLastSeq(v)
+		return nil
+	case consumerposition.FieldHeldSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddHeldSeq(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ConsumerPosition numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ConsumerPositionMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(consumerposition.FieldHeldSeq) {
+		fields = append(fields, consumerposition.FieldHeldSeq)
+	}
+	if m.FieldCleared(consumerposition.FieldHeldEventID) {
+		fields = append(fields, consumerposition.FieldHeldEventID)
+	}
+	if m.FieldCleared(consumerposition.FieldHeldAt) {
+		fields = append(fields, consumerposition.FieldHeldAt)
+	}
+	if m.FieldCleared(consumerposition.FieldWaitingSince) {
+		fields = append(fields, consumerposition.FieldWaitingSince)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ConsumerPositionMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ConsumerPositionMutation) ClearField(name string) error {
+	switch name {
+	case consumerposition.FieldHeldSeq:
+		m.ClearHeldSeq()
+		return nil
+	case consumerposition.FieldHeldEventID:
+		m.ClearHeldEventID()
+		return nil
+	case consumerposition.FieldHeldAt:
+		m.ClearHeldAt()
+		return nil
+	case consumerposition.FieldWaitingSince:
+		m.ClearWaitingSince()
+		return nil
+	}
+	return fmt.Errorf("unknown ConsumerPosition nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ConsumerPositionMutation) ResetField(name string) error {
+	switch name {
+	case consumerposition.FieldConsumer:
+		m.ResetConsumer()
+		return nil
+	case consumerposition.FieldTopic:
+		m.ResetTopic()
+		return nil
+	case consumerposition.FieldAggregateType:
+		m.ResetAggregateType()
+		return nil
+	case consumerposition.FieldAggregateID:
+		m.ResetAggregateID()
+		return nil
+	case consumerposition.FieldLastSeq:
+		m.ResetLastSeq()
+		return nil
+	case consumerposition.FieldHeldSeq:
+		m.ResetHeldSeq()
+		return nil
+	case consumerposition.FieldHeldEventID:
+		m.ResetHeldEventID()
+		return nil
+	case consumerposition.FieldHeldAt:
+		m.ResetHeldAt()
+		return nil
+	case consumerposition.FieldWaitingSince:
+		m.ResetWaitingSince()
+		return nil
+	case consumerposition.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ConsumerPosition field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ConsumerPositionMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ConsumerPositionMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ConsumerPositionMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ConsumerPositionMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ConsumerPositionMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ConsumerPositionMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ConsumerPositionMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ConsumerPosition unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ConsumerPositionMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ConsumerPosition edge %s", name)
+}
 
 // DeadLetterMutation represents an operation that mutates the DeadLetter nodes in the graph.
 type DeadLetterMutation struct {
@@ -47,6 +1548,8 @@ type DeadLetterMutation struct {
 	topic            *string
 	aggregate_type   *string
 	aggregate_id     *string
+	aggregate_seq    *int64
+	addaggregate_seq *int64
 	payload          *[]byte
 	headers          *json.RawMessage
 	appendheaders    json.RawMessage
@@ -517,6 +2020,76 @@ func (m *DeadLetterMutation) AggregateIDCleared() bool {
 func (m *DeadLetterMutation) ResetAggregateID() {
 	m.aggregate_id = nil
 	delete(m.clearedFields, deadletter.FieldAggregateID)
+}
+
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (m *DeadLetterMutation) SetAggregateSeq(i int64) {
+	m.aggregate_seq = &i
+	m.addaggregate_seq = nil
+}
+
+// AggregateSeq returns the value of the "aggregate_seq" field in the mutation.
+func (m *DeadLetterMutation) AggregateSeq() (r int64, exists bool) {
+	v := m.aggregate_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateSeq returns the old "aggregate_seq" field's value of the DeadLetter entity.
+// If the DeadLetter object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *DeadLetterMutation) OldAggregateSeq(ctx context.Context) (v *int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateSeq: %w", err)
+	}
+	return oldValue.AggregateSeq, nil
+}
+
+// AddAggregateSeq adds i to the "aggregate_seq" field.
+func (m *DeadLetterMutation) AddAggregateSeq(i int64) {
+	if m.addaggregate_seq != nil {
+		*m.addaggregate_seq += i
+	} else {
+		m.addaggregate_seq = &i
+	}
+}
+
+// AddedAggregateSeq returns the value that was added to the "aggregate_seq" field in this mutation.
+func (m *DeadLetterMutation) AddedAggregateSeq() (r int64, exists bool) {
+	v := m.addaggregate_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (m *DeadLetterMutation) ClearAggregateSeq() {
+	m.aggregate_seq = nil
+	m.addaggregate_seq = nil
+	m.clearedFields[deadletter.FieldAggregateSeq] = struct{}{}
+}
+
+// AggregateSeqCleared returns if the "aggregate_seq" field was cleared in this mutation.
+func (m *DeadLetterMutation) AggregateSeqCleared() bool {
+	_, ok := m.clearedFields[deadletter.FieldAggregateSeq]
+	return ok
+}
+
+// ResetAggregateSeq resets all changes to the "aggregate_seq" field.
+func (m *DeadLetterMutation) ResetAggregateSeq() {
+	m.aggregate_seq = nil
+	m.addaggregate_seq = nil
+	delete(m.clearedFields, deadletter.FieldAggregateSeq)
 }
 
 // SetPayload sets the "payload" field.
@@ -991,7 +2564,7 @@ func (m *DeadLetterMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *DeadLetterMutation) Fields() []string {
-	fields := make([]string, 0, 16)
+	fields := make([]string, 0, 17)
 	if m.event_id != nil {
 		fields = append(fields, deadletter.FieldEventID)
 	}
@@ -1012,6 +2585,9 @@ func (m *DeadLetterMutation) Fields() []string {
 	}
 	if m.aggregate_id != nil {
 		fields = append(fields, deadletter.FieldAggregateID)
+	}
+	if m.aggregate_seq != nil {
+		fields = append(fields, deadletter.FieldAggregateSeq)
 	}
 	if m.payload != nil {
 		fields = append(fields, deadletter.FieldPayload)
@@ -1062,6 +2638,8 @@ func (m *DeadLetterMutation) Field(name string) (ent.Value, bool) {
 		return m.AggregateType()
 	case deadletter.FieldAggregateID:
 		return m.AggregateID()
+	case deadletter.FieldAggregateSeq:
+		return m.AggregateSeq()
 	case deadletter.FieldPayload:
 		return m.Payload()
 	case deadletter.FieldHeaders:
@@ -1103,6 +2681,8 @@ func (m *DeadLetterMutation) OldField(ctx context.Context, name string) (ent.Val
 		return m.OldAggregateType(ctx)
 	case deadletter.FieldAggregateID:
 		return m.OldAggregateID(ctx)
+	case deadletter.FieldAggregateSeq:
+		return m.OldAggregateSeq(ctx)
 	case deadletter.FieldPayload:
 		return m.OldPayload(ctx)
 	case deadletter.FieldHeaders:
@@ -1179,6 +2759,13 @@ func (m *DeadLetterMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetAggregateID(v)
 		return nil
+	case deadletter.FieldAggregateSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateSeq(v)
+		return nil
 	case deadletter.FieldPayload:
 		v, ok := value.([]byte)
 		if !ok {
@@ -1253,6 +2840,9 @@ func (m *DeadLetterMutation) AddedFields() []string {
 	if m.addevent_version != nil {
 		fields = append(fields, deadletter.FieldEventVersion)
 	}
+	if m.addaggregate_seq != nil {
+		fields = append(fields, deadletter.FieldAggregateSeq)
+	}
 	if m.addattempts != nil {
 		fields = append(fields, deadletter.FieldAttempts)
 	}
@@ -1266,6 +2856,8 @@ func (m *DeadLetterMutation) AddedField(name string) (ent.Value, bool) {
 	switch name {
 	case deadletter.FieldEventVersion:
 		return m.AddedEventVersion()
+	case deadletter.FieldAggregateSeq:
+		return m.AddedAggregateSeq()
 	case deadletter.FieldAttempts:
 		return m.AddedAttempts()
 	}
@@ -1283,6 +2875,13 @@ func (m *DeadLetterMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddEventVersion(v)
+		return nil
+	case deadletter.FieldAggregateSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddAggregateSeq(v)
 		return nil
 	case deadletter.FieldAttempts:
 		v, ok := value.(int)
@@ -1316,6 +2915,9 @@ func (m *DeadLetterMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(deadletter.FieldAggregateID) {
 		fields = append(fields, deadletter.FieldAggregateID)
+	}
+	if m.FieldCleared(deadletter.FieldAggregateSeq) {
+		fields = append(fields, deadletter.FieldAggregateSeq)
 	}
 	if m.FieldCleared(deadletter.FieldPayload) {
 		fields = append(fields, deadletter.FieldPayload)
@@ -1367,6 +2969,9 @@ func (m *DeadLetterMutation) ClearField(name string) error {
 	case deadletter.FieldAggregateID:
 		m.ClearAggregateID()
 		return nil
+	case deadletter.FieldAggregateSeq:
+		m.ClearAggregateSeq()
+		return nil
 	case deadletter.FieldPayload:
 		m.ClearPayload()
 		return nil
@@ -1413,6 +3018,9 @@ func (m *DeadLetterMutation) ResetField(name string) error {
 		return nil
 	case deadletter.FieldAggregateID:
 		m.ResetAggregateID()
+		return nil
+	case deadletter.FieldAggregateSeq:
+		m.ResetAggregateSeq()
 		return nil
 	case deadletter.FieldPayload:
 		m.ResetPayload()
@@ -1511,6 +3119,8 @@ type OutboxMutation struct {
 	headers           *map[string]string
 	readable_from     *int
 	addreadable_from  *int
+	aggregate_seq     *int64
+	addaggregate_seq  *int64
 	created_at        *time.Time
 	transaction_id    *uint64
 	addtransaction_id *int64
@@ -2035,6 +3645,76 @@ func (m *OutboxMutation) ResetReadableFrom() {
 	delete(m.clearedFields, outbox.FieldReadableFrom)
 }
 
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (m *OutboxMutation) SetAggregateSeq(i int64) {
+	m.aggregate_seq = &i
+	m.addaggregate_seq = nil
+}
+
+// AggregateSeq returns the value of the "aggregate_seq" field in the mutation.
+func (m *OutboxMutation) AggregateSeq() (r int64, exists bool) {
+	v := m.aggregate_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateSeq returns the old "aggregate_seq" field's value of the Outbox entity.
+// If the Outbox object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *OutboxMutation) OldAggregateSeq(ctx context.Context) (v *int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateSeq: %w", err)
+	}
+	return oldValue.AggregateSeq, nil
+}
+
+// AddAggregateSeq adds i to the "aggregate_seq" field.
+func (m *OutboxMutation) AddAggregateSeq(i int64) {
+	if m.addaggregate_seq != nil {
+		*m.addaggregate_seq += i
+	} else {
+		m.addaggregate_seq = &i
+	}
+}
+
+// AddedAggregateSeq returns the value that was added to the "aggregate_seq" field in this mutation.
+func (m *OutboxMutation) AddedAggregateSeq() (r int64, exists bool) {
+	v := m.addaggregate_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (m *OutboxMutation) ClearAggregateSeq() {
+	m.aggregate_seq = nil
+	m.addaggregate_seq = nil
+	m.clearedFields[outbox.FieldAggregateSeq] = struct{}{}
+}
+
+// AggregateSeqCleared returns if the "aggregate_seq" field was cleared in this mutation.
+func (m *OutboxMutation) AggregateSeqCleared() bool {
+	_, ok := m.clearedFields[outbox.FieldAggregateSeq]
+	return ok
+}
+
+// ResetAggregateSeq resets all changes to the "aggregate_seq" field.
+func (m *OutboxMutation) ResetAggregateSeq() {
+	m.aggregate_seq = nil
+	m.addaggregate_seq = nil
+	delete(m.clearedFields, outbox.FieldAggregateSeq)
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (m *OutboxMutation) SetCreatedAt(t time.Time) {
 	m.created_at = &t
@@ -2365,7 +4045,7 @@ func (m *OutboxMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *OutboxMutation) Fields() []string {
-	fields := make([]string, 0, 15)
+	fields := make([]string, 0, 16)
 	if m.event_id != nil {
 		fields = append(fields, outbox.FieldEventID)
 	}
@@ -2392,6 +4072,9 @@ func (m *OutboxMutation) Fields() []string {
 	}
 	if m.readable_from != nil {
 		fields = append(fields, outbox.FieldReadableFrom)
+	}
+	if m.aggregate_seq != nil {
+		fields = append(fields, outbox.FieldAggregateSeq)
 	}
 	if m.created_at != nil {
 		fields = append(fields, outbox.FieldCreatedAt)
@@ -2437,6 +4120,8 @@ func (m *OutboxMutation) Field(name string) (ent.Value, bool) {
 		return m.Headers()
 	case outbox.FieldReadableFrom:
 		return m.ReadableFrom()
+	case outbox.FieldAggregateSeq:
+		return m.AggregateSeq()
 	case outbox.FieldCreatedAt:
 		return m.CreatedAt()
 	case outbox.FieldTransactionID:
@@ -2476,6 +4161,8 @@ func (m *OutboxMutation) OldField(ctx context.Context, name string) (ent.Value, 
 		return m.OldHeaders(ctx)
 	case outbox.FieldReadableFrom:
 		return m.OldReadableFrom(ctx)
+	case outbox.FieldAggregateSeq:
+		return m.OldAggregateSeq(ctx)
 	case outbox.FieldCreatedAt:
 		return m.OldCreatedAt(ctx)
 	case outbox.FieldTransactionID:
@@ -2560,6 +4247,13 @@ func (m *OutboxMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetReadableFrom(v)
 		return nil
+	case outbox.FieldAggregateSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateSeq(v)
+		return nil
 	case outbox.FieldCreatedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -2616,6 +4310,9 @@ func (m *OutboxMutation) AddedFields() []string {
 	if m.addreadable_from != nil {
 		fields = append(fields, outbox.FieldReadableFrom)
 	}
+	if m.addaggregate_seq != nil {
+		fields = append(fields, outbox.FieldAggregateSeq)
+	}
 	if m.addtransaction_id != nil {
 		fields = append(fields, outbox.FieldTransactionID)
 	}
@@ -2634,6 +4331,8 @@ func (m *OutboxMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedEventVersion()
 	case outbox.FieldReadableFrom:
 		return m.AddedReadableFrom()
+	case outbox.FieldAggregateSeq:
+		return m.AddedAggregateSeq()
 	case outbox.FieldTransactionID:
 		return m.AddedTransactionID()
 	case outbox.FieldAttempts:
@@ -2660,6 +4359,13 @@ func (m *OutboxMutation) AddField(name string, value ent.Value) error {
 			return fmt.Errorf("unexpected type %T for field %s", value, name)
 		}
 		m.AddReadableFrom(v)
+		return nil
+	case outbox.FieldAggregateSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddAggregateSeq(v)
 		return nil
 	case outbox.FieldTransactionID:
 		v, ok := value.(int64)
@@ -2689,6 +4395,9 @@ func (m *OutboxMutation) ClearedFields() []string {
 	if m.FieldCleared(outbox.FieldReadableFrom) {
 		fields = append(fields, outbox.FieldReadableFrom)
 	}
+	if m.FieldCleared(outbox.FieldAggregateSeq) {
+		fields = append(fields, outbox.FieldAggregateSeq)
+	}
 	if m.FieldCleared(outbox.FieldTransactionID) {
 		fields = append(fields, outbox.FieldTransactionID)
 	}
@@ -2717,6 +4426,9 @@ func (m *OutboxMutation) ClearField(name string) error {
 		return nil
 	case outbox.FieldReadableFrom:
 		m.ClearReadableFrom()
+		return nil
+	case outbox.FieldAggregateSeq:
+		m.ClearAggregateSeq()
 		return nil
 	case outbox.FieldTransactionID:
 		m.ClearTransactionID()
@@ -2761,6 +4473,9 @@ func (m *OutboxMutation) ResetField(name string) error {
 		return nil
 	case outbox.FieldReadableFrom:
 		m.ResetReadableFrom()
+		return nil
+	case outbox.FieldAggregateSeq:
+		m.ResetAggregateSeq()
 		return nil
 	case outbox.FieldCreatedAt:
 		m.ResetCreatedAt()

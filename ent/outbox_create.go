@@ -86,6 +86,20 @@ func (_c *OutboxCreate) SetNillableReadableFrom(v *int) *OutboxCreate {
 	return _c
 }
 
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (_c *OutboxCreate) SetAggregateSeq(v int64) *OutboxCreate {
+	_c.mutation.SetAggregateSeq(v)
+	return _c
+}
+
+// SetNillableAggregateSeq sets the "aggregate_seq" field if the given value is not nil.
+func (_c *OutboxCreate) SetNillableAggregateSeq(v *int64) *OutboxCreate {
+	if v != nil {
+		_c.SetAggregateSeq(*v)
+	}
+	return _c
+}
+
 // SetCreatedAt sets the "created_at" field.
 func (_c *OutboxCreate) SetCreatedAt(v time.Time) *OutboxCreate {
 	_c.mutation.SetCreatedAt(v)
@@ -258,6 +272,11 @@ func (_c *OutboxCreate) check() error {
 			return &ValidationError{Name: "readable_from", err: fmt.Errorf(`ent: validator failed for field "Outbox.readable_from": %w`, err)}
 		}
 	}
+	if v, ok := _c.mutation.AggregateSeq(); ok {
+		if err := outbox.AggregateSeqValidator(v); err != nil {
+			return &ValidationError{Name: "aggregate_seq", err: fmt.Errorf(`ent: validator failed for field "Outbox.aggregate_seq": %w`, err)}
+		}
+	}
 	if _, ok := _c.mutation.CreatedAt(); !ok {
 		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "Outbox.created_at"`)}
 	}
@@ -340,6 +359,10 @@ func (_c *OutboxCreate) createSpec() (*Outbox, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ReadableFrom(); ok {
 		_spec.SetField(outbox.FieldReadableFrom, field.TypeInt, value)
 		_node.ReadableFrom = &value
+	}
+	if value, ok := _c.mutation.AggregateSeq(); ok {
+		_spec.SetField(outbox.FieldAggregateSeq, field.TypeInt64, value)
+		_node.AggregateSeq = &value
 	}
 	if value, ok := _c.mutation.CreatedAt(); ok {
 		_spec.SetField(outbox.FieldCreatedAt, field.TypeTime, value)
@@ -541,6 +564,9 @@ func (u *OutboxUpsertOne) UpdateNewValues() *OutboxUpsertOne {
 		}
 		if _, exists := u.create.mutation.ReadableFrom(); exists {
 			s.SetIgnore(outbox.FieldReadableFrom)
+		}
+		if _, exists := u.create.mutation.AggregateSeq(); exists {
+			s.SetIgnore(outbox.FieldAggregateSeq)
 		}
 		if _, exists := u.create.mutation.CreatedAt(); exists {
 			s.SetIgnore(outbox.FieldCreatedAt)
@@ -882,6 +908,9 @@ func (u *OutboxUpsertBulk) UpdateNewValues() *OutboxUpsertBulk {
 			}
 			if _, exists := b.mutation.ReadableFrom(); exists {
 				s.SetIgnore(outbox.FieldReadableFrom)
+			}
+			if _, exists := b.mutation.AggregateSeq(); exists {
+				s.SetIgnore(outbox.FieldAggregateSeq)
 			}
 			if _, exists := b.mutation.CreatedAt(); exists {
 				s.SetIgnore(outbox.FieldCreatedAt)

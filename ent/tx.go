@@ -14,6 +14,10 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
+	// AggregateSequence is the client for interacting with the AggregateSequence builders.
+	AggregateSequence *AggregateSequenceClient
+	// ConsumerPosition is the client for interacting with the ConsumerPosition builders.
+	ConsumerPosition *ConsumerPositionClient
 	// DeadLetter is the client for interacting with the DeadLetter builders.
 	DeadLetter *DeadLetterClient
 	// Outbox is the client for interacting with the Outbox builders.
@@ -151,6 +155,8 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
+	tx.AggregateSequence = NewAggregateSequenceClient(tx.config)
+	tx.ConsumerPosition = NewConsumerPositionClient(tx.config)
 	tx.DeadLetter = NewDeadLetterClient(tx.config)
 	tx.Outbox = NewOutboxClient(tx.config)
 	tx.ProcessedEvent = NewProcessedEventClient(tx.config)
@@ -163,7 +169,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: DeadLetter.QueryXXX(), the query will be executed
+// applies a query, for example: AggregateSequence.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

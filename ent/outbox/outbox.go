@@ -31,6 +31,8 @@ const (
 	FieldHeaders = "headers"
 	// FieldReadableFrom holds the string denoting the readable_from field in the database.
 	FieldReadableFrom = "readable_from"
+	// FieldAggregateSeq holds the string denoting the aggregate_seq field in the database.
+	FieldAggregateSeq = "aggregate_seq"
 	// FieldCreatedAt holds the string denoting the created_at field in the database.
 	FieldCreatedAt = "created_at"
 	// FieldTransactionID holds the string denoting the transaction_id field in the database.
@@ -59,6 +61,7 @@ var Columns = []string{
 	FieldPayload,
 	FieldHeaders,
 	FieldReadableFrom,
+	FieldAggregateSeq,
 	FieldCreatedAt,
 	FieldTransactionID,
 	FieldAvailableAt,
@@ -82,6 +85,8 @@ var (
 	EventVersionValidator func(int) error
 	// ReadableFromValidator is a validator for the "readable_from" field. It is called by the builders before save.
 	ReadableFromValidator func(int) error
+	// AggregateSeqValidator is a validator for the "aggregate_seq" field. It is called by the builders before save.
+	AggregateSeqValidator func(int64) error
 	// DefaultCreatedAt holds the default value on creation for the "created_at" field.
 	DefaultCreatedAt func() time.Time
 	// DefaultAvailableAt holds the default value on creation for the "available_at" field.
@@ -133,6 +138,11 @@ func ByAggregateID(opts ...sql.OrderTermOption) OrderOption {
 // ByReadableFrom orders the results by the readable_from field.
 func ByReadableFrom(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldReadableFrom, opts...).ToFunc()
+}
+
+// ByAggregateSeq orders the results by the aggregate_seq field.
+func ByAggregateSeq(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAggregateSeq, opts...).ToFunc()
 }
 
 // ByCreatedAt orders the results by the created_at field.

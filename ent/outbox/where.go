@@ -90,6 +90,11 @@ func ReadableFrom(v int) predicate.Outbox {
 	return predicate.Outbox(sql.FieldEQ(FieldReadableFrom, v))
 }
 
+// AggregateSeq applies equality check predicate on the "aggregate_seq" field. It's identical to AggregateSeqEQ.
+func AggregateSeq(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldEQ(FieldAggregateSeq, v))
+}
+
 // CreatedAt applies equality check predicate on the "created_at" field. It's identical to CreatedAtEQ.
 func CreatedAt(v time.Time) predicate.Outbox {
 	return predicate.Outbox(sql.FieldEQ(FieldCreatedAt, v))
@@ -518,6 +523,56 @@ func ReadableFromIsNil() predicate.Outbox {
 // ReadableFromNotNil applies the NotNil predicate on the "readable_from" field.
 func ReadableFromNotNil() predicate.Outbox {
 	return predicate.Outbox(sql.FieldNotNull(FieldReadableFrom))
+}
+
+// AggregateSeqEQ applies the EQ predicate on the "aggregate_seq" field.
+func AggregateSeqEQ(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldEQ(FieldAggregateSeq, v))
+}
+
+// AggregateSeqNEQ applies the NEQ predicate on the "aggregate_seq" field.
+func AggregateSeqNEQ(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldNEQ(FieldAggregateSeq, v))
+}
+
+// AggregateSeqIn applies the In predicate on the "aggregate_seq" field.
+func AggregateSeqIn(vs ...int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldIn(FieldAggregateSeq, vs...))
+}
+
+// AggregateSeqNotIn applies the NotIn predicate on the "aggregate_seq" field.
+func AggregateSeqNotIn(vs ...int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldNotIn(FieldAggregateSeq, vs...))
+}
+
+// AggregateSeqGT applies the GT predicate on the "aggregate_seq" field.
+func AggregateSeqGT(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldGT(FieldAggregateSeq, v))
+}
+
+// AggregateSeqGTE applies the GTE predicate on the "aggregate_seq" field.
+func AggregateSeqGTE(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldGTE(FieldAggregateSeq, v))
+}
+
+// AggregateSeqLT applies the LT predicate on the "aggregate_seq" field.
+func AggregateSeqLT(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldLT(FieldAggregateSeq, v))
+}
+
+// AggregateSeqLTE applies the LTE predicate on the "aggregate_seq" field.
+func AggregateSeqLTE(v int64) predicate.Outbox {
+	return predicate.Outbox(sql.FieldLTE(FieldAggregateSeq, v))
+}
+
+// AggregateSeqIsNil applies the IsNil predicate on the "aggregate_seq" field.
+func AggregateSeqIsNil() predicate.Outbox {
+	return predicate.Outbox(sql.FieldIsNull(FieldAggregateSeq))
+}
+
+// AggregateSeqNotNil applies the NotNil predicate on the "aggregate_seq" field.
+func AggregateSeqNotNil() predicate.Outbox {
+	return predicate.Outbox(sql.FieldNotNull(FieldAggregateSeq))
 }
 
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.

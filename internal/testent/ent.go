@@ -12,6 +12,8 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/entoutbox/entoutbox/internal/testent/aggregatesequence"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 	"github.com/entoutbox/entoutbox/internal/testent/order"
@@ -77,11 +79,13 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
-			deadletter.Table:     deadletter.ValidColumn,
-			invoice.Table:        invoice.ValidColumn,
-			order.Table:          order.ValidColumn,
-			outbox.Table:         outbox.ValidColumn,
-			processedevent.Table: processedevent.ValidColumn,
+			aggregatesequence.Table: aggregatesequence.ValidColumn,
+			consumerposition.Table:  consumerposition.ValidColumn,
+			deadletter.Table:        deadletter.ValidColumn,
+			invoice.Table:           invoice.ValidColumn,
+			order.Table:             order.ValidColumn,
+			outbox.Table:            outbox.ValidColumn,
+			processedevent.Table:    processedevent.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

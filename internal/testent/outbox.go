@@ -37,6 +37,8 @@ type Outbox struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// ReadableFrom holds the value of the "readable_from" field.
 	ReadableFrom *int `json:"readable_from,omitempty"`
+	// AggregateSeq holds the value of the "aggregate_seq" field.
+	AggregateSeq *int64 `json:"aggregate_seq,omitempty"`
 	// CreatedAt holds the value of the "created_at" field.
 	CreatedAt time.Time `json:"created_at,omitempty"`
 	// TransactionID holds the value of the "transaction_id" field.
@@ -59,7 +61,7 @@ func (*Outbox) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case outbox.FieldPayload, outbox.FieldHeaders:
 			values[i] = new([]byte)
-		case outbox.FieldID, outbox.FieldEventVersion, outbox.FieldReadableFrom, outbox.FieldTransactionID, outbox.FieldAttempts:
+		case outbox.FieldID, outbox.FieldEventVersion, outbox.FieldReadableFrom, outbox.FieldAggregateSeq, outbox.FieldTransactionID, outbox.FieldAttempts:
 			values[i] = new(sql.NullInt64)
 		case outbox.FieldEventName, outbox.FieldTopic, outbox.FieldAggregateType, outbox.FieldAggregateID, outbox.FieldLastError:
 			values[i] = new(sql.NullString)
@@ -146,6 +148,13 @@ func (_m *Outbox) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ReadableFrom = new(int)
 				*_m.ReadableFrom = int(value.Int64)
+			}
+		case outbox.FieldAggregateSeq:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field aggregate_seq", values[i])
+			} else if value.Valid {
+				_m.AggregateSeq = new(int64)
+				*_m.AggregateSeq = value.Int64
 			}
 		case outbox.FieldCreatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
@@ -246,6 +255,11 @@ func (_m *Outbox) String() string {
 	builder.WriteString(", ")
 	if v := _m.ReadableFrom; v != nil {
 		builder.WriteString("readable_from=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
+	builder.WriteString(", ")
+	if v := _m.AggregateSeq; v != nil {
+		builder.WriteString("aggregate_seq=")
 		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")

@@ -178,6 +178,9 @@ func (_u *OutboxUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.ReadableFromCleared() {
 		_spec.ClearField(outbox.FieldReadableFrom, field.TypeInt)
 	}
+	if _u.mutation.AggregateSeqCleared() {
+		_spec.ClearField(outbox.FieldAggregateSeq, field.TypeInt64)
+	}
 	if _u.mutation.TransactionIDCleared() {
 		_spec.ClearField(outbox.FieldTransactionID, field.TypeUint64)
 	}
@@ -401,6 +404,9 @@ func (_u *OutboxUpdateOne) sqlSave(ctx context.Context) (_node *Outbox, err erro
 	}
 	if _u.mutation.ReadableFromCleared() {
 		_spec.ClearField(outbox.FieldReadableFrom, field.TypeInt)
+	}
+	if _u.mutation.AggregateSeqCleared() {
+		_spec.ClearField(outbox.FieldAggregateSeq, field.TypeInt64)
 	}
 	if _u.mutation.TransactionIDCleared() {
 		_spec.ClearField(outbox.FieldTransactionID, field.TypeUint64)

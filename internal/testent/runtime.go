@@ -5,6 +5,8 @@ package testent
 import (
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/testent/aggregatesequence"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
@@ -15,14 +17,36 @@ import (
 // (default values, validators, hooks and policies) and stitches it
 // to their package variables.
 func init() {
+	aggregatesequenceFields := schema.AggregateSequence{}.Fields()
+	_ = aggregatesequenceFields
+	// aggregatesequenceDescLastSeq is the schema descriptor for last_seq field.
+	aggregatesequenceDescLastSeq := aggregatesequenceFields[4].Descriptor()
+	// aggregatesequence.LastSeqValidator is a validator for the "last_seq" field. It is called by the builders before save.
+	aggregatesequence.LastSeqValidator = aggregatesequenceDescLastSeq.Validators[0].(func(int64) error)
+	consumerpositionFields := schema.ConsumerPosition{}.Fields()
+	_ = consumerpositionFields
+	// consumerpositionDescConsumer is the schema descriptor for consumer field.
+	consumerpositionDescConsumer := consumerpositionFields[1].Descriptor()
+	// consumerposition.ConsumerValidator is a validator for the "consumer" field. It is called by the builders before save.
+	consumerposition.ConsumerValidator = consumerpositionDescConsumer.Validators[0].(func(string) error)
+	// consumerpositionDescLastSeq is the schema descriptor for last_seq field.
+	consumerpositionDescLastSeq := consumerpositionFields[5].Descriptor()
+	// consumerposition.LastSeqValidator is a validator for the "last_seq" field. It is called by the builders before save.
+	consumerposition.LastSeqValidator = consumerpositionDescLastSeq.Validators[0].(func(int64) error)
+	// consumerpositionDescUpdatedAt is the schema descriptor for updated_at field.
+	consumerpositionDescUpdatedAt := consumerpositionFields[10].Descriptor()
+	// consumerposition.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	consumerposition.DefaultUpdatedAt = consumerpositionDescUpdatedAt.Default.(func() time.Time)
+	// consumerposition.UpdateDefaultUpdatedAt holds the default value on update for the updated_at field.
+	consumerposition.UpdateDefaultUpdatedAt = consumerpositionDescUpdatedAt.UpdateDefault.(func() time.Time)
 	deadletterFields := schema.DeadLetter{}.Fields()
 	_ = deadletterFields
 	// deadletterDescAttempts is the schema descriptor for attempts field.
-	deadletterDescAttempts := deadletterFields[11].Descriptor()
+	deadletterDescAttempts := deadletterFields[12].Descriptor()
 	// deadletter.DefaultAttempts holds the default value on creation for the attempts field.
 	deadletter.DefaultAttempts = deadletterDescAttempts.Default.(int)
 	// deadletterDescCreatedAt is the schema descriptor for created_at field.
-	deadletterDescCreatedAt := deadletterFields[12].Descriptor()
+	deadletterDescCreatedAt := deadletterFields[13].Descriptor()
 	// deadletter.DefaultCreatedAt holds the default value on creation for the created_at field.
 	deadletter.DefaultCreatedAt = deadletterDescCreatedAt.Default.(func() time.Time)
 	outboxFields := schema.Outbox{}.Fields()
@@ -35,16 +59,20 @@ func init() {
 	outboxDescReadableFrom := outboxFields[9].Descriptor()
 	// outbox.ReadableFromValidator is a validator for the "readable_from" field. It is called by the builders before save.
 	outbox.ReadableFromValidator = outboxDescReadableFrom.Validators[0].(func(int) error)
+	// outboxDescAggregateSeq is the schema descriptor for aggregate_seq field.
+	outboxDescAggregateSeq := outboxFields[10].Descriptor()
+	// outbox.AggregateSeqValidator is a validator for the "aggregate_seq" field. It is called by the builders before save.
+	outbox.AggregateSeqValidator = outboxDescAggregateSeq.Validators[0].(func(int64) error)
 	// outboxDescCreatedAt is the schema descriptor for created_at field.
-	outboxDescCreatedAt := outboxFields[10].Descriptor()
+	outboxDescCreatedAt := outboxFields[11].Descriptor()
 	// outbox.DefaultCreatedAt holds the default value on creation for the created_at field.
 	outbox.DefaultCreatedAt = outboxDescCreatedAt.Default.(func() time.Time)
 	// outboxDescAvailableAt is the schema descriptor for available_at field.
-	outboxDescAvailableAt := outboxFields[12].Descriptor()
+	outboxDescAvailableAt := outboxFields[13].Descriptor()
 	// outbox.DefaultAvailableAt holds the default value on creation for the available_at field.
 	outbox.DefaultAvailableAt = outboxDescAvailableAt.Default.(func() time.Time)
 	// outboxDescAttempts is the schema descriptor for attempts field.
-	outboxDescAttempts := outboxFields[13].Descriptor()
+	outboxDescAttempts := outboxFields[14].Descriptor()
 	// outbox.DefaultAttempts holds the default value on creation for the attempts field.
 	outbox.DefaultAttempts = outboxDescAttempts.Default.(int)
 	// outbox.AttemptsValidator is a validator for the "attempts" field. It is called by the builders before save.

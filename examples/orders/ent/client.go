@@ -13,6 +13,8 @@ import (
 
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
+	"github.com/entoutbox/entoutbox/examples/orders/ent/aggregatesequence"
+	"github.com/entoutbox/entoutbox/examples/orders/ent/consumerposition"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/deadletter"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/invoice"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
@@ -27,6 +29,10 @@ type Client struct {
 	config
 	// Schema is the client for creating, migrating and dropping schema.
 	Schema *migrate.Schema
+	// AggregateSequence is the client for interacting with the AggregateSequence builders.
+	AggregateSequence *AggregateSequenceClient
+	// ConsumerPosition is the client for interacting with the ConsumerPosition builders.
+	ConsumerPosition *ConsumerPositionClient
 	// DeadLetter is the client for interacting with the DeadLetter builders.
 	DeadLetter *DeadLetterClient
 	// Invoice is the client for interacting with the Invoice builders.
@@ -48,6 +54,8 @@ func NewClient(opts ...Option) *Client {
 
 func (c *Client) init() {
 	c.Schema = migrate.NewSchema(c.driver)
+	c.AggregateSequence = NewAggregateSequenceClient(c.config)
+	c.ConsumerPosition = NewConsumerPositionClient(c.config)
 	c.DeadLetter = NewDeadLetterClient(c.config)
 	c.Invoice = NewInvoiceClient(c.config)
 	c.Order = NewOrderClient(c.config)
@@ -143,13 +151,15 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 	cfg := c.config
 	cfg.driver = tx
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		DeadLetter:     NewDeadLetterClient(cfg),
-		Invoice:        NewInvoiceClient(cfg),
-		Order:          NewOrderClient(cfg),
-		Outbox:         NewOutboxClient(cfg),
-		ProcessedEvent: NewProcessedEventClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		AggregateSequence: NewAggregateSequenceClient(cfg),
+		ConsumerPosition:  NewConsumerPositionClient(cfg),
+		DeadLetter:        NewDeadLetterClient(cfg),
+		Invoice:           NewInvoiceClient(cfg),
+		Order:             NewOrderClient(cfg),
+		Outbox:            NewOutboxClient(cfg),
+		ProcessedEvent:    NewProcessedEventClient(cfg),
 	}, nil
 }
 
@@ -167,20 +177,22 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 	cfg := c.config
 	cfg.driver = &txDriver{tx: tx, drv: c.driver}
 	return &Tx{
-		ctx:            ctx,
-		config:         cfg,
-		DeadLetter:     NewDeadLetterClient(cfg),
-		Invoice:        NewInvoiceClient(cfg),
-		Order:          NewOrderClient(cfg),
-		Outbox:         NewOutboxClient(cfg),
-		ProcessedEvent: NewProcessedEventClient(cfg),
+		ctx:               ctx,
+		config:            cfg,
+		AggregateSequence: NewAggregateSequenceClient(cfg),
+		ConsumerPosition:  NewConsumerPositionClient(cfg),
+		DeadLetter:        NewDeadLetterClient(cfg),
+		Invoice:           NewInvoiceClient(cfg),
+		Order:             NewOrderClient(cfg),
+		Outbox:            NewOutboxClient(cfg),
+		ProcessedEvent:    NewProcessedEventClient(cfg),
 	}, nil
 }
 
 // Debug returns a new debug-client. It's used to get verbose logging on specific operations.
 //
 //	client.Debug().
-//		DeadLetter.
+//		AggregateSequence.
 //		Query().
 //		Count(ctx)
 func (c *Client) Debug() *Client {
@@ -202,26 +214,32 @@ func (c *Client) Close() error {
 // Use adds the mutation hooks to all the entity clients.
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
-	c.DeadLetter.Use(hooks...)
-	c.Invoice.Use(hooks...)
-	c.Order.Use(hooks...)
-	c.Outbox.Use(hooks...)
-	c.ProcessedEvent.Use(hooks...)
+	for _, n := range []interface{ Use(...Hook) }{
+		c.AggregateSequence, c.ConsumerPosition, c.DeadLetter, c.Invoice, c.Order,
+		c.Outbox, c.ProcessedEvent,
+	} {
+		n.Use(hooks...)
+	}
 }
 
 // Intercept adds the query interceptors to all the entity clients.
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
-	c.DeadLetter.Intercept(interceptors...)
-	c.Invoice.Intercept(interceptors...)
-	c.Order.Intercept(interceptors...)
-	c.Outbox.Intercept(interceptors...)
-	c.ProcessedEvent.Intercept(interceptors...)
+	for _, n := range []interface{ Intercept(...Interceptor) }{
+		c.AggregateSequence, c.ConsumerPosition, c.DeadLetter, c.Invoice, c.Order,
+		c.Outbox, c.ProcessedEvent,
+	} {
+		n.Intercept(interceptors...)
+	}
 }
 
 // Mutate implements the ent.Mutator interface.
 func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 	switch m := m.(type) {
+	case *AggregateSequenceMutation:
+		return c.AggregateSequence.mutate(ctx, m)
+	case *ConsumerPositionMutation:
+		return c.ConsumerPosition.mutate(ctx, m)
 	case *DeadLetterMutation:
 		return c.DeadLetter.mutate(ctx, m)
 	case *InvoiceMutation:
@@ -234,6 +252,272 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.ProcessedEvent.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
+	}
+}
+
+// AggregateSequenceClient is a client for the AggregateSequence schema.
+type AggregateSequenceClient struct {
+	config
+}
+
+// NewAggregateSequenceClient returns a client for the AggregateSequence from the given config.
+func NewAggregateSequenceClient(c config) *AggregateSequenceClient {
+	return &AggregateSequenceClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `aggregatesequence.Hooks(f(g(h())))`.
+func (c *AggregateSequenceClient) Use(hooks ...Hook) {
+	c.hooks.AggregateSequence = append(c.hooks.AggregateSequence, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `aggregatesequence.Intercept(f(g(h())))`.
+func (c *AggregateSequenceClient) Intercept(interceptors ...Interceptor) {
+	c.inters.AggregateSequence = append(c.inters.AggregateSequence, interceptors...)
+}
+
+// Create returns a builder for creating a AggregateSequence entity.
+func (c *AggregateSequenceClient) Create() *AggregateSequenceCreate {
+	mutation := newAggregateSequenceMutation(c.config, OpCreate)
+	return &AggregateSequenceCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of AggregateSequence entities.
+func (c *AggregateSequenceClient) CreateBulk(builders ...*AggregateSequenceCreate) *AggregateSequenceCreateBulk {
+	return &AggregateSequenceCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *AggregateSequenceClient) MapCreateBulk(slice any, setFunc func(*AggregateSequenceCreate, int)) *AggregateSequenceCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &AggregateSequenceCreateBulk{err: fmt.Errorf("calling to AggregateSequenceClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*AggregateSequenceCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &AggregateSequenceCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for AggregateSequence.
+func (c *AggregateSequenceClient) Update() *AggregateSequenceUpdate {
+	mutation := newAggregateSequenceMutation(c.config, OpUpdate)
+	return &AggregateSequenceUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *AggregateSequenceClient) UpdateOne(_m *AggregateSequence) *AggregateSequenceUpdateOne {
+	mutation := newAggregateSequenceMutation(c.config, OpUpdateOne, withAggregateSequence(_m))
+	return &AggregateSequenceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *AggregateSequenceClient) UpdateOneID(id int64) *AggregateSequenceUpdateOne {
+	mutation := newAggregateSequenceMutation(c.config, OpUpdateOne, withAggregateSequenceID(id))
+	return &AggregateSequenceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for AggregateSequence.
+func (c *AggregateSequenceClient) Delete() *AggregateSequenceDelete {
+	mutation := newAggregateSequenceMutation(c.config, OpDelete)
+	return &AggregateSequenceDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *AggregateSequenceClient) DeleteOne(_m *AggregateSequence) *AggregateSequenceDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *AggregateSequenceClient) DeleteOneID(id int64) *AggregateSequenceDeleteOne {
+	builder := c.Delete().Where(aggregatesequence.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &AggregateSequenceDeleteOne{builder}
+}
+
+// Query returns a query builder for AggregateSequence.
+func (c *AggregateSequenceClient) Query() *AggregateSequenceQuery {
+	return &AggregateSequenceQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeAggregateSequence},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a AggregateSequence entity by its id.
+func (c *AggregateSequenceClient) Get(ctx context.Context, id int64) (*AggregateSequence, error) {
+	return c.Query().Where(aggregatesequence.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *AggregateSequenceClient) GetX(ctx context.Context, id int64) *AggregateSequence {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *AggregateSequenceClient) Hooks() []Hook {
+	return c.hooks.AggregateSequence
+}
+
+// Interceptors returns the client interceptors.
+func (c *AggregateSequenceClient) Interceptors() []Interceptor {
+	return c.inters.AggregateSequence
+}
+
+func (c *AggregateSequenceClient) mutate(ctx context.Context, m *AggregateSequenceMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&AggregateSequenceCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&AggregateSequenceUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&AggregateSequenceUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&AggregateSequenceDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown AggregateSequence mutation op: %q", m.Op())
+	}
+}
+
+// ConsumerPositionClient is a client for the ConsumerPosition schema.
+type ConsumerPositionClient struct {
+	config
+}
+
+// NewConsumerPositionClient returns a client for the ConsumerPosition from the given config.
+func NewConsumerPositionClient(c config) *ConsumerPositionClient {
+	return &ConsumerPositionClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `consumerposition.Hooks(f(g(h())))`.
+func (c *ConsumerPositionClient) Use(hooks ...Hook) {
+	c.hooks.ConsumerPosition = append(c.hooks.ConsumerPosition, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `consumerposition.Intercept(f(g(h())))`.
+func (c *ConsumerPositionClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ConsumerPosition = append(c.inters.ConsumerPosition, interceptors...)
+}
+
+// Create returns a builder for creating a ConsumerPosition entity.
+func (c *ConsumerPositionClient) Create() *ConsumerPositionCreate {
+	mutation := newConsumerPositionMutation(c.config, OpCreate)
+	return &ConsumerPositionCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ConsumerPosition entities.
+func (c *ConsumerPositionClient) CreateBulk(builders ...*ConsumerPositionCreate) *ConsumerPositionCreateBulk {
+	return &ConsumerPositionCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ConsumerPositionClient) MapCreateBulk(slice any, setFunc func(*ConsumerPositionCreate, int)) *ConsumerPositionCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ConsumerPositionCreateBulk{err: fmt.Errorf("calling to ConsumerPositionClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ConsumerPositionCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ConsumerPositionCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ConsumerPosition.
+func (c *ConsumerPositionClient) Update() *ConsumerPositionUpdate {
+	mutation := newConsumerPositionMutation(c.config, OpUpdate)
+	return &ConsumerPositionUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ConsumerPositionClient) UpdateOne(_m *ConsumerPosition) *ConsumerPositionUpdateOne {
+	mutation := newConsumerPositionMutation(c.config, OpUpdateOne, withConsumerPosition(_m))
+	return &ConsumerPositionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ConsumerPositionClient) UpdateOneID(id int64) *ConsumerPositionUpdateOne {
+	mutation := newConsumerPositionMutation(c.config, OpUpdateOne, withConsumerPositionID(id))
+	return &ConsumerPositionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ConsumerPosition.
+func (c *ConsumerPositionClient) Delete() *ConsumerPositionDelete {
+	mutation := newConsumerPositionMutation(c.config, OpDelete)
+	return &ConsumerPositionDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ConsumerPositionClient) DeleteOne(_m *ConsumerPosition) *ConsumerPositionDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ConsumerPositionClient) DeleteOneID(id int64) *ConsumerPositionDeleteOne {
+	builder := c.Delete().Where(consumerposition.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ConsumerPositionDeleteOne{builder}
+}
+
+// Query returns a query builder for ConsumerPosition.
+func (c *ConsumerPositionClient) Query() *ConsumerPositionQuery {
+	return &ConsumerPositionQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeConsumerPosition},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ConsumerPosition entity by its id.
+func (c *ConsumerPositionClient) Get(ctx context.Context, id int64) (*ConsumerPosition, error) {
+	return c.Query().Where(consumerposition.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ConsumerPositionClient) GetX(ctx context.Context, id int64) *ConsumerPosition {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ConsumerPositionClient) Hooks() []Hook {
+	return c.hooks.ConsumerPosition
+}
+
+// Interceptors returns the client interceptors.
+func (c *ConsumerPositionClient) Interceptors() []Interceptor {
+	return c.inters.ConsumerPosition
+}
+
+func (c *ConsumerPositionClient) mutate(ctx context.Context, m *ConsumerPositionMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ConsumerPositionCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ConsumerPositionUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ConsumerPositionUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ConsumerPositionDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown ConsumerPosition mutation op: %q", m.Op())
 	}
 }
 
@@ -905,9 +1189,11 @@ func (c *ProcessedEventClient) mutate(ctx context.Context, m *ProcessedEventMuta
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		DeadLetter, Invoice, Order, Outbox, ProcessedEvent []ent.Hook
+		AggregateSequence, ConsumerPosition, DeadLetter, Invoice, Order, Outbox,
+		ProcessedEvent []ent.Hook
 	}
 	inters struct {
-		DeadLetter, Invoice, Order, Outbox, ProcessedEvent []ent.Interceptor
+		AggregateSequence, ConsumerPosition, DeadLetter, Invoice, Order, Outbox,
+		ProcessedEvent []ent.Interceptor
 	}
 )

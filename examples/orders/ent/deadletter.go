@@ -33,6 +33,8 @@ type DeadLetter struct {
 	AggregateType string `json:"aggregate_type,omitempty"`
 	// AggregateID holds the value of the "aggregate_id" field.
 	AggregateID string `json:"aggregate_id,omitempty"`
+	// the event's place in its aggregate's order on its topic; a retry keeps it
+	AggregateSeq *int64 `json:"aggregate_seq,omitempty"`
 	// the payload as received, which may not be valid JSON
 	Payload []byte `json:"payload,omitempty"`
 	// the headers as stored, which may not be an object of strings
@@ -63,7 +65,7 @@ func (*DeadLetter) scanValues(columns []string) ([]any, error) {
 			values[i] = &sql.NullScanner{S: new(uuid.UUID)}
 		case deadletter.FieldPayload, deadletter.FieldHeaders:
 			values[i] = new([]byte)
-		case deadletter.FieldID, deadletter.FieldEventVersion, deadletter.FieldAttempts:
+		case deadletter.FieldID, deadletter.FieldEventVersion, deadletter.FieldAggregateSeq, deadletter.FieldAttempts:
 			values[i] = new(sql.NullInt64)
 		case deadletter.FieldSource, deadletter.FieldEventName, deadletter.FieldTopic, deadletter.FieldAggregateType, deadletter.FieldAggregateID, deadletter.FieldReason, deadletter.FieldDiscardNote:
 			values[i] = new(sql.NullString)
@@ -133,6 +135,13 @@ func (_m *DeadLetter) assignValues(columns []string, values []any) error {
 				return fmt.Errorf("unexpected type %T for field aggregate_id", values[i])
 			} else if value.Valid {
 				_m.AggregateID = value.String
+			}
+		case deadletter.FieldAggregateSeq:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field aggregate_seq", values[i])
+			} else if value.Valid {
+				_m.AggregateSeq = new(int64)
+				*_m.AggregateSeq = value.Int64
 			}
 		case deadletter.FieldPayload:
 			if value, ok := values[i].(*[]byte); !ok {
@@ -249,6 +258,11 @@ func (_m *DeadLetter) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("aggregate_id=")
 	builder.WriteString(_m.AggregateID)
+	builder.WriteString(", ")
+	if v := _m.AggregateSeq; v != nil {
+		builder.WriteString("aggregate_seq=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
+	}
 	builder.WriteString(", ")
 	builder.WriteString("payload=")
 	builder.WriteString(fmt.Sprintf("%v", _m.Payload))

@@ -112,6 +112,20 @@ func (_c *DeadLetterCreate) SetNillableAggregateID(v *string) *DeadLetterCreate 
 	return _c
 }
 
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (_c *DeadLetterCreate) SetAggregateSeq(v int64) *DeadLetterCreate {
+	_c.mutation.SetAggregateSeq(v)
+	return _c
+}
+
+// SetNillableAggregateSeq sets the "aggregate_seq" field if the given value is not nil.
+func (_c *DeadLetterCreate) SetNillableAggregateSeq(v *int64) *DeadLetterCreate {
+	if v != nil {
+		_c.SetAggregateSeq(*v)
+	}
+	return _c
+}
+
 // SetPayload sets the "payload" field.
 func (_c *DeadLetterCreate) SetPayload(v []byte) *DeadLetterCreate {
 	_c.mutation.SetPayload(v)
@@ -338,6 +352,10 @@ func (_c *DeadLetterCreate) createSpec() (*DeadLetter, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.AggregateID(); ok {
 		_spec.SetField(deadletter.FieldAggregateID, field.TypeString, value)
 		_node.AggregateID = value
+	}
+	if value, ok := _c.mutation.AggregateSeq(); ok {
+		_spec.SetField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+		_node.AggregateSeq = &value
 	}
 	if value, ok := _c.mutation.Payload(); ok {
 		_spec.SetField(deadletter.FieldPayload, field.TypeBytes, value)

@@ -172,6 +172,33 @@ func (_u *DeadLetterUpdate) ClearAggregateID() *DeadLetterUpdate {
 	return _u
 }
 
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (_u *DeadLetterUpdate) SetAggregateSeq(v int64) *DeadLetterUpdate {
+	_u.mutation.ResetAggregateSeq()
+	_u.mutation.SetAggregateSeq(v)
+	return _u
+}
+
+// SetNillableAggregateSeq sets the "aggregate_seq" field if the given value is not nil.
+func (_u *DeadLetterUpdate) SetNillableAggregateSeq(v *int64) *DeadLetterUpdate {
+	if v != nil {
+		_u.SetAggregateSeq(*v)
+	}
+	return _u
+}
+
+// AddAggregateSeq adds value to the "aggregate_seq" field.
+func (_u *DeadLetterUpdate) AddAggregateSeq(v int64) *DeadLetterUpdate {
+	_u.mutation.AddAggregateSeq(v)
+	return _u
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (_u *DeadLetterUpdate) ClearAggregateSeq() *DeadLetterUpdate {
+	_u.mutation.ClearAggregateSeq()
+	return _u
+}
+
 // SetPayload sets the "payload" field.
 func (_u *DeadLetterUpdate) SetPayload(v []byte) *DeadLetterUpdate {
 	_u.mutation.SetPayload(v)
@@ -400,6 +427,15 @@ func (_u *DeadLetterUpdate) sqlSave(ctx context.Context) (_node int, err error) 
 	if _u.mutation.AggregateIDCleared() {
 		_spec.ClearField(deadletter.FieldAggregateID, field.TypeString)
 	}
+	if value, ok := _u.mutation.AggregateSeq(); ok {
+		_spec.SetField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedAggregateSeq(); ok {
+		_spec.AddField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+	}
+	if _u.mutation.AggregateSeqCleared() {
+		_spec.ClearField(deadletter.FieldAggregateSeq, field.TypeInt64)
+	}
 	if value, ok := _u.mutation.Payload(); ok {
 		_spec.SetField(deadletter.FieldPayload, field.TypeBytes, value)
 	}
@@ -608,6 +644,33 @@ func (_u *DeadLetterUpdateOne) SetNillableAggregateID(v *string) *DeadLetterUpda
 // ClearAggregateID clears the value of the "aggregate_id" field.
 func (_u *DeadLetterUpdateOne) ClearAggregateID() *DeadLetterUpdateOne {
 	_u.mutation.ClearAggregateID()
+	return _u
+}
+
+// SetAggregateSeq sets the "aggregate_seq" field.
+func (_u *DeadLetterUpdateOne) SetAggregateSeq(v int64) *DeadLetterUpdateOne {
+	_u.mutation.ResetAggregateSeq()
+	_u.mutation.SetAggregateSeq(v)
+	return _u
+}
+
+// SetNillableAggregateSeq sets the "aggregate_seq" field if the given value is not nil.
+func (_u *DeadLetterUpdateOne) SetNillableAggregateSeq(v *int64) *DeadLetterUpdateOne {
+	if v != nil {
+		_u.SetAggregateSeq(*v)
+	}
+	return _u
+}
+
+// AddAggregateSeq adds value to the "aggregate_seq" field.
+func (_u *DeadLetterUpdateOne) AddAggregateSeq(v int64) *DeadLetterUpdateOne {
+	_u.mutation.AddAggregateSeq(v)
+	return _u
+}
+
+// ClearAggregateSeq clears the value of the "aggregate_seq" field.
+func (_u *DeadLetterUpdateOne) ClearAggregateSeq() *DeadLetterUpdateOne {
+	_u.mutation.ClearAggregateSeq()
 	return _u
 }
 
@@ -868,6 +931,15 @@ func (_u *DeadLetterUpdateOne) sqlSave(ctx context.Context) (_node *DeadLetter, 
 	}
 	if _u.mutation.AggregateIDCleared() {
 		_spec.ClearField(deadletter.FieldAggregateID, field.TypeString)
+	}
+	if value, ok := _u.mutation.AggregateSeq(); ok {
+		_spec.SetField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedAggregateSeq(); ok {
+		_spec.AddField(deadletter.FieldAggregateSeq, field.TypeInt64, value)
+	}
+	if _u.mutation.AggregateSeqCleared() {
+		_spec.ClearField(deadletter.FieldAggregateSeq, field.TypeInt64)
 	}
 	if value, ok := _u.mutation.Payload(); ok {
 		_spec.SetField(deadletter.FieldPayload, field.TypeBytes, value)

@@ -90,6 +90,11 @@ func AggregateID(v string) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldEQ(FieldAggregateID, v))
 }
 
+// AggregateSeq applies equality check predicate on the "aggregate_seq" field. It's identical to AggregateSeqEQ.
+func AggregateSeq(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldAggregateSeq, v))
+}
+
 // Payload applies equality check predicate on the "payload" field. It's identical to PayloadEQ.
 func Payload(v []byte) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldEQ(FieldPayload, v))
@@ -593,6 +598,56 @@ func AggregateIDEqualFold(v string) predicate.DeadLetter {
 // AggregateIDContainsFold applies the ContainsFold predicate on the "aggregate_id" field.
 func AggregateIDContainsFold(v string) predicate.DeadLetter {
 	return predicate.DeadLetter(sql.FieldContainsFold(FieldAggregateID, v))
+}
+
+// AggregateSeqEQ applies the EQ predicate on the "aggregate_seq" field.
+func AggregateSeqEQ(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldEQ(FieldAggregateSeq, v))
+}
+
+// AggregateSeqNEQ applies the NEQ predicate on the "aggregate_seq" field.
+func AggregateSeqNEQ(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNEQ(FieldAggregateSeq, v))
+}
+
+// AggregateSeqIn applies the In predicate on the "aggregate_seq" field.
+func AggregateSeqIn(vs ...int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIn(FieldAggregateSeq, vs...))
+}
+
+// AggregateSeqNotIn applies the NotIn predicate on the "aggregate_seq" field.
+func AggregateSeqNotIn(vs ...int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotIn(FieldAggregateSeq, vs...))
+}
+
+// AggregateSeqGT applies the GT predicate on the "aggregate_seq" field.
+func AggregateSeqGT(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGT(FieldAggregateSeq, v))
+}
+
+// AggregateSeqGTE applies the GTE predicate on the "aggregate_seq" field.
+func AggregateSeqGTE(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldGTE(FieldAggregateSeq, v))
+}
+
+// AggregateSeqLT applies the LT predicate on the "aggregate_seq" field.
+func AggregateSeqLT(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLT(FieldAggregateSeq, v))
+}
+
+// AggregateSeqLTE applies the LTE predicate on the "aggregate_seq" field.
+func AggregateSeqLTE(v int64) predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldLTE(FieldAggregateSeq, v))
+}
+
+// AggregateSeqIsNil applies the IsNil predicate on the "aggregate_seq" field.
+func AggregateSeqIsNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldIsNull(FieldAggregateSeq))
+}
+
+// AggregateSeqNotNil applies the NotNil predicate on the "aggregate_seq" field.
+func AggregateSeqNotNil() predicate.DeadLetter {
+	return predicate.DeadLetter(sql.FieldNotNull(FieldAggregateSeq))
 }
 
 // PayloadEQ applies the EQ predicate on the "payload" field.

@@ -9,6 +9,30 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
+// The AggregateSequenceFunc type is an adapter to allow the use of ordinary
+// function as AggregateSequence mutator.
+type AggregateSequenceFunc func(context.Context, *testent.AggregateSequenceMutation) (testent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f AggregateSequenceFunc) Mutate(ctx context.Context, m testent.Mutation) (testent.Value, error) {
+	if mv, ok := m.(*testent.AggregateSequenceMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.AggregateSequenceMutation", m)
+}
+
+// The ConsumerPositionFunc type is an adapter to allow the use of ordinary
+// function as ConsumerPosition mutator.
+type ConsumerPositionFunc func(context.Context, *testent.ConsumerPositionMutation) (testent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ConsumerPositionFunc) Mutate(ctx context.Context, m testent.Mutation) (testent.Value, error) {
+	if mv, ok := m.(*testent.ConsumerPositionMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.ConsumerPositionMutation", m)
+}
+
 // The DeadLetterFunc type is an adapter to allow the use of ordinary
 // function as DeadLetter mutator.
 type DeadLetterFunc func(context.Context, *testent.DeadLetterMutation) (testent.Value, error)

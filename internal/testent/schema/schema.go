@@ -18,9 +18,11 @@ func (Order) Fields() []ent.Field {
 
 // The outbox tables.
 type (
-	Outbox         struct{ schema.Outbox }
-	ProcessedEvent struct{ schema.ProcessedEvent }
-	DeadLetter     struct{ schema.DeadLetter }
+	Outbox            struct{ schema.Outbox }
+	ProcessedEvent    struct{ schema.ProcessedEvent }
+	DeadLetter        struct{ schema.DeadLetter }
+	AggregateSequence struct{ schema.AggregateSequence }
+	ConsumerPosition  struct{ schema.ConsumerPosition }
 )
 
 // Invoice is the effect the consumer tests write.

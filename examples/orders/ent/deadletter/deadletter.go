@@ -27,6 +27,8 @@ const (
 	FieldAggregateType = "aggregate_type"
 	// FieldAggregateID holds the string denoting the aggregate_id field in the database.
 	FieldAggregateID = "aggregate_id"
+	// FieldAggregateSeq holds the string denoting the aggregate_seq field in the database.
+	FieldAggregateSeq = "aggregate_seq"
 	// FieldPayload holds the string denoting the payload field in the database.
 	FieldPayload = "payload"
 	// FieldHeaders holds the string denoting the headers field in the database.
@@ -59,6 +61,7 @@ var Columns = []string{
 	FieldTopic,
 	FieldAggregateType,
 	FieldAggregateID,
+	FieldAggregateSeq,
 	FieldPayload,
 	FieldHeaders,
 	FieldReason,
@@ -128,6 +131,11 @@ func ByAggregateType(opts ...sql.OrderTermOption) OrderOption {
 // ByAggregateID orders the results by the aggregate_id field.
 func ByAggregateID(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldAggregateID, opts...).ToFunc()
+}
+
+// ByAggregateSeq orders the results by the aggregate_seq field.
+func ByAggregateSeq(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldAggregateSeq, opts...).ToFunc()
 }
 
 // ByReason orders the results by the reason field.

@@ -9,6 +9,30 @@ import (
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 )
 
+// The AggregateSequenceFunc type is an adapter to allow the use of ordinary
+// function as AggregateSequence mutator.
+type AggregateSequenceFunc func(context.Context, *ent.AggregateSequenceMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f AggregateSequenceFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.AggregateSequenceMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.AggregateSequenceMutation", m)
+}
+
+// The ConsumerPositionFunc type is an adapter to allow the use of ordinary
+// function as ConsumerPosition mutator.
+type ConsumerPositionFunc func(context.Context, *ent.ConsumerPositionMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ConsumerPositionFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.ConsumerPositionMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.ConsumerPositionMutation", m)
+}
+
 // The DeadLetterFunc type is an adapter to allow the use of ordinary
 // function as DeadLetter mutator.
 type DeadLetterFunc func(context.Context, *ent.DeadLetterMutation) (ent.Value, error)

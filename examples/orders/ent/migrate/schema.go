@@ -9,6 +9,62 @@ import (
 )
 
 var (
+	// OutboxAggregateSequencesColumns holds the columns for the "outbox_aggregate_sequences" table.
+	OutboxAggregateSequencesColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt64, Increment: true},
+		{Name: "topic", Type: field.TypeString},
+		{Name: "aggregate_type", Type: field.TypeString},
+		{Name: "aggregate_id", Type: field.TypeString},
+		{Name: "last_seq", Type: field.TypeInt64},
+	}
+	// OutboxAggregateSequencesTable holds the schema information for the "outbox_aggregate_sequences" table.
+	OutboxAggregateSequencesTable = &schema.Table{
+		Name:       "outbox_aggregate_sequences",
+		Columns:    OutboxAggregateSequencesColumns,
+		PrimaryKey: []*schema.Column{OutboxAggregateSequencesColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "outbox_aggregate_sequences_key",
+				Unique:  true,
+				Columns: []*schema.Column{OutboxAggregateSequencesColumns[1], OutboxAggregateSequencesColumns[2], OutboxAggregateSequencesColumns[3]},
+			},
+		},
+	}
+	// OutboxConsumerPositionsColumns holds the columns for the "outbox_consumer_positions" table.
+	OutboxConsumerPositionsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt64, Increment: true},
+		{Name: "consumer", Type: field.TypeString},
+		{Name: "topic", Type: field.TypeString},
+		{Name: "aggregate_type", Type: field.TypeString},
+		{Name: "aggregate_id", Type: field.TypeString},
+		{Name: "last_seq", Type: field.TypeInt64},
+		{Name: "held_seq", Type: field.TypeInt64, Nullable: true},
+		{Name: "held_event_id", Type: field.TypeUUID, Nullable: true},
+		{Name: "held_at", Type: field.TypeTime, Nullable: true},
+		{Name: "waiting_since", Type: field.TypeTime, Nullable: true},
+		{Name: "updated_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+	}
+	// OutboxConsumerPositionsTable holds the schema information for the "outbox_consumer_positions" table.
+	OutboxConsumerPositionsTable = &schema.Table{
+		Name:       "outbox_consumer_positions",
+		Columns:    OutboxConsumerPositionsColumns,
+		PrimaryKey: []*schema.Column{OutboxConsumerPositionsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "outbox_consumer_positions_key",
+				Unique:  true,
+				Columns: []*schema.Column{OutboxConsumerPositionsColumns[1], OutboxConsumerPositionsColumns[2], OutboxConsumerPositionsColumns[3], OutboxConsumerPositionsColumns[4]},
+			},
+			{
+				Name:    "outbox_consumer_positions_held",
+				Unique:  false,
+				Columns: []*schema.Column{OutboxConsumerPositionsColumns[1], OutboxConsumerPositionsColumns[6]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "held_seq IS NOT NULL",
+				},
+			},
+		},
+	}
 	// OutboxDeadLettersColumns holds the columns for the "outbox_dead_letters" table.
 	OutboxDeadLettersColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt64, Increment: true},
@@ -19,6 +75,7 @@ var (
 		{Name: "topic", Type: field.TypeString, Nullable: true},
 		{Name: "aggregate_type", Type: field.TypeString, Nullable: true},
 		{Name: "aggregate_id", Type: field.TypeString, Nullable: true},
+		{Name: "aggregate_seq", Type: field.TypeInt64, Nullable: true},
 		{Name: "payload", Type: field.TypeBytes, Nullable: true},
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "reason", Type: field.TypeString, Size: 2147483647},
@@ -38,7 +95,7 @@ var (
 			{
 				Name:    "outbox_dead_letters_source",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxDeadLettersColumns[2], OutboxDeadLettersColumns[12]},
+				Columns: []*schema.Column{OutboxDeadLettersColumns[2], OutboxDeadLettersColumns[13]},
 			},
 			{
 				Name:    "outbox_dead_letters_event",
@@ -85,6 +142,7 @@ var (
 		{Name: "payload", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
+		{Name: "aggregate_seq", Type: field.TypeInt64, Nullable: true},
 		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
 		{Name: "available_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
@@ -109,7 +167,7 @@ var (
 			{
 				Name:    "outbox_events_commit_order",
 				Unique:  false,
-				Columns: []*schema.Column{OutboxEventsColumns[11], OutboxEventsColumns[0]},
+				Columns: []*schema.Column{OutboxEventsColumns[12], OutboxEventsColumns[0]},
 			},
 		},
 	}
@@ -142,6 +200,8 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		OutboxAggregateSequencesTable,
+		OutboxConsumerPositionsTable,
 		OutboxDeadLettersTable,
 		InvoicesTable,
 		OrdersTable,
@@ -151,6 +211,12 @@ var (
 )
 
 func init() {
+	OutboxAggregateSequencesTable.Annotation = &entsql.Annotation{
+		Table: "outbox_aggregate_sequences",
+	}
+	OutboxConsumerPositionsTable.Annotation = &entsql.Annotation{
+		Table: "outbox_consumer_positions",
+	}
 	OutboxDeadLettersTable.Annotation = &entsql.Annotation{
 		Table: "outbox_dead_letters",
 	}

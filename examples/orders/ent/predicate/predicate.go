@@ -6,6 +6,12 @@ import (
 	"entgo.io/ent/dialect/sql"
 )
 
+// AggregateSequence is the predicate function for aggregatesequence builders.
+type AggregateSequence func(*sql.Selector)
+
+// ConsumerPosition is the predicate function for consumerposition builders.
+type ConsumerPosition func(*sql.Selector)
+
 // DeadLetter is the predicate function for deadletter builders.
 type DeadLetter func(*sql.Selector)
 

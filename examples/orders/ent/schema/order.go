@@ -22,9 +22,11 @@ func (Order) Fields() []ent.Field {
 
 // The outbox tables, embedded from entoutbox.
 type (
-	Outbox         struct{ schema.Outbox }
-	ProcessedEvent struct{ schema.ProcessedEvent }
-	DeadLetter     struct{ schema.DeadLetter }
+	Outbox            struct{ schema.Outbox }
+	ProcessedEvent    struct{ schema.ProcessedEvent }
+	DeadLetter        struct{ schema.DeadLetter }
+	AggregateSequence struct{ schema.AggregateSequence }
+	ConsumerPosition  struct{ schema.ConsumerPosition }
 )
 
 // Invoice is the billing consumer's effect: one per paid order.
