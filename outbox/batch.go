@@ -30,6 +30,9 @@ import (
 type Batch struct {
 	drv   dialect.ExecQuerier
 	table string
+	// seqTable holds the aggregates' counters that number the events
+	// (schema.AggregateSequence); "" numbers none.
+	seqTable string
 	// metrics counts the events written once Committed is called; nil
 	// (SetMetrics not called) counts nothing.
 	metrics *metrics.Metrics
@@ -47,6 +50,14 @@ const maxBatchRows = 1000
 // ent transaction.
 func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
 	return &Batch{drv: drv, table: table, metrics: emitMetrics.Load()}
+}
+
+// NewNumberedBatch is NewBatch that also numbers each event in its
+// aggregate's order on its topic (aggregate_seq), from the counters in
+// seqTable (see InsertNumberedQuery), so that consumers can apply an
+// aggregate's events in order with any number of instances.
+func NewNumberedBatch(drv dialect.ExecQuerier, table, seqTable string) *Batch {
+	return &Batch{drv: drv, table: table, seqTable: seqTable, metrics: emitMetrics.Load()}
 }
 
 // Add checks ev and holds it until the next flush, or writes it at once
@@ -79,7 +90,7 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 		if err := b.flushLocked(ctx); err != nil {
 			return err
 		}
-		if err := insert(ctx, b.drv, b.table, []Row{r}); err != nil {
+		if err := insert(ctx, b.drv, b.table, b.seqTable, []Row{r}); err != nil {
 			return err
 		}
 		b.wroteLocked([]Row{r})
@@ -103,7 +114,7 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 	b.held = nil
 	for len(held) > 0 {
 		n := min(len(held), maxBatchRows)
-		if err := insert(ctx, b.drv, b.table, held[:n]); err != nil {
+		if err := insert(ctx, b.drv, b.table, b.seqTable, held[:n]); err != nil {
 			return err
 		}
 		b.wroteLocked(held[:n])

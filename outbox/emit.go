@@ -32,6 +32,10 @@ type Row struct {
 	EventID uuid.UUID
 	Event
 	Headers map[string]string
+	// AggregateSeq is the row's place in its aggregate's order on its
+	// topic when it is written again with the number it had (a dead
+	// letter retried); 0 when it has none, or a sequenced Batch numbers it.
+	AggregateSeq int64
 }
 
 // newRow checks ev and cfg, whose EventID is set, and builds their row.

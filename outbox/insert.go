@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	stdsql "database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"entgo.io/ent/dialect"
@@ -19,21 +22,23 @@ import (
 func NotifyChannel(table string) string { return table }
 
 // insertColumns is how many parameters a row takes.
-const insertColumns = 9
+const insertColumns = 10
 
 // InsertQuery builds the INSERT of rows into table, in their order, as
 // Emit writes them (the compatible relay path's schema adapter uses it
 // too). A row whose event id is already present is skipped (ON CONFLICT
 // DO NOTHING), so that a duplicate does not abort the caller's
 // transaction; the statement returns one row per row inserted, and
-// notifies NotifyChannel(table) once per row at commit.
+// notifies NotifyChannel(table) once per row at commit. Rows keep the
+// aggregate_seq they carry (Row.AggregateSeq; NULL for 0): it numbers
+// none (see InsertNumberedQuery).
 func InsertQuery(table string, rows []Row) (string, []any, error) {
 	var (
 		q    strings.Builder
 		args = make([]any, 0, insertColumns*len(rows))
 	)
 	q.WriteString("WITH inserted AS (INSERT INTO " + pgsql.QuoteIdent(table) +
-		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from) VALUES ")
+		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq) VALUES ")
 	for i, r := range rows {
 		headers, err := encodeHeaders(r.Headers)
 		if err != nil {
@@ -43,9 +48,14 @@ func InsertQuery(table string, rows []Row) (string, []any, error) {
 			q.WriteByte(',')
 		}
 		n := i * insertColumns
-		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb,$%d::bigint)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9)
+		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb,$%d::bigint,$%d::bigint)",
+			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
+		var seq any
+		if r.AggregateSeq > 0 {
+			seq = r.AggregateSeq
+		}
 		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
-			string(r.Payload), headers, readableFromColumn(r.Event))
+			string(r.Payload), headers, readableFromColumn(r.Event), seq)
 	}
 	// One statement: the insert, and a notification the fast relay gets
 	// at commit. It returns one row per inserted row, so the rows affected
@@ -55,11 +65,84 @@ func InsertQuery(table string, rows []Row) (string, []any, error) {
 	return q.String(), args, nil
 }
 
+// aggregateKey is what Emit numbers events by: an aggregate on a topic.
+type aggregateKey struct{ topic, typ, id string }
+
+// InsertNumberedQuery is InsertQuery that also numbers each row in its
+// aggregate's order on its topic (aggregate_seq), taking the numbers from
+// the counters in seqTable (schema.AggregateSequence) in the same
+// statement. The counter rows stay locked until the transaction ends: the
+// aggregate's other writers wait, so the numbers have no gaps (a rolled
+// back transaction gives its numbers back) and follow commit order. The
+// counters are taken in key order, so that two transactions writing the
+// same aggregates never wait on each other in a cycle within a statement.
+// Rows are inserted in their order, after the numbers are taken, so an
+// aggregate's ids follow its numbers too.
+func InsertNumberedQuery(table, seqTable string, rows []Row) (string, []any, error) {
+	counts := map[aggregateKey]int64{}
+	for _, r := range rows {
+		counts[aggregateKey{r.Topic, r.AggregateType, r.AggregateID}]++
+	}
+	keys := make([]aggregateKey, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b aggregateKey) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id))
+	})
+	const rowColumns = 11
+	var (
+		q    strings.Builder
+		args = make([]any, 0, 4*len(keys)+rowColumns*len(rows))
+	)
+	seqs := pgsql.QuoteIdent(seqTable)
+	q.WriteString("WITH numbered AS (INSERT INTO " + seqs + " AS s (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
+	for i, k := range keys {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		fmt.Fprintf(&q, "($%d::text,$%d::text,$%d::text,$%d::bigint)", len(args)+1, len(args)+2, len(args)+3, len(args)+4)
+		args = append(args, k.topic, k.typ, k.id, counts[k])
+	}
+	q.WriteString(" ON CONFLICT (topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq" +
+		" RETURNING topic, aggregate_type, aggregate_id, last_seq), inserted AS (INSERT INTO " + pgsql.QuoteIdent(table) +
+		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq)" +
+		" SELECT v.event_id, v.event_name, v.event_version, v.topic, v.aggregate_type, v.aggregate_id, v.payload, v.headers," +
+		" v.readable_from, n.last_seq - v.back FROM (VALUES ")
+	// back is how many rows of the same aggregate follow the row here:
+	// the counter ends at the last one's number.
+	later := maps.Clone(counts)
+	for i, r := range rows {
+		headers, err := encodeHeaders(r.Headers)
+		if err != nil {
+			return "", nil, fmt.Errorf("outbox: event %s: %w", r.EventID, err)
+		}
+		k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
+		later[k]--
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		n := len(args)
+		fmt.Fprintf(&q, "($%d::uuid,$%d::text,$%d::int,$%d::text,$%d::text,$%d::text,$%d::jsonb,$%d::jsonb,$%d::int,$%d::bigint,$%d::int)",
+			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n+11)
+		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
+			string(r.Payload), headers, readableFromColumn(r.Event), later[k], i)
+	}
+	q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
+		" readable_from, back, ord) JOIN numbered n USING (topic, aggregate_type, aggregate_id) ORDER BY v.ord" +
+		" ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify(" +
+		pgsql.QuoteLiteral(NotifyChannel(table)) + ", '') FROM inserted")
+	return q.String(), args, nil
+}
+
 // insert writes rows in one statement. A row whose event id is already in
 // the outbox fails it with events.ErrDuplicateEventID, the transaction
 // still usable.
-func insert(ctx context.Context, drv dialect.ExecQuerier, table string, rows []Row) error {
+func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable string, rows []Row) error {
 	query, args, err := InsertQuery(table, rows)
+	if seqTable != "" {
+		query, args, err = InsertNumberedQuery(table, seqTable, rows)
+	}
 	if err != nil {
 		return err
 	}
@@ -81,6 +164,16 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table string, rows []R
 		return nil
 	}
 	if len(rows) == 1 {
+		if seqTable != "" {
+			// The transaction goes on: give back the number the duplicate
+			// took (the counter is still locked by it).
+			r := rows[0]
+			if err := drv.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(seqTable)+` SET last_seq = last_seq - 1
+				WHERE topic = $1 AND aggregate_type = $2 AND aggregate_id = $3`,
+				[]any{r.Topic, r.AggregateType, r.AggregateID}, &res); err != nil {
+				return fmt.Errorf("outbox: giving back the number of duplicate event %s: %w", r.EventID, err)
+			}
+		}
 		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
 	}
 	return fmt.Errorf("%w: %d of %d events were already in the outbox", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))

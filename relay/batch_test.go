@@ -108,8 +108,10 @@ type insertLogTx struct {
 
 func (tx insertLogTx) Exec(ctx context.Context, query string, args, v any) error {
 	if strings.Contains(query, `INSERT INTO "outbox_events"`) {
-		// outbox.InsertQuery writes each row's values as "($1,...)".
-		tx.log.add(strings.Count(query, "($"))
+		// Each outbox row's payload and headers are "$7::jsonb,$8::jsonb,"
+		// in outbox.InsertQuery and InsertNumberedQuery alike (the latter
+		// also has a tuple per aggregate counter, without jsonb).
+		tx.log.add(strings.Count(query, "::jsonb,$") / 2)
 	}
 	return tx.Tx.Exec(ctx, query, args, v)
 }

@@ -33,7 +33,7 @@ type OutboxHandlers struct {
 // causation and correlation ids.
 func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers {
 	h := &OutboxHandlers{client: client}
-	h.set = consumer.NewSet(outboxEventTypes, h.outboxDeadLetter, opts...)
+	h.set = consumer.NewSetFor(outboxEventTypes, outboxTables, h.outboxDeadLetter, opts...)
 	return h
 }
 
@@ -144,8 +144,7 @@ func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(
 			_ = tx.Rollback()
 		}
 	}()
-	fresh, err := consumer.RecordDelivery(ctx, tx.config.driver, consumer.Tables{
-		Processed: "outbox_processed_events", DeadLetters: "outbox_dead_letters"}, m)
+	fresh, err := consumer.RecordDelivery(ctx, tx.config.driver, outboxTables, m)
 	if err != nil {
 		return err
 	}
@@ -159,5 +158,9 @@ func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(
 }
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
-	return consumer.InsertDeadLetter(ctx, h.client.driver, "outbox_dead_letters", d)
+	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
 }
+
+// outboxTables are the consumers' tables in this schema.
+var outboxTables = consumer.Tables{Processed: "outbox_processed_events",
+	DeadLetters: "outbox_dead_letters", Positions: ""}
