@@ -290,7 +290,8 @@ func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, strin
 		}
 		row = outbox.Row{EventID: o.EventID, Headers: o.Headers, Event: outbox.Event{
 			Name: o.EventName, Version: o.EventVersion, Topic: o.Topic,
-			AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload}}
+			AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload},
+			AggregateSeq: seqOf(o.AggregateSeq)}
 		outcome = Requeued
 	}
 	// The writer's own INSERT, with the NOTIFY that wakes the fast relay.
@@ -324,7 +325,18 @@ func rowOf(d *ent.DeadLetter) (outbox.Row, string) {
 	}
 	return outbox.Row{EventID: d.EventID, Headers: headers, Event: outbox.Event{
 		Name: d.EventName, Version: d.EventVersion, Topic: d.Topic,
-		AggregateType: d.AggregateType, AggregateID: d.AggregateID, Payload: d.Payload}}, ""
+		AggregateType: d.AggregateType, AggregateID: d.AggregateID, Payload: d.Payload},
+		AggregateSeq: seqOf(d.AggregateSeq)}, ""
+}
+
+// seqOf is a row's aggregate_seq, 0 when it has none. A retried event keeps
+// its place in its aggregate's order: the consumer holding the aggregate
+// behind it applies it, the others skip it as at or below their position.
+func seqOf(seq *int64) int64 {
+	if seq == nil {
+		return 0
+	}
+	return *seq
 }
 
 // Discard marks the dead letters ids discarded, with note, in one

@@ -122,6 +122,7 @@ func Message(o *ent.Outbox) *message.Message {
 	msg.Metadata = outbox.Metadata(o.EventName, o.EventVersion, o.AggregateType, o.AggregateID, o.Headers)
 	msg.Metadata[events.MetaCreatedAt] = o.CreatedAt.UTC().Format(time.RFC3339Nano)
 	msg.Metadata[events.MetaPublishID] = outbox.PublishID(o.EventID.String(), o.ID)
+	outbox.SetAggregateSeq(msg.Metadata, seqOf(o.AggregateSeq))
 	if o.ReadableFrom != nil {
 		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, *o.ReadableFrom)
 	}

@@ -41,6 +41,14 @@ func ReplayPublishID(eventID string, replay int64) string {
 	return eventID + "/replay-" + strconv.FormatInt(replay, 10)
 }
 
+// SetAggregateSeq sets events.MetaAggregateSeq in md when the row has
+// its number (seq > 0).
+func SetAggregateSeq(md message.Metadata, seq int64) {
+	if seq > 0 {
+		md[events.MetaAggregateSeq] = strconv.FormatInt(seq, 10)
+	}
+}
+
 // SetReadableFrom sets events.MetaReadableFrom in md when readableFrom is
 // below version: only then can an older consumer read the payload.
 func SetReadableFrom(md message.Metadata, version, readableFrom int) {

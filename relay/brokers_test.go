@@ -83,7 +83,7 @@ func testRelayToBroker(t *testing.T, path relay.Path, url, service string) {
 	require.NoError(t, stop())
 	time.Sleep(200 * time.Millisecond) // let a stray duplicate show up
 	got.requireExactly(t, want)
-	got.requirePublishIDs(t, b.db.DB)
+	got.requireRowIDs(t, b.db.DB)
 	for id := range want.ids {
 		requirePayload(t, got.msgs[id])
 		require.NotEmpty(t, got.msgs[id].Metadata.Get("correlation_id"), "headers travel as metadata")

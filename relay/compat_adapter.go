@@ -143,7 +143,7 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	q := `SELECT * FROM (
 		WITH last_processed AS (` + next.Query + `)
 		SELECT id, transaction_id, event_id, event_name, event_version, topic,
-			aggregate_type, aggregate_id, payload, headers, created_at, readable_from
+			aggregate_type, aggregate_id, payload, headers, created_at, readable_from, aggregate_seq
 		FROM ` + s.table() + `
 		WHERE (
 			(transaction_id = (SELECT last_processed_transaction_id FROM last_processed)
@@ -176,9 +176,10 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		headersJS []byte
 		createdAt time.Time
 		readable  stdsql.NullInt64
+		seq       stdsql.NullInt64
 	)
 	if err := params.Row.Scan(&r.Offset, &txID, &eventID, &name, &version, &topic,
-		&aggType, &aggID, &payload, &headersJS, &createdAt, &readable); err != nil {
+		&aggType, &aggID, &payload, &headersJS, &createdAt, &readable, &seq); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
 	md, rowErr := outbox.DecodeHeaders(headersJS)
@@ -189,6 +190,7 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	outbox.SetReadableFrom(md, version, int(readable.Int64))
 	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
 	md[events.MetaPublishID] = outbox.PublishID(eventID, r.Offset)
+	outbox.SetAggregateSeq(md, seq.Int64)
 	s.CloudEvents.set(md, eventID, name, version, createdAt)
 	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
 	if err != nil {

@@ -30,7 +30,8 @@ type row struct {
 	aggregateID   string
 	payload       []byte
 	headers       []byte
-	readableFrom  int // 0 when only consumers of version read it
+	readableFrom  int   // 0 when only consumers of version read it
+	aggregateSeq  int64 // the row's aggregate_seq; 0 when NULL
 	createdAt     time.Time
 	attempts      int
 	partition     int
@@ -441,7 +442,7 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 	filter := strings.Join(where, " AND ")
 	cols := `o.id, o.event_id, o.event_name, o.event_version, o.topic,
 			o.aggregate_type, o.aggregate_id, o.payload::text AS payload, o.headers::text AS headers, o.created_at,
-			o.attempts, o.readable_from, ` + part + ` AS part, greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms`
+			o.attempts, o.readable_from, o.aggregate_seq, ` + part + ` AS part, greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms`
 	table := pgsql.QuoteIdent(s.cfg.Table)
 	// Above the cursor: one ordered scan of the pending index. Below it:
 	// the rows of the late transactions, through the commit-order index.
@@ -476,13 +477,13 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 		return claimed{}, err
 	}
 	query := `SELECT * FROM (
-			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, NULL::bigint, 0, 0::bigint, 0::bigint, true,
+			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, NULL::bigint, NULL::bigint, 0, 0::bigint, 0::bigint, true,
 				pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
 				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
 			UNION ALL
 			SELECT w.id, w.event_id, w.event_name, w.event_version, w.topic, w.aggregate_type, w.aggregate_id,
 				CASE WHEN w.kept THEN w.payload END, CASE WHEN w.kept THEN w.headers END, w.created_at, w.attempts,
-				w.readable_from, w.part, w.wait_ms, w.size, w.kept, NULL
+				w.readable_from, w.aggregate_seq, w.part, w.wait_ms, w.size, w.kept, NULL
 			FROM (` + sized + `) w WHERE w.running - w.size <= ` + budget + `
 		) c ORDER BY 1`
 	// Through pgx itself rather than database/sql: a claim reads thousands
@@ -503,9 +504,10 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 				open     *string
 				eventID  pgtype.UUID
 				readable *int64
+				seq      *int64
 			)
 			if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-				&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
+				&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &seq, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
 				return err
 			}
 			if r.id == 0 {
@@ -523,6 +525,9 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 			r.eventID = eventID.Bytes
 			if readable != nil {
 				r.readableFrom = int(*readable)
+			}
+			if seq != nil {
+				r.aggregateSeq = *seq
 			}
 			r.wait = time.Duration(waitMS) * time.Millisecond
 			out.rows = append(out.rows, r)

@@ -109,20 +109,23 @@ func (r *received) add(msg *message.Message) {
 	r.msgs[msg.UUID] = msg
 }
 
-// requirePublishIDs checks every message received went out under its
-// outbox row's publish id, the broker's message id (JetStream's
-// Nats-Msg-Id), which a dead-letter retry's new row changes.
-func (r *received) requirePublishIDs(t *testing.T, db *sql.DB) {
+// requireRowIDs checks every message received went out under its outbox
+// row's publish id, the broker's message id (JetStream's Nats-Msg-Id),
+// which a dead-letter retry's new row changes, and with the row's place
+// in its aggregate's order (outbox_aggregate_seq), which consumers apply
+// events in.
+func (r *received) requireRowIDs(t *testing.T, db *sql.DB) {
 	t.Helper()
-	rows, err := db.Query(`SELECT event_id::text, id FROM outbox_events`)
+	rows, err := db.Query(`SELECT event_id::text, id, aggregate_seq FROM outbox_events`)
 	require.NoError(t, err)
 	defer rows.Close()
-	rowIDs := map[string]int64{}
+	rowIDs, seqs := map[string]int64{}, map[string]int64{}
 	for rows.Next() {
 		var event string
-		var id int64
-		require.NoError(t, rows.Scan(&event, &id))
-		rowIDs[event] = id
+		var id, seq int64
+		require.NoError(t, rows.Scan(&event, &id, &seq))
+		require.Positive(t, seq, "Emit numbered event %s", event)
+		rowIDs[event], seqs[event] = id, seq
 	}
 	require.NoError(t, rows.Err())
 	r.mu.Lock()
@@ -131,6 +134,8 @@ func (r *received) requirePublishIDs(t *testing.T, db *sql.DB) {
 		require.Contains(t, rowIDs, event, "a row for each message received")
 		require.Equal(t, outbox.PublishID(event, rowIDs[event]), msg.Metadata.Get(events.MetaPublishID),
 			"the publish id of event %s", event)
+		require.Equal(t, strconv.FormatInt(seqs[event], 10), msg.Metadata.Get(events.MetaAggregateSeq),
+			"the aggregate_seq of event %s", event)
 	}
 }
 

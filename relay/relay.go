@@ -224,7 +224,7 @@ func checkTableName(table string) error {
 // outboxColumns are the columns of the outbox table the relay reads or
 // writes.
 const outboxColumns = "id,event_id,event_name,event_version,topic,aggregate_type,aggregate_id,payload,headers," +
-	"created_at,transaction_id,available_at,attempts,delivered_at,last_error,readable_from"
+	"created_at,transaction_id,available_at,attempts,delivered_at,last_error,readable_from,aggregate_seq"
 
 // checkTables refuses an outbox table that does not exist or is not one,
 // and a dead-letter table that does not exist, before the relay creates
@@ -251,6 +251,16 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 	}
 	if !exists {
 		return fmt.Errorf("relay: dead-letter table %q does not exist (%s)", deadLetterTable, migrate)
+	}
+	// A dead letter keeps the row's place in its aggregate's order, so that
+	// a retry takes it again.
+	var hasSeq bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname = 'aggregate_seq' AND attnum > 0 AND NOT attisdropped)`, pgsql.QuoteIdent(deadLetterTable)).Scan(&hasSeq); err != nil {
+		return fmt.Errorf("relay: looking for table %q: %w", deadLetterTable, err)
+	}
+	if !hasSeq {
+		return fmt.Errorf("relay: dead-letter table %q lacks the column aggregate_seq (%s)", deadLetterTable, migrate)
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ func rowMetadata(r *row, ce *CloudEvents) message.Metadata {
 	outbox.SetReadableFrom(md, r.version, r.readableFrom)
 	md[events.MetaCreatedAt] = r.createdAt.UTC().Format(time.RFC3339Nano)
 	md[events.MetaPublishID] = outbox.PublishID(r.eventID.String(), r.id)
+	outbox.SetAggregateSeq(md, r.aggregateSeq)
 	md[MetaTopic] = r.topic
 	ce.set(md, r.eventID.String(), r.name, r.version, r.createdAt)
 	return md

@@ -457,10 +457,11 @@ func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason strin
 		headers = string(row.headers)
 	}
 	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(r.cfg.DeadLetterTable)+` (event_id, source, event_name,
-		event_version, topic, aggregate_type, aggregate_id, payload, headers, reason, attempts, created_at)
-		VALUES ($1, 'relay', $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, now())`,
+		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+		VALUES ($1, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now())`,
 		eventID, row.name, row.version, row.topic, row.aggregateType, row.aggregateID, row.payload, headers,
-		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts)
+		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts,
+		sql.NullInt64{Int64: row.aggregateSeq, Valid: row.aggregateSeq > 0})
 	if err != nil {
 		return fmt.Errorf("relay: writing the dead letter of row %d: %w", row.id, err)
 	}
@@ -610,6 +611,9 @@ func (rel *walRelation) decode(t *pglogrepl.TupleData) *walRow {
 	}
 	if s, ok := text("readable_from"); ok {
 		r.readableFrom, _ = strconv.Atoi(s)
+	}
+	if s, ok := text("aggregate_seq"); ok {
+		r.aggregateSeq, _ = strconv.ParseInt(s, 10, 64)
 	}
 	if s, ok := text("created_at"); ok {
 		if r.createdAt, err = parseTimestamptz(s); err != nil {

@@ -130,7 +130,7 @@ func TestWALDeliversInCommitOrder(t *testing.T) {
 		rolled, err := s.client.Tx(ctx)
 		require.NoError(t, err)
 		rolledID := emitIn(t, rolled, agg, 1000+i)
-		require.NoError(t, late.Commit()) // written second, committed first
+		require.NoError(t, late.Commit()) // emitted second, committed first
 		require.NoError(t, rolled.Rollback())
 		require.NoError(t, early.Commit())
 		order = append(order, lateID, earlyID)
@@ -140,7 +140,7 @@ func TestWALDeliversInCommitOrder(t *testing.T) {
 	got.waitFor(t, want, 20*time.Second)
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
-	got.requirePublishIDs(t, s.db.DB)
+	got.requireRowIDs(t, s.db.DB)
 	require.Equal(t, order, arrived(), "one publish at a time: the broker sees the commit order")
 }
 
@@ -169,11 +169,14 @@ func arrivalOrder(t *testing.T, pubsub message.Subscriber, topic string) func() 
 	}
 }
 
+// emitIn emits an event in tx, written when tx commits (an id given to
+// Emit would write it at once, and the aggregate's next writer would wait
+// for tx: Emit numbers an aggregate's events in commit order).
 func emitIn(t *testing.T, tx *testent.Tx, agg string, n int) string {
 	t.Helper()
-	id := uuid.New()
+	var id uuid.UUID
 	require.NoError(t, tx.Outbox.EmitOrderPaid(context.Background(), agg, testent.OrderPaid{OrderID: int64(n), AmountCents: 100},
-		events.WithEventID(id)))
+		events.ReturnEventID(&id)))
 	return id.String()
 }
 
