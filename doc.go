@@ -31,6 +31,8 @@
 //	type Outbox struct{ schema.Outbox }
 //	type ProcessedEvent struct{ schema.ProcessedEvent }
 //	type DeadLetter struct{ schema.DeadLetter }
+//	type AggregateSequence struct{ schema.AggregateSequence }
+//	type ConsumerPosition struct{ schema.ConsumerPosition }
 //
 // 3. Register the extension in ent/entc.go, a program with the ignore
 // build tag, run from a go:generate line in your ent package:

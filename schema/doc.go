@@ -4,6 +4,8 @@
 //	type Outbox struct{ schema.Outbox }
 //	type ProcessedEvent struct{ schema.ProcessedEvent }
 //	type DeadLetter struct{ schema.DeadLetter }
+//	type AggregateSequence struct{ schema.AggregateSequence }
+//	type ConsumerPosition struct{ schema.ConsumerPosition }
 //
 // The type names must stay Outbox, ProcessedEvent and DeadLetter: the
 // generated code hangs its methods on *OutboxClient and friends.
