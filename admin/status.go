@@ -27,7 +27,34 @@ type Status struct {
 	// WAL is the replication slots of the WAL relays (see relay.WALSlot);
 	// empty before one ran.
 	WAL []WALSlot `json:"wal"`
+	// Held is, per consumer name, the aggregates it holds behind a dead
+	// letter (schema.ConsumerPosition): their later events wait until the
+	// letter is retried. Empty when none is held, or no consumer keeps
+	// positions.
+	Held []HeldAggregates `json:"held"`
 }
+
+// HeldAggregates is the aggregates one consumer holds.
+type HeldAggregates struct {
+	Consumer string `json:"consumer"`
+	Count    int64  `json:"count"`
+	// Oldest lists the longest held, at most maxHeldListed.
+	Oldest []HeldAggregate `json:"oldest"`
+}
+
+// HeldAggregate is one aggregate held behind the dead letter of its event
+// EventID, number Seq in the aggregate's order on Topic.
+type HeldAggregate struct {
+	Topic         string    `json:"topic"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	Seq           int64     `json:"seq"`
+	EventID       string    `json:"event_id"`
+	Since         time.Time `json:"since"`
+}
+
+// maxHeldListed bounds the held aggregates listed per consumer.
+const maxHeldListed = 10
 
 // WALSlot is relay.WALSlot with names for JSON.
 type WALSlot struct {
@@ -118,7 +145,51 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, deadLetterTable); err != nil {
 		return Status{}, err
 	}
+	if st.Held, err = readHeld(ctx, db, schema.ConsumerPositionTable); err != nil {
+		return Status{}, err
+	}
 	return st, nil
+}
+
+// readHeld reads the held aggregates of each consumer from the positions
+// table, when there is one, through its partial index of held rows.
+func readHeld(ctx context.Context, db *sql.DB, table string) ([]HeldAggregates, error) {
+	held := []HeldAggregates{}
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(table)).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("admin: looking for the consumer positions: %w", err)
+	}
+	if !exists {
+		return held, nil
+	}
+	t := pgsql.QuoteIdent(table)
+	rows, err := db.QueryContext(ctx, `SELECT c.consumer, c.n, h.topic, h.aggregate_type, h.aggregate_id, h.held_seq,
+			coalesce(h.held_event_id::text, ''), coalesce(h.held_at, h.updated_at)
+		FROM (SELECT consumer, count(*) AS n FROM `+t+` WHERE held_seq IS NOT NULL GROUP BY consumer) c
+		CROSS JOIN LATERAL (SELECT * FROM `+t+` p WHERE p.consumer = c.consumer AND p.held_seq IS NOT NULL
+			ORDER BY coalesce(p.held_at, p.updated_at), p.id LIMIT `+fmt.Sprint(maxHeldListed)+`) h
+		ORDER BY c.consumer, coalesce(h.held_at, h.updated_at), h.id`)
+	if err != nil {
+		return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var consumer string
+		var n int64
+		var a HeldAggregate
+		if err := rows.Scan(&consumer, &n, &a.Topic, &a.AggregateType, &a.AggregateID, &a.Seq, &a.EventID, &a.Since); err != nil {
+			return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
+		}
+		if len(held) == 0 || held[len(held)-1].Consumer != consumer {
+			held = append(held, HeldAggregates{Consumer: consumer, Count: n, Oldest: []HeldAggregate{}})
+		}
+		last := &held[len(held)-1]
+		last.Oldest = append(last.Oldest, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
+	}
+	return held, nil
 }
 
 func readDeadLetterSummary(ctx context.Context, db *sql.DB, table string) (DeadLetterSummary, error) {

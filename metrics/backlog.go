@@ -18,6 +18,10 @@ type BacklogConfig struct {
 	// Table and DeadLetterTable name the tables; "outbox_events" and
 	// "outbox_dead_letters" (the schema package's defaults) when empty.
 	Table, DeadLetterTable string
+	// PositionTable names the consumers' positions (schema.ConsumerPosition),
+	// "outbox_consumer_positions" when empty; a database without it
+	// reports no held aggregates.
+	PositionTable string
 	// MinInterval is the least time between two samples: scrapes in
 	// between see the last one. DefaultBacklogInterval when zero.
 	MinInterval time.Duration
@@ -58,6 +62,9 @@ func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if cfg.DeadLetterTable == "" {
 		cfg.DeadLetterTable = "outbox_dead_letters"
 	}
+	if cfg.PositionTable == "" {
+		cfg.PositionTable = "outbox_consumer_positions"
+	}
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = DefaultBacklogInterval
 	}
@@ -88,8 +95,9 @@ type backlog struct {
 	oldest      time.Time        // zero when nothing is pending
 	deadLetters map[string]int64 // by source: relay, consumer
 	relays      int64
-	slots       []walSlot // the WAL relays' replication slots
-	at          time.Time // when the database said so
+	slots       []walSlot        // the WAL relays' replication slots
+	held        map[string]int64 // aggregates held behind a dead letter, by consumer
+	at          time.Time        // when the database said so
 }
 
 // walSlot is a WAL relay's replication slot as sampled.
@@ -102,6 +110,7 @@ type walSlot struct {
 type backlogCollector struct {
 	pendingDesc, ageDesc, deadDesc, relaysDesc *prometheus.Desc
 	walRetainedDesc, walActiveDesc             *prometheus.Desc
+	heldDesc                                   *prometheus.Desc
 
 	mu      sync.Mutex
 	db      *sql.DB
@@ -110,8 +119,10 @@ type backlogCollector struct {
 	sampled time.Time // when the last sample was tried
 	err     error
 	// topics is every topic a sample found pending: one with nothing
-	// pending any more reports 0 rather than vanish.
-	topics map[string]bool
+	// pending any more reports 0 rather than vanish; consumers likewise,
+	// for held aggregates.
+	topics    map[string]bool
+	consumers map[string]bool
 }
 
 func newBacklogCollector() *backlogCollector {
@@ -131,13 +142,17 @@ func newBacklogCollector() *backlogCollector {
 				"streams the slot (sampled).", []string{"slot"}, nil),
 		walActiveDesc: prometheus.NewDesc("entoutbox_wal_slot_active",
 			"1 when a WAL relay streams the replication slot, 0 when none does (sampled).", []string{"slot"}, nil),
+		heldDesc: prometheus.NewDesc("entoutbox_consumer_held_aggregates",
+			"Aggregates a consumer holds behind a dead letter: their later events wait for its repair, by consumer "+
+				"(sampled; stops at the sample's MaxCount).", []string{"consumer"}, nil),
 	}
 }
 
 func (c *backlogCollector) watch(db *sql.DB, cfg BacklogConfig) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.db, c.cfg, c.last, c.sampled, c.err, c.topics = db, cfg, nil, time.Time{}, nil, map[string]bool{}
+	c.db, c.cfg, c.last, c.sampled, c.err = db, cfg, nil, time.Time{}, nil
+	c.topics, c.consumers = map[string]bool{}, map[string]bool{}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -147,6 +162,7 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.relaysDesc
 	ch <- c.walRetainedDesc
 	ch <- c.walActiveDesc
+	ch <- c.heldDesc
 }
 
 // Collect samples when the last sample is older than MinInterval, one
@@ -169,6 +185,12 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			for topic := range c.topics {
 				b.pending[topic] += 0
+			}
+			for consumer := range b.held {
+				c.consumers[consumer] = true
+			}
+			for consumer := range c.consumers {
+				b.held[consumer] += 0
 			}
 			c.last = &b
 		}
@@ -197,6 +219,9 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.walRetainedDesc, prometheus.GaugeValue, float64(s.retained), s.name)
 		ch <- prometheus.MustNewConstMetric(c.walActiveDesc, prometheus.GaugeValue, active, s.name)
 	}
+	for consumer, n := range b.held {
+		ch <- prometheus.MustNewConstMetric(c.heldDesc, prometheus.GaugeValue, float64(n), consumer)
+	}
 }
 
 // oldestWindow is how many of the first pending rows, in id order, the
@@ -209,7 +234,7 @@ const oldestWindow = 1000
 // partial index on id WHERE delivered_at IS NULL, at most MaxCount of
 // them; dead letters through the (source, created_at) index.
 func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog, error) {
-	b := backlog{pending: map[string]int64{}, deadLetters: map[string]int64{}}
+	b := backlog{pending: map[string]int64{}, deadLetters: map[string]int64{}, held: map[string]int64{}}
 	t, dl := pgsql.QuoteIdent(cfg.Table), pgsql.QuoteIdent(cfg.DeadLetterTable)
 	var (
 		parts     bool
@@ -278,7 +303,43 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 			return backlog{}, err
 		}
 	}
+	if b.held, err = sampleHeld(ctx, db, cfg); err != nil {
+		return backlog{}, err
+	}
 	return b, nil
+}
+
+// sampleHeld counts the aggregates each consumer holds behind a dead
+// letter, through the positions' partial index of held ones, at most
+// MaxCount of them.
+func sampleHeld(ctx context.Context, db *sql.DB, cfg BacklogConfig) (map[string]int64, error) {
+	held := map[string]int64{}
+	positions := pgsql.QuoteIdent(cfg.PositionTable)
+	var exists bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, positions).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("metrics: looking for the consumer positions: %w", err)
+	}
+	if !exists {
+		return held, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT consumer, count(*) FROM (SELECT consumer FROM `+positions+
+		` WHERE held_seq IS NOT NULL LIMIT `+fmt.Sprint(cfg.MaxCount)+`) h GROUP BY consumer`)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var consumer string
+		var n int64
+		if err := rows.Scan(&consumer, &n); err != nil {
+			return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
+		}
+		held[consumer] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
+	}
+	return held, nil
 }
 
 // notWALDelivered leaves out the rows the WAL path delivered (they keep

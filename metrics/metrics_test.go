@@ -43,6 +43,7 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_consumer_deliveries_total",
 		"entoutbox_consumer_event_age_seconds",
 		"entoutbox_consumer_handler_duration_seconds",
+		"entoutbox_consumer_held_aggregates",
 		"entoutbox_dead_letters",
 		"entoutbox_emit_events_total",
 		"entoutbox_outbox_oldest_pending_age_seconds",

@@ -112,6 +112,7 @@ func writeStatus(out io.Writer, st admin.Status) {
 	if dl.Retried > 0 || dl.Discarded > 0 {
 		fmt.Fprintf(out, "settled letters:     %d retried, %d discarded\n", dl.Retried, dl.Discarded)
 	}
+	writeHeld(out, st)
 	if st.Partitions > 0 {
 		fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(st.Relays), st.Partitions)
 		for _, r := range st.Relays {
@@ -133,6 +134,19 @@ func writeStatus(out io.Writer, st admin.Status) {
 		}
 	}
 	writeWALSlots(out, st.WAL)
+}
+
+// writeHeld prints the aggregates each consumer holds behind a dead
+// letter, and what repairs them.
+func writeHeld(out io.Writer, st admin.Status) {
+	for _, h := range st.Held {
+		fmt.Fprintf(out, "held aggregates:     %d by consumer %s (later events wait until the letter is retried: "+
+			"entoutbox dead-letters list --consumer %s)\n", h.Count, h.Consumer, h.Consumer)
+		for _, a := range h.Oldest {
+			fmt.Fprintf(out, "  %s %s/%s behind event %s (seq %d), for %s\n", a.Topic, a.AggregateType, a.AggregateID,
+				a.EventID, a.Seq, st.At.Sub(a.Since).Round(time.Second))
+		}
+	}
 }
 
 // writeWALSlots prints the WAL relays' slots: whether one streams each,

@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/promtest"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 func TestStatusJSONAndThresholds(t *testing.T) {
@@ -84,4 +88,63 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	require.Contains(t, out, "pending events:      4\n")
 	_, err = status("--max-age", "1m", "--max-dead-letters", "0")
 	require.ErrorContains(t, err, "more than the maximum age 1m0s; 3 open dead letters, more than the maximum 0")
+}
+
+// Aggregates a consumer holds behind a dead letter show in status, text and
+// JSON, per consumer with the longest held first, and in the
+// entoutbox_consumer_held_aggregates gauge; positions that hold nothing do
+// not.
+func TestStatusShowsHeldAggregates(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	_, err := db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
+		held_seq, held_event_id, held_at, updated_at) VALUES
+		('billing', 'orders', 'Order', '7', 4, 5, '0190a3c2-0000-7000-8000-000000000005', now() - interval '2 hours', now()),
+		('billing', 'orders', 'Order', '8', 1, 2, '0190a3c2-0000-7000-8000-000000000002', now() - interval '3 hours', now()),
+		('billing', 'orders', 'Order', '9', 12, NULL, NULL, NULL, now()),
+		('audit', 'orders', 'Order', '7', 5, NULL, NULL, NULL, now())`)
+	require.NoError(t, err)
+
+	out, err := run(t, nil, "status", "--database-url", db.URL, "--json")
+	require.NoError(t, err)
+	var st struct {
+		Held []struct {
+			Consumer string
+			Count    int64
+			Oldest   []struct {
+				Topic         string
+				AggregateType string `json:"aggregate_type"`
+				AggregateID   string `json:"aggregate_id"`
+				Seq           int64
+				EventID       string `json:"event_id"`
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Len(t, st.Held, 1, "only billing holds aggregates")
+	h := st.Held[0]
+	require.Equal(t, "billing", h.Consumer)
+	require.Equal(t, int64(2), h.Count)
+	require.Len(t, h.Oldest, 2)
+	require.Equal(t, "8", h.Oldest[0].AggregateID, "the longest held first")
+	require.Equal(t, int64(2), h.Oldest[0].Seq)
+	require.Equal(t, "0190a3c2-0000-7000-8000-000000000002", h.Oldest[0].EventID)
+	require.Equal(t, "7", h.Oldest[1].AggregateID)
+
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "held aggregates:     2 by consumer billing")
+	require.Contains(t, out, "entoutbox dead-letters list --consumer billing")
+	require.Contains(t, out, "  orders Order/8 behind event 0190a3c2-0000-7000-8000-000000000002 (seq 2), for 3h0m0s")
+	require.NotContains(t, out, "audit")
+
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	require.NoError(t, m.WatchBacklog(db.DB, metrics.BacklogConfig{MinInterval: time.Millisecond}))
+	require.Equal(t, 2.0, promtest.Value(t, reg, "entoutbox_consumer_held_aggregates", "consumer", "billing"))
+	_, err = db.DB.Exec(`UPDATE outbox_consumer_positions SET held_seq = NULL WHERE consumer = 'billing'`)
+	require.NoError(t, err)
+	require.Equal(t, 0.0, promtest.Value(t, reg, "entoutbox_consumer_held_aggregates", "consumer", "billing"),
+		"a consumer that held aggregates reports 0 once they are released")
 }
