@@ -268,3 +268,27 @@ func TestNoTokenRefusesEveryNonLoopbackHost(t *testing.T) {
 	status, body := do(t, c, req)
 	assert.Equal(t, http.StatusOK, status, "a token on Host 10.0.0.5:8080: %s", body)
 }
+
+// The overview lists the aggregates each consumer holds behind a dead
+// letter, with the event they wait for; nothing when none is held.
+func TestOverviewShowsHeldAggregates(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	c := browserClient(t)
+	_, body := get(t, c, e.srv.URL+"/")
+	require.NotContains(t, body, `id="held"`, "nothing held, no table")
+
+	_, err := e.db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
+		held_seq, held_event_id, held_at, updated_at) VALUES
+		('billing', 'orders', 'Order', '7', 4, 5, '0190a3c2-0000-7000-8000-000000000005', now() - interval '2 hours', now()),
+		('audit', 'orders', 'Order', '8', 9, NULL, NULL, NULL, now())`)
+	require.NoError(t, err)
+	status, body := get(t, c, e.srv.URL+"/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `id="held"`)
+	require.Contains(t, body, `/dead-letters?source=billing`)
+	require.Contains(t, body, "orders Order/7")
+	require.Contains(t, body, `/events/0190a3c2-0000-7000-8000-000000000005`)
+	require.Contains(t, body, "(seq 5)")
+	require.NotContains(t, body, "Order/8", "a position that holds nothing is not listed")
+}
