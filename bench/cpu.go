@@ -127,3 +127,12 @@ func cpuPerEvent(from, to cpuSample, events, cpus int) string {
 func usPerEvent(d time.Duration, events int) string {
 	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)/float64(events))
 }
+
+// groupPerEvent is the CPU group g used between from and to per event, or
+// "-" when it could not be read.
+func groupPerEvent(from, to cpuSample, g string, events int) string {
+	if !from.ok || !to.ok || events == 0 {
+		return "-"
+	}
+	return usPerEvent(max(0, to.byGrp[g]-from.byGrp[g]), events)
+}

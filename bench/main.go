@@ -51,7 +51,12 @@ type config struct {
 	Timeout         time.Duration // longest wait for events to arrive, per phase
 	RelayProfile    string        // where to write a CPU profile of the first relay's drain; "" for none
 	ProfileFor      time.Duration // how long that profile runs
-	Progress        io.Writer     // progress lines; nil discards them
+	// The consumer section (see consumers.go); ConsumerEvents 0 skips it.
+	ConsumerEvents     int       // the backlog every consumer row drains
+	ConsumerAggregates int       // distinct aggregate ids of that backlog
+	ConsumerConns      int       // connections of the many-connection floor
+	ConsumerPerTx      int       // events per transaction of the batched floors
+	Progress           io.Writer // progress lines; nil discards them
 }
 
 func main() {
@@ -62,7 +67,7 @@ func main() {
 	var paths string
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
-	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical)")
+	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical); empty for none")
 	flag.IntVar(&cfg.Events, "events", 20000, "events emitted before the relay starts, for the drain throughput")
 	flag.IntVar(&cfg.Rate, "rate", 500, "events/s of the paced load (one event per transaction)")
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "how long the paced load runs for the latency columns")
@@ -75,6 +80,10 @@ func main() {
 	flag.Float64Var(&cfg.NearLimit, "near-limit", 0.6, "rate of the near-limit latency load, as a fraction of the row's drain rate (0 skips it)")
 	flag.StringVar(&cfg.RelayProfile, "relay-profile", "", "write a CPU profile of the first relay of each row during its drain to this path prefix (<prefix>.<row>.pprof)")
 	flag.DurationVar(&cfg.ProfileFor, "profile-for", 5*time.Second, "how long --relay-profile profiles (raise --events to keep the drain going that long)")
+	flag.IntVar(&cfg.ConsumerEvents, "consumer-events", 20000, "backlog in JetStream each consumer row drains (0 skips the consumer section)")
+	flag.IntVar(&cfg.ConsumerAggregates, "consumer-aggregates", 500, "distinct aggregate ids of the consumers' backlog")
+	flag.IntVar(&cfg.ConsumerConns, "consumer-conns", 8, "connections of the database floor that commits on many connections at once")
+	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.Parse()
 	cfg.Paths = splitList(paths)
@@ -96,8 +105,8 @@ func splitList(s string) []string {
 	return out
 }
 
-// run measures every row of cfg.Paths, then the emit cost, and prints the
-// environment line and the table to out.
+// run measures every row of cfg.Paths, then the emit cost, then the
+// consumers, and prints the environment line and the tables to out.
 func run(ctx context.Context, out io.Writer, cfg config) error {
 	specs, err := rowSpecs(cfg.Paths)
 	if err != nil {
@@ -127,18 +136,33 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 			emitLine = "emit cost: n/a (" + firstLine(err) + ")"
 		}
 	}
+	var consumers []consumerResult
+	var consumersErr error
+	if cfg.ConsumerEvents > 0 {
+		e.progress("== consumers")
+		consumers, consumersErr = measureConsumers(ctx, e)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's subject)\n",
 		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker))
 	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
-	if err := printTable(out, results); err != nil {
-		return err
+	if len(results) > 0 {
+		if err := printTable(out, results); err != nil {
+			return err
+		}
+		printDrainCPU(out, results)
 	}
-	printDrainCPU(out, results)
 	if emitLine != "" {
 		fmt.Fprintln(out, emitLine)
+	}
+	if consumersErr != nil {
+		fmt.Fprintf(out, "\nconsumers: n/a (%s)\n", firstLine(consumersErr))
+	} else if len(consumers) > 0 {
+		if err := printConsumerTable(out, cfg, consumers); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -155,6 +179,12 @@ func (c config) check() error {
 		return errors.New("--aggregates must be positive")
 	case c.NearLimit < 0 || c.NearLimit > 1:
 		return errors.New("--near-limit must be between 0 and 1")
+	case c.ConsumerEvents < 0:
+		return errors.New("--consumer-events must not be negative")
+	case c.ConsumerEvents > 0 && (c.ConsumerAggregates <= 0 || c.ConsumerConns <= 0 || c.ConsumerPerTx <= 0):
+		return errors.New("--consumer-aggregates, --consumer-conns and --consumer-per-tx must be positive")
+	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0:
+		return errors.New("nothing to run: no --paths, --emit-tx 0 and --consumer-events 0")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
 	}
@@ -172,6 +202,10 @@ func (c config) describe() string {
 	}
 	if c.NearLimit > 0 {
 		s += fmt.Sprintf(" near-limit=%.0f%% of the drain rate", c.NearLimit*100)
+	}
+	if c.ConsumerEvents > 0 {
+		s += fmt.Sprintf(" consumer-events=%d consumer-aggregates=%d consumer-conns=%d consumer-per-tx=%d",
+			c.ConsumerEvents, c.ConsumerAggregates, c.ConsumerConns, c.ConsumerPerTx)
 	}
 	return s
 }

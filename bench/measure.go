@@ -38,9 +38,6 @@ func rowSpecs(keys []string) ([]rowSpec, error) {
 		}
 		out = append(out, knownRows[i])
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("--paths: no row selected")
-	}
 	return out, nil
 }
 
