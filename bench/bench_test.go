@@ -17,7 +17,7 @@ const testBroker = "nats://127.0.0.1:4222"
 // The whole bench at a tiny size, so that it keeps compiling and running;
 // its numbers are not checked.
 func TestBenchRuns(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	requireServices(ctx, t)
 
