@@ -22,15 +22,20 @@ var cpuGroups = []string{"relay", "PostgreSQL", "broker", "bench", "other"}
 type cpuSample struct {
 	ok    bool
 	at    time.Time
-	byGrp map[string]time.Duration
-	busy  time.Duration // every CPU's non-idle time
+	procs map[int]procCPUTime // by process id, the processes of a group
+	busy  time.Duration       // every CPU's non-idle time
+}
+
+type procCPUTime struct {
+	grp string
+	cpu time.Duration
 }
 
 // userHZ is the unit of the times in /proc: 100 per second on Linux.
 const userHZ = 100
 
 func sampleCPU(relayPIDs []int) cpuSample {
-	s := cpuSample{at: time.Now(), byGrp: map[string]time.Duration{}}
+	s := cpuSample{at: time.Now(), procs: map[int]procCPUTime{}}
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return s
@@ -73,7 +78,7 @@ func sampleCPU(relayPIDs []int) cpuSample {
 			grp = "broker"
 		}
 		if grp != "" {
-			s.byGrp[grp] += cpu
+			s.procs[pid] = procCPUTime{grp: grp, cpu: cpu}
 		}
 	}
 	s.ok = true
@@ -110,7 +115,7 @@ func cpuPerEvent(from, to cpuSample, events, cpus int) string {
 	var parts []string
 	var known time.Duration
 	for _, g := range cpuGroups[:len(cpuGroups)-1] {
-		d := max(0, to.byGrp[g]-from.byGrp[g])
+		d := groupCPU(from, to, g)
 		known += d
 		parts = append(parts, fmt.Sprintf("%s %s", g, usPerEvent(d, events)))
 	}
@@ -134,5 +139,25 @@ func groupPerEvent(from, to cpuSample, g string, events int) string {
 	if !from.ok || !to.ok || events == 0 {
 		return "-"
 	}
-	return usPerEvent(max(0, to.byGrp[g]-from.byGrp[g]), events)
+	return usPerEvent(groupCPU(from, to, g), events)
+}
+
+// groupCPU is the CPU group g used between from and to, process by
+// process: a process present at both samples counts its difference, one
+// started since counts all its time. A process that ended meanwhile (a
+// PostgreSQL backend of another client, say) is left out rather than
+// subtracted, as a difference of the group's totals would.
+func groupCPU(from, to cpuSample, g string) time.Duration {
+	var d time.Duration
+	for pid, p := range to.procs {
+		if p.grp != g {
+			continue
+		}
+		if before, ok := from.procs[pid]; ok && before.grp == g {
+			d += max(0, p.cpu-before.cpu)
+		} else {
+			d += p.cpu
+		}
+	}
+	return d
 }
