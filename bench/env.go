@@ -34,7 +34,8 @@ type env struct {
 }
 
 // newEnv checks that PostgreSQL and the broker answer, builds the relay
-// command and makes sure the other database exists.
+// command (unless cfg.Bin names one) and makes sure the other database
+// exists.
 func newEnv(ctx context.Context, cfg config) (_ *env, err error) {
 	e := &env{cfg: cfg}
 	defer func() {
@@ -56,16 +57,15 @@ func newEnv(ctx context.Context, cfg config) (_ *env, err error) {
 	}
 	_ = b.Close()
 
-	e.progress("building the entoutbox command")
-	if e.binDir, err = os.MkdirTemp("", "entoutbox-bench"); err != nil {
-		return nil, fmt.Errorf("making a directory for the relay binary: %w", err)
-	}
-	e.bin = filepath.Join(e.binDir, "entoutbox")
-	// By import path rather than ./cmd/entoutbox, so that it works from any
-	// directory of the module (the test runs in bench/).
-	build := exec.CommandContext(ctx, goTool(), "build", "-o", e.bin, "github.com/entoutbox/entoutbox/cmd/entoutbox")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the entoutbox command: %w\n%s", err, out)
+	if e.bin = cfg.Bin; e.bin == "" {
+		e.progress("building the entoutbox command")
+		if e.binDir, err = os.MkdirTemp("", "entoutbox-bench"); err != nil {
+			return nil, fmt.Errorf("making a directory for the relay binary: %w", err)
+		}
+		e.bin = filepath.Join(e.binDir, "entoutbox")
+		if err := buildCommand(ctx, e.bin); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := ensureDatabase(ctx, e.admin, otherDatabase); err != nil {
@@ -89,6 +89,17 @@ func (e *env) progress(format string, args ...any) {
 	if e.cfg.Progress != nil {
 		fmt.Fprintf(e.cfg.Progress, "bench: "+format+"\n", args...)
 	}
+}
+
+// buildCommand builds cmd/entoutbox into bin. By import path rather than
+// ./cmd/entoutbox, so that it works from any directory of the module (the
+// test runs in bench/).
+func buildCommand(ctx context.Context, bin string) error {
+	build := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "github.com/entoutbox/entoutbox/cmd/entoutbox")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the entoutbox command: %w\n%s", err, out)
+	}
+	return nil
 }
 
 // goTool is the go command that runs this program, or the one on PATH.

@@ -57,6 +57,7 @@ type config struct {
 	ConsumerConns      int       // connections of the many-connection floor
 	ConsumerPerTx      int       // events per transaction of the batched floors
 	Progress           io.Writer // progress lines; nil discards them
+	Bin                string    // the entoutbox command the relays run; "" builds it from this module
 }
 
 func main() {
@@ -85,6 +86,7 @@ func main() {
 	flag.IntVar(&cfg.ConsumerConns, "consumer-conns", 8, "connections of the database floor that commits on many connections at once")
 	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
+	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.Parse()
 	cfg.Paths = splitList(paths)
 
