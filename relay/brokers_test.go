@@ -46,7 +46,7 @@ var brokerURLs = []struct {
 
 func openBroker(t *testing.T, url, service string) broker.Broker {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := broker.Open(ctx, url, broker.Options{})
 	if err != nil && service != "" {
@@ -79,7 +79,7 @@ func testRelayToBroker(t *testing.T, path relay.Path, url, service string) {
 
 	want := emitOrders(t, b.client, 60, 6, 4)
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: br.Publisher(), TopicPrefix: prefix}))
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	time.Sleep(200 * time.Millisecond) // let a stray duplicate show up
 	got.requireExactly(t, want)

@@ -44,6 +44,7 @@ func (p *bytesPublisher) Close() error { return nil }
 // flight, acked and not recorded) within MaxBytesInFlight; a row larger
 // than the bound is held alone.
 func TestRelayBoundsBytesInFlight(t *testing.T) {
+	skipIfShort(t, "drains 200 MB of rows")
 	t.Parallel()
 	b := setupEmit(t)
 	const (

@@ -101,7 +101,7 @@ func testRelayedMessagesAreCloudEvents(t *testing.T, path relay.Path) {
 	ce := &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/"}
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub, CloudEvents: ce}))
 	want := emitted{ids: map[string]bool{id.String(): true}}
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	msg := got.msgs[id.String()]
 
@@ -145,7 +145,7 @@ func TestRelayMessagesWithoutCloudEvents(t *testing.T) {
 	pubsub, got := receiveInProcess(t, "orders")
 	want := emitOrders(t, b.client, 1, 1, 0)
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	for id := range want.ids {
 		for k := range got.msgs[id].Metadata {

@@ -28,7 +28,7 @@ func TestCompatiblePathDeliversATransactionThatCommitsLate(t *testing.T) {
 
 	// The relay is up and has an offset before A begins.
 	want := emitOrdersAs(t, b.client, "before", 3, 1, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 
 	a, err := b.client.Tx(ctx)
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func TestCompatiblePathDeliversATransactionThatCommitsLate(t *testing.T) {
 	want.perAggregate["later"] = later.perAggregate["later"]
 	want.ids[aID.String()] = true
 	want.perAggregate["late"] = []string{aID.String()}
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())
 	got.requireExactly(t, want)

@@ -211,8 +211,8 @@ func TestRelaySetsAsideHeadersAndAggregateIDsEmitRefuses(t *testing.T) {
 		after := emitOrders(t, b.client, 4, 2, 0)
 
 		runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
-		got.waitFor(t, before, 20*time.Second)
-		got.waitFor(t, after, 20*time.Second)
+		got.waitFor(t, before, patience)
+		got.waitFor(t, after, patience)
 		waitDelivered(t, b, 3)
 		require.Equal(t, 8, got.distinct(), "the refused rows are not published")
 

@@ -58,7 +58,7 @@ func ExampleRelay_Run() {
 		fmt.Println("payload:", string(msg.Payload))
 		fmt.Println("UUID is the event id:", msg.UUID == id.String())
 		msg.Ack()
-	case <-time.After(30 * time.Second):
+	case <-time.After(3 * time.Minute):
 		log.Fatal("nothing was published")
 	}
 

@@ -88,7 +88,7 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 5}}})
 	cfg.Fast.Subscriber.InitialBackoff = time.Minute
 	runRelay(t, cfg)
-	require.Eventually(t, func() bool { return got.distinct() == 1 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return got.distinct() == 1 }, patience, 20*time.Millisecond)
 	got.mu.Lock()
 	require.Equal(t, 1, got.count[good])
 	got.mu.Unlock()
@@ -119,7 +119,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
 	runRelay(t, cfg)
 	first := emitOrders(t, b.client, 5, 5, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 
 	proxy.Cut()
 	during := emitOrders(t, b.client, 10, 5, 0)
@@ -130,14 +130,14 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 		require.NoError(t, b.db.DB.QueryRow(`SELECT count(DISTINCT aggregate_id) FROM outbox_events
 			WHERE delivered_at IS NULL AND last_error IS NOT NULL`).Scan(&tried))
 		return tried == 5
-	}, 30*time.Second, 50*time.Millisecond, "every aggregate was tried during the outage")
+	}, patience, 50*time.Millisecond, "every aggregate was tried during the outage")
 	time.Sleep(500 * time.Millisecond) // more failures
 	var counted int
 	require.NoError(t, b.db.DB.QueryRow(`SELECT coalesce(max(attempts), 0) FROM outbox_events`).Scan(&counted))
 	require.Zero(t, counted, "a failure during the outage counted as an attempt")
 	require.Empty(t, deadLetters(t, b), "an outage sent events to the dead letters")
 	proxy.Restore()
-	got.waitFor(t, during, 60*time.Second)
+	got.waitFor(t, during, patience)
 	waitDelivered(t, b, 0)
 }
 
@@ -172,6 +172,6 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 
 	got := receiveAll(t, amqp, prefix+"billing", prefix+"orders")
 	later := emitOrders(t, b.client, 5, 5, 0)
-	got.waitFor(t, later, 20*time.Second)
+	got.waitFor(t, later, patience)
 	waitDelivered(t, b, 5)
 }

@@ -40,6 +40,7 @@ func (e *buildError) Error() string { return e.err.Error() + ":\n" + e.out }
 // committed event arrives at least once; duplicates only for the batch in
 // flight at each kill.
 func TestRelayKilledMidStream(t *testing.T) {
+	skipIfShort(t, "kills relay processes")
 	t.Parallel()
 	forPaths(t, testRelayKilledMidStream)
 }
@@ -93,7 +94,7 @@ func testRelayKilledMidStream(t *testing.T, path relay.Path) {
 	}
 	require.Positive(t, midStream, "no kill happened mid-stream")
 	final, logs := start()
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	stopGracefully(t, final, logs)
 	dups := got.duplicatesOf(t, want)
 	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
@@ -104,7 +105,7 @@ func testRelayKilledMidStream(t *testing.T, path relay.Path) {
 // is in place: it must exit 0, saying it stopped.
 func stopGracefully(t *testing.T, cmd *exec.Cmd, logs *lockedBuffer) {
 	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Relay running") }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Relay running") }, patience, 10*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "relay logs:\n%s", logs.String())
 	require.Contains(t, logs.String(), "Relay stopped")

@@ -80,13 +80,13 @@ func TestListenCheckDetectsLostNotifications(t *testing.T) {
 	go consume(ctx, msgs, got)
 
 	require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog)) == 1 },
-		10*time.Second, 20*time.Millisecond, "the lost notifications were not reported")
+		patience, 20*time.Millisecond, "the lost notifications were not reported")
 	msg := logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog)[0].Msg
 	require.Contains(t, msg, "--listen-database-url")
 	require.Empty(t, logsStarting(logs, watermill.DebugLogLevel, arrivingNotificationsLog))
 
 	want := emitOrdersAs(t, b.client, "polled", 20, 4, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)
 }
 
@@ -114,12 +114,12 @@ func TestListenDBDeliversNotificationsWithPollOnly(t *testing.T) {
 	go consume(ctx, msgs, got)
 
 	require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.DebugLogLevel, arrivingNotificationsLog)) == 1 },
-		10*time.Second, 20*time.Millisecond, "the check did not see its notification")
+		patience, 20*time.Millisecond, "the check did not see its notification")
 	require.Empty(t, logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog))
 	for i := range 5 {
 		want := emitOrdersAs(t, b.client, "woken", 1, 1, 0)
 		sent := time.Now()
-		got.waitFor(t, want, 10*time.Second)
+		got.waitFor(t, want, patience)
 		require.Less(t, time.Since(sent), 200*time.Millisecond, "row %d was not woken by its notification", i)
 	}
 }

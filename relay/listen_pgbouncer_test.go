@@ -87,7 +87,7 @@ ignore_startup_parameters = extra_float_digits,search_path
 			c.Close()
 		}
 		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "pgbouncer did not start: %s", logs)
+	}, patience, 20*time.Millisecond, "pgbouncer did not start: %s", logs)
 	// PgBouncer before 1.21 knows nothing of prepared statements: pgx must
 	// not cache them.
 	return "postgres://postgres@" + addr + "/outbox?sslmode=disable&default_query_exec_mode=simple_protocol"
@@ -122,19 +122,19 @@ func TestListenBehindPgBouncer(t *testing.T) {
 	t.Run("listening through the pooler", func(t *testing.T) {
 		logs, got := run(t, relay.SubscriberConfig{PollInterval: 200 * time.Millisecond})
 		require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog)) == 1 },
-			10*time.Second, 20*time.Millisecond, "the lost notifications were not reported")
+			patience, 20*time.Millisecond, "the lost notifications were not reported")
 		want := emitOrdersAs(t, b.client, "pooled", 10, 2, 0)
-		got.waitFor(t, want, 20*time.Second)
+		got.waitFor(t, want, patience)
 	})
 	t.Run("listening on a direct connection", func(t *testing.T) {
 		logs, got := run(t, relay.SubscriberConfig{PollInterval: time.Minute, PollOnly: true, ListenDB: b.db.DB})
 		require.Eventually(t, func() bool { return len(logsStarting(logs, watermill.DebugLogLevel, arrivingNotificationsLog)) == 1 },
-			10*time.Second, 20*time.Millisecond, "the check did not see its notification")
+			patience, 20*time.Millisecond, "the check did not see its notification")
 		require.Empty(t, logsStarting(logs, watermill.ErrorLogLevel, lostNotificationsLog))
 		for i := range 5 {
 			want := emitOrdersAs(t, b.client, fmt.Sprint("direct", i), 1, 1, 0)
 			sent := time.Now()
-			got.waitFor(t, want, 10*time.Second)
+			got.waitFor(t, want, patience)
 			require.Less(t, time.Since(sent), 200*time.Millisecond, "row %d was not woken by its notification", i)
 		}
 	})

@@ -29,7 +29,7 @@ func TestListenReconnectsPromptlyAfterEachLoss(t *testing.T) {
 
 	listener := func() uint32 {
 		var pid uint32
-		require.Eventually(t, func() bool { pid = relay.ListenerPID(sub); return pid != 0 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { pid = relay.ListenerPID(sub); return pid != 0 }, patience, time.Millisecond)
 		return pid
 	}
 	pid := listener()
@@ -41,13 +41,13 @@ func TestListenReconnectsPromptlyAfterEachLoss(t *testing.T) {
 		cut := time.Now()
 		var again uint32
 		require.Eventually(t, func() bool { again = relay.ListenerPID(sub); return again != 0 && again != pid },
-			10*time.Second, time.Millisecond)
+			patience, time.Millisecond)
 		took := time.Since(cut)
 		require.Less(t, took, time.Second, "loss %d: listening again took %s", i+1, took)
 		pid = again
 		want := emitOrdersAs(t, b.client, "listen", 1, 1, 0)
 		sent := time.Now()
-		got.waitFor(t, want, 10*time.Second)
+		got.waitFor(t, want, patience)
 		require.Less(t, time.Since(sent), time.Second, "loss %d: delivery after the reconnect", i+1)
 		t.Logf("loss %d: listening again after %s, delivered after %s", i+1, took.Round(time.Millisecond), time.Since(sent).Round(time.Millisecond))
 	}

@@ -31,6 +31,7 @@ func vmHWM(t *testing.T, pid int) int64 {
 // --max-bytes-in-flight (64 MiB by default), not by the 400 MB of the
 // backlog: its peak resident memory stays far below it.
 func TestRelayCommandMemoryBoundedByBytes(t *testing.T) {
+	skipIfShort(t, "drains large rows through the relay command")
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc to read a process's memory from")
@@ -60,7 +61,7 @@ func TestRelayCommandMemoryBoundedByBytes(t *testing.T) {
 		var pending int
 		require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE delivered_at IS NULL`).Scan(&pending))
 		return pending == 0
-	}, 120*time.Second, 50*time.Millisecond, "rows still pending; relay logs:\n%s", logs.String())
+	}, patience, 50*time.Millisecond, "rows still pending; relay logs:\n%s", logs.String())
 	peak = max(peak, vmHWM(t, cmd.Process.Pid))
 	t.Logf("%d rows of %d MB drained in %s, peak resident memory %d MB", rows, size>>20, time.Since(started).Round(time.Millisecond), peak>>20)
 	require.Less(t, peak, int64(400<<20), "the relay's memory grew with the backlog")

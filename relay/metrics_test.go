@@ -76,12 +76,12 @@ func TestRelayMetricsAfterARun(t *testing.T) {
 		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
 	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 3)
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_relay_partitions_owned") > 0 &&
 			promtest.Value(t, reg, "entoutbox_relays_holding_partitions") == 1
-	}, 10*time.Second, 10*time.Millisecond, "partitions owned while it runs")
+	}, patience, 10*time.Millisecond, "partitions owned while it runs")
 	require.NoError(t, stop())
 
 	v := func(name string, labels ...string) float64 { return promtest.Value(t, reg, name, labels...) }
@@ -155,13 +155,13 @@ func TestBacklogCountsOpenDeadLettersOnly(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay") == 1 &&
 			promtest.Value(t, reg, "entoutbox_dead_letters", "source", "consumer") == 0
-	}, 5*time.Second, 5*time.Millisecond)
+	}, patience, 5*time.Millisecond)
 
 	_, err = b.db.DB.Exec(`UPDATE outbox_dead_letters SET retried_at = now(), event_id = NULL WHERE aggregate_id = 'b'`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_dead_letters", "source", "relay") == 0
-	}, 5*time.Second, 5*time.Millisecond, "a retried letter is settled")
+	}, patience, 5*time.Millisecond, "a retried letter is settled")
 	backlog, err = relay.ReadBacklog(context.Background(), b.db.DB, "", "")
 	require.NoError(t, err)
 	require.Zero(t, backlog.DeadLetters)
@@ -188,13 +188,13 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 2 * time.Second}}})
 	runRelay(t, cfg)
 	require.Eventually(t, func() bool { return promtest.Value(t, reg, "entoutbox_relay_partitions_owned") > 0 },
-		10*time.Second, 10*time.Millisecond)
+		patience, 10*time.Millisecond)
 	require.Zero(t, promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total"))
 	proxy.Cut()
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_relay_lease_renewal_failures_total") >= 1 &&
 			promtest.Value(t, reg, "entoutbox_relay_partitions_owned") == 0
-	}, 10*time.Second, 10*time.Millisecond, "renewals fail, and the partitions are given up")
+	}, patience, 10*time.Millisecond, "renewals fail, and the partitions are given up")
 }
 
 // The compatible path reports its publishes, their lag and the rows it
@@ -212,7 +212,7 @@ func TestCompatibleRelayMetrics(t *testing.T) {
 		'{"order_id": 1}', '{"trace id": "x"}')`)
 	require.NoError(t, err)
 	stop := runRelay(t, quick(relay.PathCompatible, relay.Config{DB: b.db.DB, Publisher: pubsub, Metrics: m}))
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 1)
 	require.NoError(t, stop())
 	v := func(name string, labels ...string) float64 { return promtest.Value(t, reg, name, labels...) }

@@ -122,7 +122,7 @@ func TestNestedPayloadEndToEnd(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(got) == 2
-	}, 20*time.Second, 10*time.Millisecond, "both events handled")
+	}, patience, 10*time.Millisecond, "both events handled")
 	require.NoError(t, stop())
 	require.Equal(t, &testent.OrderPlaced{OrderID: 1,
 		Lines:      []testent.OrderPlacedLine{{Sku: "tea", Qty: 2, Unit: "piece"}, {Sku: "rice", Qty: 1, Unit: "kg", Pack: 4}},

@@ -71,6 +71,7 @@ func logsOf(l *captureLogs, level watermill.LogLevel, msg string) []watermill.Ca
 // While the broker is away the relay says so once, with the error, and
 // once when publishes work again, with how long and how many failed.
 func TestRelaySaysBrokerOutageOnce(t *testing.T) {
+	skipIfShort(t, "a broker outage")
 	t.Parallel()
 	const natsAddr = "127.0.0.1:4222"
 	b := setupEmit(t)
@@ -84,13 +85,13 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
 		Logger: logs}))
 	first := emitOrders(t, b.client, 10, 4, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 	require.Empty(t, logsOf(logs, watermill.ErrorLogLevel, failingLog))
 
 	proxy.Cut()
 	during := emitOrders(t, b.client, 20, 4, 0)
 	require.Eventually(t, func() bool { return len(logsOf(logs, watermill.ErrorLogLevel, failingLog)) > 0 },
-		20*time.Second, 20*time.Millisecond, "the outage was not logged")
+		patience, 20*time.Millisecond, "the outage was not logged")
 	time.Sleep(2 * time.Second) // retries meanwhile say nothing more
 	failing := logsOf(logs, watermill.ErrorLogLevel, failingLog)
 	require.Len(t, failing, 1)
@@ -98,7 +99,7 @@ func TestRelaySaysBrokerOutageOnce(t *testing.T) {
 	require.Empty(t, logsOf(logs, watermill.InfoLogLevel, recoveredLog))
 
 	proxy.Restore()
-	got.waitFor(t, during, 60*time.Second)
+	got.waitFor(t, during, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())
 	recovered := logsOf(logs, watermill.InfoLogLevel, recoveredLog)

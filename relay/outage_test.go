@@ -31,7 +31,7 @@ func testRelaySurvivesBrokerOutage(t *testing.T, path relay.Path) {
 
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix}))
 	first := emitOrders(t, b.client, 20, 4, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 
 	proxy.Cut()
 	during := emitOrders(t, b.client, 30, 4, 3)
@@ -41,7 +41,7 @@ func testRelaySurvivesBrokerOutage(t *testing.T, path relay.Path) {
 	require.Equal(t, int64(len(during.ids)), backlog.Pending, "nothing is delivered, nor lost, while the broker is away")
 	proxy.Restore()
 
-	got.waitFor(t, during, 60*time.Second)
+	got.waitFor(t, during, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())
 	for id := range during.rolledBack {

@@ -69,19 +69,19 @@ func TestRelaysSharePartitionsAndHandThemOver(t *testing.T) {
 	require.Eventually(t, func() bool {
 		o := owners(t, b)
 		return len(o) == 2 && o[keyWithPrefix(o, "a/")] == 8 && o[keyWithPrefix(o, "b/")] == 8
-	}, 10*time.Second, 20*time.Millisecond, "partitions not shared out: %v", owners(t, b))
+	}, patience, 20*time.Millisecond, "partitions not shared out: %v", owners(t, b))
 
 	first := emitOrdersAs(t, b.client, "first", 300, 40, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 
 	require.NoError(t, stopA())
 	require.Eventually(t, func() bool {
 		o := owners(t, b)
 		return len(o) == 1 && o[keyWithPrefix(o, "b/")] == 16
-	}, 5*time.Second, 20*time.Millisecond, "b did not take a's partitions: %v", owners(t, b))
+	}, relay.DefaultLease/2, 20*time.Millisecond, "b did not take a's partitions (before their lease ran out): %v", owners(t, b))
 
 	second := emitOrdersAs(t, b.client, "second", 300, 40, 0)
-	got.waitFor(t, second, 20*time.Second)
+	got.waitFor(t, second, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stopB())
 
@@ -105,7 +105,7 @@ func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 8}}}))
-	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, patience, 20*time.Millisecond)
 	require.NoError(t, stop())
 
 	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Partitions: 16})
@@ -170,7 +170,7 @@ func TestSubscribersJoiningAndLeavingDeliverOnceInOrder(t *testing.T) {
 		<-visited
 		time.Sleep(50 * time.Millisecond)
 	}
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, steady.Close())
 	<-done
 	got.requireExactly(t, want)
@@ -180,6 +180,7 @@ func TestSubscribersJoiningAndLeavingDeliverOnceInOrder(t *testing.T) {
 // their lease, before another relay may take them over: the rows it held
 // in memory are not sent by both.
 func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
+	skipIfShort(t, "waits out a lease")
 	t.Parallel()
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,14 +204,14 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	require.Eventually(t, func() bool {
 		o := owners(t, b)
 		return o[keyWithPrefix(o, "relay-")] == 4
-	}, 5*time.Second, 20*time.Millisecond)
+	}, patience, 20*time.Millisecond)
 	// a has claimed once it offers a message: take one and leave it
 	// unacked, so that the rest of the claim waits in a's memory when the
 	// database goes away.
 	select {
 	case msg := <-fromA:
 		require.NotNil(t, msg)
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the relay to be cut off claimed nothing")
 	}
 	proxy.Cut()
@@ -221,7 +222,7 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	require.NoError(t, err)
 	got := newReceived()
 	go consume(ctx, fromOther, got)
-	got.waitFor(t, want, 20*time.Second) // once a's leases have run out
+	got.waitFor(t, want, patience) // once a's leases have run out
 	waitDelivered(t, b, 0)
 
 	select {

@@ -62,7 +62,7 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 4}}})
 	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 1)
 	require.NoError(t, stop())
 	got.requireExactly(t, want) // the poison's own aggregate goes on after it, in order
@@ -103,7 +103,7 @@ func TestFailedPublishRecordsAttemptsAndLastErrorOnTheRow(t *testing.T) {
 		require.NoError(t, b.db.DB.QueryRow(`SELECT attempts, coalesce(last_error, '') FROM outbox_events WHERE event_id = $1`,
 			poison).Scan(&attempts, &lastError))
 		return attempts >= 2
-	}, 10*time.Second, 20*time.Millisecond, "the failed publishes are not counted on the row")
+	}, patience, 20*time.Millisecond, "the failed publishes are not counted on the row")
 	// The same statement counts the attempt and records the error.
 	require.Equal(t, "message rejected by the broker", lastError, "last_error of the failing row")
 	require.NoError(t, stop())
@@ -173,7 +173,7 @@ func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub})
 	cfg.Fast.Subscriber.InitialBackoff = time.Second
 	stop := runRelay(t, cfg)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())
 

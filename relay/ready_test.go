@@ -41,7 +41,7 @@ func TestSubscriberStatus(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return a.Status() == relay.SubscriberStatus{Partitions: 4, Live: true} &&
 			bs.Status() == relay.SubscriberStatus{Partitions: 4, Live: true}
-	}, 10*time.Second, 20*time.Millisecond, "a %+v, b %+v", a.Status(), bs.Status())
+	}, patience, 20*time.Millisecond, "a %+v, b %+v", a.Status(), bs.Status())
 
 	require.NoError(t, a.Close())
 	require.Equal(t, relay.SubscriberStatus{}, a.Status(), "closed")
@@ -66,7 +66,7 @@ func TestRelayReady(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
-	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, patience, 20*time.Millisecond)
 	st, running := r.Status()
 	require.True(t, running)
 	require.Equal(t, relay.SubscriberStatus{Partitions: 4, Live: true}, st)
@@ -76,10 +76,10 @@ func TestRelayReady(t *testing.T) {
 	require.Eventually(t, func() bool {
 		err := r.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "the subscriber may not send")
-	}, 10*time.Second, 20*time.Millisecond, "still ready: %v", r.Ready(ctx))
+	}, patience, 20*time.Millisecond, "still ready: %v", r.Ready(ctx))
 	_, err = b.db.DB.Exec(`ALTER TABLE outbox_events_partitions_away RENAME TO outbox_events_partitions`)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, patience, 20*time.Millisecond,
 		"not ready again: %v", r.Ready(ctx))
 
 	stop()

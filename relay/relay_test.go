@@ -46,7 +46,7 @@ func testRelayInProcess(t *testing.T, path relay.Path) {
 
 	want := emitOrders(t, b.client, 120, 7, 5)
 	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop(), "a shutdown asked for by ctx is not an error")
 	got.requireExactly(t, want)
@@ -83,8 +83,8 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	after := emitOrders(t, b.client, 5, 2, 0)
 
 	runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
-	got.waitFor(t, before, 20*time.Second)
-	got.waitFor(t, after, 20*time.Second)
+	got.waitFor(t, before, patience)
+	got.waitFor(t, after, patience)
 	require.Equal(t, 10, got.distinct(), "the broken rows are not published")
 	// The compatible path writes the dead letters in the transaction of
 	// their batch, which commits when the batch is acked, possibly after
@@ -126,8 +126,8 @@ func TestRelayDeleteDeliveredRemovesDeliveredRows(t *testing.T) {
 
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Delete: true}}}))
-	got.waitFor(t, want, 20*time.Second)
-	require.Eventually(t, func() bool { return rowCount() == 0 }, 10*time.Second, 20*time.Millisecond,
+	got.waitFor(t, want, patience)
+	require.Eventually(t, func() bool { return rowCount() == 0 }, patience, 20*time.Millisecond,
 		"delivered rows are left in the outbox")
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
@@ -152,12 +152,12 @@ func TestRelayDeliversALateCommit(t *testing.T) {
 	require.NoError(t, late.Outbox.EmitOrderPaid(ctx, "late", testent.OrderPaid{OrderID: 1, AmountCents: 1},
 		events.WithEventID(lateID))) // written now: its row id is taken
 	early := emitOrdersAs(t, b.client, "early", 20, 4, 0)
-	got.waitFor(t, early, 20*time.Second)
+	got.waitFor(t, early, patience)
 
 	require.NoError(t, late.Commit())
 	early.ids[lateID.String()] = true
 	early.perAggregate["late"] = []string{lateID.String()}
-	got.waitFor(t, early, 20*time.Second)
+	got.waitFor(t, early, patience)
 	waitDelivered(t, b, 0)
 	require.NoError(t, stop())
 	got.requireExactly(t, early)

@@ -22,6 +22,7 @@ import (
 // ENTOUTBOX_REPLICA_EVENTS sets the stream's size (the run is
 // 100000).
 func TestThreeReplicasWithKills(t *testing.T) {
+	skipIfShort(t, "kills relay processes")
 	t.Parallel()
 	bin, err := buildCommand()
 	require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestThreeReplicasWithKills(t *testing.T) {
 			kills++
 		}
 	}
-	got.waitFor(t, want, 2*time.Minute)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)
 
 	got.mu.Lock()

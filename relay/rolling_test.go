@@ -89,7 +89,7 @@ func testRollingDeployNewerVersion(t *testing.T, path relay.Path) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(handled) == 3 && len(deadLetters()) == 2
-	}, 20*time.Second, 20*time.Millisecond, "handled %v, dead letters %v", handled, deadLetters())
+	}, patience, 20*time.Millisecond, "handled %v, dead letters %v", handled, deadLetters())
 
 	mu.Lock()
 	defer mu.Unlock()

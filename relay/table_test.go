@@ -50,7 +50,7 @@ func TestRelayRefusesMissingTable(t *testing.T) {
 		} {
 			r, err := relay.New(quick(path, relay.Config{DB: b.db.DB, Publisher: pub, Table: table}))
 			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			err = r.Run(ctx)
 			cancel()
 			require.Error(t, err, "table %s", table)
@@ -68,7 +68,7 @@ func TestSubscriberRefusesMissingTable(t *testing.T) {
 	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{Table: "nope", Lease: 2 * time.Second})
 	require.NoError(t, err)
 	defer sub.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	_, err = sub.Subscribe(ctx, relay.AllTopics)
 	require.EqualError(t, err, `relay: table "nope" does not exist (run the ent migration first: client.Schema.Create)`)

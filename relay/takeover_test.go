@@ -19,21 +19,24 @@ import (
 )
 
 // A relay killed with SIGKILL and started again under the same --relay-id,
-// with a lease of 30 s: its new life takes the partitions back within
+// with a lease of 2 minutes: its new life takes the partitions back within
 // seconds (the dead one's session, and so its liveness lock, is gone), not
-// at the end of the lease; status shows the dead one as not running.
+// at the end of the lease; status shows the dead one as not running. The
+// lease is long so that half of it is a liveness bound on a loaded machine.
 func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
+	skipIfShort(t, "kills a relay process")
 	t.Parallel()
 	bin, err := buildCommand()
 	require.NoError(t, err)
 	const natsURL = "nats://127.0.0.1:4222"
+	const lease = 2 * time.Minute
 	b := setupEmit(t)
 	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
 	got := receiveAll(t, direct, prefix+"consumer", prefix+"orders")
 
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", "30s",
+		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", lease.String(),
 			"--poll-interval", "50ms", "--relay-id", "r1", "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		cmd.Stderr = os.Stderr
@@ -44,7 +47,7 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 	}
 	first := start()
 	before := emitOrders(t, b.client, 20, 5, 0)
-	got.waitFor(t, before, 30*time.Second)
+	got.waitFor(t, before, patience)
 
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	_ = first.Wait()
@@ -52,15 +55,15 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 		backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
 		require.NoError(t, err)
 		return len(backlog.Relays) == 1 && !backlog.Relays[0].Live && !backlog.Relays[0].Lapsed
-	}, 5*time.Second, 20*time.Millisecond, "status shows the killed relay as not running, its lease still current")
+	}, patience, 20*time.Millisecond, "status shows the killed relay as not running, its lease still current")
 
 	after := emitOrders(t, b.client, 20, 5, 0)
 	killed := time.Now()
 	start()
-	got.waitFor(t, after, 15*time.Second)
+	got.waitFor(t, after, lease/2)
 	took := time.Since(killed)
-	require.Less(t, took, 10*time.Second, "the restarted relay waited for the lease")
-	t.Logf("events committed after the kill arrived %s after the restart (lease 30s)", took.Round(10*time.Millisecond))
+	require.Less(t, took, lease/2, "the restarted relay waited for the lease")
+	t.Logf("events committed after the kill arrived %s after the restart (lease %s)", took.Round(10*time.Millisecond), lease)
 }
 
 // gatedPublisher holds every publish until the gate opens, and counts what
@@ -102,14 +105,14 @@ func TestLostPartitionKeepsNoQueuedRows(t *testing.T) {
 	emitOrders(t, b.client, 10, 1, 0) // ten events of one aggregate
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub}))
 	// The first is in flight (held at the gate), the other nine queued.
-	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, patience, 20*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 
 	_, err := b.db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'thief/1/1', until = now() + interval '1 hour';
 		SELECT pg_notify('outbox_events_rebalance', '')`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 && owners(t, b)["thief/1/1"] > 0 },
-		5*time.Second, 20*time.Millisecond)
+		patience, 20*time.Millisecond)
 	time.Sleep(1500 * time.Millisecond) // the relay's next rebalance tells it
 	close(pub.gate)
 	time.Sleep(time.Second)
@@ -120,6 +123,7 @@ func TestLostPartitionKeepsNoQueuedRows(t *testing.T) {
 // two thirds into the lease, before another relay may take its partitions,
 // and sends again once it renews them.
 func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
+	skipIfShort(t, "waits out most of a lease")
 	t.Parallel()
 	b := setupEmit(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,7 +136,7 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 3 * time.Second}}}))
 	warm := emitOrders(t, b.client, 5, 5, 0)
-	got.waitFor(t, warm, 10*time.Second)
+	got.waitFor(t, warm, patience)
 
 	// Block the relay's rebalances right after one renewed the leases.
 	var until time.Time
@@ -141,7 +145,7 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 		var now time.Time
 		require.NoError(t, b.db.DB.QueryRow(`SELECT max(until) FROM outbox_events_partitions`).Scan(&now))
 		return now.After(until)
-	}, 5*time.Second, 5*time.Millisecond)
+	}, patience, 5*time.Millisecond)
 	renewed := time.Now()
 	lock, err := b.db.DB.BeginTx(ctx, nil)
 	require.NoError(t, err)
@@ -163,7 +167,7 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	}
 	got.mu.Unlock()
 	require.NoError(t, lock.Rollback())
-	got.waitFor(t, late, 10*time.Second)
+	got.waitFor(t, late, patience)
 }
 
 // Behind a pooler in transaction mode (PollOnly) a relay keeps nothing in
@@ -178,7 +182,7 @@ func TestPollOnlyRelayKeepsNoSessionState(t *testing.T) {
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollOnly: true}}}))
 	want := emitOrders(t, b.client, 30, 3, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)
 	var members, withLock int
 	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*), count(*) FILTER (WHERE live_lock) FROM outbox_events_relays`).Scan(&members, &withLock))
@@ -196,6 +200,7 @@ func TestPollOnlyRelayKeepsNoSessionState(t *testing.T) {
 // its successor) are at most --batch-size, the rows it held claimed and not
 // recorded. Redis Streams, because it drops no repeat (JetStream would).
 func TestPausedRelayRepublishesAtMostABatch(t *testing.T) {
+	skipIfShort(t, "pauses a relay process until its lease ends")
 	t.Parallel()
 	bin, err := buildCommand()
 	require.NoError(t, err)
@@ -218,10 +223,10 @@ func TestPausedRelayRepublishesAtMostABatch(t *testing.T) {
 	}
 	want := emitOrders(t, b.client, 6000, 200, 0)
 	first := start("paused")
-	require.Eventually(t, func() bool { return got.distinct() >= 1000 }, 30*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.distinct() >= 1000 }, patience, time.Millisecond)
 	require.NoError(t, first.Process.Signal(syscall.SIGSTOP))
 	start("successor")
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, first.Process.Signal(syscall.SIGCONT))
 	time.Sleep(2 * time.Second) // whatever the resumed relay still sends
 	waitDelivered(t, b, 0)
@@ -254,7 +259,7 @@ func TestRelayWhoseLivenessLockIsTakenJoinsUnderANewName(t *testing.T) {
 	pubsub, got := receiveInProcess(t, "orders")
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub}))
 	first := emitOrders(t, b.client, 10, 2, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 
 	var holder string
 	require.NoError(t, b.db.DB.QueryRow(`SELECT relay FROM outbox_events_relays`).Scan(&holder))
@@ -271,21 +276,24 @@ func TestRelayWhoseLivenessLockIsTakenJoinsUnderANewName(t *testing.T) {
 		var got bool
 		require.NoError(t, thief.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, holder).Scan(&got))
 		return got
-	}, 5*time.Second, time.Millisecond, "the relay's lock was released with its session")
+	}, patience, time.Millisecond, "the relay's lock was released with its session")
 
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events_relays WHERE relay <> $1`, holder).Scan(&n))
 		return n == 1
-	}, 10*time.Second, 20*time.Millisecond, "the relay joined again under a new name")
+	}, patience, 20*time.Millisecond, "the relay joined again under a new name")
 	second := emitOrders(t, b.client, 10, 2, 0)
-	got.waitFor(t, second, 20*time.Second)
+	got.waitFor(t, second, patience)
 }
 
 // A relay frozen inside a rebalance (it holds the table's ownership lock
 // while paused) does not keep the others from renewing their leases:
-// PostgreSQL ends its session soon, and the lock with it.
+// PostgreSQL ends its session soon (after a second idle), and the lock with
+// it. The freeze is long enough that the bound, two thirds of it, leaves a
+// loaded machine room.
 func TestRelayFrozenInARebalanceDoesNotBlockTheOthers(t *testing.T) {
+	skipIfShort(t, "freezes a relay for 10 s")
 	t.Parallel()
 	b := setupEmit(t)
 	frozen, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{RelayID: "frozen", Partitions: 4})
@@ -296,10 +304,11 @@ func TestRelayFrozenInARebalanceDoesNotBlockTheOthers(t *testing.T) {
 	_, err = frozen.Subscribe(ctx, relay.AllTopics) // creates the tables
 	require.NoError(t, err)
 
+	const frozenFor = 10 * time.Second
 	inside := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- relay.InOwnerLock(ctx, frozen, func() { close(inside); time.Sleep(4 * time.Second) })
+		done <- relay.InOwnerLock(ctx, frozen, func() { close(inside); time.Sleep(frozenFor) })
 	}()
 	<-inside
 	other, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{RelayID: "other", Partitions: 4})
@@ -308,6 +317,6 @@ func TestRelayFrozenInARebalanceDoesNotBlockTheOthers(t *testing.T) {
 	started := time.Now()
 	_, err = other.Subscribe(ctx, relay.AllTopics) // its first rebalance waits for the lock
 	require.NoError(t, err)
-	require.Less(t, time.Since(started), 3*time.Second, "a frozen rebalance held the ownership lock")
+	require.Less(t, time.Since(started), frozenFor*2/3, "a frozen rebalance held the ownership lock")
 	require.Error(t, <-done, "the frozen transaction was ended")
 }

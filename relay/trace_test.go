@@ -73,7 +73,7 @@ func TestOneTraceFromRequestThroughRelayToHandler(t *testing.T) {
 		for i, m := range []*events.Meta{&first, &second} {
 			select {
 			case *m = <-handled:
-			case <-time.After(20 * time.Second):
+			case <-time.After(patience):
 				t.Fatalf("event %d not handled", i+1)
 			}
 		}
@@ -82,7 +82,7 @@ func TestOneTraceFromRequestThroughRelayToHandler(t *testing.T) {
 		require.Equal(t, first.EventID.String(), second.Headers[events.HeaderCorrelationID])
 
 		var spans tracetest.SpanStubs
-		require.Eventually(t, func() bool { spans = exp.GetSpans(); return len(spans) == 5 }, 5*time.Second,
+		require.Eventually(t, func() bool { spans = exp.GetSpans(); return len(spans) == 5 }, patience,
 			10*time.Millisecond, "request, two sends, two processes")
 		byName := map[string][]tracetest.SpanStub{}
 		for _, s := range spans {

@@ -30,7 +30,7 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 	runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{ProgressInterval: 50 * time.Millisecond}}))
 	waitStreaming(t, s)
 	want := emitOrders(t, s.client, 1, 1, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	var eventID string
 	for id := range want.ids {
 		eventID = id
@@ -42,7 +42,7 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 		delivered, err := relay.WALDelivered(ctx, s.db.DB, "", rowID)
 		require.NoError(t, err)
 		return delivered
-	}, 20*time.Second, 20*time.Millisecond, "the WAL relay records what it delivered")
+	}, patience, 20*time.Millisecond, "the WAL relay records what it delivered")
 
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, s.db.DB)))
 	d, err := client.DeadLetter.Create().SetEventID(uuid.MustParse(eventID)).SetSource("billing").
@@ -56,7 +56,7 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 		got.mu.Lock()
 		defer got.mu.Unlock()
 		return got.count[eventID] >= 2
-	}, 20*time.Second, 20*time.Millisecond, "the retried event is delivered again")
+	}, patience, 20*time.Millisecond, "the retried event is delivered again")
 }
 
 // A WAL relay is ready while it streams its slot, and not while its
@@ -79,15 +79,15 @@ func TestWALRelayReady(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 20*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, patience, 20*time.Millisecond,
 		"not ready while streaming: %v", r.Ready(ctx))
 	proxy.Cut()
 	require.Eventually(t, func() bool {
 		err := r.Ready(ctx)
 		return err != nil && strings.Contains(err.Error(), "neither streams slot")
-	}, 20*time.Second, 20*time.Millisecond, "still ready without its replication connection")
+	}, patience, 20*time.Millisecond, "still ready without its replication connection")
 	proxy.Restore()
-	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, 20*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return r.Ready(ctx) == nil }, patience, 20*time.Millisecond,
 		"not ready again: %v", r.Ready(ctx))
 }
 
@@ -100,7 +100,7 @@ func TestWALDeliveredEventsReplay(t *testing.T) {
 	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{ProgressInterval: 50 * time.Millisecond}}))
 	waitStreaming(t, s)
 	want := emitOrders(t, s.client, 5, 2, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		var left int
@@ -108,7 +108,7 @@ func TestWALDeliveredEventsReplay(t *testing.T) {
 			SELECT 1 FROM outbox_events_wal_progress p WHERE p.delivered IS NOT NULL
 			AND pg_visible_in_snapshot(o.transaction_id, p.delivered))`).Scan(&left))
 		return left == 0
-	}, 20*time.Second, 20*time.Millisecond, "the WAL relay records what it delivered")
+	}, patience, 20*time.Millisecond, "the WAL relay records what it delivered")
 	require.NoError(t, stop())
 	// Written while no relay runs: not delivered, not replayed.
 	pending := emitOrders(t, s.client, 2, 1, 0)

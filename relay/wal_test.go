@@ -65,7 +65,7 @@ func requireLogical(t *testing.T, db *sql.DB) {
 
 // dropWAL drops the slot once no session streams it, and the publication.
 func dropWAL(t *testing.T, db *sql.DB, slot, publication string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	for {
 		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
@@ -137,7 +137,7 @@ func TestWALDeliversInCommitOrder(t *testing.T) {
 		want.ids[lateID], want.ids[earlyID], want.rolledBack[rolledID] = true, true, true
 		want.perAggregate[agg] = append(want.perAggregate[agg], lateID, earlyID)
 	}
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
 	got.requireRowIDs(t, s.db.DB)
@@ -212,7 +212,7 @@ func TestWALPerAggregateOrderUnderConcurrentWriters(t *testing.T) {
 	}
 	wg.Wait()
 	stop := runRelay(t, cfg)
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	time.Sleep(100 * time.Millisecond)
 	got.requireExactly(t, want)
@@ -232,7 +232,7 @@ func waitStreaming(t *testing.T, s *walSetup) {
 		}
 		require.NoError(t, err)
 		return active
-	}, 20*time.Second, 20*time.Millisecond, "no relay streams slot %s", s.slot)
+	}, patience, 20*time.Millisecond, "no relay streams slot %s", s.slot)
 }
 
 // The relay process is killed with SIGKILL while it drains, again and
@@ -240,6 +240,7 @@ func waitStreaming(t *testing.T, s *walSetup) {
 // duplicates are at most MaxRowsInFlight (--batch-size) per kill, the rows
 // whose position the server did not have yet.
 func TestWALRelayKilledMidStream(t *testing.T) {
+	skipIfShort(t, "kills relay processes")
 	t.Parallel()
 	bin, err := buildCommand()
 	require.NoError(t, err)
@@ -267,7 +268,7 @@ func TestWALRelayKilledMidStream(t *testing.T) {
 	// committed.
 	first, logs := start()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Streaming the replication slot") },
-		20*time.Second, 10*time.Millisecond, "relay logs:\n%s", logs.String())
+		patience, 10*time.Millisecond, "relay logs:\n%s", logs.String())
 
 	emitDone := make(chan emitted, 1)
 	go func() { emitDone <- emitOrders(t, s.client, 600, 10, 5) }()
@@ -297,7 +298,7 @@ func TestWALRelayKilledMidStream(t *testing.T) {
 	}
 	require.Positive(t, midStream, "no kill happened mid-stream")
 	final, logs := start()
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	stopGracefully(t, final, logs)
 	dups := got.duplicatesOf(t, want)
 	got.mu.Lock()
@@ -327,6 +328,7 @@ func firstSeenOf(got *received, agg string) []string {
 // is lost, nothing dead-lettered. A relay stopped during an outage has
 // not confirmed what the broker did not ack: the next one delivers it.
 func TestWALSurvivesBrokerOutage(t *testing.T) {
+	skipIfShort(t, "a broker outage")
 	t.Parallel()
 	// Redis refuses publishes at once while it is away (a JetStream
 	// client would wait for it).
@@ -347,16 +349,16 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 	stop := runRelay(t, cfg)
 	waitStreaming(t, s)
 	first := emitOrders(t, s.client, 20, 4, 0)
-	got.waitFor(t, first, 20*time.Second)
+	got.waitFor(t, first, patience)
 
 	proxy.Cut()
 	during := emitOrdersAs(t, s.client, "during", 30, 4, 3)
 	// Longer than MaxAttempts failed publishes of each aggregate's head.
 	require.Eventually(t, func() bool {
 		return promtest.Value(t, reg, "entoutbox_relay_published_total", "topic", "orders", "result", "error") >= 4*4
-	}, 30*time.Second, 50*time.Millisecond, "publishes do not fail during the outage")
+	}, patience, 50*time.Millisecond, "publishes do not fail during the outage")
 	proxy.Restore()
-	got.waitFor(t, during, 60*time.Second)
+	got.waitFor(t, during, patience)
 
 	// Stopped in an outage: the next relay sends what was not acked.
 	proxy.Cut()
@@ -365,7 +367,7 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 	require.NoError(t, stop())
 	proxy.Restore()
 	runRelay(t, s.config(relay.Config{Publisher: direct.Publisher(), TopicPrefix: prefix}))
-	got.waitFor(t, stopped, 60*time.Second)
+	got.waitFor(t, stopped, patience)
 
 	backlog, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
 	require.NoError(t, err)
@@ -378,6 +380,7 @@ func TestWALSurvivesBrokerOutage(t *testing.T) {
 // Two relays on one slot: one streams, the other waits as a standby and
 // takes over within seconds when the first is killed.
 func TestWALStandbyTakesOver(t *testing.T) {
+	skipIfShort(t, "kills a relay process")
 	t.Parallel()
 	bin, err := buildCommand()
 	require.NoError(t, err)
@@ -400,7 +403,7 @@ func TestWALStandbyTakesOver(t *testing.T) {
 	}
 	logged := func(logs *lockedBuffer, what string) {
 		t.Helper()
-		require.Eventually(t, func() bool { return strings.Contains(logs.String(), what) }, 20*time.Second,
+		require.Eventually(t, func() bool { return strings.Contains(logs.String(), what) }, patience,
 			10*time.Millisecond, "relay logs:\n%s", logs.String())
 	}
 	active, activeLogs := start()
@@ -409,13 +412,13 @@ func TestWALStandbyTakesOver(t *testing.T) {
 	logged(standbyLogs, "waiting as a standby")
 
 	before := emitOrders(t, s.client, 40, 5, 0)
-	got.waitFor(t, before, 20*time.Second)
+	got.waitFor(t, before, patience)
 	require.NoError(t, active.Process.Signal(syscall.SIGKILL))
 	_ = active.Wait()
 	killed := time.Now()
 	after := emitOrdersAs(t, s.client, "after", 40, 5, 0)
 	logged(standbyLogs, "Streaming the replication slot")
-	got.waitFor(t, after, 20*time.Second)
+	got.waitFor(t, after, patience)
 	t.Logf("the standby delivered %d events %s after the kill", len(after.ids), time.Since(killed).Round(time.Millisecond))
 	require.NoError(t, standby.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, standby.Wait(), "relay logs:\n%s", standbyLogs.String())
@@ -436,12 +439,12 @@ func TestWALSlotLagInStatus(t *testing.T) {
 	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
 	waitStreaming(t, s)
 	want := emitOrders(t, s.client, 30, 3, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	require.Eventually(t, func() bool {
 		b, err := relay.ReadBacklog(context.Background(), s.db.DB, "", "")
 		require.NoError(t, err)
 		return b.Pending == 0
-	}, 10*time.Second, 20*time.Millisecond, "delivered rows still counted as pending")
+	}, patience, 20*time.Millisecond, "delivered rows still counted as pending")
 	b, err := relay.ReadBacklog(context.Background(), s.db.DB, "", "")
 	require.NoError(t, err)
 	require.Len(t, b.WAL, 1)
@@ -457,7 +460,7 @@ func TestWALSlotLagInStatus(t *testing.T) {
 		b, err = relay.ReadBacklog(context.Background(), s.db.DB, "", "")
 		require.NoError(t, err)
 		return !b.WAL[0].Active
-	}, 10*time.Second, 20*time.Millisecond)
+	}, patience, 20*time.Millisecond)
 	require.Equal(t, int64(len(waiting.ids)), b.Pending, "what no relay delivered is pending")
 	require.Positive(t, b.WAL[0].RetainedBytes, "the server keeps the WAL since the slot's position")
 	require.Positive(t, b.WAL[0].LagBytes, "the confirmed position is behind")
@@ -478,12 +481,12 @@ func TestWALCleanupDeletesDeliveredKeepsUndelivered(t *testing.T) {
 	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
 	waitStreaming(t, s)
 	delivered := emitOrders(t, s.client, 20, 3, 0)
-	got.waitFor(t, delivered, 20*time.Second)
+	got.waitFor(t, delivered, patience)
 	require.Eventually(t, func() bool {
 		b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
 		require.NoError(t, err)
 		return b.Pending == int64(len(before.ids))
-	}, 10*time.Second, 20*time.Millisecond, "the delivered rows are not recorded as delivered")
+	}, patience, 20*time.Millisecond, "the delivered rows are not recorded as delivered")
 	require.NoError(t, stop())
 	undelivered := emitOrdersAs(t, s.client, "later", 7, 2, 0)
 
@@ -535,12 +538,12 @@ func TestWALDeadLettersMalformedAndPoisonRows(t *testing.T) {
 		(gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'order-m', '{}', '"not an object"')`, poison)
 	require.NoError(t, err)
 	want := emitOrders(t, s.client, 40, 4, 0)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	require.Eventually(t, func() bool {
 		b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
 		require.NoError(t, err)
 		return b.DeadLetters == 3 && b.Pending == 0
-	}, 20*time.Second, 20*time.Millisecond, "not every bad row reached the dead letters")
+	}, patience, 20*time.Millisecond, "not every bad row reached the dead letters")
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
 
@@ -572,6 +575,7 @@ func TestWALDeadLettersMalformedAndPoisonRows(t *testing.T) {
 // 15 saves it when the slot's restart point moves, so here, on an idle
 // server, everything since the slot's start comes again.)
 func TestWALSurvivesPostgresRestart(t *testing.T) {
+	skipIfShort(t, "restarts PostgreSQL")
 	t.Parallel()
 	pg := pgtest.StartPrivate(t)
 	db := pg.Open(t)
@@ -584,14 +588,14 @@ func TestWALSurvivesPostgresRestart(t *testing.T) {
 	waitStreaming(t, s)
 
 	want := emitOrders(t, client, 30, 3, 4)
-	got.waitFor(t, want, 20*time.Second)
+	got.waitFor(t, want, patience)
 	for i, mode := range []string{"fast", "immediate"} {
 		pg.Stop(t, mode)
 		time.Sleep(300 * time.Millisecond) // the relay finds the server gone
 		pg.Start(t)
-		require.Eventually(t, func() bool { return db.Ping() == nil }, 30*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return db.Ping() == nil }, patience, 50*time.Millisecond)
 		more := emitOrdersAs(t, client, fmt.Sprintf("after-%s", mode), 30, 3, 4)
-		got.waitFor(t, more, 30*time.Second)
+		got.waitFor(t, more, patience)
 		for id := range more.ids {
 			want.ids[id] = true
 		}
@@ -666,9 +670,9 @@ func TestWALTransactionLargerThanTheWindow(t *testing.T) {
 		FROM generate_series(1, 1500) g`)
 	require.NoError(t, err)
 	after := emitOrdersAs(t, s.client, "after", 10, 2, 0)
-	got.waitFor(t, after, 30*time.Second)
+	got.waitFor(t, after, patience)
 	got.waitFor(t, before, time.Second)
-	require.Eventually(t, func() bool { return got.distinct() == 1520 }, 30*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return got.distinct() == 1520 }, patience, 20*time.Millisecond,
 		"got %d of 1520", got.distinct())
 	require.NoError(t, stop())
 	got.mu.Lock()
