@@ -78,7 +78,7 @@ func amqpChecks(ctx context.Context, t *testing.T, _, topic, group string) func(
 				assert.Equal(t, uint8(amqp.Persistent), d.DeliveryMode)
 			case <-ctx.Done():
 				t.Fatalf("raw consumer got %d of %d messages", i, len(sent))
-			case <-time.After(10 * time.Second):
+			case <-time.After(patience):
 				t.Fatalf("raw consumer got %d of %d messages", i, len(sent))
 			}
 		}
@@ -103,7 +103,7 @@ func TestAMQPUnroutableIsAFailure(t *testing.T) {
 	group := "g-" + randomSuffix()
 	rawURL := amqpSetup(t, topic)
 	amqpQueues.add(topic, topic+"_"+group)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestAMQPConcurrentPublishes(t *testing.T) {
 	unbound := "entoutbox.unbound." + randomSuffix()
 	rawURL := amqpSetup(t, bound)
 	amqpSetup(t, unbound)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)
@@ -189,7 +189,7 @@ func TestAMQPConcurrentPublishes(t *testing.T) {
 		case d := <-deliveries:
 			assert.True(t, want[d.MessageId], "unexpected message %s", d.MessageId)
 			delete(want, d.MessageId)
-		case <-time.After(10 * time.Second):
+		case <-time.After(patience):
 			t.Fatalf("%d messages never arrived", len(want))
 		}
 	}
@@ -208,7 +208,7 @@ func TestAMQPBrokenConnection(t *testing.T) {
 	proxy := startProxy(t, u.Host)
 	u.Host = proxy.addr()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, u.String(), Options{})
 	require.NoError(t, err)
@@ -237,7 +237,7 @@ func TestAMQPBrokenConnection(t *testing.T) {
 	case err := <-done:
 		require.Error(t, err, "a publish cut off before its confirm must fail")
 		t.Log(err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("Publish hangs after the connection broke")
 	}
 
@@ -248,7 +248,7 @@ func TestAMQPBrokenConnection(t *testing.T) {
 		select {
 		case d := <-deliveries:
 			got[d.MessageId] = true
-		case <-time.After(10 * time.Second):
+		case <-time.After(patience):
 			t.Fatalf("received %v, want %s and %s", got, sent[0].uuid, sent[2].uuid)
 		}
 	}
@@ -260,7 +260,7 @@ func TestAMQPBrokenConnection(t *testing.T) {
 		start := time.Now()
 		err = b.Publisher().Publish(topic, newMessages(1)[0].message())
 		require.Error(t, err)
-		require.Less(t, time.Since(start), connectTimeout+2*time.Second)
+		require.Less(t, time.Since(start), 2*connectTimeout, "a publish to a broker that is gone waits out its connect timeout at most")
 		if strings.HasPrefix(err.Error(), "broker: amqp: connecting: ") {
 			break
 		}
@@ -351,7 +351,7 @@ func TestAMQPSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
 	lonely, busy := "entoutbox.lonely."+randomSuffix(), "entoutbox.busy."+randomSuffix()
 	rawURL := amqpSetup(t, lonely)
 	amqpSetup(t, busy)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	log := &recordingLogger{}
 	b, err := Open(ctx, rawURL, Options{Logger: log})

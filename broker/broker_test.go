@@ -13,6 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// patience bounds each wait for what a broker, a relay or PostgreSQL will
+// do (a delivery, a dead letter, a start or stop): a liveness bound, not a
+// speed limit. A passing test waits only as long as the work takes; on a
+// loaded 2-core machine that is ten times as long as on an idle one.
+const patience = 3 * time.Minute
+
 func TestOpenUnknownScheme(t *testing.T) {
 	_, err := Open(context.Background(), "foo://x", Options{})
 	require.Error(t, err)
@@ -53,7 +59,7 @@ func TestOpenUnreachable(t *testing.T) {
 	} {
 		t.Run(strings.SplitN(rawURL, ":", 2)[0], func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
 			start := time.Now()
 			b, err := Open(ctx, rawURL, Options{})
@@ -61,7 +67,7 @@ func TestOpenUnreachable(t *testing.T) {
 				b.Close()
 				t.Fatalf("Open(%s) succeeded", rawURL)
 			}
-			assert.Less(t, time.Since(start), 5*time.Second)
+			assert.Less(t, time.Since(start), patience/2, "Open waited for its context instead of failing")
 			assert.True(t, strings.HasPrefix(err.Error(), "broker: "+strconv.Quote(Redacted(rawURL))+": "), "%v", err)
 			assert.NotContains(t, err.Error(), "s3cr3t-pw")
 			t.Log(err)

@@ -16,7 +16,7 @@ import (
 // between its members and group "b" got them all.
 func testGroupShares(t *testing.T, rawURL, topic string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)

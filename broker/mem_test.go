@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,7 +11,7 @@ import (
 // TestMemLateSubscriber checks a group that subscribes after a Publish still
 // gets the message.
 func TestMemLateSubscriber(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, "mem://", Options{})
 	require.NoError(t, err)
@@ -38,7 +37,7 @@ func TestMemGroupShares(t *testing.T) {
 // TestMemAbandonedMessage checks a message a member received but did not
 // ack goes to another member when the first one stops.
 func TestMemAbandonedMessage(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, "mem://", Options{})
 	require.NoError(t, err)

@@ -37,7 +37,7 @@ func natsSetup(t *testing.T, topic string) string {
 	need(t, "NATS", natsURL)
 	js := natsStream(t)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		if err := js.DeleteStream(ctx, natsName(topic)); err != nil {
 			t.Logf("deleting stream %s: %v", natsName(topic), err)
@@ -71,7 +71,7 @@ func TestNATSDeduplicates(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.dedupe." + randomSuffix()
 	rawURL := natsSetup(t, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)
@@ -200,7 +200,7 @@ func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 	}{{"?ack_wait=5s", 250}, {"?ack_wait=5s&max_ack_pending=7", 7}} {
 		topic := "entoutbox.pending." + randomSuffix()
 		rawURL := natsSetup(t, topic) + c.query
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		b, err := Open(ctx, rawURL, Options{})
 		require.NoError(t, err)
@@ -273,7 +273,7 @@ func TestNATSSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
 	lonely, busy := "entoutbox.lonely."+randomSuffix(), "entoutbox.busy."+randomSuffix()
 	rawURL := natsSetup(t, lonely)
 	natsSetup(t, busy)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	log := &recordingLogger{}
 	b, err := Open(ctx, rawURL, Options{Logger: log})
@@ -331,7 +331,7 @@ func TestNATSPublishAsyncConfirmsEachStoredMessage(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	stream, err := natsStream(t).Stream(ctx, natsName(topic))
 	require.NoError(t, err)
@@ -363,7 +363,7 @@ func TestNATSPublishAsyncFailsWithoutAnAck(t *testing.T) {
 
 	// The stream is deleted under the publisher: JetStream has nobody to
 	// store the message and answers with no ack.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	first := make(chan error, 1)
 	async.PublishAsync(topic, message.NewMessage(watermill.NewUUID(), nil), func(err error) { first <- err })
@@ -374,7 +374,7 @@ func TestNATSPublishAsyncFailsWithoutAnAck(t *testing.T) {
 	select {
 	case err := <-gone:
 		require.Error(t, err, "a message no stream stored is not confirmed")
-	case <-time.After(natsAsyncTimeout + 5*time.Second):
+	case <-time.After(natsAsyncTimeout + patience):
 		t.Fatal("no answer for a message no stream stored")
 	}
 }

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +18,7 @@ func redisSetup(t *testing.T, topic string) string {
 		}
 		c := redis.NewClient(opts)
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		if err := c.Del(ctx, topic).Err(); err != nil {
 			t.Logf("deleting stream %s: %v", topic, err)

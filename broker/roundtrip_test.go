@@ -46,7 +46,7 @@ func need(t *testing.T, service, rawURL string) {
 	if i := strings.IndexAny(host, "/?"); i >= 0 {
 		host = host[:i]
 	}
-	c, err := net.DialTimeout("tcp", host, time.Second)
+	c, err := net.DialTimeout("tcp", host, 30*time.Second) // a refused dial fails at once
 	if err != nil {
 		pgtest.Unavailable(t, service+" at "+Redacted(rawURL), err)
 	}
@@ -194,7 +194,7 @@ func TestRoundTrip(t *testing.T) {
 			topic := "entoutbox.test." + randomSuffix()
 			group := "g-" + randomSuffix()
 			rawURL := s.url(t, topic)
-			ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
 
 			b, err := Open(ctx, rawURL, Options{})
@@ -244,7 +244,7 @@ func TestNewGroupReadsHistory(t *testing.T) {
 			t.Parallel()
 			topic := "entoutbox.history." + randomSuffix()
 			rawURL := s.url(t, topic)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			defer cancel()
 			b, err := Open(ctx, rawURL, Options{})
 			require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -127,7 +126,7 @@ func TestNATSRefusesWildcardTopics(t *testing.T) {
 	topics := []string{unique + ".>", unique + ".*", unique + ".*.x", ">", "orders.>", "*", "$SYS.x", "_INBOX.x"}
 	t.Cleanup(func() {
 		// Should the check ever let one through, leave no stream behind.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		for _, topic := range topics {
 			if err := js.DeleteStream(ctx, natsName(topic)); err == nil {
@@ -135,7 +134,7 @@ func TestNATSRefusesWildcardTopics(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, natsURL, Options{})
 	require.NoError(t, err)

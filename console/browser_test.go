@@ -56,9 +56,12 @@ func chromiumPath() string {
 }
 
 // tab opens a browser tab for t, or skips t when there is no Chromium
-// (fails under CI=true).
+// (fails under CI=true), or under -short.
 func tab(t *testing.T) context.Context {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: drives a headless Chromium")
+	}
 	browser.once.Do(func() {
 		path := chromiumPath()
 		if path == "" {
@@ -87,7 +90,7 @@ func tab(t *testing.T) context.Context {
 	ctx, cancel := chromedp.NewContext(browser.ctx)
 	t.Cleanup(cancel)
 	require.NoError(t, chromedp.Do(ctx), "opening a tab")
-	ctx, cancelTimeout := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancelTimeout := context.WithTimeout(ctx, patience)
 	t.Cleanup(cancelTimeout)
 	return ctx
 }
@@ -110,7 +113,7 @@ func waitFor(t *testing.T, ctx context.Context, sel string) {
 			last, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
 		}
 		return err == nil && ok
-	}, 15*time.Second, 30*time.Millisecond)
+	}, patience, 30*time.Millisecond)
 	require.True(t, ok, "the page has no %s; it shows: %s", sel, last)
 }
 
@@ -191,13 +194,13 @@ func TestBrowserRetriedDeadLetterIsDelivered(t *testing.T) {
 	case m := <-received:
 		assert.Equal(t, d.EventID.String(), m.UUID)
 		m.Ack()
-	case <-time.After(20 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the retried event did not reach the broker")
 	}
 	require.Eventually(t, func() bool {
 		o, err := e.ent.Outbox.Query().Where(outboxrow.EventID(d.EventID)).Only(ctx)
 		return err == nil && o.DeliveredAt != nil
-	}, 20*time.Second, 20*time.Millisecond, "the outbox row is marked delivered")
+	}, patience, 20*time.Millisecond, "the outbox row is marked delivered")
 	assert.Equal(t, admin.StateRetried, admin.StateOf(e.reload(t, d)), "the letter stays, marked retried")
 
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/events/"+d.EventID.String()), chromedp.WaitVisible(chromedp.CSS("#story"))))
@@ -258,7 +261,7 @@ func TestBrowserActionWithoutCSRFIsRefused(t *testing.T) {
 	require.Eventually(t, func() bool {
 		body, err := chromedp.Run(b, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 		return err == nil && strings.Contains(body, "no valid CSRF token")
-	}, 10*time.Second, 50*time.Millisecond, "the POST without a CSRF token is refused")
+	}, patience, 50*time.Millisecond, "the POST without a CSRF token is refused")
 	assert.Equal(t, admin.StateOpen, admin.StateOf(e.reload(t, d)))
 }
 
@@ -292,7 +295,7 @@ func TestScreenshots(t *testing.T) {
 	require.Eventually(t, func() bool {
 		st, err := admin.ReadStatus(t.Context(), e.db.DB, "", "")
 		return err == nil && len(st.Relays) == 2
-	}, 20*time.Second, 50*time.Millisecond, "both relays hold partitions")
+	}, patience, 50*time.Millisecond, "both relays hold partitions")
 
 	dir := t.TempDir()
 	if *updateScreenshots {

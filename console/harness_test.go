@@ -25,6 +25,12 @@ import (
 	"github.com/entoutbox/entoutbox/schema"
 )
 
+// patience bounds each wait for what a broker, a relay or PostgreSQL will
+// do (a delivery, a dead letter, a start or stop): a liveness bound, not a
+// speed limit. A passing test waits only as long as the work takes; on a
+// loaded 2-core machine that is ten times as long as on an idle one.
+const patience = 3 * time.Minute
+
 // env is one test's outbox, in its own schema, and its console.
 type env struct {
 	db  *pgtest.DB
@@ -92,7 +98,7 @@ func (e *env) reload(t *testing.T, d *ent.DeadLetter) *ent.DeadLetter {
 func browserClient(t *testing.T) *http.Client {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
-	return &http.Client{Jar: jar, Timeout: 20 * time.Second,
+	return &http.Client{Jar: jar, Timeout: time.Minute,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 

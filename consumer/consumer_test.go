@@ -309,7 +309,7 @@ func TestDeadLettersAlsoGoToABrokerTopic(t *testing.T) {
 		require.Equal(t, "2", got.Metadata.Get(consumer.MetaDeadLetterAttempts))
 		require.Equal(t, "order.paid", got.Metadata.Get(events.MetaEventName))
 		got.Ack()
-	case <-time.After(5 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("no dead letter on the topic")
 	}
 	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx), "and in the table")

@@ -173,11 +173,11 @@ func TestUnwritableDeadLetterNacksTheMessage(t *testing.T) {
 	hide()
 	routed := outboxtest.Message(t, testent.OrderPaid{OrderID: 53, AmountCents: 5}, "53")
 	require.NoError(t, pubsub.Publish("orders", routed))
-	require.Eventually(t, func() bool { return nacks.Load() >= 3 }, 10*time.Second, 5*time.Millisecond, "redelivered after each nack")
+	require.Eventually(t, func() bool { return nacks.Load() >= 3 }, patience, 5*time.Millisecond, "redelivered after each nack")
 	restore()
 	require.Eventually(t, func() bool {
 		return b.client.DeadLetter.Query().CountX(ctx) == 3
-	}, 10*time.Second, 10*time.Millisecond, "the redelivered message reaches the dead letters")
+	}, patience, 10*time.Millisecond, "the redelivered message reaches the dead letters")
 	seen := deliveries.Load()
 	time.Sleep(100 * time.Millisecond)
 	require.Equal(t, seen, deliveries.Load(), "acknowledged once its dead letter is written")
@@ -263,7 +263,7 @@ func TestDeadLetterIsStoredOnceWhenItsTopicFailsFirst(t *testing.T) {
 	case got := <-dead:
 		require.Equal(t, msg.UUID, got.UUID)
 		got.Ack()
-	case <-time.After(5 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("no dead letter on the topic")
 	}
 	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(ctx), "one dead letter in the table")

@@ -102,7 +102,7 @@ func TestRedeliveredDeadLetterIsSkippedThroughTheBroker(t *testing.T) {
 
 	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 8, AmountCents: 5}, "8")
 	require.NoError(t, br.Publisher().Publish(prefix+"orders", msg))
-	require.Eventually(t, func() bool { return deliveries.Load() >= 4 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return deliveries.Load() >= 4 }, patience, 10*time.Millisecond)
 	require.Equal(t, int64(3), calls.Load(), "the attempts ran on the first delivery only")
 	require.Equal(t, 1, b.client.DeadLetter.Query().CountX(context.Background()))
 }
@@ -139,7 +139,7 @@ func TestConcurrentGiveUpsWriteOneDeadLetter(t *testing.T) {
 // openNATSAt opens the broker at rawURL (for its options) until the test ends.
 func openNATSAt(t *testing.T, rawURL string) broker.Broker {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	br, err := broker.Open(ctx, rawURL, broker.Options{})
 	if err != nil {
@@ -158,7 +158,7 @@ func deleteStreamAfter(t *testing.T, subject string) {
 		}
 		defer nc.Close()
 		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if name, err := js.StreamNameBySubject(ctx, subject); err == nil {
 			_ = js.DeleteStream(ctx, name)
@@ -209,12 +209,12 @@ func TestRepeatedNATSHeaderIsDeadLettered(t *testing.T) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err = js.PublishMsg(ctx, nm)
 	require.NoError(t, err)
 
-	require.Eventually(t, func() bool { return b.client.DeadLetter.Query().CountX(ctx) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return b.client.DeadLetter.Query().CountX(ctx) == 1 }, patience, 20*time.Millisecond)
 	dl := b.client.DeadLetter.Query().OnlyX(ctx)
 	require.Equal(t, msg.UUID, dl.EventID.String())
 	require.Equal(t, `malformed message: NATS header repeated, one value per key expected: "trace" 2 times (values ["t-1" "t-2"]); the first value of each is kept`, dl.Reason)
@@ -253,7 +253,7 @@ func TestShortAckWaitDoesNotStorm(t *testing.T) {
 	require.NoError(t, h.AddToRouter(router, br.Subscriber))
 	runRouter(t, router)
 
-	require.Eventually(t, func() bool { return b.invoices(t, "billing") == n }, 60*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return b.invoices(t, "billing") == n }, patience, 50*time.Millisecond)
 	time.Sleep(3 * time.Second) // past ack_wait: late redeliveries arrive
 	require.LessOrEqual(t, deliveries.Load(), int64(n+n/10), "deliveries stay close to the number of events")
 	require.Equal(t, int64(n), calls.Load())

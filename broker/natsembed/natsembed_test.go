@@ -24,7 +24,7 @@ func TestRoundTrip(t *testing.T) {
 	assert.True(t, strings.HasPrefix(srv.URL(), "nats://127.0.0.1:"), srv.URL())
 	assert.NotEqual(t, "nats://127.0.0.1:4222", srv.URL())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := broker.Open(ctx, srv.URL(), broker.Options{})
 	require.NoError(t, err)

@@ -52,7 +52,7 @@ func TestConsoleServes(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the console did not stop")
 	}
 }

@@ -18,7 +18,7 @@ func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
 	t.Parallel()
 	db, _ := letterDB(t)
 	const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	br, err := broker.Open(ctx, amqpURL, broker.Options{})
 	if err != nil {

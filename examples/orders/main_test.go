@@ -18,7 +18,7 @@ func TestExampleRunsEndToEnd(t *testing.T) {
 	var out bytes.Buffer
 	schema := db.Schema + "_ex"
 	t.Cleanup(func() { _, _ = db.DB.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`) })
-	err := Run(context.Background(), &out, Config{DatabaseURL: pgtest.ServerURL(), Schema: schema, Orders: 3, Timeout: 30 * time.Second})
+	err := Run(context.Background(), &out, Config{DatabaseURL: pgtest.ServerURL(), Schema: schema, Orders: 3, Timeout: 3 * time.Minute})
 	got := out.String()
 	t.Log(got)
 	require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestUnreachableDatabaseHidesPassword(t *testing.T) {
 		"host=127.0.0.1 port=1 user=postgres password=" + secret + " dbname=test sslmode=disable",
 	} {
 		var out bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := Run(ctx, &out, Config{DatabaseURL: dsn, Schema: "orders_example", Orders: 1, Timeout: time.Second})
 		cancel()
 		require.Error(t, err, dsn)
