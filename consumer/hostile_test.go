@@ -231,6 +231,9 @@ func TestRepeatedNATSHeaderIsDeadLettered(t *testing.T) {
 // handled one at a time) the later ones came back while still waiting,
 // again and again.
 func TestShortAckWaitDoesNotStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: handles for 5 s against a 2 s ack wait")
+	}
 	t.Parallel()
 	b := setup(t)
 	br := openNATSAt(t, natsURL+"&max_ack_pending=4")
