@@ -67,9 +67,8 @@ func metaSchema2020(t *testing.T) *jsonschema.Schema {
 	return s
 }
 
-// contractDirs generates every golden case that succeeds into a directory
-// of its own and returns their contract directories, with the committed
-// ones.
+// contractDirs returns the contract directories of every golden case that
+// succeeds (see generatedCase), with the committed ones.
 func contractDirs(t *testing.T) map[string]string {
 	t.Helper()
 	dirs := map[string]string{}
@@ -77,9 +76,7 @@ func contractDirs(t *testing.T) map[string]string {
 		if _, err := os.Stat(filepath.Join("testdata", c.name, "stderr.txt")); err == nil {
 			continue
 		}
-		out := t.TempDir()
-		require.NoError(t, generate(t, c, out))
-		dirs["case "+c.name] = filepath.Join(out, codegen.ContractDir)
+		dirs["case "+c.name] = filepath.Join(generatedCase(t, c), codegen.ContractDir)
 	}
 	for _, d := range committedContracts {
 		dirs[d] = d

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"entgo.io/ent"
@@ -102,8 +103,7 @@ func TestGoldenCasesMatchTestdata(t *testing.T) {
 // testdata/<case>/stderr.txt. A refused case runs in a package generated
 // before (by case versions), which must keep every file as it was.
 func TestGolden(t *testing.T) {
-	before := t.TempDir()
-	require.NoError(t, generate(t, caseNamed(t, "versions"), before))
+	before := generatedCase(t, caseNamed(t, "versions"))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
@@ -114,6 +114,11 @@ func TestGolden(t *testing.T) {
 			}
 			if lock, err := os.ReadFile(filepath.Join(caseDir, "lock.json")); err == nil {
 				require.NoError(t, os.WriteFile(filepath.Join(out, codegen.LockFile), lock, 0o644))
+			}
+			if !*update && !fileExists(stderrFile) && !fileExists(filepath.Join(caseDir, "lock.json")) {
+				// Generated from nothing: the output the other tests read.
+				compareFiles(t, readTree(t, filepath.Join(caseDir, "ent")), ownFiles(t, generatedCase(t, c)))
+				return
 			}
 			snapshot := snapshotTree(t, out)
 			err := generate(t, c, out)
@@ -186,8 +191,7 @@ func TestGeneratedCompiles(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("testdata", c.name, "stderr.txt")); err == nil {
 			continue
 		}
-		out := t.TempDir()
-		require.NoError(t, generate(t, c, out))
+		out := generatedCase(t, c)
 		dst := filepath.Join(abs, c.name, "ent")
 		// The golden files in the repository are replaced, or hidden when
 		// they were not generated.
@@ -208,6 +212,49 @@ func TestGeneratedCompiles(t *testing.T) {
 	out, err := exec.Command("go", args...).CombinedOutput()
 	require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
 }
+
+// generated holds the output of each case that generation accepts,
+// generated from nothing once per test binary into a directory under root:
+// the tests that only read a case's files (TestGolden, its build, its
+// contract) share it. A generation runs ent's templates and goimports; it
+// was most of the package's time when each test generated every case
+// again.
+var generated struct {
+	sync.Mutex
+	root string
+	dirs map[string]string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if generated.root != "" {
+		_ = os.RemoveAll(generated.root)
+	}
+	os.Exit(code)
+}
+
+// generatedCase returns the directory c was generated into from nothing;
+// its files must not be changed.
+func generatedCase(t *testing.T, c goldenCase) string {
+	t.Helper()
+	generated.Lock()
+	defer generated.Unlock()
+	if dir, ok := generated.dirs[c.name]; ok {
+		return dir
+	}
+	if generated.root == "" {
+		root, err := os.MkdirTemp("", "codegen-cases-")
+		require.NoError(t, err)
+		generated.root, generated.dirs = root, map[string]string{}
+	}
+	dir := filepath.Join(generated.root, c.name)
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, generate(t, c, dir), "case %s", c.name)
+	generated.dirs[c.name] = dir
+	return dir
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func generate(t *testing.T, c goldenCase, target string) error {
 	t.Helper()
