@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"time"
 )
 
 // DeadLetteredLog is what every read path logs for a row it moved to the
@@ -22,6 +23,10 @@ func BytesHeld(r *Relay) (now, peak int64) {
 // ListenerPID is the backend of the session s listens on, 0 while there is
 // none.
 func ListenerPID(s *Subscriber) uint32 { return s.notifier.pid.Load() }
+
+// SetRescanEvery makes s's subscriptions rescan every d instead of every
+// second; call it before Subscribe.
+func SetRescanEvery(s *Subscriber, d time.Duration) { s.hooks.rescanEvery = d }
 
 // InOwnerLock runs fn inside the ownership transaction of s's table, as a
 // rebalance does.

@@ -54,6 +54,17 @@ type Subscriber struct {
 type testHooks struct {
 	renew     func(context.Context) error // a renewal of the leases by a run loop
 	liveCheck func(context.Context) error // a check that the liveness lock's session is there
+	// rescanEvery, when set, replaces the constant: for tests that tell a
+	// row woken by its notification from one the rescan found.
+	rescanEvery time.Duration
+}
+
+// rescanInterval is how often a caught-up subscription rescans.
+func (s *Subscriber) rescanInterval() time.Duration {
+	if s.hooks.rescanEvery > 0 {
+		return s.hooks.rescanEvery
+	}
+	return rescanEvery
 }
 
 // newLiveness is the lock of life of the subscription named holder.

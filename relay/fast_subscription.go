@@ -237,11 +237,11 @@ func (sub *subscription) maybeClaim() {
 	// transaction elsewhere holds vacuum back, the oldest part of the index
 	// is full of delivered rows to step over.
 	switch {
-	case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= rescanEvery:
+	case sub.rescan || sub.cursor == 0 || sub.caughtUp && now.Sub(sub.lastRescan) >= sub.s.rescanInterval():
 		q.after, sub.rescan, sub.lastRescan = 0, false, now
 	case sub.caughtUp && !sub.rescanArmed:
 		sub.rescanArmed = true
-		sub.rescanT.Reset(sub.lastRescan.Add(rescanEvery).Sub(now))
+		sub.rescanT.Reset(sub.lastRescan.Add(sub.s.rescanInterval()).Sub(now))
 	}
 	go func() {
 		started := time.Now()
