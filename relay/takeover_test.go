@@ -121,7 +121,8 @@ func TestLostPartitionKeepsNoQueuedRows(t *testing.T) {
 
 // A relay that cannot renew its leases (its rebalances block) stops sending
 // two thirds into the lease, before another relay may take its partitions,
-// and sends again once it renews them.
+// and sends again once it renews them. Its windows are fractions of a lease
+// of 9 s: on a loaded machine, a delivery may take seconds.
 func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	skipIfShort(t, "waits out most of a lease")
 	t.Parallel()
@@ -133,8 +134,9 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	require.NoError(t, err)
 	got := newReceived()
 	go consume(ctx, msgs, got)
+	const lease = 9 * time.Second
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 3 * time.Second}}}))
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: lease}}}))
 	warm := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, warm, patience)
 
@@ -153,14 +155,16 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	_, err = lock.Exec(`LOCK TABLE outbox_events_partitions IN ACCESS EXCLUSIVE MODE`)
 	require.NoError(t, err)
 
-	// Still sending 1.2 s in (the renewal due at 1 s is blocked); no more
-	// at 2.3 s, past two thirds of the lease and short of all of it.
-	time.Sleep(time.Until(renewed.Add(1200 * time.Millisecond)))
+	// Still sending 0.4 of the lease in (the renewals due every second are
+	// blocked), and until two thirds; no more at 0.77, past two thirds and
+	// short of all of it.
+	into := func(fraction float64) time.Time { return renewed.Add(time.Duration(fraction * float64(lease))) }
+	time.Sleep(time.Until(into(0.4)))
 	early := emitOrdersAs(t, b.client, "early", 3, 3, 0)
-	got.waitFor(t, early, 700*time.Millisecond)
-	time.Sleep(time.Until(renewed.Add(2300 * time.Millisecond)))
+	got.waitFor(t, early, time.Until(into(0.65)))
+	time.Sleep(time.Until(into(0.77)))
 	late := emitOrdersAs(t, b.client, "late", 3, 3, 0)
-	time.Sleep(time.Until(renewed.Add(2900 * time.Millisecond)))
+	time.Sleep(time.Until(into(0.97)))
 	got.mu.Lock()
 	for id := range late.ids {
 		require.Zero(t, got.count[id], "sent past two thirds of an unrenewed lease")
