@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 	"time"
@@ -55,7 +56,15 @@ func TestSubscriberConformance(t *testing.T) {
 }
 
 func newConformancePubSub(t *testing.T, db *pgtest.DB) (message.Publisher, message.Subscriber) {
-	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(db.DB), wsql.PublisherConfig{SchemaAdapter: relay.SchemaAdapter{}}, nil)
+	// The suite publishes from 50 goroutines at once: through a pool of its
+	// own, capped, they do not take 50 of the server's connections (100 by
+	// default, shared with every other test). A publish refused for want of
+	// one hangs the suite: its publishing goroutine exits without Done.
+	pubDB, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	pubDB.SetMaxOpenConns(8)
+	t.Cleanup(func() { pubDB.Close() })
+	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(pubDB), wsql.PublisherConfig{SchemaAdapter: relay.SchemaAdapter{}}, nil)
 	require.NoError(t, err)
 	sub, err := relay.NewSubscriber(db.DB, relay.SubscriberConfig{
 		PollInterval: 50 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
