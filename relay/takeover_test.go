@@ -67,15 +67,20 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 }
 
 // gatedPublisher holds every publish until the gate opens, and counts what
-// it published per aggregate.
+// it published per aggregate; entered has a value once a publish waits.
 type gatedPublisher struct {
 	message.Publisher
-	gate chan struct{}
-	mu   sync.Mutex
-	sent map[string]int
+	gate    chan struct{}
+	entered chan struct{}
+	mu      sync.Mutex
+	sent    map[string]int
 }
 
 func (p *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
 	<-p.gate
 	if err := p.Publisher.Publish(topic, msgs...); err != nil {
 		return err
@@ -101,21 +106,39 @@ func TestLostPartitionKeepsNoQueuedRows(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true}, watermill.NopLogger{})
-	pub := &gatedPublisher{Publisher: pubsub, gate: make(chan struct{}), sent: map[string]int{}}
+	pub := &gatedPublisher{Publisher: pubsub, gate: make(chan struct{}), entered: make(chan struct{}, 1), sent: map[string]int{}}
 	emitOrders(t, b.client, 10, 1, 0) // ten events of one aggregate
-	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub}))
+	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	gateOpen := false
+	t.Cleanup(func() {
+		if !gateOpen {
+			close(pub.gate)
+		}
+		cancel()
+		<-done
+	})
 	// The first is in flight (held at the gate), the other nine queued.
-	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, patience, 20*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-pub.entered:
+	case <-time.After(patience):
+		t.Fatal("nothing was published")
+	}
 
-	_, err := b.db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'thief/1/1', until = now() + interval '1 hour';
+	_, err = b.db.DB.Exec(`UPDATE outbox_events_partitions SET relay = 'thief/1/1', until = now() + interval '1 hour';
 		SELECT pg_notify('outbox_events_rebalance', '')`)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 && owners(t, b)["thief/1/1"] > 0 },
 		patience, 20*time.Millisecond)
-	time.Sleep(1500 * time.Millisecond) // the relay's next rebalance tells it
+	// The relay's next rebalance tells it, and it forgets the rows it holds.
+	require.Eventually(t, func() bool { st, _ := r.Status(); return st.Partitions == 0 }, patience, 20*time.Millisecond,
+		"the relay still counts partitions as its own")
 	close(pub.gate)
-	time.Sleep(time.Second)
+	gateOpen = true
+	time.Sleep(time.Second) // what it still sent, it sends now
 	require.Equal(t, 1, pub.count("order-0"), "only the publish already in flight went out")
 }
 
