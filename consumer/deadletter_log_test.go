@@ -83,7 +83,7 @@ func TestDeadLettersAreLoggedOnceAtError(t *testing.T) {
 		require.NoError(t, pubsub.Publish("orders", msg))
 	}
 	require.Eventually(t, func() bool { return b.client.DeadLetter.Query().CountX(ctx) == len(sent) },
-		30*time.Second, 10*time.Millisecond, "not every message reached the dead letters")
+		patience, 10*time.Millisecond, "not every message reached the dead letters")
 
 	logs.mu.Lock()
 	defer logs.mu.Unlock()

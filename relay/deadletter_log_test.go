@@ -104,7 +104,7 @@ func TestFastPathLogsEachDeadLetter(t *testing.T) {
 		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: relayID}}})
 	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 3)
 	require.NoError(t, stop())
 
@@ -127,7 +127,7 @@ func TestWALPathLogsEachDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	insertBrokenRow(t, s.emitBundle, "order-m")
 	want := emitOrders(t, s.client, 12, 3, 0)
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, s.emitBundle, 2)
 	require.NoError(t, stop())
 	require.Equal(t, 2, requireDeadLettersLogged(t, s.emitBundle, logs, relay.PathWAL, s.slot))
@@ -145,7 +145,7 @@ func TestCompatiblePathLogsEachDeadLetter(t *testing.T) {
 	group := "logs_" + uuid.NewString()[:8]
 	stop := runRelay(t, quick(relay.PathCompatible, relay.Config{DB: b.db.DB, Publisher: pubsub, Logger: logs,
 		Compatible: relay.CompatibleConfig{ConsumerGroup: group}}))
-	got.waitFor(t, want, 30*time.Second)
+	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 1)
 	require.NoError(t, stop())
 	require.Equal(t, 1, requireDeadLettersLogged(t, b, logs, relay.PathCompatible, group))

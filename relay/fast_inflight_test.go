@@ -77,10 +77,10 @@ func TestRelaysNeverPublishTwoEventsOfAnAggregateAtOnce(t *testing.T) {
 			Fast: relay.FastConfig{Concurrency: 64, Subscriber: relay.SubscriberConfig{RelayID: id, Partitions: 8}}}))
 	}
 	start("steady")
-	require.Eventually(t, func() bool { return got.distinct() >= 100 }, 60*time.Second, 10*time.Millisecond, "nothing arrived")
+	require.Eventually(t, func() bool { return got.distinct() >= 100 }, patience, 10*time.Millisecond, "nothing arrived")
 	stopVisitor := start("visitor")
 	require.Eventually(t, func() bool { o := owners(t, b); return o[keyWithPrefix(o, "visitor/")] > 0 },
-		30*time.Second, 10*time.Millisecond, "the second relay took no partition")
+		patience, 10*time.Millisecond, "the second relay took no partition")
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(t, stopVisitor())
 	more := emitInOneTx(t, b.client, "after", 500, 30)
@@ -90,7 +90,7 @@ func TestRelaysNeverPublishTwoEventsOfAnAggregateAtOnce(t *testing.T) {
 	// under way at once.
 	var most, failed int
 	var worst string
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		pub.mu.Lock()
 		most, worst, failed = pub.most, pub.worst, pub.failed
 		pub.mu.Unlock()

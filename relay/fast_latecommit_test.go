@@ -85,7 +85,7 @@ func TestFastClaimsOfLateRowsOnlyKeepTheirTransactions(t *testing.T) {
 	require.NoError(t, late.Outbox.Flush(ctx))
 	// A later row is claimed: the cursor passes the late rows.
 	commitOne("other")
-	require.Eventually(t, func() bool { return got.distinct() == 1 }, 30*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return got.distinct() == 1 }, patience, time.Millisecond,
 		"the later row was not delivered")
 	waitDelivered(t, b, 0)
 
@@ -94,13 +94,13 @@ func TestFastClaimsOfLateRowsOnlyKeepTheirTransactions(t *testing.T) {
 	held := make(chan struct{})
 	gate.Store(&held)
 	require.NoError(t, late.Commit())
-	require.Eventually(t, func() bool { return relay.SubscriberBytesHeld(sub) > 0 }, 30*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return relay.SubscriberBytesHeld(sub) > 0 }, patience, time.Millisecond,
 		"the late rows were not claimed")
 	after := commitOne("late")
 	time.Sleep(200 * time.Millisecond) // its notification comes while the batch is full
 	close(held)
 
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	at := slices.Index(got.firstSeen()["late"], after)
 	require.Equal(t, 100, at, "the row written after the transaction arrived after %d of its 100 rows", at)
 	got.requireExactly(t, want)

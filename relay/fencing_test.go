@@ -126,7 +126,7 @@ func (s *stall) hook(context.Context) error {
 // is reckoned from it).
 func (s *stall) arm(t *testing.T) {
 	t.Helper()
-	require.Eventually(t, func() bool { return s.passed.Load() != 0 }, 30*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return s.passed.Load() != 0 }, patience, time.Millisecond,
 		"no call came through the hook")
 	s.armed.Store(true)
 }
@@ -140,7 +140,7 @@ func (s *stall) waitEntered(t *testing.T) time.Time {
 	select {
 	case <-s.entered:
 		return time.Unix(0, s.passed.Load())
-	case <-time.After(30 * time.Second):
+	case <-time.After(patience):
 		t.Fatal("the stalled call never came")
 		return time.Time{}
 	}
@@ -177,6 +177,7 @@ func requireSilentAfter(t *testing.T, got *pacedConsumer, want emitted, fence ti
 // another relay taken its partitions; it delivers everything once the
 // database answers again.
 func TestSubscriberSendsNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
+	skipIfShort(t, "waits out two thirds of a 9 s lease")
 	t.Parallel()
 	b := setupEmit(t)
 	want := emitInOneTx(t, b.client, "hung", 1000, 50)
@@ -187,7 +188,7 @@ func TestSubscriberSendsNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
 	_, got := fencedSubscriber(t, b, lease, func(s *relay.Subscriber) { relay.OnRenew(s, renewals.hook) })
 	t.Cleanup(renewals.open) // before Close, which waits for the renewal
 
-	require.Eventually(t, func() bool { return got.distinct() >= 20 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return got.distinct() >= 20 }, patience, 10*time.Millisecond,
 		"the subscription sent nothing")
 	renewals.arm(t)
 	// The leases were last renewed by the renewal let through before (or
@@ -197,7 +198,7 @@ func TestSubscriberSendsNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
 
 	renewals.open()
 	got.paced.Store(false)
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)
 }
 
@@ -207,6 +208,7 @@ func TestSubscriberSendsNothingTwoThirdsIntoAHungRenewal(t *testing.T) {
 // they see the lock free. It delivers everything once it holds a lock
 // again.
 func TestSubscriberSendsNothingWithoutItsLivenessLock(t *testing.T) {
+	skipIfShort(t, "stalls a liveness check until the fence")
 	t.Parallel()
 	b := setupEmit(t)
 	want := emitInOneTx(t, b.client, "unlocked", 1000, 50)
@@ -214,7 +216,7 @@ func TestSubscriberSendsNothingWithoutItsLivenessLock(t *testing.T) {
 	_, got := fencedSubscriber(t, b, 30*time.Second, func(s *relay.Subscriber) { relay.OnLivenessCheck(s, checks.hook) })
 	t.Cleanup(checks.open) // before Close, which waits for the check
 
-	require.Eventually(t, func() bool { return got.distinct() >= 20 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return got.distinct() >= 20 }, patience, 10*time.Millisecond,
 		"the subscription sent nothing")
 	checks.arm(t)
 	// The lock was last confirmed by the check let through before.
@@ -231,7 +233,7 @@ func TestSubscriberSendsNothingWithoutItsLivenessLock(t *testing.T) {
 
 	checks.open()
 	got.paced.Store(false)
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)
 }
 
@@ -258,21 +260,21 @@ func TestSubscriberGivesUpItsPartitionsWhenRenewalsKeepFailing(t *testing.T) {
 	msgs, err := sub.Subscribe(ctx, relay.AllTopics)
 	require.NoError(t, err)
 	// Nobody reads yet: what it claims waits in its memory.
-	require.Eventually(t, func() bool { return relay.SubscriberBytesHeld(sub) > 0 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return relay.SubscriberBytesHeld(sub) > 0 }, patience, 10*time.Millisecond,
 		"the subscription claimed nothing")
 	require.Equal(t, 4, sub.Status().Partitions)
 
 	failing.Store(true)
 	require.Eventually(t, func() bool { return sub.Status().Partitions == 0 && relay.SubscriberBytesHeld(sub) == 0 },
-		30*time.Second, 10*time.Millisecond, "renewals kept failing and the subscription kept its partitions (%d) or rows (%d bytes)",
+		patience, 10*time.Millisecond, "renewals kept failing and the subscription kept its partitions (%d) or rows (%d bytes)",
 		sub.Status().Partitions, relay.SubscriberBytesHeld(sub))
 
 	failing.Store(false)
-	require.Eventually(t, func() bool { return sub.Status().Partitions == 4 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return sub.Status().Partitions == 4 }, patience, 10*time.Millisecond,
 		"the partitions did not come back once renewals worked")
 	got := newReceived()
 	go consume(ctx, msgs, got)
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)
 }
 
@@ -350,12 +352,12 @@ func TestRelayPublishesNothingPastTheFence(t *testing.T) {
 				cancel()
 				select {
 				case <-done:
-				case <-time.After(40 * time.Second):
+				case <-time.After(patience):
 					t.Error("the relay did not stop within 40s")
 				}
 			})
 
-			require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return got.distinct() == 10 }, patience, 10*time.Millisecond,
 				"the first publishes did not arrive")
 			stalled.arm(t)
 			fence := stalled.waitEntered(t).Add(c.fence)
@@ -367,7 +369,7 @@ func TestRelayPublishesNothingPastTheFence(t *testing.T) {
 			require.Equal(t, 11, got.distinct(), "only the publish the broker held before the fence arrives")
 
 			stalled.open()
-			got.waitFor(t, want, 60*time.Second)
+			got.waitFor(t, want, patience)
 			seen := got.firstSeen()
 			for agg, ids := range want.perAggregate {
 				require.Equal(t, ids, seen[agg], "order of aggregate %s", agg)
@@ -411,7 +413,7 @@ func startRelay(t *testing.T, cfg relay.Config, renew func(context.Context) erro
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(40 * time.Second):
+		case <-time.After(patience):
 			t.Error("a relay did not stop within 40s")
 		}
 	})
@@ -442,28 +444,28 @@ func TestRelayPublishesNothingOfPartitionsItLost(t *testing.T) {
 	a := startRelay(t, config("a", pubA), renewals.hook)
 	t.Cleanup(func() { openGate(); renewals.open() }) // before a stops: it waits for both
 
-	require.Eventually(t, func() bool { return got.distinct() == 10 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return got.distinct() == 10 }, patience, 10*time.Millisecond,
 		"the first publishes did not arrive")
 	renewals.arm(t)
 	renewals.waitEntered(t)
 	startRelay(t, config("b", pubB), nil)
 	// The stalled relay's membership lapsed with its leases: the other
 	// takes every partition.
-	require.Eventually(t, func() bool { o := owners(t, b); return o[keyWithPrefix(o, "b/")] == 4 }, 30*time.Second,
+	require.Eventually(t, func() bool { o := owners(t, b); return o[keyWithPrefix(o, "b/")] == 4 }, patience,
 		10*time.Millisecond, "the second relay did not take the partitions whose lease ran out: %v", owners(t, b))
 	require.Eventually(t, func() bool { pubB.mu.Lock(); defer pubB.mu.Unlock(); return len(pubB.ids) > 0 },
-		30*time.Second, 10*time.Millisecond, "the second relay published nothing")
+		patience, 10*time.Millisecond, "the second relay published nothing")
 
 	now, _ := relay.BytesHeld(a)
 	require.Positive(t, now, "the stalled relay holds no message")
 	// Its renewal now finds them taken.
 	renewals.open()
-	require.Eventually(t, func() bool { st, _ := a.Status(); return st.Partitions < 4 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { st, _ := a.Status(); return st.Partitions < 4 }, patience, 10*time.Millisecond,
 		"the stalled relay did not renew")
 	openGate()
-	got.waitFor(t, want, 60*time.Second)
+	got.waitFor(t, want, patience)
 	// Until it settled every message it held, published or not.
-	require.Eventually(t, func() bool { now, _ := relay.BytesHeld(a); return now == 0 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { now, _ := relay.BytesHeld(a); return now == 0 }, patience, 10*time.Millisecond,
 		"the stalled relay still holds messages")
 
 	// The publish its broker held when it stalled had begun before: it

@@ -64,7 +64,7 @@ func TestWALCleanupNeverDeletesRowsTheWALPathDidNotDeliver(t *testing.T) {
 				ON l.pid = r.active_pid WHERE r.slot_name = $1 AND l.locktype = 'transactionid' AND NOT l.granted
 				AND l.transactionid::text = $2)`, s.slot, xid).Scan(&waiting))
 			return waiting
-		}, time.Minute, 10*time.Millisecond, "creating slot %s does not wait for transaction %s", s.slot, xid)
+		}, patience, 10*time.Millisecond, "creating slot %s does not wait for transaction %s", s.slot, xid)
 	}
 	waitsFor(firstXID)
 	second, secondID, secondXID := openRow(t, s.db.DB, "second")
@@ -78,14 +78,14 @@ func TestWALCleanupNeverDeletesRowsTheWALPathDidNotDeliver(t *testing.T) {
 	waitStreaming(t, s)
 
 	delivered := emitOrders(t, s.client, 20, 3, 0)
-	got.waitFor(t, delivered, time.Minute)
+	got.waitFor(t, delivered, patience)
 	var last int64
 	require.NoError(t, s.db.DB.QueryRow(`SELECT max(id) FROM outbox_events`).Scan(&last))
 	require.Eventually(t, func() bool {
 		ok, err := relay.WALDelivered(ctx, s.db.DB, "", last)
 		require.NoError(t, err)
 		return ok
-	}, time.Minute, 20*time.Millisecond, "the relay does not record what it delivered")
+	}, patience, 20*time.Millisecond, "the relay does not record what it delivered")
 	require.NoError(t, stop())
 	require.NoError(t, open.Commit())
 	keep(emitOrdersAs(t, s.client, "later", 5, 2, 0), "committed after the relay stopped")

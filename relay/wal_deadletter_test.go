@@ -74,9 +74,9 @@ func TestWALDeadLettersConcurrentBadRows(t *testing.T) {
 		require.NoError(t, s.db.DB.QueryRow(`SELECT count(*) FROM outbox_dead_letters`).Scan(&n))
 		return n
 	}
-	require.Eventually(t, func() bool { return countLetters() >= len(bad) }, 2*time.Minute, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return countLetters() >= len(bad) }, patience, 50*time.Millisecond,
 		"dead letters: %d of %d", countLetters(), len(bad))
-	got.waitFor(t, want, 2*time.Minute)
+	got.waitFor(t, want, patience)
 	// Stopping waits for the moves under way: nothing is added after.
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
