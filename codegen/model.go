@@ -25,8 +25,8 @@ type Model struct {
 	// ConsumerPosition (consumers then keep no per-aggregate order).
 	SequenceTable string
 	PositionTable string
-	Events              []*Event
-	declImports         []DeclImport
+	Events        []*Event
+	declImports   []DeclImport
 }
 
 // DeclImport is a declaration package the generated code imports to call
