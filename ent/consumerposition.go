@@ -36,6 +36,8 @@ type ConsumerPosition struct {
 	HeldAt *time.Time `json:"held_at,omitempty"`
 	// WaitingSince holds the value of the "waiting_since" field.
 	WaitingSince *time.Time `json:"waiting_since,omitempty"`
+	// WaitingSeq holds the value of the "waiting_seq" field.
+	WaitingSeq *int64 `json:"waiting_seq,omitempty"`
 	// UpdatedAt holds the value of the "updated_at" field.
 	UpdatedAt    time.Time `json:"updated_at,omitempty"`
 	selectValues sql.SelectValues
@@ -48,7 +50,7 @@ func (*ConsumerPosition) scanValues(columns []string) ([]any, error) {
 		switch columns[i] {
 		case consumerposition.FieldHeldEventID:
 			values[i] = &sql.NullScanner{S: new(uuid.UUID)}
-		case consumerposition.FieldID, consumerposition.FieldLastSeq, consumerposition.FieldHeldSeq:
+		case consumerposition.FieldID, consumerposition.FieldLastSeq, consumerposition.FieldHeldSeq, consumerposition.FieldWaitingSeq:
 			values[i] = new(sql.NullInt64)
 		case consumerposition.FieldConsumer, consumerposition.FieldTopic, consumerposition.FieldAggregateType, consumerposition.FieldAggregateID:
 			values[i] = new(sql.NullString)
@@ -133,6 +135,13 @@ func (_m *ConsumerPosition) assignValues(columns []string, values []any) error {
 				_m.WaitingSince = new(time.Time)
 				*_m.WaitingSince = value.Time
 			}
+		case consumerposition.FieldWaitingSeq:
+			if value, ok := values[i].(*sql.NullInt64); !ok {
+				return fmt.Errorf("unexpected type %T for field waiting_seq", values[i])
+			} else if value.Valid {
+				_m.WaitingSeq = new(int64)
+				*_m.WaitingSeq = value.Int64
+			}
 		case consumerposition.FieldUpdatedAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field updated_at", values[i])
@@ -208,6 +217,11 @@ func (_m *ConsumerPosition) String() string {
 	if v := _m.WaitingSince; v != nil {
 		builder.WriteString("waiting_since=")
 		builder.WriteString(v.Format(time.ANSIC))
+	}
+	builder.WriteString(", ")
+	if v := _m.WaitingSeq; v != nil {
+		builder.WriteString("waiting_seq=")
+		builder.WriteString(fmt.Sprintf("%v", *v))
 	}
 	builder.WriteString(", ")
 	builder.WriteString("updated_at=")

@@ -109,6 +109,20 @@ func (_c *ConsumerPositionCreate) SetNillableWaitingSince(v *time.Time) *Consume
 	return _c
 }
 
+// SetWaitingSeq sets the "waiting_seq" field.
+func (_c *ConsumerPositionCreate) SetWaitingSeq(v int64) *ConsumerPositionCreate {
+	_c.mutation.SetWaitingSeq(v)
+	return _c
+}
+
+// SetNillableWaitingSeq sets the "waiting_seq" field if the given value is not nil.
+func (_c *ConsumerPositionCreate) SetNillableWaitingSeq(v *int64) *ConsumerPositionCreate {
+	if v != nil {
+		_c.SetWaitingSeq(*v)
+	}
+	return _c
+}
+
 // SetUpdatedAt sets the "updated_at" field.
 func (_c *ConsumerPositionCreate) SetUpdatedAt(v time.Time) *ConsumerPositionCreate {
 	_c.mutation.SetUpdatedAt(v)
@@ -269,6 +283,10 @@ func (_c *ConsumerPositionCreate) createSpec() (*ConsumerPosition, *sqlgraph.Cre
 		_spec.SetField(consumerposition.FieldWaitingSince, field.TypeTime, value)
 		_node.WaitingSince = &value
 	}
+	if value, ok := _c.mutation.WaitingSeq(); ok {
+		_spec.SetField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+		_node.WaitingSeq = &value
+	}
 	if value, ok := _c.mutation.UpdatedAt(); ok {
 		_spec.SetField(consumerposition.FieldUpdatedAt, field.TypeTime, value)
 		_node.UpdatedAt = value
@@ -418,6 +436,30 @@ func (u *ConsumerPositionUpsert) UpdateWaitingSince() *ConsumerPositionUpsert {
 // ClearWaitingSince clears the value of the "waiting_since" field.
 func (u *ConsumerPositionUpsert) ClearWaitingSince() *ConsumerPositionUpsert {
 	u.SetNull(consumerposition.FieldWaitingSince)
+	return u
+}
+
+// SetWaitingSeq sets the "waiting_seq" field.
+func (u *ConsumerPositionUpsert) SetWaitingSeq(v int64) *ConsumerPositionUpsert {
+	u.Set(consumerposition.FieldWaitingSeq, v)
+	return u
+}
+
+// UpdateWaitingSeq sets the "waiting_seq" field to the value that was provided on create.
+func (u *ConsumerPositionUpsert) UpdateWaitingSeq() *ConsumerPositionUpsert {
+	u.SetExcluded(consumerposition.FieldWaitingSeq)
+	return u
+}
+
+// AddWaitingSeq adds v to the "waiting_seq" field.
+func (u *ConsumerPositionUpsert) AddWaitingSeq(v int64) *ConsumerPositionUpsert {
+	u.Add(consumerposition.FieldWaitingSeq, v)
+	return u
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (u *ConsumerPositionUpsert) ClearWaitingSeq() *ConsumerPositionUpsert {
+	u.SetNull(consumerposition.FieldWaitingSeq)
 	return u
 }
 
@@ -602,6 +644,34 @@ func (u *ConsumerPositionUpsertOne) UpdateWaitingSince() *ConsumerPositionUpsert
 func (u *ConsumerPositionUpsertOne) ClearWaitingSince() *ConsumerPositionUpsertOne {
 	return u.Update(func(s *ConsumerPositionUpsert) {
 		s.ClearWaitingSince()
+	})
+}
+
+// SetWaitingSeq sets the "waiting_seq" field.
+func (u *ConsumerPositionUpsertOne) SetWaitingSeq(v int64) *ConsumerPositionUpsertOne {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.SetWaitingSeq(v)
+	})
+}
+
+// AddWaitingSeq adds v to the "waiting_seq" field.
+func (u *ConsumerPositionUpsertOne) AddWaitingSeq(v int64) *ConsumerPositionUpsertOne {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.AddWaitingSeq(v)
+	})
+}
+
+// UpdateWaitingSeq sets the "waiting_seq" field to the value that was provided on create.
+func (u *ConsumerPositionUpsertOne) UpdateWaitingSeq() *ConsumerPositionUpsertOne {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.UpdateWaitingSeq()
+	})
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (u *ConsumerPositionUpsertOne) ClearWaitingSeq() *ConsumerPositionUpsertOne {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.ClearWaitingSeq()
 	})
 }
 
@@ -954,6 +1024,34 @@ func (u *ConsumerPositionUpsertBulk) UpdateWaitingSince() *ConsumerPositionUpser
 func (u *ConsumerPositionUpsertBulk) ClearWaitingSince() *ConsumerPositionUpsertBulk {
 	return u.Update(func(s *ConsumerPositionUpsert) {
 		s.ClearWaitingSince()
+	})
+}
+
+// SetWaitingSeq sets the "waiting_seq" field.
+func (u *ConsumerPositionUpsertBulk) SetWaitingSeq(v int64) *ConsumerPositionUpsertBulk {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.SetWaitingSeq(v)
+	})
+}
+
+// AddWaitingSeq adds v to the "waiting_seq" field.
+func (u *ConsumerPositionUpsertBulk) AddWaitingSeq(v int64) *ConsumerPositionUpsertBulk {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.AddWaitingSeq(v)
+	})
+}
+
+// UpdateWaitingSeq sets the "waiting_seq" field to the value that was provided on create.
+func (u *ConsumerPositionUpsertBulk) UpdateWaitingSeq() *ConsumerPositionUpsertBulk {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.UpdateWaitingSeq()
+	})
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (u *ConsumerPositionUpsertBulk) ClearWaitingSeq() *ConsumerPositionUpsertBulk {
+	return u.Update(func(s *ConsumerPositionUpsert) {
+		s.ClearWaitingSeq()
 	})
 }
 

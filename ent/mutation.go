@@ -584,6 +584,8 @@ type ConsumerPositionMutation struct {
 	held_event_id  *uuid.UUID
 	held_at        *time.Time
 	waiting_since  *time.Time
+	waiting_seq    *int64
+	addwaiting_seq *int64
 	updated_at     *time.Time
 	clearedFields  map[string]struct{}
 	done           bool
@@ -1112,6 +1114,76 @@ func (m *ConsumerPositionMutation) ResetWaitingSince() {
 	delete(m.clearedFields, consumerposition.FieldWaitingSince)
 }
 
+// SetWaitingSeq sets the "waiting_seq" field.
+func (m *ConsumerPositionMutation) SetWaitingSeq(i int64) {
+	m.waiting_seq = &i
+	m.addwaiting_seq = nil
+}
+
+// WaitingSeq returns the value of the "waiting_seq" field in the mutation.
+func (m *ConsumerPositionMutation) WaitingSeq() (r int64, exists bool) {
+	v := m.waiting_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWaitingSeq returns the old "waiting_seq" field's value of the ConsumerPosition entity.
+// If the ConsumerPosition object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ConsumerPositionMutation) OldWaitingSeq(ctx context.Context) (v *int64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWaitingSeq is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWaitingSeq requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWaitingSeq: %w", err)
+	}
+	return oldValue.WaitingSeq, nil
+}
+
+// AddWaitingSeq adds i to the "waiting_seq" field.
+func (m *ConsumerPositionMutation) AddWaitingSeq(i int64) {
+	if m.addwaiting_seq != nil {
+		*m.addwaiting_seq += i
+	} else {
+		m.addwaiting_seq = &i
+	}
+}
+
+// AddedWaitingSeq returns the value that was added to the "waiting_seq" field in this mutation.
+func (m *ConsumerPositionMutation) AddedWaitingSeq() (r int64, exists bool) {
+	v := m.addwaiting_seq
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (m *ConsumerPositionMutation) ClearWaitingSeq() {
+	m.waiting_seq = nil
+	m.addwaiting_seq = nil
+	m.clearedFields[consumerposition.FieldWaitingSeq] = struct{}{}
+}
+
+// WaitingSeqCleared returns if the "waiting_seq" field was cleared in this mutation.
+func (m *ConsumerPositionMutation) WaitingSeqCleared() bool {
+	_, ok := m.clearedFields[consumerposition.FieldWaitingSeq]
+	return ok
+}
+
+// ResetWaitingSeq resets all changes to the "waiting_seq" field.
+func (m *ConsumerPositionMutation) ResetWaitingSeq() {
+	m.waiting_seq = nil
+	m.addwaiting_seq = nil
+	delete(m.clearedFields, consumerposition.FieldWaitingSeq)
+}
+
 // SetUpdatedAt sets the "updated_at" field.
 func (m *ConsumerPositionMutation) SetUpdatedAt(t time.Time) {
 	m.updated_at = &t
@@ -1182,7 +1254,7 @@ func (m *ConsumerPositionMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *ConsumerPositionMutation) Fields() []string {
-	fields := make([]string, 0, 10)
+	fields := make([]string, 0, 11)
 	if m.consumer != nil {
 		fields = append(fields, consumerposition.FieldConsumer)
 	}
@@ -1209,6 +1281,9 @@ func (m *ConsumerPositionMutation) Fields() []string {
 	}
 	if m.waiting_since != nil {
 		fields = append(fields, consumerposition.FieldWaitingSince)
+	}
+	if m.waiting_seq != nil {
+		fields = append(fields, consumerposition.FieldWaitingSeq)
 	}
 	if m.updated_at != nil {
 		fields = append(fields, consumerposition.FieldUpdatedAt)
@@ -1239,6 +1314,8 @@ func (m *ConsumerPositionMutation) Field(name string) (ent.Value, bool) {
 		return m.HeldAt()
 	case consumerposition.FieldWaitingSince:
 		return m.WaitingSince()
+	case consumerposition.FieldWaitingSeq:
+		return m.WaitingSeq()
 	case consumerposition.FieldUpdatedAt:
 		return m.UpdatedAt()
 	}
@@ -1268,6 +1345,8 @@ func (m *ConsumerPositionMutation) OldField(ctx context.Context, name string) (e
 		return m.OldHeldAt(ctx)
 	case consumerposition.FieldWaitingSince:
 		return m.OldWaitingSince(ctx)
+	case consumerposition.FieldWaitingSeq:
+		return m.OldWaitingSeq(ctx)
 	case consumerposition.FieldUpdatedAt:
 		return m.OldUpdatedAt(ctx)
 	}
@@ -1342,6 +1421,13 @@ func (m *ConsumerPositionMutation) SetField(name string, value ent.Value) error 
 		}
 		m.SetWaitingSince(v)
 		return nil
+	case consumerposition.FieldWaitingSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWaitingSeq(v)
+		return nil
 	case consumerposition.FieldUpdatedAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -1363,6 +1449,9 @@ func (m *ConsumerPositionMutation) AddedFields() []string {
 	if m.addheld_seq != nil {
 		fields = append(fields, consumerposition.FieldHeldSeq)
 	}
+	if m.addwaiting_seq != nil {
+		fields = append(fields, consumerposition.FieldWaitingSeq)
+	}
 	return fields
 }
 
@@ -1375,6 +1464,8 @@ func (m *ConsumerPositionMutation) AddedField(name string) (ent.Value, bool) {
 		return m.AddedLastSeq()
 	case consumerposition.FieldHeldSeq:
 		return m.AddedHeldSeq()
+	case consumerposition.FieldWaitingSeq:
+		return m.AddedWaitingSeq()
 	}
 	return nil, false
 }
@@ -1398,6 +1489,13 @@ func (m *ConsumerPositionMutation) AddField(name string, value ent.Value) error 
 		}
 		m.AddHeldSeq(v)
 		return nil
+	case consumerposition.FieldWaitingSeq:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddWaitingSeq(v)
+		return nil
 	}
 	return fmt.Errorf("unknown ConsumerPosition numeric field %s", name)
 }
@@ -1417,6 +1515,9 @@ func (m *ConsumerPositionMutation) ClearedFields() []string {
 	}
 	if m.FieldCleared(consumerposition.FieldWaitingSince) {
 		fields = append(fields, consumerposition.FieldWaitingSince)
+	}
+	if m.FieldCleared(consumerposition.FieldWaitingSeq) {
+		fields = append(fields, consumerposition.FieldWaitingSeq)
 	}
 	return fields
 }
@@ -1443,6 +1544,9 @@ func (m *ConsumerPositionMutation) ClearField(name string) error {
 		return nil
 	case consumerposition.FieldWaitingSince:
 		m.ClearWaitingSince()
+		return nil
+	case consumerposition.FieldWaitingSeq:
+		m.ClearWaitingSeq()
 		return nil
 	}
 	return fmt.Errorf("unknown ConsumerPosition nullable field %s", name)
@@ -1478,6 +1582,9 @@ func (m *ConsumerPositionMutation) ResetField(name string) error {
 		return nil
 	case consumerposition.FieldWaitingSince:
 		m.ResetWaitingSince()
+		return nil
+	case consumerposition.FieldWaitingSeq:
+		m.ResetWaitingSeq()
 		return nil
 	case consumerposition.FieldUpdatedAt:
 		m.ResetUpdatedAt()

@@ -34,7 +34,7 @@ func init() {
 	// consumerposition.LastSeqValidator is a validator for the "last_seq" field. It is called by the builders before save.
 	consumerposition.LastSeqValidator = consumerpositionDescLastSeq.Validators[0].(func(int64) error)
 	// consumerpositionDescUpdatedAt is the schema descriptor for updated_at field.
-	consumerpositionDescUpdatedAt := consumerpositionFields[10].Descriptor()
+	consumerpositionDescUpdatedAt := consumerpositionFields[11].Descriptor()
 	// consumerposition.DefaultUpdatedAt holds the default value on creation for the updated_at field.
 	consumerposition.DefaultUpdatedAt = consumerpositionDescUpdatedAt.Default.(func() time.Time)
 	// consumerposition.UpdateDefaultUpdatedAt holds the default value on update for the updated_at field.

@@ -48,6 +48,10 @@ func (ConsumerPosition) Fields() []ent.Field {
 		// predecessor: a gap older than the consumer's bound holds the
 		// aggregate instead of waiting for ever.
 		field.Time("waiting_since").Optional().Nillable(),
+		// The lowest aggregate_seq that has waited since waiting_since: an
+		// aggregate new to the consumer (last_seq 0) starts there once it
+		// waited StartAfter, not at whichever waiting event asks first.
+		field.Int64("waiting_seq").Optional().Nillable(),
 		field.Time("updated_at").Default(time.Now).UpdateDefault(time.Now).
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
 	}

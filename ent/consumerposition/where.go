@@ -100,6 +100,11 @@ func WaitingSince(v time.Time) predicate.ConsumerPosition {
 	return predicate.ConsumerPosition(sql.FieldEQ(FieldWaitingSince, v))
 }
 
+// WaitingSeq applies equality check predicate on the "waiting_seq" field. It's identical to WaitingSeqEQ.
+func WaitingSeq(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldEQ(FieldWaitingSeq, v))
+}
+
 // UpdatedAt applies equality check predicate on the "updated_at" field. It's identical to UpdatedAtEQ.
 func UpdatedAt(v time.Time) predicate.ConsumerPosition {
 	return predicate.ConsumerPosition(sql.FieldEQ(FieldUpdatedAt, v))
@@ -603,6 +608,56 @@ func WaitingSinceIsNil() predicate.ConsumerPosition {
 // WaitingSinceNotNil applies the NotNil predicate on the "waiting_since" field.
 func WaitingSinceNotNil() predicate.ConsumerPosition {
 	return predicate.ConsumerPosition(sql.FieldNotNull(FieldWaitingSince))
+}
+
+// WaitingSeqEQ applies the EQ predicate on the "waiting_seq" field.
+func WaitingSeqEQ(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldEQ(FieldWaitingSeq, v))
+}
+
+// WaitingSeqNEQ applies the NEQ predicate on the "waiting_seq" field.
+func WaitingSeqNEQ(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldNEQ(FieldWaitingSeq, v))
+}
+
+// WaitingSeqIn applies the In predicate on the "waiting_seq" field.
+func WaitingSeqIn(vs ...int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldIn(FieldWaitingSeq, vs...))
+}
+
+// WaitingSeqNotIn applies the NotIn predicate on the "waiting_seq" field.
+func WaitingSeqNotIn(vs ...int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldNotIn(FieldWaitingSeq, vs...))
+}
+
+// WaitingSeqGT applies the GT predicate on the "waiting_seq" field.
+func WaitingSeqGT(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldGT(FieldWaitingSeq, v))
+}
+
+// WaitingSeqGTE applies the GTE predicate on the "waiting_seq" field.
+func WaitingSeqGTE(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldGTE(FieldWaitingSeq, v))
+}
+
+// WaitingSeqLT applies the LT predicate on the "waiting_seq" field.
+func WaitingSeqLT(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldLT(FieldWaitingSeq, v))
+}
+
+// WaitingSeqLTE applies the LTE predicate on the "waiting_seq" field.
+func WaitingSeqLTE(v int64) predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldLTE(FieldWaitingSeq, v))
+}
+
+// WaitingSeqIsNil applies the IsNil predicate on the "waiting_seq" field.
+func WaitingSeqIsNil() predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldIsNull(FieldWaitingSeq))
+}
+
+// WaitingSeqNotNil applies the NotNil predicate on the "waiting_seq" field.
+func WaitingSeqNotNil() predicate.ConsumerPosition {
+	return predicate.ConsumerPosition(sql.FieldNotNull(FieldWaitingSeq))
 }
 
 // UpdatedAtEQ applies the EQ predicate on the "updated_at" field.

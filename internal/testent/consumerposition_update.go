@@ -137,6 +137,33 @@ func (_u *ConsumerPositionUpdate) ClearWaitingSince() *ConsumerPositionUpdate {
 	return _u
 }
 
+// SetWaitingSeq sets the "waiting_seq" field.
+func (_u *ConsumerPositionUpdate) SetWaitingSeq(v int64) *ConsumerPositionUpdate {
+	_u.mutation.ResetWaitingSeq()
+	_u.mutation.SetWaitingSeq(v)
+	return _u
+}
+
+// SetNillableWaitingSeq sets the "waiting_seq" field if the given value is not nil.
+func (_u *ConsumerPositionUpdate) SetNillableWaitingSeq(v *int64) *ConsumerPositionUpdate {
+	if v != nil {
+		_u.SetWaitingSeq(*v)
+	}
+	return _u
+}
+
+// AddWaitingSeq adds value to the "waiting_seq" field.
+func (_u *ConsumerPositionUpdate) AddWaitingSeq(v int64) *ConsumerPositionUpdate {
+	_u.mutation.AddWaitingSeq(v)
+	return _u
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (_u *ConsumerPositionUpdate) ClearWaitingSeq() *ConsumerPositionUpdate {
+	_u.mutation.ClearWaitingSeq()
+	return _u
+}
+
 // SetUpdatedAt sets the "updated_at" field.
 func (_u *ConsumerPositionUpdate) SetUpdatedAt(v time.Time) *ConsumerPositionUpdate {
 	_u.mutation.SetUpdatedAt(v)
@@ -238,6 +265,15 @@ func (_u *ConsumerPositionUpdate) sqlSave(ctx context.Context) (_node int, err e
 	}
 	if _u.mutation.WaitingSinceCleared() {
 		_spec.ClearField(consumerposition.FieldWaitingSince, field.TypeTime)
+	}
+	if value, ok := _u.mutation.WaitingSeq(); ok {
+		_spec.SetField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedWaitingSeq(); ok {
+		_spec.AddField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+	}
+	if _u.mutation.WaitingSeqCleared() {
+		_spec.ClearField(consumerposition.FieldWaitingSeq, field.TypeInt64)
 	}
 	if value, ok := _u.mutation.UpdatedAt(); ok {
 		_spec.SetField(consumerposition.FieldUpdatedAt, field.TypeTime, value)
@@ -367,6 +403,33 @@ func (_u *ConsumerPositionUpdateOne) SetNillableWaitingSince(v *time.Time) *Cons
 // ClearWaitingSince clears the value of the "waiting_since" field.
 func (_u *ConsumerPositionUpdateOne) ClearWaitingSince() *ConsumerPositionUpdateOne {
 	_u.mutation.ClearWaitingSince()
+	return _u
+}
+
+// SetWaitingSeq sets the "waiting_seq" field.
+func (_u *ConsumerPositionUpdateOne) SetWaitingSeq(v int64) *ConsumerPositionUpdateOne {
+	_u.mutation.ResetWaitingSeq()
+	_u.mutation.SetWaitingSeq(v)
+	return _u
+}
+
+// SetNillableWaitingSeq sets the "waiting_seq" field if the given value is not nil.
+func (_u *ConsumerPositionUpdateOne) SetNillableWaitingSeq(v *int64) *ConsumerPositionUpdateOne {
+	if v != nil {
+		_u.SetWaitingSeq(*v)
+	}
+	return _u
+}
+
+// AddWaitingSeq adds value to the "waiting_seq" field.
+func (_u *ConsumerPositionUpdateOne) AddWaitingSeq(v int64) *ConsumerPositionUpdateOne {
+	_u.mutation.AddWaitingSeq(v)
+	return _u
+}
+
+// ClearWaitingSeq clears the value of the "waiting_seq" field.
+func (_u *ConsumerPositionUpdateOne) ClearWaitingSeq() *ConsumerPositionUpdateOne {
+	_u.mutation.ClearWaitingSeq()
 	return _u
 }
 
@@ -501,6 +564,15 @@ func (_u *ConsumerPositionUpdateOne) sqlSave(ctx context.Context) (_node *Consum
 	}
 	if _u.mutation.WaitingSinceCleared() {
 		_spec.ClearField(consumerposition.FieldWaitingSince, field.TypeTime)
+	}
+	if value, ok := _u.mutation.WaitingSeq(); ok {
+		_spec.SetField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+	}
+	if value, ok := _u.mutation.AddedWaitingSeq(); ok {
+		_spec.AddField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+	}
+	if _u.mutation.WaitingSeqCleared() {
+		_spec.ClearField(consumerposition.FieldWaitingSeq, field.TypeInt64)
 	}
 	if value, ok := _u.mutation.UpdatedAt(); ok {
 		_spec.SetField(consumerposition.FieldUpdatedAt, field.TypeTime, value)

@@ -107,6 +107,20 @@ func (_c *ConsumerPositionCreate) SetNillableWaitingSince(v *time.Time) *Consume
 	return _c
 }
 
+// SetWaitingSeq sets the "waiting_seq" field.
+func (_c *ConsumerPositionCreate) SetWaitingSeq(v int64) *ConsumerPositionCreate {
+	_c.mutation.SetWaitingSeq(v)
+	return _c
+}
+
+// SetNillableWaitingSeq sets the "waiting_seq" field if the given value is not nil.
+func (_c *ConsumerPositionCreate) SetNillableWaitingSeq(v *int64) *ConsumerPositionCreate {
+	if v != nil {
+		_c.SetWaitingSeq(*v)
+	}
+	return _c
+}
+
 // SetUpdatedAt sets the "updated_at" field.
 func (_c *ConsumerPositionCreate) SetUpdatedAt(v time.Time) *ConsumerPositionCreate {
 	_c.mutation.SetUpdatedAt(v)
@@ -265,6 +279,10 @@ func (_c *ConsumerPositionCreate) createSpec() (*ConsumerPosition, *sqlgraph.Cre
 	if value, ok := _c.mutation.WaitingSince(); ok {
 		_spec.SetField(consumerposition.FieldWaitingSince, field.TypeTime, value)
 		_node.WaitingSince = &value
+	}
+	if value, ok := _c.mutation.WaitingSeq(); ok {
+		_spec.SetField(consumerposition.FieldWaitingSeq, field.TypeInt64, value)
+		_node.WaitingSeq = &value
 	}
 	if value, ok := _c.mutation.UpdatedAt(); ok {
 		_spec.SetField(consumerposition.FieldUpdatedAt, field.TypeTime, value)

@@ -42,6 +42,7 @@ var (
 		{Name: "held_event_id", Type: field.TypeUUID, Nullable: true},
 		{Name: "held_at", Type: field.TypeTime, Nullable: true},
 		{Name: "waiting_since", Type: field.TypeTime, Nullable: true},
+		{Name: "waiting_seq", Type: field.TypeInt64, Nullable: true},
 		{Name: "updated_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 	}
 	// OutboxConsumerPositionsTable holds the schema information for the "outbox_consumer_positions" table.

@@ -31,6 +31,8 @@ const (
 	FieldHeldAt = "held_at"
 	// FieldWaitingSince holds the string denoting the waiting_since field in the database.
 	FieldWaitingSince = "waiting_since"
+	// FieldWaitingSeq holds the string denoting the waiting_seq field in the database.
+	FieldWaitingSeq = "waiting_seq"
 	// FieldUpdatedAt holds the string denoting the updated_at field in the database.
 	FieldUpdatedAt = "updated_at"
 	// Table holds the table name of the consumerposition in the database.
@@ -49,6 +51,7 @@ var Columns = []string{
 	FieldHeldEventID,
 	FieldHeldAt,
 	FieldWaitingSince,
+	FieldWaitingSeq,
 	FieldUpdatedAt,
 }
 
@@ -124,6 +127,11 @@ func ByHeldAt(opts ...sql.OrderTermOption) OrderOption {
 // ByWaitingSince orders the results by the waiting_since field.
 func ByWaitingSince(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldWaitingSince, opts...).ToFunc()
+}
+
+// ByWaitingSeq orders the results by the waiting_seq field.
+func ByWaitingSeq(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWaitingSeq, opts...).ToFunc()
 }
 
 // ByUpdatedAt orders the results by the updated_at field.
