@@ -36,6 +36,38 @@ type Config struct {
 	// Metrics, when set, receives the deliveries' metrics (see the metrics
 	// package); nil turns them off.
 	Metrics *metrics.Metrics
+	// Concurrency is how many messages one instance handles at once per
+	// consumer name and topic: AddToRouter subscribes that many members of
+	// the consumer's group. 8 when zero. The ordering check keeps each
+	// aggregate's effects in order whatever it is; without positions in
+	// the schema it is 1, as before.
+	Concurrency int
+	// PassOverDeadLetters moves an aggregate's position past an event of
+	// it that goes to the dead letters, so that the ones after it are
+	// applied; by default the aggregate is held instead: its later events
+	// go to the dead letters too ("held: ..."), until the held one is
+	// retried and applied (or discarded).
+	PassOverDeadLetters bool
+	// GapWait bounds how long one delivery of an event waits, in the
+	// handler set, for its aggregate's previous event (which another
+	// instance may be handling); then the message is nacked, for the
+	// broker to deliver again. 5 s when zero.
+	GapWait time.Duration
+	// MaxGap is how long an aggregate waits for a missing event before the
+	// consumer stops waiting: the waiting event goes to the dead letters
+	// and the aggregate is held at the missing one (which a relay dead
+	// letter never published, say: retrying it repairs the aggregate).
+	// 5 min when zero.
+	MaxGap time.Duration
+	// StartAfter is how long the events of an aggregate the consumer has
+	// applied nothing of wait for its earlier ones before the consumer
+	// starts the aggregate at the lowest that waited (logged at info):
+	// a consumer whose subscription began after the aggregate's first
+	// events never gets those. Longer than any broker's redelivery of a
+	// dead instance's messages (NATS ack_wait, Redis's claim after 60 s),
+	// or a first event in flight there would be skipped. 2 min when zero;
+	// negative never starts late (MaxGap holds the aggregate instead).
+	StartAfter time.Duration
 	// TracerProvider starts a consumer span "process <topic>" around each
 	// delivery, a child of the relay's send span whose context the message
 	// carries (otel.GetTextMapPropagator()). The global provider when nil,
@@ -67,6 +99,26 @@ func WithDeadLetterTopic(pub message.Publisher, topic string) Option {
 // watermill.NopLogger{} silences the handler set.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(c *Config) { c.Logger = l } }
 
+// WithConcurrency sets how many messages one instance handles at once per
+// consumer name and topic (Config.Concurrency).
+func WithConcurrency(n int) Option { return func(c *Config) { c.Concurrency = n } }
+
+// WithPassOverDeadLetters moves an aggregate past its events that go to
+// the dead letters instead of holding it (Config.PassOverDeadLetters).
+func WithPassOverDeadLetters() Option { return func(c *Config) { c.PassOverDeadLetters = true } }
+
+// WithGapWait bounds one delivery's wait for its aggregate's previous
+// event (Config.GapWait).
+func WithGapWait(d time.Duration) Option { return func(c *Config) { c.GapWait = d } }
+
+// WithMaxGap sets how long an aggregate waits for a missing event before
+// it is held (Config.MaxGap).
+func WithMaxGap(d time.Duration) Option { return func(c *Config) { c.MaxGap = d } }
+
+// WithStartAfter sets how long a consumer waits for the first events of an
+// aggregate new to it before starting it later (Config.StartAfter).
+func WithStartAfter(d time.Duration) Option { return func(c *Config) { c.StartAfter = d } }
+
 // WithMetrics reports the deliveries in m.
 func WithMetrics(m *metrics.Metrics) Option { return func(c *Config) { c.Metrics = m } }
 
@@ -92,6 +144,18 @@ func newConfig(opts []Option) Config {
 	}
 	if c.MaxBackoff < c.InitialBackoff {
 		c.MaxBackoff = c.InitialBackoff
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.GapWait <= 0 {
+		c.GapWait = 5 * time.Second
+	}
+	if c.MaxGap <= 0 {
+		c.MaxGap = 5 * time.Minute
+	}
+	if c.StartAfter == 0 {
+		c.StartAfter = 2 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NewSlogLogger(slog.Default())

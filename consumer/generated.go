@@ -9,22 +9,16 @@ import (
 	"context"
 	stdsql "database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"entgo.io/ent/dialect"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/tracing"
-	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // For generated code. EventType describes a declared event to the run time;
@@ -54,6 +48,8 @@ type Set struct {
 
 	mu       sync.Mutex
 	handlers map[string]map[string]HandlerFunc // consumer -> event name -> handler
+
+	warnedUnordered atomic.Bool // said that events without a seq are not put in order
 }
 
 // For generated code. NewSet returns an empty handler set for the declared
@@ -101,143 +97,6 @@ func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
 	return nil
 }
 
-// For generated code. AddToRouter adds one Watermill handler per consumer
-// name and topic to r, each reading from a subscriber made by newSubscriber
-// for that consumer name (its consumer group on the broker).
-func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string) (message.Subscriber, error)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.handlers) == 0 {
-		return errors.New("consumer: no handler registered")
-	}
-	for _, consumer := range sortedKeys(s.handlers) {
-		sub, err := newSubscriber(consumer)
-		if err != nil {
-			return fmt.Errorf("consumer: subscriber for %q: %w", consumer, err)
-		}
-		topics := map[string]bool{}
-		for name := range s.handlers[consumer] {
-			topics[s.types[name].Topic] = true
-		}
-		for _, topic := range sortedKeys(topics) {
-			full := s.cfg.TopicPrefix + topic
-			// The full name, for when nothing arrives: a prefix that differs
-			// from the relay's --topic-prefix reads a topic no one writes.
-			s.cfg.Logger.Info("Consumer subscribing", map[string]any{
-				"consumer": consumer, "topic": full, "topic_prefix": s.cfg.TopicPrefix})
-			r.AddConsumerHandler(consumer+"/"+full, full, sub, func(msg *message.Message) error {
-				return s.Handle(msg.Context(), consumer, msg)
-			})
-		}
-	}
-	return nil
-}
-
-// For generated code. Handle runs one delivery of msg to consumer: decode
-// and upcast, then up to MaxAttempts tries of the handler with backoff, then
-// the dead letters. It returns an error only when the delivery must be
-// retried by the broker (nacked): ctx ended during the backoff, or a dead
-// letter could not be stored. A message this consumer has no handler for is
-// acknowledged.
-//
-// The handler's ctx carries the event (events.WithCause), so that the
-// events it emits carry causation and correlation ids, and, while tracing
-// is on, the delivery's consumer span.
-func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
-	m, metaErr := metaOf(msg)
-	m.Consumer = consumer
-	subscribed := message.SubscribeTopicFromCtx(ctx)
-	if subscribed != "" {
-		m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)
-	}
-	typ, known := s.types[m.Name]
-	event := metricsUnknownEvent // a label for what no declaration names
-	if known {
-		event = m.Name
-	}
-	var deadLettered string // the reason, for the span
-	destination := subscribed
-	if destination == "" && known {
-		destination = s.cfg.TopicPrefix + typ.Topic
-	}
-	if tracer := s.tracer.Get(); tracer != nil {
-		var span trace.Span
-		ctx, span = startProcess(ctx, tracer, consumer, destination, msg)
-		defer func() { endProcess(span, err, deadLettered) }()
-	}
-	setAside := func(reason string, attempts int, d time.Duration) error {
-		if err := s.giveUp(ctx, m, destination, msg, reason, attempts); err != nil {
-			return err
-		}
-		deadLettered = reason
-		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
-		return nil
-	}
-	if metaErr != nil {
-		return setAside(metaErr.Error(), 0, 0)
-	}
-	if !known {
-		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0)
-	}
-	s.mu.Lock()
-	fn := s.handlers[consumer][m.Name]
-	s.mu.Unlock()
-	if fn == nil {
-		return nil // an event on the topic this consumer does not handle
-	}
-	payload, err := decode(typ, m, msg)
-	if err != nil {
-		return setAside(err.Error(), 0, 0)
-	}
-	for attempt := 1; ; attempt++ {
-		m.Attempt = attempt
-		started := time.Now()
-		err := fn(events.WithCause(ctx, m), payload, m)
-		took := time.Since(started)
-		if err == nil {
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
-			s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
-			return nil
-		}
-		if errors.Is(err, ErrDuplicate) {
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
-			return nil
-		}
-		if attempt >= s.cfg.MaxAttempts {
-			return setAside(err.Error(), attempt, took)
-		}
-		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultRetried, took)
-		s.cfg.Logger.Info("Handler failed, retrying", map[string]any{
-			"consumer": consumer, "event_id": m.EventID, "attempt": attempt, "err": err.Error()})
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("consumer: %q stopped while retrying event %s: %w", consumer, m.EventID, err)
-		case <-time.After(s.cfg.backoff(attempt)):
-		}
-	}
-}
-
-// decode turns msg's payload into typ's latest version. A version newer
-// than this code knows, from a producer deployed first, is read as the
-// latest when the producer says consumers of it can (events.MetaReadableFrom:
-// every step since is forward compatible, so the unknown fields are
-// ignored); otherwise it is refused with what the operator does.
-func decode(typ EventType, m events.Meta, msg *message.Message) (any, error) {
-	if m.Version <= typ.Latest {
-		return typ.Decode(m.Version, msg.Payload)
-	}
-	from, err := strconv.Atoi(msg.Metadata.Get(events.MetaReadableFrom))
-	if err != nil || from < 1 || from > typ.Latest {
-		return nil, fmt.Errorf("event %q version %d is newer than the newest this code knows (%d) and not readable as version %d; "+
-			"deploy the consumer that knows it, then `entoutbox dead-letters retry`", m.Name, m.Version, typ.Latest, typ.Latest)
-	}
-	payload, err := typ.Decode(typ.Latest, msg.Payload)
-	if err != nil {
-		return nil, fmt.Errorf("event %q version %d read as version %d: %w", m.Name, m.Version, typ.Latest, err)
-	}
-	return payload, nil
-}
-
 // For generated code. RecordProcessed inserts (consumer, event id) into the
 // processed-events table through the handler's transaction. It returns
 // false, without error, when the pair is already there: the event was
@@ -274,8 +133,14 @@ type Tables struct {
 // false when this consumer already set the event aside as a dead letter: a
 // redelivered poison event is acknowledged without running its attempts
 // again. One statement, so a delivery costs no extra round trip; the
-// dead-letter check is an index lookup on event_id.
+// dead-letter check is an index lookup on event_id. When t has positions
+// and the event a seq, it also puts the event in its aggregate's order
+// (order.go): an *OutOfOrderError or a *HeldError for one that must not
+// be applied now.
 func RecordDelivery(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	if ordered(t, m) {
+		return recordInOrder(ctx, tx, t, m)
+	}
 	var res stdsql.Result
 	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
 		SELECT $1::text, $2::uuid, $3::text, $4::bigint
@@ -307,8 +172,33 @@ func InvalidPayload(version, latest int, err error) error {
 // after its dead letter was stored (the ack was lost) comes again and must
 // not be stored twice. Text PostgreSQL cannot hold (NUL, bytes that are not
 // UTF-8) is stored escaped, and the reason says so; the payload is bytea and
-// kept as received.
+// kept as received. Handlers generated by this version call
+// StoreDeadLetter instead.
 func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string, d DeadLetter) error {
+	return insertDeadLetter(ctx, db, table, false, d, nil)
+}
+
+// For generated code. StoreDeadLetter writes d into the dead-letter table
+// of t (see InsertDeadLetter), with its aggregate_seq when t has
+// positions, and, for an event with a seq, holds its aggregate or passes
+// over it (WithPassOverDeadLetters) in the same transaction.
+func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
+	if d.onPositions != nil {
+		return d.onPositions(ctx, db, t)
+	}
+	if !ordered(t, d.Meta) {
+		return insertDeadLetter(ctx, db, t.DeadLetters, t.Positions != "", d, nil)
+	}
+	return insertDeadLetter(ctx, db, t.DeadLetters, true, d, func(ctx context.Context, tx dialect.ExecQuerier) error {
+		return holdOrPass(ctx, tx, t, d.Meta, d.order)
+	})
+}
+
+// insertDeadLetter is InsertDeadLetter, writing aggregate_seq too when
+// withSeq (tables generated before it have no such column), and running
+// first, in the same transaction, what the letter does to the positions.
+func insertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string, withSeq bool, d DeadLetter,
+	positions func(context.Context, dialect.ExecQuerier) error) error {
 	d = storable(d)
 	var eventID any
 	if d.Meta.EventID != uuid.Nil {
@@ -322,15 +212,29 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		}
 		headers = string(b)
 	}
+	columns, values := "", ""
+	args := []any{eventID, d.Meta.Consumer, d.Meta.Name, d.Meta.Version, d.Meta.Topic, d.Meta.AggregateType,
+		d.Meta.AggregateID, d.Payload, headers, d.Reason, d.Attempts}
+	if withSeq {
+		var seq any
+		if d.Meta.AggregateSeq > 0 {
+			seq = d.Meta.AggregateSeq
+		}
+		columns, values, args = ", aggregate_seq", ", $12::bigint", append(args, seq)
+	}
 	insert := func(ctx context.Context, db dialect.ExecQuerier) error {
+		if positions != nil {
+			if err := positions(ctx, db); err != nil {
+				return err
+			}
+		}
 		var res stdsql.Result
 		t := pgsql.QuoteIdent(table)
 		return db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
-		aggregate_type, aggregate_id, payload, headers, reason, attempts)
-		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint
+		aggregate_type, aggregate_id, payload, headers, reason, attempts`+columns+`)
+		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint`+values+`
 		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+t+` WHERE event_id = $1::uuid AND source = $2::text)`,
-			[]any{eventID, d.Meta.Consumer, d.Meta.Name, d.Meta.Version, d.Meta.Topic, d.Meta.AggregateType,
-				d.Meta.AggregateID, d.Payload, headers, d.Reason, d.Attempts}, &res)
+			args, &res)
 	}
 	var err error
 	if drv, ok := db.(dialect.Driver); ok && eventID != nil {
@@ -342,12 +246,6 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		return fmt.Errorf("consumer: writing dead letter of event %s for consumer %q to %s: %w", d.Meta.EventID, d.Meta.Consumer, table, err)
 	}
 	return nil
-}
-
-// For generated code. StoreDeadLetter writes d into the dead-letter table
-// of t (see InsertDeadLetter).
-func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
-	return InsertDeadLetter(ctx, db, t.DeadLetters, d)
 }
 
 // For generated code. DecodeFields decodes a JSON object keeping numbers

@@ -22,9 +22,10 @@ import (
 // The broker topic comes first: once the row exists a redelivery is
 // skipped, so a topic publish that failed after it would never be made.
 // It logs the dead letter once it is stored (a failure is the nack's to
-// report), at error level: DeadLetteredLog.
-func (s *Set) giveUp(ctx context.Context, m events.Meta, topic string, msg *message.Message, reason string, attempts int) error {
-	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts}
+// report), at error level: DeadLetteredLog. A letter passed over waits,
+// like the event would (turn), until it is its aggregate's next.
+func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int, order letterOrder) error {
+	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order}
 	if s.cfg.DeadLetterPublisher != nil {
 		out := message.NewMessage(msg.UUID, msg.Payload)
 		out.Metadata = maps.Clone(msg.Metadata)
@@ -35,10 +36,24 @@ func (s *Set) giveUp(ctx context.Context, m events.Meta, topic string, msg *mess
 			return fmt.Errorf("consumer: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
 		}
 	}
-	if err := s.deadLetter(ctx, d); err != nil {
-		return err
+	for {
+		err := s.deadLetter(ctx, d)
+		var gap *OutOfOrderError
+		if !errors.As(err, &gap) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if err := s.waitTurn(ctx, turn, m, gap); err != nil {
+			var missing *missingError
+			if !errors.As(err, &missing) {
+				return err
+			}
+			d.order, d.Reason = letterForMissing, missing.Error()+"; then: "+d.Reason
+		}
 	}
-	s.cfg.Logger.Error(DeadLetteredLog, errors.New(reason), watermill.LogFields{
+	s.cfg.Logger.Error(DeadLetteredLog, errors.New(d.Reason), watermill.LogFields{
 		"event_id": msg.UUID, "consumer": m.Consumer, "topic": topic, "event_name": m.Name,
 		"event_version": m.Version, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
 		"attempts": attempts})

@@ -1,0 +1,175 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/metrics"
+)
+
+// For generated code. Handle runs one delivery of msg to consumer: decode
+// and upcast, then up to MaxAttempts tries of the handler with backoff, then
+// the dead letters. It returns an error only when the delivery must be
+// retried by the broker (nacked): ctx ended during the backoff, a dead
+// letter could not be stored, or the event waited GapWait for its
+// aggregate's previous one. A message this consumer has no handler for is
+// acknowledged.
+//
+// An event that comes before its aggregate's previous one was applied is
+// not a failure: it waits (see wait.go), without using its attempts. One
+// of an aggregate held behind a dead letter goes to the dead letters at
+// once.
+//
+// The handler's ctx carries the event (events.WithCause), so that the
+// events it emits carry causation and correlation ids, and, while tracing
+// is on, the delivery's consumer span.
+func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
+	m, metaErr := metaOf(msg)
+	m.Consumer = consumer
+	subscribed := message.SubscribeTopicFromCtx(ctx)
+	if subscribed != "" {
+		m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)
+	}
+	typ, known := s.types[m.Name]
+	event := metricsUnknownEvent // a label for what no declaration names
+	if known {
+		event = m.Name
+		if m.Topic == "" {
+			m.Topic = typ.Topic // called directly: the topic its aggregate's seq counts on
+		}
+	}
+	var deadLettered string // the reason, for the span
+	destination := subscribed
+	if destination == "" && known {
+		destination = s.cfg.TopicPrefix + typ.Topic
+	}
+	if tracer := s.tracer.Get(); tracer != nil {
+		var span trace.Span
+		ctx, span = startProcess(ctx, tracer, consumer, destination, msg)
+		defer func() { endProcess(span, err, deadLettered) }()
+	}
+	var turn gapWait // this delivery's wait for its aggregate's previous event
+	setAside := func(reason string, attempts int, d time.Duration, order letterOrder) error {
+		if err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order); err != nil {
+			return err
+		}
+		deadLettered = reason
+		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
+		return nil
+	}
+	if metaErr != nil {
+		return setAside(metaErr.Error(), 0, 0, letterFollows)
+	}
+	if !known {
+		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, letterFollows)
+	}
+	s.mu.Lock()
+	fn := s.handlers[consumer][m.Name]
+	s.mu.Unlock()
+	if fn == nil {
+		return nil // an event on the topic this consumer does not handle
+	}
+	s.warnUnordered(m)
+	payload, err := decode(typ, m, msg)
+	if err != nil {
+		return setAside(err.Error(), 0, 0, s.letterOrder())
+	}
+	for attempt := 1; ; {
+		m.Attempt = attempt
+		started := time.Now()
+		err := fn(events.WithCause(ctx, m), payload, m)
+		took := time.Since(started)
+		var gap *OutOfOrderError
+		var held *HeldError
+		switch {
+		case err == nil:
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
+			s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+			return nil
+		case errors.Is(err, ErrDuplicate):
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
+			return nil
+		case errors.As(err, &gap):
+			if err := s.waitTurn(ctx, &turn, m, gap); err != nil {
+				var missing *missingError
+				if errors.As(err, &missing) {
+					return setAside(missing.Error(), 0, took, letterForMissing)
+				}
+				return err
+			}
+			continue // not an attempt: the handler did not run
+		case errors.As(err, &held):
+			return setAside(held.Error(), 0, took, letterFollows)
+		case errors.Is(err, errLetteredNext):
+			if err := s.onPositions(ctx, m, s.holdOrPass(m)); err != nil {
+				return err
+			}
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
+			return nil
+		}
+		if attempt >= s.cfg.MaxAttempts {
+			return setAside(err.Error(), attempt, took, s.letterOrder())
+		}
+		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultRetried, took)
+		s.cfg.Logger.Info("Handler failed, retrying", map[string]any{
+			"consumer": consumer, "event_id": m.EventID, "attempt": attempt, "err": err.Error()})
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer: %q stopped while retrying event %s: %w", consumer, m.EventID, err)
+		case <-time.After(s.cfg.backoff(attempt)):
+		}
+		attempt++
+	}
+}
+
+// letterOrder is what a dead letter of an event of the aggregate's turn
+// does to its aggregate.
+func (s *Set) letterOrder() letterOrder {
+	if s.cfg.PassOverDeadLetters {
+		return letterPassed
+	}
+	return letterHolds
+}
+
+// warnUnordered says once, at error level, that a consumer with positions
+// receives events without a seq: their producer does not number them, and
+// their order is not kept.
+func (s *Set) warnUnordered(m events.Meta) {
+	if s.tables.Positions == "" || m.AggregateSeq > 0 || s.warnedUnordered.Swap(true) {
+		return
+	}
+	s.cfg.Logger.Error("Events without "+events.MetaAggregateSeq+": their order is not kept, across instances or within one "+
+		"(Concurrency). Their producer does not number its events: add type AggregateSequence struct{ schema.AggregateSequence } "+
+		"to its ent schema and regenerate", errors.New("event without a seq"), watermill.LogFields{
+		"consumer": m.Consumer, "event_name": m.Name, "event_id": m.EventID, "topic": m.Topic})
+}
+
+// decode turns msg's payload into typ's latest version. A version newer
+// than this code knows, from a producer deployed first, is read as the
+// latest when the producer says consumers of it can (events.MetaReadableFrom:
+// every step since is forward compatible, so the unknown fields are
+// ignored); otherwise it is refused with what the operator does.
+func decode(typ EventType, m events.Meta, msg *message.Message) (any, error) {
+	if m.Version <= typ.Latest {
+		return typ.Decode(m.Version, msg.Payload)
+	}
+	from, err := strconv.Atoi(msg.Metadata.Get(events.MetaReadableFrom))
+	if err != nil || from < 1 || from > typ.Latest {
+		return nil, fmt.Errorf("event %q version %d is newer than the newest this code knows (%d) and not readable as version %d; "+
+			"deploy the consumer that knows it, then `entoutbox dead-letters retry`", m.Name, m.Version, typ.Latest, typ.Latest)
+	}
+	payload, err := typ.Decode(typ.Latest, msg.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("event %q version %d read as version %d: %w", m.Name, m.Version, typ.Latest, err)
+	}
+	return payload, nil
+}

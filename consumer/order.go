@@ -1,0 +1,356 @@
+package consumer
+
+// The ordering check: each consumer name applies an aggregate's events in
+// the order they were written, whatever the broker delivers to whichever
+// instance. Emit numbers the events of each aggregate on its topic (the
+// message's outbox_aggregate_seq, events.Meta.AggregateSeq: 1, 2, 3...);
+// the consumer keeps, per aggregate, the last one it applied
+// (schema.ConsumerPosition) and checks it in the handler's transaction,
+// under the position row's lock, with the dedupe record:
+//
+//   - seq <= last: applied before, a duplicate (acknowledged);
+//   - seq == last+1: applied, and the position moves to it, in the same
+//     commit as the effect;
+//   - seq > last+1: its predecessor has not been applied yet: an
+//     *OutOfOrderError, and Handle waits for it (see wait.go);
+//   - the aggregate is held behind a dead letter and seq is after the held
+//     one: a *HeldError, and Handle sets the event aside too.
+//
+// An aggregate is held when one of its events goes to the dead letters
+// (unless WithPassOverDeadLetters), and released when that event comes
+// back (`entoutbox dead-letters retry`) and is applied, or when its letter
+// is discarded.
+
+import (
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// OutOfOrderError is what the handler's transaction returns for an event
+// that comes before its consumer applied its predecessor: it is not a
+// handler failure, and Handle waits for the predecessor (a gap).
+type OutOfOrderError struct {
+	Consumer                          string
+	Topic, AggregateType, AggregateID string
+	Want, Got                         int64 // the next seq the consumer applies, and this event's
+	// Waited is how long an event of the aggregate has waited for Want,
+	// across deliveries and instances; zero when none had yet.
+	Waited time.Duration
+}
+
+func (e *OutOfOrderError) Error() string {
+	return fmt.Sprintf("consumer: %q: event seq %d of aggregate %s/%s on %q came before seq %d",
+		e.Consumer, e.Got, e.AggregateType, e.AggregateID, e.Topic, e.Want)
+}
+
+// HeldError is what the handler's transaction returns for an event of an
+// aggregate held behind a dead letter: Handle sets it aside at once, with
+// this error as its reason, so that it waits for the repair in the dead
+// letters rather than in the broker.
+type HeldError struct {
+	AggregateType, AggregateID string
+	Seq                        int64     // this event's
+	HeldSeq                    int64     // the held event's
+	HeldEventID                uuid.UUID // uuid.Nil when the held seq never arrived
+}
+
+func (e *HeldError) Error() string {
+	if e.HeldEventID == uuid.Nil {
+		return fmt.Sprintf("held: seq %d of aggregate %s/%s never arrived; this event (seq %d) waits for its repair "+
+			"(retry the relay's dead letter of seq %d, then this one: `entoutbox dead-letters retry`)",
+			e.HeldSeq, e.AggregateType, e.AggregateID, e.Seq, e.HeldSeq)
+	}
+	return fmt.Sprintf("held: event %s (seq %d) of aggregate %s/%s is in the dead letters; this event (seq %d) waits for its repair "+
+		"(retry that letter, then this one: `entoutbox dead-letters retry`)",
+		e.HeldEventID, e.HeldSeq, e.AggregateType, e.AggregateID, e.Seq)
+}
+
+// errLetteredNext is the aggregate's next event when this consumer set it
+// aside without moving the position (a letter stored before positions
+// were kept): Handle applies the dead-letter policy to the position now,
+// and acknowledges the delivery.
+var errLetteredNext = errors.New("consumer: the aggregate's next event is in this consumer's dead letters")
+
+// ordered reports whether m's consumer puts m in its aggregate's order.
+func ordered(t Tables, m events.Meta) bool { return t.Positions != "" && m.AggregateSeq > 0 }
+
+// position is a consumer's row for one aggregate, read under its lock.
+type position struct {
+	id        int64
+	last      int64
+	held      stdsql.NullInt64
+	heldEvent uuid.NullUUID
+	waited    stdsql.NullFloat64 // seconds since waiting_since, by the database's clock
+	lettered  bool               // this consumer has an open dead letter of the event
+}
+
+// lockPosition reads m's aggregate's position for its consumer, making the
+// row (at 0) if there is none, and holds its lock until tx ends: a second
+// delivery of the aggregate, on any instance, waits here.
+func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (position, error) {
+	var p position
+	var rows entsql.Rows
+	err := tx.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
+		(consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES ($1, $2, $3, $4, 0, now())
+		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = p.last_seq
+		RETURNING p.id, p.last_seq, p.held_seq, p.held_event_id, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8,
+			EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $5 AND source = $1)`,
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.EventID}, &rows)
+	if err != nil {
+		return p, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return p, err
+		}
+		return p, errors.New("no position row returned")
+	}
+	if err := rows.Scan(&p.id, &p.last, &p.held, &p.heldEvent, &p.waited, &p.lettered); err != nil {
+		return p, err
+	}
+	return p, rows.Close()
+}
+
+// recordInOrder is RecordDelivery for an event with a seq: it returns true
+// when the event is the aggregate's next (or a retried dead letter of this
+// consumer) and records it, false for a duplicate, and an
+// *OutOfOrderError or *HeldError for an event that must not be applied
+// now.
+func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	p, err := lockPosition(ctx, tx, t, m)
+	if err != nil {
+		return false, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	s := m.AggregateSeq
+	if p.held.Valid && s > p.held.Int64 && p.heldEvent.Valid {
+		// A held letter the operator discarded holds nothing any more.
+		if p, err = releaseDiscarded(ctx, tx, t, m, p); err != nil {
+			return false, err
+		}
+	}
+	switch {
+	case p.held.Valid && s == p.held.Int64:
+		if p.lettered {
+			return false, nil // the held event's letter is still open: a redelivery of it
+		}
+		if s != p.last+1 {
+			return false, outOfOrder(m, p) // retried before its own gap was filled
+		}
+		return apply(ctx, tx, t, m, p)
+	case s <= p.last:
+		if p.lettered {
+			return false, nil
+		}
+		// Applied or passed over before. A letter of this consumer's that
+		// an operator retried is applied again, out of order (the position
+		// went past it when it was passed over); anything else is a
+		// duplicate.
+		return recordRetried(ctx, tx, t, m)
+	case p.held.Valid && s > p.held.Int64:
+		var id uuid.UUID
+		if p.heldEvent.Valid {
+			id = p.heldEvent.UUID
+		}
+		return false, &HeldError{AggregateType: m.AggregateType, AggregateID: m.AggregateID, Seq: s, HeldSeq: p.held.Int64, HeldEventID: id}
+	case s == p.last+1:
+		if p.lettered {
+			return false, errLetteredNext
+		}
+		return apply(ctx, tx, t, m, p)
+	default:
+		return false, outOfOrder(m, p)
+	}
+}
+
+func outOfOrder(m events.Meta, p position) *OutOfOrderError {
+	e := &OutOfOrderError{Consumer: m.Consumer, Topic: m.Topic, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		Want: p.last + 1, Got: m.AggregateSeq}
+	if p.waited.Valid {
+		e.Waited = time.Duration(math.Max(p.waited.Float64, 0) * float64(time.Second))
+	}
+	return e
+}
+
+// apply records m as processed and moves the position to it, releasing
+// the aggregate when m is the held event, in one statement. An existing
+// dedupe record (the positions were cleared, not the records) makes it a
+// duplicate, and the caller's rollback leaves the position where it was.
+func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (bool, error) {
+	var rows entsql.Rows
+	err := tx.Query(ctx, `WITH done AS (
+			INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1)
+		UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL,
+			held_event_id = CASE WHEN held_seq = $5 THEN NULL ELSE held_event_id END,
+			held_at = CASE WHEN held_seq = $5 THEN NULL ELSE held_at END,
+			held_seq = CASE WHEN held_seq = $5 THEN NULL ELSE held_seq END,
+			updated_at = now()
+		WHERE id = $6 RETURNING EXISTS (SELECT 1 FROM done)`,
+		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1), m.AggregateSeq, p.id}, &rows)
+	if err != nil {
+		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+	}
+	return scanBool(&rows)
+}
+
+// recordRetried records m as processed when it is an event this consumer
+// set aside and an operator retried; it returns false otherwise.
+func recordRetried(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	var res stdsql.Result
+	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
+		SELECT $1::text, $2::uuid, $3::text, $4::bigint
+		WHERE EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE retried_event_id = $2::uuid AND source = $1::text)
+		ON CONFLICT (consumer, event_id) DO NOTHING`,
+		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	if err != nil {
+		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// releaseDiscarded moves the position past the held event when its letter
+// was discarded and it is the next one, and returns the position as it is
+// then. The move commits only with the event that follows it.
+func releaseDiscarded(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (position, error) {
+	var rows entsql.Rows
+	err := tx.Query(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p
+		SET last_seq = held_seq, held_seq = NULL, held_event_id = NULL, held_at = NULL, updated_at = now()
+		WHERE id = $1 AND held_seq = last_seq + 1 AND EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` d
+			WHERE d.source = $2 AND d.event_id = p.held_event_id AND d.discarded_at IS NOT NULL)
+		RETURNING last_seq`, []any{p.id, m.Consumer}, &rows)
+	if err != nil {
+		return p, fmt.Errorf("consumer: releasing aggregate %s/%s of %q from a discarded letter: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&p.last); err != nil {
+			return p, err
+		}
+		p.held, p.heldEvent = stdsql.NullInt64{}, uuid.NullUUID{}
+	}
+	return p, rows.Close()
+}
+
+func scanBool(rows *entsql.Rows) (bool, error) {
+	defer rows.Close()
+	var b bool
+	if rows.Next() {
+		if err := rows.Scan(&b); err != nil {
+			return false, err
+		}
+	}
+	return b, rows.Close()
+}
+
+// What a dead letter does to its aggregate's position (DeadLetter.order).
+type letterOrder int
+
+const (
+	letterHolds      letterOrder = iota // the default: the aggregate waits for the letter's repair
+	letterPassed                        // WithPassOverDeadLetters: the position moves past it
+	letterFollows                       // the aggregate is held already; the letter waits behind the held one
+	letterForMissing                    // seq last+1 never arrived: the aggregate is held at it
+)
+
+// holdOrPass updates the position of m's aggregate in tx, where m's dead
+// letter is being stored. A letter passed over that is not its
+// aggregate's next one is an *OutOfOrderError (and is not stored): it
+// waits for its turn like any event, or the position could not move past
+// it.
+func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, order letterOrder) error {
+	p, err := lockPosition(ctx, tx, t, m)
+	if err != nil {
+		return fmt.Errorf("reading the position of aggregate %s/%s: %w", m.AggregateType, m.AggregateID, err)
+	}
+	s := m.AggregateSeq
+	update := func(set string, args ...any) error {
+		var res stdsql.Result
+		return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET `+set+`, updated_at = now() WHERE id = $1`,
+			append([]any{p.id}, args...), &res)
+	}
+	switch order {
+	case letterFollows:
+		return nil
+	case letterPassed:
+		switch {
+		case s <= p.last || p.held.Valid && s > p.held.Int64:
+			return nil // a duplicate, or behind a held letter: the aggregate stays held
+		case s > p.last+1:
+			return outOfOrder(m, p)
+		}
+		return update(`last_seq = $2, waiting_since = NULL, waiting_seq = NULL,
+			held_event_id = CASE WHEN held_seq = $2 THEN NULL ELSE held_event_id END,
+			held_at = CASE WHEN held_seq = $2 THEN NULL ELSE held_at END,
+			held_seq = CASE WHEN held_seq = $2 THEN NULL ELSE held_seq END`, s)
+	}
+	at, event := s, uuid.NullUUID{UUID: m.EventID, Valid: true}
+	if order == letterForMissing {
+		at, event = p.last+1, uuid.NullUUID{}
+	}
+	if at <= p.last || p.held.Valid && p.held.Int64 <= at {
+		return nil // held at this one or an earlier one already
+	}
+	return update(`held_seq = $2, held_event_id = $3, held_at = now()`, at, event)
+}
+
+// noteWaiting records, in a transaction of its own (the handler's rolls
+// back), that an event of gap's aggregate waits: since when, if it is the
+// first, and its seq, if it is the lowest. It returns the gap as it is now.
+func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
+	var rows entsql.Rows
+	err := db.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
+		(consumer, topic, aggregate_type, aggregate_id, last_seq, waiting_since, waiting_seq, updated_at)
+		VALUES ($1, $2, $3, $4, 0, now(), $5, now())
+		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
+		SET waiting_since = COALESCE(p.waiting_since, now()), waiting_seq = LEAST(p.waiting_seq, $5)
+		RETURNING p.last_seq, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8`,
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: noting that %q waits on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	defer rows.Close()
+	var p position
+	if rows.Next() {
+		if err := rows.Scan(&p.last, &p.waited); err != nil {
+			return nil, err
+		}
+	}
+	return outOfOrder(m, p), rows.Close()
+}
+
+// startAggregate starts m's aggregate, to which m's consumer has applied
+// nothing, at its lowest waiting seq, once that waited startAfter. It
+// returns that seq, or 0 when the aggregate was not started.
+func startAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (int64, error) {
+	var rows entsql.Rows
+	err := db.Query(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = waiting_seq - 1, updated_at = now()
+		WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
+			AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1
+			AND waiting_since <= now() - make_interval(secs => $5)
+		RETURNING waiting_seq`,
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, startAfter.Seconds()}, &rows)
+	if err != nil {
+		return 0, fmt.Errorf("consumer: starting aggregate %s/%s for %q: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
+	}
+	defer rows.Close()
+	var seq int64
+	if rows.Next() {
+		if err := rows.Scan(&seq); err != nil {
+			return 0, err
+		}
+	}
+	return seq, rows.Close()
+}

@@ -1,0 +1,89 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// For generated code. AddToRouter adds Watermill handlers for each consumer
+// name and topic to r, reading from subscribers made by newSubscriber for
+// that consumer name (members of its consumer group on the broker):
+// Config.Concurrency of them, so that as many messages are handled at once,
+// each member taking one at a time. A newSubscriber that returns the same
+// subscriber each time (not a new group member) gets one handler.
+//
+// Without positions in the application's schema (schema.ConsumerPosition)
+// nothing keeps an aggregate's effects in order across instances: it says
+// so at error level, and handles one message at a time per consumer name
+// and topic, as before.
+func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string) (message.Subscriber, error)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handlers) == 0 {
+		return errors.New("consumer: no handler registered")
+	}
+	concurrency := s.cfg.Concurrency
+	if s.tables.Positions == "" {
+		concurrency = 1
+		s.cfg.Logger.Error("Consumers do not keep per-aggregate order: with two or more instances of a consumer name, "+
+			"an aggregate's events may be applied out of order. Add the positions and sequences to the ent schema "+
+			"(type ConsumerPosition struct{ schema.ConsumerPosition } and type AggregateSequence struct{ schema.AggregateSequence }), "+
+			"then regenerate", errNoPositions, watermill.LogFields{"consumers": sortedKeys(s.handlers)})
+	}
+	for _, consumer := range sortedKeys(s.handlers) {
+		subs, err := subscribers(consumer, concurrency, newSubscriber)
+		if err != nil {
+			return err
+		}
+		topics := map[string]bool{}
+		for name := range s.handlers[consumer] {
+			topics[s.types[name].Topic] = true
+		}
+		for _, topic := range sortedKeys(topics) {
+			full := s.cfg.TopicPrefix + topic
+			// The full name, for when nothing arrives: a prefix that differs
+			// from the relay's --topic-prefix reads a topic no one writes.
+			s.cfg.Logger.Info("Consumer subscribing", map[string]any{
+				"consumer": consumer, "topic": full, "topic_prefix": s.cfg.TopicPrefix, "concurrency": len(subs)})
+			for i, sub := range subs {
+				name := consumer + "/" + full
+				if i > 0 {
+					name += "#" + strconv.Itoa(i+1) // router handler names are unique
+				}
+				r.AddConsumerHandler(name, full, sub, func(msg *message.Message) error {
+					return s.Handle(msg.Context(), consumer, msg)
+				})
+			}
+		}
+	}
+	return nil
+}
+
+var errNoPositions = errors.New("the schema has no consumer positions")
+
+// subscribers returns up to n subscribers of consumer's group, fewer when
+// newSubscriber hands out the same one again.
+func subscribers(consumer string, n int, newSubscriber func(string) (message.Subscriber, error)) ([]message.Subscriber, error) {
+	var subs []message.Subscriber
+	for range n {
+		sub, err := newSubscriber(consumer)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: subscriber for %q: %w", consumer, err)
+		}
+		if len(subs) > 0 && same(sub, subs[0]) {
+			break // one subscriber for all: subscribing it again would deliver each message again
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
+func same(a, b message.Subscriber) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
