@@ -1,0 +1,257 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
+	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
+	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/outboxtest"
+)
+
+// seqMessage is event seq of order aggregate, as the relay sends it.
+func seqMessage(t *testing.T, order int64, seq int64) *message.Message {
+	t.Helper()
+	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: order, AmountCents: seq}, strconv.FormatInt(order, 10))
+	msg.Metadata.Set(events.MetaAggregateType, "Order")
+	msg.Metadata.Set(events.MetaAggregateSeq, strconv.FormatInt(seq, 10))
+	return msg
+}
+
+// seqHandler writes the effect of an event as an invoice of its order
+// whose amount is the event's seq; it fails while fail says so.
+func seqHandler(calls *atomic.Int64, fail func(seq int64) bool) testent.OrderPaidHandler {
+	return func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		calls.Add(1)
+		if fail != nil && fail(m.AggregateSeq) {
+			return errors.New("ledger closed")
+		}
+		return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(m.AggregateSeq).
+			SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
+	}
+}
+
+// applied lists the seqs consumerName applied for order, in commit order.
+func (b *bundle) applied(t *testing.T, consumerName string, order int64) []int64 {
+	t.Helper()
+	out := []int64{}
+	for _, inv := range b.client.Invoice.Query().Where(invoice.Consumer(consumerName), invoice.OrderID(order)).
+		Order(invoice.ByID()).AllX(context.Background()) {
+		out = append(out, inv.AmountCents)
+	}
+	return out
+}
+
+// retryLetter does to the dead letter of msg what `entoutbox dead-letters
+// retry` does to it before the relay sends the event again.
+func (b *bundle) retryLetter(t *testing.T, msg *message.Message) {
+	t.Helper()
+	_, err := b.db.DB.Exec(`UPDATE outbox_dead_letters SET retried_event_id = event_id, event_id = NULL, retried_at = now()
+		WHERE event_id = $1`, msg.UUID)
+	require.NoError(t, err)
+}
+
+// handleUntilAcked delivers msg until Handle acks it, as a broker
+// redelivers a nacked message.
+func handleUntilAcked(t *testing.T, h *testent.OutboxHandlers, consumerName string, msg *message.Message) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := h.Handle(context.Background(), consumerName, msg.Copy())
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("event %s still nacked after a minute: %v", msg.UUID, err)
+			return
+		}
+	}
+}
+
+// An event that comes before its predecessor waits for it, and one at or
+// below the position is a duplicate, even under another event id (a
+// replay the broker does not know is one).
+func TestAnAggregatesEventsAreAppliedInSeqOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(100*time.Millisecond))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+
+	second := seqMessage(t, 1, 2)
+	require.Error(t, h.Handle(ctx, "billing", second.Copy()), "seq 2 before seq 1: nacked after GapWait")
+	require.Zero(t, calls.Load(), "the handler did not run")
+	done := make(chan struct{})
+	go func() { defer close(done); handleUntilAcked(t, h, "billing", second) }()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	<-done
+	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
+
+	again := seqMessage(t, 1, 1) // seq 1 again, under a new event id
+	require.NoError(t, h.Handle(ctx, "billing", again))
+	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1), "a duplicate below the position")
+	require.Equal(t, int64(2), calls.Load())
+	pos := b.client.ConsumerPosition.Query().OnlyX(ctx)
+	require.Equal(t, int64(2), pos.LastSeq)
+	require.Nil(t, pos.WaitingSince, "nothing waits")
+}
+
+// A dead letter holds its aggregate: the events after it go to the dead
+// letters at once, without a try, and the aggregate is released when the
+// held event is retried and applied; other aggregates flow meanwhile.
+func TestADeadLetterHoldsItsAggregateUntilRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	var broken atomic.Bool
+	broken.Store(true)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, func(seq int64) bool { return seq == 2 && broken.Load() }))
+
+	first, second, third := seqMessage(t, 1, 1), seqMessage(t, 1, 2), seqMessage(t, 1, 3)
+	require.NoError(t, h.Handle(ctx, "billing", first))
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+	require.Equal(t, int64(3), calls.Load(), "seq 2 tried twice")
+	pos := b.client.ConsumerPosition.Query().OnlyX(ctx)
+	require.Equal(t, int64(1), pos.LastSeq)
+	require.NotNil(t, pos.HeldSeq)
+	require.Equal(t, int64(2), *pos.HeldSeq)
+	require.Equal(t, second.UUID, pos.HeldEventID.String())
+
+	require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
+	require.Equal(t, int64(3), calls.Load(), "seq 3 was not tried")
+	letter := b.client.DeadLetter.Query().Where(deadletter.AggregateSeq(3)).OnlyX(ctx)
+	require.Contains(t, letter.Reason, "held: event "+second.UUID+" (seq 2) of aggregate Order/1 is in the dead letters")
+	require.Zero(t, letter.Attempts)
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()), "a redelivery of the held event")
+	require.Equal(t, int64(3), calls.Load(), "its letter is open: skipped")
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 2, 1)), "another aggregate")
+	require.Equal(t, []int64{1}, b.applied(t, "billing", 2))
+
+	broken.Store(false)
+	b.retryLetter(t, second)
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+	b.retryLetter(t, third)
+	require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
+	require.Equal(t, []int64{1, 2, 3}, b.applied(t, "billing", 1))
+	pos = b.client.ConsumerPosition.Query().Where(consumerposition.AggregateID("1")).OnlyX(ctx)
+	require.Equal(t, int64(3), pos.LastSeq)
+	require.Nil(t, pos.HeldSeq, "released")
+	require.Equal(t, int64(2), *b.client.DeadLetter.Query().Where(deadletter.RetriedEventID(uuid.MustParse(second.UUID))).
+		OnlyX(ctx).AggregateSeq, "the letter keeps its seq")
+}
+
+// WithPassOverDeadLetters: the events after a dead letter are applied,
+// and the letter, once retried, is applied out of order.
+func TestPassOverDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	var broken atomic.Bool
+	broken.Store(true)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2), consumer.WithPassOverDeadLetters())...)
+	h.OnOrderPaid("billing", seqHandler(&calls, func(seq int64) bool { return seq == 2 && broken.Load() }))
+
+	second := seqMessage(t, 1, 2)
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 3)))
+	require.Equal(t, []int64{1, 3}, b.applied(t, "billing", 1))
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()), "a redelivery of the letter")
+	require.Equal(t, []int64{1, 3}, b.applied(t, "billing", 1))
+
+	broken.Store(false)
+	b.retryLetter(t, second)
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+	require.Equal(t, []int64{1, 3, 2}, b.applied(t, "billing", 1), "the retried letter is applied")
+	require.Equal(t, int64(3), b.client.ConsumerPosition.Query().OnlyX(ctx).LastSeq)
+	require.Zero(t, b.client.ConsumerPosition.Query().Where(consumerposition.HeldSeqNotNil()).CountX(ctx))
+}
+
+// A gap that never fills (a relay dead letter never published seq 2):
+// after MaxGap the waiting event goes to the dead letters and the
+// aggregate is held at the missing seq; when seq 2 comes at last (the
+// relay's letter retried) it is applied and releases the aggregate.
+func TestAGapThatNeverFillsHoldsTheAggregate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(50*time.Millisecond),
+		consumer.WithMaxGap(300*time.Millisecond))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	third := seqMessage(t, 1, 3)
+	handleUntilAcked(t, h, "billing", third)
+	letter := b.client.DeadLetter.Query().OnlyX(ctx)
+	require.Equal(t, third.UUID, letter.EventID.String())
+	require.Contains(t, letter.Reason, "held: seq 2 of aggregate Order/1 on \"orders\" never arrived")
+	pos := b.client.ConsumerPosition.Query().OnlyX(ctx)
+	require.Equal(t, int64(1), pos.LastSeq)
+	require.Equal(t, int64(2), *pos.HeldSeq)
+	require.Nil(t, pos.HeldEventID, "the held event never came")
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 4)))
+	require.Contains(t, b.client.DeadLetter.Query().Where(deadletter.AggregateSeq(4)).OnlyX(ctx).Reason, "held: seq 2")
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)))
+	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
+	pos = b.client.ConsumerPosition.Query().OnlyX(ctx)
+	require.Equal(t, int64(2), pos.LastSeq)
+	require.Nil(t, pos.HeldSeq, "released")
+	b.retryLetter(t, third)
+	require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
+	require.Equal(t, []int64{1, 2, 3}, b.applied(t, "billing", 1))
+}
+
+// A consumer whose subscription began after an aggregate's first events
+// starts it, after StartAfter, at the lowest seq that waited, and says so;
+// the events after it follow in order.
+func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &captureLogger{}
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(50*time.Millisecond),
+		consumer.WithStartAfter(300*time.Millisecond), consumer.WithLogger(logs))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+
+	var wg sync.WaitGroup
+	for _, seq := range []int64{7, 5, 6} { // 7 asks first
+		msg := seqMessage(t, 1, seq)
+		wg.Add(1)
+		go func() { defer wg.Done(); handleUntilAcked(t, h, "billing", msg) }()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	require.Equal(t, []int64{5, 6, 7}, b.applied(t, "billing", 1))
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var said []string
+	for _, m := range logs.msgs {
+		if strings.Contains(m.Msg, "starts aggregate") {
+			said = append(said, m.Msg)
+		}
+	}
+	require.Equal(t, []string{"consumer billing starts aggregate Order/1 at seq 5: earlier events were never delivered to it"}, said)
+}
