@@ -236,12 +236,19 @@ func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
 		consumer.WithStartAfter(300*time.Millisecond), consumer.WithLogger(logs))...)
 	h.OnOrderPaid("billing", seqHandler(&calls, nil))
 
+	// 5 and 6 wait once and are nacked; 7 keeps trying, so it is the one
+	// that finds StartAfter past, and it starts the aggregate at 5.
+	five, six, seven := seqMessage(t, 1, 5), seqMessage(t, 1, 6), seqMessage(t, 1, 7)
+	require.Error(t, h.Handle(context.Background(), "billing", five.Copy()))
+	require.Error(t, h.Handle(context.Background(), "billing", six.Copy()))
 	var wg sync.WaitGroup
-	for _, seq := range []int64{7, 5, 6} { // 7 asks first
-		msg := seqMessage(t, 1, seq)
+	wg.Add(1)
+	go func() { defer wg.Done(); handleUntilAcked(t, h, "billing", seven) }()
+	time.Sleep(600 * time.Millisecond)
+	require.Empty(t, b.applied(t, "billing", 1), "7 waits for 5 and 6")
+	for _, msg := range []*message.Message{six, five} {
 		wg.Add(1)
 		go func() { defer wg.Done(); handleUntilAcked(t, h, "billing", msg) }()
-		time.Sleep(20 * time.Millisecond)
 	}
 	wg.Wait()
 	require.Equal(t, []int64{5, 6, 7}, b.applied(t, "billing", 1))
