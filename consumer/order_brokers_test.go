@@ -1,0 +1,272 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	outboxrow "github.com/entoutbox/entoutbox/internal/testent/outbox"
+	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// orderBrokers are the brokers whose groups share a topic among several
+// members: the ones a consumer name's instances scale out on.
+var orderBrokers = []struct {
+	name    string
+	service string // what to start when it is not reachable; "" when in process
+	url     func(t *testing.T) string
+}{
+	{"nats", "NATS JetStream at 127.0.0.1:4222", func(*testing.T) string { return natsURL }},
+	{"amqp", "RabbitMQ at 127.0.0.1:5672", func(*testing.T) string { return "amqp://guest:guest@127.0.0.1:5672/" }},
+	{"redis", "Redis at 127.0.0.1:6379", func(*testing.T) string { return "redis://127.0.0.1:6379/0" }},
+	{"kafka", "", func(t *testing.T) string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return "kafka://" + strings.Join(c.ListenAddrs(), ",")
+	}},
+}
+
+// orderEvents is how many events TestInstancesApplyEachAggregateInOrder
+// emits per broker; ENTOUTBOX_ORDER_EVENTS sets it (50,000 for a long run).
+func orderEvents(t *testing.T) int {
+	n := 2000
+	if s := os.Getenv("ENTOUTBOX_ORDER_EVENTS"); s != "" {
+		var err error
+		n, err = strconv.Atoi(s)
+		require.NoError(t, err, "ENTOUTBOX_ORDER_EVENTS")
+	}
+	return n
+}
+
+// Three instances of one consumer name, each handling three messages at
+// once, some of them killed and restarted while events flow; the handler
+// fails the first attempt of some events. Events are emitted by the
+// generated Emit (which numbers each aggregate's events) and relayed by the
+// real relay. Each aggregate's effects are applied once each, in the order
+// of its events: its seqs, in the order their effects committed, are 1, 2,
+// 3, ... with no inversion, no duplicate and nothing missing.
+func TestInstancesApplyEachAggregateInOrder(t *testing.T) {
+	t.Parallel()
+	for _, b := range orderBrokers {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			instancesInOrderOn(t, b.url(t), b.service)
+		})
+	}
+}
+
+func instancesInOrderOn(t *testing.T, url, service string) {
+	const (
+		aggregates = 50
+		instances  = 3
+		kills      = 4
+	)
+	total := orderEvents(t)
+	b := setup(t)
+	prefix := uniquePrefix()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func() broker.Broker {
+		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
+		defer ocancel()
+		br, err := broker.Open(octx, url, broker.Options{})
+		if err != nil && service != "" {
+			pgtest.Unavailable(t, service, err)
+		}
+		require.NoError(t, err)
+		return br
+	}
+	pub := open()
+	t.Cleanup(func() { _ = pub.Close() })
+
+	// An instance is a process of its own: its broker connections, its
+	// router and its handler set.
+	type instance struct {
+		br   broker.Broker
+		stop context.CancelFunc
+		done chan error
+	}
+	start := func() *instance {
+		br := open()
+		h := testent.NewOutboxHandlers(b.client, consumer.WithTopicPrefix(prefix), consumer.WithConcurrency(3),
+			consumer.WithBackoff(5*time.Millisecond, 20*time.Millisecond), consumer.WithGapWait(time.Second),
+			consumer.WithLogger(watermill.NopLogger{}))
+		h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+			if m.AggregateSeq%5 == 3 && m.Attempt == 1 {
+				return fmt.Errorf("first attempt of seq %d fails", m.AggregateSeq)
+			}
+			return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(m.AggregateSeq).
+				SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
+		})
+		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+		require.NoError(t, err)
+		require.NoError(t, h.AddToRouter(r, br.Subscriber))
+		rctx, stop := context.WithCancel(ctx)
+		in := &instance{br: br, stop: stop, done: make(chan error, 1)}
+		go func() { in.done <- r.Run(rctx) }()
+		select {
+		case <-r.Running():
+		case err := <-in.done:
+			t.Fatalf("router stopped: %v", err)
+		case <-time.After(time.Minute):
+			t.Fatal("router did not start")
+		}
+		return in
+	}
+	// kill drops the instance's broker connections under its handlers,
+	// acked or not, as a dying process does, then stops its router.
+	kill := func(in *instance) {
+		_ = in.br.Close()
+		in.stop()
+		<-in.done
+	}
+	var mu sync.Mutex
+	running := make([]*instance, instances)
+	for i := range running {
+		running[i] = start()
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, in := range running {
+			kill(in)
+		}
+	})
+	standInRelay(t, ctx, b, pub.Publisher(), prefix)
+
+	// Emit: transactions of one to three events of random aggregates.
+	emitted := map[int64]int64{} // aggregate -> events
+	emitDone := make(chan struct{})
+	go func() {
+		defer close(emitDone)
+		for n := 0; n < total; {
+			err := b.client.WithTx(ctx, func(tx *testent.Tx) error {
+				for range min(1+rand.IntN(3), total-n) {
+					order := 1 + rand.Int64N(aggregates)
+					if err := tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(order, 10), testent.OrderPaid{OrderID: order, AmountCents: 1}); err != nil {
+						return err
+					}
+					emitted[order]++
+					n++
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("emit: %v", err)
+				return
+			}
+		}
+	}()
+
+	// Kill an instance and start another in its place, now and then.
+	for k := range kills {
+		time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+		mu.Lock()
+		i := k % instances
+		kill(running[i])
+		running[i] = start()
+		mu.Unlock()
+	}
+	<-emitDone
+
+	applied := func() int {
+		return b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
+	}
+	deadline := time.Now().Add(4 * time.Minute) // a liveness bound: Redis claims a dead member's messages after 60 s
+	for applied() < total && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // room for an effect too many
+
+	got := map[int64][]int64{}
+	for _, inv := range b.client.Invoice.Query().Where(invoice.Consumer("billing")).Order(invoice.ByID()).AllX(context.Background()) {
+		got[inv.OrderID] = append(got[inv.OrderID], inv.AmountCents)
+	}
+	var inversions, duplicates, missing int
+	var first []string
+	for order, n := range emitted {
+		seen := map[int64]bool{}
+		var top int64
+		for _, seq := range got[order] {
+			switch {
+			case seen[seq]:
+				duplicates++
+			case seq < top:
+				inversions++
+			}
+			if seq != int64(len(seen))+1 && len(first) < 5 {
+				first = append(first, fmt.Sprintf("aggregate %d applied %v", order, got[order][:min(len(got[order]), len(seen)+3)]))
+			}
+			seen[seq] = true
+			top = max(top, seq)
+		}
+		missing += int(n) - len(seen)
+	}
+	letters := b.client.DeadLetter.Query().CountX(context.Background())
+	t.Logf("%d events over %d aggregates: %d effects, %d inversions, %d duplicated, %d missing, %d dead letters",
+		total, len(emitted), applied(), inversions, duplicates, missing, letters)
+	require.Zero(t, inversions+duplicates+missing, "effects out of order, duplicated or missing; first: %s", strings.Join(first, "; "))
+	require.Zero(t, letters, "dead letters")
+}
+
+// relayTo runs the fast relay from b's outbox to pub until the test ends.
+func relayTo(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher, prefix string) {
+	t.Helper()
+	r, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub, TopicPrefix: prefix,
+		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// standInRelay publishes b's outbox rows in id order with their seq, as
+// the relay will; for as long as the relay does not send seqs yet.
+func standInRelay(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher, prefix string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var last int64
+		for ctx.Err() == nil {
+			rows, err := b.client.Outbox.Query().Where(outboxrow.IDGT(last)).Order(outboxrow.ByID()).Limit(500).All(ctx)
+			if err != nil {
+				return
+			}
+			for _, r := range rows {
+				msg := message.NewMessage(r.EventID.String(), message.Payload(r.Payload))
+				msg.Metadata = outbox.Metadata(r.EventName, r.EventVersion, r.AggregateType, r.AggregateID, nil)
+				msg.Metadata.Set(events.MetaAggregateSeq, strconv.FormatInt(*r.AggregateSeq, 10))
+				msg.Metadata.Set(events.MetaCreatedAt, r.CreatedAt.UTC().Format(time.RFC3339Nano))
+				for pub.Publish(prefix+r.Topic, msg) != nil && ctx.Err() == nil {
+					time.Sleep(50 * time.Millisecond)
+				}
+				last = r.ID
+			}
+			if len(rows) == 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() { <-done })
+}
