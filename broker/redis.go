@@ -22,11 +22,22 @@ import (
 // The module's subscriber reads one entry ahead of its consumer, so when a
 // member stops, the entry it had read but not handed over stays pending
 // under its name until another member claims it, after the module's idle
-// time of 60 s: it is delivered late, never lost. redisSubscriber removes two
-// other ways for Close to strand entries like that.
+// time of 60 s: it is delivered late, never lost. redisSubscriber's Close
+// gives such entries back to the group at once (a process that dies
+// without Close still leaves them for 60 s), and removes two other ways for
+// Close to strand entries like that.
 //
 // The module's Publisher and Subscriber each close their client on Close, so
 // each gets a client of its own, made from the same options.
+//
+// The module answers a nack by handing the same entry to the same member
+// again, at once, for as long as it is nacked; the entries it read ahead
+// wait behind it. A consumer that nacks an entry because it must come after
+// another (an aggregate's next event, which may be one of those read ahead)
+// would wait for ever. So a nack here gives the entry back to the group:
+// it stays pending, its idle time set past the module's claim threshold,
+// and the next claim round of any member (every second) takes it, while this
+// member moves on.
 
 // redisAckTimeout bounds how long Close waits for the module to record the
 // acks given before Close (XACK) before it stops the module regardless.
@@ -69,10 +80,14 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 
 func newRedisSubscriber(opts *redis.Options, group string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	o := *opts
-	client := &ackCountingClient{Client: redis.NewClient(&o)}
+	consumer := watermill.NewShortUUID()
+	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer, release: map[string]int{}}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
+		Consumer:      consumer,
 		ConsumerGroup: group,
+		// A released entry (a nack) comes back within a claim round.
+		ClaimInterval: time.Second,
 		OldestId:      "0",
 		// Otherwise the first read blocks with no timeout and Close cannot
 		// stop it.
@@ -83,21 +98,66 @@ func newRedisSubscriber(opts *redis.Options, group string, logger watermill.Logg
 		return nil, err
 	}
 	return &redisSubscriber{
+		opts:      opts,
 		sub:       sub,
 		client:    client,
 		stopping:  make(chan struct{}),
 		closed:    make(chan struct{}),
-		delivered: map[*message.Message]struct{}{},
+		topics:    map[string]int{},
+		delivered: map[*message.Message]string{},
 	}, nil
 }
 
-// ackCountingClient counts the XACKs the module's subscriber made.
+// ackCountingClient counts the XACKs the module's subscriber made, and
+// turns the XACK of an entry the consumer nacked into its release to the
+// group.
 type ackCountingClient struct {
 	*redis.Client
-	xacks atomic.Int64
+	group, consumer string
+	xacks           atomic.Int64
+
+	mu      sync.Mutex
+	release map[string]int // stream -> the next XACKs on it that are releases
+}
+
+// redisReleasedIdle is the idle time a released entry is given: past the
+// module's claim threshold (60 s), so that the next claim round takes it.
+const redisReleasedIdle = time.Hour
+
+// releaseNext makes the module's next XACK on stream a release. The module
+// hands over one entry of a stream at a time and XACKs it before the next,
+// so the next XACK is the nacked entry's.
+func (c *ackCountingClient) releaseNext(stream string) {
+	c.mu.Lock()
+	c.release[stream]++
+	c.mu.Unlock()
 }
 
 func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
+	c.mu.Lock()
+	release := c.release[stream] > 0
+	if release {
+		c.release[stream]--
+	}
+	c.mu.Unlock()
+	if release {
+		cmd := redis.NewIntCmd(ctx)
+		args := []any{"XCLAIM", stream, group, c.consumer, 0}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		args = append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")
+		if err := c.Client.Do(ctx, args...).Err(); err != nil {
+			cmd.SetErr(err) // the module retries, and releases on its retry
+			c.mu.Lock()
+			c.release[stream]++
+			c.mu.Unlock()
+			return cmd
+		}
+		c.xacks.Add(1)
+		cmd.SetVal(int64(len(ids)))
+		return cmd
+	}
 	cmd := c.Client.XAck(ctx, stream, group, ids...)
 	if cmd.Err() == nil {
 		c.xacks.Add(1)
@@ -114,6 +174,7 @@ func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids 
 //     on the server for up to 100 ms and would take an entry published
 //     meanwhile, after Close returned.
 type redisSubscriber struct {
+	opts   *redis.Options
 	sub    *redisstream.Subscriber
 	client *ackCountingClient
 
@@ -125,8 +186,9 @@ type redisSubscriber struct {
 
 	mu        sync.Mutex
 	stopped   bool
-	delivered map[*message.Message]struct{} // handed over, not yet acked or nacked
-	acked     int64                         // acked by the consumer, out of delivered
+	topics    map[string]int              // Subscribe calls per topic
+	delivered map[*message.Message]string // the consumer's copies not yet settled -> their topic
+	acked     int64                       // settled (acked, or nacked and released), out of delivered
 }
 
 func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -136,6 +198,7 @@ func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		return nil, errors.New("subscriber closed")
 	}
 	s.forwarders.Add(1)
+	s.topics[topic]++
 	s.mu.Unlock()
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
@@ -143,11 +206,14 @@ func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	go s.forward(in, out)
+	go s.forward(topic, in, out)
 	return out, nil
 }
 
-func (s *redisSubscriber) forward(in <-chan *message.Message, out chan<- *message.Message) {
+// forward hands a copy of each of the module's messages over, so that a
+// nack of it can release the entry (see the top of the file) instead of
+// bringing it back to this member at once.
+func (s *redisSubscriber) forward(topic string, in <-chan *message.Message, out chan<- *message.Message) {
 	defer s.forwarders.Done()
 	defer close(out)
 	for {
@@ -158,15 +224,17 @@ func (s *redisSubscriber) forward(in <-chan *message.Message, out chan<- *messag
 			if !ok {
 				return
 			}
+			c := m.Copy()
+			c.SetContext(m.Context())
 			s.mu.Lock()
-			s.delivered[m] = struct{}{}
+			s.delivered[c] = topic
 			s.mu.Unlock()
 			select {
-			case out <- m:
-				go s.settle(m)
+			case out <- c:
+				go s.settle(topic, c, m)
 			case <-s.stopping:
 				s.mu.Lock()
-				delete(s.delivered, m)
+				delete(s.delivered, c)
 				s.mu.Unlock()
 				return // the module keeps m pending; another member claims it
 			}
@@ -174,21 +242,35 @@ func (s *redisSubscriber) forward(in <-chan *message.Message, out chan<- *messag
 	}
 }
 
-// settle moves m out of delivered once the consumer acks or nacks it.
-func (s *redisSubscriber) settle(m *message.Message) {
-	var ok bool
+// settle passes the consumer's ack of c on to m, and its nack as a release
+// of the entry (or, on a topic subscribed twice, where the release could
+// take the other subscription's XACK, as the module's nack).
+func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
 	select {
-	case <-m.Acked():
-		ok = true
-	case <-m.Nacked():
+	case <-c.Acked():
+	case <-c.Nacked():
+		s.mu.Lock()
+		alone := s.topics[topic] == 1
+		s.mu.Unlock()
+		if !alone {
+			s.forget(c, false)
+			m.Nack()
+			return
+		}
+		s.client.releaseNext(topic)
 	case <-s.closed:
 		return
 	}
+	s.forget(c, true)
+	m.Ack()
+}
+
+func (s *redisSubscriber) forget(c *message.Message, settled bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, in := s.delivered[m]; in {
-		delete(s.delivered, m)
-		if ok {
+	if _, in := s.delivered[c]; in {
+		delete(s.delivered, c)
+		if settled {
 			s.acked++
 		}
 	}
@@ -205,10 +287,14 @@ func (s *redisSubscriber) Close() error {
 		// Let the module XACK every message acked so far before it closes.
 		s.mu.Lock()
 		want := s.acked
-		for m := range s.delivered {
+		for c, topic := range s.delivered {
 			select {
-			case <-m.Acked():
+			case <-c.Acked():
 				want++
+			case <-c.Nacked():
+				if s.topics[topic] == 1 { // released, not nacked
+					want++
+				}
 			default:
 			}
 		}
@@ -221,7 +307,39 @@ func (s *redisSubscriber) Close() error {
 		s.closeErr = s.sub.Close()
 		// Outlast the module's last blocking read (BLOCK 100 ms).
 		time.Sleep(redisstream.DefaultBlockTime + 50*time.Millisecond)
+		s.releasePending()
 		close(s.closed)
 	})
 	return s.closeErr
+}
+
+// releasePending gives the group back the entries still pending under this
+// member's name once the module stopped (read ahead, or handed over and
+// not acked): the other members' next claim round takes them, instead of
+// the one after they have been idle for 60 s. Best effort: an entry it
+// misses is claimed then.
+func (s *redisSubscriber) releasePending() {
+	o := *s.opts
+	c := redis.NewClient(&o) // the module closed its own
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
+	defer cancel()
+	s.mu.Lock()
+	topics := make([]string, 0, len(s.topics))
+	for t := range s.topics {
+		topics = append(topics, t)
+	}
+	s.mu.Unlock()
+	for _, topic := range topics {
+		pending, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: s.client.group,
+			Start: "-", End: "+", Count: 10000, Consumer: s.client.consumer}).Result()
+		if err != nil || len(pending) == 0 {
+			continue
+		}
+		args := []any{"XCLAIM", topic, s.client.group, s.client.consumer, 0}
+		for _, p := range pending {
+			args = append(args, p.ID)
+		}
+		_ = c.Do(ctx, append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")...).Err()
+	}
 }

@@ -192,8 +192,13 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 		return b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
 	}
 	deadline := time.Now().Add(4 * time.Minute) // a liveness bound: Redis claims a dead member's messages after 60 s
+	began, said := time.Now(), time.Now()
 	for applied() < total && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
+		if time.Since(said) > 5*time.Second && os.Getenv("ENTOUTBOX_ORDER_PROGRESS") != "" {
+			said = time.Now()
+			t.Logf("%s: %d of %d applied", time.Since(began).Round(time.Second), applied(), total)
+		}
 	}
 	time.Sleep(500 * time.Millisecond) // room for an effect too many
 

@@ -15,7 +15,10 @@ import (
 // moment: the event tries again after a short pause, up to GapWait in
 // this delivery; then it is nacked, so that a predecessor held by a killed
 // instance, which the broker delivers again after its own timeout, gets
-// its turn. A gap the aggregate has waited on longer than MaxGap (whatever
+// its turn; a gap the aggregate has waited on longer than GapWait already
+// is nacked after a short pause, so that a predecessor that may be long
+// in coming does not take the slot from other aggregates' events. A gap
+// the aggregate has waited on longer than MaxGap (whatever
 // the deliveries and instances) is an event that never comes: the waiting
 // event goes to the dead letters and the aggregate is held at the missing
 // one. An aggregate the consumer has applied nothing of starts at its
@@ -83,7 +86,14 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	if gap.Waited >= s.cfg.MaxGap {
 		return &missingError{gap: gap}
 	}
-	if time.Since(w.since) >= s.cfg.GapWait {
+	// A gap older than GapWait is not one another instance is about to
+	// fill: after a pause (so that a broker that redelivers at once does
+	// not spin), the slot goes to other aggregates' events.
+	long := gap.Waited >= s.cfg.GapWait
+	if long {
+		w.pause = gapPauseMax
+	}
+	if long && time.Since(w.since) >= gapPauseMax || time.Since(w.since) >= s.cfg.GapWait {
 		return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
 			m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
 	}
