@@ -4,7 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 )
 
 // redisSetup deletes the stream of the test's topic.
@@ -31,4 +33,84 @@ func TestRedisGroupShares(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.share." + randomSuffix()
 	testGroupShares(t, redisSetup(t, topic), topic)
+}
+
+// A nacked entry goes back to the group: the member that nacked it gets
+// the next entry, not the same one again, and the entry comes back within
+// a claim round. The module alone hands it to the same member again at
+// once, for as long as it is nacked, and what it read ahead waits.
+func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.nack." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	s, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := s.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(2)
+	publish(t, b, topic, sent)
+
+	first := unacked(ctx, t, ch)
+	require.Equal(t, sent[0].uuid, first.UUID)
+	first.Nack()
+	next := unacked(ctx, t, ch)
+	require.Equal(t, sent[1].uuid, next.UUID, "the member moved on")
+	next.Ack()
+	again := unacked(ctx, t, ch)
+	require.Equal(t, sent[0].uuid, again.UUID, "the nacked entry came back")
+	again.Ack()
+	assertNothingMore(t, ch, 1500*time.Millisecond)
+}
+
+// A member closed with entries it read and did not ack gives them back:
+// another member gets them within seconds, not after the 60 s idle time
+// the module claims after.
+func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.close." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	leaving, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := leaving.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(3)
+	publish(t, b, topic, sent)
+	held := unacked(ctx, t, ch) // the others are read ahead
+	require.Equal(t, sent[0].uuid, held.UUID)
+	time.Sleep(300 * time.Millisecond) // the module reads ahead
+	require.NoError(t, leaving.Close())
+
+	staying, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch2, err := staying.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	got := receive(wctx, t, ch2, len(sent))
+	for _, m := range got {
+		m.Ack()
+	}
+	assertSame(t, sent, got, false)
+}
+
+// unacked takes the next message from ch, leaving it to the caller to ack
+// or nack.
+func unacked(ctx context.Context, t *testing.T, ch <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		require.True(t, ok, "subscription closed")
+		return m
+	case <-ctx.Done():
+		t.Fatalf("no message: %v", ctx.Err())
+		return nil
+	}
 }
