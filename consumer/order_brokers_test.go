@@ -191,9 +191,14 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 	applied := func() int {
 		return b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
 	}
-	deadline := time.Now().Add(4 * time.Minute) // a liveness bound: Redis claims a dead member's messages after 60 s
-	began, said := time.Now(), time.Now()
-	for applied() < total && time.Now().Before(deadline) {
+	// Liveness bounds: all of it within 4 minutes, and some progress every
+	// 30 s (a broken check leaves events that never apply).
+	deadline := time.Now().Add(4 * time.Minute)
+	began, said, moved, last := time.Now(), time.Now(), time.Now(), 0
+	for n := applied(); n < total && time.Now().Before(deadline) && time.Since(moved) < 30*time.Second; n = applied() {
+		if n != last {
+			moved, last = time.Now(), n
+		}
 		time.Sleep(200 * time.Millisecond)
 		if time.Since(said) > 5*time.Second && os.Getenv("ENTOUTBOX_ORDER_PROGRESS") != "" {
 			said = time.Now()
