@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,9 +22,8 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
-	outboxrow "github.com/entoutbox/entoutbox/internal/testent/outbox"
-	"github.com/entoutbox/entoutbox/outbox"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -151,31 +151,58 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 			kill(in)
 		}
 	})
-	standInRelay(t, ctx, b, pub.Publisher(), prefix)
+	relayTo(t, ctx, b, pub.Publisher(), prefix)
 
-	// Emit: transactions of one to three events of random aggregates.
-	emitted := map[int64]int64{} // aggregate -> events
-	emitDone := make(chan struct{})
-	go func() {
-		defer close(emitDone)
-		for n := 0; n < total; {
-			err := b.client.WithTx(ctx, func(tx *testent.Tx) error {
-				for range min(1+rand.IntN(3), total-n) {
-					order := 1 + rand.Int64N(aggregates)
-					if err := tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(order, 10), testent.OrderPaid{OrderID: order, AmountCents: 1}); err != nil {
-						return err
-					}
-					emitted[order]++
-					n++
+	// Emit: three writers, transactions of one to three events of random
+	// aggregates, some of them rolled back.
+	var emitMu sync.Mutex
+	emitted := map[int64]int64{} // aggregate -> events committed
+	committed := 0
+	var emitters sync.WaitGroup
+	for range 3 {
+		emitters.Add(1)
+		go func() {
+			defer emitters.Done()
+			for {
+				emitMu.Lock()
+				enough := committed >= total
+				emitMu.Unlock()
+				if enough {
+					return
 				}
-				return nil
-			})
-			if err != nil {
-				t.Errorf("emit: %v", err)
-				return
+				mine := map[int64]int64{}
+				rollback := rand.IntN(10) == 0
+				err := b.client.WithTx(ctx, func(tx *testent.Tx) error {
+					for range 1 + rand.IntN(3) {
+						order := 1 + rand.Int64N(aggregates)
+						if err := tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(order, 10), testent.OrderPaid{OrderID: order, AmountCents: 1}); err != nil {
+							return err
+						}
+						mine[order]++
+					}
+					if rollback {
+						return errRolledBack
+					}
+					return nil
+				})
+				if rollback {
+					continue
+				}
+				if err != nil {
+					t.Errorf("emit: %v", err)
+					return
+				}
+				emitMu.Lock()
+				for order, k := range mine {
+					emitted[order] += k
+					committed += int(k)
+				}
+				emitMu.Unlock()
 			}
-		}
-	}()
+		}()
+	}
+	emitDone := make(chan struct{})
+	go func() { emitters.Wait(); close(emitDone) }()
 
 	// Kill an instance and start another in its place, now and then.
 	for k := range kills {
@@ -187,6 +214,7 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 		mu.Unlock()
 	}
 	<-emitDone
+	total = committed // a few more than asked: each writer's last transaction
 
 	applied := func() int {
 		return b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
@@ -236,7 +264,16 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 		total, len(emitted), applied(), inversions, duplicates, missing, letters)
 	require.Zero(t, inversions+duplicates+missing, "effects out of order, duplicated or missing; first: %s", strings.Join(first, "; "))
 	require.Zero(t, letters, "dead letters")
+	// The order came from the check: every aggregate's position is at its
+	// last event (a message without a seq would be applied unchecked).
+	for order, n := range emitted {
+		pos := b.client.ConsumerPosition.Query().Where(consumerposition.Consumer("billing"),
+			consumerposition.AggregateID(strconv.FormatInt(order, 10))).OnlyX(context.Background())
+		require.Equal(t, n, pos.LastSeq, "position of aggregate %d", order)
+	}
 }
+
+var errRolledBack = errors.New("rolled back on purpose")
 
 // relayTo runs the fast relay from b's outbox to pub until the test ends.
 func relayTo(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher, prefix string) {
@@ -248,35 +285,4 @@ func relayTo(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-}
-
-// standInRelay publishes b's outbox rows in id order with their seq, as
-// the relay will; for as long as the relay does not send seqs yet.
-func standInRelay(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher, prefix string) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var last int64
-		for ctx.Err() == nil {
-			rows, err := b.client.Outbox.Query().Where(outboxrow.IDGT(last)).Order(outboxrow.ByID()).Limit(500).All(ctx)
-			if err != nil {
-				return
-			}
-			for _, r := range rows {
-				msg := message.NewMessage(r.EventID.String(), message.Payload(r.Payload))
-				msg.Metadata = outbox.Metadata(r.EventName, r.EventVersion, r.AggregateType, r.AggregateID, nil)
-				msg.Metadata.Set(events.MetaAggregateSeq, strconv.FormatInt(*r.AggregateSeq, 10))
-				msg.Metadata.Set(events.MetaCreatedAt, r.CreatedAt.UTC().Format(time.RFC3339Nano))
-				for pub.Publish(prefix+r.Topic, msg) != nil && ctx.Err() == nil {
-					time.Sleep(50 * time.Millisecond)
-				}
-				last = r.ID
-			}
-			if len(rows) == 0 {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-	}()
-	t.Cleanup(func() { <-done })
 }
