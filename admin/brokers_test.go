@@ -14,6 +14,7 @@ import (
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
 )
@@ -85,10 +86,12 @@ func retryAndReplayOn(t *testing.T, url, service string) {
 	e.deliveredOnce(t, id)
 
 	// A replay, twice, for a consumer whose read model was rebuilt (its
-	// effects and processed events cleared): it handles the event each time.
+	// effects, processed events and positions cleared): it handles the
+	// event each time.
 	for i := 1; i <= 2; i++ {
 		e.client.Invoice.Delete().Where(invoice.Consumer("audit")).ExecX(ctx)
 		e.client.ProcessedEvent.Delete().Where(processedevent.Consumer("audit")).ExecX(ctx)
+		e.client.ConsumerPosition.Delete().Where(consumerposition.Consumer("audit")).ExecX(ctx)
 		before := auditCalls.Load()
 		n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"}},
 			admin.ReplayOptions{TopicPrefix: e.prefix})

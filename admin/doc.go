@@ -60,6 +60,9 @@
 // original event ids and the message the relay builds (under a publish id
 // of the replay's own), in id order, which is
 // insertion order and so per-aggregate order. A new consumer, or one whose
-// read model was rebuilt and its processed events cleared, handles them in
-// order; a consumer that handled them skips them as duplicates.
+// read model was rebuilt and its processed events and positions
+// (outbox_consumer_positions) cleared, handles them in order; a consumer
+// that handled them skips them as duplicates. A replay that begins after
+// an aggregate's first events starts the aggregate there once the
+// consumer waited consumer.Config.StartAfter for the earlier ones.
 package admin

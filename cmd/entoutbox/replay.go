@@ -28,9 +28,10 @@ func newReplayCommand() *cobra.Command {
 --delete-delivered and cleanup --delivered-retention remove them) straight to
 the broker, as the relay does: the same message, the original event id, in the
 order they were written, so per aggregate in order. Use it for a new consumer,
-or a read model rebuilt with its processed events cleared: it handles them in
-order, while a consumer that handled them skips them as duplicates (and one
-that discarded an event's dead letter skips that event).
+or a read model rebuilt with its processed events and its positions
+(outbox_consumer_positions) cleared: it handles them in order, while a
+consumer that handled them skips them as duplicates (and one that discarded an
+event's dead letter skips that event).
 
 --to-topic sends every event to that topic instead of its own. Pending events
 are left to the relay; the table is outbox_events. Each replay publishes under
