@@ -16,11 +16,47 @@
 //	err = h.AddToRouter(router, b.Subscriber) // a subscriber per consumer name
 //
 // What users call is the options (WithMaxAttempts, ...), Config,
-// DeadLetter, PanicError, ErrDuplicate, the Meta* names and
-// CleanupProcessed. Everything in generated.go, each doc starting "For
-// generated code.", is called by the generated handlers only: it is
-// exported because generated code lives in the user's module, and may
-// change with the generator.
+// DeadLetter, PanicError, ErrDuplicate, OutOfOrderError, HeldError, the
+// Meta* names and CleanupProcessed. Everything whose doc starts "For
+// generated code." (generated.go, and Handle and AddToRouter, the run
+// time, in handle.go and router.go) is called by the generated handlers
+// only: it is exported because generated code lives in the user's module,
+// and may change with the generator.
+//
+// # Order
+//
+// For each consumer name, the effects of one aggregate are applied in the
+// order its events were written, with any number of instances and
+// WithConcurrency messages in flight in each (8; AddToRouter subscribes
+// that many members of the consumer's group per topic). Emit numbers each
+// aggregate's events on a topic (events.MetaAggregateSeq); the handler's
+// transaction locks the consumer's position on the aggregate
+// (schema.ConsumerPosition) and applies an event only when it is the next
+// one (order.go). One at or below the position is a duplicate. One
+// further ahead waits for its predecessor, which another instance is
+// handling or the broker delivers again after a kill: in the handler set,
+// with pauses from 5 to 200 ms, up to WithGapWait (5 s) per delivery, then
+// it is nacked (wait.go). A gap the aggregate has waited on for WithMaxGap
+// (5 min) is an event that never comes: the waiting event goes to the dead
+// letters and the aggregate is held at the missing one. An aggregate of
+// which the consumer has applied nothing starts at its lowest waiting
+// event after WithStartAfter (2 min), logged at info: its first events
+// were never delivered to this consumer.
+//
+// A dead letter holds its aggregate: by default, when an event goes to the
+// dead letters (its attempts used up, a payload that does not decode, a
+// version too new...), the aggregate's later events go there too, at once
+// and without a try, with a reason starting "held:" that names it (a
+// *HeldError), until the held event is retried (`entoutbox dead-letters
+// retry`) and applied, or its letter discarded. WithPassOverDeadLetters
+// moves the position past it instead: the aggregate goes on, and the
+// letter, once retried, is applied then, out of order. Either way the
+// dead letter keeps the event's aggregate_seq.
+//
+// Without positions in the schema, or for events without a seq (a
+// producer without schema.AggregateSequence), the handler set applies what
+// comes as it comes, one message at a time per consumer name and topic
+// without positions, and says so at error level.
 //
 // WithMetrics counts each delivery by result (handled, duplicate, retried,
 // dead_lettered), times the handler and observes the event's age (see the
