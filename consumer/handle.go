@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
@@ -70,18 +71,24 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		return setAside(metaErr.Error(), 0, 0, letterFollows)
 	}
 	if !known {
-		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, letterFollows)
+		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, s.letterOrder())
 	}
 	s.mu.Lock()
 	fn := s.handlers[consumer][m.Name]
 	s.mu.Unlock()
-	if fn == nil {
-		return nil // an event on the topic this consumer does not handle
+	passing := fn == nil // an event on the topic this consumer does not handle
+	if passing {
+		if !ordered(s.tables, m) {
+			return nil
+		}
+		fn = s.passUnhandled // it still takes its place in its aggregate's order
 	}
 	s.warnUnordered(m)
-	payload, err := decode(typ, m, msg)
-	if err != nil {
-		return setAside(err.Error(), 0, 0, s.letterOrder())
+	var payload any
+	if !passing {
+		if payload, err = decode(typ, m, msg); err != nil {
+			return setAside(err.Error(), 0, 0, s.letterOrder())
+		}
 	}
 	for attempt := 1; ; {
 		m.Attempt = attempt
@@ -92,8 +99,12 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		var held *HeldError
 		switch {
 		case err == nil:
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
-			s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+			if !passing {
+				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
+				s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+			}
+			return nil
+		case errors.Is(err, ErrDuplicate) && passing:
 			return nil
 		case errors.Is(err, ErrDuplicate):
 			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
@@ -129,6 +140,22 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		}
 		attempt++
 	}
+}
+
+// passUnhandled is the handler of an event with a seq that the consumer
+// has no handler for: it moves the position past it.
+func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
+	var passed bool
+	err := s.onPositions(ctx, m, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
+		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
+			passed, err = passUnhandled(ctx, tx, t, m)
+			return err
+		})
+	})
+	if err == nil && !passed {
+		return ErrDuplicate
+	}
+	return err
 }
 
 // letterOrder is what a dead letter of an event of the aggregate's turn

@@ -291,10 +291,7 @@ func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 		case s > p.last+1:
 			return outOfOrder(m, p)
 		}
-		return update(`last_seq = $2, waiting_since = NULL, waiting_seq = NULL,
-			held_event_id = CASE WHEN held_seq = $2 THEN NULL ELSE held_event_id END,
-			held_at = CASE WHEN held_seq = $2 THEN NULL ELSE held_at END,
-			held_seq = CASE WHEN held_seq = $2 THEN NULL ELSE held_seq END`, s)
+		return moveTo(ctx, tx, t, p, s)
 	}
 	at, event := s, uuid.NullUUID{UUID: m.EventID, Valid: true}
 	if order == letterForMissing {
@@ -304,6 +301,44 @@ func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 		return nil // held at this one or an earlier one already
 	}
 	return update(`held_seq = $2, held_event_id = $3, held_at = now()`, at, event)
+}
+
+// moveTo moves position p to seq, past an event not applied (passed
+// over), releasing the aggregate when it was held at seq.
+func moveTo(ctx context.Context, tx dialect.ExecQuerier, t Tables, p position, seq int64) error {
+	var res stdsql.Result
+	return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $2, waiting_since = NULL, waiting_seq = NULL,
+			held_event_id = CASE WHEN held_seq = $2 THEN NULL ELSE held_event_id END,
+			held_at = CASE WHEN held_seq = $2 THEN NULL ELSE held_at END,
+			held_seq = CASE WHEN held_seq = $2 THEN NULL ELSE held_seq END,
+			updated_at = now()
+		WHERE id = $1`, []any{p.id, seq}, &res)
+}
+
+// passUnhandled moves the position past m, an event its consumer has no
+// handler for, when m is its aggregate's next: the numbers count every
+// event of the aggregate on the topic, and the consumer's next event must
+// not wait for one it will never apply. It returns false for a duplicate,
+// and an *OutOfOrderError or *HeldError like recordInOrder.
+func passUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	p, err := lockPosition(ctx, tx, t, m)
+	if err != nil {
+		return false, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	s := m.AggregateSeq
+	switch {
+	case s <= p.last:
+		return false, nil
+	case p.held.Valid && s > p.held.Int64:
+		var id uuid.UUID
+		if p.heldEvent.Valid {
+			id = p.heldEvent.UUID
+		}
+		return false, &HeldError{AggregateType: m.AggregateType, AggregateID: m.AggregateID, Seq: s, HeldSeq: p.held.Int64, HeldEventID: id}
+	case s > p.last+1:
+		return false, outOfOrder(m, p)
+	}
+	return true, moveTo(ctx, tx, t, p, s)
 }
 
 // noteWaiting records, in a transaction of its own (the handler's rolls

@@ -262,3 +262,31 @@ func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
 	}
 	require.Equal(t, []string{"consumer billing starts aggregate Order/1 at seq 5: earlier events were never delivered to it"}, said)
 }
+
+// The seqs count every event of an aggregate on its topic: an event the
+// consumer has no handler for moves its position on, so that the next one
+// it handles does not wait for it.
+func TestEventsAConsumerDoesNotHandleTakeTheirPlace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(50*time.Millisecond))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+	placed := func(seq int64) *message.Message {
+		msg := outboxtest.Message(t, testent.OrderPlaced{OrderID: 1, Lines: []testent.OrderPlacedLine{}}, "1")
+		msg.Metadata.Set(events.MetaAggregateType, "Order")
+		msg.Metadata.Set(events.MetaAggregateSeq, strconv.FormatInt(seq, 10))
+		return msg
+	}
+
+	require.NoError(t, h.Handle(ctx, "billing", placed(1)))
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)), "seq 2 does not wait for seq 1")
+	require.Error(t, h.Handle(ctx, "billing", seqMessage(t, 1, 4)), "seq 4 waits for seq 3")
+	require.NoError(t, h.Handle(ctx, "billing", placed(3)))
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 4)))
+	require.NoError(t, h.Handle(ctx, "billing", placed(3)), "a duplicate")
+	require.Equal(t, []int64{2, 4}, b.applied(t, "billing", 1))
+	require.Equal(t, int64(4), b.client.ConsumerPosition.Query().OnlyX(ctx).LastSeq)
+	require.Zero(t, b.client.DeadLetter.Query().CountX(ctx))
+}
