@@ -231,9 +231,10 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 	applied := func() int {
 		return b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
 	}
-	// Liveness bounds: all of it within 4 minutes, and some progress every
-	// 30 s (a broken check leaves events that never apply).
-	deadline := time.Now().Add(4 * time.Minute)
+	// Liveness bounds: all of it within 4 minutes and 20 ms an event, and
+	// some progress every 30 s (a broken check leaves events that never
+	// apply).
+	deadline := time.Now().Add(4*time.Minute + time.Duration(total)*20*time.Millisecond)
 	began, said, moved, last := time.Now(), time.Now(), time.Now(), 0
 	for n := applied(); n < total && time.Now().Before(deadline) && time.Since(moved) < 30*time.Second; n = applied() {
 		if n != last {
