@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,7 @@ func TestRedisGroupShares(t *testing.T) {
 func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.nack." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, redisSetup(t, topic), Options{})
 	require.NoError(t, err)
@@ -72,7 +73,7 @@ func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
 func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.close." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b, err := Open(ctx, redisSetup(t, topic), Options{})
 	require.NoError(t, err)
@@ -92,7 +93,7 @@ func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
 	require.NoError(t, err)
 	ch2, err := staying.Subscribe(ctx, topic)
 	require.NoError(t, err)
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 40*time.Second) // the module's own claim comes after 60 s
 	defer wcancel()
 	got := receive(wctx, t, ch2, len(sent))
 	for _, m := range got {

@@ -69,14 +69,14 @@ func (b *bundle) retryLetter(t *testing.T, msg *message.Message) {
 // redelivers a nacked message.
 func handleUntilAcked(t *testing.T, h *testent.OutboxHandlers, consumerName string, msg *message.Message) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(patience)
 	for {
 		err := h.Handle(context.Background(), consumerName, msg.Copy())
 		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("event %s still nacked after a minute: %v", msg.UUID, err)
+			t.Errorf("event %s still nacked after %s: %v", msg.UUID, patience, err)
 			return
 		}
 	}
