@@ -65,6 +65,9 @@ func orderEvents(t *testing.T) int {
 // of its events: its seqs, in the order their effects committed, are 1, 2,
 // 3, ... with no inversion, no duplicate and nothing missing.
 func TestInstancesApplyEachAggregateInOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: kills and restarts consumer instances over thousands of events on each broker")
+	}
 	t.Parallel()
 	for _, b := range orderBrokers {
 		t.Run(b.name, func(t *testing.T) {
