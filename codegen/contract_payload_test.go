@@ -55,7 +55,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(ctx))
+	pgtest.Migrate(t, client.Schema.Create)
 	schemas := payloadSchemas(t)
 	checked := map[string]int{}
 	check := func(name string, version int, payload []byte) {

@@ -37,7 +37,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	return &bundle{db: db, client: client}
 }
 

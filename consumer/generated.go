@@ -44,7 +44,8 @@ type Set struct {
 	tracer     *tracing.Tracer
 	types      map[string]EventType
 	deadLetter func(context.Context, DeadLetter) error
-	tables     Tables // "" names for tables the generated code does not know
+	db         dialect.ExecQuerier // the consumers' database; nil without positions
+	tables     Tables              // "" names for tables the generated code does not know
 
 	mu       sync.Mutex
 	handlers map[string]map[string]HandlerFunc // consumer -> event name -> handler
@@ -57,16 +58,22 @@ type Set struct {
 // generated before the consumer positions call it; NewSetFor says which
 // tables the generated code writes.
 func NewSet(types []EventType, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
-	return NewSetFor(types, Tables{}, deadLetter, opts...)
+	return NewSetFor(types, nil, Tables{}, deadLetter, opts...)
 }
 
 // For generated code. NewSetFor returns an empty handler set for the
-// declared event types, whose generated code writes tables; deadLetter
-// stores what consumers give up on.
-func NewSetFor(types []EventType, tables Tables, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
+// declared event types, whose generated code writes tables in db;
+// deadLetter stores what consumers give up on. The set itself writes the
+// positions outside a handler's transaction (a gap's waiting time, an
+// aggregate's start) through db.
+func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLetter func(context.Context, DeadLetter) error,
+	opts ...Option) *Set {
+	if db == nil {
+		tables.Positions = "" // nothing to keep them with
+	}
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
-		tables: tables, handlers: map[string]map[string]HandlerFunc{}}
+		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
@@ -183,9 +190,6 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 // positions, and, for an event with a seq, holds its aggregate or passes
 // over it (WithPassOverDeadLetters) in the same transaction.
 func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
-	if d.onPositions != nil {
-		return d.onPositions(ctx, db, t)
-	}
 	if !ordered(t, d.Meta) {
 		return insertDeadLetter(ctx, db, t.DeadLetters, t.Positions != "", d, nil)
 	}

@@ -121,7 +121,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		case errors.As(err, &held):
 			return setAside(held.Error(), 0, took, letterFollows)
 		case errors.Is(err, errLetteredNext):
-			if err := s.onPositions(ctx, m, s.holdOrPass(m)); err != nil {
+			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
 				return err
 			}
 			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
@@ -146,7 +146,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 // has no handler for: it moves the position past it.
 func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 	var passed bool
-	err := s.onPositions(ctx, m, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
+	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
 			passed, err = passUnhandled(ctx, tx, t, m)
 			return err

@@ -26,11 +26,6 @@ type DeadLetter struct {
 
 	// What the letter does to its aggregate's position (order.go).
 	order letterOrder
-	// onPositions, when set, is all StoreDeadLetter does: the generated
-	// code gives a handler set no other way to write to the database
-	// outside a handler's transaction, which the ordering check needs
-	// (a gap's waiting time, starting an aggregate).
-	onPositions func(ctx context.Context, db dialect.ExecQuerier, t Tables) error
 }
 
 // escapedNote ends the reason of a dead letter some of whose text had to

@@ -58,7 +58,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	}
 	if !w.noted || gap.Waited == 0 {
 		w.noted = true
-		err := s.onPositions(ctx, m, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
 			gap, err = noteWaiting(ctx, db, t, m)
 			return err
 		})
@@ -68,7 +68,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	}
 	if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter {
 		var at int64
-		err := s.onPositions(ctx, m, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
 			at, err = startAggregate(ctx, db, t, m, s.cfg.StartAfter)
 			return err
 		})
@@ -106,10 +106,10 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	return nil
 }
 
-// onPositions runs write outside any handler's transaction, through the
-// set's dead-letter function (see DeadLetter.onPositions).
-func (s *Set) onPositions(ctx context.Context, m events.Meta, write func(context.Context, dialect.ExecQuerier, Tables) error) error {
-	return s.deadLetter(ctx, DeadLetter{Meta: m, onPositions: write})
+// onPositions runs write on the consumers' database, outside any
+// handler's transaction.
+func (s *Set) onPositions(ctx context.Context, write func(context.Context, dialect.ExecQuerier, Tables) error) error {
+	return write(ctx, s.db, s.tables)
 }
 
 // holdOrPass applies the set's dead-letter policy to m's aggregate, for m

@@ -32,7 +32,7 @@ type OutboxHandlers struct {
 // causation and correlation ids.
 func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers {
 	h := &OutboxHandlers{client: client}
-	h.set = consumer.NewSetFor(outboxEventTypes, outboxTables, h.outboxDeadLetter, opts...)
+	h.set = consumer.NewSetFor(outboxEventTypes, client.driver, outboxTables, h.outboxDeadLetter, opts...)
 	return h
 }
 
