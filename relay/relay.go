@@ -226,43 +226,50 @@ func checkTableName(table string) error {
 const outboxColumns = "id,event_id,event_name,event_version,topic,aggregate_type,aggregate_id,payload,headers," +
 	"created_at,transaction_id,available_at,attempts,delivered_at,last_error,readable_from,aggregate_seq"
 
+// deadLetterColumns are the columns of the dead-letter table the relay
+// writes beyond those it always had: a dead letter keeps the row's place
+// in its aggregate's order, so that a retry takes it again.
+const deadLetterColumns = "aggregate_seq"
+
 // checkTables refuses an outbox table that does not exist or is not one,
-// and a dead-letter table that does not exist, before the relay creates
-// tables of its own after their names or polls them for ever.
+// and a dead-letter table that does not exist or lacks a column the relay
+// writes, before the relay creates tables of its own after their names or
+// polls them for ever.
 func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
-	var exists bool
-	var missing string
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
-			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
-				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
-		pgsql.QuoteIdent(table), outboxColumns).Scan(&exists, &missing); err != nil {
-		return fmt.Errorf("relay: looking for table %q: %w", table, err)
-	}
 	const migrate = "run the ent migration first: client.Schema.Create"
+	exists, missing, err := missingColumns(ctx, db, table, outboxColumns)
+	if err != nil {
+		return err
+	}
 	if !exists {
 		return fmt.Errorf("relay: table %q does not exist (%s)", table, migrate)
 	}
 	if missing != "" {
 		return fmt.Errorf("relay: table %q is not an outbox table: it lacks the columns %s (%s)", table, missing, migrate)
 	}
-	exists, err := tableExists(ctx, db, deadLetterTable)
+	exists, missing, err = missingColumns(ctx, db, deadLetterTable, deadLetterColumns)
 	if err != nil {
 		return err
 	}
 	if !exists {
 		return fmt.Errorf("relay: dead-letter table %q does not exist (%s)", deadLetterTable, migrate)
 	}
-	// A dead letter keeps the row's place in its aggregate's order, so that
-	// a retry takes it again.
-	var hasSeq bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname = 'aggregate_seq' AND attnum > 0 AND NOT attisdropped)`, pgsql.QuoteIdent(deadLetterTable)).Scan(&hasSeq); err != nil {
-		return fmt.Errorf("relay: looking for table %q: %w", deadLetterTable, err)
-	}
-	if !hasSeq {
-		return fmt.Errorf("relay: dead-letter table %q lacks the column aggregate_seq (%s)", deadLetterTable, migrate)
+	if missing != "" {
+		return fmt.Errorf("relay: dead-letter table %q lacks the columns %s (%s)", deadLetterTable, missing, migrate)
 	}
 	return nil
+}
+
+// missingColumns tells whether table exists and which of columns (comma
+// separated) it lacks, comma separated too.
+func missingColumns(ctx context.Context, db *sql.DB, table, columns string) (exists bool, missing string, err error) {
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
+			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
+		pgsql.QuoteIdent(table), columns).Scan(&exists, &missing); err != nil {
+		return false, "", fmt.Errorf("relay: looking for table %q: %w", table, err)
+	}
+	return exists, missing, nil
 }
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.

@@ -38,7 +38,8 @@ func TestRelayRefusesMissingTable(t *testing.T) {
 	forPaths(t, func(t *testing.T, path relay.Path) {
 		b := setupEmit(t)
 		_, err := b.db.DB.Exec(`CREATE TABLE not_outbox (id bigint, payload jsonb);
-			CREATE TABLE unmigrated (LIKE outbox_events INCLUDING ALL); ALTER TABLE unmigrated DROP COLUMN readable_from`)
+			CREATE TABLE unmigrated (LIKE outbox_events INCLUDING ALL); ALTER TABLE unmigrated DROP COLUMN readable_from;
+			CREATE TABLE old_letters (LIKE outbox_dead_letters INCLUDING ALL); ALTER TABLE old_letters DROP COLUMN aggregate_seq`)
 		require.NoError(t, err)
 		before := tablesOf(t, b)
 		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
@@ -56,6 +57,14 @@ func TestRelayRefusesMissingTable(t *testing.T) {
 			require.Error(t, err, "table %s", table)
 			require.True(t, strings.HasPrefix(err.Error(), want), "table %s: %v", table, err)
 		}
+		// A dead-letter table of an earlier version: a dead letter keeps
+		// its event's aggregate_seq.
+		r, err := relay.New(quick(path, relay.Config{DB: b.db.DB, Publisher: pub, DeadLetterTable: "old_letters"}))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		err = r.Run(ctx)
+		cancel()
+		require.ErrorContains(t, err, `relay: dead-letter table "old_letters" lacks the columns aggregate_seq (run the ent migration first`)
 		require.Equal(t, before, tablesOf(t, b), "tables created after a refused name")
 	})
 }
