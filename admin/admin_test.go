@@ -51,9 +51,6 @@ type env struct {
 	prefix string
 }
 
-// createSchemaMu serializes ent migrations, which race with each other.
-var createSchemaMu sync.Mutex
-
 func setup(t *testing.T, withBroker bool) *env {
 	t.Helper()
 	if !withBroker {
@@ -68,9 +65,7 @@ func setupOn(t *testing.T, url, service string) *env {
 	t.Helper()
 	db := pgtest.New(t)
 	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
-	createSchemaMu.Lock() // ent's migration writes package state: one at a time
-	require.NoError(t, e.client.Schema.Create(context.Background()))
-	createSchemaMu.Unlock()
+	pgtest.Migrate(t, e.client.Schema.Create)
 	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	e.admin = admin.New(e.ent)
 	if url != "" {

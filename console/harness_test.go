@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,17 +37,11 @@ type env struct {
 	srv *httptest.Server
 }
 
-// createSchemaMu serializes ent migrations, which race with each other.
-var createSchemaMu sync.Mutex
-
 func setup(t *testing.T, cfg console.Config) *env {
 	t.Helper()
 	db := pgtest.New(t)
 	e := &env{db: db, ent: ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
-	createSchemaMu.Lock()
-	err := e.ent.Schema.Create(context.Background())
-	createSchemaMu.Unlock()
-	require.NoError(t, err)
+	pgtest.Migrate(t, e.ent.Schema.Create)
 	cfg.DB = db.DB
 	c, err := console.New(cfg)
 	require.NoError(t, err)

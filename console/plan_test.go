@@ -31,7 +31,7 @@ func TestSearchQueryPlans(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(ctx))
+	pgtest.Migrate(t, client.Schema.Create)
 	// n delivered events 10 ms apart ending now, 5,000 aggregates, two
 	// consumers that processed them all.
 	_, err := db.DB.ExecContext(ctx, `INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,

@@ -44,7 +44,7 @@ func TestRequireEmittedInTheTransaction(t *testing.T) {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	ctx := context.Background()
-	require.NoError(t, client.Schema.Create(ctx))
+	pgtest.Migrate(t, client.Schema.Create)
 
 	tx, err := client.Tx(ctx)
 	require.NoError(t, err)

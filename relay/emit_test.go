@@ -28,7 +28,7 @@ func setupEmit(t *testing.T) *emitBundle {
 	t.Helper()
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	return &emitBundle{db: db, client: client}
 }
 

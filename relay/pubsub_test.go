@@ -49,7 +49,7 @@ func TestSubscriberConformance(t *testing.T) {
 	// expects them to share their messages; each test has topics of its own.
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return newConformancePubSub(t, db)
 	}, nil)

@@ -580,7 +580,7 @@ func TestWALSurvivesPostgresRestart(t *testing.T) {
 	pg := pgtest.StartPrivate(t)
 	db := pg.Open(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	s := &walSetup{emitBundle: &emitBundle{db: &pgtest.DB{URL: pg.URL, DB: db}, client: client},
 		slot: "outbox_events_wal", publication: "outbox_events_wal"}
 	pubsub, got := receiveInProcess(t, "orders")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"testing"
 
 	"entgo.io/ent/dialect"
@@ -17,7 +16,7 @@ import (
 func TestCleanupRefusesNegativeRetention(t *testing.T) {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
 			payload, delivered_at)
 		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() FROM generate_series(1, 3) g;
@@ -47,7 +46,7 @@ func TestCleanupRefusesNegativeRetention(t *testing.T) {
 func TestCleanupPurgesSettledDeadLetters(t *testing.T) {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	_, err := db.DB.Exec(`INSERT INTO outbox_dead_letters (source, event_name, reason, created_at, retried_at, discarded_at) VALUES
 		('relay', 'open-old', 'x', now() - interval '30 days', NULL, NULL),
 		('billing', 'retried-old', 'x', now() - interval '30 days', now() - interval '10 days', NULL),

@@ -27,7 +27,7 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 
 func TestConsoleServes(t *testing.T) {
 	db := pgtest.New(t)
-	require.NoError(t, ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))).Schema.Create(context.Background()))
+	pgtest.Migrate(t, ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))).Schema.Create)
 	pr, pw := io.Pipe()
 	cmd := newRootCommand()
 	cmd.SetOut(pw)

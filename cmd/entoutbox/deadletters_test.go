@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,17 +18,12 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
-// createSchemaMu serializes ent migrations, which race with each other.
-var createSchemaMu sync.Mutex
-
 // letterDB is a schema with the outbox tables and an ent client on it.
 func letterDB(t *testing.T) (*pgtest.DB, *ent.Client) {
 	t.Helper()
 	db := pgtest.New(t)
 	app := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	createSchemaMu.Lock() // ent's migration writes package state: one at a time
-	defer createSchemaMu.Unlock()
-	require.NoError(t, app.Schema.Create(context.Background()))
+	pgtest.Migrate(t, app.Schema.Create)
 	return db, ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 }
 

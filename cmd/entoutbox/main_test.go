@@ -32,7 +32,7 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 func TestStatusAndCleanup(t *testing.T) {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
 		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() - interval '90 seconds' FROM generate_series(1, 4) g;
 		INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at)

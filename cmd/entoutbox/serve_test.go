@@ -136,7 +136,7 @@ func outboxDB(t *testing.T) *pgtest.DB {
 	t.Helper()
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	require.NoError(t, client.Schema.Create(context.Background()))
+	pgtest.Migrate(t, client.Schema.Create)
 	return db
 }
 

@@ -10,9 +10,11 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect/sql/schema"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -90,4 +92,20 @@ func New(t testing.TB) *DB {
 // WithSearchPath returns databaseURL with its search_path set to schema.
 func WithSearchPath(databaseURL, schema string) string {
 	return pgsql.WithSearchPath(databaseURL, schema)
+}
+
+// migrateMu runs the ent migrations of one test binary one at a time:
+// ent's migration writes package state (its tables' descriptions), and
+// two at once crash the binary with a concurrent map write.
+var migrateMu sync.Mutex
+
+// Migrate runs an ent client's Schema.Create (pass the method itself) and
+// fails t on an error.
+func Migrate(t testing.TB, create func(context.Context, ...schema.MigrateOption) error) {
+	t.Helper()
+	migrateMu.Lock()
+	defer migrateMu.Unlock()
+	if err := create(context.Background()); err != nil {
+		t.Fatalf("ent migration: %v", err)
+	}
 }
