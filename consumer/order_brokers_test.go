@@ -28,21 +28,30 @@ import (
 )
 
 // orderBrokers are the brokers whose groups share a topic among several
-// members: the ones a consumer name's instances scale out on.
+// members: the ones a consumer name's instances scale out on. That is every
+// broker the project opens by URL.
 var orderBrokers = []struct {
 	name    string
 	service string // what to start when it is not reachable; "" when in process
 	url     func(t *testing.T) string
+	// inProcess: the broker lives in the process that opens it (mem://
+	// opened twice is two buses that share nothing), so its instances are
+	// routers of one process sharing one Broker, and a kill closes the
+	// instance's subscribers rather than the Broker.
+	inProcess bool
 }{
-	{"nats", "NATS JetStream at 127.0.0.1:4222", func(*testing.T) string { return natsURL }},
-	{"amqp", "RabbitMQ at 127.0.0.1:5672", func(*testing.T) string { return "amqp://guest:guest@127.0.0.1:5672/" }},
-	{"redis", "Redis at 127.0.0.1:6379", func(*testing.T) string { return "redis://127.0.0.1:6379/0" }},
-	{"kafka", "", func(t *testing.T) string {
+	{name: "nats", service: "NATS JetStream at 127.0.0.1:4222", url: func(*testing.T) string { return natsURL }},
+	{name: "amqp", service: "RabbitMQ at 127.0.0.1:5672", url: func(*testing.T) string { return "amqp://guest:guest@127.0.0.1:5672/" }},
+	{name: "redis", service: "Redis at 127.0.0.1:6379", url: func(*testing.T) string { return "redis://127.0.0.1:6379/0" }},
+	{name: "kafka", url: func(t *testing.T) string {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
 		return "kafka://" + strings.Join(c.ListenAddrs(), ",")
 	}},
+	// The broker's tables in a schema of their own, apart from the outbox's.
+	{name: "postgres", service: "PostgreSQL at " + pgtest.ServerURL(), url: func(t *testing.T) string { return pgtest.New(t).URL }},
+	{name: "mem", url: func(*testing.T) string { return "mem://" }, inProcess: true},
 }
 
 // orderEvents is how many events TestInstancesApplyEachAggregateInOrder
@@ -72,12 +81,12 @@ func TestInstancesApplyEachAggregateInOrder(t *testing.T) {
 	for _, b := range orderBrokers {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			instancesInOrderOn(t, b.url(t), b.service)
+			instancesInOrderOn(t, b.url(t), b.service, b.inProcess)
 		})
 	}
 }
 
-func instancesInOrderOn(t *testing.T, url, service string) {
+func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 	const (
 		aggregates = 50
 		instances  = 3
@@ -102,14 +111,20 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 	t.Cleanup(func() { _ = pub.Close() })
 
 	// An instance is a process of its own: its broker connections, its
-	// router and its handler set.
+	// router and its handler set. On an in-process broker it is a router and
+	// handler set of this process, with subscribers of its own on the one
+	// Broker.
 	type instance struct {
-		br   broker.Broker
+		subs *instanceSubscribers
 		stop context.CancelFunc
 		done chan error
 	}
 	start := func() *instance {
-		br := open()
+		br := pub
+		if !inProcess {
+			br = open()
+		}
+		subs := &instanceSubscribers{br: br, own: !inProcess}
 		h := testent.NewOutboxHandlers(b.client, consumer.WithTopicPrefix(prefix), consumer.WithConcurrency(3),
 			consumer.WithBackoff(5*time.Millisecond, 20*time.Millisecond), consumer.WithGapWait(time.Second),
 			consumer.WithLogger(watermill.NopLogger{}))
@@ -122,9 +137,9 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 		})
 		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
 		require.NoError(t, err)
-		require.NoError(t, h.AddToRouter(r, br.Subscriber))
+		require.NoError(t, h.AddToRouter(r, subs.subscriber))
 		rctx, stop := context.WithCancel(ctx)
-		in := &instance{br: br, stop: stop, done: make(chan error, 1)}
+		in := &instance{subs: subs, stop: stop, done: make(chan error, 1)}
 		go func() { in.done <- r.Run(rctx) }()
 		select {
 		case <-r.Running():
@@ -138,7 +153,7 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 	// kill drops the instance's broker connections under its handlers,
 	// acked or not, as a dying process does, then stops its router.
 	kill := func(in *instance) {
-		_ = in.br.Close()
+		in.subs.drop()
 		in.stop()
 		<-in.done
 	}
@@ -290,6 +305,41 @@ func instancesInOrderOn(t *testing.T, url, service string) {
 		pos := b.client.ConsumerPosition.Query().Where(consumerposition.Consumer("billing"),
 			consumerposition.AggregateID(strconv.FormatInt(order, 10))).OnlyX(context.Background())
 		require.Equal(t, n, pos.LastSeq, "position of aggregate %d", order)
+	}
+}
+
+// instanceSubscribers makes an instance's subscribers and drops them all
+// when it is killed: with its own Broker, by closing the Broker (its
+// connections); on a Broker it shares, by closing each subscriber, which
+// gives the messages it holds back to the group as a closed connection
+// does.
+type instanceSubscribers struct {
+	br  broker.Broker
+	own bool
+
+	mu   sync.Mutex
+	subs []message.Subscriber
+}
+
+func (s *instanceSubscribers) subscriber(group string) (message.Subscriber, error) {
+	sub, err := s.br.Subscriber(group)
+	if err == nil {
+		s.mu.Lock()
+		s.subs = append(s.subs, sub)
+		s.mu.Unlock()
+	}
+	return sub, err
+}
+
+func (s *instanceSubscribers) drop() {
+	if s.own {
+		_ = s.br.Close()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs {
+		_ = sub.Close()
 	}
 }
 
