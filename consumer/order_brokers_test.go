@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,6 +40,11 @@ var orderBrokers = []struct {
 	// routers of one process sharing one Broker, and a kill closes the
 	// instance's subscribers rather than the Broker.
 	inProcess bool
+	// death, when set, names an instance's connections in the URL it opens
+	// and returns that URL and what cuts them as its process's death
+	// would; the kill then does it before closing the instance's Broker,
+	// whose Close alone would leave in order.
+	death func(t *testing.T, url string) (instanceURL string, die func())
 }{
 	{name: "nats", service: "NATS JetStream at 127.0.0.1:4222", url: func(*testing.T) string { return natsURL }},
 	{name: "amqp", service: "RabbitMQ at 127.0.0.1:5672", url: func(*testing.T) string { return "amqp://guest:guest@127.0.0.1:5672/" }},
@@ -50,7 +56,8 @@ var orderBrokers = []struct {
 		return "kafka://" + strings.Join(c.ListenAddrs(), ",")
 	}},
 	// The broker's tables in a schema of their own, apart from the outbox's.
-	{name: "postgres", service: "PostgreSQL at " + pgtest.ServerURL(), url: func(t *testing.T) string { return pgtest.New(t).URL }},
+	{name: "postgres", service: "PostgreSQL at " + pgtest.ServerURL(), url: func(t *testing.T) string { return pgtest.New(t).URL },
+		death: postgresDeath},
 	{name: "mem", url: func(*testing.T) string { return "mem://" }, inProcess: true},
 }
 
@@ -81,12 +88,13 @@ func TestInstancesApplyEachAggregateInOrder(t *testing.T) {
 	for _, b := range orderBrokers {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			instancesInOrderOn(t, b.url(t), b.service, b.inProcess)
+			instancesInOrderOn(t, b.url(t), b.service, b.inProcess, b.death)
 		})
 	}
 }
 
-func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
+func instancesInOrderOn(t *testing.T, url, service string, inProcess bool,
+	death func(t *testing.T, url string) (string, func())) {
 	const (
 		aggregates = 50
 		instances  = 3
@@ -97,7 +105,7 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 	prefix := uniquePrefix()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	open := func() broker.Broker {
+	open := func(url string) broker.Broker {
 		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
 		defer ocancel()
 		br, err := broker.Open(octx, url, broker.Options{})
@@ -107,7 +115,7 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 		require.NoError(t, err)
 		return br
 	}
-	pub := open()
+	pub := open(url)
 	t.Cleanup(func() { _ = pub.Close() })
 
 	// An instance is a process of its own: its broker connections, its
@@ -116,13 +124,18 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 	// Broker.
 	type instance struct {
 		subs *instanceSubscribers
+		die  func()
 		stop context.CancelFunc
 		done chan error
 	}
 	start := func() *instance {
-		br := pub
+		br, die := pub, func() {}
 		if !inProcess {
-			br = open()
+			instanceURL := url
+			if death != nil {
+				instanceURL, die = death(t, url)
+			}
+			br = open(instanceURL)
 		}
 		subs := &instanceSubscribers{br: br, own: !inProcess}
 		h := testent.NewOutboxHandlers(b.client, consumer.WithTopicPrefix(prefix), consumer.WithConcurrency(3),
@@ -139,7 +152,7 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 		require.NoError(t, err)
 		require.NoError(t, h.AddToRouter(r, subs.subscriber))
 		rctx, stop := context.WithCancel(ctx)
-		in := &instance{subs: subs, stop: stop, done: make(chan error, 1)}
+		in := &instance{subs: subs, die: die, stop: stop, done: make(chan error, 1)}
 		go func() { in.done <- r.Run(rctx) }()
 		select {
 		case <-r.Running():
@@ -153,6 +166,7 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool) {
 	// kill drops the instance's broker connections under its handlers,
 	// acked or not, as a dying process does, then stops its router.
 	kill := func(in *instance) {
+		in.die()
 		in.subs.drop()
 		in.stop()
 		<-in.done
@@ -340,6 +354,26 @@ func (s *instanceSubscribers) drop() {
 	defer s.mu.Unlock()
 	for _, sub := range s.subs {
 		_ = sub.Close()
+	}
+}
+
+// postgresDeath names an instance's connections with an application_name
+// of its own, and kills them in the server: a subscriber's transaction
+// then rolls back, acked messages of its batch included, and they come
+// again to another instance, as when the process dies. (Closing the
+// subscriber instead commits what was acked.)
+func postgresDeath(t *testing.T, url string) (string, func()) {
+	name := "order-instance-" + strings.TrimSuffix(uniquePrefix(), "_")
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + "application_name=" + name, func() {
+		db, err := sql.Open("pgx", url)
+		require.NoError(t, err)
+		defer db.Close()
+		_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, name)
+		require.NoError(t, err, "killing the connections of %s", name)
 	}
 }
 
