@@ -18,6 +18,13 @@ import (
 // row of "watermill_offsets_T". Useful when the only infrastructure is the
 // database the outbox already lives in.
 //
+// A group's members take turns: the one that holds the offset row's lock
+// reads a batch (up to 100 messages) and hands them out one at a time, each
+// once the previous one is acked, so a topic is handled in order, one
+// message at a time, however many members the group has. The acks commit
+// with the batch: a member whose connection dies rolls them back, and the
+// batch's acked messages come again.
+//
 // The default schema stores payloads in a JSON column, so payloads must be
 // JSON (outbox events are). Subscribers poll (every second when idle) and see
 // a row only once every transaction older than it has ended.
