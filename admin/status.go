@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
@@ -32,7 +33,36 @@ type Status struct {
 	// letter is retried. Empty when none is held, or no consumer keeps
 	// positions.
 	Held []HeldAggregates `json:"held"`
+	// Lag is, per consumer name with positions and per topic it has
+	// positions on, the events it has not handled yet and the age of the
+	// oldest (see ConsumerLag). A consumer that never applied an event has
+	// no positions, and no lag here.
+	Lag []ConsumerLag `json:"lag"`
 }
+
+// ConsumerLag is how far one consumer name is behind on one topic.
+type ConsumerLag struct {
+	Consumer string `json:"consumer"`
+	Topic    string `json:"topic"`
+	// Events counts the topic's numbered events the consumer has not
+	// handled: per aggregate, the number of its last event less the
+	// consumer's position (all of them where it has none), events the
+	// relay has not sent yet included.
+	Events int64 `json:"events"`
+	// Located counts those of them found in the outbox (among its newest
+	// lag.DefaultMaxRows rows), and Oldest is when the oldest of those
+	// was written, zero when none was found. OldestAgeSeconds is its age
+	// at At: 0 when nothing is behind, nil when events are behind but
+	// none was found (unknown: their rows are deleted), and a lower bound
+	// when Located < Events.
+	Located          int64     `json:"located"`
+	Oldest           time.Time `json:"oldest"`
+	OldestAgeSeconds *float64  `json:"oldest_age_seconds"`
+}
+
+// Exact tells whether OldestAgeSeconds is the oldest's age rather than a
+// lower bound or unknown.
+func (l ConsumerLag) Exact() bool { return l.Located == l.Events }
 
 // HeldAggregates is the aggregates one consumer holds.
 type HeldAggregates struct {
@@ -148,7 +178,32 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	if st.Held, err = readHeld(ctx, db, schema.ConsumerPositionTable); err != nil {
 		return Status{}, err
 	}
+	if st.Lag, err = readLag(ctx, db, table); err != nil {
+		return Status{}, err
+	}
 	return st, nil
+}
+
+// readLag reads the consumers' lag (package lag: the count reads every
+// aggregate's counter and position).
+func readLag(ctx context.Context, db *sql.DB, table string) ([]ConsumerLag, error) {
+	r, err := lag.Read(ctx, db, lag.Config{Outbox: table})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	out := make([]ConsumerLag, 0, len(r.Lags))
+	for _, l := range r.Lags {
+		c := ConsumerLag{Consumer: l.Consumer, Topic: l.Topic, Events: l.Events, Located: l.Located, Oldest: l.Oldest}
+		switch {
+		case l.Events == 0:
+			c.OldestAgeSeconds = new(float64)
+		case l.Located > 0:
+			age := max(r.At.Sub(l.Oldest).Seconds(), 0)
+			c.OldestAgeSeconds = &age
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // readHeld reads the held aggregates of each consumer from the positions

@@ -20,8 +20,11 @@ type BacklogConfig struct {
 	Table, DeadLetterTable string
 	// PositionTable names the consumers' positions (schema.ConsumerPosition),
 	// "outbox_consumer_positions" when empty; a database without it
-	// reports no held aggregates.
-	PositionTable string
+	// reports no held aggregates. With SequenceTable, the aggregates'
+	// counters (schema.AggregateSequence, "outbox_aggregate_sequences"
+	// when empty), it gives the consumer lag; a database without either
+	// reports none.
+	PositionTable, SequenceTable string
 	// MinInterval is the least time between two samples: scrapes in
 	// between see the last one. DefaultBacklogInterval when zero.
 	MinInterval time.Duration
@@ -29,9 +32,12 @@ type BacklogConfig struct {
 	Timeout time.Duration
 	// MaxCount bounds the rows one sample counts, in each count:
 	// entoutbox_outbox_pending_events and entoutbox_dead_letters stop
-	// rising there (read it as "at least"). DefaultBacklogMaxCount when
-	// zero.
+	// rising there (read it as "at least"); and the outbox rows a lag
+	// sample reads to find the oldest event a consumer has not handled.
+	// DefaultBacklogMaxCount when zero.
 	MaxCount int
+	// LagTimeout bounds one lag sample; DefaultLagTimeout when zero.
+	LagTimeout time.Duration
 }
 
 // Defaults of BacklogConfig.
@@ -49,6 +55,12 @@ const (
 // index of undelivered rows, the oldest is looked up at its head. A sample
 // that fails keeps the last values (see BacklogError). A second call
 // replaces the first.
+//
+// The consumer lag gauges (entoutbox_consumer_lag_events,
+// entoutbox_consumer_lag_oldest_seconds) are sampled beside the scrapes:
+// their count reads every aggregate's counter and position, so a sample
+// starts no sooner than MinInterval, nor than twenty times the last one's
+// duration, after the last, and a scrape reports the last that worked.
 func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if m == nil {
 		return nil
@@ -74,19 +86,24 @@ func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if cfg.MaxCount <= 0 {
 		cfg.MaxCount = DefaultBacklogMaxCount
 	}
+	if cfg.LagTimeout <= 0 {
+		cfg.LagTimeout = DefaultLagTimeout
+	}
 	m.backlog.watch(db, cfg)
+	m.lag.watchLag(db, cfg)
 	return nil
 }
 
-// BacklogError is the error of the last backlog sample, nil when it
-// worked or none was taken.
+// BacklogError is the error of the last backlog sample and of the last
+// lag sample, nil when they worked or none was taken.
 func (m *Metrics) BacklogError() error {
 	if m == nil {
 		return nil
 	}
 	m.backlog.mu.Lock()
-	defer m.backlog.mu.Unlock()
-	return m.backlog.err
+	err := m.backlog.err
+	m.backlog.mu.Unlock()
+	return errors.Join(err, m.lag.lastErr())
 }
 
 // backlog is one sample.

@@ -46,6 +46,7 @@ type Metrics struct {
 	emitEvents              *prometheus.CounterVec   // event
 
 	backlog          *backlogCollector
+	lag              *lagCollector
 	partitionsMu     sync.Mutex
 	partitionSources map[*int]func() int
 }
@@ -121,6 +122,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Events emitted, counted once their transaction committed, by event name.",
 		}, []string{"event"}),
 		backlog:          newBacklogCollector(),
+		lag:              newLagCollector(),
 		partitionSources: map[*int]func() int{},
 	}
 	m.relayPartitionsOwned = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -131,6 +133,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
 		m.consumerDeliveries, m.consumerHandlerDuration, m.consumerEventAge, m.emitEvents, m.backlog,
+		m.lag,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: registering: %w", err)

@@ -44,6 +44,8 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_consumer_event_age_seconds",
 		"entoutbox_consumer_handler_duration_seconds",
 		"entoutbox_consumer_held_aggregates",
+		"entoutbox_consumer_lag_events",
+		"entoutbox_consumer_lag_oldest_seconds",
 		"entoutbox_dead_letters",
 		"entoutbox_emit_events_total",
 		"entoutbox_outbox_oldest_pending_age_seconds",

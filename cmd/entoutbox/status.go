@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/internal/lag"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -23,11 +24,15 @@ func newStatusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters), the fast relays and the WAL slots",
+		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters), consumer lag, the fast relays and the WAL slots",
 		Long: `status prints the outbox backlog (pending events, per topic, and the age of the
 oldest), the fast relays and the partitions they hold, the WAL relays'
-replication slots (active or not, WAL retained), and the open dead letters
-(neither retried nor discarded) by source and reason.
+replication slots (active or not, WAL retained), the open dead letters
+(neither retried nor discarded) by source and reason, the aggregates
+consumers hold behind a dead letter, and each consumer's lag per topic: the
+events it has not handled yet and the age of the oldest (consumers whose
+positions are in this database; the count reads every aggregate's counter
+and position).
 
 With --max-age or --max-dead-letters it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.`,
@@ -113,6 +118,7 @@ func writeStatus(out io.Writer, st admin.Status) {
 		fmt.Fprintf(out, "settled letters:     %d retried, %d discarded\n", dl.Retried, dl.Discarded)
 	}
 	writeHeld(out, st)
+	writeLag(out, st)
 	if st.Partitions > 0 {
 		fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(st.Relays), st.Partitions)
 		for _, r := range st.Relays {
@@ -147,6 +153,34 @@ func writeHeld(out io.Writer, st admin.Status) {
 				a.EventID, a.Seq, st.At.Sub(a.Since).Round(time.Second))
 		}
 	}
+}
+
+// writeLag prints how far each consumer is behind on each topic, and how
+// sure the age of the oldest is.
+func writeLag(out io.Writer, st admin.Status) {
+	if len(st.Lag) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "consumer lag:        events not handled yet, by consumer and topic\n")
+	for _, l := range st.Lag {
+		fmt.Fprintf(out, "  %s on %s: ", l.Consumer, l.Topic)
+		switch {
+		case l.Events == 0:
+			fmt.Fprintf(out, "0\n")
+		case l.OldestAgeSeconds == nil:
+			fmt.Fprintf(out, "%d, the oldest's age unknown (none of them is among the outbox's newest %d rows: "+
+				"deleted on delivery or by cleanup, or older)\n", l.Events, lag.DefaultMaxRows)
+		case l.Exact():
+			fmt.Fprintf(out, "%d, the oldest written %s ago\n", l.Events, seconds(*l.OldestAgeSeconds))
+		default:
+			fmt.Fprintf(out, "%d, the oldest written at least %s ago (%d of them found among the outbox's newest %d rows; "+
+				"the others' rows are deleted or older)\n", l.Events, seconds(*l.OldestAgeSeconds), l.Located, lag.DefaultMaxRows)
+		}
+	}
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second)).Round(time.Second)
 }
 
 // writeWALSlots prints the WAL relays' slots: whether one streams each,
