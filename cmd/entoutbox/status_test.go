@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/schema"
 )
 
 func TestStatusJSONAndThresholds(t *testing.T) {
@@ -147,4 +151,125 @@ func TestStatusShowsHeldAggregates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.0, promtest.Value(t, reg, "entoutbox_consumer_held_aggregates", "consumer", "billing"),
 		"a consumer that held aggregates reports 0 once they are released")
+}
+
+// emitDated writes an aggregate's events as Emit does, numbered, the k-th
+// written ages[k] ago.
+func emitDated(t *testing.T, db *sql.DB, topic, aggregateID string, ages ...time.Duration) {
+	t.Helper()
+	rows := make([]outbox.Row, len(ages))
+	for i := range rows {
+		rows[i] = outbox.Row{EventID: uuid.New(), Event: outbox.Event{Name: "order.paid", Version: 2, Topic: topic,
+			AggregateType: "Order", AggregateID: aggregateID, Payload: []byte(`{}`)}}
+	}
+	q, args, err := outbox.InsertNumberedQuery(schema.OutboxTable, schema.AggregateSequenceTable, rows)
+	require.NoError(t, err)
+	_, err = db.Exec(q, args...)
+	require.NoError(t, err)
+	for i, r := range rows {
+		_, err := db.Exec(`UPDATE outbox_events SET created_at = now() - make_interval(secs => $1) WHERE event_id = $2`,
+			ages[i].Seconds(), r.EventID)
+		require.NoError(t, err)
+	}
+}
+
+// Each consumer's lag per topic shows in status, text and JSON, and in the
+// lag gauges: the events past its positions (aggregates without one count
+// whole) and the age of the oldest; 0 once it handled everything; a
+// consumer whose positions are gone drops out.
+func TestStatusShowsConsumerLag(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	emitDated(t, db.DB, "orders", "1", 5*time.Hour, 4*time.Hour, 3*time.Hour)
+	emitDated(t, db.DB, "orders", "2", time.Hour)
+	_, err := db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES
+		('billing', 'orders', 'Order', '1', 1, now()),
+		('audit', 'orders', 'Order', '1', 3, now()), ('audit', 'orders', 'Order', '2', 1, now())`)
+	require.NoError(t, err)
+
+	type lagJSON struct {
+		Consumer, Topic string
+		Events, Located int64
+		Age             *float64 `json:"oldest_age_seconds"`
+	}
+	readJSON := func() map[string]lagJSON {
+		t.Helper()
+		out, err := run(t, nil, "status", "--database-url", db.URL, "--json")
+		require.NoError(t, err)
+		var st struct{ Lag []lagJSON }
+		require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+		m := map[string]lagJSON{}
+		for _, l := range st.Lag {
+			require.Equal(t, "orders", l.Topic)
+			m[l.Consumer] = l
+		}
+		return m
+	}
+	lags := readJSON()
+	require.Len(t, lags, 2)
+	billing := lags["billing"]
+	require.Equal(t, int64(3), billing.Events, "Order/1 seq 2 and 3, Order/2 (no position) seq 1")
+	require.Equal(t, int64(3), billing.Located)
+	require.NotNil(t, billing.Age)
+	require.InDelta(t, (4 * time.Hour).Seconds(), *billing.Age, 60, "Order/1 seq 2")
+	require.Equal(t, int64(0), lags["audit"].Events)
+	require.NotNil(t, lags["audit"].Age)
+	require.Zero(t, *lags["audit"].Age)
+
+	out, err := run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "consumer lag:")
+	require.Regexp(t, `\n  billing on orders: 3, the oldest written 4h0m\d+s ago\n`, out)
+	require.Contains(t, out, "\n  audit on orders: 0\n")
+
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	require.NoError(t, m.WatchBacklog(db.DB, metrics.BacklogConfig{MinInterval: time.Millisecond}))
+	gauge := func(name, consumer string) float64 {
+		return promtest.Value(t, reg, name, "consumer", consumer, "topic", "orders")
+	}
+	require.Eventually(t, func() bool { return gauge("entoutbox_consumer_lag_events", "billing") == 3 }, patience, 10*time.Millisecond)
+	require.NoError(t, m.BacklogError())
+	require.InDelta(t, (4 * time.Hour).Seconds(), gauge("entoutbox_consumer_lag_oldest_seconds", "billing"), 60)
+	require.True(t, promtest.Present(t, reg, "entoutbox_consumer_lag_events", "consumer", "audit", "topic", "orders"))
+	require.True(t, promtest.Present(t, reg, "entoutbox_consumer_lag_oldest_seconds", "consumer", "audit", "topic", "orders"))
+	require.Zero(t, gauge("entoutbox_consumer_lag_oldest_seconds", "audit"))
+
+	// The first event behind deleted (a relay with --delete-delivered):
+	// the age is of those left, and says so.
+	_, err = db.DB.Exec(`DELETE FROM outbox_events WHERE aggregate_id = '1' AND aggregate_seq = 2`)
+	require.NoError(t, err)
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Regexp(t, `\n  billing on orders: 3, the oldest written at least 3h0m\d+s ago \(2 of them found`, out)
+	require.Equal(t, int64(2), readJSON()["billing"].Located)
+	_, err = db.DB.Exec(`DELETE FROM outbox_events`)
+	require.NoError(t, err)
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "\n  billing on orders: 3, the oldest's age unknown")
+	require.Nil(t, readJSON()["billing"].Age, "unknown is null, not 0")
+
+	// Everything handled: 0, not the last value. audit's positions gone:
+	// its series go.
+	_, err = db.DB.Exec(`UPDATE outbox_consumer_positions SET last_seq = 3 WHERE consumer = 'billing';
+		INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
+		VALUES ('billing', 'orders', 'Order', '2', 1, now());
+		DELETE FROM outbox_consumer_positions WHERE consumer = 'audit'`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return !promtest.Present(t, reg, "entoutbox_consumer_lag_events", "consumer", "audit", "topic", "orders")
+	}, patience, 10*time.Millisecond)
+	require.Zero(t, gauge("entoutbox_consumer_lag_events", "billing"))
+	require.True(t, promtest.Present(t, reg, "entoutbox_consumer_lag_oldest_seconds", "consumer", "billing", "topic", "orders"))
+	require.Zero(t, gauge("entoutbox_consumer_lag_oldest_seconds", "billing"))
+	require.False(t, promtest.Present(t, reg, "entoutbox_consumer_lag_oldest_seconds", "consumer", "audit"))
+	lags = readJSON()
+	require.Len(t, lags, 1)
+	require.Equal(t, int64(0), lags["billing"].Events)
+	out, err = run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "\n  billing on orders: 0\n")
+	require.NotContains(t, out, "audit")
 }
