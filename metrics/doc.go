@@ -22,6 +22,17 @@
 //	entoutbox_relays_holding_partitions                   gauge, fast relays with unexpired leases
 //	entoutbox_wal_slot_retained_bytes{slot}               gauge, WAL the server keeps for a WAL relay's slot
 //	entoutbox_wal_slot_active{slot}                       gauge, 1 while a WAL relay streams the slot, else 0
+//	entoutbox_consumer_held_aggregates{consumer}          gauge, aggregates held behind a dead letter
+//	entoutbox_consumer_lag_events{consumer,topic}         gauge, numbered events the consumer has not handled
+//	entoutbox_consumer_lag_oldest_seconds{consumer,topic} gauge, age of the oldest of them; 0 when none
+//
+// The lag gauges cover the consumer names with positions, on the topics
+// they have positions on. Their count reads every aggregate's counter and
+// position, so they are sampled beside the scrapes, no sooner than
+// twenty times the last sample's duration after it; the age is a lower
+// bound when some of the events' outbox rows are gone or beyond the
+// MaxCount newest rows, and absent while none is found (see
+// docs/consumer-order.md).
 //
 // The WAL gauges appear once a WAL relay ran on the table; rows the WAL
 // path delivered (delivered_at stays NULL) are not counted as pending.
