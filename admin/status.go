@@ -53,8 +53,8 @@ type ConsumerLag struct {
 	// lag.DefaultMaxRows rows), and Oldest is when the oldest of those
 	// was written, zero when none was found. OldestAgeSeconds is its age
 	// at At: 0 when nothing is behind, nil when events are behind but
-	// none was found (unknown: their rows are deleted), and a lower bound
-	// when Located < Events.
+	// none was found (unknown: their rows are gone, or older than those
+	// walked), and a lower bound when Located < Events.
 	Located          int64     `json:"located"`
 	Oldest           time.Time `json:"oldest"`
 	OldestAgeSeconds *float64  `json:"oldest_age_seconds"`
