@@ -37,6 +37,20 @@ type EventType struct {
 // transaction and dedupe around it. It returns ErrDuplicate when skipped.
 type HandlerFunc func(ctx context.Context, payload any, m events.Meta) error
 
+// For generated code. Tx is a transaction the set begins for handlers
+// registered with RegisterInTx: the generated code's ent transaction,
+// with its driver to write the dedupe records and positions through.
+type Tx interface {
+	dialect.ExecQuerier
+	Commit() error
+	Rollback() error
+}
+
+// For generated code. TxHandlerFunc is one registered handler, run in tx,
+// which the set began, recorded the event in and commits: it writes the
+// event's effect. Several events' handlers may share one tx (batch.go).
+type TxHandlerFunc func(ctx context.Context, tx Tx, payload any, m events.Meta) error
+
 // For generated code. Set is a handler set: the typed handlers registered
 // per consumer name.
 type Set struct {
@@ -46,9 +60,12 @@ type Set struct {
 	deadLetter func(context.Context, DeadLetter) error
 	db         dialect.ExecQuerier // the consumers' database; nil without positions
 	tables     Tables              // "" names for tables the generated code does not know
+	begin      func(context.Context) (Tx, error)
+	batch      *batcher // nil: one event per transaction
 
-	mu       sync.Mutex
-	handlers map[string]map[string]HandlerFunc // consumer -> event name -> handler
+	mu         sync.Mutex
+	handlers   map[string]map[string]HandlerFunc   // consumer -> event name -> handler
+	txHandlers map[string]map[string]TxHandlerFunc // the same, for those registered in tx
 
 	warnedUnordered atomic.Bool // said that events without a seq are not put in order
 }
@@ -73,11 +90,80 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	}
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
-		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{}}
+		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{},
+		txHandlers: map[string]map[string]TxHandlerFunc{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
 	return s
+}
+
+// For generated code. NewTxSet is NewSetFor whose handlers are registered
+// with RegisterInTx: begin starts a transaction of the generated code's
+// client, in which the set records each event, runs its handler and
+// commits, one or many events per transaction (Config.BatchSize).
+func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dialect.ExecQuerier, tables Tables,
+	deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
+	s := NewSetFor(types, db, tables, deadLetter, opts...)
+	s.begin = begin
+	if s.cfg.BatchSize > 1 {
+		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency}
+	}
+	return s
+}
+
+// For generated code. RegisterInTx adds fn as consumer's handler of the
+// named event, run in a transaction the set begins (NewTxSet).
+func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
+	var alone HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		if s.begin == nil {
+			return fmt.Errorf("consumer: %q: handler of %q registered in a transaction, on a set made without NewTxSet", consumer, event)
+		}
+		alone = s.alone(fn)
+	}
+	if err := s.Register(consumer, event, alone); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.txHandlers[consumer] == nil {
+		s.txHandlers[consumer] = map[string]TxHandlerFunc{}
+	}
+	s.txHandlers[consumer][event] = fn
+	return nil
+}
+
+// alone runs fn for one event in a transaction of its own: the dedupe
+// record (and the position), then the handler, then the commit. It returns
+// ErrDuplicate, writing nothing, for an event handled before or set aside
+// as a dead letter by its consumer; a handler panic is a *PanicError.
+func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
+	return func(ctx context.Context, payload any, m events.Meta) (err error) {
+		tx, err := s.begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v}
+			}
+			if err != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		fresh, err := RecordDelivery(ctx, tx, s.tables, m)
+		if err != nil {
+			return err
+		}
+		if !fresh {
+			return ErrDuplicate
+		}
+		if err := fn(ctx, tx, payload, m); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
 }
 
 // For generated code. Register adds fn as consumer's handler of the named

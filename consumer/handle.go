@@ -74,7 +74,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, s.letterOrder())
 	}
 	s.mu.Lock()
-	fn := s.handlers[consumer][m.Name]
+	fn, inTx := s.handlers[consumer][m.Name], s.txHandlers[consumer][m.Name]
 	s.mu.Unlock()
 	passing := fn == nil // an event on the topic this consumer does not handle
 	if passing {
@@ -90,11 +90,39 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			return setAside(err.Error(), 0, 0, s.letterOrder())
 		}
 	}
+	var tried error // the first try's error, when it was made in a batch
+	var triedFor time.Duration
+	if s.batch != nil && (inTx != nil || passing) {
+		// The first try in a shared transaction; what the batch does not
+		// apply takes the path below, with its own transaction and tries.
+		m.Attempt = 1
+		started := time.Now()
+		it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
+		switch s.batch.do(it) {
+		case batchFailed:
+			tried, triedFor = it.err, time.Since(started)
+		case batchApplied:
+			if !passing {
+				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
+				s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+			}
+			return nil
+		case batchDuplicate:
+			if !passing {
+				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
+			}
+			return nil
+		}
+	}
 	for attempt := 1; ; {
 		m.Attempt = attempt
 		started := time.Now()
-		err := fn(events.WithCause(ctx, m), payload, m)
-		took := time.Since(started)
+		err, took := tried, triedFor
+		if tried == nil {
+			err = fn(events.WithCause(ctx, m), payload, m)
+			took = time.Since(started)
+		}
+		tried = nil
 		var gap *OutOfOrderError
 		var held *HeldError
 		switch {

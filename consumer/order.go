@@ -129,6 +129,10 @@ func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m event
 // *OutOfOrderError or *HeldError for an event that must not be applied
 // now.
 func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	next, fresh, err := recordNext(ctx, tx, t, m, true)
+	if err != nil || next {
+		return fresh, err
+	}
 	p, err := lockPosition(ctx, tx, t, m)
 	if err != nil {
 		return false, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
@@ -172,6 +176,47 @@ func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 	default:
 		return false, outOfOrder(m, p)
 	}
+}
+
+// recordNext is the common case of recordInOrder in one statement: m is
+// its aggregate's next event, the aggregate is not held, and m is not in
+// this consumer's dead letters. Then it moves the position to m and, when
+// record, inserts the dedupe record; next is true, and fresh false when the
+// record was there already (the positions were cleared, not the records:
+// the caller rolls back the move). In every other case it changes nothing
+// and next is false: the caller takes the full path (lockPosition). A
+// second delivery of the aggregate waits on the position row's lock, as
+// there.
+func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, record bool) (next, fresh bool, err error) {
+	done := `SELECT true AS fresh WHERE EXISTS (SELECT 1 FROM pos)`
+	if record {
+		done = `INSERT INTO ` + pgsql.QuoteIdent(t.Processed) + ` (consumer, event_id, event_name, attempts)
+			SELECT $1, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM pos)
+			ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1`
+	}
+	args := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq, m.EventID}
+	if record {
+		args = append(args, m.Name, max(m.Attempt, 1))
+	}
+	var rows entsql.Rows
+	err = tx.Query(ctx, `WITH pos AS (
+			UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
+				AND last_seq = $5::bigint - 1 AND held_seq IS NULL
+				AND NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $6::uuid AND source = $1::text)
+			RETURNING 1),
+		done AS (`+done+`)
+		SELECT EXISTS (SELECT 1 FROM pos), EXISTS (SELECT 1 FROM done)`, args, &rows)
+	if err != nil {
+		return false, false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&next, &fresh); err != nil {
+			return false, false, err
+		}
+	}
+	return next, fresh, rows.Close()
 }
 
 func outOfOrder(m events.Meta, p position) *OutOfOrderError {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/consumer"
@@ -14,12 +15,15 @@ import (
 )
 
 // OutboxHandlers routes relayed events to typed handlers. Each delivery runs
-// in one transaction that first records (consumer, event id) in the
+// in a transaction that first records (consumer, event id) in the
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
-// together, so the event is tried again. Older versions reach the handler
-// upcast to the latest, newer ones readable as the latest decoded as it;
-// what cannot be handled goes to the dead letters.
+// together, so the event is tried again. Events handled at the same moment
+// share a transaction (consumer.WithBatchSize; a handler error rolls back
+// the batch, and each of its events is tried again in a transaction of its
+// own). Older versions reach the handler upcast to the latest, newer ones
+// readable as the latest decoded as it; what cannot be handled goes to the
+// dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -32,8 +36,23 @@ type OutboxHandlers struct {
 // causation and correlation ids.
 func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers {
 	h := &OutboxHandlers{client: client}
-	h.set = consumer.NewSetFor(outboxEventTypes, client.driver, outboxTables, h.outboxDeadLetter, opts...)
+	h.set = consumer.NewTxSet(outboxEventTypes, h.outboxBegin, client.driver, outboxTables, h.outboxDeadLetter, opts...)
 	return h
+}
+
+// outboxTx is a transaction the handler set begins for the handlers: the
+// client's, with its driver for the set's own writes.
+type outboxTx struct {
+	*Tx
+	dialect.ExecQuerier
+}
+
+func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
+	tx, err := h.client.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return outboxTx{Tx: tx, ExecQuerier: tx.config.driver}, nil
 }
 
 // outboxEventTypes describes every declared event to the run time.
@@ -61,7 +80,7 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type OrderPlacedHandler func(ctx context.Context, tx *Tx, e *OrderPlaced, m events.Meta) error
 
 // RegisterOrderPlaced registers fn as consumerName's handler of "order.placed".
@@ -70,13 +89,13 @@ type OrderPlacedHandler func(ctx context.Context, tx *Tx, e *OrderPlaced, m even
 // OnOrderPlaced panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterOrderPlaced(consumerName string, fn OrderPlacedHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPlaced), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*OrderPlaced), m)
 		}
 	}
-	return h.set.Register(consumerName, "order.placed", run)
+	return h.set.RegisterInTx(consumerName, "order.placed", run)
 }
 
 // OnOrderPlaced is RegisterOrderPlaced that panics on an error, for handlers
@@ -109,7 +128,7 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.Meta) error
 
 // RegisterOrderPaid registers fn as consumerName's handler of "order.paid".
@@ -118,13 +137,13 @@ type OrderPaidHandler func(ctx context.Context, tx *Tx, e *OrderPaid, m events.M
 // OnOrderPaid panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterOrderPaid(consumerName string, fn OrderPaidHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderPaid), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*OrderPaid), m)
 		}
 	}
-	return h.set.Register(consumerName, "order.paid", run)
+	return h.set.RegisterInTx(consumerName, "order.paid", run)
 }
 
 // OnOrderPaid is RegisterOrderPaid that panics on an error, for handlers
@@ -157,7 +176,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type OrderCancelledHandler func(ctx context.Context, tx *Tx, e *OrderCancelled, m events.Meta) error
 
 // RegisterOrderCancelled registers fn as consumerName's handler of "order.cancelled".
@@ -166,13 +185,13 @@ type OrderCancelledHandler func(ctx context.Context, tx *Tx, e *OrderCancelled, 
 // OnOrderCancelled panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterOrderCancelled(consumerName string, fn OrderCancelledHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*OrderCancelled), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*OrderCancelled), m)
 		}
 	}
-	return h.set.Register(consumerName, "order.cancelled", run)
+	return h.set.RegisterInTx(consumerName, "order.cancelled", run)
 }
 
 // OnOrderCancelled is RegisterOrderCancelled that panics on an error, for handlers
@@ -196,36 +215,6 @@ func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 		return nil, consumer.InvalidPayload(version, 1, err)
 	}
 	return e, nil
-}
-
-// outboxInTx runs fn in a new transaction after recording the event as
-// processed by m.Consumer; it returns consumer.ErrDuplicate, writing
-// nothing, when that record exists already or m.Consumer set the event
-// aside as a dead letter.
-func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(*Tx) error) (err error) {
-	tx, err := h.client.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = &consumer.PanicError{Value: v}
-		}
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	fresh, err := consumer.RecordDelivery(ctx, tx.config.driver, outboxTables, m)
-	if err != nil {
-		return err
-	}
-	if !fresh {
-		return consumer.ErrDuplicate
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/consumer"
@@ -14,12 +15,15 @@ import (
 )
 
 // OutboxHandlers routes relayed events to typed handlers. Each delivery runs
-// in one transaction that first records (consumer, event id) in the
+// in a transaction that first records (consumer, event id) in the
 // processed-events table: a redelivered event is acknowledged and skipped,
 // and a handler error or panic rolls back the effect and the record
-// together, so the event is tried again. Older versions reach the handler
-// upcast to the latest, newer ones readable as the latest decoded as it;
-// what cannot be handled goes to the dead letters.
+// together, so the event is tried again. Events handled at the same moment
+// share a transaction (consumer.WithBatchSize; a handler error rolls back
+// the batch, and each of its events is tried again in a transaction of its
+// own). Older versions reach the handler upcast to the latest, newer ones
+// readable as the latest decoded as it; what cannot be handled goes to the
+// dead letters.
 type OutboxHandlers struct {
 	client *Client
 	set    *consumer.Set
@@ -32,8 +36,23 @@ type OutboxHandlers struct {
 // causation and correlation ids.
 func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers {
 	h := &OutboxHandlers{client: client}
-	h.set = consumer.NewSetFor(outboxEventTypes, client.driver, outboxTables, h.outboxDeadLetter, opts...)
+	h.set = consumer.NewTxSet(outboxEventTypes, h.outboxBegin, client.driver, outboxTables, h.outboxDeadLetter, opts...)
 	return h
+}
+
+// outboxTx is a transaction the handler set begins for the handlers: the
+// client's, with its driver for the set's own writes.
+type outboxTx struct {
+	*Tx
+	dialect.ExecQuerier
+}
+
+func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
+	tx, err := h.client.Tx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return outboxTx{Tx: tx, ExecQuerier: tx.config.driver}, nil
 }
 
 // outboxEventTypes describes every declared event to the run time.
@@ -65,7 +84,7 @@ func (h *OutboxHandlers) Handle(ctx context.Context, consumerName string, msg *m
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type FieldAddOptionalHandler func(ctx context.Context, tx *Tx, e *FieldAddOptional, m events.Meta) error
 
 // RegisterFieldAddOptional registers fn as consumerName's handler of "field_add_optional".
@@ -74,13 +93,13 @@ type FieldAddOptionalHandler func(ctx context.Context, tx *Tx, e *FieldAddOption
 // OnFieldAddOptional panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterFieldAddOptional(consumerName string, fn FieldAddOptionalHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*FieldAddOptional), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldAddOptional), m)
 		}
 	}
-	return h.set.Register(consumerName, "field_add_optional", run)
+	return h.set.RegisterInTx(consumerName, "field_add_optional", run)
 }
 
 // OnFieldAddOptional is RegisterFieldAddOptional that panics on an error, for handlers
@@ -113,7 +132,7 @@ func outboxDecodeFieldAddOptional(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type FieldRelaxHandler func(ctx context.Context, tx *Tx, e *FieldRelax, m events.Meta) error
 
 // RegisterFieldRelax registers fn as consumerName's handler of "field_relax".
@@ -122,13 +141,13 @@ type FieldRelaxHandler func(ctx context.Context, tx *Tx, e *FieldRelax, m events
 // OnFieldRelax panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterFieldRelax(consumerName string, fn FieldRelaxHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*FieldRelax), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldRelax), m)
 		}
 	}
-	return h.set.Register(consumerName, "field_relax", run)
+	return h.set.RegisterInTx(consumerName, "field_relax", run)
 }
 
 // OnFieldRelax is RegisterFieldRelax that panics on an error, for handlers
@@ -159,7 +178,7 @@ func outboxDecodeFieldRelax(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type EnumValueAddHandler func(ctx context.Context, tx *Tx, e *EnumValueAdd, m events.Meta) error
 
 // RegisterEnumValueAdd registers fn as consumerName's handler of "enum_value_add".
@@ -168,13 +187,13 @@ type EnumValueAddHandler func(ctx context.Context, tx *Tx, e *EnumValueAdd, m ev
 // OnEnumValueAdd panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterEnumValueAdd(consumerName string, fn EnumValueAddHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*EnumValueAdd), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*EnumValueAdd), m)
 		}
 	}
-	return h.set.Register(consumerName, "enum_value_add", run)
+	return h.set.RegisterInTx(consumerName, "enum_value_add", run)
 }
 
 // OnEnumValueAdd is RegisterEnumValueAdd that panics on an error, for handlers
@@ -205,7 +224,7 @@ func outboxDecodeEnumValueAdd(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type BoundsLoosenHandler func(ctx context.Context, tx *Tx, e *BoundsLoosen, m events.Meta) error
 
 // RegisterBoundsLoosen registers fn as consumerName's handler of "bounds_loosen".
@@ -214,13 +233,13 @@ type BoundsLoosenHandler func(ctx context.Context, tx *Tx, e *BoundsLoosen, m ev
 // OnBoundsLoosen panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterBoundsLoosen(consumerName string, fn BoundsLoosenHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*BoundsLoosen), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*BoundsLoosen), m)
 		}
 	}
-	return h.set.Register(consumerName, "bounds_loosen", run)
+	return h.set.RegisterInTx(consumerName, "bounds_loosen", run)
 }
 
 // OnBoundsLoosen is RegisterBoundsLoosen that panics on an error, for handlers
@@ -251,7 +270,7 @@ func outboxDecodeBoundsLoosen(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type BoundsTightenHandler func(ctx context.Context, tx *Tx, e *BoundsTighten, m events.Meta) error
 
 // RegisterBoundsTighten registers fn as consumerName's handler of "bounds_tighten".
@@ -260,13 +279,13 @@ type BoundsTightenHandler func(ctx context.Context, tx *Tx, e *BoundsTighten, m 
 // OnBoundsTighten panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterBoundsTighten(consumerName string, fn BoundsTightenHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*BoundsTighten), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*BoundsTighten), m)
 		}
 	}
-	return h.set.Register(consumerName, "bounds_tighten", run)
+	return h.set.RegisterInTx(consumerName, "bounds_tighten", run)
 }
 
 // OnBoundsTighten is RegisterBoundsTighten that panics on an error, for handlers
@@ -297,7 +316,7 @@ func outboxDecodeBoundsTighten(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type DefaultChangeHandler func(ctx context.Context, tx *Tx, e *DefaultChange, m events.Meta) error
 
 // RegisterDefaultChange registers fn as consumerName's handler of "default_change".
@@ -306,13 +325,13 @@ type DefaultChangeHandler func(ctx context.Context, tx *Tx, e *DefaultChange, m 
 // OnDefaultChange panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterDefaultChange(consumerName string, fn DefaultChangeHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*DefaultChange), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*DefaultChange), m)
 		}
 	}
-	return h.set.Register(consumerName, "default_change", run)
+	return h.set.RegisterInTx(consumerName, "default_change", run)
 }
 
 // OnDefaultChange is RegisterDefaultChange that panics on an error, for handlers
@@ -345,7 +364,7 @@ func outboxDecodeDefaultChange(version int, payload []byte) (any, error) {
 // readable as it (outbox_readable_from, during a rolling deploy) arrive
 // decoded as it, m.Version telling the version emitted. Write the effect
 // with tx: it commits together with the record that the event was
-// processed.
+// processed (and, in a batch, with other events' effects).
 type DraftedHandler func(ctx context.Context, tx *Tx, e *Drafted, m events.Meta) error
 
 // RegisterDrafted registers fn as consumerName's handler of "drafted".
@@ -354,13 +373,13 @@ type DraftedHandler func(ctx context.Context, tx *Tx, e *Drafted, m events.Meta)
 // OnDrafted panics instead. AddToRouter subscribes the handlers
 // registered before it is called.
 func (h *OutboxHandlers) RegisterDrafted(consumerName string, fn DraftedHandler) error {
-	var run consumer.HandlerFunc // nil for a nil fn, which Register refuses
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {
-		run = func(ctx context.Context, payload any, m events.Meta) error {
-			return h.outboxInTx(ctx, m, func(tx *Tx) error { return fn(ctx, tx, payload.(*Drafted), m) })
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*Drafted), m)
 		}
 	}
-	return h.set.Register(consumerName, "drafted", run)
+	return h.set.RegisterInTx(consumerName, "drafted", run)
 }
 
 // OnDrafted is RegisterDrafted that panics on an error, for handlers
@@ -384,36 +403,6 @@ func outboxDecodeDrafted(version int, payload []byte) (any, error) {
 		return nil, consumer.InvalidPayload(version, 2, err)
 	}
 	return e, nil
-}
-
-// outboxInTx runs fn in a new transaction after recording the event as
-// processed by m.Consumer; it returns consumer.ErrDuplicate, writing
-// nothing, when that record exists already or m.Consumer set the event
-// aside as a dead letter.
-func (h *OutboxHandlers) outboxInTx(ctx context.Context, m events.Meta, fn func(*Tx) error) (err error) {
-	tx, err := h.client.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = &consumer.PanicError{Value: v}
-		}
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	fresh, err := consumer.RecordDelivery(ctx, tx.config.driver, outboxTables, m)
-	if err != nil {
-		return err
-	}
-	if !fresh {
-		return consumer.ErrDuplicate
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
