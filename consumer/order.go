@@ -198,13 +198,21 @@ func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 	if record {
 		args = append(args, m.Name, max(m.Attempt, 1))
 	}
-	var rows entsql.Rows
-	err = tx.Query(ctx, `WITH pos AS (
-			UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+	notLettered := `NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE event_id = $6::uuid AND source = $1::text)`
+	move := `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
 			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
-				AND last_seq = $5::bigint - 1 AND held_seq IS NULL
-				AND NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $6::uuid AND source = $1::text)
-			RETURNING 1),
+				AND last_seq = $5::bigint - 1 AND held_seq IS NULL AND ` + notLettered
+	if m.AggregateSeq == 1 {
+		// The aggregate's first event: its position row is made here
+		// (usually), or was by an event that waited for this one.
+		move = `INSERT INTO ` + pgsql.QuoteIdent(t.Positions) + ` AS p (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
+			SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, now() WHERE ` + notLettered + `
+			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
+			SET last_seq = 1, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+			WHERE p.last_seq = 0 AND p.held_seq IS NULL`
+	}
+	var rows entsql.Rows
+	err = tx.Query(ctx, `WITH pos AS (`+move+` RETURNING 1),
 		done AS (`+done+`)
 		SELECT EXISTS (SELECT 1 FROM pos), EXISTS (SELECT 1 FROM done)`, args, &rows)
 	if err != nil {
