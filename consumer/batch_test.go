@@ -3,7 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
-		"sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
