@@ -102,7 +102,11 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 	defer br.Close()
 
 	e.progress("consumers: generated handlers draining %d events", len(ids))
-	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids)))
+	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids), generatedConsumer,
+		"generated handlers, 1 instance, default settings (batches of up to 100 events)"))
+	e.progress("consumers: generated handlers, one event per transaction, draining %d events", len(ids))
+	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids), generatedConsumer+"_alone",
+		"generated handlers, 1 instance, 1 event per transaction (WithBatchSize(1))", consumer.WithBatchSize(1)))
 	e.progress("consumers: a hand-written Watermill handler draining %d events", len(ids))
 	results = append(results, e.handWrittenRow(ctx, s, br, topic, len(ids)))
 
@@ -204,11 +208,13 @@ func (c *handledClock) rate() (int, float64) {
 // settings, one instance. The count is taken when the handler's
 // transaction commits (an ent commit hook), which holds however the
 // handler set schedules and batches its deliveries.
-func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int) consumerResult {
-	res := consumerResult{name: "generated handlers, 1 instance, default settings", process: "bench"}
+func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
+	opts ...consumer.Option) consumerResult {
+	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := testent.NewOutboxHandlers(s.client, consumer.WithTopicPrefix(prefix), consumer.WithLogger(watermill.NopLogger{}))
-	h.OnProfileUpdated(generatedConsumer, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
+	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
+		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h.OnProfileUpdated(consumerName, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
 		orderID, err := strconv.ParseInt(m.AggregateID, 10, 64)
 		if err != nil {
 			return fmt.Errorf("aggregate id %q: %w", m.AggregateID, err)
@@ -223,9 +229,9 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 			})
 		})
 		return tx.Invoice.Create().SetOrderID(orderID).SetAmountCents(int64(ev.Score)).
-			SetCurrency("EUR").SetConsumer(generatedConsumer).Exec(ctx)
+			SetCurrency("EUR").SetConsumer(consumerName).Exec(ctx)
 	})
-	e.runRouter(ctx, s, &res, clock, generatedConsumer, func(r *message.Router) error {
+	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
 		return h.AddToRouter(r, br.Subscriber)
 	})
 	return res
