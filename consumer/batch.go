@@ -61,6 +61,8 @@ type batcher struct {
 	t     Tables
 	size  int // events per transaction, at most
 	max   int // transactions at once
+	// applied is told how many events each committed batch applied.
+	applied func(n int)
 
 	mu      sync.Mutex
 	pending []*batchItem
@@ -139,7 +141,19 @@ func (b *batcher) apply(batch []*batchItem, results []batchResult) (failed *batc
 			return it, err
 		}
 	}
-	return nil, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	n := 0
+	for _, r := range results {
+		if r == batchApplied {
+			n++
+		}
+	}
+	if n > 0 {
+		b.applied(n)
+	}
+	return nil, nil
 }
 
 // runInTx runs it's handler in tx; a panic is a *PanicError.

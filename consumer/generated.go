@@ -107,7 +107,7 @@ func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dia
 	s := NewSetFor(types, db, tables, deadLetter, opts...)
 	s.begin = begin
 	if s.cfg.BatchSize > 1 {
-		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency}
+		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch}
 	}
 	return s
 }
@@ -162,7 +162,11 @@ func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
 		if err := fn(ctx, tx, payload, m); err != nil {
 			return err
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		s.cfg.Metrics.Batch(1)
+		return nil
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,4 +158,32 @@ func TestEmitCountsCommittedEvents(t *testing.T) {
 	require.NoError(t, emit(3, false))
 	require.Error(t, emit(5, true))
 	require.Equal(t, 4.0, promtest.Value(t, reg, "entoutbox_emit_events_total", "event", "order.paid"))
+}
+
+// An event that comes before its aggregate's previous one counts one wait;
+// every event applied counts in the events per transaction.
+func TestGapWaitsAndTransactionsAreCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMetrics(m))...)
+	var calls atomic.Int64
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+
+	second := make(chan error, 1)
+	go func() { second <- h.Handle(ctx, "billing", seqMessage(t, 1, 2)) }()
+	require.Eventually(t, func() bool {
+		return promtest.Value(t, reg, "entoutbox_consumer_gap_waits_total", "consumer", "billing") == 1
+	}, patience, time.Millisecond, "seq 2 waits for seq 1")
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	require.NoError(t, <-second)
+	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
+	require.Equal(t, 1.0, promtest.Value(t, reg, "entoutbox_consumer_gap_waits_total", "consumer", "billing"))
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)), "a duplicate")
+	sum := promtest.Sum(t, reg, "entoutbox_consumer_batch_events")
+	require.Equal(t, 2.0, sum, "two events applied, in one transaction each or together")
 }

@@ -55,6 +55,7 @@ func (e *missingError) Error() string {
 func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutOfOrderError) error {
 	if w.since.IsZero() {
 		w.since, w.pause = time.Now(), gapPauseMin
+		s.cfg.Metrics.WaitedForTurn(m.Consumer)
 	}
 	if !w.noted || gap.Waited == 0 {
 		w.noted = true

@@ -59,6 +59,13 @@
 //	entoutbox_consumer_deliveries_total{consumer,event,result="handled"|"duplicate"|"retried"|"dead_lettered"}  counter
 //	entoutbox_consumer_handler_duration_seconds{consumer,event}    histogram, one try, its transaction included
 //	entoutbox_consumer_event_age_seconds{consumer,event}           histogram, outbox_created_at to handled
+//	entoutbox_consumer_redeliveries_total{consumer}                counter, messages the broker delivered again
+//	entoutbox_consumer_gap_waits_total{consumer}                   counter, deliveries that waited for their aggregate's previous event
+//	entoutbox_consumer_batch_events                                histogram, events one handler transaction applied
+//
+// Redeliveries come from the delivery count the broker reports (NATS
+// JetStream; other brokers where their subscriber sets
+// events.MetaDeliveryCount); they are zero without a fault.
 //
 // Emit:
 //

@@ -43,6 +43,9 @@ type Metrics struct {
 	consumerDeliveries      *prometheus.CounterVec   // consumer, event, result
 	consumerHandlerDuration *prometheus.HistogramVec // consumer, event
 	consumerEventAge        *prometheus.HistogramVec // consumer, event
+	consumerRedeliveries    *prometheus.CounterVec   // consumer
+	consumerGapWaits        *prometheus.CounterVec   // consumer
+	consumerBatchEvents     prometheus.Histogram
 	emitEvents              *prometheus.CounterVec   // event
 
 	backlog          *backlogCollector
@@ -117,6 +120,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from an event's write to its handling, by consumer and event.",
 			Buckets: lagBuckets,
 		}, []string{"consumer", "event"}),
+		consumerRedeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_consumer_redeliveries_total",
+			Help: "Messages the broker delivered again (a delivery count above 1), by consumer: after a fault " +
+				"(an instance killed or too slow to ack, a nack), never in normal running.",
+		}, []string{"consumer"}),
+		consumerGapWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_consumer_gap_waits_total",
+			Help: "Deliveries that came before their aggregate's previous event was applied and waited for it, by consumer.",
+		}, []string{"consumer"}),
+		consumerBatchEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "entoutbox_consumer_batch_events",
+			Help:    "Events one handler transaction applied (batches; 1 = one event alone).",
+			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500},
+		}),
 		emitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_emit_events_total",
 			Help: "Events emitted, counted once their transaction committed, by event name.",
@@ -132,7 +149,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
-		m.consumerDeliveries, m.consumerHandlerDuration, m.consumerEventAge, m.emitEvents, m.backlog,
+		m.consumerDeliveries, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
+		m.consumerGapWaits, m.consumerBatchEvents, m.emitEvents, m.backlog,
 		m.lag,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -250,6 +268,32 @@ func (m *Metrics) Handled(consumer, event string, created time.Time) {
 		return
 	}
 	m.consumerEventAge.WithLabelValues(consumer, event).Observe(max(time.Since(created).Seconds(), 0))
+}
+
+// Redelivered records a message consumer received that the broker had
+// delivered before.
+func (m *Metrics) Redelivered(consumer string) {
+	if m == nil {
+		return
+	}
+	m.consumerRedeliveries.WithLabelValues(consumer).Inc()
+}
+
+// WaitedForTurn records a delivery to consumer that waited for its
+// aggregate's previous event.
+func (m *Metrics) WaitedForTurn(consumer string) {
+	if m == nil {
+		return
+	}
+	m.consumerGapWaits.WithLabelValues(consumer).Inc()
+}
+
+// Batch records a handler transaction that applied n events.
+func (m *Metrics) Batch(n int) {
+	if m == nil {
+		return
+	}
+	m.consumerBatchEvents.Observe(float64(n))
 }
 
 // Emitted records n events named event whose transaction committed.

@@ -40,12 +40,15 @@ func TestNewRegistersTheContract(t *testing.T) {
 	require.NoError(t, err)
 	slices.Sort(r.names)
 	require.Equal(t, []string{
+		"entoutbox_consumer_batch_events",
 		"entoutbox_consumer_deliveries_total",
 		"entoutbox_consumer_event_age_seconds",
+		"entoutbox_consumer_gap_waits_total",
 		"entoutbox_consumer_handler_duration_seconds",
 		"entoutbox_consumer_held_aggregates",
 		"entoutbox_consumer_lag_events",
 		"entoutbox_consumer_lag_oldest_seconds",
+		"entoutbox_consumer_redeliveries_total",
 		"entoutbox_dead_letters",
 		"entoutbox_emit_events_total",
 		"entoutbox_outbox_oldest_pending_age_seconds",
