@@ -46,7 +46,7 @@ type Metrics struct {
 	consumerRedeliveries    *prometheus.CounterVec   // consumer
 	consumerGapWaits        *prometheus.CounterVec   // consumer
 	consumerBatchEvents     prometheus.Histogram
-	emitEvents              *prometheus.CounterVec   // event
+	emitEvents              *prometheus.CounterVec // event
 
 	backlog          *backlogCollector
 	lag              *lagCollector
