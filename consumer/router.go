@@ -14,7 +14,8 @@ import (
 // name and topic to r, reading from subscribers made by newSubscriber for
 // that consumer name (members of its consumer group on the broker):
 // Config.Concurrency of them, so that as many messages are handled at once,
-// each member taking one at a time. A newSubscriber that returns the same
+// each member taking one at a time; or one, for a subscriber that has many
+// messages in flight itself (nats:// URLs, ?max_in_flight=). A newSubscriber that returns the same
 // subscriber each time (not a new group member) gets one handler.
 //
 // Without positions in the application's schema (schema.ConsumerPosition)
@@ -67,7 +68,9 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 var errNoPositions = errors.New("the schema has no consumer positions")
 
 // subscribers returns up to n subscribers of consumer's group, fewer when
-// newSubscriber hands out the same one again.
+// newSubscriber hands out the same one again, and one when it hands out
+// one that has many messages in flight itself (a NATS pull subscriber:
+// concurrentSubscriber).
 func subscribers(consumer string, n int, newSubscriber func(string) (message.Subscriber, error)) ([]message.Subscriber, error) {
 	var subs []message.Subscriber
 	for range n {
@@ -79,8 +82,19 @@ func subscribers(consumer string, n int, newSubscriber func(string) (message.Sub
 			break // one subscriber for all: subscribing it again would deliver each message again
 		}
 		subs = append(subs, sub)
+		if c, ok := sub.(concurrentSubscriber); ok && c.MaxInFlight() > 1 {
+			break
+		}
 	}
 	return subs, nil
+}
+
+// concurrentSubscriber is a subscriber that hands out up to MaxInFlight
+// messages before the first is acknowledged (the router handles each in a
+// goroutine of its own), where most Watermill subscribers wait for each
+// one's ack: one such subscriber keeps the handler set's transactions full.
+type concurrentSubscriber interface {
+	MaxInFlight() int
 }
 
 func same(a, b message.Subscriber) bool {
