@@ -61,3 +61,26 @@ func TestConcurrencyNeedsPositionsAndSaysSo(t *testing.T) {
 	require.Len(t, r.Handlers(), 1)
 	require.Len(t, said(unordered), 1)
 }
+
+// manyInFlight is a subscriber that hands out many messages before the
+// first is acknowledged.
+type manyInFlight struct{ *gochannel.GoChannel }
+
+func (manyInFlight) MaxInFlight() int { return 64 }
+
+// A subscriber with many messages in flight of its own is subscribed once:
+// more members would only hold more messages.
+func TestOneSubscriberWithManyInFlightIsEnough(t *testing.T) {
+	t.Parallel()
+	var made atomic.Int64
+	h := testent.NewOutboxHandlers(setup(t).client, consumer.WithConcurrency(3), consumer.WithLogger(watermill.NopLogger{}))
+	h.OnOrderPaid("billing", invoiceHandler(new(atomic.Int64)))
+	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	require.NoError(t, h.AddToRouter(r, func(string) (message.Subscriber, error) {
+		made.Add(1)
+		return manyInFlight{gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}, nil
+	}))
+	require.Equal(t, int64(1), made.Load())
+	require.Len(t, r.Handlers(), 1)
+}
