@@ -18,17 +18,24 @@
 // What users call is the options (WithMaxAttempts, ...), Config,
 // DeadLetter, PanicError, ErrDuplicate, OutOfOrderError, HeldError, the
 // Meta* names and CleanupProcessed. Everything whose doc starts "For
-// generated code." (generated.go, and Handle and AddToRouter, the run
-// time, in handle.go and router.go) is called by the generated handlers
-// only: it is exported because generated code lives in the user's module,
-// and may change with the generator.
+// generated code." is called by the generated handlers only: it is
+// exported because generated code lives in the user's module, and may
+// change with the generator.
+//
+// The files: set.go is the handler set and how a handler runs alone;
+// handle.go one delivery (decode, tries, dead letters); batch.go the
+// transactions events share; order.go the ordering check; wait.go the wait
+// for an aggregate's previous event; router.go the subscriptions;
+// deadletter.go and message.go what their names say; generated.go the
+// helpers the generated code calls.
 //
 // # Order
 //
 // For each consumer name, the effects of one aggregate are applied in the
-// order its events were written, with any number of instances and
-// WithConcurrency messages in flight in each (8; AddToRouter subscribes
-// that many members of the consumer's group per topic). Emit numbers each
+// order its events were written, with any number of instances and many
+// messages in flight in each (a NATS subscriber's max_in_flight, 256; on
+// other brokers AddToRouter subscribes WithConcurrency members of the
+// consumer's group per topic, 8), sharing transactions (WithBatchSize). Emit numbers each
 // aggregate's events on a topic (events.MetaAggregateSeq); the handler's
 // transaction locks the consumer's position on the aggregate
 // (schema.ConsumerPosition) and applies an event only when it is the next

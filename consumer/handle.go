@@ -33,6 +33,7 @@ import (
 // The handler's ctx carries the event (events.WithCause), so that the
 // events it emits carry causation and correlation ids, and, while tracing
 // is on, the delivery's consumer span.
+
 func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
 	m, metaErr := metaOf(msg)
 	m.Consumer = consumer
@@ -228,3 +229,16 @@ func decode(typ EventType, m events.Meta, msg *message.Message) (any, error) {
 	}
 	return payload, nil
 }
+
+// ErrDuplicate is returned by a generated handler when the consumer has
+// already processed the event: the delivery is acknowledged and skipped.
+var ErrDuplicate = errors.New("consumer: event already processed by this consumer")
+
+// PanicError is the error a handler panic turns into: the transaction rolls
+// back and the delivery is retried like any failure. errors.As finds it,
+// with the value the handler panicked with.
+type PanicError struct {
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,6 +23,7 @@ import (
 // nothing keeps an aggregate's effects in order across instances: it says
 // so at error level, and handles one message at a time per consumer name
 // and topic, as before.
+
 func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string) (message.Subscriber, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,4 +102,13 @@ type concurrentSubscriber interface {
 func same(a, b message.Subscriber) bool {
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -1,147 +1,159 @@
 package consumer
 
+// The handler set: the typed handlers the generated code registers per
+// consumer name, and how each is run (alone, or in a batch: batch.go).
+
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
+	"sync"
+	"sync/atomic"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
+	"entgo.io/ent/dialect"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/tracing"
 )
 
-// giveUp stores the delivery as a dead letter and acknowledges it; if the
-// dead letter cannot be stored the delivery is nacked so nothing is lost.
-// The broker topic comes first: once the row exists a redelivery is
-// skipped, so a topic publish that failed after it would never be made.
-// It logs the dead letter once it is stored (a failure is the nack's to
-// report), at error level: DeadLetteredLog. A letter passed over waits,
-// like the event would (turn), until it is its aggregate's next.
-func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int, order letterOrder) error {
-	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order}
-	if s.cfg.DeadLetterPublisher != nil {
-		out := message.NewMessage(msg.UUID, msg.Payload)
-		out.Metadata = maps.Clone(msg.Metadata)
-		out.Metadata.Set(MetaDeadLetterReason, reason)
-		out.Metadata.Set(MetaDeadLetterConsumer, m.Consumer)
-		out.Metadata.Set(MetaDeadLetterAttempts, strconv.Itoa(attempts))
-		if err := s.cfg.DeadLetterPublisher.Publish(s.cfg.DeadLetterTopic, out); err != nil {
-			return fmt.Errorf("consumer: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
-		}
+// For generated code. Set is a handler set: the typed handlers registered
+// per consumer name.
+type Set struct {
+	cfg        Config
+	tracer     *tracing.Tracer
+	types      map[string]EventType
+	deadLetter func(context.Context, DeadLetter) error
+	db         dialect.ExecQuerier // the consumers' database; nil without positions
+	tables     Tables              // "" names for tables the generated code does not know
+	begin      func(context.Context) (Tx, error)
+	batch      *batcher // nil: one event per transaction
+
+	mu         sync.Mutex
+	handlers   map[string]map[string]HandlerFunc   // consumer -> event name -> handler
+	txHandlers map[string]map[string]TxHandlerFunc // the same, for those registered in tx
+
+	warnedUnordered atomic.Bool // said that events without a seq are not put in order
+}
+
+// For generated code. NewSet returns an empty handler set for the declared
+// event types; deadLetter stores what consumers give up on. Handlers
+// generated before the consumer positions call it; NewSetFor says which
+// tables the generated code writes.
+func NewSet(types []EventType, deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
+	return NewSetFor(types, nil, Tables{}, deadLetter, opts...)
+}
+
+// For generated code. NewSetFor returns an empty handler set for the
+// declared event types, whose generated code writes tables in db;
+// deadLetter stores what consumers give up on. The set itself writes the
+// positions outside a handler's transaction (a gap's waiting time, an
+// aggregate's start) through db.
+func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLetter func(context.Context, DeadLetter) error,
+	opts ...Option) *Set {
+	if db == nil {
+		tables.Positions = "" // nothing to keep them with
 	}
-	for {
-		err := s.deadLetter(ctx, d)
-		var gap *OutOfOrderError
-		if !errors.As(err, &gap) {
-			if err != nil {
-				return err
-			}
-			break
-		}
-		if err := s.waitTurn(ctx, turn, m, gap); err != nil {
-			var missing *missingError
-			if !errors.As(err, &missing) {
-				return err
-			}
-			d.order, d.Reason = letterForMissing, missing.Error()+"; then: "+d.Reason
-		}
+	cfg := newConfig(opts)
+	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
+		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{},
+		txHandlers: map[string]map[string]TxHandlerFunc{}}
+	for _, t := range types {
+		s.types[t.Name] = t
 	}
-	s.cfg.Logger.Error(DeadLetteredLog, errors.New(d.Reason), watermill.LogFields{
-		"event_id": msg.UUID, "consumer": m.Consumer, "topic": topic, "event_name": m.Name,
-		"event_version": m.Version, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
-		"attempts": attempts})
+	return s
+}
+
+// For generated code. NewTxSet is NewSetFor whose handlers are registered
+// with RegisterInTx: begin starts a transaction of the generated code's
+// client, in which the set records each event, runs its handler and
+// commits, one or many events per transaction (Config.BatchSize).
+func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dialect.ExecQuerier, tables Tables,
+	deadLetter func(context.Context, DeadLetter) error, opts ...Option) *Set {
+	s := NewSetFor(types, db, tables, deadLetter, opts...)
+	s.begin = begin
+	if s.cfg.BatchSize > 1 {
+		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch}
+	}
+	return s
+}
+
+// For generated code. RegisterInTx adds fn as consumer's handler of the
+// named event, run in a transaction the set begins (NewTxSet).
+func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
+	var alone HandlerFunc // nil for a nil fn, which Register refuses
+	if fn != nil {
+		if s.begin == nil {
+			return fmt.Errorf("consumer: %q: handler of %q registered in a transaction, on a set made without NewTxSet", consumer, event)
+		}
+		alone = s.alone(fn)
+	}
+	if err := s.Register(consumer, event, alone); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.txHandlers[consumer] == nil {
+		s.txHandlers[consumer] = map[string]TxHandlerFunc{}
+	}
+	s.txHandlers[consumer][event] = fn
 	return nil
 }
 
-// DeadLetteredLog is the message a handler set logs, at error level, for
-// each delivery it sent to the dead letters, with the reason as the error
-// and the fields event_id, consumer, topic (as subscribed, else the
-// event's declared topic with the prefix), event_name, event_version,
-// aggregate_type, aggregate_id and attempts.
-const DeadLetteredLog = "Event sent to the dead letters"
-
-// MetaMalformed is set by a broker's unmarshaler on a message it could
-// only partly read (a NATS header key repeated, say), to why: the message
-// is then dead-lettered with that reason instead of failing in the
-// subscriber, where it would be neither acked nor nacked and come back
-// for ever.
-const MetaMalformed = events.ReservedPrefix + "malformed"
-
-// Metadata set on dead letters published to a broker topic.
-const (
-	MetaDeadLetterReason   = events.ReservedPrefix + "dead_letter_reason"
-	MetaDeadLetterConsumer = events.ReservedPrefix + "dead_letter_consumer"
-	MetaDeadLetterAttempts = events.ReservedPrefix + "dead_letter_attempts"
-)
-
-// metaOf reads the event's metadata off a message. It fills in what it can
-// even when it fails, for the dead letter.
-func metaOf(msg *message.Message) (events.Meta, error) {
-	m := events.Meta{
-		Name:          msg.Metadata.Get(events.MetaEventName),
-		AggregateType: msg.Metadata.Get(events.MetaAggregateType),
-		AggregateID:   msg.Metadata.Get(events.MetaAggregateID),
-		Headers:       map[string]string{},
-	}
-	for k, v := range msg.Metadata {
-		if !strings.HasPrefix(k, events.ReservedPrefix) {
-			m.Headers[k] = v
+// alone runs fn for one event in a transaction of its own: the dedupe
+// record (and the position), then the handler, then the commit. It returns
+// ErrDuplicate, writing nothing, for an event handled before or set aside
+// as a dead letter by its consumer; a handler panic is a *PanicError.
+func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
+	return func(ctx context.Context, payload any, m events.Meta) (err error) {
+		tx, err := s.begin(ctx)
+		if err != nil {
+			return err
 		}
-	}
-	if t, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(events.MetaCreatedAt)); err == nil {
-		m.CreatedAt = t
-	}
-	var errs []string
-	if why := msg.Metadata.Get(MetaMalformed); why != "" {
-		errs = append(errs, why)
-	}
-	id, err := uuid.Parse(msg.UUID)
-	if err != nil {
-		errs = append(errs, fmt.Sprintf("message UUID %q is not an event id", msg.UUID))
-	}
-	m.EventID = id
-	if m.Name == "" {
-		errs = append(errs, "metadata "+events.MetaEventName+" is missing")
-	}
-	v, err := strconv.Atoi(msg.Metadata.Get(events.MetaEventVersion))
-	if err != nil || v < 1 {
-		errs = append(errs, fmt.Sprintf("metadata %s %q is not a version number", events.MetaEventVersion, msg.Metadata.Get(events.MetaEventVersion)))
-	}
-	m.Version = v
-	if raw := msg.Metadata.Get(events.MetaAggregateSeq); raw != "" {
-		seq, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || seq < 1 {
-			errs = append(errs, fmt.Sprintf("metadata %s %q is not a positive number", events.MetaAggregateSeq, raw))
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v}
+			}
+			if err != nil {
+				_ = tx.Rollback()
+			}
+		}()
+		fresh, err := RecordDelivery(ctx, tx, s.tables, m)
+		if err != nil {
+			return err
 		}
-		m.AggregateSeq = max(seq, 0)
+		if !fresh {
+			return ErrDuplicate
+		}
+		if err := fn(ctx, tx, payload, m); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		s.cfg.Metrics.Batch(1)
+		return nil
 	}
-	if len(errs) > 0 {
-		return m, errors.New("malformed message: " + strings.Join(errs, "; "))
-	}
-	return m, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// For generated code. Register adds fn as consumer's handler of the named
+// event. Each consumer name handles an event once; two names both see it.
+func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
+	if consumer == "" {
+		return fmt.Errorf("consumer: handler of %q: consumer name is empty", event)
 	}
-	slices.Sort(keys)
-	return keys
+	if fn == nil {
+		return fmt.Errorf("consumer: %q: handler of %q is nil", consumer, event)
+	}
+	if _, ok := s.types[event]; !ok {
+		return fmt.Errorf("consumer: %q: unknown event %q", consumer, event)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.handlers[consumer] == nil {
+		s.handlers[consumer] = map[string]HandlerFunc{}
+	}
+	if _, dup := s.handlers[consumer][event]; dup {
+		return fmt.Errorf("consumer: %q already has a handler for %q", consumer, event)
+	}
+	s.handlers[consumer][event] = fn
+	return nil
 }
-
-// PanicError is the error a handler panic turns into: the transaction rolls
-// back and the delivery is retried like any failure. errors.As finds it,
-// with the value the handler panicked with.
-type PanicError struct {
-	Value any
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
