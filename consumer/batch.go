@@ -63,6 +63,7 @@ type batcher struct {
 	max   int // transactions at once
 	// applied is told how many events each committed batch applied.
 	applied func(n int)
+	turns   *turns // woken for each event applied
 
 	mu      sync.Mutex
 	pending []*batchItem
@@ -145,9 +146,10 @@ func (b *batcher) apply(batch []*batchItem, results []batchResult) (failed *batc
 		return nil, err
 	}
 	n := 0
-	for _, r := range results {
+	for i, r := range results {
 		if r == batchApplied {
 			n++
+			b.turns.applied(batch[i].m)
 		}
 	}
 	if n > 0 {

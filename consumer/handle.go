@@ -181,10 +181,14 @@ func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 			return err
 		})
 	})
-	if err == nil && !passed {
+	switch {
+	case err != nil:
+		return err
+	case !passed:
 		return ErrDuplicate
 	}
-	return err
+	s.turns.applied(m)
+	return nil
 }
 
 // letterOrder is what a dead letter of an event of the aggregate's turn

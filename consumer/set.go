@@ -26,6 +26,7 @@ type Set struct {
 	tables     Tables              // "" names for tables the generated code does not know
 	begin      func(context.Context) (Tx, error)
 	batch      *batcher // nil: one event per transaction
+	turns      turns    // wakes deliveries waiting for an aggregate's previous event
 
 	mu         sync.Mutex
 	handlers   map[string]map[string]HandlerFunc   // consumer -> event name -> handler
@@ -71,7 +72,8 @@ func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dia
 	s := NewSetFor(types, db, tables, deadLetter, opts...)
 	s.begin = begin
 	if s.cfg.BatchSize > 1 {
-		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch}
+		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch,
+			turns: &s.turns}
 	}
 	return s
 }
@@ -130,6 +132,7 @@ func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
 			return err
 		}
 		s.cfg.Metrics.Batch(1)
+		s.turns.applied(m)
 		return nil
 	}
 }

@@ -98,10 +98,13 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
 			m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
 	}
+	applied, done := s.turns.wait(m)
+	defer done()
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
 	case <-time.After(w.pause):
+	case <-applied: // an event of the aggregate was applied here: maybe the one it waits for
 	}
 	w.pause = min(2*w.pause, gapPauseMax)
 	return nil
