@@ -81,9 +81,13 @@ func (b *batcher) do(it *batchItem) batchResult {
 	return <-it.done
 }
 
-// startLocked starts batches while there is room and work.
+// startLocked starts batches while there is room and work: at once when
+// none runs (a lone event does not wait), else only a batch of a quarter
+// of the size or more. Starting every transaction it may would make a
+// busy set's batches small, each commit and round trip shared by few
+// events; what waits goes in the next batch, when one ends.
 func (b *batcher) startLocked() {
-	for b.running < b.max && len(b.pending) > 0 {
+	for b.running < b.max && len(b.pending) > 0 && (b.running == 0 || len(b.pending) >= max(b.size/4, 1)) {
 		n := min(len(b.pending), b.size)
 		batch := slices.Clone(b.pending[:n])
 		b.pending = slices.Delete(b.pending, 0, n)
