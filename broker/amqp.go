@@ -13,6 +13,8 @@ import (
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/entoutbox/entoutbox/events"
 )
 
 // RabbitMQ: topic T is a durable fanout exchange named T, and group G is the
@@ -109,6 +111,22 @@ func (m amqpMarshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 	}
 	p.MessageId = msg.UUID
 	return p, nil
+}
+
+// Unmarshal is the module's, plus events.MetaDeliveryCount: RabbitMQ says
+// only whether the message was delivered before, so "2" stands for two or
+// more.
+func (m amqpMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
+	msg, err := m.DefaultMarshaler.Unmarshal(d)
+	if err != nil {
+		return nil, err
+	}
+	count := "1"
+	if d.Redelivered {
+		count = "2"
+	}
+	msg.Metadata.Set(events.MetaDeliveryCount, count)
+	return msg, nil
 }
 
 // amqpPublisher publishes with mandatory and confirms, one channel per

@@ -4,8 +4,9 @@
 //
 // URL forms:
 //
-//	nats://host:4222[,host2:4222]       NATS JetStream (watermill-nats/v2); ?ack_wait=30s sets the redelivery wait,
-//	                                    ?max_ack_pending=N the messages a group holds unacked (see below)
+//	nats://host:4222[,host2:4222]       NATS JetStream; ?ack_wait=30s sets the redelivery wait, ?max_in_flight=256
+//	                                    the messages a subscription holds at once, ?max_ack_pending=1000 those a
+//	                                    group holds (see below)
 //	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
 //	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS
 //	kafka://host1:9092,host2:9092       Kafka (watermill-kafka/v3, Sarama)
@@ -28,19 +29,24 @@
 // on its own, and one not acked comes again (at-least-once, so consumers
 // must tolerate duplicates). A group with one member receives an
 // aggregate's messages in publish order (on Kafka also with several
-// members: a partition goes to one member at a time). The file of each
+// members: a partition goes to one member at a time; on NATS many at once,
+// see below). The file of each
 // scheme says how it maps topics and groups onto the broker's resources and
 // what is particular to it.
 //
-// On NATS a group's messages are pushed to it ahead of its handler, which
-// takes them one at a time, in order; each one's ack wait runs from the
-// push. max_ack_pending bounds how many are pushed and not yet acked (for
-// the whole group, shared by its members), so that the handler finishes
-// them within ack_wait: otherwise the last ones come again while they
-// still wait, and again. The default is ack_wait / 20 ms, at most 1,000
-// (JetStream's default): 1,000 for the default 30 s, 250 for 5 s. Set it
-// lower for a slower handler (max_ack_pending x handling time < ack_wait).
-// The last URL to subscribe a group sets both for it.
+// On NATS a subscription pulls its group's messages from JetStream, only
+// as many as it has room for: it holds at most max_in_flight (default 256)
+// received and not yet acked or nacked, and hands each out without waiting
+// for the previous ones' acks, so that a Watermill router handles up to
+// max_in_flight at once (see ConcurrentSubscriber). The rest wait on the
+// server, where any member may take them. While it holds a message it
+// tells JetStream every ack_wait / 2 that the message is in progress, so a
+// message comes again only when it is nacked (at once), when its
+// subscriber closes (at once: Close naks what it holds) or when its member
+// is gone (after ack_wait, default 30 s), however long a handler takes.
+// max_ack_pending bounds the messages a group's members hold together, on
+// the server (default 1,000, JetStream's). The last URL to subscribe a
+// group sets ack_wait and max_ack_pending for it.
 package broker
 
 import (
@@ -217,6 +223,9 @@ func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 		p.subs = make(map[*ownedSubscriber]struct{})
 	}
 	p.subs[owned] = struct{}{}
+	if c, ok := sub.(ConcurrentSubscriber); ok {
+		return concurrentSubscriber{owned, c.MaxInFlight()}, nil
+	}
 	return owned, nil
 }
 
@@ -306,6 +315,25 @@ type asyncPublisher struct {
 func (a asyncPublisher) PublishAsync(topic string, msg *message.Message, done func(error)) {
 	a.async(topic, msg, done)
 }
+
+// ConcurrentSubscriber is what a Broker's Subscriber also is when each of
+// its subscriptions hands out many messages without waiting for the
+// previous ones' acks (NATS JetStream today): up to MaxInFlight at once.
+// A Watermill router runs its handler on each message as it comes, so one
+// such subscriber is enough for that many at once. The other brokers'
+// subscribers hand out a message once the one before is acked: several
+// members of a group handle several at once.
+type ConcurrentSubscriber interface {
+	message.Subscriber
+	MaxInFlight() int
+}
+
+type concurrentSubscriber struct {
+	*ownedSubscriber
+	maxInFlight int
+}
+
+func (s concurrentSubscriber) MaxInFlight() int { return s.maxInFlight }
 
 // ownedSubscriber makes Close idempotent (not every Watermill subscriber is)
 // and forgets the subscriber in its Broker.

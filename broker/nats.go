@@ -22,8 +22,9 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 )
 
-// NATS JetStream through watermill-nats/v2's pkg/nats (the module's own
-// pkg/jetstream is marked beta).
+// NATS JetStream: publishing through watermill-nats/v2's pkg/nats (the
+// module's own pkg/jetstream is marked beta), subscribing through our own
+// pull subscriber (natspull.go).
 //
 // Topology, provisioned here rather than by the module's AutoProvision, whose
 // stream is named after the topic verbatim (so a topic such as
@@ -32,13 +33,14 @@ import (
 //   - topic T is carried by the stream that already captures subject T, or
 //     else by a new stream named natsName(T) with the single subject T
 //     (limits retention, file storage, the server's 2-minute duplicate window);
-//   - group G on topic T is the durable push consumer natsName(G+"-"+T) of
-//     that stream with deliver group natsName(G), explicit acks, delivering
+//   - group G on topic T is the durable pull consumer
+//     natsName(G+"-"+T)+"_pull" of that stream, explicit acks, delivering
 //     from the first message, holding at most max_ack_pending messages
-//     delivered and not yet acked. It is created here, before the module
-//     subscribes, because nats.go deletes on Unsubscribe a consumer it created
-//     itself, which would throw the group's position away each time a
-//     subscriber closes.
+//     delivered and not yet acked among all of G's members. Earlier
+//     versions made a durable push consumer natsName(G+"-"+T), with
+//     deliver group natsName(G); the first Subscribe of G on T replaces it
+//     with the pull consumer, starting where it left off (see
+//     ensureConsumer).
 //
 // A subscriber that creates a topic's stream logs it at Info: no producer
 // has published on that topic yet, which for a consumer usually means its
@@ -54,44 +56,29 @@ import (
 // message whose headers are not one value per key is delivered, not refused:
 // see natsMarshaler.Unmarshal.
 
-// natsAckWait is how long JetStream and the subscriber wait for an ack
-// before the message is delivered again, unless the URL sets ?ack_wait=.
+// natsAckWait is how long JetStream waits for a word from the member
+// holding a message (an ack, a nack, or that it is still in progress)
+// before it delivers the message again, unless the URL sets ?ack_wait=.
 const natsAckWait = 30 * time.Second
 
-// A group's consumer handles its messages one at a time, in order, and
-// JetStream starts each one's ack wait when it pushes it, not when the
-// handler takes it up: with more messages pushed than the handler finishes
-// within ack_wait, the last ones come again while they still wait, and
-// again, a redelivery storm. So the messages pushed and not yet acked are
-// bounded, by ?max_ack_pending= or else by natsMaxAckPendingOf(ack_wait).
-const (
-	// natsHandlerBudget is the handling time per message the default bound
-	// leaves room for.
-	natsHandlerBudget = 20 * time.Millisecond
-	// natsMaxAckPendingMax is JetStream's own default.
-	natsMaxAckPendingMax = 1000
-)
-
-// natsMaxAckPendingOf is the default bound for ackWait: as many messages as
-// a handler taking natsHandlerBudget each finishes within it, from 1 to
-// natsMaxAckPendingMax (1,000 for the default 30 s, 250 for 5 s).
-func natsMaxAckPendingOf(ackWait time.Duration) int {
-	return int(min(max(ackWait/natsHandlerBudget, 1), natsMaxAckPendingMax))
-}
+// natsMaxAckPending bounds the messages a group's members hold together,
+// delivered and not yet acked, unless the URL sets ?max_ack_pending=:
+// JetStream's own default.
+const natsMaxAckPending = 1000
 
 // natsParams are the URL's options for the broker rather than nats.Connect.
 type natsParams struct {
 	ackWait       time.Duration
 	maxAckPending int
+	maxInFlight   int
 }
 
-// natsParamsOf reads ?ack_wait= and ?max_ack_pending= off the URL and
-// returns the URL without them for nats.Connect.
+// natsParamsOf reads ?ack_wait=, ?max_ack_pending= and ?max_in_flight=
+// off the URL and returns the URL without them for nats.Connect.
 func natsParamsOf(u *url.URL, raw string) (natsParams, string, error) {
-	p := natsParams{ackWait: natsAckWait}
+	p := natsParams{ackWait: natsAckWait, maxAckPending: natsMaxAckPending, maxInFlight: natsMaxInFlight}
 	q := u.Query()
-	if !q.Has("ack_wait") && !q.Has("max_ack_pending") {
-		p.maxAckPending = natsMaxAckPendingOf(p.ackWait)
+	if !q.Has("ack_wait") && !q.Has("max_ack_pending") && !q.Has("max_in_flight") {
 		return p, raw, nil
 	}
 	if v := q.Get("ack_wait"); v != "" {
@@ -101,16 +88,16 @@ func natsParamsOf(u *url.URL, raw string) (natsParams, string, error) {
 		}
 		p.ackWait = d
 	}
-	p.maxAckPending = natsMaxAckPendingOf(p.ackWait)
-	if v := q.Get("max_ack_pending"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return p, "", fmt.Errorf("max_ack_pending=%q is not a positive number", v)
+	for name, n := range map[string]*int{"max_ack_pending": &p.maxAckPending, "max_in_flight": &p.maxInFlight} {
+		if v := q.Get(name); v != "" {
+			var err error
+			if *n, err = strconv.Atoi(v); err != nil || *n <= 0 {
+				return p, "", fmt.Errorf("%s=%q is not a positive number", name, v)
+			}
 		}
-		p.maxAckPending = n
+		q.Del(name)
 	}
 	q.Del("ack_wait")
-	q.Del("max_ack_pending")
 	clean := *u
 	clean.RawQuery = q.Encode()
 	return p, clean.String(), nil
@@ -178,51 +165,19 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 			}
 			return nil
 		},
-		newSub: func(group string) (message.Subscriber, error) { return newNATSSubscriber(raw, group, topo, logger) },
-	}, nil
-}
-
-// newNATSSubscriber gives each subscriber a connection of its own: the
-// module's Subscriber drains its connection on Close.
-func newNATSSubscriber(raw, group string, topo *natsTopology, logger watermill.LoggerAdapter) (message.Subscriber, error) {
-	closed := make(chan struct{})
-	var once sync.Once
-	opts := append(natsOptions(), nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) }))
-	nc, err := nats.Connect(raw, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting: %w", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("opening JetStream: %w", err)
-	}
-	queue := natsName(group)
-	sub, err := wmnats.NewSubscriberWithNatsConn(nc, wmnats.SubscriberSubscriptionConfig{
-		Unmarshaler:       natsMarshaler{},
-		SubscribersCount:  1,
-		AckWaitTimeout:    topo.ackWait,
-		SubjectCalculator: wmnats.DefaultSubjectCalculator,
-		QueueGroupPrefix:  queue,
-		JetStream: wmnats.JetStreamConfig{
-			// Without ManualAck nats.go acks every message when the module's
-			// handler returns, including one the handler gave up on (ack
-			// timeout, closing), which would lose it.
-			SubscribeOptions:  []nats.SubOpt{nats.ManualAck()},
-			DurablePrefix:     group,
-			DurableCalculator: natsConsumerName,
+		newSub: func(group string) (message.Subscriber, error) {
+			return newNATSSubscriber(raw, group, topo, params.maxInFlight, logger)
 		},
-	}, logger)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("creating subscriber: %w", err)
-	}
-	return &natsSubscriber{Subscriber: sub, nc: nc, closed: closed, js: js, topo: topo, group: group, queue: queue}, nil
+	}, nil
 }
 
 // natsConsumerName names group's durable consumer of topic; the topic is part
 // of it because one stream may carry several topics.
-func natsConsumerName(group, topic string) string { return natsName(group + "-" + topic) }
+func natsConsumerName(group, topic string) string { return natsName(group+"-"+topic) + "_pull" }
+
+// natsPushConsumerName is the name of the durable push consumer earlier
+// versions made for group's messages of topic.
+func natsPushConsumerName(group, topic string) string { return natsName(group + "-" + topic) }
 
 // natsTopology remembers which stream carries each topic, so that only the
 // first Publish or Subscribe of a topic asks the server.
@@ -267,24 +222,104 @@ func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream,
 // its stream having been deleted.
 func (t *natsTopology) forget(topic string) { t.streams.Delete(topic) }
 
-func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group, queue string) error {
-	durable := natsConsumerName(group, topic)
-	_, err := js.CreateOrUpdatePushConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:     durable,
-		Description: fmt.Sprintf("entoutbox group %q on topic %q", group, topic),
-		// Fixed, so that every member of the group, in any process, finds
-		// the consumer as it is and joins it.
-		DeliverSubject: "_INBOX.entoutbox." + stream + "." + durable,
-		DeliverGroup:   queue,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		FilterSubject:  topic,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        t.ackWait,
-		MaxAckPending:  t.maxAckPending,
-	})
+// ensureConsumer provisions group's durable pull consumer of topic on
+// stream and returns its name. An existing one keeps its position and takes
+// this URL's ack_wait and max_ack_pending; a new one replaces the group's
+// push consumer of an earlier version, if any.
+func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) (string, error) {
+	name, err := t.ensurePullConsumer(ctx, js, stream, topic, group)
 	if err != nil {
 		t.forget(topic)
-		return fmt.Errorf("provisioning JetStream consumer %q on stream %q: %w", durable, stream, err)
+		return "", fmt.Errorf("provisioning JetStream consumer %q on stream %q: %w", name, stream, err)
+	}
+	return name, nil
+}
+
+func (t *natsTopology) ensurePullConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) (string, error) {
+	name := natsConsumerName(group, topic)
+	for attempt := 0; ; attempt++ {
+		cons, err := js.Consumer(ctx, stream, name)
+		if err == nil {
+			cfg := cons.CachedInfo().Config
+			if cfg.AckWait != t.ackWait || cfg.MaxAckPending != t.maxAckPending {
+				cfg.AckWait, cfg.MaxAckPending = t.ackWait, t.maxAckPending
+				if _, err := js.UpdateConsumer(ctx, stream, cfg); err != nil {
+					return name, err
+				}
+			}
+			// Also here: a member that made the pull consumer may have
+			// stopped before it deleted the push one.
+			return name, t.retirePushConsumer(ctx, js, stream, topic, group)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return name, err
+		}
+		cfg := jetstream.ConsumerConfig{
+			Durable:       name,
+			Description:   fmt.Sprintf("entoutbox group %q on topic %q", group, topic),
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			FilterSubject: topic,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       t.ackWait,
+			MaxAckPending: t.maxAckPending,
+		}
+		push, err := t.pushConsumer(ctx, js, stream, topic, group)
+		if err != nil {
+			return name, err
+		}
+		if push != nil && push.AckFloor.Stream > 0 {
+			// Where the push consumer left off: every message after its ack
+			// floor is delivered again, those acked out of order above it
+			// too (once; consumers dedupe them by event id), so that none
+			// it had not acked is lost.
+			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+			cfg.OptStartSeq = push.AckFloor.Stream + 1
+		}
+		if _, err := js.CreateConsumer(ctx, stream, cfg); err != nil {
+			if attempt == 0 {
+				// Made meanwhile by another member, from the floor it read
+				// then (the same or a lower one, read before any push
+				// consumer was deleted): join it.
+				continue
+			}
+			return name, err
+		}
+		if push != nil {
+			t.logger.Info("Replaced the group's JetStream push consumer of an earlier version by a pull consumer, "+
+				"starting after its last acknowledged message", watermill.LogFields{
+				"topic": topic, "group": group, "stream": stream, "push_consumer": push.Name, "pull_consumer": name,
+				"start_sequence": cfg.OptStartSeq})
+		}
+		return name, t.retirePushConsumer(ctx, js, stream, topic, group)
+	}
+}
+
+// pushConsumer returns the info of group's push consumer of topic made by
+// an earlier version, or nil when there is none.
+func (t *natsTopology) pushConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) (*jetstream.ConsumerInfo, error) {
+	cons, err := js.PushConsumer(ctx, stream, natsPushConsumerName(group, topic))
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrNotPushConsumer):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	info := cons.CachedInfo()
+	if info.Config.FilterSubject != topic {
+		return nil, nil // not ours: another topic's pull consumer may have this name
+	}
+	return info, nil
+}
+
+// retirePushConsumer deletes group's push consumer of topic once the pull
+// consumer is there: its members of an earlier version stop receiving.
+func (t *natsTopology) retirePushConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) error {
+	push, err := t.pushConsumer(ctx, js, stream, topic, group)
+	if err != nil || push == nil {
+		return err
+	}
+	if err := js.DeleteConsumer(ctx, stream, push.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("deleting the push consumer %q of an earlier version: %w", push.Name, err)
 	}
 	return nil
 }
@@ -448,57 +483,6 @@ func checkDuplicate(topic, uuid string, publishID bool, ack *jetstream.PubAck) e
 	return &DuplicateError{Topic: topic, UUID: uuid, Sequence: ack.Sequence}
 }
 
-// natsSubscriber provisions the stream and the group's durable consumer
-// before the module subscribes.
-type natsSubscriber struct {
-	*wmnats.Subscriber
-	nc           *nats.Conn
-	closed       <-chan struct{} // closed with nc
-	js           jetstream.JetStream
-	topo         *natsTopology
-	group, queue string
-}
-
-func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
-	defer cancel()
-	stream, created, err := s.topo.ensureStream(pctx, s.js, topic)
-	if err != nil {
-		return nil, err
-	}
-	if created {
-		// Said once: the stream is there for every later subscriber. A
-		// consumer whose topic prefix differs from the relay's would
-		// otherwise wait for ever without a word.
-		s.topo.logger.Info("No producer has published on this topic yet: its JetStream stream was created by this subscriber. "+
-			"If a relay is running, check that its --topic-prefix matches the consumers' consumer.WithTopicPrefix",
-			watermill.LogFields{"topic": topic, "stream": stream, "group": s.group})
-	}
-	if err := s.topo.ensureConsumer(pctx, s.js, stream, topic, s.group, s.queue); err != nil {
-		return nil, err
-	}
-	return s.Subscriber.Subscribe(ctx, topic)
-}
-
-// Close closes the module's subscriber, which unsubscribes and starts
-// draining the connection, and waits until the connection is closed: then
-// the server has taken the unsubscription in, and routes what it delivers
-// next to the group's other members, or keeps it for the next one, instead
-// of to this connection, which would drop it and leave it to come back only
-// after the ack wait (30 s).
-func (s *natsSubscriber) Close() error {
-	err := s.Subscriber.Close()
-	if err == nil {
-		select {
-		case <-s.closed:
-			return nil
-		case <-time.After(natsProvisionTimeout):
-		}
-	}
-	s.nc.Close()
-	return err
-}
-
 // natsMarshaler is the module's NATSMarshaler plus the Nats-Msg-Id header.
 // It refuses metadata a NATS header cannot carry unchanged rather than let
 // nats.go alter it in transit (it trims values and turns line breaks into
@@ -528,8 +512,8 @@ func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, err
 }
 
 // Unmarshal reads what NATSMarshaler writes, and never fails: a message
-// that fails in the module's subscriber is neither acked nor nacked and
-// comes back every ack wait, for ever. A header key with several values
+// the subscriber cannot read never reaches a handler that could dead-letter
+// it, and comes back for ever. A header key with several values
 // (which the module refuses) keeps its first one, and the message carries
 // why in metaMalformed, so that the consumer dead-letters it with that
 // reason.

@@ -169,11 +169,12 @@ func TestNATSParams(t *testing.T) {
 		want    natsParams
 		connect string
 	}{
-		{"nats://h:4222", natsParams{30 * time.Second, 1000}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 250}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8}, "nats://h:4222"},
-		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000}, "nats://h:4222?name=x"},
+		{"nats://h:4222", natsParams{30 * time.Second, 1000, 256}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 1000, 256}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1000, 256}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8, 256}, "nats://h:4222"},
+		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000, 256}, "nats://h:4222?name=x"},
+		{"nats://h:4222?max_in_flight=7&name=x", natsParams{30 * time.Second, 1000, 7}, "nats://h:4222?name=x"},
 	} {
 		u, err := url.Parse(c.raw)
 		require.NoError(t, err)
@@ -182,7 +183,8 @@ func TestNATSParams(t *testing.T) {
 		assert.Equal(t, c.want, got, c.raw)
 		assert.Equal(t, c.connect, connect, c.raw)
 	}
-	for _, raw := range []string{"nats://h?ack_wait=0s", "nats://h?ack_wait=x", "nats://h?max_ack_pending=0", "nats://h?max_ack_pending=-3", "nats://h?max_ack_pending=many"} {
+	for _, raw := range []string{"nats://h?ack_wait=0s", "nats://h?ack_wait=x", "nats://h?max_ack_pending=0", "nats://h?max_ack_pending=-3",
+		"nats://h?max_ack_pending=many", "nats://h?max_in_flight=0", "nats://h?max_in_flight=x"} {
 		u, err := url.Parse(raw)
 		require.NoError(t, err)
 		_, _, err = natsParamsOf(u, raw)
@@ -190,14 +192,16 @@ func TestNATSParams(t *testing.T) {
 	}
 }
 
-// The bound on messages pushed and not yet acked reaches the group's
-// JetStream consumer: from the URL, or derived from ack_wait.
+// The group's bound on messages delivered and not yet acked and its ack
+// wait reach its JetStream pull consumer, and the subscriber says how many
+// messages it holds at once.
 func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		query string
-		want  int
-	}{{"?ack_wait=5s", 250}, {"?ack_wait=5s&max_ack_pending=7", 7}} {
+		query       string
+		want        int
+		maxInFlight int
+	}{{"?ack_wait=5s", 1000, 256}, {"?ack_wait=5s&max_ack_pending=7&max_in_flight=3", 7, 3}} {
 		topic := "entoutbox.pending." + randomSuffix()
 		rawURL := natsSetup(t, topic) + c.query
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
@@ -207,13 +211,28 @@ func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 		defer b.Close()
 		sub, err := b.Subscriber("g")
 		require.NoError(t, err)
+		require.Implements(t, (*ConcurrentSubscriber)(nil), sub)
+		assert.Equal(t, c.maxInFlight, sub.(ConcurrentSubscriber).MaxInFlight(), c.query)
 		_, err = sub.Subscribe(ctx, topic)
 		require.NoError(t, err)
-		cons, err := natsStream(t).PushConsumer(ctx, natsName(topic), natsConsumerName("g", topic))
+		cons, err := natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
 		require.NoError(t, err)
 		assert.Equal(t, c.want, cons.CachedInfo().Config.MaxAckPending, c.query)
 		assert.Equal(t, 5*time.Second, cons.CachedInfo().Config.AckWait, c.query)
 		require.NoError(t, sub.Close())
+
+		// The last URL to subscribe the group sets them.
+		b2, err := Open(ctx, natsURL+"?ack_wait=6s&max_ack_pending=9", Options{})
+		require.NoError(t, err)
+		defer b2.Close()
+		sub, err = b2.Subscriber("g")
+		require.NoError(t, err)
+		_, err = sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		cons, err = natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
+		require.NoError(t, err)
+		assert.Equal(t, 9, cons.CachedInfo().Config.MaxAckPending, c.query)
+		assert.Equal(t, 6*time.Second, cons.CachedInfo().Config.AckWait, c.query)
 	}
 }
 

@@ -28,6 +28,12 @@ const (
 	// aggregate's events on its topic: 1, 2, 3..., dense over committed
 	// transactions. Consumers apply an aggregate's events in this order.
 	MetaAggregateSeq = "outbox_aggregate_seq"
+	// MetaDeliveryCount is set by the subscriber, not the outbox: how
+	// many times the broker has delivered the message, this delivery
+	// included ("1" the first time). NATS JetStream counts every delivery;
+	// RabbitMQ only says whether the message was delivered before ("2"
+	// then: at least twice). Other brokers leave it unset.
+	MetaDeliveryCount = "outbox_delivery_count"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

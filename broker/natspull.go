@@ -1,0 +1,420 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// The NATS subscriber: each Subscribe pulls the group's messages of one
+// topic from the group's durable pull consumer, only as many as it has
+// room for (max_in_flight, less those it holds), so that a message waits
+// on the server, not in the process, and its ack wait starts when a member
+// takes it. It hands each one out without waiting for the previous ones'
+// acks, and while it holds one (handed out or not, not yet acked or
+// nacked) it tells the server every ack_wait / 2 that the message is in
+// progress: however long a handler takes, a message comes again only when
+// it is nacked, its member's subscriber closes (at once: it naks what it
+// holds) or its member is gone (after ack_wait).
+//
+// It speaks JetStream's pull protocol on an inbox of its own rather than
+// through nats.go's jetstream Fetch or Messages: Messages pulls ahead of
+// the free slots, and a Fetch can only be given up by cancelling it, which
+// drops what the server already sent, to come again after ack_wait only.
+// Here one pull request is open at a time, and closing drains the inbox:
+// what the server sent before it took the unsubscription in is naked,
+// not dropped.
+
+// natsMaxInFlight is how many messages a subscription holds at most,
+// unless the URL sets ?max_in_flight=.
+const natsMaxInFlight = 256
+
+const (
+	// natsPullExpires is how long a pull request waits on the server for
+	// messages; then another is sent.
+	natsPullExpires = 30 * time.Second
+	// natsPullHeartbeat is how often the server says a pull request it
+	// has nothing for is still open; two missed and it is taken as lost
+	// (a reconnection), and another is sent.
+	natsPullHeartbeat = 5 * time.Second
+	// natsPullTick is how often a subscription checks for a lost pull
+	// request and for the end of a pause after a failed one.
+	natsPullTick = time.Second
+	// natsPullRetryMax bounds the pause after failed pull requests,
+	// which doubles from natsPullRetryMin.
+	natsPullRetryMin = 100 * time.Millisecond
+	natsPullRetryMax = 5 * time.Second
+	// natsCloseWait is how long Close lets the handlers of the messages
+	// handed out ack or nack them, their contexts cancelled; then it naks
+	// the rest, for the group's other members.
+	natsCloseWait = 10 * time.Second
+)
+
+// natsSubscriber is a group's member: the Subscriber a Broker returns for a
+// nats:// URL. It has a connection of its own.
+type natsSubscriber struct {
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	topo        *natsTopology
+	group       string
+	maxInFlight int
+	closeWait   time.Duration // natsCloseWait
+	logger      watermill.LoggerAdapter
+	// reconnects counts the connection's reconnections: the server forgets
+	// the open pull requests of a connection it lost.
+	reconnects atomic.Int64
+
+	mu        sync.Mutex
+	closed    bool
+	closing   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	pulls     sync.WaitGroup // natsPull.run
+	held      sync.WaitGroup // messages received and not yet acked or nacked
+}
+
+func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, logger watermill.LoggerAdapter) (*natsSubscriber, error) {
+	s := &natsSubscriber{topo: topo, group: group, maxInFlight: maxInFlight, closeWait: natsCloseWait, logger: logger,
+		closing: make(chan struct{})}
+	opts := append(natsOptions(), nats.ReconnectHandler(func(*nats.Conn) { s.reconnects.Add(1) }))
+	nc, err := nats.Connect(raw, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	s.nc, s.js = nc, js
+	return s, nil
+}
+
+// MaxInFlight implements ConcurrentSubscriber.
+func (s *natsSubscriber) MaxInFlight() int { return s.maxInFlight }
+
+func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
+	defer cancel()
+	stream, created, err := s.topo.ensureStream(pctx, s.js, topic)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		// Said once: the stream is there for every later subscriber. A
+		// consumer whose topic prefix differs from the relay's would
+		// otherwise wait for ever without a word.
+		s.logger.Info("No producer has published on this topic yet: its JetStream stream was created by this subscriber. "+
+			"If a relay is running, check that its --topic-prefix matches the consumers' consumer.WithTopicPrefix",
+			watermill.LogFields{"topic": topic, "stream": stream, "group": s.group})
+	}
+	durable, err := s.topo.ensureConsumer(pctx, s.js, stream, topic, s.group)
+	if err != nil {
+		return nil, err
+	}
+	p := &natsPull{
+		sub:      s,
+		ctx:      ctx,
+		next:     fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, durable),
+		incoming: make(chan *nats.Msg),
+		stopped:  make(chan struct{}),
+		output:   make(chan *message.Message),
+		freed:    make(chan struct{}, 1),
+		log:      watermill.LogFields{"topic": topic, "group": s.group, "consumer": durable},
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("subscriber closed")
+	}
+	if p.inbox, err = s.nc.Subscribe(s.nc.NewInbox(), p.receive); err != nil {
+		return nil, fmt.Errorf("subscribing to an inbox: %w", err)
+	}
+	s.pulls.Add(1)
+	go p.run()
+	return p.output, nil
+}
+
+// Close stops pulling, naks what was received and not handed out, cancels
+// the contexts of the messages handed out (as Watermill subscribers do)
+// and waits up to closeWait for their handlers to ack or nack them,
+// then naks the rest: all of them go to the group's other members at
+// once, not after ack_wait. Then it closes the connection.
+func (s *natsSubscriber) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.closing)
+		s.mu.Unlock()
+		s.pulls.Wait()
+		s.held.Wait()
+		s.closeErr = s.nc.FlushTimeout(natsProvisionTimeout) // the last acks and naks
+		s.nc.Close()
+	})
+	return s.closeErr
+}
+
+// natsPull is one Subscribe: run pulls, receives and hands out; hold
+// settles one message.
+type natsPull struct {
+	sub  *natsSubscriber
+	ctx  context.Context // Subscribe's: its end ends the subscription
+	next string          // the consumer's "next messages" API subject
+	log  watermill.LogFields
+
+	inbox *nats.Subscription
+	// incoming takes what the inbox receives to run. Unbuffered, so that
+	// once stopped is closed nothing is left in it (see receive).
+	incoming chan *nats.Msg
+	stopped  chan struct{}
+	output   chan *message.Message
+	held     atomic.Int64  // messages received and not yet acked or nacked
+	freed    chan struct{} // signalled when held drops
+}
+
+// natsPullRequest is JetStream's request for the next messages.
+type natsPullRequest struct {
+	Batch     int           `json:"batch"`
+	Expires   time.Duration `json:"expires"`
+	Heartbeat time.Duration `json:"idle_heartbeat"`
+}
+
+// run pulls with one request at a time, for as many messages as there are
+// free slots, and hands the messages out in the order received.
+func (p *natsPull) run() {
+	defer p.sub.pulls.Done()
+	defer close(p.output)
+	var (
+		queue      []*message.Message // received, not yet taken from output
+		open       bool               // a pull request is outstanding
+		due        int                // how many messages it may still deliver
+		heard      time.Time          // its last message or heartbeat
+		retryAt    time.Time          // no request before, after a failed one
+		retry      time.Duration
+		reconnects = p.sub.reconnects.Load()
+	)
+	tick := time.NewTicker(natsPullTick)
+	defer tick.Stop()
+	for {
+		if free := p.sub.maxInFlight - int(p.held.Load()); !open && free > 0 && !time.Now().Before(retryAt) {
+			if err := p.request(free); err != nil {
+				retry = p.failed(retry, "", err.Error())
+				retryAt = time.Now().Add(retry)
+			} else {
+				open, due, heard = true, free, time.Now()
+			}
+		}
+		var out chan<- *message.Message
+		var first *message.Message
+		if len(queue) > 0 {
+			out, first = p.output, queue[0]
+		}
+		select {
+		case out <- first:
+			queue[0] = nil
+			queue = queue[1:]
+		case nm := <-p.incoming:
+			heard = time.Now()
+			if status, description, ok := natsStatus(nm); ok {
+				switch status {
+				case "100": // idle heartbeat: the request is still open
+				case "404", "408": // nothing more for this request
+					open, retry = false, 0
+				default: // the request ended otherwise: 409 and the like
+					open = false
+					retry = p.failed(retry, status, description)
+					retryAt = time.Now().Add(retry)
+				}
+				continue
+			}
+			if open {
+				if due--; due == 0 {
+					open = false
+				}
+			}
+			retry = 0
+			if m := p.accept(nm); m != nil {
+				queue = append(queue, m)
+			}
+		case <-p.freed:
+		case <-tick.C:
+			if n := p.sub.reconnects.Load(); n != reconnects || open && time.Since(heard) > 2*natsPullHeartbeat {
+				// The request is lost; a lost one still delivering has
+				// its extra messages naked by accept.
+				reconnects, open = n, false
+			}
+		case <-p.ctx.Done():
+			p.stop(queue)
+			return
+		case <-p.sub.closing:
+			p.stop(queue)
+			return
+		}
+	}
+}
+
+func (p *natsPull) request(n int) error {
+	body, err := json.Marshal(natsPullRequest{Batch: n, Expires: natsPullExpires, Heartbeat: natsPullHeartbeat})
+	if err != nil {
+		return err
+	}
+	return p.sub.nc.PublishRequest(p.next, p.inbox.Subject, body)
+}
+
+// failed logs a pull request that failed and returns the pause before the
+// next one, doubled from the last.
+func (p *natsPull) failed(last time.Duration, status, description string) time.Duration {
+	switch description {
+	case "Leadership Change", "Server Shutdown":
+		return 0 // asked again at once, of whichever server answers
+	}
+	p.sub.logger.Error("JetStream refused a pull request; asking again", errors.New(description),
+		p.log.Add(watermill.LogFields{"status": status}))
+	return min(max(2*last, natsPullRetryMin), natsPullRetryMax)
+}
+
+// natsStatus tells a status message of the pull protocol (heartbeat, end
+// of request, error) from a message of the stream, which has a reply
+// subject to ack it on (and may have a Status header of its own).
+func natsStatus(nm *nats.Msg) (status, description string, ok bool) {
+	if nm.Reply != "" || len(nm.Data) > 0 || nm.Header == nil {
+		return "", "", false
+	}
+	status = nm.Header.Get("Status")
+	return status, nm.Header.Get("Description"), status != ""
+}
+
+// accept takes a message of the stream in, to be handed out, or naks it
+// when every slot is taken (a lost pull request still delivering).
+func (p *natsPull) accept(nm *nats.Msg) *message.Message {
+	if nm.Reply == "" {
+		return nil // not a JetStream delivery: nothing to ack
+	}
+	if int(p.held.Load()) >= p.sub.maxInFlight {
+		p.nak(nm)
+		return nil
+	}
+	msg, err := natsMarshaler{}.Unmarshal(nm)
+	if err != nil { // it does not fail, but if it did: another member may read it
+		p.sub.logger.Error("Cannot read a NATS message", err, p.log)
+		p.nak(nm)
+		return nil
+	}
+	if md, err := nm.Metadata(); err == nil {
+		msg.Metadata.Set(events.MetaDeliveryCount, strconv.FormatUint(md.NumDelivered, 10))
+	}
+	ctx, cancel := context.WithCancel(p.ctx)
+	msg.SetContext(ctx)
+	p.held.Add(1)
+	p.sub.held.Add(1)
+	go p.hold(nm, msg, cancel)
+	return msg
+}
+
+// hold waits for msg's ack or nack and sends it, telling the server every
+// ack_wait / 2 meanwhile that msg is in progress, so that it does not
+// deliver it again while it is handled, however long that takes.
+func (p *natsPull) hold(nm *nats.Msg, msg *message.Message, cancel context.CancelFunc) {
+	defer p.release()
+	defer cancel()
+	progress := time.NewTicker(max(p.sub.topo.ackWait/2, time.Millisecond))
+	defer progress.Stop()
+	closing := p.sub.closing
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case <-msg.Acked():
+			if err := nm.AckSync(); err != nil {
+				p.sub.logger.Error("Cannot ack a NATS message; it will come again", err,
+					p.log.Add(watermill.LogFields{"message_uuid": msg.UUID}))
+			}
+			return
+		case <-msg.Nacked():
+			// At once: a handler that wants a pause takes it before it
+			// nacks (the consumer package does), and a nack at Close is
+			// for another member to take the message now.
+			p.nak(nm)
+			return
+		case <-progress.C:
+			if err := nm.InProgress(); err != nil {
+				p.sub.logger.Debug("Cannot say a NATS message is in progress", watermill.LogFields{"error": err.Error()})
+			}
+		case <-closing:
+			closing = nil
+			cancel()
+			giveUp = time.After(p.sub.closeWait)
+		case <-giveUp:
+			p.nak(nm)
+			return
+		}
+	}
+}
+
+func (p *natsPull) release() {
+	p.held.Add(-1)
+	p.sub.held.Done()
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *natsPull) nak(nm *nats.Msg) {
+	if err := nm.Nak(); err != nil {
+		p.sub.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err, p.log)
+	}
+}
+
+// receive is the inbox's handler.
+func (p *natsPull) receive(nm *nats.Msg) {
+	select {
+	case p.incoming <- nm:
+	case <-p.stopped: // only after a drain that did not finish
+		if nm.Reply != "" { // a message of the stream
+			p.nak(nm)
+		}
+	}
+}
+
+// stop ends the subscription: the messages received and not handed out
+// are nacked, and the inbox drained, so that what the server sent before
+// it took the unsubscription in is naked too rather than left to its ack
+// wait.
+func (p *natsPull) stop(queue []*message.Message) {
+	defer close(p.stopped)
+	for _, m := range queue {
+		m.Nack() // hold naks it
+	}
+	closed := p.inbox.StatusChanged(nats.SubscriptionClosed)
+	if err := p.inbox.Drain(); err != nil {
+		_ = p.inbox.Unsubscribe()
+		return
+	}
+	timeout := time.NewTimer(natsProvisionTimeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case nm := <-p.incoming:
+			if nm.Reply != "" { // a message of the stream
+				p.nak(nm)
+			}
+		case <-closed:
+			return
+		case <-timeout.C:
+			_ = p.inbox.Unsubscribe()
+			return
+		}
+	}
+}
