@@ -224,7 +224,7 @@ func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 	}
 	p.subs[owned] = struct{}{}
 	if c, ok := sub.(ConcurrentSubscriber); ok {
-		return concurrentSubscriber{owned, c.MaxInFlight()}, nil
+		return concurrentSubscriber{owned, c}, nil
 	}
 	return owned, nil
 }
@@ -323,17 +323,23 @@ func (a asyncPublisher) PublishAsync(topic string, msg *message.Message, done fu
 // such subscriber is enough for that many at once. The other brokers'
 // subscribers hand out a message once the one before is acked: several
 // members of a group handle several at once.
+//
+// LimitInFlight lowers the bound of the subscriptions made after it (at
+// least 1): a consumer that must handle one message at a time, in order,
+// limits it to 1.
 type ConcurrentSubscriber interface {
 	message.Subscriber
 	MaxInFlight() int
+	LimitInFlight(n int)
 }
 
 type concurrentSubscriber struct {
 	*ownedSubscriber
-	maxInFlight int
+	c ConcurrentSubscriber
 }
 
-func (s concurrentSubscriber) MaxInFlight() int { return s.maxInFlight }
+func (s concurrentSubscriber) MaxInFlight() int    { return s.c.MaxInFlight() }
+func (s concurrentSubscriber) LimitInFlight(n int) { s.c.LimitInFlight(n) }
 
 // ownedSubscriber makes Close idempotent (not every Watermill subscriber is)
 // and forgets the subscriber in its Broker.

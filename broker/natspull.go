@@ -105,6 +105,9 @@ func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, l
 // MaxInFlight implements ConcurrentSubscriber.
 func (s *natsSubscriber) MaxInFlight() int { return s.maxInFlight }
 
+// LimitInFlight lowers max_in_flight for the subscriptions made after it.
+func (s *natsSubscriber) LimitInFlight(n int) { s.maxInFlight = max(min(n, s.maxInFlight), 1) }
+
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
 	defer cancel()

@@ -37,6 +37,9 @@ import (
 func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
 	m, metaErr := metaOf(msg)
 	m.Consumer = consumer
+	if n, _ := strconv.Atoi(msg.Metadata.Get(events.MetaDeliveryCount)); n > 1 {
+		s.cfg.Metrics.Redelivered(consumer)
+	}
 	subscribed := message.SubscribeTopicFromCtx(ctx)
 	if subscribed != "" {
 		m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)

@@ -161,8 +161,9 @@ func TestEmitCountsCommittedEvents(t *testing.T) {
 }
 
 // An event that comes before its aggregate's previous one counts one wait;
-// every event applied counts in the events per transaction.
-func TestGapWaitsAndTransactionsAreCounted(t *testing.T) {
+// a message the broker delivered before counts a redelivery; every event
+// applied counts in the events per transaction.
+func TestGapWaitsRedeliveriesAndTransactionsAreCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -183,7 +184,11 @@ func TestGapWaitsAndTransactionsAreCounted(t *testing.T) {
 	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
 	require.Equal(t, 1.0, promtest.Value(t, reg, "entoutbox_consumer_gap_waits_total", "consumer", "billing"))
 
-	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)), "a duplicate")
+	again := seqMessage(t, 1, 2)
+	again.Metadata.Set(events.MetaDeliveryCount, "2") // as the broker says of a message it delivered before
+	require.NoError(t, h.Handle(ctx, "billing", again), "a duplicate")
+	require.Equal(t, 1.0, promtest.Value(t, reg, "entoutbox_consumer_redeliveries_total", "consumer", "billing"),
+		"the broker's second delivery; the first deliveries (no count, or 1) are not redeliveries")
 	sum := promtest.Sum(t, reg, "entoutbox_consumer_batch_events")
 	require.Equal(t, 2.0, sum, "two events applied, in one transaction each or together")
 }

@@ -85,6 +85,11 @@ func subscribers(consumer string, n int, newSubscriber func(string) (message.Sub
 		}
 		subs = append(subs, sub)
 		if c, ok := sub.(concurrentSubscriber); ok && c.MaxInFlight() > 1 {
+			if n == 1 {
+				// One at a time, in order (no positions keep the order):
+				// the subscriber must not hand out more.
+				c.LimitInFlight(1)
+			}
 			break
 		}
 	}
@@ -97,6 +102,7 @@ func subscribers(consumer string, n int, newSubscriber func(string) (message.Sub
 // one's ack: one such subscriber keeps the handler set's transactions full.
 type concurrentSubscriber interface {
 	MaxInFlight() int
+	LimitInFlight(n int)
 }
 
 func same(a, b message.Subscriber) bool {

@@ -64,9 +64,13 @@ func TestConcurrencyNeedsPositionsAndSaysSo(t *testing.T) {
 
 // manyInFlight is a subscriber that hands out many messages before the
 // first is acknowledged.
-type manyInFlight struct{ *gochannel.GoChannel }
+type manyInFlight struct {
+	*gochannel.GoChannel
+	max *atomic.Int64
+}
 
-func (manyInFlight) MaxInFlight() int { return 64 }
+func (s manyInFlight) MaxInFlight() int    { return int(s.max.Load()) }
+func (s manyInFlight) LimitInFlight(n int) { s.max.Store(int64(min(n, s.MaxInFlight()))) }
 
 // A subscriber with many messages in flight of its own is subscribed once:
 // more members would only hold more messages.
@@ -77,10 +81,27 @@ func TestOneSubscriberWithManyInFlightIsEnough(t *testing.T) {
 	h.OnOrderPaid("billing", invoiceHandler(new(atomic.Int64)))
 	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
-	require.NoError(t, h.AddToRouter(r, func(string) (message.Subscriber, error) {
+	inFlight := new(atomic.Int64)
+	inFlight.Store(64)
+	newSubscriber := func(string) (message.Subscriber, error) {
 		made.Add(1)
-		return manyInFlight{gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}, nil
-	}))
+		return manyInFlight{gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), inFlight}, nil
+	}
+	require.NoError(t, h.AddToRouter(r, newSubscriber))
 	require.Equal(t, int64(1), made.Load())
 	require.Len(t, r.Handlers(), 1)
+	require.Equal(t, int64(64), inFlight.Load(), "positions keep the order of what is in flight")
+
+	// Without positions nothing keeps the order but handling one at a
+	// time: the subscriber is limited to 1.
+	made.Store(0)
+	set := consumer.NewSet([]consumer.EventType{{Name: "order.paid", Topic: "orders", Latest: 1,
+		Decode: func(int, []byte) (any, error) { return nil, nil }}},
+		func(context.Context, consumer.DeadLetter) error { return nil }, consumer.WithLogger(watermill.NopLogger{}))
+	require.NoError(t, set.Register("billing", "order.paid", func(context.Context, any, events.Meta) error { return nil }))
+	r, err = message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	require.NoError(t, set.AddToRouter(r, newSubscriber))
+	require.Equal(t, int64(1), made.Load())
+	require.Equal(t, int64(1), inFlight.Load(), "one message at a time without positions")
 }
