@@ -19,7 +19,7 @@ func turnKeyOf(m events.Meta) turnKey {
 }
 
 // turns holds, per aggregate waited on, a channel closed when this set
-// next applies one of its events.
+// next applies one of its events, and the seqs that wait here.
 type turns struct {
 	mu      sync.Mutex
 	waiting map[turnKey]*turn
@@ -27,12 +27,17 @@ type turns struct {
 
 type turn struct {
 	applied chan struct{}
-	waiters int
+	seqs    map[int64]int // waiting here: how many deliveries of each
 }
 
 // wait returns a channel closed when m's aggregate next has an event
-// applied here, and done, to call when the caller stops waiting.
-func (t *turns) wait(m events.Meta) (applied <-chan struct{}, done func()) {
+// applied here, or when the lowest of its waiting events here stops
+// waiting; whether m is that lowest one; and done, to call when m stops
+// waiting. Only the lowest looks at the position between two wake-ups:
+// the others cannot be applied before it, and a thousand events of one
+// aggregate in flight would otherwise each ask the database several times
+// a second.
+func (t *turns) wait(m events.Meta) (applied <-chan struct{}, lowest bool, done func()) {
 	k := turnKeyOf(m)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -41,15 +46,32 @@ func (t *turns) wait(m events.Meta) (applied <-chan struct{}, done func()) {
 	}
 	w := t.waiting[k]
 	if w == nil {
-		w = &turn{applied: make(chan struct{})}
+		w = &turn{applied: make(chan struct{}), seqs: map[int64]int{}}
 		t.waiting[k] = w
 	}
-	w.waiters++
-	return w.applied, func() {
+	w.seqs[m.AggregateSeq]++
+	lowest = true
+	for seq := range w.seqs {
+		if seq < m.AggregateSeq {
+			lowest = false
+			break
+		}
+	}
+	return w.applied, lowest, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		if w.waiters--; w.waiters == 0 && t.waiting[k] == w {
-			delete(t.waiting, k)
+		if w.seqs[m.AggregateSeq]--; w.seqs[m.AggregateSeq] == 0 {
+			delete(w.seqs, m.AggregateSeq)
+		}
+		switch {
+		case len(w.seqs) == 0:
+			if t.waiting[k] == w {
+				delete(t.waiting, k)
+			}
+		case lowest:
+			// The next lowest looks at the position from now on.
+			close(w.applied)
+			w.applied = make(chan struct{})
 		}
 	}
 }
@@ -59,11 +81,10 @@ func (t *turns) applied(m events.Meta) {
 	if m.AggregateSeq == 0 {
 		return // not in an order: nothing waits on it
 	}
-	k := turnKeyOf(m)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w := t.waiting[k]; w != nil {
+	if w := t.waiting[turnKeyOf(m)]; w != nil {
 		close(w.applied)
-		delete(t.waiting, k)
+		w.applied = make(chan struct{})
 	}
 }

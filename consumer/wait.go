@@ -29,6 +29,10 @@ import (
 const (
 	gapPauseMin = 5 * time.Millisecond
 	gapPauseMax = 200 * time.Millisecond
+	// gapPauseBehind is the pause of an event behind another of its
+	// aggregate that waits here too (turns.go): woken when that one is
+	// applied or stops waiting, it looks itself only after this.
+	gapPauseBehind = 2 * time.Second
 )
 
 // gapWait is one delivery's wait for its turn.
@@ -98,15 +102,22 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
 			m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
 	}
-	applied, done := s.turns.wait(m)
+	applied, lowest, done := s.turns.wait(m)
 	defer done()
+	pause := w.pause
+	if !lowest {
+		// An earlier event of the aggregate waits here: it looks at the
+		// position, and this one is woken when it is applied.
+		pause = gapPauseBehind
+	}
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
-	case <-time.After(w.pause):
+	case <-time.After(pause):
+		w.pause = min(2*w.pause, gapPauseMax)
 	case <-applied: // an event of the aggregate was applied here: maybe the one it waits for
+		w.pause = gapPauseMin
 	}
-	w.pause = min(2*w.pause, gapPauseMax)
 	return nil
 }
 
