@@ -39,7 +39,7 @@ import (
 
 // natsMaxInFlight is how many messages a subscription holds at most,
 // unless the URL sets ?max_in_flight=.
-const natsMaxInFlight = 256
+const natsMaxInFlight = 32
 
 const (
 	// natsPullExpires is how long a pull request waits on the server for

@@ -33,7 +33,7 @@
 //
 // For each consumer name, the effects of one aggregate are applied in the
 // order its events were written, with any number of instances and many
-// messages in flight in each (a NATS subscriber's max_in_flight, 256; on
+// messages in flight in each (a NATS subscriber's max_in_flight, 32; on
 // other brokers AddToRouter subscribes WithConcurrency members of the
 // consumer's group per topic, 8), sharing transactions (WithBatchSize). Emit numbers each
 // aggregate's events on a topic (events.MetaAggregateSeq); the handler's
