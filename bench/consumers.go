@@ -254,7 +254,7 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 // the generator: a Watermill handler, one message at a time, decoding the
 // payload and running the same two inserts in one transaction.
 func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, topic string, n int) consumerResult {
-	res := consumerResult{name: "a hand-written Watermill handler, 1 event per transaction", process: "bench"}
+	res := consumerResult{name: "a hand-written Watermill handler, serial, 1 event per transaction", process: "bench"}
 	clock := newHandledClock(n)
 	handle := func(msg *message.Message) error {
 		ctx := msg.Context()
@@ -295,6 +295,9 @@ func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, 
 		sub, err := br.Subscriber(handWrittenConsumer)
 		if err != nil {
 			return err
+		}
+		if c, ok := sub.(broker.ConcurrentSubscriber); ok {
+			c.LimitInFlight(1) // serial: what a Watermill handler gets from most subscribers
 		}
 		r.AddConsumerHandler(handWrittenConsumer, topic, sub, handle)
 		return nil
