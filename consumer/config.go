@@ -36,11 +36,13 @@ type Config struct {
 	// Metrics, when set, receives the deliveries' metrics (see the metrics
 	// package); nil turns them off.
 	Metrics *metrics.Metrics
-	// Concurrency is how many messages one instance handles at once per
-	// consumer name and topic: AddToRouter subscribes that many members of
-	// the consumer's group. 8 when zero. The ordering check keeps each
-	// aggregate's effects in order whatever it is; without positions in
-	// the schema it is 1, as before.
+	// Concurrency is how many handler transactions one instance runs at
+	// once, and, on brokers whose subscribers hand out one message at a
+	// time, how many members of the consumer's group AddToRouter
+	// subscribes per consumer name and topic (a NATS subscriber holds
+	// ?max_in_flight= messages itself, and is subscribed once). 8 when
+	// zero. The ordering check keeps each aggregate's effects in order
+	// whatever it is; without positions in the schema it is 1, as before.
 	Concurrency int
 	// BatchSize is how many events one transaction applies at most, for
 	// handlers registered in the set's transactions (every handler
@@ -107,8 +109,9 @@ func WithDeadLetterTopic(pub message.Publisher, topic string) Option {
 // watermill.NopLogger{} silences the handler set.
 func WithLogger(l watermill.LoggerAdapter) Option { return func(c *Config) { c.Logger = l } }
 
-// WithConcurrency sets how many messages one instance handles at once per
-// consumer name and topic (Config.Concurrency).
+// WithConcurrency sets how many handler transactions one instance runs at
+// once, and the group members it subscribes where each takes one message
+// at a time (Config.Concurrency).
 func WithConcurrency(n int) Option { return func(c *Config) { c.Concurrency = n } }
 
 // WithBatchSize sets how many events one transaction applies at most
