@@ -198,9 +198,12 @@ func retryConsumerDeadLetter(t *testing.T, removed bool) {
 	require.Eventually(t, func() bool { return e.invoices("audit") == 1 }, patience, 10*time.Millisecond)
 	require.Equal(t, 0, e.invoices("billing"))
 
+	// The relay marks the row delivered after the broker's ack, which may
+	// come after the consumers handled the event; retried before that, the
+	// letter is rightly "already pending".
+	e.deliveredOnce(t, id)
 	want := admin.Requeued
 	if removed {
-		e.deliveredOnce(t, id)
 		require.Equal(t, 1, e.ent.Outbox.Delete().ExecX(ctx))
 		want = admin.Rebuilt
 	}
