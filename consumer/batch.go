@@ -8,9 +8,9 @@ package consumer
 // batch: a transaction takes what is pending when it starts, so a lone
 // event goes alone at once, and a backlog goes a hundred at a time.
 //
-// A batch applies only the common case, in one statement per event before
-// its handler (recordNext: the aggregate's next event, or one without a
-// seq not seen before). Anything else (a gap, a held aggregate, a
+// A batch applies only the common case, in one statement for all its
+// events before their handlers (batchrecord.go: each aggregate's next
+// events, and those without a seq not seen before). Anything else (a gap, a held aggregate, a
 // duplicate whose position had moved) leaves the batch untouched and is
 // handled alone afterwards, by the full path. A handler error or panic, or
 // a failed statement or commit, rolls the whole batch back, and each of
@@ -41,9 +41,19 @@ type batchItem struct {
 	m       events.Meta
 	payload any
 	fn      TxHandlerFunc // nil: an event without a handler, which only moves the position
+	many    *batchHandler // set instead of fn for a handler of many events at once
 	done    chan batchResult
 	err     error // its handler's, when it is the one that failed its batch
+
+	// Set while its batch is applied (batchrecord.go).
+	res   batchResult
+	round int        // its rank among the batch's events of its aggregate
+	prev  *batchItem // the batch's event before it of its aggregate
 }
+
+// batchHandler is a handler of many events of one kind at once
+// (Set.RegisterBatchInTx).
+type batchHandler struct{ fn TxBatchHandlerFunc }
 
 // batchResult is what became of a batchItem.
 type batchResult int
@@ -97,19 +107,19 @@ func (b *batcher) startLocked() {
 }
 
 func (b *batcher) run(batch []*batchItem) {
-	results := make([]batchResult, len(batch))
-	if failed, err := b.apply(batch, results); err != nil {
-		if failed == nil && len(batch) == 1 && results[0] == batchApplied {
+	if failed, err := b.apply(batch); err != nil {
+		if failed == nil && len(batch) == 1 && batch[0].res == batchApplied {
 			failed = batch[0] // its commit failed: its first try, as it would be alone
 		}
-		clear(results) // all alone
+		for _, it := range batch {
+			it.res = batchAlone
+		}
 		if failed != nil {
-			failed.err = err
-			results[slices.Index(batch, failed)] = batchFailed
+			failed.err, failed.res = err, batchFailed
 		}
 	}
-	for i, it := range batch {
-		it.done <- results[i]
+	for _, it := range batch {
+		it.done <- it.res
 	}
 	b.mu.Lock()
 	b.running--
@@ -117,10 +127,11 @@ func (b *batcher) run(batch []*batchItem) {
 	b.mu.Unlock()
 }
 
-// apply applies batch in one transaction, writing each one's result; on an
+// apply applies batch in one transaction, setting each one's res; on an
 // error nothing is committed and the results do not count. failed is the
-// item whose handler returned the error (or panicked), if one did.
-func (b *batcher) apply(batch []*batchItem, results []batchResult) (failed *batchItem, err error) {
+// item whose handler returned the error (or panicked), if one did: a
+// handler of many events at once fails for none in particular.
+func (b *batcher) apply(batch []*batchItem) (failed *batchItem, err error) {
 	slices.SortStableFunc(batch, compareItems)
 	// The transaction is the batch's, not any one delivery's: one delivery
 	// ending (its handler's ctx) fails its handler, which rolls back.
@@ -129,35 +140,70 @@ func (b *batcher) apply(batch []*batchItem, results []batchResult) (failed *batc
 	if err != nil {
 		return nil, err
 	}
-	for i, it := range batch {
-		if it.ctx.Err() != nil {
-			continue // alone: it fails there, and is nacked
+	live := make([]*batchItem, 0, len(batch))
+	for _, it := range batch {
+		it.res, it.prev = batchAlone, nil
+		if it.ctx.Err() == nil {
+			live = append(live, it) // an ended one goes alone: it fails there, and is nacked
 		}
-		res, err := b.record(ctx, tx, it)
-		if err != nil {
+	}
+	// Round by round (batchrecord.go): an aggregate's event is applied
+	// after the one before it, a round's handlers before the next round.
+	for _, round := range rounds(b.t, live) {
+		if err := recordRound(ctx, tx, b.t, round); err != nil {
 			_ = tx.Rollback()
 			return nil, err
 		}
-		if results[i] = res; res != batchApplied || it.fn == nil {
-			continue
-		}
-		if err := runInTx(it, tx); err != nil {
+		if failed, err := runRound(ctx, tx, round); err != nil {
 			_ = tx.Rollback()
-			return it, err
+			return failed, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
 	n := 0
-	for i, r := range results {
-		if r == batchApplied {
+	for _, it := range batch {
+		if it.res == batchApplied {
 			n++
-			b.turns.applied(batch[i].m)
+			b.turns.applied(it.m)
 		}
 	}
 	if n > 0 {
 		b.applied(n)
+	}
+	return nil, nil
+}
+
+// runRound runs the handlers of the round's applied events in tx: one
+// call per event, and one per handler of many events for all of its
+// events in the round.
+func runRound(ctx context.Context, tx Tx, round []*batchItem) (failed *batchItem, err error) {
+	var many []*batchHandler
+	var payloads map[*batchHandler][]any
+	var metas map[*batchHandler][]events.Meta
+	for _, it := range round {
+		switch {
+		case it.res != batchApplied:
+		case it.fn != nil:
+			if err := runInTx(it, tx); err != nil {
+				return it, err
+			}
+		case it.many != nil:
+			if payloads == nil {
+				payloads, metas = map[*batchHandler][]any{}, map[*batchHandler][]events.Meta{}
+			}
+			if _, ok := payloads[it.many]; !ok {
+				many = append(many, it.many)
+			}
+			payloads[it.many] = append(payloads[it.many], it.payload)
+			metas[it.many] = append(metas[it.many], it.m)
+		}
+	}
+	for _, h := range many {
+		if err := runManyInTx(ctx, h, tx, payloads[h], metas[h]); err != nil {
+			return nil, err
+		}
 	}
 	return nil, nil
 }
@@ -172,33 +218,20 @@ func runInTx(it *batchItem, tx Tx) (err error) {
 	return it.fn(it.ctx, tx, it.payload, it.m)
 }
 
+// runManyInTx runs a handler of many events in tx; a panic is a
+// *PanicError.
+func runManyInTx(ctx context.Context, h *batchHandler, tx Tx, payloads []any, metas []events.Meta) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v}
+		}
+	}()
+	return h.fn(ctx, tx, payloads, metas)
+}
+
 // errMovedDuplicate ends a batch in which an event's position moved but
 // its dedupe record was there: the move must not commit.
 var errMovedDuplicate = errors.New("consumer: an event of the batch was recorded before")
-
-// record is the batch's dedupe and ordering check of it, in one statement.
-func (b *batcher) record(ctx context.Context, tx Tx, it *batchItem) (batchResult, error) {
-	if !ordered(b.t, it.m) {
-		fresh, err := RecordDelivery(ctx, tx, b.t, it.m)
-		switch {
-		case err != nil:
-			return batchAlone, err
-		case !fresh:
-			return batchDuplicate, nil
-		}
-		return batchApplied, nil
-	}
-	next, fresh, err := recordNext(ctx, tx, b.t, it.m, it.fn != nil)
-	switch {
-	case err != nil:
-		return batchAlone, err
-	case !next:
-		return batchAlone, nil
-	case !fresh:
-		return batchAlone, errMovedDuplicate
-	}
-	return batchApplied, nil
-}
 
 // compareItems orders a batch by aggregate, then seq (then event id, for
 // events without one).

@@ -47,6 +47,13 @@ type Tx interface {
 // event's effect. Several events' handlers may share one tx (batch.go).
 type TxHandlerFunc func(ctx context.Context, tx Tx, payload any, m events.Meta) error
 
+// For generated code. TxBatchHandlerFunc is a handler registered with
+// RegisterBatchInTx: it writes the effects of many events (payloads[i],
+// metas[i], in their aggregates' order) in tx. Its ctx is the batch's,
+// carrying no one event: events it emits name their cause only where it
+// passes events.WithCause(ctx, metas[i]).
+type TxBatchHandlerFunc func(ctx context.Context, tx Tx, payloads []any, metas []events.Meta) error
+
 // For generated code. RecordProcessed inserts (consumer, event id) into the
 // processed-events table through the handler's transaction. It returns
 // false, without error, when the pair is already there: the event was

@@ -78,7 +78,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, s.letterOrder())
 	}
 	s.mu.Lock()
-	fn, inTx := s.handlers[consumer][m.Name], s.txHandlers[consumer][m.Name]
+	fn, inTx, many := s.handlers[consumer][m.Name], s.txHandlers[consumer][m.Name], s.manyHandlers[consumer][m.Name]
 	s.mu.Unlock()
 	passing := fn == nil // an event on the topic this consumer does not handle
 	if passing {
@@ -102,6 +102,9 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		m.Attempt = 1
 		started := time.Now()
 		it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
+		if many != nil {
+			it.fn, it.many = nil, many
+		}
 		switch s.batch.do(it) {
 		case batchFailed:
 			tried, triedFor = it.err, time.Since(started)

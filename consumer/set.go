@@ -31,6 +31,9 @@ type Set struct {
 	mu         sync.Mutex
 	handlers   map[string]map[string]HandlerFunc   // consumer -> event name -> handler
 	txHandlers map[string]map[string]TxHandlerFunc // the same, for those registered in tx
+	// manyHandlers are those registered with RegisterBatchInTx; their
+	// txHandlers entry runs them for one event.
+	manyHandlers map[string]map[string]*batchHandler
 
 	warnedUnordered atomic.Bool // said that events without a seq are not put in order
 }
@@ -56,7 +59,7 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
 		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{},
-		txHandlers: map[string]map[string]TxHandlerFunc{}}
+		txHandlers: map[string]map[string]TxHandlerFunc{}, manyHandlers: map[string]map[string]*batchHandler{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
@@ -97,6 +100,31 @@ func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
 		s.txHandlers[consumer] = map[string]TxHandlerFunc{}
 	}
 	s.txHandlers[consumer][event] = fn
+	return nil
+}
+
+// For generated code. RegisterBatchInTx adds fn as consumer's handler of
+// the named event, given many events at once: the events of a batch
+// (Config.BatchSize) that it handles, in one call per round of the batch
+// (no two events of one aggregate in one call; an aggregate's earlier
+// event in an earlier call). An event handled alone (a retry, after its
+// batch failed) is given alone.
+func (s *Set) RegisterBatchInTx(consumer, event string, fn TxBatchHandlerFunc) error {
+	var one TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		one = func(ctx context.Context, tx Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx, []any{payload}, []events.Meta{m})
+		}
+	}
+	if err := s.RegisterInTx(consumer, event, one); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.manyHandlers[consumer] == nil {
+		s.manyHandlers[consumer] = map[string]*batchHandler{}
+	}
+	s.manyHandlers[consumer][event] = &batchHandler{fn: fn}
 	return nil
 }
 
