@@ -281,8 +281,20 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	// Types the generated code declares besides the payloads.
 	taken["OutboxHandlers"] = "the generated OutboxHandlers"
 	for _, e := range m.Events {
-		if _, ok := taken[e.GoName+"Handler"]; !ok {
-			taken[e.GoName+"Handler"] = "the handler type of event " + e.GoName
+		for suffix, what := range map[string]string{"Handler": "the handler type", "BatchHandler": "the batch handler type",
+			"Delivery": "the batch delivery type"} {
+			if _, ok := taken[e.GoName+suffix]; !ok {
+				taken[e.GoName+suffix] = what + " of event " + e.GoName
+			}
+		}
+	}
+	// Register<Event>Batch of one event is Register<Event> of another.
+	for _, e := range m.Events {
+		for _, o := range m.Events {
+			if o.GoName == e.GoName+"Batch" {
+				fail("event %s: its generated method Register%s collides with the batch handler method of event %s; rename one of them",
+					o.GoName, o.GoName, e.GoName)
+			}
 		}
 	}
 	for _, e := range m.Events {

@@ -167,3 +167,98 @@ func TestAFailingHandlerRollsBackItsBatchAndTheOthersAreAppliedAlone(t *testing.
 	require.Equal(t, 2, secondTries, "orders 7 and 9 were applied on their second attempt, the others on their first")
 	require.Zero(t, b.client.DeadLetter.Query().CountX(context.Background()))
 }
+
+// A batch handler is given the events of a shared transaction at once,
+// one round at a time: no two events of one aggregate in one call, and an
+// aggregate's events in their order across calls.
+func TestABatchHandlerIsGivenTheTransactionsEventsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := newHeldBatch()
+	var mu sync.Mutex
+	var sizes []int
+	var twoOfOne []string // orders with two events in one call
+	txs := map[*testent.Tx]int{}
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithConcurrency(1))...)
+	h.OnOrderPaidBatch("billing", func(ctx context.Context, tx *testent.Tx, batch []testent.OrderPaidDelivery) error {
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		txs[tx] += len(batch)
+		seen := map[string]bool{}
+		for _, d := range batch {
+			if seen[d.Meta.AggregateID] {
+				twoOfOne = append(twoOfOne, d.Meta.AggregateID)
+			}
+			seen[d.Meta.AggregateID] = true
+		}
+		mu.Unlock()
+		held.hold()
+		return tx.Invoice.MapCreateBulk(batch, func(c *testent.InvoiceCreate, i int) {
+			c.SetOrderID(batch[i].Event.OrderID).SetAmountCents(batch[i].Meta.AggregateSeq).
+				SetCurrency("EUR").SetConsumer(batch[i].Meta.Consumer)
+		}).Exec(ctx)
+	})
+	msgs := []*message.Message{seqMessage(t, 1, 1)}
+	for order := int64(2); order <= 21; order++ {
+		msgs = append(msgs, seqMessage(t, order, 1))
+	}
+	for seq := int64(5); seq >= 2; seq-- {
+		msgs = append(msgs, seqMessage(t, 1, seq))
+	}
+	held.run(t, h, "billing", msgs)
+
+	require.Empty(t, twoOfOne, "orders with two events in one call")
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, b.applied(t, "billing", 1))
+	for order := int64(2); order <= 21; order++ {
+		require.Equal(t, []int64{1}, b.applied(t, "billing", order), "order %d", order)
+	}
+	require.Equal(t, []int{1, 21, 1, 1, 1}, sizes,
+		"the first event alone; then 20 orders' first events and order 1's second in one call, and order 1's next ones after")
+	perTx := []int{}
+	for _, n := range txs {
+		perTx = append(perTx, n)
+	}
+	require.ElementsMatch(t, []int{1, 24}, perTx, "the 24 that waited in one transaction")
+	require.Equal(t, 25, b.client.ProcessedEvent.Query().CountX(context.Background()))
+}
+
+// A batch handler's error rolls its batch back, and each event is then
+// given alone, in a transaction of its own: each effect once.
+func TestAFailingBatchHandlerGivesEachEventAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := newHeldBatch()
+	var mu sync.Mutex
+	var sizes []int
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithConcurrency(1))...)
+	h.OnOrderPaidBatch("billing", func(ctx context.Context, tx *testent.Tx, batch []testent.OrderPaidDelivery) error {
+		mu.Lock()
+		sizes = append(sizes, len(batch))
+		mu.Unlock()
+		held.hold()
+		// The effects first: they must roll back with the failure.
+		for _, d := range batch {
+			if err := tx.Invoice.Create().SetOrderID(d.Event.OrderID).SetAmountCents(d.Meta.AggregateSeq).
+				SetCurrency("EUR").SetConsumer(d.Meta.Consumer).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		for _, d := range batch {
+			if d.Event.OrderID == 7 && len(batch) > 1 {
+				return errors.New("order 7 does not go with others")
+			}
+		}
+		return nil
+	})
+	msgs := []*message.Message{}
+	for order := int64(1); order <= 12; order++ {
+		msgs = append(msgs, seqMessage(t, order, 1))
+	}
+	held.run(t, h, "billing", msgs)
+
+	for order := int64(1); order <= 12; order++ {
+		require.Equal(t, []int64{1}, b.applied(t, "billing", order), "order %d: one effect", order)
+	}
+	require.Equal(t, []int{1, 11, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, sizes, "the failed batch of 11, then each of them alone")
+	require.Zero(t, b.client.DeadLetter.Query().CountX(context.Background()))
+}

@@ -109,6 +109,47 @@ func (h *OutboxHandlers) OnOrderPaid(consumerName string, fn OrderPaidHandler) {
 	}
 }
 
+// OrderPaidDelivery is one event of a batch given to a OrderPaidBatchHandler:
+// the latest version, and its metadata.
+type OrderPaidDelivery struct {
+	Event *OrderPaid
+	Meta  events.Meta
+}
+
+// OrderPaidBatchHandler handles many "order.paid" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPaidBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPaidDelivery) error
+
+// RegisterOrderPaidBatch registers fn as consumerName's handler of "order.paid",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPaidBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPaidDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPaidDelivery{Event: p.(*OrderPaid), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.paid", run)
+}
+
+// OnOrderPaidBatch is RegisterOrderPaidBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) {
+	if err := h.RegisterOrderPaidBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -157,6 +198,47 @@ func (h *OutboxHandlers) OnProfileUpdated(consumerName string, fn ProfileUpdated
 	}
 }
 
+// ProfileUpdatedDelivery is one event of a batch given to a ProfileUpdatedBatchHandler:
+// the latest version, and its metadata.
+type ProfileUpdatedDelivery struct {
+	Event *ProfileUpdated
+	Meta  events.Meta
+}
+
+// ProfileUpdatedBatchHandler handles many "profile.updated" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type ProfileUpdatedBatchHandler func(ctx context.Context, tx *Tx, batch []ProfileUpdatedDelivery) error
+
+// RegisterProfileUpdatedBatch registers fn as consumerName's handler of "profile.updated",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnProfileUpdatedBatch panics instead.
+func (h *OutboxHandlers) RegisterProfileUpdatedBatch(consumerName string, fn ProfileUpdatedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]ProfileUpdatedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = ProfileUpdatedDelivery{Event: p.(*ProfileUpdated), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "profile.updated", run)
+}
+
+// OnProfileUpdatedBatch is RegisterProfileUpdatedBatch that panics on an error.
+func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUpdatedBatchHandler) {
+	if err := h.RegisterProfileUpdatedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeProfileUpdated turns a payload of any declared version into the latest.
 func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
@@ -199,6 +281,47 @@ func (h *OutboxHandlers) RegisterPriceChanged(consumerName string, fn PriceChang
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnPriceChanged(consumerName string, fn PriceChangedHandler) {
 	if err := h.RegisterPriceChanged(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// PriceChangedDelivery is one event of a batch given to a PriceChangedBatchHandler:
+// the latest version, and its metadata.
+type PriceChangedDelivery struct {
+	Event *PriceChanged
+	Meta  events.Meta
+}
+
+// PriceChangedBatchHandler handles many "price.changed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type PriceChangedBatchHandler func(ctx context.Context, tx *Tx, batch []PriceChangedDelivery) error
+
+// RegisterPriceChangedBatch registers fn as consumerName's handler of "price.changed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnPriceChangedBatch panics instead.
+func (h *OutboxHandlers) RegisterPriceChangedBatch(consumerName string, fn PriceChangedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]PriceChangedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = PriceChangedDelivery{Event: p.(*PriceChanged), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "price.changed", run)
+}
+
+// OnPriceChangedBatch is RegisterPriceChangedBatch that panics on an error.
+func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChangedBatchHandler) {
+	if err := h.RegisterPriceChangedBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -270,6 +393,47 @@ func (h *OutboxHandlers) OnOrderPlaced(consumerName string, fn OrderPlacedHandle
 	}
 }
 
+// OrderPlacedDelivery is one event of a batch given to a OrderPlacedBatchHandler:
+// the latest version, and its metadata.
+type OrderPlacedDelivery struct {
+	Event *OrderPlaced
+	Meta  events.Meta
+}
+
+// OrderPlacedBatchHandler handles many "order.placed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPlacedBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPlacedDelivery) error
+
+// RegisterOrderPlacedBatch registers fn as consumerName's handler of "order.placed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPlacedBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPlacedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPlacedDelivery{Event: p.(*OrderPlaced), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.placed", run)
+}
+
+// OnOrderPlacedBatch is RegisterOrderPlacedBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) {
+	if err := h.RegisterOrderPlacedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -314,6 +478,47 @@ func (h *OutboxHandlers) RegisterCartChanged(consumerName string, fn CartChanged
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnCartChanged(consumerName string, fn CartChangedHandler) {
 	if err := h.RegisterCartChanged(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// CartChangedDelivery is one event of a batch given to a CartChangedBatchHandler:
+// the latest version, and its metadata.
+type CartChangedDelivery struct {
+	Event *CartChanged
+	Meta  events.Meta
+}
+
+// CartChangedBatchHandler handles many "cart.changed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type CartChangedBatchHandler func(ctx context.Context, tx *Tx, batch []CartChangedDelivery) error
+
+// RegisterCartChangedBatch registers fn as consumerName's handler of "cart.changed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnCartChangedBatch panics instead.
+func (h *OutboxHandlers) RegisterCartChangedBatch(consumerName string, fn CartChangedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]CartChangedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = CartChangedDelivery{Event: p.(*CartChanged), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "cart.changed", run)
+}
+
+// OnCartChangedBatch is RegisterCartChangedBatch that panics on an error.
+func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedBatchHandler) {
+	if err := h.RegisterCartChangedBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }

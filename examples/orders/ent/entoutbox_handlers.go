@@ -106,6 +106,47 @@ func (h *OutboxHandlers) OnOrderPlaced(consumerName string, fn OrderPlacedHandle
 	}
 }
 
+// OrderPlacedDelivery is one event of a batch given to a OrderPlacedBatchHandler:
+// the latest version, and its metadata.
+type OrderPlacedDelivery struct {
+	Event *OrderPlaced
+	Meta  events.Meta
+}
+
+// OrderPlacedBatchHandler handles many "order.placed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPlacedBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPlacedDelivery) error
+
+// RegisterOrderPlacedBatch registers fn as consumerName's handler of "order.placed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPlacedBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPlacedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPlacedDelivery{Event: p.(*OrderPlaced), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.placed", run)
+}
+
+// OnOrderPlacedBatch is RegisterOrderPlacedBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) {
+	if err := h.RegisterOrderPlacedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
@@ -154,6 +195,47 @@ func (h *OutboxHandlers) OnOrderPaid(consumerName string, fn OrderPaidHandler) {
 	}
 }
 
+// OrderPaidDelivery is one event of a batch given to a OrderPaidBatchHandler:
+// the latest version, and its metadata.
+type OrderPaidDelivery struct {
+	Event *OrderPaid
+	Meta  events.Meta
+}
+
+// OrderPaidBatchHandler handles many "order.paid" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPaidBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPaidDelivery) error
+
+// RegisterOrderPaidBatch registers fn as consumerName's handler of "order.paid",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPaidBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPaidDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPaidDelivery{Event: p.(*OrderPaid), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.paid", run)
+}
+
+// OnOrderPaidBatch is RegisterOrderPaidBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) {
+	if err := h.RegisterOrderPaidBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -198,6 +280,47 @@ func (h *OutboxHandlers) RegisterOrderCancelled(consumerName string, fn OrderCan
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnOrderCancelled(consumerName string, fn OrderCancelledHandler) {
 	if err := h.RegisterOrderCancelled(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// OrderCancelledDelivery is one event of a batch given to a OrderCancelledBatchHandler:
+// the latest version, and its metadata.
+type OrderCancelledDelivery struct {
+	Event *OrderCancelled
+	Meta  events.Meta
+}
+
+// OrderCancelledBatchHandler handles many "order.cancelled" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderCancelledBatchHandler func(ctx context.Context, tx *Tx, batch []OrderCancelledDelivery) error
+
+// RegisterOrderCancelledBatch registers fn as consumerName's handler of "order.cancelled",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderCancelledBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderCancelledBatch(consumerName string, fn OrderCancelledBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderCancelledDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderCancelledDelivery{Event: p.(*OrderCancelled), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.cancelled", run)
+}
+
+// OnOrderCancelledBatch is RegisterOrderCancelledBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderCancelledBatch(consumerName string, fn OrderCancelledBatchHandler) {
+	if err := h.RegisterOrderCancelledBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
