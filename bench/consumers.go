@@ -105,6 +105,9 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 	e.progress("consumers: generated handlers draining %d events", len(ids))
 	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids), generatedConsumer,
 		"generated handlers, 1 instance, default settings (batches of up to 100 events)"))
+	e.progress("consumers: a generated batch handler draining %d events", len(ids))
+	results = append(results, e.batchHandlerRow(ctx, s, br, prefix, len(ids), generatedConsumer+"_bulk",
+		"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), default settings"))
 	if br.Scheme() == "nats" {
 		// One instance with more in flight fills bigger transactions; the
 		// default stays small for several instances (see the README).
@@ -115,6 +118,9 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 		e.progress("consumers: generated handlers, max_in_flight=256, draining %d events", len(ids))
 		results = append(results, e.generatedRow(ctx, s, wide, prefix, len(ids), generatedConsumer+"_wide",
 			"generated handlers, 1 instance, default settings, broker URL ?max_in_flight=256"))
+		e.progress("consumers: a generated batch handler, max_in_flight=256, draining %d events", len(ids))
+		results = append(results, e.batchHandlerRow(ctx, s, wide, prefix, len(ids), generatedConsumer+"_bulk_wide",
+			"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), broker URL ?max_in_flight=256"))
 		_ = wide.Close()
 	}
 	e.progress("consumers: generated handlers, one event per transaction, draining %d events", len(ids))
@@ -191,16 +197,20 @@ func newHandledClock(want int) *handledClock {
 	return &handledClock{want: want, done: make(chan struct{})}
 }
 
-func (c *handledClock) committed() {
+func (c *handledClock) committed() { c.committedN(1) }
+
+// committedN counts n events committed at once.
+func (c *handledClock) committedN(n int) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == 0 {
 		c.first = now
 	}
-	c.n++
+	before := c.n
+	c.n += n
 	c.last = now
-	if c.n == c.want {
+	if before < c.want && c.n >= c.want {
 		close(c.done)
 	}
 }
@@ -243,6 +253,42 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 		})
 		return tx.Invoice.Create().SetOrderID(orderID).SetAmountCents(int64(ev.Score)).
 			SetCurrency("EUR").SetConsumer(consumerName).Exec(ctx)
+	})
+	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
+		return h.AddToRouter(r, br.Subscriber)
+	})
+	return res
+}
+
+// batchHandlerRow is generatedRow with a batch handler: the effects of a
+// shared transaction's events in one multi-row INSERT (CreateBulk).
+func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
+	opts ...consumer.Option) consumerResult {
+	res := consumerResult{name: name, process: "bench"}
+	clock := newHandledClock(n)
+	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
+		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h.OnProfileUpdatedBatch(consumerName, func(ctx context.Context, tx *testent.Tx, batch []testent.ProfileUpdatedDelivery) error {
+		orders := make([]int64, len(batch))
+		for i, d := range batch {
+			id, err := strconv.ParseInt(d.Meta.AggregateID, 10, 64)
+			if err != nil {
+				return fmt.Errorf("aggregate id %q: %w", d.Meta.AggregateID, err)
+			}
+			orders[i] = id
+		}
+		tx.OnCommit(func(next testent.Committer) testent.Committer {
+			return testent.CommitFunc(func(ctx context.Context, tx *testent.Tx) error {
+				if err := next.Commit(ctx, tx); err != nil {
+					return err
+				}
+				clock.committedN(len(batch))
+				return nil
+			})
+		})
+		return tx.Invoice.MapCreateBulk(batch, func(c *testent.InvoiceCreate, i int) {
+			c.SetOrderID(orders[i]).SetAmountCents(int64(batch[i].Event.Score)).SetCurrency("EUR").SetConsumer(consumerName)
+		}).Exec(ctx)
 	})
 	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
 		return h.AddToRouter(r, br.Subscriber)

@@ -4,6 +4,7 @@ package codegen_test
 
 import (
 	case_bad_default "github.com/entoutbox/entoutbox/codegen/testdata/bad_default/events"
+	case_batch_method_collision "github.com/entoutbox/entoutbox/codegen/testdata/batch_method_collision/events"
 	case_default_maxlen "github.com/entoutbox/entoutbox/codegen/testdata/default_maxlen/events"
 	case_duplicate_event_name "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_event_name/events"
 	case_duplicate_field "github.com/entoutbox/entoutbox/codegen/testdata/duplicate_field/events"
@@ -39,6 +40,7 @@ import (
 // stderr.txt, by name.
 var cases = []goldenCase{
 	{name: "bad_default", schemaPkg: "schema", schemas: schema_schema.All, events: case_bad_default.All},
+	{name: "batch_method_collision", schemaPkg: "schema", schemas: schema_schema.All, events: case_batch_method_collision.All},
 	{name: "default_maxlen", schemaPkg: "schema", schemas: schema_schema.All, events: case_default_maxlen.All},
 	{name: "duplicate_event_name", schemaPkg: "schema", schemas: schema_schema.All, events: case_duplicate_event_name.All},
 	{name: "duplicate_field", schemaPkg: "schema", schemas: schema_schema.All, events: case_duplicate_field.All},

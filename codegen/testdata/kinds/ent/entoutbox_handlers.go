@@ -104,6 +104,47 @@ func (h *OutboxHandlers) OnProfileUpdated(consumerName string, fn ProfileUpdated
 	}
 }
 
+// ProfileUpdatedDelivery is one event of a batch given to a ProfileUpdatedBatchHandler:
+// the latest version, and its metadata.
+type ProfileUpdatedDelivery struct {
+	Event *ProfileUpdated
+	Meta  events.Meta
+}
+
+// ProfileUpdatedBatchHandler handles many "profile.updated" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type ProfileUpdatedBatchHandler func(ctx context.Context, tx *Tx, batch []ProfileUpdatedDelivery) error
+
+// RegisterProfileUpdatedBatch registers fn as consumerName's handler of "profile.updated",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnProfileUpdatedBatch panics instead.
+func (h *OutboxHandlers) RegisterProfileUpdatedBatch(consumerName string, fn ProfileUpdatedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]ProfileUpdatedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = ProfileUpdatedDelivery{Event: p.(*ProfileUpdated), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "profile.updated", run)
+}
+
+// OnProfileUpdatedBatch is RegisterProfileUpdatedBatch that panics on an error.
+func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUpdatedBatchHandler) {
+	if err := h.RegisterProfileUpdatedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeProfileUpdated turns a payload of any declared version into the latest.
 func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {

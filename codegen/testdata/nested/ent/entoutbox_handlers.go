@@ -104,6 +104,47 @@ func (h *OutboxHandlers) OnOrderPlaced(consumerName string, fn OrderPlacedHandle
 	}
 }
 
+// OrderPlacedDelivery is one event of a batch given to a OrderPlacedBatchHandler:
+// the latest version, and its metadata.
+type OrderPlacedDelivery struct {
+	Event *OrderPlaced
+	Meta  events.Meta
+}
+
+// OrderPlacedBatchHandler handles many "order.placed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPlacedBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPlacedDelivery) error
+
+// RegisterOrderPlacedBatch registers fn as consumerName's handler of "order.placed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPlacedBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPlacedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPlacedDelivery{Event: p.(*OrderPlaced), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.placed", run)
+}
+
+// OnOrderPlacedBatch is RegisterOrderPlacedBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedBatchHandler) {
+	if err := h.RegisterOrderPlacedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {

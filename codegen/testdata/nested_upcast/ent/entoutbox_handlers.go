@@ -105,6 +105,47 @@ func (h *OutboxHandlers) OnCartChanged(consumerName string, fn CartChangedHandle
 	}
 }
 
+// CartChangedDelivery is one event of a batch given to a CartChangedBatchHandler:
+// the latest version, and its metadata.
+type CartChangedDelivery struct {
+	Event *CartChanged
+	Meta  events.Meta
+}
+
+// CartChangedBatchHandler handles many "cart.changed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type CartChangedBatchHandler func(ctx context.Context, tx *Tx, batch []CartChangedDelivery) error
+
+// RegisterCartChangedBatch registers fn as consumerName's handler of "cart.changed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnCartChangedBatch panics instead.
+func (h *OutboxHandlers) RegisterCartChangedBatch(consumerName string, fn CartChangedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]CartChangedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = CartChangedDelivery{Event: p.(*CartChanged), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "cart.changed", run)
+}
+
+// OnCartChangedBatch is RegisterCartChangedBatch that panics on an error.
+func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedBatchHandler) {
+	if err := h.RegisterCartChangedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeCartChanged turns a payload of any declared version into the latest.
 func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {

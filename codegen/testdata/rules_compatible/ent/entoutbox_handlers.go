@@ -110,6 +110,47 @@ func (h *OutboxHandlers) OnFieldAddOptional(consumerName string, fn FieldAddOpti
 	}
 }
 
+// FieldAddOptionalDelivery is one event of a batch given to a FieldAddOptionalBatchHandler:
+// the latest version, and its metadata.
+type FieldAddOptionalDelivery struct {
+	Event *FieldAddOptional
+	Meta  events.Meta
+}
+
+// FieldAddOptionalBatchHandler handles many "field_add_optional" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldAddOptionalBatchHandler func(ctx context.Context, tx *Tx, batch []FieldAddOptionalDelivery) error
+
+// RegisterFieldAddOptionalBatch registers fn as consumerName's handler of "field_add_optional",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldAddOptionalBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldAddOptionalBatch(consumerName string, fn FieldAddOptionalBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldAddOptionalDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldAddOptionalDelivery{Event: p.(*FieldAddOptional), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_add_optional", run)
+}
+
+// OnFieldAddOptionalBatch is RegisterFieldAddOptionalBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldAddOptionalBatch(consumerName string, fn FieldAddOptionalBatchHandler) {
+	if err := h.RegisterFieldAddOptionalBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeFieldAddOptional turns a payload of any declared version into the latest.
 func outboxDecodeFieldAddOptional(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -154,6 +195,47 @@ func (h *OutboxHandlers) RegisterFieldRelax(consumerName string, fn FieldRelaxHa
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnFieldRelax(consumerName string, fn FieldRelaxHandler) {
 	if err := h.RegisterFieldRelax(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldRelaxDelivery is one event of a batch given to a FieldRelaxBatchHandler:
+// the latest version, and its metadata.
+type FieldRelaxDelivery struct {
+	Event *FieldRelax
+	Meta  events.Meta
+}
+
+// FieldRelaxBatchHandler handles many "field_relax" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldRelaxBatchHandler func(ctx context.Context, tx *Tx, batch []FieldRelaxDelivery) error
+
+// RegisterFieldRelaxBatch registers fn as consumerName's handler of "field_relax",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldRelaxBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldRelaxBatch(consumerName string, fn FieldRelaxBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldRelaxDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldRelaxDelivery{Event: p.(*FieldRelax), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_relax", run)
+}
+
+// OnFieldRelaxBatch is RegisterFieldRelaxBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldRelaxBatch(consumerName string, fn FieldRelaxBatchHandler) {
+	if err := h.RegisterFieldRelaxBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -204,6 +286,47 @@ func (h *OutboxHandlers) OnEnumValueAdd(consumerName string, fn EnumValueAddHand
 	}
 }
 
+// EnumValueAddDelivery is one event of a batch given to a EnumValueAddBatchHandler:
+// the latest version, and its metadata.
+type EnumValueAddDelivery struct {
+	Event *EnumValueAdd
+	Meta  events.Meta
+}
+
+// EnumValueAddBatchHandler handles many "enum_value_add" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type EnumValueAddBatchHandler func(ctx context.Context, tx *Tx, batch []EnumValueAddDelivery) error
+
+// RegisterEnumValueAddBatch registers fn as consumerName's handler of "enum_value_add",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnEnumValueAddBatch panics instead.
+func (h *OutboxHandlers) RegisterEnumValueAddBatch(consumerName string, fn EnumValueAddBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]EnumValueAddDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = EnumValueAddDelivery{Event: p.(*EnumValueAdd), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "enum_value_add", run)
+}
+
+// OnEnumValueAddBatch is RegisterEnumValueAddBatch that panics on an error.
+func (h *OutboxHandlers) OnEnumValueAddBatch(consumerName string, fn EnumValueAddBatchHandler) {
+	if err := h.RegisterEnumValueAddBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeEnumValueAdd turns a payload of any declared version into the latest.
 func outboxDecodeEnumValueAdd(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -246,6 +369,47 @@ func (h *OutboxHandlers) RegisterBoundsLoosen(consumerName string, fn BoundsLoos
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnBoundsLoosen(consumerName string, fn BoundsLoosenHandler) {
 	if err := h.RegisterBoundsLoosen(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// BoundsLoosenDelivery is one event of a batch given to a BoundsLoosenBatchHandler:
+// the latest version, and its metadata.
+type BoundsLoosenDelivery struct {
+	Event *BoundsLoosen
+	Meta  events.Meta
+}
+
+// BoundsLoosenBatchHandler handles many "bounds_loosen" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type BoundsLoosenBatchHandler func(ctx context.Context, tx *Tx, batch []BoundsLoosenDelivery) error
+
+// RegisterBoundsLoosenBatch registers fn as consumerName's handler of "bounds_loosen",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnBoundsLoosenBatch panics instead.
+func (h *OutboxHandlers) RegisterBoundsLoosenBatch(consumerName string, fn BoundsLoosenBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]BoundsLoosenDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = BoundsLoosenDelivery{Event: p.(*BoundsLoosen), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "bounds_loosen", run)
+}
+
+// OnBoundsLoosenBatch is RegisterBoundsLoosenBatch that panics on an error.
+func (h *OutboxHandlers) OnBoundsLoosenBatch(consumerName string, fn BoundsLoosenBatchHandler) {
+	if err := h.RegisterBoundsLoosenBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -296,6 +460,47 @@ func (h *OutboxHandlers) OnBoundsTighten(consumerName string, fn BoundsTightenHa
 	}
 }
 
+// BoundsTightenDelivery is one event of a batch given to a BoundsTightenBatchHandler:
+// the latest version, and its metadata.
+type BoundsTightenDelivery struct {
+	Event *BoundsTighten
+	Meta  events.Meta
+}
+
+// BoundsTightenBatchHandler handles many "bounds_tighten" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type BoundsTightenBatchHandler func(ctx context.Context, tx *Tx, batch []BoundsTightenDelivery) error
+
+// RegisterBoundsTightenBatch registers fn as consumerName's handler of "bounds_tighten",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnBoundsTightenBatch panics instead.
+func (h *OutboxHandlers) RegisterBoundsTightenBatch(consumerName string, fn BoundsTightenBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]BoundsTightenDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = BoundsTightenDelivery{Event: p.(*BoundsTighten), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "bounds_tighten", run)
+}
+
+// OnBoundsTightenBatch is RegisterBoundsTightenBatch that panics on an error.
+func (h *OutboxHandlers) OnBoundsTightenBatch(consumerName string, fn BoundsTightenBatchHandler) {
+	if err := h.RegisterBoundsTightenBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeBoundsTighten turns a payload of any declared version into the latest.
 func outboxDecodeBoundsTighten(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
@@ -338,6 +543,47 @@ func (h *OutboxHandlers) RegisterDefaultChange(consumerName string, fn DefaultCh
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnDefaultChange(consumerName string, fn DefaultChangeHandler) {
 	if err := h.RegisterDefaultChange(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// DefaultChangeDelivery is one event of a batch given to a DefaultChangeBatchHandler:
+// the latest version, and its metadata.
+type DefaultChangeDelivery struct {
+	Event *DefaultChange
+	Meta  events.Meta
+}
+
+// DefaultChangeBatchHandler handles many "default_change" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type DefaultChangeBatchHandler func(ctx context.Context, tx *Tx, batch []DefaultChangeDelivery) error
+
+// RegisterDefaultChangeBatch registers fn as consumerName's handler of "default_change",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnDefaultChangeBatch panics instead.
+func (h *OutboxHandlers) RegisterDefaultChangeBatch(consumerName string, fn DefaultChangeBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]DefaultChangeDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = DefaultChangeDelivery{Event: p.(*DefaultChange), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "default_change", run)
+}
+
+// OnDefaultChangeBatch is RegisterDefaultChangeBatch that panics on an error.
+func (h *OutboxHandlers) OnDefaultChangeBatch(consumerName string, fn DefaultChangeBatchHandler) {
+	if err := h.RegisterDefaultChangeBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
@@ -386,6 +632,47 @@ func (h *OutboxHandlers) RegisterDrafted(consumerName string, fn DraftedHandler)
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnDrafted(consumerName string, fn DraftedHandler) {
 	if err := h.RegisterDrafted(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// DraftedDelivery is one event of a batch given to a DraftedBatchHandler:
+// the latest version, and its metadata.
+type DraftedDelivery struct {
+	Event *Drafted
+	Meta  events.Meta
+}
+
+// DraftedBatchHandler handles many "drafted" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type DraftedBatchHandler func(ctx context.Context, tx *Tx, batch []DraftedDelivery) error
+
+// RegisterDraftedBatch registers fn as consumerName's handler of "drafted",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnDraftedBatch panics instead.
+func (h *OutboxHandlers) RegisterDraftedBatch(consumerName string, fn DraftedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]DraftedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = DraftedDelivery{Event: p.(*Drafted), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "drafted", run)
+}
+
+// OnDraftedBatch is RegisterDraftedBatch that panics on an error.
+func (h *OutboxHandlers) OnDraftedBatch(consumerName string, fn DraftedBatchHandler) {
+	if err := h.RegisterDraftedBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }

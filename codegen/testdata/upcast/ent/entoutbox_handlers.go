@@ -105,6 +105,47 @@ func (h *OutboxHandlers) OnPriceChanged(consumerName string, fn PriceChangedHand
 	}
 }
 
+// PriceChangedDelivery is one event of a batch given to a PriceChangedBatchHandler:
+// the latest version, and its metadata.
+type PriceChangedDelivery struct {
+	Event *PriceChanged
+	Meta  events.Meta
+}
+
+// PriceChangedBatchHandler handles many "price.changed" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type PriceChangedBatchHandler func(ctx context.Context, tx *Tx, batch []PriceChangedDelivery) error
+
+// RegisterPriceChangedBatch registers fn as consumerName's handler of "price.changed",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnPriceChangedBatch panics instead.
+func (h *OutboxHandlers) RegisterPriceChangedBatch(consumerName string, fn PriceChangedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]PriceChangedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = PriceChangedDelivery{Event: p.(*PriceChanged), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "price.changed", run)
+}
+
+// OnPriceChangedBatch is RegisterPriceChangedBatch that panics on an error.
+func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChangedBatchHandler) {
+	if err := h.RegisterPriceChangedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodePriceChanged turns a payload of any declared version into the latest.
 func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {

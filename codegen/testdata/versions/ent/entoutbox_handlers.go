@@ -105,6 +105,47 @@ func (h *OutboxHandlers) OnOrderPaid(consumerName string, fn OrderPaidHandler) {
 	}
 }
 
+// OrderPaidDelivery is one event of a batch given to a OrderPaidBatchHandler:
+// the latest version, and its metadata.
+type OrderPaidDelivery struct {
+	Event *OrderPaid
+	Meta  events.Meta
+}
+
+// OrderPaidBatchHandler handles many "order.paid" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderPaidBatchHandler func(ctx context.Context, tx *Tx, batch []OrderPaidDelivery) error
+
+// RegisterOrderPaidBatch registers fn as consumerName's handler of "order.paid",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderPaidBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderPaidDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderPaidDelivery{Event: p.(*OrderPaid), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.paid", run)
+}
+
+// OnOrderPaidBatch is RegisterOrderPaidBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatchHandler) {
+	if err := h.RegisterOrderPaidBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
@@ -149,6 +190,47 @@ func (h *OutboxHandlers) RegisterOrderShipped(consumerName string, fn OrderShipp
 // registered once at start-up, where a mistake is the program's.
 func (h *OutboxHandlers) OnOrderShipped(consumerName string, fn OrderShippedHandler) {
 	if err := h.RegisterOrderShipped(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// OrderShippedDelivery is one event of a batch given to a OrderShippedBatchHandler:
+// the latest version, and its metadata.
+type OrderShippedDelivery struct {
+	Event *OrderShipped
+	Meta  events.Meta
+}
+
+// OrderShippedBatchHandler handles many "order.shipped" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type OrderShippedBatchHandler func(ctx context.Context, tx *Tx, batch []OrderShippedDelivery) error
+
+// RegisterOrderShippedBatch registers fn as consumerName's handler of "order.shipped",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnOrderShippedBatch panics instead.
+func (h *OutboxHandlers) RegisterOrderShippedBatch(consumerName string, fn OrderShippedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]OrderShippedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = OrderShippedDelivery{Event: p.(*OrderShipped), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "order.shipped", run)
+}
+
+// OnOrderShippedBatch is RegisterOrderShippedBatch that panics on an error.
+func (h *OutboxHandlers) OnOrderShippedBatch(consumerName string, fn OrderShippedBatchHandler) {
+	if err := h.RegisterOrderShippedBatch(consumerName, fn); err != nil {
 		panic(err)
 	}
 }
