@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -369,6 +371,14 @@ func (e *env) runRouter(ctx context.Context, s *sandbox, res *consumerResult, cl
 	// Taken before the router starts, so the CPU includes subscribing; the
 	// rate counts from the first commit.
 	res.cpuFrom = sampleCPU(nil)
+	if e.cfg.ConsumerProfile != "" {
+		stop, err := startCPUProfile(e.cfg.ConsumerProfile + "." + consumerName + ".pprof")
+		if err != nil {
+			res.err = err
+			return
+		}
+		defer stop()
+	}
 	ran := make(chan error, 1)
 	go func() { ran <- router.Run(rctx) }()
 	timer := time.NewTimer(e.cfg.Timeout)
@@ -395,6 +405,19 @@ func (e *env) runRouter(ctx context.Context, s *sandbox, res *consumerResult, cl
 		res.note("%d of %d events handled after %s", res.events, clock.want, e.cfg.Timeout)
 	}
 	res.checkEffects(ctx, s.db, consumerName)
+}
+
+// startCPUProfile profiles this process into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // checkEffects notes when the consumer's dedupe records or invoices are

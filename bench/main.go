@@ -50,6 +50,7 @@ type config struct {
 	NearLimit       float64       // the near-limit load's rate, as a fraction of the drain rate; 0 skips it
 	Timeout         time.Duration // longest wait for events to arrive, per phase
 	RelayProfile    string        // where to write a CPU profile of the first relay's drain; "" for none
+	ConsumerProfile string        // where to write a CPU profile of each consumer row's drain; "" for none
 	ProfileFor      time.Duration // how long that profile runs
 	// The consumer section (see consumers.go); ConsumerEvents 0 skips it.
 	ConsumerEvents     int       // the backlog every consumer row drains
@@ -80,6 +81,7 @@ func main() {
 	flag.IntVar(&cfg.BatchSize, "batch-size", 0, "relay --batch-size (default: the relay's own)")
 	flag.Float64Var(&cfg.NearLimit, "near-limit", 0.6, "rate of the near-limit latency load, as a fraction of the row's drain rate (0 skips it)")
 	flag.StringVar(&cfg.RelayProfile, "relay-profile", "", "write a CPU profile of the first relay of each row during its drain to this path prefix (<prefix>.<row>.pprof)")
+	flag.StringVar(&cfg.ConsumerProfile, "consumer-profile", "", "write a CPU profile of this process during each consumer row's drain to this path prefix (<prefix>.<consumer>.pprof)")
 	flag.DurationVar(&cfg.ProfileFor, "profile-for", 5*time.Second, "how long --relay-profile profiles (raise --events to keep the drain going that long)")
 	flag.IntVar(&cfg.ConsumerEvents, "consumer-events", 20000, "backlog in JetStream each consumer row drains (0 skips the consumer section)")
 	flag.IntVar(&cfg.ConsumerAggregates, "consumer-aggregates", 500, "distinct aggregate ids of the consumers' backlog")
