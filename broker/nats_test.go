@@ -22,7 +22,7 @@ import (
 
 // natsStream connects to the test server's JetStream for checks and
 // clean-up.
-func natsStream(t *testing.T) jetstream.JetStream {
+func natsStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func natsStream(t *testing.T) jetstream.JetStream {
 }
 
 // natsSetup deletes the stream the test's topic gets.
-func natsSetup(t *testing.T, topic string) string {
+func natsSetup(t testing.TB, topic string) string {
 	need(t, "NATS", natsURL)
 	js := natsStream(t)
 	t.Cleanup(func() {

@@ -19,7 +19,7 @@ import (
 )
 
 // natsOpen opens the broker at rawURL for the test.
-func natsOpen(ctx context.Context, t *testing.T, rawURL string) Broker {
+func natsOpen(ctx context.Context, t testing.TB, rawURL string) Broker {
 	t.Helper()
 	b, err := Open(ctx, rawURL, Options{})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func assertNoneFor(t *testing.T, ch <-chan *message.Message, wait time.Duration,
 }
 
 // natsConsumerState is the group's pull consumer as the server sees it.
-func natsConsumerState(ctx context.Context, t *testing.T, group, topic string) *jetstream.ConsumerInfo {
+func natsConsumerState(ctx context.Context, t testing.TB, group, topic string) *jetstream.ConsumerInfo {
 	t.Helper()
 	cons, err := natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName(group, topic))
 	require.NoError(t, err)

@@ -38,7 +38,7 @@ func envOr(name, def string) string {
 
 // need skips t (fails it under CI=true) when nothing listens at the host of
 // rawURL, so that a broker that is not installed is not mistaken for a bug.
-func need(t *testing.T, service, rawURL string) {
+func need(t testing.TB, service, rawURL string) {
 	t.Helper()
 	host := rawURL[strings.Index(rawURL, "://")+3:]
 	if at := strings.LastIndex(host, "@"); at >= 0 {
@@ -182,7 +182,7 @@ type scheme struct {
 
 func schemes() []scheme {
 	return []scheme{
-		{name: "nats", ordered: true, url: natsSetup, beforePublish: natsChecks},
+		{name: "nats", ordered: true, url: func(t *testing.T, topic string) string { return natsSetup(t, topic) }, beforePublish: natsChecks},
 		{name: "amqp", ordered: true, url: amqpSetup, beforePublish: amqpChecks},
 		{name: "redis", ordered: true, url: redisSetup},
 		{name: "kafka", ordered: true, url: kafkaSetup, beforePublish: kafkaChecks},
