@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +36,15 @@ import (
 // Here one pull request is open at a time, and closing drains the inbox:
 // what the server sent before it took the unsubscription in is naked,
 // not dropped.
+//
+// What a message costs is kept small, for consumers that drain a backlog
+// at thousands a second: one goroutine waits for its ack or nack, and one
+// per subscriber tells the server about all the held messages every
+// ack_wait / 2. Acks are published without waiting for the server's word
+// (an AckSync is a round trip and a goroutine blocked per message); one
+// more goroutine flushes the connection after them, each flush covering
+// the acks sent before it, and logs those the server may not have
+// received: they come again, as an AckSync that failed would.
 
 // natsMaxInFlight is how many messages a subscription holds at most,
 // unless the URL sets ?max_in_flight=.
@@ -76,6 +85,19 @@ type natsSubscriber struct {
 	// the open pull requests of a connection it lost.
 	reconnects atomic.Int64
 
+	heldMu sync.Mutex
+	// holding is the messages told in progress every ack_wait / 2: those
+	// received and not yet acked or nacked, by their delivery.
+	holding map[*nats.Msg]struct{}
+	// unconfirmed is the UUIDs of the messages acked since the last
+	// flush; acksSent says there are some.
+	unconfirmed []string
+	acksSent    chan struct{}
+	// settled is closed once every message is acked or nacked (Close);
+	// then tending (keepInProgress, confirmAcks) ends.
+	settled chan struct{}
+	tending sync.WaitGroup
+
 	mu        sync.Mutex
 	closed    bool
 	closing   chan struct{}
@@ -87,7 +109,8 @@ type natsSubscriber struct {
 
 func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, logger watermill.LoggerAdapter) (*natsSubscriber, error) {
 	s := &natsSubscriber{topo: topo, group: group, maxInFlight: maxInFlight, closeWait: natsCloseWait, logger: logger,
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), holding: map[*nats.Msg]struct{}{}, acksSent: make(chan struct{}, 1),
+		settled: make(chan struct{})}
 	opts := append(natsOptions(), nats.ReconnectHandler(func(*nats.Conn) { s.reconnects.Add(1) }))
 	nc, err := nats.Connect(raw, opts...)
 	if err != nil {
@@ -99,6 +122,9 @@ func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, l
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
 	s.nc, s.js = nc, js
+	s.tending.Add(2)
+	go s.keepInProgress()
+	go s.confirmAcks()
 	return s, nil
 }
 
@@ -127,22 +153,27 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if err != nil {
 		return nil, err
 	}
+	msgCtx, cancelMsgs := context.WithCancel(ctx)
 	p := &natsPull{
-		sub:      s,
-		ctx:      ctx,
-		next:     fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, durable),
-		incoming: make(chan *nats.Msg),
-		stopped:  make(chan struct{}),
-		output:   make(chan *message.Message),
-		freed:    make(chan struct{}, 1),
-		log:      watermill.LogFields{"topic": topic, "group": s.group, "consumer": durable},
+		sub:        s,
+		ctx:        ctx,
+		msgCtx:     msgCtx,
+		cancelMsgs: cancelMsgs,
+		next:       fmt.Sprintf("$JS.API.CONSUMER.MSG.NEXT.%s.%s", stream, durable),
+		incoming:   make(chan *nats.Msg),
+		stopped:    make(chan struct{}),
+		output:     make(chan *message.Message),
+		freed:      make(chan struct{}, 1),
+		log:        watermill.LogFields{"topic": topic, "group": s.group, "consumer": durable},
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		cancelMsgs()
 		return nil, errors.New("subscriber closed")
 	}
 	if p.inbox, err = s.nc.Subscribe(s.nc.NewInbox(), p.receive); err != nil {
+		cancelMsgs()
 		return nil, fmt.Errorf("subscribing to an inbox: %w", err)
 	}
 	s.pulls.Add(1)
@@ -163,7 +194,9 @@ func (s *natsSubscriber) Close() error {
 		s.mu.Unlock()
 		s.pulls.Wait()
 		s.held.Wait()
-		s.closeErr = s.nc.FlushTimeout(natsProvisionTimeout) // the last acks and naks
+		close(s.settled)
+		s.tending.Wait()
+		s.closeErr = s.nc.FlushTimeout(natsProvisionTimeout) // the last naks
 		s.nc.Close()
 	})
 	return s.closeErr
@@ -176,6 +209,11 @@ type natsPull struct {
 	ctx  context.Context // Subscribe's: its end ends the subscription
 	next string          // the consumer's "next messages" API subject
 	log  watermill.LogFields
+	// msgCtx is the context of every message handed out, cancelled when
+	// the subscription ends (as Watermill subscribers do): one for all,
+	// not one each.
+	msgCtx     context.Context
+	cancelMsgs context.CancelFunc
 
 	inbox *nats.Subscription
 	// incoming takes what the inbox receives to run. Unbuffered, so that
@@ -199,6 +237,7 @@ type natsPullRequest struct {
 func (p *natsPull) run() {
 	defer p.sub.pulls.Done()
 	defer close(p.output)
+	defer p.cancelMsgs()
 	var (
 		queue      []*message.Message // received, not yet taken from output
 		open       bool               // a pull request is outstanding
@@ -262,6 +301,7 @@ func (p *natsPull) run() {
 			p.stop(queue)
 			return
 		case <-p.sub.closing:
+			p.cancelMsgs() // before stop, which may take a while
 			p.stop(queue)
 			return
 		}
@@ -315,34 +355,29 @@ func (p *natsPull) accept(nm *nats.Msg) *message.Message {
 		p.nak(nm)
 		return nil
 	}
-	if md, err := nm.Metadata(); err == nil {
-		msg.Metadata.Set(events.MetaDeliveryCount, strconv.FormatUint(md.NumDelivered, 10))
+	if n, ok := natsDeliveryCount(nm.Reply); ok {
+		msg.Metadata.Set(events.MetaDeliveryCount, n)
 	}
-	ctx, cancel := context.WithCancel(p.ctx)
-	msg.SetContext(ctx)
+	msg.SetContext(p.msgCtx)
 	p.held.Add(1)
 	p.sub.held.Add(1)
-	go p.hold(nm, msg, cancel)
+	p.sub.heldMu.Lock()
+	p.sub.holding[nm] = struct{}{}
+	p.sub.heldMu.Unlock()
+	go p.hold(nm, msg)
 	return msg
 }
 
-// hold waits for msg's ack or nack and sends it, telling the server every
-// ack_wait / 2 meanwhile that msg is in progress, so that it does not
-// deliver it again while it is handled, however long that takes.
-func (p *natsPull) hold(nm *nats.Msg, msg *message.Message, cancel context.CancelFunc) {
+// hold waits for msg's ack or nack and sends it; meanwhile
+// keepInProgress tells the server msg is in progress.
+func (p *natsPull) hold(nm *nats.Msg, msg *message.Message) {
 	defer p.release()
-	defer cancel()
-	progress := time.NewTicker(max(p.sub.topo.ackWait/2, time.Millisecond))
-	defer progress.Stop()
 	closing := p.sub.closing
 	var giveUp <-chan time.Time
 	for {
 		select {
 		case <-msg.Acked():
-			if err := nm.AckSync(); err != nil {
-				p.sub.logger.Error("Cannot ack a NATS message; it will come again", err,
-					p.log.Add(watermill.LogFields{"message_uuid": msg.UUID}))
-			}
+			p.ack(nm, msg)
 			return
 		case <-msg.Nacked():
 			// At once: a handler that wants a pause takes it before it
@@ -350,16 +385,109 @@ func (p *natsPull) hold(nm *nats.Msg, msg *message.Message, cancel context.Cance
 			// for another member to take the message now.
 			p.nak(nm)
 			return
-		case <-progress.C:
-			if err := nm.InProgress(); err != nil {
-				p.sub.logger.Debug("Cannot say a NATS message is in progress", watermill.LogFields{"error": err.Error()})
-			}
-		case <-closing:
+		case <-closing: // run cancels msgCtx
 			closing = nil
-			cancel()
 			giveUp = time.After(p.sub.closeWait)
 		case <-giveUp:
 			p.nak(nm)
+			return
+		}
+	}
+}
+
+// JetStream's replies to a message it delivered.
+var (
+	natsAck        = []byte("+ACK")
+	natsNak        = []byte("-NAK")
+	natsInProgress = []byte("+WPI")
+)
+
+// ack sends msg's ack and leaves it to confirmAcks to make sure the
+// server received it.
+func (p *natsPull) ack(nm *nats.Msg, msg *message.Message) {
+	s := p.sub
+	if err := s.settle(nm, natsAck); err != nil {
+		s.logger.Error("Cannot ack a NATS message; it will come again", err,
+			p.log.Add(watermill.LogFields{"message_uuid": msg.UUID}))
+		return
+	}
+	s.heldMu.Lock()
+	s.unconfirmed = append(s.unconfirmed, msg.UUID)
+	s.heldMu.Unlock()
+	select {
+	case s.acksSent <- struct{}{}:
+	default:
+	}
+}
+
+func (p *natsPull) nak(nm *nats.Msg) {
+	if err := p.sub.settle(nm, natsNak); err != nil {
+		p.sub.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err, p.log)
+	}
+}
+
+// settle sends nm's ack or nak once it is no longer told in progress, so
+// that no in-progress follows it.
+func (s *natsSubscriber) settle(nm *nats.Msg, body []byte) error {
+	s.heldMu.Lock()
+	delete(s.holding, nm)
+	s.heldMu.Unlock()
+	return s.nc.Publish(nm.Reply, body)
+}
+
+// keepInProgress tells the server every ack_wait / 2 that the messages
+// held are in progress, until Close.
+func (s *natsSubscriber) keepInProgress() {
+	defer s.tending.Done()
+	tick := time.NewTicker(max(s.topo.ackWait/2, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			s.heldMu.Lock()
+			var err error
+			for nm := range s.holding {
+				if err = s.nc.Publish(nm.Reply, natsInProgress); err != nil {
+					break // the connection is closed: the next tick tries again
+				}
+			}
+			s.heldMu.Unlock()
+			if err != nil {
+				s.logger.Debug("Cannot say NATS messages are in progress", watermill.LogFields{"error": err.Error()})
+			}
+		case <-s.settled:
+			return
+		}
+	}
+}
+
+// natsConfirmTimeout bounds the wait for the server's word that it
+// received the acks sent before: as long as an AckSync waits.
+const natsConfirmTimeout = 5 * time.Second
+
+// confirmAcks flushes the connection after acks were sent, until Close
+// (then once more), and logs the acks the server may not have received.
+func (s *natsSubscriber) confirmAcks() {
+	defer s.tending.Done()
+	var confirming []string
+	for {
+		done := false
+		select {
+		case <-s.acksSent:
+		case <-s.settled:
+			done = true
+		}
+		s.heldMu.Lock()
+		confirming, s.unconfirmed = s.unconfirmed, confirming[:0]
+		s.heldMu.Unlock()
+		if len(confirming) > 0 {
+			if err := s.nc.FlushTimeout(natsConfirmTimeout); err != nil {
+				s.logger.Error("Cannot make sure the NATS server received acks; their messages may come again", err,
+					watermill.LogFields{"group": s.group, "messages": len(confirming),
+						"message_uuids": strings.Join(confirming[:min(len(confirming), 10)], ",")})
+			}
+		}
+		if done {
 			return
 		}
 	}
@@ -371,12 +499,6 @@ func (p *natsPull) release() {
 	select {
 	case p.freed <- struct{}{}:
 	default:
-	}
-}
-
-func (p *natsPull) nak(nm *nats.Msg) {
-	if err := nm.Nak(); err != nil {
-		p.sub.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err, p.log)
 	}
 }
 
@@ -420,4 +542,33 @@ func (p *natsPull) stop(queue []*message.Message) {
 			return
 		}
 	}
+}
+
+// natsDeliveryCount reads how many times a message was delivered off the
+// subject its ack goes to, as nats.go's Msg.Metadata does, without
+// parsing the rest:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>[.<token>]
+func natsDeliveryCount(reply string) (string, bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return "", false
+	}
+	skip := 2 // the tokens before <delivered>
+	switch n := strings.Count(rest, ".") + 1; {
+	case n == 7:
+	case n >= 9:
+		skip = 4
+	default:
+		return "", false
+	}
+	for range skip {
+		rest = rest[strings.IndexByte(rest, '.')+1:]
+	}
+	count := rest[:strings.IndexByte(rest, '.')]
+	if count == "" || strings.Trim(count, "0123456789") != "" {
+		return "", false
+	}
+	return count, true
 }
