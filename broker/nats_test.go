@@ -257,11 +257,12 @@ func TestNATSUnmarshalRepeatedHeader(t *testing.T) {
 	assert.Len(t, msg.Metadata, 3)
 }
 
-// recordingLogger keeps the Info messages logged.
+// recordingLogger keeps the Info and Error messages logged.
 type recordingLogger struct {
 	watermill.NopLogger
-	mu    sync.Mutex
-	infos []string
+	mu     sync.Mutex
+	infos  []string
+	errors []string
 }
 
 func (l *recordingLogger) Info(msg string, fields watermill.LogFields) {
@@ -270,13 +271,29 @@ func (l *recordingLogger) Info(msg string, fields watermill.LogFields) {
 	l.infos = append(l.infos, fmt.Sprintf("%s %v", msg, fields))
 }
 
+func (l *recordingLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, fmt.Sprintf("%s: %v %v", msg, err, fields))
+}
+
 func (l *recordingLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
 
 func (l *recordingLogger) find(s string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return matching(l.infos, s)
+}
+
+func (l *recordingLogger) findError(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return matching(l.errors, s)
+}
+
+func matching(logged []string, s string) []string {
 	var out []string
-	for _, m := range l.infos {
+	for _, m := range logged {
 		if strings.Contains(m, s) {
 			out = append(out, m)
 		}

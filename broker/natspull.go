@@ -80,6 +80,7 @@ type natsSubscriber struct {
 	group       string
 	maxInFlight int
 	closeWait   time.Duration // natsCloseWait
+	confirmWait time.Duration // natsConfirmWait
 	logger      watermill.LoggerAdapter
 	// reconnects counts the connection's reconnections: the server forgets
 	// the open pull requests of a connection it lost.
@@ -108,9 +109,9 @@ type natsSubscriber struct {
 }
 
 func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, logger watermill.LoggerAdapter) (*natsSubscriber, error) {
-	s := &natsSubscriber{topo: topo, group: group, maxInFlight: maxInFlight, closeWait: natsCloseWait, logger: logger,
-		closing: make(chan struct{}), holding: map[*nats.Msg]struct{}{}, acksSent: make(chan struct{}, 1),
-		settled: make(chan struct{})}
+	s := &natsSubscriber{topo: topo, group: group, maxInFlight: maxInFlight, logger: logger,
+		closeWait: natsCloseWait, confirmWait: natsConfirmWait, closing: make(chan struct{}),
+		holding: map[*nats.Msg]struct{}{}, acksSent: make(chan struct{}, 1), settled: make(chan struct{})}
 	opts := append(natsOptions(), nats.ReconnectHandler(func(*nats.Conn) { s.reconnects.Add(1) }))
 	nc, err := nats.Connect(raw, opts...)
 	if err != nil {
@@ -461,9 +462,14 @@ func (s *natsSubscriber) keepInProgress() {
 	}
 }
 
-// natsConfirmTimeout bounds the wait for the server's word that it
-// received the acks sent before: as long as an AckSync waits.
-const natsConfirmTimeout = 5 * time.Second
+const (
+	// natsConfirmWait bounds the wait for the server's word that it
+	// received the acks sent before: as long as an AckSync waits.
+	natsConfirmWait = 5 * time.Second
+	// natsConfirmEvery spaces the flushes that confirm acks: each is a
+	// round trip, and more acks gather meanwhile.
+	natsConfirmEvery = 50 * time.Millisecond
+)
 
 // confirmAcks flushes the connection after acks were sent, until Close
 // (then once more), and logs the acks the server may not have received.
@@ -481,7 +487,7 @@ func (s *natsSubscriber) confirmAcks() {
 		confirming, s.unconfirmed = s.unconfirmed, confirming[:0]
 		s.heldMu.Unlock()
 		if len(confirming) > 0 {
-			if err := s.nc.FlushTimeout(natsConfirmTimeout); err != nil {
+			if err := s.nc.FlushTimeout(s.confirmWait); err != nil {
 				s.logger.Error("Cannot make sure the NATS server received acks; their messages may come again", err,
 					watermill.LogFields{"group": s.group, "messages": len(confirming),
 						"message_uuids": strings.Join(confirming[:min(len(confirming), 10)], ",")})
@@ -489,6 +495,10 @@ func (s *natsSubscriber) confirmAcks() {
 		}
 		if done {
 			return
+		}
+		select {
+		case <-time.After(natsConfirmEvery):
+		case <-s.settled:
 		}
 	}
 }

@@ -3,7 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -411,4 +415,115 @@ func TestNATSDeliversAMessageThatLooksLikeAStatus(t *testing.T) {
 	publish(t, b, topic, sent)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 	assertSame(t, sent, receive(ctx, t, ch, 1), false)
+}
+
+// natsDeliveryCount reads what nats.go's Msg.Metadata reads, in both
+// forms of the ack subject, and nothing off other subjects.
+func TestNATSDeliveryCount(t *testing.T) {
+	for _, reply := range []string{
+		"$JS.ACK.orders.g_pull.3.120.118.1733100000000000000.5",
+		"$JS.ACK._.acchash.orders.g_pull.17.120.118.1733100000000000000.0.tok",
+		"$JS.ACK.hub.acchash.orders.g_pull.1.120.118.1733100000000000000.0",
+	} {
+		md, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		require.NoError(t, err, reply)
+		n, ok := natsDeliveryCount(reply)
+		require.True(t, ok, reply)
+		assert.Equal(t, strconv.FormatUint(md.NumDelivered, 10), n, reply)
+	}
+	for _, reply := range []string{"", "_INBOX.abc", "$JS.ACK.orders.g_pull.3.120", "$JS.ACK.orders.g_pull.x.120.118.1.5",
+		"$JS.ACK.orders.g_pull..120.118.1.5"} {
+		_, ok := natsDeliveryCount(reply)
+		assert.False(t, ok, reply)
+	}
+}
+
+// natsProxy forwards connections to the test server; while frozen, what
+// the server sends does not reach the clients (as on a link that died
+// without a word).
+func natsProxy(t *testing.T) (rawURL string, freeze, thaw func()) {
+	t.Helper()
+	server, err := url.Parse(natsURL)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var gate sync.RWMutex
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			upstream, err := net.Dial("tcp", server.Host)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, client, upstream)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(upstream, client) }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := upstream.Read(buf)
+					if err != nil {
+						_ = client.Close()
+						return
+					}
+					gate.RLock()
+					_, err = client.Write(buf[:n])
+					gate.RUnlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "nats://" + l.Addr().String(), gate.Lock, gate.Unlock
+}
+
+// Acks are sent without waiting for the server's answer, but not
+// forgotten: one the server may not have received (its answer to the
+// flush after it does not come) is logged with its message's UUID, as
+// a message that may come again.
+func TestNATSLogsAnAckTheServerMayNotHaveReceived(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.unconfirmed." + randomSuffix()
+	natsSetup(t, topic)
+	rawURL, freeze, thaw := natsProxy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	log := &recordingLogger{}
+	b, err := Open(ctx, rawURL, Options{Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	publish(t, b, topic, newMessages(2))
+	sub, ch := natsMember(ctx, t, b, "g", topic)
+	natsMemberOf(sub).confirmWait = 300 * time.Millisecond
+	got := take(ctx, t, ch, 2)
+
+	got[0].Ack()
+	assertNoneFor(t, ch, time.Second, "a message after both were taken")
+	require.Empty(t, log.findError("acks"), "the server answered the flush after the first ack")
+	freeze()
+	got[1].Ack()
+	require.Eventually(t, func() bool { return len(log.findError(got[1].UUID)) > 0 }, 30*time.Second, 20*time.Millisecond,
+		"the second ack, unconfirmed, is logged")
+	logged := log.findError(got[1].UUID)[0]
+	assert.Contains(t, logged, "may come again")
+	assert.NotContains(t, logged, got[0].UUID)
+	thaw()
+	require.NoError(t, sub.Close())
 }
