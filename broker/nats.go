@@ -518,7 +518,10 @@ func (natsMarshaler) Marshal(topic string, msg *message.Message) (*nats.Msg, err
 // why in metaMalformed, so that the consumer dead-letters it with that
 // reason.
 func (natsMarshaler) Unmarshal(nm *nats.Msg) (*message.Message, error) {
-	md := make(message.Metadata, len(nm.Header))
+	// Sized for the metadata headers (all but the UUID and Nats-Msg-Id)
+	// and the delivery count the subscriber adds: up to 8 entries is a
+	// map of one group, which a larger hint would make a table.
+	md := make(message.Metadata, max(len(nm.Header)-1, 0))
 	var repeated []string
 	for k, v := range nm.Header {
 		if len(v) > 1 && k != nats.MsgIdHdr {

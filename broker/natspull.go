@@ -38,13 +38,15 @@ import (
 // not dropped.
 //
 // What a message costs is kept small, for consumers that drain a backlog
-// at thousands a second: one goroutine waits for its ack or nack, and one
-// per subscriber tells the server about all the held messages every
-// ack_wait / 2. Acks are published without waiting for the server's word
-// (an AckSync is a round trip and a goroutine blocked per message); one
-// more goroutine flushes the connection after them, each flush covering
-// the acks sent before it, and logs those the server may not have
-// received: they come again, as an AckSync that failed would.
+// at thousands a second: a goroutine of its own only waits for its ack or
+// nack. One goroutine per subscriber (tend) sends the acks and naks, in
+// batches, and every ack_wait / 2 tells the server that all the held
+// messages are in progress. Acks are sent without waiting for the
+// server's answer (an AckSync is a round trip and a goroutine blocked per
+// message): another goroutine (confirmAcks) flushes the connection after
+// them, each flush covering the acks sent before it, and logs those the
+// server may not have received; they come again, as an AckSync that
+// failed would have said.
 
 // natsMaxInFlight is how many messages a subscription holds at most,
 // unless the URL sets ?max_in_flight=.
@@ -87,15 +89,19 @@ type natsSubscriber struct {
 	reconnects atomic.Int64
 
 	heldMu sync.Mutex
-	// holding is the messages told in progress every ack_wait / 2: those
-	// received and not yet acked or nacked, by their delivery.
+	// holding is the messages tend tells in progress: those received and
+	// not yet acked or nacked, by their delivery.
 	holding map[*nats.Msg]struct{}
+	// settling is the acks and naks for tend to send; toSettle says there
+	// are some.
+	settling []natsSettling
+	toSettle chan struct{}
 	// unconfirmed is the UUIDs of the messages acked since the last
 	// flush; acksSent says there are some.
 	unconfirmed []string
 	acksSent    chan struct{}
 	// settled is closed once every message is acked or nacked (Close);
-	// then tending (keepInProgress, confirmAcks) ends.
+	// then tend and confirmAcks end.
 	settled chan struct{}
 	tending sync.WaitGroup
 
@@ -111,7 +117,8 @@ type natsSubscriber struct {
 func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, logger watermill.LoggerAdapter) (*natsSubscriber, error) {
 	s := &natsSubscriber{topo: topo, group: group, maxInFlight: maxInFlight, logger: logger,
 		closeWait: natsCloseWait, confirmWait: natsConfirmWait, closing: make(chan struct{}),
-		holding: map[*nats.Msg]struct{}{}, acksSent: make(chan struct{}, 1), settled: make(chan struct{})}
+		holding: map[*nats.Msg]struct{}{}, toSettle: make(chan struct{}, 1), acksSent: make(chan struct{}, 1),
+		settled: make(chan struct{})}
 	opts := append(natsOptions(), nats.ReconnectHandler(func(*nats.Conn) { s.reconnects.Add(1) }))
 	nc, err := nats.Connect(raw, opts...)
 	if err != nil {
@@ -124,7 +131,7 @@ func newNATSSubscriber(raw, group string, topo *natsTopology, maxInFlight int, l
 	}
 	s.nc, s.js = nc, js
 	s.tending.Add(2)
-	go s.keepInProgress()
+	go s.tend()
 	go s.confirmAcks()
 	return s, nil
 }
@@ -369,82 +376,94 @@ func (p *natsPull) accept(nm *nats.Msg) *message.Message {
 	return msg
 }
 
-// hold waits for msg's ack or nack and sends it; meanwhile
-// keepInProgress tells the server msg is in progress.
+// hold waits for msg's ack or nack and hands it to tend to send; it
+// stays small, one per message held.
 func (p *natsPull) hold(nm *nats.Msg, msg *message.Message) {
-	defer p.release()
 	closing := p.sub.closing
 	var giveUp <-chan time.Time
 	for {
 		select {
 		case <-msg.Acked():
-			p.ack(nm, msg)
+			p.sub.settle(natsSettling{p, nm, msg.UUID, true})
 			return
 		case <-msg.Nacked():
 			// At once: a handler that wants a pause takes it before it
 			// nacks (the consumer package does), and a nack at Close is
 			// for another member to take the message now.
-			p.nak(nm)
+			p.sub.settle(natsSettling{p, nm, msg.UUID, false})
 			return
 		case <-closing: // run cancels msgCtx
 			closing = nil
 			giveUp = time.After(p.sub.closeWait)
 		case <-giveUp:
-			p.nak(nm)
+			p.sub.settle(natsSettling{p, nm, msg.UUID, false})
 			return
 		}
 	}
 }
 
-// JetStream's replies to a message it delivered.
+// JetStream's answers to a message it delivered.
 var (
 	natsAck        = []byte("+ACK")
 	natsNak        = []byte("-NAK")
 	natsInProgress = []byte("+WPI")
 )
 
-// ack sends msg's ack and leaves it to confirmAcks to make sure the
-// server received it.
-func (p *natsPull) ack(nm *nats.Msg, msg *message.Message) {
-	s := p.sub
-	if err := s.settle(nm, natsAck); err != nil {
-		s.logger.Error("Cannot ack a NATS message; it will come again", err,
-			p.log.Add(watermill.LogFields{"message_uuid": msg.UUID}))
-		return
-	}
+// natsSettling is a held message's ack or nak, for tend to send.
+type natsSettling struct {
+	pull *natsPull
+	nm   *nats.Msg
+	uuid string
+	ack  bool // else a nak
+}
+
+func (s *natsSubscriber) settle(st natsSettling) {
 	s.heldMu.Lock()
-	s.unconfirmed = append(s.unconfirmed, msg.UUID)
+	s.settling = append(s.settling, st)
 	s.heldMu.Unlock()
 	select {
-	case s.acksSent <- struct{}{}:
+	case s.toSettle <- struct{}{}:
 	default:
 	}
 }
 
-func (p *natsPull) nak(nm *nats.Msg) {
-	if err := p.sub.settle(nm, natsNak); err != nil {
-		p.sub.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err, p.log)
-	}
-}
-
-// settle sends nm's ack or nak once it is no longer told in progress, so
-// that no in-progress follows it.
-func (s *natsSubscriber) settle(nm *nats.Msg, body []byte) error {
-	s.heldMu.Lock()
-	delete(s.holding, nm)
-	s.heldMu.Unlock()
-	return s.nc.Publish(nm.Reply, body)
-}
-
-// keepInProgress tells the server every ack_wait / 2 that the messages
-// held are in progress, until Close.
-func (s *natsSubscriber) keepInProgress() {
+// tend sends the acks and naks of the held messages as handlers make
+// them, and every ack_wait / 2 tells the server the others are in
+// progress, until Close. No in-progress follows an ack or nak: the
+// message leaves holding first.
+func (s *natsSubscriber) tend() {
 	defer s.tending.Done()
-	tick := time.NewTicker(max(s.topo.ackWait/2, time.Millisecond))
-	defer tick.Stop()
+	progress := time.NewTicker(max(s.topo.ackWait/2, time.Millisecond))
+	defer progress.Stop()
+	var batch []natsSettling
+	var acked []string
 	for {
 		select {
-		case <-tick.C:
+		case <-s.toSettle:
+			s.heldMu.Lock()
+			batch, s.settling = s.settling, batch[:0]
+			for _, st := range batch {
+				delete(s.holding, st.nm)
+			}
+			s.heldMu.Unlock()
+			acked = acked[:0]
+			for _, st := range batch {
+				if s.send(st) && st.ack {
+					acked = append(acked, st.uuid)
+				}
+				st.pull.release()
+			}
+			clear(batch) // let the messages go
+			if len(acked) > 0 {
+				s.heldMu.Lock()
+				s.unconfirmed = append(s.unconfirmed, acked...)
+				s.heldMu.Unlock()
+				select {
+				case s.acksSent <- struct{}{}:
+				default:
+				}
+			}
+		case <-progress.C:
 			s.heldMu.Lock()
 			var err error
 			for nm := range s.holding {
@@ -459,6 +478,33 @@ func (s *natsSubscriber) keepInProgress() {
 		case <-s.settled:
 			return
 		}
+	}
+}
+
+// send sends an ack or nak and says whether it went out.
+func (s *natsSubscriber) send(st natsSettling) bool {
+	body := natsNak
+	if st.ack {
+		body = natsAck
+	}
+	err := s.nc.Publish(st.nm.Reply, body)
+	switch {
+	case err == nil:
+		return true
+	case st.ack:
+		s.logger.Error("Cannot ack a NATS message; it will come again", err,
+			st.pull.log.Add(watermill.LogFields{"message_uuid": st.uuid}))
+	default:
+		s.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err,
+			st.pull.log.Add(watermill.LogFields{"message_uuid": st.uuid}))
+	}
+	return false
+}
+
+// nak naks a message that is not held.
+func (p *natsPull) nak(nm *nats.Msg) {
+	if err := p.sub.nc.Publish(nm.Reply, natsNak); err != nil {
+		p.sub.logger.Error("Cannot nack a NATS message; it will come again after ack_wait", err, p.log)
 	}
 }
 
