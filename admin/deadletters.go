@@ -15,9 +15,9 @@ import (
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/ent/predicate"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/retention"
 	"github.com/entoutbox/entoutbox/outbox"
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -267,7 +267,7 @@ func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, strin
 	// The WAL read path delivers without stamping delivered_at.
 	walDelivered := false
 	if err == nil && o.DeliveredAt == nil {
-		if walDelivered, err = relay.WALDelivered(ctx, tx, schema.OutboxTable, o.ID); err != nil {
+		if walDelivered, err = outboxdb.New(schema.OutboxTable, "").WALDelivered(ctx, tx, o.ID); err != nil {
 			return "", "", err
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/ent/predicate"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/outbox"
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -132,16 +132,16 @@ func Message(o *ent.Outbox) *message.Message {
 // delivered is the predicate of delivered rows: delivered_at is set, or
 // the WAL path delivered them (it does not write delivered_at).
 func (a *Admin) delivered(ctx context.Context) (predicate.Outbox, error) {
-	byWAL, err := relay.WALDeliveredSQL(ctx, a.client, schema.OutboxTable)
+	d, err := outboxdb.New(schema.OutboxTable, "").ReadDelivery(ctx, a.client)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	if byWAL == nil {
+	if !d.WAL() {
 		return outboxrow.DeliveredAtNotNil(), nil
 	}
 	return predicate.Outbox(func(s *entsql.Selector) {
 		// s.C gives the column qualified as the query names the table.
 		alias := strings.TrimSuffix(s.C(outboxrow.FieldID), `."`+outboxrow.FieldID+`"`)
-		s.Where(entsql.Or(entsql.NotNull(s.C(outboxrow.FieldDeliveredAt)), entsql.ExprP(byWAL(alias))))
+		s.Where(entsql.ExprP(d.Delivered(alias)))
 	}), nil
 }

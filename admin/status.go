@@ -7,17 +7,19 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/lag"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Status is the state of an outbox at one time.
 type Status struct {
 	At time.Time `json:"at"` // when it was read
-	// Pending counts the events not yet delivered; OldestPending is when
-	// the oldest of them was written (zero for none).
+	// Pending counts the events not yet delivered, up to
+	// outboxdb.DefaultMaxRows: there PendingCapped is set, and there are
+	// at least that many. OldestPending is when the oldest of those
+	// counted was written (zero for none). Topics splits them by topic.
 	Pending       int64          `json:"pending"`
+	PendingCapped bool           `json:"pending_capped"`
 	OldestPending time.Time      `json:"oldest_pending"`
 	Topics        []TopicBacklog `json:"topics"`
 	// Partitions is how many partitions the fast relays share (0 before
@@ -86,7 +88,8 @@ type HeldAggregate struct {
 // maxHeldListed bounds the held aggregates listed per consumer.
 const maxHeldListed = 10
 
-// WALSlot is relay.WALSlot with names for JSON.
+// WALSlot is a WAL relay's replication slot (see relay.WALSlot), with
+// names for JSON.
 type WALSlot struct {
 	Slot          string `json:"slot"`
 	Exists        bool   `json:"exists"`
@@ -96,7 +99,8 @@ type WALSlot struct {
 	WALStatus     string `json:"wal_status"`
 }
 
-// RelayShare is relay.RelayShare with names for JSON.
+// RelayShare is what one fast relay subscription owns (see
+// relay.RelayShare), with names for JSON.
 type RelayShare struct {
 	Relay      string    `json:"relay"`
 	Topic      string    `json:"topic"` // "" for every topic
@@ -145,40 +149,41 @@ type ReasonCount struct {
 const maxReasons = 20
 
 // ReadStatus reads the status of the outbox table and its dead-letter
-// table (schema.OutboxTable and schema.DeadLetterTable when empty).
+// table (schema.OutboxTable and schema.DeadLetterTable when empty). It
+// counts at most outboxdb.DefaultMaxRows pending events (PendingCapped).
 func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) (Status, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	if deadLetterTable == "" {
-		deadLetterTable = schema.DeadLetterTable
-	}
-	b, err := relay.ReadBacklog(ctx, db, table, deadLetterTable)
+	t := outboxdb.New(table, deadLetterTable)
+	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
 		return Status{}, fmt.Errorf("admin: %w", err)
 	}
-	st := Status{At: time.Now(), Pending: b.Pending, OldestPending: b.OldestPending,
-		Topics: []TopicBacklog{}, Partitions: b.Partitions, Relays: []RelayShare{}, WAL: []WALSlot{}}
-	for _, r := range b.Relays {
-		st.Relays = append(st.Relays, RelayShare(r))
+	st := Status{At: time.Now(), Pending: p.Count, PendingCapped: p.Capped, OldestPending: p.Oldest,
+		Topics: []TopicBacklog{}, Relays: []RelayShare{}, WAL: []WALSlot{}}
+	for _, tp := range p.Topics {
+		st.Topics = append(st.Topics, TopicBacklog(tp))
 	}
-	topics, err := relay.ReadPendingByTopic(ctx, db, table)
+	partitions, shares, err := outboxdb.ReadShares(ctx, db, t)
 	if err != nil {
 		return Status{}, fmt.Errorf("admin: %w", err)
 	}
-	for _, t := range topics {
-		st.Topics = append(st.Topics, TopicBacklog(t))
+	st.Partitions = partitions
+	for _, s := range shares {
+		st.Relays = append(st.Relays, RelayShare(s))
 	}
-	for _, w := range b.WAL {
+	slots, err := outboxdb.ReadSlots(ctx, db, t)
+	if err != nil {
+		return Status{}, fmt.Errorf("admin: %w", err)
+	}
+	for _, w := range slots {
 		st.WAL = append(st.WAL, WALSlot(w))
 	}
-	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, deadLetterTable); err != nil {
+	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, t.DeadLetters); err != nil {
 		return Status{}, err
 	}
-	if st.Held, err = readHeld(ctx, db, schema.ConsumerPositionTable); err != nil {
+	if st.Held, err = readHeld(ctx, db, t.Positions); err != nil {
 		return Status{}, err
 	}
-	if st.Lag, err = readLag(ctx, db, table); err != nil {
+	if st.Lag, err = readLag(ctx, db, t.Outbox); err != nil {
 		return Status{}, err
 	}
 	return st, nil
@@ -210,8 +215,8 @@ func readLag(ctx context.Context, db *sql.DB, table string) ([]ConsumerLag, erro
 // table, when there is one, through its partial index of held rows.
 func readHeld(ctx context.Context, db *sql.DB, table string) ([]HeldAggregates, error) {
 	held := []HeldAggregates{}
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(table)).Scan(&exists); err != nil {
+	exists, err := outboxdb.TableExists(ctx, db, table)
+	if err != nil {
 		return nil, fmt.Errorf("admin: looking for the consumer positions: %w", err)
 	}
 	if !exists {

@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/schema"
@@ -120,7 +121,7 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 		return fmt.Errorf("inserting %d retained rows: %w", n, err)
 	}
 	if compatibleOffset {
-		offsets := pgsql.QuoteIdent(schema.OutboxTable + "_relay_offsets")
+		offsets := pgsql.QuoteIdent(outboxdb.New(schema.OutboxTable, "").RelayOffsets())
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+offsets+` (
 				consumer_group VARCHAR(255) NOT NULL,
 				offset_acked BIGINT,

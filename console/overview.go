@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 type overviewPage struct {
@@ -18,7 +17,6 @@ type overviewPage struct {
 	Age       time.Duration
 	Chart     rateChart
 	Consumers []consumerActivity
-	Slots     []walSlot
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -35,10 +33,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Consumers, err = readConsumers(ctx, c.cfg.DB); err != nil {
-		c.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	if p.Slots, err = readWALSlots(ctx, c.cfg.DB); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
@@ -172,37 +166,6 @@ func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) 
 		}
 		a.LastProcessed = last.Time
 		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
-// walSlot is a logical replication slot of this database with pgoutput,
-// the WAL read path's delivery state: those named as a publication of the
-// outbox table, as the WAL relay names both by default.
-type walSlot struct {
-	Name     string
-	Active   bool
-	LagBytes int64 // WAL written since the slot's confirmed position
-}
-
-func readWALSlots(ctx context.Context, db *sql.DB) ([]walSlot, error) {
-	rows, err := db.QueryContext(ctx, `SELECT slot_name, active,
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
-		FROM pg_replication_slots s WHERE database = current_database() AND plugin = 'pgoutput'
-		AND EXISTS (SELECT 1 FROM pg_publication_tables p WHERE p.pubname = s.slot_name
-			AND p.schemaname = current_schema() AND p.tablename = $1)
-		ORDER BY slot_name`, schema.OutboxTable)
-	if err != nil {
-		return nil, fmt.Errorf("console: reading the replication slots: %w", err)
-	}
-	defer rows.Close()
-	var out []walSlot
-	for rows.Next() {
-		var s walSlot
-		if err := rows.Scan(&s.Name, &s.Active, &s.LagBytes); err != nil {
-			return nil, fmt.Errorf("console: reading the replication slots: %w", err)
-		}
-		out = append(out, s)
 	}
 	return out, rows.Err()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -68,14 +69,10 @@ func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if db == nil {
 		return errors.New("metrics: WatchBacklog: db is nil")
 	}
-	if cfg.Table == "" {
-		cfg.Table = "outbox_events"
-	}
-	if cfg.DeadLetterTable == "" {
-		cfg.DeadLetterTable = "outbox_dead_letters"
-	}
+	defaults := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
+	cfg.Table, cfg.DeadLetterTable = defaults.Outbox, defaults.DeadLetters
 	if cfg.PositionTable == "" {
-		cfg.PositionTable = "outbox_consumer_positions"
+		cfg.PositionTable = defaults.Positions
 	}
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = DefaultBacklogInterval
@@ -241,86 +238,47 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// oldestWindow is how many of the first pending rows, in id order, the
-// age of the oldest is taken from: ids follow the order of the inserts,
-// created_at that of the transactions' starts, so the oldest by id is not
-// always the oldest written.
-const oldestWindow = 1000
-
-// sampleBacklog reads one sample. The pending rows are read through the
+// sampleBacklog reads one sample: the pending rows through the outbox's
 // partial index on id WHERE delivered_at IS NULL, at most MaxCount of
-// them; dead letters through the (source, created_at) index.
+// them; dead letters through the (source, created_at) index, at most
+// MaxCount of each source.
 func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog, error) {
-	b := backlog{pending: map[string]int64{}, deadLetters: map[string]int64{}, held: map[string]int64{}}
-	t, dl := pgsql.QuoteIdent(cfg.Table), pgsql.QuoteIdent(cfg.DeadLetterTable)
-	var (
-		parts     bool
-		discarded bool
-		wal       bool
-		oldest    sql.NullTime
-	)
-	progress := cfg.Table + "_wal_progress"
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(progress)).Scan(&wal); err != nil {
-		return backlog{}, fmt.Errorf("metrics: sampling the outbox backlog: %w", err)
-	}
-	notWAL := ""
-	if wal {
-		notWAL = notWALDelivered(pgsql.QuoteIdent(progress))
-	}
-	err := db.QueryRowContext(ctx, `SELECT now(), to_regclass($1) IS NOT NULL,
-		EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'discarded_at'
-			AND attnum > 0 AND NOT attisdropped),
-		(SELECT min(created_at) FROM (SELECT created_at FROM `+t+` o WHERE delivered_at IS NULL`+notWAL+`
-			ORDER BY id LIMIT `+fmt.Sprint(oldestWindow)+`) o)`,
-		pgsql.QuoteIdent(cfg.Table+"_partitions"), dl).Scan(&b.at, &parts, &discarded, &oldest)
+	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
+	t.Positions = cfg.PositionTable
+	p, err := outboxdb.ReadPending(ctx, db, t, cfg.MaxCount)
 	if err != nil {
 		return backlog{}, fmt.Errorf("metrics: sampling the outbox backlog: %w", err)
 	}
-	b.oldest = oldest.Time
-	limit := fmt.Sprint(cfg.MaxCount)
-	rows, err := db.QueryContext(ctx, `SELECT topic, count(*) FROM (SELECT topic FROM `+t+
-		` o WHERE delivered_at IS NULL`+notWAL+` ORDER BY id LIMIT `+limit+`) p GROUP BY topic`)
+	b := backlog{pending: map[string]int64{}, oldest: p.Oldest, at: p.At}
+	for _, tp := range p.Topics {
+		b.pending[tp.Topic] = tp.Pending
+	}
+	open, err := outboxdb.ReadOpenDeadLetters(ctx, db, t, cfg.MaxCount)
 	if err != nil {
-		return backlog{}, fmt.Errorf("metrics: counting pending events: %w", err)
+		return backlog{}, fmt.Errorf("metrics: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var topic string
-		var n int64
-		if err := rows.Scan(&topic, &n); err != nil {
-			return backlog{}, fmt.Errorf("metrics: counting pending events: %w", err)
-		}
-		b.pending[topic] = n
+	b.deadLetters = map[string]int64{"relay": open.Relay, "consumer": open.Consumer}
+	_, shares, err := outboxdb.ReadShares(ctx, db, t)
+	if err != nil {
+		return backlog{}, fmt.Errorf("metrics: counting relays: %w", err)
 	}
-	if err := rows.Err(); err != nil {
-		return backlog{}, fmt.Errorf("metrics: counting pending events: %w", err)
-	}
-	// Open letters only: those an operator retried or discarded are
-	// settled (the columns came together, with the dead-letter commands).
-	notDiscarded := ""
-	if discarded {
-		notDiscarded = " AND discarded_at IS NULL AND retried_at IS NULL"
-	}
-	var relayDead, consumerDead int64
-	if err := db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM (SELECT 1 FROM `+dl+` WHERE source = 'relay'`+notDiscarded+` LIMIT `+limit+`) r),
-		(SELECT count(*) FROM (SELECT 1 FROM `+dl+` WHERE source <> 'relay'`+notDiscarded+` LIMIT `+limit+`) c)`).
-		Scan(&relayDead, &consumerDead); err != nil {
-		return backlog{}, fmt.Errorf("metrics: counting dead letters: %w", err)
-	}
-	b.deadLetters["relay"], b.deadLetters["consumer"] = relayDead, consumerDead
-	if parts {
-		if err := db.QueryRowContext(ctx, `SELECT count(DISTINCT relay) FROM `+pgsql.QuoteIdent(cfg.Table+"_partitions")+
-			` WHERE relay <> '' AND until > now()`).Scan(&b.relays); err != nil {
-			return backlog{}, fmt.Errorf("metrics: counting relays: %w", err)
+	holding := map[string]bool{}
+	for _, s := range shares {
+		if !s.Lapsed {
+			holding[s.Relay] = true
 		}
 	}
-	if wal {
-		if b.slots, err = sampleSlots(ctx, db, progress); err != nil {
-			return backlog{}, err
+	b.relays = int64(len(holding))
+	slots, err := outboxdb.ReadSlots(ctx, db, t)
+	if err != nil {
+		return backlog{}, fmt.Errorf("metrics: %w", err)
+	}
+	for _, s := range slots {
+		if s.Exists { // a dropped slot retains nothing
+			b.slots = append(b.slots, walSlot{name: s.Slot, active: s.Active, retained: s.RetainedBytes})
 		}
 	}
-	if b.held, err = sampleHeld(ctx, db, cfg); err != nil {
+	if b.held, err = sampleHeld(ctx, db, t.Positions, cfg.MaxCount); err != nil {
 		return backlog{}, err
 	}
 	return b, nil
@@ -329,18 +287,17 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 // sampleHeld counts the aggregates each consumer holds behind a dead
 // letter, through the positions' partial index of held ones, at most
 // MaxCount of them.
-func sampleHeld(ctx context.Context, db *sql.DB, cfg BacklogConfig) (map[string]int64, error) {
+func sampleHeld(ctx context.Context, db *sql.DB, table string, maxCount int) (map[string]int64, error) {
 	held := map[string]int64{}
-	positions := pgsql.QuoteIdent(cfg.PositionTable)
-	var exists bool
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, positions).Scan(&exists); err != nil {
+	exists, err := outboxdb.TableExists(ctx, db, table)
+	if err != nil {
 		return nil, fmt.Errorf("metrics: looking for the consumer positions: %w", err)
 	}
 	if !exists {
 		return held, nil
 	}
-	rows, err := db.QueryContext(ctx, `SELECT consumer, count(*) FROM (SELECT consumer FROM `+positions+
-		` WHERE held_seq IS NOT NULL LIMIT `+fmt.Sprint(cfg.MaxCount)+`) h GROUP BY consumer`)
+	rows, err := db.QueryContext(ctx, `SELECT consumer, count(*) FROM (SELECT consumer FROM `+pgsql.QuoteIdent(table)+
+		` WHERE held_seq IS NOT NULL LIMIT $1) h GROUP BY consumer`, maxCount)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
 	}
@@ -357,34 +314,4 @@ func sampleHeld(ctx context.Context, db *sql.DB, cfg BacklogConfig) (map[string]
 		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
 	}
 	return held, nil
-}
-
-// notWALDelivered leaves out the rows the WAL path delivered (they keep
-// delivered_at NULL): those whose transaction is visible in a snapshot the
-// relay recorded as delivered and not in the one of the slot's start (the
-// relay package's walDelivered, for alias o).
-func notWALDelivered(progress string) string {
-	return ` AND NOT EXISTS (SELECT 1 FROM ` + progress + ` p WHERE p.created IS NOT NULL AND p.delivered IS NOT NULL
-		AND o.transaction_id >= pg_snapshot_xmin(p.created) AND o.transaction_id < pg_snapshot_xmax(p.delivered)
-		AND pg_visible_in_snapshot(o.transaction_id, p.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, p.created))`
-}
-
-// sampleSlots reads the WAL relays' slots named in the progress table.
-func sampleSlots(ctx context.Context, db *sql.DB, progress string) ([]walSlot, error) {
-	rows, err := db.QueryContext(ctx, `SELECT p.slot, coalesce(s.active, false),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint
-		FROM `+pgsql.QuoteIdent(progress)+` p JOIN pg_replication_slots s ON s.slot_name = p.slot ORDER BY p.slot`)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: reading the replication slots: %w", err)
-	}
-	defer rows.Close()
-	var slots []walSlot
-	for rows.Next() {
-		var s walSlot
-		if err := rows.Scan(&s.name, &s.active, &s.retained); err != nil {
-			return nil, fmt.Errorf("metrics: reading the replication slots: %w", err)
-		}
-		slots = append(slots, s)
-	}
-	return slots, rows.Err()
 }

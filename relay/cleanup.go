@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/retention"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // CleanupDelivered deletes outbox rows delivered more than retain ago, in
@@ -23,14 +23,15 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 		// It would reach into the future: every delivered row, however recent.
 		return 0, fmt.Errorf("relay: delivered retention must not be negative, not %s", retain)
 	}
-	if table == "" {
-		table = schema.OutboxTable
-	}
+	t := outboxdb.New(table, "")
 	cutoff := time.Now().Add(-retain)
-	n, err := retention.Delete(ctx, db, table, "delivered_at", cutoff, batch)
+	n, err := retention.Delete(ctx, db, t.Outbox, "delivered_at", cutoff, batch)
 	if err != nil {
 		return n, err
 	}
-	viaWAL, err := cleanupWALDelivered(ctx, db, table, cutoff, batch)
-	return n + viaWAL, err
+	viaWAL, err := t.DeleteWALDelivered(ctx, db, cutoff, batch)
+	if err != nil {
+		return n + viaWAL, fmt.Errorf("relay: %w", err)
+	}
+	return n + viaWAL, nil
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
 )
@@ -153,7 +154,7 @@ type offsetsAdapter struct {
 func newOffsetsAdapter(table string) offsetsAdapter {
 	return offsetsAdapter{
 		DefaultPostgreSQLOffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{
-			GenerateMessagesOffsetsTableName: func(string) string { return pgsql.QuoteIdent(table + "_relay_offsets") },
+			GenerateMessagesOffsetsTableName: func(string) string { return pgsql.QuoteIdent(outboxdb.New(table, "").RelayOffsets()) },
 		},
 		table: table,
 	}

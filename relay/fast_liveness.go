@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // A subscription proves to the other relays that it is alive by holding a
@@ -19,21 +19,8 @@ import (
 // process died or was killed, or its connection was cut. The others then
 // take its partitions within deadGrace instead of waiting for its lease. A
 // relay that is merely slow or paused keeps its session, and its lease
-// rules as before.
-
-// liveKeyExpr is the advisory lock key of holder expr (an SQL text
-// expression) on table, the same in Go and in every relay's SQL.
-func liveKeyExpr(table, expr string) string {
-	return "hashtextextended(" + pgsql.QuoteLiteral("entoutbox live "+table+" ") + " || " + expr + ", 0)"
-}
-
-// liveHeldExpr is true when the lock of holder expr is held by a session.
-func liveHeldExpr(table, expr string) string {
-	key := liveKeyExpr(table, expr)
-	return `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND l.classid::bigint = ((` + key + `) >> 32) & 4294967295 AND l.objid::bigint = (` + key + `) & 4294967295)`
-}
+// rules as before. The lock's key is outboxdb.LiveKey; status reads it
+// through outboxdb.LiveHeld.
 
 const (
 	// liveCheckEvery is how often a subscription checks that its session
@@ -91,7 +78,7 @@ func (l *liveness) ensure(ctx context.Context) error {
 		return fmt.Errorf("opening the liveness connection: %w", err)
 	}
 	var got bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+liveKeyExpr(l.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+outboxdb.LiveKey(l.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
 		discard(conn)
 		return fmt.Errorf("taking the liveness lock: %w", err)
 	}

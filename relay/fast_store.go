@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/outbox"
 )
@@ -73,8 +74,8 @@ type store struct {
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
-	return &store{db: db, cfg: cfg, partitions: cfg.Table + "_partitions", members: cfg.Table + "_relays",
-		ownerLock: int64(h.Sum64() >> 1)}
+	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
+	return &store{db: db, cfg: cfg, partitions: t.Partitions(), members: t.Relays(), ownerLock: int64(h.Sum64() >> 1)}
 }
 
 // partitionExpr is the partition of an outbox row: the same for every row
@@ -213,7 +214,7 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 		// membership once seen so for deadGrace: a relay killed or
 		// restarted is replaced within moments, not at the end of its lease.
 		deadNow, err := queryStrings(ctx, tx, `SELECT relay FROM `+m+` WHERE topic = $1 AND relay <> $2 AND live_lock
-			AND NOT `+liveHeldExpr(s.cfg.Table, "relay"), topic, holder)
+			AND NOT `+outboxdb.LiveHeld(s.cfg.Table, "relay"), topic, holder)
 		if err != nil {
 			return err
 		}
@@ -262,7 +263,7 @@ func (s *store) rebalance(ctx context.Context, topic, holder string, release []i
 		}
 		out.owned = owned
 		if len(owned) < out.fair {
-			rows, err := tx.QueryContext(ctx, `SELECT p.relay, count(*), max(p.until), `+liveHeldExpr(s.cfg.Table, "p.relay")+`
+			rows, err := tx.QueryContext(ctx, `SELECT p.relay, count(*), max(p.until), `+outboxdb.LiveHeld(s.cfg.Table, "p.relay")+`
 				FROM `+p+` p WHERE p.topic = $1 AND p.relay NOT IN ('', $2) GROUP BY p.relay ORDER BY p.relay`, topic, holder)
 			if err != nil {
 				return err

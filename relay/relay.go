@@ -12,7 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/schema"
@@ -207,69 +207,21 @@ func (c Config) Validate() error {
 	return c.subscriberConfig().validate("Config.Fast.Subscriber.")
 }
 
-// maxTableName is the longest outbox table name: the relay names tables
-// of its own after it, the longest <table>_relay_offsets, and PostgreSQL
-// cuts identifiers at 63 bytes, which could land one of them on another
-// or on the outbox table itself.
-const maxTableName = 63 - len("_relay_offsets")
-
 func checkTableName(table string) error {
-	if len(table) > maxTableName {
-		return fmt.Errorf("relay: table name %q is %d bytes, at most %d: the relay's own tables are named after it "+
-			"(%q and others) and PostgreSQL identifiers hold 63 bytes", table, len(table), maxTableName, table+"_relay_offsets")
+	if err := outboxdb.CheckName(table); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
 }
-
-// outboxColumns are the columns of the outbox table the relay reads or
-// writes.
-const outboxColumns = "id,event_id,event_name,event_version,topic,aggregate_type,aggregate_id,payload,headers," +
-	"created_at,transaction_id,available_at,attempts,delivered_at,last_error,readable_from,aggregate_seq"
-
-// deadLetterColumns are the columns of the dead-letter table the relay
-// writes beyond those it always had: a dead letter keeps the row's place
-// in its aggregate's order, so that a retry takes it again.
-const deadLetterColumns = "aggregate_seq"
 
 // checkTables refuses an outbox table that does not exist or is not one,
 // and a dead-letter table that does not exist or lacks a column the relay
-// writes, before the relay creates tables of its own after their names or
-// polls them for ever.
+// writes.
 func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
-	const migrate = "run the ent migration first: client.Schema.Create"
-	exists, missing, err := missingColumns(ctx, db, table, outboxColumns)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return fmt.Errorf("relay: table %q does not exist (%s)", table, migrate)
-	}
-	if missing != "" {
-		return fmt.Errorf("relay: table %q is not an outbox table: it lacks the columns %s (%s)", table, missing, migrate)
-	}
-	exists, missing, err = missingColumns(ctx, db, deadLetterTable, deadLetterColumns)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return fmt.Errorf("relay: dead-letter table %q does not exist (%s)", deadLetterTable, migrate)
-	}
-	if missing != "" {
-		return fmt.Errorf("relay: dead-letter table %q lacks the columns %s (%s)", deadLetterTable, missing, migrate)
+	if err := outboxdb.New(table, deadLetterTable).Check(ctx, db); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
-}
-
-// missingColumns tells whether table exists and which of columns (comma
-// separated) it lacks, comma separated too.
-func missingColumns(ctx context.Context, db *sql.DB, table, columns string) (exists bool, missing string, err error) {
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
-			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
-				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
-		pgsql.QuoteIdent(table), columns).Scan(&exists, &missing); err != nil {
-		return false, "", fmt.Errorf("relay: looking for table %q: %w", table, err)
-	}
-	return exists, missing, nil
 }
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.

@@ -6,19 +6,21 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/schema"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // Backlog is what the relay still has to do.
 type Backlog struct {
-	// Pending counts committed events not yet delivered.
-	Pending int64
+	// Pending counts committed events not yet delivered, up to a bound
+	// (see ReadBacklog): at it, PendingCapped is set, and there are at
+	// least Pending.
+	Pending       int64
+	PendingCapped bool
 	// OldestPending is when the oldest pending event was written; zero
 	// when nothing is pending.
 	OldestPending time.Time
 	// DeadLetters counts events set aside and not yet retried or
-	// discarded by an operator.
+	// discarded by an operator (up to a bound, see ReadBacklog).
 	DeadLetters int64
 	// Relays is the fast relays holding partitions, by name, lapsed leases
 	// included; none before a fast relay first ran.
@@ -77,84 +79,34 @@ func (b Backlog) Age(now time.Time) time.Duration {
 }
 
 // ReadBacklog reads the backlog of the outbox table (schema.OutboxTable
-// and schema.DeadLetterTable when the names are empty).
+// and schema.DeadLetterTable when the names are empty). It counts at most
+// outboxdb.DefaultMaxRows pending rows, and as many open dead letters of
+// each source (the relay's, the consumers'): PendingCapped tells the count
+// stopped there.
 func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string) (Backlog, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	if deadLetterTable == "" {
-		deadLetterTable = schema.DeadLetterTable
-	}
-	var (
-		b      Backlog
-		oldest sql.NullTime
-	)
-	// A dead-letter table of an earlier version has no columns for what an
-	// operator did: all its letters are open.
-	var settledColumns bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname = 'discarded_at' AND attnum > 0 AND NOT attisdropped)`, pgsql.QuoteIdent(deadLetterTable)).
-		Scan(&settledColumns); err != nil {
-		return Backlog{}, fmt.Errorf("relay: reading the dead-letter table: %w", err)
-	}
-	open := ""
-	if settledColumns {
-		open = " WHERE discarded_at IS NULL AND retried_at IS NULL"
-	}
-	// Rows the WAL path delivered keep delivered_at NULL: left out.
-	notWAL, err := notWALDelivered(ctx, db, table, "o")
+	t := outboxdb.New(table, deadLetterTable)
+	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
-		return Backlog{}, err
+		return Backlog{}, fmt.Errorf("relay: %w", err)
 	}
-	err = db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM `+pgsql.QuoteIdent(table)+` o WHERE delivered_at IS NULL`+notWAL+`),
-		(SELECT min(created_at) FROM `+pgsql.QuoteIdent(table)+` o WHERE delivered_at IS NULL`+notWAL+`),
-		(SELECT count(*) FROM `+pgsql.QuoteIdent(deadLetterTable)+open+`)`).Scan(&b.Pending, &oldest, &b.DeadLetters)
+	b := Backlog{Pending: p.Count, PendingCapped: p.Capped, OldestPending: p.Oldest}
+	open, err := outboxdb.ReadOpenDeadLetters(ctx, db, t, 0)
 	if err != nil {
-		return Backlog{}, fmt.Errorf("reading the outbox backlog: %w", err)
+		return Backlog{}, fmt.Errorf("relay: %w", err)
 	}
-	b.OldestPending = oldest.Time
-	if err := readShares(ctx, db, table, &b); err != nil {
+	b.DeadLetters = open.Relay + open.Consumer
+	partitions, shares, err := outboxdb.ReadShares(ctx, db, t)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("relay: %w", err)
+	}
+	b.Partitions = partitions
+	for _, s := range shares {
+		b.Relays = append(b.Relays, RelayShare(s))
+	}
+	if b.WAL, err = ReadWALSlots(ctx, db, t.Outbox); err != nil {
 		return Backlog{}, err
-	}
-	if notWAL != "" {
-		if b.WAL, err = ReadWALSlots(ctx, db, table); err != nil {
-			return Backlog{}, err
-		}
 	}
 	return b, nil
-}
-
-// readShares reads which fast relays own which partitions, if any ran.
-func readShares(ctx context.Context, db *sql.DB, table string, b *Backlog) error {
-	parts := table + "_partitions"
-	exists, err := tableExists(ctx, db, parts)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return nil
-	}
-	if err := db.QueryRowContext(ctx, `SELECT count(DISTINCT partition) FROM `+pgsql.QuoteIdent(parts)).Scan(&b.Partitions); err != nil {
-		return fmt.Errorf("reading the relays: %w", err)
-	}
-	members := table + "_relays"
-	rows, err := db.QueryContext(ctx, `SELECT p.relay, p.topic, count(*), max(p.until), max(p.until) < now(),
-		coalesce(bool_or(m.live_lock), false), `+liveHeldExpr(table, "p.relay")+`
-		FROM `+pgsql.QuoteIdent(parts)+` p LEFT JOIN `+pgsql.QuoteIdent(members)+` m ON m.topic = p.topic AND m.relay = p.relay
-		WHERE p.relay <> '' GROUP BY p.relay, p.topic ORDER BY p.topic, p.relay`)
-	if err != nil {
-		return fmt.Errorf("reading the relays: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r RelayShare
-		if err := rows.Scan(&r.Relay, &r.Topic, &r.Partitions, &r.LeaseUntil, &r.Lapsed, &r.Locks, &r.Live); err != nil {
-			return fmt.Errorf("reading the relays: %w", err)
-		}
-		b.Relays = append(b.Relays, r)
-	}
-	return rows.Err()
 }
 
 // TopicPending is the pending events of one topic.
@@ -166,28 +118,15 @@ type TopicPending struct {
 
 // ReadPendingByTopic counts the pending events of table
 // (schema.OutboxTable when empty) per topic, leaving out those the WAL path
-// delivered.
+// delivered, among the first outboxdb.DefaultMaxRows pending rows.
 func ReadPendingByTopic(ctx context.Context, db *sql.DB, table string) ([]TopicPending, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	notWAL, err := notWALDelivered(ctx, db, table, "o")
+	p, err := outboxdb.ReadPending(ctx, db, outboxdb.New(table, ""), 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("relay: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT topic, count(*), min(created_at) FROM `+pgsql.QuoteIdent(table)+` o
-		WHERE delivered_at IS NULL`+notWAL+` GROUP BY topic ORDER BY topic`)
-	if err != nil {
-		return nil, fmt.Errorf("reading the backlog per topic: %w", err)
-	}
-	defer rows.Close()
 	var out []TopicPending
-	for rows.Next() {
-		var t TopicPending
-		if err := rows.Scan(&t.Topic, &t.Pending, &t.OldestPending); err != nil {
-			return nil, fmt.Errorf("reading the backlog per topic: %w", err)
-		}
-		out = append(out, t)
+	for _, t := range p.Topics {
+		out = append(out, TopicPending(t))
 	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -11,9 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/internal/retention"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Rows delivered by the WAL path keep delivered_at NULL: marking each would
@@ -31,22 +30,20 @@ import (
 //     dead-lettered.
 //
 // A row with delivered_at NULL is thus delivered when its transaction is
-// visible in delivered and not in created. Cleanup deletes such rows, and
-// the backlog does not count them. With no progress row, nothing changes
-// for the other paths.
-
-// walProgressTable is the name of table's progress table.
-func walProgressTable(table string) string { return table + "_wal_progress" }
+// visible in delivered and not in created (outboxdb.Delivery reads it).
+// Cleanup deletes such rows, and the backlog does not count them. With no
+// progress row, nothing changes for the other paths.
 
 func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
-	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(walProgressTable(table))+` (
+	progress := outboxdb.New(table, "").WALProgress()
+	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(progress)+` (
 		slot text PRIMARY KEY,
 		created pg_snapshot,
 		delivered pg_snapshot,
 		confirmed_lsn pg_lsn,
 		updated_at timestamptz NOT NULL DEFAULT now())`)
 	if err != nil {
-		return fmt.Errorf("relay: creating table %q: %w", walProgressTable(table), err)
+		return fmt.Errorf("relay: creating table %q: %w", progress, err)
 	}
 	return nil
 }
@@ -71,7 +68,7 @@ func (r *Relay) recordSlotCreated(ctx context.Context, snapshotName string) erro
 		return err
 	}
 	snap = normalSnapshot(snap)
-	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(r.cfg.Table))+`
+	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(r.cfg.Table, "").WALProgress())+`
 		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
 		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
 			updated_at = now()`, r.cfg.WAL.Slot, snap)
@@ -151,7 +148,7 @@ func takeSnapshot(ctx context.Context, db *sql.DB) (string, pglogrepl.LSN, error
 }
 
 func (r *Relay) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
-	_, err := r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(r.cfg.Table))+`
+	_, err := r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(r.cfg.Table, "").WALProgress())+`
 		(slot, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, $3::pg_lsn, now())
 		ON CONFLICT (slot) DO UPDATE SET delivered = EXCLUDED.delivered, confirmed_lsn = EXCLUDED.confirmed_lsn,
 			updated_at = now()`, r.cfg.WAL.Slot, snap, pos.String())
@@ -161,157 +158,54 @@ func (r *Relay) storeProgress(ctx context.Context, snap string, pos pglogrepl.LS
 	return nil
 }
 
-// walDelivered is the condition that row alias o of the outbox table was
-// delivered by the WAL path through progress row alias p (both in scope).
-// Its range on transaction_id lets the (transaction_id, id) index serve it.
-func walDelivered(o, p string) string {
-	x := o + ".transaction_id"
-	return p + ".created IS NOT NULL AND " + p + ".delivered IS NOT NULL AND " + o + ".delivered_at IS NULL AND " +
-		x + " >= pg_snapshot_xmin(" + p + ".created) AND " + x + " < pg_snapshot_xmax(" + p + ".delivered) AND " +
-		"pg_visible_in_snapshot(" + x + ", " + p + ".delivered) AND NOT pg_visible_in_snapshot(" + x + ", " + p + ".created)"
-}
-
-// notWALDelivered is the condition that row alias o was not delivered by
-// the WAL path, for counting the backlog; "" when table has no progress
-// table (no WAL relay ran).
-func notWALDelivered(ctx context.Context, db *sql.DB, table, o string) (string, error) {
-	progress := walProgressTable(table)
-	exists, err := tableExists(ctx, db, progress)
-	if err != nil {
-		return "", err
-	}
-	if !exists {
-		return "", nil
-	}
-	return ` AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(progress) + ` p WHERE ` + walDelivered(o, "p") + `)`, nil
-}
-
-// cleanupWALDelivered deletes, batch rows at a time, the rows the WAL path
-// delivered that were written before cutoff.
-func cleanupWALDelivered(ctx context.Context, db *sql.DB, table string, cutoff time.Time, batch int) (int64, error) {
-	progress := walProgressTable(table)
-	exists, err := tableExists(ctx, db, progress)
-	if err != nil {
-		return 0, err
-	}
-	if !exists {
-		return 0, nil
-	}
-	if batch <= 0 {
-		batch = 1000
-	}
-	t := pgsql.QuoteIdent(table)
-	q := `DELETE FROM ` + t + ` WHERE id IN (SELECT o.id FROM ` + t + ` o JOIN ` + pgsql.QuoteIdent(progress) + ` p ON ` +
-		walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
-	n, err := retention.InBatches(ctx, db, q, cutoff, batch)
-	if err != nil {
-		return n, fmt.Errorf("relay: deleting the rows of %s the WAL path delivered: %w", table, err)
-	}
-	return n, nil
-}
-
 // ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable
-// when empty): those that ever streamed it, from its progress table.
+// when empty): those that ever streamed it, from its progress table,
+// whatever their publication is named.
 func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	progress := walProgressTable(table)
-	exists, err := tableExists(ctx, db, progress)
+	slots, err := outboxdb.ReadSlots(ctx, db, outboxdb.New(table, ""))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("relay: %w", err)
 	}
-	if !exists {
-		return nil, nil
+	var out []WALSlot
+	for _, s := range slots {
+		out = append(out, WALSlot(s))
 	}
-	rows, err := db.QueryContext(ctx, `SELECT p.slot, s.slot_name IS NOT NULL, coalesce(s.active, false),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
-		coalesce(s.wal_status, '')
-		FROM `+pgsql.QuoteIdent(progress)+` p LEFT JOIN pg_replication_slots s ON s.slot_name = p.slot
-		ORDER BY p.slot`)
-	if err != nil {
-		return nil, fmt.Errorf("relay: reading the replication slots: %w", err)
-	}
-	defer rows.Close()
-	var slots []WALSlot
-	for rows.Next() {
-		var s WALSlot
-		if err := rows.Scan(&s.Slot, &s.Exists, &s.Active, &s.RetainedBytes, &s.LagBytes, &s.WALStatus); err != nil {
-			return nil, fmt.Errorf("relay: reading the replication slots: %w", err)
-		}
-		slots = append(slots, s)
-	}
-	return slots, rows.Err()
+	return out, nil
 }
 
 // registerSlot makes the slot known to status before anything is
 // delivered.
 func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
-	_, err := db.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(walProgressTable(table))+` (slot) VALUES ($1)
+	progress := outboxdb.New(table, "").WALProgress()
+	_, err := db.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(progress)+` (slot) VALUES ($1)
 		ON CONFLICT (slot) DO NOTHING`, slot)
 	if err != nil {
-		return fmt.Errorf("relay: registering slot %q in %s: %w", slot, walProgressTable(table), err)
+		return fmt.Errorf("relay: registering slot %q in %s: %w", slot, progress, err)
 	}
 	return nil
 }
 
 // Querier is what WALDelivered and WALDeliveredSQL read through: a
 // *sql.DB, a *sql.Tx, or an ent client or transaction.
-type Querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// tableExists tells whether table name exists (on the search path).
-func tableExists(ctx context.Context, q Querier, name string) (bool, error) {
-	var exists bool
-	if err := queryBool(ctx, q, &exists, `SELECT to_regclass($1) IS NOT NULL`, pgsql.QuoteIdent(name)); err != nil {
-		return false, fmt.Errorf("relay: looking for table %q: %w", name, err)
-	}
-	return exists, nil
-}
+//
+// Deprecated: it serves only WALDelivered and WALDeliveredSQL, which are
+// deprecated.
+type Querier = outboxdb.Querier
 
 // WALDelivered tells whether the WAL read path delivered the outbox row id
 // of table (schema.OutboxTable when empty). Rows it delivered keep
 // delivered_at NULL: what tells them is the snapshots the WAL relay
 // recorded. False when no WAL relay ever ran on table.
+//
+// Deprecated: the relay's own bookkeeping, not for applications: admin's
+// retry and replay and the status read it for you. It stays for one
+// release.
 func WALDelivered(ctx context.Context, q Querier, table string, id int64) (bool, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	progress := walProgressTable(table)
-	exists, err := tableExists(ctx, q, progress)
+	delivered, err := outboxdb.New(table, "").WALDelivered(ctx, q, id)
 	if err != nil {
-		return false, err
-	}
-	if !exists {
-		return false, nil
-	}
-	var delivered bool
-	err = queryBool(ctx, q, &delivered, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(table)+` o, `+
-		pgsql.QuoteIdent(progress)+` p WHERE o.id = $1 AND `+walDelivered("o", "p")+`)`, id)
-	if err != nil {
-		return false, fmt.Errorf("relay: reading whether the WAL path delivered row %d: %w", id, err)
+		return false, fmt.Errorf("relay: %w", err)
 	}
 	return delivered, nil
-}
-
-func queryBool(ctx context.Context, q Querier, dst *bool, query string, args ...any) error {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dst); err != nil {
-		return err
-	}
-	return rows.Close()
 }
 
 // WALDeliveredSQL returns, for the outbox table (schema.OutboxTable when
@@ -319,19 +213,17 @@ func queryBool(ctx context.Context, q Querier, dst *bool, query string, args ...
 // written in the query, e.g. "outbox_events" or "o") was delivered by the
 // WAL path; nil when no WAL relay ever ran on table. Its range on
 // transaction_id lets the (transaction_id, id) index serve it.
+//
+// Deprecated: the relay's own bookkeeping, not for applications: admin's
+// retry and replay and the status read it for you. It stays for one
+// release.
 func WALDeliveredSQL(ctx context.Context, q Querier, table string) (func(alias string) string, error) {
-	if table == "" {
-		table = schema.OutboxTable
-	}
-	progress := walProgressTable(table)
-	exists, err := tableExists(ctx, q, progress)
+	d, err := outboxdb.New(table, "").ReadDelivery(ctx, q)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("relay: %w", err)
 	}
-	if !exists {
+	if !d.WAL() {
 		return nil, nil
 	}
-	return func(alias string) string {
-		return `EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(progress) + ` p WHERE ` + walDelivered(alias, "p") + `)`
-	}, nil
+	return d.ByWAL, nil
 }

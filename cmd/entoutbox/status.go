@@ -87,7 +87,11 @@ func orEmpty(s []string) []string {
 }
 
 func writeStatus(out io.Writer, st admin.Status) {
-	fmt.Fprintf(out, "pending events:      %d\n", st.Pending)
+	if st.PendingCapped {
+		fmt.Fprintf(out, "pending events:      at least %d (counting stops there)\n", st.Pending)
+	} else {
+		fmt.Fprintf(out, "pending events:      %d\n", st.Pending)
+	}
 	if st.Pending > 0 {
 		fmt.Fprintf(out, "oldest pending age:  %s (written %s)\n",
 			st.Age().Round(time.Millisecond), st.OldestPending.UTC().Format(time.RFC3339))

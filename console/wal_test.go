@@ -1,0 +1,101 @@
+package console_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/console"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// The overview lists the slot of a WAL relay that streams, as status does,
+// when the slot is not named as its publication (WALConfig allows it), and
+// does not say that no relay ran.
+func TestOverviewListsWALSlotNamedApartFromPublication(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	requireLogical(t, e.db.DB)
+	name := "t" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	slot, publication := name+"_slot", name+"_pub"
+	t.Cleanup(func() { dropWAL(t, e.db.DB, slot, publication) })
+
+	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubsub.Close() })
+	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pubsub, Path: relay.PathWAL, Logger: watermill.NopLogger{},
+		WAL: relay.WALConfig{Slot: slot, Publication: publication, InitialBackoff: 50 * time.Millisecond,
+			StatusInterval: 200 * time.Millisecond, StandbyRetry: 200 * time.Millisecond}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(patience):
+			t.Errorf("the relay did not stop within %s", patience)
+		}
+	})
+	require.Eventually(t, func() bool {
+		var active bool
+		err := e.db.DB.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+		if errors.Is(err, sql.ErrNoRows) {
+			return false
+		}
+		require.NoError(t, err)
+		return active
+	}, patience, 20*time.Millisecond, "no relay streams slot %s", slot)
+
+	status, body := get(t, browserClient(t), e.srv.URL+"/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, "<td>"+slot+"</td>", "the slot the relay streams is listed")
+	require.Regexp(t, regexp.MustCompile(`<tr><td>`+slot+`</td><td><span class="ok">active</span></td>`), body,
+		"the slot the relay streams, listed and active")
+	require.NotContains(t, body, "has run on this outbox", "a WAL relay ran")
+}
+
+func requireLogical(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var level string
+	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
+	if level != "logical" {
+		err := fmt.Errorf("wal_level is %q", level)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the WAL path's tests need wal_level=logical under CI=true: %v", err)
+		}
+		t.Skipf("skipping: the WAL path needs wal_level=logical (%v); ../shared/services.sh sets it", err)
+	}
+}
+
+// dropWAL drops the slot once no session streams it, and the publication.
+func dropWAL(t *testing.T, db *sql.DB, slot, publication string) {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	for {
+		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Logf("dropping slot %s: %v", slot, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+publication+`"`); err != nil {
+		t.Logf("dropping publication %s: %v", publication, err)
+	}
+}

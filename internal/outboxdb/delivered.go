@@ -1,0 +1,120 @@
+package outboxdb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/retention"
+)
+
+// A row is delivered when a read path says so, each its own way:
+//
+//   - the fast and compatible paths set delivered_at (the fast path with
+//     Delete removes the row instead);
+//   - the WAL path leaves delivered_at NULL (marking each row would be the
+//     write per row it exists to avoid) and records, per slot, in
+//     Tables.WALProgress, the snapshot of the slot's start (created) and
+//     now and then one whose transactions were all delivered (delivered).
+//     A row is delivered when its transaction is visible in delivered and
+//     not in created.
+
+// walDelivered is the condition that row alias o of the outbox table was
+// delivered by the WAL path through progress row alias p (both in scope).
+// Its range on transaction_id lets the (transaction_id, id) index serve it.
+func walDelivered(o, p string) string {
+	x := o + ".transaction_id"
+	return p + ".created IS NOT NULL AND " + p + ".delivered IS NOT NULL AND " + o + ".delivered_at IS NULL AND " +
+		x + " >= pg_snapshot_xmin(" + p + ".created) AND " + x + " < pg_snapshot_xmax(" + p + ".delivered) AND " +
+		"pg_visible_in_snapshot(" + x + ", " + p + ".delivered) AND NOT pg_visible_in_snapshot(" + x + ", " + p + ".created)"
+}
+
+// Delivery gives the SQL conditions that tell the delivered rows of an
+// outbox from the pending ones, by every path that ran on it. Each takes
+// the outbox row's alias as the query writes it ("o", or a quoted table
+// name).
+type Delivery struct {
+	progress string // the WAL progress table; "" while no WAL relay ran
+}
+
+// ReadDelivery looks up which paths have marks to read on t: the WAL
+// path's progress table exists once a WAL relay ran.
+func (t Tables) ReadDelivery(ctx context.Context, q Querier) (Delivery, error) {
+	exists, err := TableExists(ctx, q, t.WALProgress())
+	if err != nil || !exists {
+		return Delivery{}, err
+	}
+	return Delivery{progress: t.WALProgress()}, nil
+}
+
+// WAL tells whether a WAL relay ever ran on the outbox.
+func (d Delivery) WAL() bool { return d.progress != "" }
+
+// Stamped is the fast and compatible paths' condition that row o was
+// delivered.
+func Stamped(o string) string { return o + ".delivered_at IS NOT NULL" }
+
+// ByWAL is the WAL path's condition that row o was delivered; FALSE while
+// no WAL relay ran.
+func (d Delivery) ByWAL(o string) string {
+	if d.progress == "" {
+		return "FALSE"
+	}
+	return `EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(d.progress) + ` wp WHERE ` + walDelivered(o, "wp") + `)`
+}
+
+// Delivered is the condition that row o was delivered, by any path.
+func (d Delivery) Delivered(o string) string {
+	if d.progress == "" {
+		return Stamped(o)
+	}
+	return "(" + Stamped(o) + " OR " + d.ByWAL(o) + ")"
+}
+
+// Pending is the condition that committed row o was delivered by no path.
+// Its delivered_at test lets the outbox's partial index of undelivered
+// rows serve it.
+func (d Delivery) Pending(o string) string {
+	if d.progress == "" {
+		return o + ".delivered_at IS NULL"
+	}
+	return o + ".delivered_at IS NULL AND NOT " + d.ByWAL(o)
+}
+
+// WALDelivered tells whether the WAL path delivered the outbox row id;
+// false when no WAL relay ever ran on t.
+func (t Tables) WALDelivered(ctx context.Context, q Querier, id int64) (bool, error) {
+	d, err := t.ReadDelivery(ctx, q)
+	if err != nil || !d.WAL() {
+		return false, err
+	}
+	var delivered bool
+	err = queryRow(ctx, q, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Outbox)+` o WHERE o.id = $1 AND `+
+		d.ByWAL("o")+`)`, []any{id}, &delivered)
+	if err != nil {
+		return false, fmt.Errorf("reading whether the WAL path delivered row %d: %w", id, err)
+	}
+	return delivered, nil
+}
+
+// DeleteWALDelivered deletes, batch rows at a time (1000 when zero), the
+// rows the WAL path delivered that were written before cutoff.
+func (t Tables) DeleteWALDelivered(ctx context.Context, db *sql.DB, cutoff time.Time, batch int) (int64, error) {
+	d, err := t.ReadDelivery(ctx, db)
+	if err != nil || !d.WAL() {
+		return 0, err
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	o := pgsql.QuoteIdent(t.Outbox)
+	q := `DELETE FROM ` + o + ` WHERE id IN (SELECT o.id FROM ` + o + ` o JOIN ` + pgsql.QuoteIdent(d.progress) + ` p ON ` +
+		walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
+	n, err := retention.InBatches(ctx, db, q, cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("deleting the rows of %s the WAL path delivered: %w", t.Outbox, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,23 @@
+// Package outboxdb is the one owner of the SQL of the outbox's own tables:
+// their names, whether they exist, what "delivered" means on each read
+// path, and the bounded reads of the backlog, the fast relays' shares and
+// the WAL relays' slots. The relay, metrics, admin and the console read
+// through it, so that a question about the tables has one answer.
+//
+// It is laid out like river's driver layer (riverdriver): a small
+// Querier every function takes (a *sql.DB, a *sql.Tx, or an ent client or
+// transaction), named reads returning plain structs, and no state of its
+// own. The read paths' writes (claims, leases, progress snapshots) stay
+// with the paths.
+//
+//   - tables.go: Tables, every table name derived from the outbox table's.
+//   - exists.go: whether a table or column exists, and the check that a
+//     table is an outbox table.
+//   - delivered.go: each path's delivered predicate, the WAL path's
+//     included, and the deletion of the rows the WAL path delivered.
+//   - backlog.go: the pending rows and the open dead letters, counted up
+//     to a bound.
+//   - relays.go: the fast relays' shares of the partitions, and their
+//     liveness locks.
+//   - slots.go: the WAL relays' replication slots.
+package outboxdb

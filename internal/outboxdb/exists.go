@@ -1,0 +1,107 @@
+package outboxdb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// Querier is what every read takes: a *sql.DB, a *sql.Tx, or an ent
+// client or transaction.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// queryRow scans the one row of query into dst; sql.ErrNoRows when it
+// returns none. (QueryRowContext is not part of Querier: ent's clients
+// lack it.)
+func queryRow(ctx context.Context, q Querier, query string, args []any, dst ...any) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dst...); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// TableExists tells whether table name exists (on the search path).
+func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
+	var exists bool
+	if err := queryRow(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(name)}, &exists); err != nil {
+		return false, fmt.Errorf("looking for table %q: %w", name, err)
+	}
+	return exists, nil
+}
+
+// ColumnExists tells whether table has column; false when there is no
+// such table.
+func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, error) {
+	var exists bool
+	if err := queryRow(ctx, q, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname = $2 AND attnum > 0 AND NOT attisdropped)`, []any{pgsql.QuoteIdent(table), column}, &exists); err != nil {
+		return false, fmt.Errorf("looking for column %s of table %q: %w", column, table, err)
+	}
+	return exists, nil
+}
+
+// missingColumns tells whether table exists and which of columns it lacks.
+func missingColumns(ctx context.Context, q Querier, table string, columns []string) (exists bool, missing string, err error) {
+	if err := queryRow(ctx, q, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
+			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
+		[]any{pgsql.QuoteIdent(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
+		return false, "", fmt.Errorf("looking for table %q: %w", table, err)
+	}
+	return exists, missing, nil
+}
+
+// outboxColumns are the columns of the outbox table the relay reads or
+// writes.
+var outboxColumns = []string{"id", "event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id",
+	"payload", "headers", "created_at", "transaction_id", "available_at", "attempts", "delivered_at", "last_error",
+	"readable_from", "aggregate_seq"}
+
+// deadLetterColumns are the columns of the dead-letter table the relay
+// writes beyond those it always had: a dead letter keeps the row's place
+// in its aggregate's order, so that a retry takes it again.
+var deadLetterColumns = []string{"aggregate_seq"}
+
+// Check refuses an outbox table that does not exist or is not one, and a
+// dead-letter table that does not exist or lacks a column the relay
+// writes, saying what to run.
+func (t Tables) Check(ctx context.Context, q Querier) error {
+	const migrate = "run the ent migration first: client.Schema.Create"
+	exists, missing, err := missingColumns(ctx, q, t.Outbox, outboxColumns)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("table %q does not exist (%s)", t.Outbox, migrate)
+	}
+	if missing != "" {
+		return fmt.Errorf("table %q is not an outbox table: it lacks the columns %s (%s)", t.Outbox, missing, migrate)
+	}
+	exists, missing, err = missingColumns(ctx, q, t.DeadLetters, deadLetterColumns)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("dead-letter table %q does not exist (%s)", t.DeadLetters, migrate)
+	}
+	if missing != "" {
+		return fmt.Errorf("dead-letter table %q lacks the columns %s (%s)", t.DeadLetters, missing, migrate)
+	}
+	return nil
+}
