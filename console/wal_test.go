@@ -51,7 +51,10 @@ func TestOverviewListsWALSlotNamedApartFromPublication(t *testing.T) {
 	})
 	require.Eventually(t, func() bool {
 		var active bool
-		err := e.db.DB.QueryRow(`SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+		// Active while the relay creates it too: streaming once it has a
+		// confirmed position.
+		err := e.db.DB.QueryRow(`SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots
+			WHERE slot_name = $1`, slot).Scan(&active)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false
 		}

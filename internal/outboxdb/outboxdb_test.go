@@ -1,0 +1,329 @@
+package outboxdb_test
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+)
+
+// setup is a test's own schema with the outbox tables, at their default
+// names.
+func setup(t *testing.T) (*sql.DB, outboxdb.Tables) {
+	t.Helper()
+	db := pgtest.New(t)
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	pgtest.Migrate(t, client.Schema.Create)
+	return db.DB, outboxdb.New("", "")
+}
+
+// insert writes n committed rows of topic, in one transaction, and returns
+// their ids.
+func insert(t *testing.T, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, topic string, n int) []int64 {
+	t.Helper()
+	rows, err := q.QueryContext(context.Background(), `INSERT INTO outbox_events
+		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+		SELECT gen_random_uuid(), 'order.paid', 1, $1, 'Order', g::text, '{}' FROM generate_series(1, $2) g RETURNING id`,
+		topic, n)
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	slices.Sort(ids)
+	return ids
+}
+
+// ids runs query (ids of the outbox rows) and returns them in order.
+func ids(t *testing.T, db *sql.DB, query string) []int64 {
+	t.Helper()
+	rows, err := db.Query(query)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := []int64{}
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		out = append(out, id)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func snapshot(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var s string
+	require.NoError(t, db.QueryRow(`SELECT pg_current_snapshot()::text`).Scan(&s))
+	return s
+}
+
+// The progress table as the WAL relay creates it.
+const progressDDL = `CREATE TABLE outbox_events_wal_progress (slot text PRIMARY KEY, created pg_snapshot,
+	delivered pg_snapshot, confirmed_lsn pg_lsn, updated_at timestamptz NOT NULL DEFAULT now())`
+
+func TestTablesAreNamedAfterTheOutboxTable(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, outboxdb.Tables{Outbox: "outbox_events", DeadLetters: "outbox_dead_letters",
+		Processed: "outbox_processed_events", Positions: "outbox_consumer_positions", Sequences: "outbox_aggregate_sequences"},
+		outboxdb.New("", ""))
+	tables := outboxdb.New("billing_outbox", "billing_letters")
+	require.Equal(t, "billing_letters", tables.DeadLetters)
+	require.Equal(t, []string{"billing_outbox_partitions", "billing_outbox_relays", "billing_outbox_wal_progress",
+		"billing_outbox_relay_offsets"}, []string{tables.Partitions(), tables.Relays(), tables.WALProgress(), tables.RelayOffsets()})
+
+	require.NoError(t, outboxdb.CheckName(strings.Repeat("x", outboxdb.MaxOutboxName)))
+	long := strings.Repeat("x", outboxdb.MaxOutboxName+1)
+	require.EqualError(t, outboxdb.CheckName(long), `table name "`+long+`" is 50 bytes, at most 49: the relay's own tables `+
+		`are named after it ("`+long+`_relay_offsets" and others) and PostgreSQL identifiers hold 63 bytes`)
+	require.Len(t, long+"_relay_offsets", 64, "one byte more than PostgreSQL keeps")
+}
+
+// Each path's delivered predicate: the fast and compatible paths' stamp,
+// the WAL path's snapshots (a row is delivered when its transaction is
+// visible in the snapshot recorded as delivered and not in the slot's
+// start), and pending as neither. Counted the same by ReadPending.
+func TestDeliveredPredicatesOfEachPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+
+	before := insert(t, db, "orders", 2) // committed before the slot's start
+	created := snapshot(t, db)
+	streamed := insert(t, db, "orders", 3) // committed after it, before the delivered snapshot
+	// A transaction open at the delivered snapshot, committed after it.
+	open, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	inFlight := insert(t, open, "payments", 1)
+	delivered := snapshot(t, db)
+	require.NoError(t, open.Commit())
+	after := insert(t, db, "payments", 2) // committed after the delivered snapshot
+	stamped := insert(t, db, "orders", 2)
+	_, err = db.Exec(`UPDATE outbox_events SET delivered_at = now() WHERE id = ANY($1)`, stamped)
+	require.NoError(t, err)
+
+	all := slices.Concat(before, streamed, inFlight, after, stamped)
+	slices.Sort(all)
+	query := func(d outboxdb.Delivery, cond func(string) string) []int64 {
+		return ids(t, db, `SELECT id FROM outbox_events o WHERE `+cond("o")+` ORDER BY id`)
+	}
+	sorted := func(s ...[]int64) []int64 { c := slices.Concat(s...); slices.Sort(c); return c }
+
+	// No WAL relay ran: the stamp alone tells.
+	d, err := tables.ReadDelivery(ctx, db)
+	require.NoError(t, err)
+	require.False(t, d.WAL())
+	require.Equal(t, stamped, query(d, d.Delivered))
+	require.Equal(t, []int64{}, query(d, d.ByWAL))
+	require.Equal(t, sorted(before, streamed, inFlight, after), query(d, d.Pending))
+	p, err := outboxdb.ReadPending(ctx, db, tables, 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(8), p.Count)
+
+	// A WAL relay recorded its start and what it delivered.
+	_, err = db.Exec(progressDDL)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO outbox_events_wal_progress (slot, created, delivered) VALUES ('s', $1, $2)`, created, delivered)
+	require.NoError(t, err)
+	d, err = tables.ReadDelivery(ctx, db)
+	require.NoError(t, err)
+	require.True(t, d.WAL())
+	require.Equal(t, streamed, query(d, d.ByWAL), "committed between the slot's start and the delivered snapshot")
+	require.Equal(t, stamped, query(d, outboxdb.Stamped))
+	require.Equal(t, sorted(streamed, stamped), query(d, d.Delivered))
+	require.Equal(t, sorted(before, inFlight, after), query(d, d.Pending))
+	for _, id := range all {
+		got, err := tables.WALDelivered(ctx, db, id)
+		require.NoError(t, err)
+		require.Equal(t, slices.Contains(streamed, id), got, "row %d", id)
+	}
+
+	p, err = outboxdb.ReadPending(ctx, db, tables, 0)
+	require.NoError(t, err)
+	require.False(t, p.Capped)
+	require.Equal(t, int64(5), p.Count)
+	require.Equal(t, []string{"orders", "payments"}, []string{p.Topics[0].Topic, p.Topics[1].Topic})
+	require.Equal(t, []int64{2, 3}, []int64{p.Topics[0].Pending, p.Topics[1].Pending})
+
+	// A slot recreated from now on (a new start, nothing delivered yet)
+	// delivered nothing.
+	_, err = db.Exec(`UPDATE outbox_events_wal_progress SET created = $1, delivered = NULL`, snapshot(t, db))
+	require.NoError(t, err)
+	require.Equal(t, []int64{}, query(d, d.ByWAL))
+
+	// Cleanup deletes the rows the WAL path delivered, written before the
+	// cutoff, and nothing else.
+	_, err = db.Exec(`UPDATE outbox_events_wal_progress SET created = $1, delivered = $2`, created, delivered)
+	require.NoError(t, err)
+	n, err := tables.DeleteWALDelivered(ctx, db, time.Now().Add(time.Hour), 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(streamed)), n)
+	require.Equal(t, sorted(before, inFlight, after, stamped), ids(t, db, `SELECT id FROM outbox_events ORDER BY id`))
+}
+
+// ReadPending walks at most its bound of pending rows, in id order: the
+// counts stop there and say so, and the oldest is the oldest of those.
+func TestReadPendingStopsAtItsBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	orders := insert(t, db, "orders", 30)
+	payments := insert(t, db, "payments", 20)
+	_, err := db.Exec(`UPDATE outbox_events SET created_at = now() - interval '1 hour' WHERE id = $1`, orders[10])
+	require.NoError(t, err)
+	_, err = db.Exec(`UPDATE outbox_events SET created_at = now() - interval '2 hours' WHERE id = $1`, payments[5])
+	require.NoError(t, err)
+
+	p, err := outboxdb.ReadPending(ctx, db, tables, 35)
+	require.NoError(t, err)
+	require.True(t, p.Capped)
+	require.Equal(t, int64(35), p.Count)
+	require.Equal(t, []outboxdb.TopicPending{{Topic: "orders", Pending: 30}, {Topic: "payments", Pending: 5}},
+		withoutTimes(p.Topics), "the first 35 by id")
+	require.InDelta(t, time.Hour.Seconds(), p.At.Sub(p.Oldest).Seconds(), 60,
+		"the older row (payments' sixth) lies past the bound")
+
+	p, err = outboxdb.ReadPending(ctx, db, tables, 50)
+	require.NoError(t, err)
+	require.True(t, p.Capped, "exactly the bound: at least that many")
+	p, err = outboxdb.ReadPending(ctx, db, tables, 0)
+	require.NoError(t, err)
+	require.False(t, p.Capped)
+	require.Equal(t, int64(50), p.Count)
+	require.InDelta(t, (2 * time.Hour).Seconds(), p.At.Sub(p.Oldest).Seconds(), 60)
+}
+
+func withoutTimes(ts []outboxdb.TopicPending) []outboxdb.TopicPending {
+	out := make([]outboxdb.TopicPending, len(ts))
+	for i, tp := range ts {
+		out[i] = outboxdb.TopicPending{Topic: tp.Topic, Pending: tp.Pending}
+	}
+	return out
+}
+
+// Open letters only (neither retried nor discarded), by source, each
+// counted up to the bound.
+func TestReadOpenDeadLettersCountsOpenOnesUpToItsBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	_, err := db.Exec(`INSERT INTO outbox_dead_letters (event_id, source, event_name, event_version, topic,
+			aggregate_type, aggregate_id, payload, reason, attempts, created_at, retried_at, discarded_at)
+		SELECT gen_random_uuid(), s.source, 'order.paid', 1, 'orders', 'Order', '1', '{}', 'x', 1, now(), s.retried, s.discarded
+		FROM (VALUES ('relay', NULL::timestamptz, NULL::timestamptz), ('relay', NULL, NULL), ('relay', NULL, NULL),
+			('relay', now(), NULL), ('billing', NULL, NULL), ('audit', NULL, NULL), ('billing', NULL, now())) s(source, retried, discarded)`)
+	require.NoError(t, err)
+	n, err := outboxdb.ReadOpenDeadLetters(ctx, db, tables, 0)
+	require.NoError(t, err)
+	require.Equal(t, outboxdb.OpenDeadLetters{Relay: 3, Consumer: 2}, n)
+	n, err = outboxdb.ReadOpenDeadLetters(ctx, db, tables, 2)
+	require.NoError(t, err)
+	require.Equal(t, outboxdb.OpenDeadLetters{Relay: 2, Consumer: 2}, n)
+}
+
+// The slots are those the WAL relays registered, by name, whatever their
+// publication is named; one dropped from the server stays listed, as gone.
+func TestReadSlotsListsTheRegisteredSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	slots, err := outboxdb.ReadSlots(ctx, db, tables)
+	require.NoError(t, err)
+	require.Empty(t, slots, "no WAL relay ran")
+
+	_, err = db.Exec(progressDDL)
+	require.NoError(t, err)
+	name := "t" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	gone := name + "_gone"
+	_, err = db.Exec(`INSERT INTO outbox_events_wal_progress (slot) VALUES ($1)`, gone)
+	require.NoError(t, err)
+	slots, err = outboxdb.ReadSlots(ctx, db, tables)
+	require.NoError(t, err)
+	require.Equal(t, []outboxdb.WALSlot{{Slot: gone}}, slots)
+
+	var level string
+	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
+	if level != "logical" {
+		t.Skipf("the rest needs wal_level=logical, not %q (../shared/services.sh sets it)", level)
+	}
+	// A slot named apart from any publication, and one of the server's
+	// the outbox's relays never registered.
+	slot, other := name+"_slot", name+"_other"
+	for _, s := range []string{slot, other} {
+		_, err = db.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, s)
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = db.Exec(`SELECT pg_drop_replication_slot($1)`, s) })
+	}
+	_, err = db.Exec(`INSERT INTO outbox_events_wal_progress (slot) VALUES ($1)`, slot)
+	require.NoError(t, err)
+	insert(t, db, "orders", 50) // WAL written since the slot's start
+	slots, err = outboxdb.ReadSlots(ctx, db, tables)
+	require.NoError(t, err)
+	require.Len(t, slots, 2)
+	require.Equal(t, outboxdb.WALSlot{Slot: gone}, slots[0])
+	require.Equal(t, slot, slots[1].Slot)
+	require.True(t, slots[1].Exists)
+	require.False(t, slots[1].Active)
+	require.Positive(t, slots[1].RetainedBytes)
+	require.Positive(t, slots[1].LagBytes)
+	require.Equal(t, "reserved", slots[1].WALStatus)
+}
+
+// The shares: who owns how many partitions of which topic, whose lease
+// lapsed, and whose liveness lock a session holds (LiveHeld reads the key
+// LiveKey gives).
+func TestReadSharesTellsLeasesAndLiveness(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	parts, shares, err := outboxdb.ReadShares(ctx, db, tables)
+	require.NoError(t, err)
+	require.Zero(t, parts)
+	require.Empty(t, shares, "no fast relay ran")
+
+	// The tables as the fast relay creates them.
+	_, err = db.Exec(`CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL,
+			relay text NOT NULL DEFAULT '', until timestamptz NOT NULL DEFAULT '-infinity', PRIMARY KEY (topic, partition));
+		CREATE TABLE outbox_events_relays (topic text NOT NULL, relay text NOT NULL, until timestamptz NOT NULL,
+			live_lock boolean NOT NULL DEFAULT false, PRIMARY KEY (topic, relay));
+		INSERT INTO outbox_events_partitions (topic, partition, relay, until) VALUES
+			('', 0, 'a', now() + interval '1 minute'), ('', 1, 'a', now() + interval '1 minute'),
+			('', 2, 'b', now() - interval '1 minute'), ('', 3, '', '-infinity'),
+			('orders', 0, 'a', now() + interval '1 minute');
+		INSERT INTO outbox_events_relays (topic, relay, until, live_lock) VALUES
+			('', 'a', now() + interval '1 minute', true), ('', 'b', now(), false)`)
+	require.NoError(t, err)
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `SELECT pg_advisory_lock(`+outboxdb.LiveKey(tables.Outbox, "$1")+`)`, "a")
+	require.NoError(t, err)
+
+	parts, shares, err = outboxdb.ReadShares(ctx, db, tables)
+	require.NoError(t, err)
+	require.Equal(t, 4, parts)
+	for i := range shares {
+		shares[i].LeaseUntil = time.Time{}
+	}
+	require.Equal(t, []outboxdb.Share{
+		{Relay: "a", Topic: "", Partitions: 2, Locks: true, Live: true},
+		{Relay: "b", Topic: "", Partitions: 1, Lapsed: true},
+		{Relay: "a", Topic: "orders", Partitions: 1, Live: true},
+	}, shares)
+}
