@@ -52,10 +52,11 @@ const (
 // entoutbox_outbox_oldest_pending_age_seconds, entoutbox_dead_letters,
 // entoutbox_relays_holding_partitions) sample db on scrape, at most once
 // per MinInterval. Each sample is a few index-backed queries whose cost is
-// bounded by MaxCount: pending rows are counted over the outbox's partial
-// index of undelivered rows, the oldest is looked up at its head. A sample
-// that fails keeps the last values (see BacklogError). A second call
-// replaces the first.
+// bounded by MaxCount: the first MaxCount pending rows are counted, and
+// the oldest of them found, over the outbox's partial index of undelivered
+// rows (package outboxdb, as entoutbox status reads them). A sample that
+// fails keeps the last values (see BacklogError). A second call replaces
+// the first.
 //
 // The consumer lag gauges (entoutbox_consumer_lag_events,
 // entoutbox_consumer_lag_oldest_seconds) are sampled beside the scrapes:

@@ -152,9 +152,10 @@ type offsetsAdapter struct {
 }
 
 func newOffsetsAdapter(table string) offsetsAdapter {
+	offsets := pgsql.QuoteIdent(outboxdb.New(table, "").RelayOffsets())
 	return offsetsAdapter{
 		DefaultPostgreSQLOffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{
-			GenerateMessagesOffsetsTableName: func(string) string { return pgsql.QuoteIdent(outboxdb.New(table, "").RelayOffsets()) },
+			GenerateMessagesOffsetsTableName: func(string) string { return offsets },
 		},
 		table: table,
 	}
