@@ -46,7 +46,7 @@ var orderBrokers = []struct {
 	// whose Close alone would leave in order.
 	death func(t *testing.T, url string) (instanceURL string, die func())
 }{
-	{name: "nats", service: "NATS JetStream at 127.0.0.1:4222", url: func(*testing.T) string { return natsURL }},
+	{name: "nats", service: "NATS JetStream at 127.0.0.1:4222", url: orderNATSURL},
 	{name: "amqp", service: "RabbitMQ at 127.0.0.1:5672", url: func(*testing.T) string { return "amqp://guest:guest@127.0.0.1:5672/" }},
 	{name: "redis", service: "Redis at 127.0.0.1:6379", url: func(*testing.T) string { return "redis://127.0.0.1:6379/0" }},
 	{name: "kafka", url: func(t *testing.T) string {
@@ -59,6 +59,15 @@ var orderBrokers = []struct {
 	{name: "postgres", service: "PostgreSQL at " + pgtest.ServerURL(), url: func(t *testing.T) string { return pgtest.New(t).URL },
 		death: postgresDeath},
 	{name: "mem", url: func(*testing.T) string { return "mem://" }, inProcess: true},
+}
+
+// orderNATSURL is natsURL, whose max_in_flight ENTOUTBOX_ORDER_NATS_IN_FLIGHT
+// sets (to measure deep in-flight across instances).
+func orderNATSURL(*testing.T) string {
+	if n := os.Getenv("ENTOUTBOX_ORDER_NATS_IN_FLIGHT"); n != "" {
+		return strings.Replace(natsURL, "max_in_flight=3", "max_in_flight="+n, 1)
+	}
+	return natsURL
 }
 
 // orderEvents is how many events TestInstancesApplyEachAggregateInOrder
