@@ -83,6 +83,8 @@ type Config struct {
 	// carries (otel.GetTextMapPropagator()). The global provider when nil,
 	// which traces nothing until the application sets one.
 	TracerProvider trace.TracerProvider
+
+	gapPauses gapPauses // wait.go; tests lengthen them
 }
 
 // Option changes a Config.
@@ -174,6 +176,9 @@ func newConfig(opts []Option) Config {
 	}
 	if c.StartAfter == 0 {
 		c.StartAfter = 2 * time.Minute
+	}
+	if c.gapPauses == (gapPauses{}) {
+		c.gapPauses = defaultGapPauses
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NewSlogLogger(slog.Default())

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"reflect"
+	"time"
 	"unsafe"
 )
 
@@ -13,4 +14,10 @@ func PendingInBatches(h any) int {
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
 	return len(s.batch.pending)
+}
+
+// WithGapPauses sets the pauses between two looks at the position of a
+// delivery waiting for its turn: long ones leave only a wake to end them.
+func WithGapPauses(pause, behind time.Duration) Option {
+	return func(c *Config) { c.gapPauses = gapPauses{min: pause, max: pause, behind: behind} }
 }

@@ -94,42 +94,50 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			return setAside(err.Error(), 0, 0, s.letterOrder())
 		}
 	}
-	var tried error // the first try's error, when it was made in a batch
-	var triedFor time.Duration
-	if s.batch != nil && (inTx != nil || passing) {
-		// The first try in a shared transaction; what the batch does not
-		// apply takes the path below, with its own transaction and tries.
-		m.Attempt = 1
-		started := time.Now()
-		it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
-		if many != nil {
-			it.fn, it.many = nil, many
-		}
-		switch s.batch.do(it) {
-		case batchFailed:
-			tried, triedFor = it.err, time.Since(started)
-		case batchApplied:
-			if !passing {
-				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
-				s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
-			}
-			return nil
-		case batchDuplicate:
-			if !passing {
-				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
-			}
-			return nil
-		}
-	}
+	// The first try is made in a shared transaction, and again after each
+	// wait for the aggregate's turn (the handler did not run); what the
+	// batch does not apply takes the path below, with its own transaction.
+	batched := s.batch != nil && (inTx != nil || passing)
+	mayGo := false // its wait for its turn said it may go
 	for attempt := 1; ; {
 		m.Attempt = attempt
 		started := time.Now()
-		err, took := tried, triedFor
-		if tried == nil {
+		var err error
+		if batched && attempt == 1 {
+			it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
+			if many != nil {
+				it.fn, it.many = nil, many
+			}
+			switch s.batch.do(it) {
+			case batchApplied:
+				if !passing {
+					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
+					s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
+				}
+				return nil
+			case batchDuplicate:
+				if !passing {
+					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
+				}
+				return nil
+			case batchFailed:
+				err = it.err
+			case batchAlone:
+				// Mostly an event whose predecessor is not applied yet: it
+				// waits for its turn, whose first look at the position
+				// tells. Refused again once its wait said it may go, it
+				// takes the path alone, which tells why.
+				if ordered(s.tables, m) && !mayGo {
+					err = &OutOfOrderError{Consumer: m.Consumer, Topic: m.Topic, AggregateType: m.AggregateType,
+						AggregateID: m.AggregateID, Got: m.AggregateSeq}
+				} else {
+					err = fn(events.WithCause(ctx, m), payload, m)
+				}
+			}
+		} else {
 			err = fn(events.WithCause(ctx, m), payload, m)
-			took = time.Since(started)
 		}
-		tried = nil
+		took := time.Since(started)
 		var gap *OutOfOrderError
 		var held *HeldError
 		switch {
@@ -152,6 +160,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 				}
 				return err
 			}
+			mayGo = true
 			continue // not an attempt: the handler did not run
 		case errors.As(err, &held):
 			return setAside(held.Error(), 0, took, letterFollows)

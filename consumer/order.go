@@ -48,6 +48,8 @@ type OutOfOrderError struct {
 	// Waited is how long an event of the aggregate has waited for Want,
 	// across deliveries and instances; zero when none had yet.
 	Waited time.Duration
+
+	mark int64 // the lowest waiting seq marked on the position (wake.go); 0 for none, or not read
 }
 
 func (e *OutOfOrderError) Error() string {
@@ -202,7 +204,7 @@ func recordNextQuery(t Tables, first, record bool) string {
 			ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1`
 	}
 	notLettered := `NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE event_id = $6::uuid AND source = $1::text)`
-	move := `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+	move := `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` AS p SET last_seq = $5, ` + waitingAfterMove(t, "p", "$5::bigint") + `, updated_at = now()
 			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
 				AND last_seq = $5::bigint - 1 AND held_seq IS NULL AND ` + notLettered
 	if first {
@@ -211,7 +213,7 @@ func recordNextQuery(t Tables, first, record bool) string {
 		move = `INSERT INTO ` + pgsql.QuoteIdent(t.Positions) + ` AS p (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
 			SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, now() WHERE ` + notLettered + `
 			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-			SET last_seq = 1, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+			SET last_seq = 1, ` + waitingAfterMove(t, "p", "1") + `, updated_at = now()
 			WHERE p.last_seq = 0 AND p.held_seq IS NULL`
 	}
 	q := `WITH pos AS (` + move + ` RETURNING 1),
@@ -267,7 +269,7 @@ func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta,
 	err := tx.Query(ctx, `WITH done AS (
 			INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1)
-		UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $5, waiting_since = NULL, waiting_seq = NULL,
+		UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p SET last_seq = $5, `+waitingAfterMove(t, "p", "$5::bigint")+`,
 			held_event_id = CASE WHEN held_seq = $5 THEN NULL ELSE held_event_id END,
 			held_at = CASE WHEN held_seq = $5 THEN NULL ELSE held_at END,
 			held_seq = CASE WHEN held_seq = $5 THEN NULL ELSE held_seq END,
@@ -382,7 +384,7 @@ func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 // over), releasing the aggregate when it was held at seq.
 func moveTo(ctx context.Context, tx dialect.ExecQuerier, t Tables, p position, seq int64) error {
 	var res stdsql.Result
-	return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = $2, waiting_since = NULL, waiting_seq = NULL,
+	return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p SET last_seq = $2, `+waitingAfterMove(t, "p", "$2::bigint")+`,
 			held_event_id = CASE WHEN held_seq = $2 THEN NULL ELSE held_event_id END,
 			held_at = CASE WHEN held_seq = $2 THEN NULL ELSE held_at END,
 			held_seq = CASE WHEN held_seq = $2 THEN NULL ELSE held_seq END,
@@ -418,7 +420,9 @@ func passUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 
 // noteWaiting records, in a transaction of its own (the handler's rolls
 // back), that an event of gap's aggregate waits: since when, if it is the
-// first, and its seq, if it is the lowest. It returns the gap as it is now.
+// first, and its seq, if it is the lowest (the mark on which a move of the
+// position wakes the waiters: wake.go). It returns the gap as it is now,
+// or nil when m may be its aggregate's next, like lookAtPosition.
 func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
 	var rows entsql.Rows
 	err := db.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
@@ -426,19 +430,12 @@ func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 		VALUES ($1, $2, $3, $4, 0, now(), $5, now())
 		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
 		SET waiting_since = COALESCE(p.waiting_since, now()), waiting_seq = LEAST(p.waiting_seq, $5)
-		RETURNING p.last_seq, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8`,
+		RETURNING p.last_seq, p.held_seq IS NOT NULL, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8, p.waiting_seq`,
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: noting that %q waits on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}
-	defer rows.Close()
-	var p position
-	if rows.Next() {
-		if err := rows.Scan(&p.last, &p.waited); err != nil {
-			return nil, err
-		}
-	}
-	return outOfOrder(m, p), rows.Close()
+	return scanGap(&rows, m)
 }
 
 // startAggregate starts m's aggregate, to which m's consumer has applied
@@ -446,11 +443,13 @@ func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 // returns that seq, or 0 when the aggregate was not started.
 func startAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (int64, error) {
 	var rows entsql.Rows
-	err := db.Query(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = waiting_seq - 1, updated_at = now()
-		WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
-			AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1
-			AND waiting_since <= now() - make_interval(secs => $5)
-		RETURNING waiting_seq`,
+	// The lowest waiting event may wait in another instance: it is woken.
+	err := db.Query(ctx, `WITH started AS (UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = waiting_seq - 1, updated_at = now()
+			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
+				AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1
+				AND waiting_since <= now() - make_interval(secs => $5)
+			RETURNING consumer, topic, aggregate_type, aggregate_id, waiting_seq)
+		SELECT waiting_seq FROM started CROSS JOIN LATERAL `+notifyWaiters(t, "started", "started.waiting_seq - 1", "started.waiting_seq")+``,
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, startAfter.Seconds()}, &rows)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: starting aggregate %s/%s for %q: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
@@ -463,4 +462,41 @@ func startAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m eve
 		}
 	}
 	return seq, rows.Close()
+}
+
+// lookAtPosition reads m's aggregate's position without locking it, for a
+// delivery that waits for its turn: the gap as it is now, or nil when m
+// may be its aggregate's next, or is behind a held one, or was applied
+// (the handler's path tells which).
+func lookAtPosition(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
+	var rows entsql.Rows
+	err := db.Query(ctx, `SELECT last_seq, held_seq IS NOT NULL, EXTRACT(EPOCH FROM now() - waiting_since)::float8, waiting_seq
+		FROM `+pgsql.QuoteIdent(t.Positions)+` WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4`,
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	return scanGap(&rows, m)
+}
+
+// scanGap reads a position's last_seq, whether it is held, how long it
+// has been waited on and its mark, and returns m's gap, nil when there is
+// none.
+func scanGap(rows *entsql.Rows, m events.Meta) (*OutOfOrderError, error) {
+	defer rows.Close()
+	if !rows.Next() {
+		return nil, rows.Err() // no position: cleared
+	}
+	var p position
+	var held bool
+	var mark stdsql.NullInt64
+	if err := rows.Scan(&p.last, &held, &p.waited, &mark); err != nil {
+		return nil, err
+	}
+	if held || m.AggregateSeq <= p.last+1 {
+		return nil, rows.Close()
+	}
+	gap := outOfOrder(m, p)
+	gap.mark = mark.Int64
+	return gap, rows.Close()
 }

@@ -58,8 +58,11 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 				if i > 0 {
 					name += "#" + strconv.Itoa(i+1) // router handler names are unique
 				}
+				slots := slotsOf(sub)
 				r.AddConsumerHandler(name, full, sub, func(msg *message.Message) error {
-					return s.Handle(msg.Context(), consumer, msg)
+					ctx, done := slots.hold(msg.Context())
+					defer done()
+					return s.Handle(ctx, consumer, msg)
 				})
 			}
 		}

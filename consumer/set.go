@@ -27,6 +27,10 @@ type Set struct {
 	begin      func(context.Context) (Tx, error)
 	batch      *batcher // nil: one event per transaction
 	turns      turns    // wakes deliveries waiting for an aggregate's previous event
+	wake       *waker   // and when another instance applies one
+	// slots bounds the set's own transactions and statements outside
+	// batches to Concurrency at once (Set.own).
+	slots chan struct{}
 
 	mu         sync.Mutex
 	handlers   map[string]map[string]HandlerFunc   // consumer -> event name -> handler
@@ -58,11 +62,12 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	}
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
-		db: db, tables: tables, handlers: map[string]map[string]HandlerFunc{},
+		db: db, tables: tables, slots: make(chan struct{}, cfg.Concurrency), handlers: map[string]map[string]HandlerFunc{},
 		txHandlers: map[string]map[string]TxHandlerFunc{}, manyHandlers: map[string]map[string]*batchHandler{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
+	s.wake = newWaker(db, tables, &s.turns, cfg.Logger)
 	return s
 }
 
@@ -134,6 +139,11 @@ func (s *Set) RegisterBatchInTx(consumer, event string, fn TxBatchHandlerFunc) e
 // as a dead letter by its consumer; a handler panic is a *PanicError.
 func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
 	return func(ctx context.Context, payload any, m events.Meta) (err error) {
+		release, err := s.own(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
 		tx, err := s.begin(ctx)
 		if err != nil {
 			return err
@@ -162,6 +172,20 @@ func (s *Set) alone(fn TxHandlerFunc) HandlerFunc {
 		s.cfg.Metrics.Batch(1)
 		s.turns.applied(m)
 		return nil
+	}
+}
+
+// own takes one of the set's slots for a transaction or statement of its
+// own, outside batches; release gives it back. An instance holding
+// hundreds of messages (NATS max_in_flight) would otherwise run as many at
+// once, each on a connection of the pool: a pool that keeps few idle ones
+// (database/sql keeps 2) then opens and closes connections all the time.
+func (s *Set) own(ctx context.Context) (release func(), err error) {
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

@@ -4,7 +4,7 @@ package consumer
 // (wait.go) when this handler set applies an event of the aggregate: a run
 // of one aggregate's events in flight in one instance then goes at the
 // pace of its commits, not of the pauses between two looks at the
-// position. An event another instance applies is seen at the next look.
+// position; and when another instance applies one (wake.go).
 
 import (
 	"sync"
@@ -28,16 +28,21 @@ type turns struct {
 type turn struct {
 	applied chan struct{}
 	seqs    map[int64]int // waiting here: how many deliveries of each
+	moved   positionMove  // the latest move a wake told of
 }
 
-// wait returns a channel closed when m's aggregate next has an event
-// applied here, or when the lowest of its waiting events here stops
-// waiting; whether m is that lowest one; and done, to call when m stops
-// waiting. Only the lowest looks at the position between two wake-ups:
-// the others cannot be applied before it, and a thousand events of one
-// aggregate in flight would otherwise each ask the database several times
-// a second.
-func (t *turns) wait(m events.Meta) (applied <-chan struct{}, lowest bool, done func()) {
+// positionMove is what a wake tells of the position it moved.
+type positionMove struct {
+	last int64 // its last_seq after the move
+	// told: the move came from a notification, which tells the mark after
+	// the move too (0: none); a commit of this set tells only last.
+	told bool
+	mark int64
+}
+
+// join adds m to the deliveries waiting on its aggregate here, until
+// leave.
+func (t *turns) join(m events.Meta) *turnWaiter {
 	k := turnKeyOf(m)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -50,29 +55,62 @@ func (t *turns) wait(m events.Meta) (applied <-chan struct{}, lowest bool, done 
 		t.waiting[k] = w
 	}
 	w.seqs[m.AggregateSeq]++
-	lowest = true
-	for seq := range w.seqs {
-		if seq < m.AggregateSeq {
-			lowest = false
-			break
+	return &turnWaiter{t: t, k: k, w: w, seq: m.AggregateSeq}
+}
+
+// turnWaiter is one delivery waiting on its aggregate.
+type turnWaiter struct {
+	t   *turns
+	k   turnKey
+	w   *turn
+	seq int64
+}
+
+// next returns a channel closed when the aggregate next has an event
+// applied, here or in another instance, or when the lowest of its waiting
+// events here stops waiting; and whether this one is that lowest one.
+// Only the lowest looks at the position between two wake-ups: the others
+// cannot be applied before it, and a thousand events of one aggregate in
+// flight would otherwise each ask the database several times a second.
+func (tw *turnWaiter) next() (woken <-chan struct{}, lowest bool) {
+	tw.t.mu.Lock()
+	defer tw.t.mu.Unlock()
+	for seq := range tw.w.seqs {
+		if seq < tw.seq {
+			return tw.w.applied, false
 		}
 	}
-	return w.applied, lowest, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if w.seqs[m.AggregateSeq]--; w.seqs[m.AggregateSeq] == 0 {
-			delete(w.seqs, m.AggregateSeq)
+	return tw.w.applied, true
+}
+
+// moved returns the latest move of the position a wake told of.
+func (tw *turnWaiter) moved() positionMove {
+	tw.t.mu.Lock()
+	defer tw.t.mu.Unlock()
+	return tw.w.moved
+}
+
+// leave ends the wait.
+func (tw *turnWaiter) leave() {
+	tw.t.mu.Lock()
+	defer tw.t.mu.Unlock()
+	w := tw.w
+	if w.seqs[tw.seq]--; w.seqs[tw.seq] == 0 {
+		delete(w.seqs, tw.seq)
+	}
+	lowest := true
+	for seq := range w.seqs {
+		lowest = lowest && seq > tw.seq
+	}
+	switch {
+	case len(w.seqs) == 0:
+		if tw.t.waiting[tw.k] == w {
+			delete(tw.t.waiting, tw.k)
 		}
-		switch {
-		case len(w.seqs) == 0:
-			if t.waiting[k] == w {
-				delete(t.waiting, k)
-			}
-		case lowest:
-			// The next lowest looks at the position from now on.
-			close(w.applied)
-			w.applied = make(chan struct{})
-		}
+	case lowest:
+		// The next lowest looks at the position from now on.
+		close(w.applied)
+		w.applied = make(chan struct{})
 	}
 }
 
@@ -81,9 +119,27 @@ func (t *turns) applied(m events.Meta) {
 	if m.AggregateSeq == 0 {
 		return // not in an order: nothing waits on it
 	}
+	t.wake(turnKeyOf(m), positionMove{last: m.AggregateSeq})
+}
+
+// wake wakes the deliveries waiting on k's aggregate, whose position moved.
+func (t *turns) wake(k turnKey, mv positionMove) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w := t.waiting[turnKeyOf(m)]; w != nil {
+	if w := t.waiting[k]; w != nil {
+		if mv.last > w.moved.last || mv.last == w.moved.last && mv.told {
+			w.moved = mv
+		}
+		close(w.applied)
+		w.applied = make(chan struct{})
+	}
+}
+
+// wakeAll wakes every waiting delivery, telling nothing of the positions.
+func (t *turns) wakeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.waiting {
 		close(w.applied)
 		w.applied = make(chan struct{})
 	}

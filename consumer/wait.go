@@ -24,21 +24,20 @@ import (
 // one. An aggregate the consumer has applied nothing of starts at its
 // lowest waiting event after StartAfter instead.
 
-// The pause between two tries of an event waiting for its turn doubles
-// from gapPauseMin up to gapPauseMax.
-const (
-	gapPauseMin = 5 * time.Millisecond
-	gapPauseMax = 200 * time.Millisecond
-	// gapPauseBehind is the pause of an event behind another of its
-	// aggregate that waits here too (turns.go): woken when that one is
-	// applied or stops waiting, it looks itself only after this.
-	gapPauseBehind = 2 * time.Second
-)
+// gapPauses are the pauses of a delivery waiting for its turn between two
+// looks at the position: from min, doubling up to max; behind when an
+// earlier event of its aggregate waits here too (turns.go): woken when
+// that one is applied or stops waiting, it looks itself only after that.
+// Tests lengthen them (a wake must not wait for a look).
+type gapPauses struct{ min, max, behind time.Duration }
+
+var defaultGapPauses = gapPauses{min: 5 * time.Millisecond, max: 200 * time.Millisecond, behind: 2 * time.Second}
 
 // gapWait is one delivery's wait for its turn.
 type gapWait struct {
 	since time.Time // when this delivery began to wait
-	noted bool      // the wait is in the position (waiting_since, waiting_seq)
+	moved time.Time // when it last saw its aggregate's position move (or began to wait)
+	want  int64     // the seq the position wanted then
 	pause time.Duration
 }
 
@@ -53,78 +52,130 @@ func (e *missingError) Error() string {
 		e.gap.Got, e.gap.Want)
 }
 
-// waitTurn waits before m tries again to be its aggregate's next event. It
-// returns nil to try again, a *missingError when the gap is older than
-// MaxGap, and another error when the delivery is to be nacked.
+// waitTurn waits until m may be its aggregate's next event, and returns
+// nil to try it again; a *missingError when the gap is older than MaxGap,
+// and another error when the delivery is to be nacked. Between two looks
+// at the position (a read without a lock), it pauses until it is woken: an
+// event of the aggregate was applied, here or in another instance
+// (wake.go).
 func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutOfOrderError) error {
+	pauses := s.cfg.gapPauses
 	if w.since.IsZero() {
-		w.since, w.pause = time.Now(), gapPauseMin
+		w.since, w.pause = time.Now(), pauses.min
+		w.moved = w.since
 		s.cfg.Metrics.WaitedForTurn(m.Consumer)
 	}
-	if !w.noted || gap.Waited == 0 {
-		w.noted = true
+	s.wake.hold()
+	defer s.wake.release()
+	tw := s.turns.join(m)
+	defer tw.leave()
+	if mv := tw.moved(); mv.told && mv.last+1 > gap.Want {
+		gap.Want, gap.mark = mv.last+1, mv.mark // what the last wake here told
+	}
+	for {
+		woken, lowest := tw.next()
+		// The lowest waiting here marks the position, for the instance
+		// that moves it to wake this one (the others are woken with it),
+		// unless an earlier event marked it (a move that clears that mark
+		// wakes this one).
+		if lowest && (gap.mark == 0 || gap.mark > m.AggregateSeq) {
+			err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+				gap, err = noteWaiting(ctx, db, t, m)
+				return err
+			})
+			if err != nil || gap == nil {
+				return err // nil: applied meanwhile, before the mark (no one woke it), or held
+			}
+		}
+		if gap.Want > w.want {
+			w.moved, w.want = time.Now(), gap.Want
+		}
+		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter {
+			return s.startAggregate(ctx, m, gap)
+		}
+		if gap.Waited >= s.cfg.MaxGap {
+			return &missingError{gap: gap}
+		}
+		// A gap older than GapWait is not one another instance is about to
+		// fill: after a pause (so that a broker that redelivers at once does
+		// not spin), the slot goes to other aggregates' events.
+		long := gap.Waited >= s.cfg.GapWait && !freeSlot(ctx)
+		if long {
+			w.pause = pauses.max
+		}
+		if long && time.Since(w.since) >= pauses.max || time.Since(w.moved) >= s.gapWait(ctx) {
+			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
+		}
+		pause := w.pause
+		switch {
+		case !lowest:
+			pause = pauses.behind
+		case s.wake.listening():
+			pause = max(pause, wakePause)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
+		case <-time.After(pause):
+			w.pause = min(2*w.pause, pauses.max)
+		case <-woken: // an event of the aggregate was applied: maybe the one it waits for
+			w.pause, w.moved = pauses.min, time.Now()
+			if _, lowest := tw.next(); !lowest {
+				continue // the lowest looks
+			}
+			mv := tw.moved()
+			switch {
+			case mv.last+1 >= m.AggregateSeq:
+				return nil // its turn
+			case mv.told && mv.last+1 > gap.Want:
+				// Another instance's notification told where the position
+				// is, and its mark: no need to look.
+				gap.Want, gap.mark, gap.Waited = mv.last+1, mv.mark, 0
+				continue
+			}
+		}
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-			gap, err = noteWaiting(ctx, db, t, m)
+			gap, err = lookAtPosition(ctx, db, t, m)
 			return err
 		})
-		if err != nil {
+		if err != nil || gap == nil {
 			return err
 		}
 	}
-	if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter {
-		var at int64
-		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-			at, err = startAggregate(ctx, db, t, m, s.cfg.StartAfter)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		if at > 0 {
-			s.cfg.Logger.Info(fmt.Sprintf("consumer %s starts aggregate %s/%s at seq %d: earlier events were never delivered to it",
-				m.Consumer, m.AggregateType, m.AggregateID, at), map[string]any{
-				"consumer": m.Consumer, "topic": m.Topic, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
-				"seq": at, "waited": gap.Waited.String()})
-		}
-		return nil // started here or by another delivery: try again at once
+}
+
+// startAggregate starts m's aggregate at its lowest waiting event, which
+// waited StartAfter for the earlier ones: the consumer never got them. It
+// returns nil, for m to try again at once (started here or by another
+// delivery).
+func (s *Set) startAggregate(ctx context.Context, m events.Meta, gap *OutOfOrderError) error {
+	var at int64
+	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+		at, err = startAggregate(ctx, db, t, m, s.cfg.StartAfter)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	if gap.Waited >= s.cfg.MaxGap {
-		return &missingError{gap: gap}
-	}
-	// A gap older than GapWait is not one another instance is about to
-	// fill: after a pause (so that a broker that redelivers at once does
-	// not spin), the slot goes to other aggregates' events.
-	long := gap.Waited >= s.cfg.GapWait
-	if long {
-		w.pause = gapPauseMax
-	}
-	if long && time.Since(w.since) >= gapPauseMax || time.Since(w.since) >= s.cfg.GapWait {
-		return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
-			m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
-	}
-	applied, lowest, done := s.turns.wait(m)
-	defer done()
-	pause := w.pause
-	if !lowest {
-		// An earlier event of the aggregate waits here: it looks at the
-		// position, and this one is woken when it is applied.
-		pause = gapPauseBehind
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
-	case <-time.After(pause):
-		w.pause = min(2*w.pause, gapPauseMax)
-	case <-applied: // an event of the aggregate was applied here: maybe the one it waits for
-		w.pause = gapPauseMin
+	if at > 0 {
+		s.cfg.Logger.Info(fmt.Sprintf("consumer %s starts aggregate %s/%s at seq %d: earlier events were never delivered to it",
+			m.Consumer, m.AggregateType, m.AggregateID, at), map[string]any{
+			"consumer": m.Consumer, "topic": m.Topic, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
+			"seq": at, "waited": gap.Waited.String()})
 	}
 	return nil
 }
 
-// onPositions runs write on the consumers' database, outside any
-// handler's transaction.
-func (s *Set) onPositions(ctx context.Context, write func(context.Context, dialect.ExecQuerier, Tables) error) error {
-	return write(ctx, s.db, s.tables)
+// onPositions runs f on the consumers' database, outside any handler's
+// transaction, in one of the set's slots.
+func (s *Set) onPositions(ctx context.Context, f func(context.Context, dialect.ExecQuerier, Tables) error) error {
+	release, err := s.own(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return f(ctx, s.db, s.tables)
 }
 
 // holdOrPass applies the set's dead-letter policy to m's aggregate, for m

@@ -1,0 +1,258 @@
+package consumer
+
+// Waking the deliveries that wait for their aggregate's previous event
+// when another instance applies it (turns.go wakes them when this one
+// does). The lowest waiting delivery marks the position (noteWaiting:
+// waiting_seq); a statement that moves a marked position notifies the
+// positions table's channel with the aggregate, at commit, and keeps the
+// mark while the marked event still waits (waitingAfterMove). A handler
+// set listens on that channel while deliveries wait in it, on a
+// connection of its own, and wakes its waiters of the aggregate: its
+// lowest one looks at the position at once, not at the end of its pause,
+// and marks it again only when the mark is gone or is above it. Nothing
+// is notified while no event waits: NOTIFY serializes the commits that
+// send one. Without the connection (a database/sql driver other than
+// pgx, a pooler in transaction mode) the waiters see the move at their
+// next look.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"entgo.io/ent/dialect"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// wakeChannel is the channel on which the moves of t's positions wake the
+// deliveries waiting on them.
+func wakeChannel(t Tables) string { return t.Positions }
+
+// waitingAfterMove is the SET items of a statement that moves position
+// row (its columns as they were) to seq to: the mark stays while the
+// marked event is after to, its wait starting anew, and the handler sets
+// are told at commit when there was one.
+func waitingAfterMove(t Tables, row, to string) string {
+	mark := `CASE WHEN ` + row + `.waiting_seq > ` + to + ` THEN ` + row + `.waiting_seq END`
+	return `waiting_since = CASE WHEN ` + row + `.waiting_seq > ` + to + ` THEN now() END,
+		waiting_seq = CASE WHEN ` + row + `.waiting_seq IS NOT NULL THEN
+			(SELECT ` + mark + ` FROM ` + notifyWaiters(t, row, to, mark) + `) END`
+}
+
+// notifyWaiters calls pg_notify for the aggregate of position row, moved
+// to seq to and marked at mark after the move (SQL expressions; the mark
+// NULL for none).
+func notifyWaiters(t Tables, row, to, mark string) string {
+	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_array(` + row + `.consumer, ` + row + `.topic, ` +
+		row + `.aggregate_type, ` + row + `.aggregate_id, ` + to + `, ` + mark + `)::text)`
+}
+
+// parseMove reads a notification's payload: the aggregate and its move.
+func parseMove(payload string) (turnKey, positionMove, bool) {
+	var v []any
+	d := json.NewDecoder(strings.NewReader(payload))
+	d.UseNumber()
+	if d.Decode(&v) != nil || len(v) != 6 {
+		return turnKey{}, positionMove{}, false
+	}
+	var key [4]string
+	for i := range key {
+		s, ok := v[i].(string)
+		if !ok {
+			return turnKey{}, positionMove{}, false
+		}
+		key[i] = s
+	}
+	last, ok := v[4].(json.Number)
+	if !ok {
+		return turnKey{}, positionMove{}, false
+	}
+	mv := positionMove{told: true}
+	var err error
+	if mv.last, err = last.Int64(); err != nil {
+		return turnKey{}, positionMove{}, false
+	}
+	if mark, ok := v[5].(json.Number); ok {
+		if mv.mark, err = mark.Int64(); err != nil {
+			return turnKey{}, positionMove{}, false
+		}
+	}
+	return turnKey{consumer: key[0], topic: key[1], aggregateType: key[2], aggregateID: key[3]}, mv, true
+}
+
+// wakePause is the shortest pause of a delivery waiting for its turn
+// between two looks at the position while the set listens: a look is only
+// in case a wake was missed.
+const wakePause = time.Second
+
+// wakeLinger is how long a set keeps listening after its last waiting
+// delivery stopped waiting: gaps come in bursts.
+const wakeLinger = time.Minute
+
+// waker listens on the set's wake channel while deliveries wait.
+type waker struct {
+	db      *sql.DB // where the positions are; nil: the waiters poll only
+	channel string
+	turns   *turns
+	logger  watermill.LoggerAdapter
+
+	// heard is set once a notification came on the listening connection:
+	// through a pooler in transaction mode none does.
+	heard atomic.Bool
+
+	mu      sync.Mutex
+	waiting int                // deliveries waiting
+	stop    context.CancelFunc // ends the listening; nil while not listening
+	idle    *time.Timer        // calls stop, once nothing waited for wakeLinger
+}
+
+// newWaker returns the waker of positions in db, which listens when db is
+// a database/sql database (ent's SQL driver).
+func newWaker(db dialect.ExecQuerier, t Tables, tu *turns, logger watermill.LoggerAdapter) *waker {
+	w := &waker{channel: wakeChannel(t), turns: tu, logger: logger}
+	if d, ok := db.(interface{ DB() *sql.DB }); ok && t.Positions != "" {
+		w.db = d.DB()
+	}
+	return w
+}
+
+// hold is called when a delivery begins to wait, release when it stops.
+func (w *waker) hold() {
+	if w == nil || w.db == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waiting++
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
+	if w.stop == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		w.stop = stop
+		go w.listen(ctx)
+	}
+}
+
+func (w *waker) release() {
+	if w == nil || w.db == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting--; w.waiting > 0 || w.stop == nil {
+		return
+	}
+	var idle *time.Timer
+	idle = time.AfterFunc(wakeLinger, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.idle == idle { // not held again since
+			w.stop()
+			w.stop, w.idle = nil, nil
+		}
+	})
+	w.idle = idle
+}
+
+// listen listens until ctx ends, connecting again after a failure.
+func (w *waker) listen(ctx context.Context) {
+	for pause := 100 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
+		started := time.Now()
+		err := w.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errNotPgx) {
+			w.logger.Info("Waiting deliveries are not woken when another instance applies their predecessor: "+
+				"the database is not opened with the pgx database/sql driver; they look at their position at each pause",
+				watermill.LogFields{"channel": w.channel})
+			return // w.stop stays set: not tried again
+		}
+		if time.Since(started) > time.Minute {
+			pause = 100 * time.Millisecond
+		}
+		w.logger.Info("The connection on which waiting deliveries are woken failed; they look at their position "+
+			"at each pause meanwhile", watermill.LogFields{"channel": w.channel, "err": err.Error()})
+		w.turns.wakeAll() // a move may have been missed
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+}
+
+// listenOnce listens on a connection of its own, made like the pool's
+// (holding one of the pool's would starve a small pool), until it fails
+// or ctx ends.
+func (w *waker) listenOnce(ctx context.Context) error {
+	cfg, err := w.connConfig(ctx)
+	if err != nil {
+		return err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+	if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(w.channel)); err != nil {
+		return err
+	}
+	defer w.heard.Store(false)
+	w.turns.wakeAll() // what moved before the LISTEN was in place
+	// A notification of no aggregate, through the pool, tells that
+	// notifications arrive.
+	if _, err := w.db.ExecContext(ctx, `SELECT pg_notify($1, '')`, w.channel); err != nil {
+		return err
+	}
+	for {
+		note, err := c.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		w.heard.Store(true)
+		if k, mv, ok := parseMove(note.Payload); ok {
+			w.turns.wake(k, mv)
+		}
+	}
+}
+
+// listening reports whether the waiters are woken when another instance
+// moves their position.
+func (w *waker) listening() bool { return w != nil && w.heard.Load() }
+
+var errNotPgx = errors.New("not the pgx database/sql driver")
+
+// connConfig is the configuration of the pool's connections.
+func (w *waker) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var cfg *pgx.ConnConfig
+	err = conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errNotPgx
+		}
+		cfg = sc.Conn().Config().Copy()
+		cfg.OnNotification = nil // the pool connection's: pgx sets this one's own
+		return nil
+	})
+	return cfg, err
+}
