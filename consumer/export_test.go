@@ -6,11 +6,19 @@ import (
 	"unsafe"
 )
 
+// Listening reports whether the handler set of h, generated handlers,
+// listens for other instances' moves of its positions (wake.go).
+func Listening(h any) bool { return setOf(h).wake.listening.Load() }
+
+func setOf(h any) *Set {
+	return (*Set)(unsafe.Pointer(reflect.ValueOf(h).Elem().FieldByName("set").Pointer()))
+}
+
 // PendingInBatches is how many events wait for a batch in the handler set
 // of h, generated handlers (their unexported field set): a test holds a
 // batch and waits for the others to queue behind it.
 func PendingInBatches(h any) int {
-	s := (*Set)(unsafe.Pointer(reflect.ValueOf(h).Elem().FieldByName("set").Pointer()))
+	s := setOf(h)
 	s.batch.mu.Lock()
 	defer s.batch.mu.Unlock()
 	return len(s.batch.pending)

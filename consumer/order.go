@@ -419,17 +419,21 @@ func passUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 }
 
 // noteWaiting records, in a transaction of its own (the handler's rolls
-// back), that an event of gap's aggregate waits: since when, if it is the
-// first, and its seq, if it is the lowest (the mark on which a move of the
-// position wakes the waiters: wake.go). It returns the gap as it is now,
-// or nil when m may be its aggregate's next, like lookAtPosition.
+// back), that m waits for its aggregate's previous event: since when, if
+// it is the first, and its seq, if it is the lowest (the mark on which a
+// move of the position wakes the waiters: wake.go). It returns the gap as
+// it is now, or nil when there is none, like lookAtPosition.
 func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
 	var rows entsql.Rows
+	// Only a gap is noted: a duplicate or an event of a held aggregate
+	// waits for nothing, and must not start the clock of a later gap.
+	gap := `$5::bigint > p.last_seq + 1 AND p.held_seq IS NULL`
 	err := db.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
 		(consumer, topic, aggregate_type, aggregate_id, last_seq, waiting_since, waiting_seq, updated_at)
-		VALUES ($1, $2, $3, $4, 0, now(), $5, now())
+		VALUES ($1, $2, $3, $4, 0, CASE WHEN $5::bigint > 1 THEN now() END, CASE WHEN $5::bigint > 1 THEN $5::bigint END, now())
 		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-		SET waiting_since = COALESCE(p.waiting_since, now()), waiting_seq = LEAST(p.waiting_seq, $5)
+		SET waiting_since = CASE WHEN `+gap+` THEN COALESCE(p.waiting_since, now()) ELSE p.waiting_since END,
+			waiting_seq = CASE WHEN `+gap+` THEN LEAST(p.waiting_seq, $5::bigint) ELSE p.waiting_seq END
 		RETURNING p.last_seq, p.held_seq IS NOT NULL, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8, p.waiting_seq`,
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}, &rows)
 	if err != nil {

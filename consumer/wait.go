@@ -12,17 +12,25 @@ import (
 
 // Waiting for an aggregate's previous event (a gap). The previous event is
 // usually being handled by another instance, or by this one, at the same
-// moment: the event tries again after a short pause, up to GapWait in
-// this delivery; then it is nacked, so that a predecessor held by a killed
-// instance, which the broker delivers again after its own timeout, gets
-// its turn; a gap the aggregate has waited on longer than GapWait already
-// is nacked after a short pause, so that a predecessor that may be long
-// in coming does not take the slot from other aggregates' events. A gap
-// the aggregate has waited on longer than MaxGap (whatever
-// the deliveries and instances) is an event that never comes: the waiting
-// event goes to the dead letters and the aggregate is held at the missing
-// one. An aggregate the consumer has applied nothing of starts at its
-// lowest waiting event after StartAfter instead.
+// moment. The event waits until it is woken: an event of its aggregate was
+// applied, by this set (turns.go) or by another instance (wake.go); or
+// until a pause ends, when it looks at the position (a read without a
+// lock). Of the events of one aggregate waiting in one instance, only the
+// lowest marks the position and looks at it: the others cannot be applied
+// before it. Once it may be the next, it tries again, in a batch.
+//
+// A delivery whose aggregate has not moved for GapWait is nacked, so that
+// a predecessor held by a killed instance, which the broker delivers again
+// after its own timeout, gets its turn (4 GapWaits while its subscription
+// has a free slot: slots.go); and one whose aggregate has waited longer
+// than GapWait already is nacked after a short pause, when its
+// subscription has no free slot, so that a predecessor that may be long in
+// coming does not take the slot from other aggregates' events. A gap the
+// aggregate has waited on longer than MaxGap (whatever the deliveries and
+// instances) is an event that never comes: the waiting event goes to the
+// dead letters and the aggregate is held at the missing one. An aggregate
+// the consumer has applied nothing of starts at its lowest waiting event
+// after StartAfter instead.
 
 // gapPauses are the pauses of a delivery waiting for its turn between two
 // looks at the position: from min, doubling up to max; behind when an
@@ -108,11 +116,8 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
 		}
 		pause := w.pause
-		switch {
-		case !lowest:
+		if !lowest {
 			pause = pauses.behind
-		case s.wake.listening():
-			pause = max(pause, wakePause)
 		}
 		select {
 		case <-ctx.Done():

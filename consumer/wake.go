@@ -20,7 +20,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,53 +49,36 @@ func waitingAfterMove(t Tables, row, to string) string {
 
 // notifyWaiters calls pg_notify for the aggregate of position row, moved
 // to seq to and marked at mark after the move (SQL expressions; the mark
-// NULL for none).
+// NULL for none): a moveNote.
 func notifyWaiters(t Tables, row, to, mark string) string {
-	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_array(` + row + `.consumer, ` + row + `.topic, ` +
-		row + `.aggregate_type, ` + row + `.aggregate_id, ` + to + `, ` + mark + `)::text)`
+	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_object('consumer', ` + row + `.consumer, 'topic', ` +
+		row + `.topic, 'aggregate_type', ` + row + `.aggregate_type, 'aggregate_id', ` + row + `.aggregate_id, 'last_seq', ` +
+		to + `, 'waiting_seq', ` + mark + `)::text)`
 }
 
-// parseMove reads a notification's payload: the aggregate and its move.
-func parseMove(payload string) (turnKey, positionMove, bool) {
-	var v []any
-	d := json.NewDecoder(strings.NewReader(payload))
-	d.UseNumber()
-	if d.Decode(&v) != nil || len(v) != 6 {
-		return turnKey{}, positionMove{}, false
-	}
-	var key [4]string
-	for i := range key {
-		s, ok := v[i].(string)
-		if !ok {
-			return turnKey{}, positionMove{}, false
-		}
-		key[i] = s
-	}
-	last, ok := v[4].(json.Number)
-	if !ok {
-		return turnKey{}, positionMove{}, false
-	}
-	mv := positionMove{told: true}
-	var err error
-	if mv.last, err = last.Int64(); err != nil {
-		return turnKey{}, positionMove{}, false
-	}
-	if mark, ok := v[5].(json.Number); ok {
-		if mv.mark, err = mark.Int64(); err != nil {
-			return turnKey{}, positionMove{}, false
-		}
-	}
-	return turnKey{consumer: key[0], topic: key[1], aggregateType: key[2], aggregateID: key[3]}, mv, true
+// moveNote is a notification's payload: an aggregate's position moved.
+type moveNote struct {
+	Consumer      string `json:"consumer"`
+	Topic         string `json:"topic"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	LastSeq       int64  `json:"last_seq"`
+	WaitingSeq    *int64 `json:"waiting_seq"`
 }
 
-// wakePause is the shortest pause of a delivery waiting for its turn
-// between two looks at the position while the set listens: a look is only
-// in case a wake was missed.
-const wakePause = time.Second
+func (n moveNote) key() turnKey { return turnKey{n.Consumer, n.Topic, n.AggregateType, n.AggregateID} }
+
+func (n moveNote) move() positionMove {
+	mv := positionMove{last: n.LastSeq, told: true}
+	if n.WaitingSeq != nil {
+		mv.mark = *n.WaitingSeq
+	}
+	return mv
+}
 
 // wakeLinger is how long a set keeps listening after its last waiting
 // delivery stopped waiting: gaps come in bursts.
-const wakeLinger = time.Minute
+const wakeLinger = 10 * time.Second
 
 // waker listens on the set's wake channel while deliveries wait.
 type waker struct {
@@ -105,11 +87,10 @@ type waker struct {
 	turns   *turns
 	logger  watermill.LoggerAdapter
 
-	// heard is set once a notification came on the listening connection:
-	// through a pooler in transaction mode none does.
-	heard atomic.Bool
+	listening atomic.Bool // the LISTEN is in place
 
 	mu      sync.Mutex
+	off     bool               // the database cannot listen: not tried again
 	waiting int                // deliveries waiting
 	stop    context.CancelFunc // ends the listening; nil while not listening
 	idle    *time.Timer        // calls stop, once nothing waited for wakeLinger
@@ -127,11 +108,14 @@ func newWaker(db dialect.ExecQuerier, t Tables, tu *turns, logger watermill.Logg
 
 // hold is called when a delivery begins to wait, release when it stops.
 func (w *waker) hold() {
-	if w == nil || w.db == nil {
+	if w.db == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.off {
+		return
+	}
 	w.waiting++
 	if w.idle != nil {
 		w.idle.Stop()
@@ -145,11 +129,14 @@ func (w *waker) hold() {
 }
 
 func (w *waker) release() {
-	if w == nil || w.db == nil {
+	if w.db == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.off {
+		return
+	}
 	if w.waiting--; w.waiting > 0 || w.stop == nil {
 		return
 	}
@@ -177,7 +164,10 @@ func (w *waker) listen(ctx context.Context) {
 			w.logger.Info("Waiting deliveries are not woken when another instance applies their predecessor: "+
 				"the database is not opened with the pgx database/sql driver; they look at their position at each pause",
 				watermill.LogFields{"channel": w.channel})
-			return // w.stop stays set: not tried again
+			w.mu.Lock()
+			w.off = true
+			w.mu.Unlock()
+			return
 		}
 		if time.Since(started) > time.Minute {
 			pause = 100 * time.Millisecond
@@ -212,28 +202,20 @@ func (w *waker) listenOnce(ctx context.Context) error {
 	if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(w.channel)); err != nil {
 		return err
 	}
-	defer w.heard.Store(false)
+	w.listening.Store(true)
+	defer w.listening.Store(false)
 	w.turns.wakeAll() // what moved before the LISTEN was in place
-	// A notification of no aggregate, through the pool, tells that
-	// notifications arrive.
-	if _, err := w.db.ExecContext(ctx, `SELECT pg_notify($1, '')`, w.channel); err != nil {
-		return err
-	}
 	for {
 		note, err := c.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		w.heard.Store(true)
-		if k, mv, ok := parseMove(note.Payload); ok {
-			w.turns.wake(k, mv)
+		var n moveNote
+		if json.Unmarshal([]byte(note.Payload), &n) == nil {
+			w.turns.wake(n.key(), n.move())
 		}
 	}
 }
-
-// listening reports whether the waiters are woken when another instance
-// moves their position.
-func (w *waker) listening() bool { return w != nil && w.heard.Load() }
 
 var errNotPgx = errors.New("not the pgx database/sql driver")
 
