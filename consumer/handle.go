@@ -123,14 +123,15 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			case batchFailed:
 				err = it.err
 			case batchAlone:
-				// Mostly an event whose predecessor is not applied yet: it
-				// waits for its turn, whose first look at the position
-				// tells. Refused again once its wait said it may go, it
-				// takes the path alone, which tells why.
+				// Mostly an event whose predecessor is not applied yet: a
+				// look at its position tells, without a transaction, and
+				// it waits for its turn. Otherwise (its batch failed, or it
+				// was refused again once its wait said it may go) it takes
+				// the path alone, which applies it or tells why not.
 				if ordered(s.tables, m) && !mayGo {
-					err = &OutOfOrderError{Consumer: m.Consumer, Topic: m.Topic, AggregateType: m.AggregateType,
-						AggregateID: m.AggregateID, Got: m.AggregateSeq}
-				} else {
+					err = s.lookForGap(ctx, m)
+				}
+				if err == nil {
 					err = fn(events.WithCause(ctx, m), payload, m)
 				}
 			}

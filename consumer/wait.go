@@ -150,6 +150,20 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	}
 }
 
+// lookForGap returns the gap m waits on, an *OutOfOrderError, or nil when
+// it may be its aggregate's next (or the look failed: the try tells).
+func (s *Set) lookForGap(ctx context.Context, m events.Meta) error {
+	var gap *OutOfOrderError
+	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+		gap, err = lookAtPosition(ctx, db, t, m)
+		return err
+	})
+	if err != nil || gap == nil {
+		return nil
+	}
+	return gap
+}
+
 // startAggregate starts m's aggregate at its lowest waiting event, which
 // waited StartAfter for the earlier ones: the consumer never got them. It
 // returns nil, for m to try again at once (started here or by another
