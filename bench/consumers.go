@@ -111,8 +111,8 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 	results = append(results, e.batchHandlerRow(ctx, s, br, prefix, len(ids), generatedConsumer+"_bulk",
 		"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), default settings"))
 	if br.Scheme() == "nats" {
-		// One instance with more in flight fills bigger transactions; the
-		// default stays small for several instances (see the README).
+		// One instance with more in flight than the default (128) fills
+		// bigger transactions.
 		wide, err := broker.Open(ctx, withQuery(cfg.Broker, "max_in_flight", "256"), broker.Options{})
 		if err != nil {
 			return nil, fmt.Errorf("opening the broker with max_in_flight=256: %w", err)

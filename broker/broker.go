@@ -4,7 +4,7 @@
 //
 // URL forms:
 //
-//	nats://host:4222[,host2:4222]       NATS JetStream; ?ack_wait=30s sets the redelivery wait, ?max_in_flight=32
+//	nats://host:4222[,host2:4222]       NATS JetStream; ?ack_wait=30s sets the redelivery wait, ?max_in_flight=128
 //	                                    the messages a subscription holds at once, ?max_ack_pending=1000 those a
 //	                                    group holds (see below)
 //	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
@@ -35,7 +35,7 @@
 // what is particular to it.
 //
 // On NATS a subscription pulls its group's messages from JetStream, only
-// as many as it has room for: it holds at most max_in_flight (default 32)
+// as many as it has room for: it holds at most max_in_flight (default 128)
 // received and not yet acked or nacked, and hands each out without waiting
 // for the previous ones' acks, so that a Watermill router handles up to
 // max_in_flight at once (see ConcurrentSubscriber). The rest wait on the

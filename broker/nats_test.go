@@ -169,11 +169,11 @@ func TestNATSParams(t *testing.T) {
 		want    natsParams
 		connect string
 	}{
-		{"nats://h:4222", natsParams{30 * time.Second, 1000, 32}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 1000, 32}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1000, 32}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8, 32}, "nats://h:4222"},
-		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000, 32}, "nats://h:4222?name=x"},
+		{"nats://h:4222", natsParams{30 * time.Second, 1000, 128}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 1000, 128}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1000, 128}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8, 128}, "nats://h:4222"},
+		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000, 128}, "nats://h:4222?name=x"},
 		{"nats://h:4222?max_in_flight=7&name=x", natsParams{30 * time.Second, 1000, 7}, "nats://h:4222?name=x"},
 	} {
 		u, err := url.Parse(c.raw)
@@ -201,7 +201,7 @@ func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 		query       string
 		want        int
 		maxInFlight int
-	}{{"?ack_wait=5s", 1000, 32}, {"?ack_wait=5s&max_ack_pending=7&max_in_flight=3", 7, 3}} {
+	}{{"?ack_wait=5s", 1000, 128}, {"?ack_wait=5s&max_ack_pending=7&max_in_flight=3", 7, 3}} {
 		topic := "entoutbox.pending." + randomSuffix()
 		rawURL := natsSetup(t, topic) + c.query
 		ctx, cancel := context.WithTimeout(context.Background(), patience)

@@ -49,8 +49,10 @@ import (
 // failed would have said.
 
 // natsMaxInFlight is how many messages a subscription holds at most,
-// unless the URL sets ?max_in_flight=.
-const natsMaxInFlight = 32
+// unless the URL sets ?max_in_flight=: enough to fill a consumer's
+// batches, and seven instances of a consumer name under max_ack_pending
+// (1,000).
+const natsMaxInFlight = 128
 
 const (
 	// natsPullExpires is how long a pull request waits on the server for

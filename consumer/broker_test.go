@@ -33,8 +33,7 @@ import (
 
 // natsURL redelivers unacked messages after 2 s instead of 30 s; each
 // subscriber holds 3 messages at once, the order test's WithConcurrency(3)
-// (with the default 256 its instances' gap waits crawl: 600 events took
-// 4 minutes instead of 10 s).
+// (ENTOUTBOX_ORDER_NATS_IN_FLIGHT runs that test with more).
 const natsURL = "nats://127.0.0.1:4222?ack_wait=2s&max_in_flight=3"
 
 // patience bounds each wait for what a broker, a relay or PostgreSQL will

@@ -37,12 +37,14 @@ type Config struct {
 	// package); nil turns them off.
 	Metrics *metrics.Metrics
 	// Concurrency is how many handler transactions one instance runs at
-	// once, and, on brokers whose subscribers hand out one message at a
-	// time, how many members of the consumer's group AddToRouter
-	// subscribes per consumer name and topic (a NATS subscriber holds
-	// ?max_in_flight= messages itself, and is subscribed once). 8 when
-	// zero. The ordering check keeps each aggregate's effects in order
-	// whatever it is; without positions in the schema it is 1, as before.
+	// once (shared batches, and as many of the set's own: an event handled
+	// alone, a waiting event's look at its position), and, on brokers
+	// whose subscribers hand out one message at a time, how many members
+	// of the consumer's group AddToRouter subscribes per consumer name and
+	// topic (a NATS subscriber holds ?max_in_flight= messages itself, and
+	// is subscribed once). 8 when zero. The ordering check keeps each
+	// aggregate's effects in order whatever it is; without positions in
+	// the schema it is 1, as before.
 	Concurrency int
 	// BatchSize is how many events one transaction applies at most, for
 	// handlers registered in the set's transactions (every handler
@@ -60,8 +62,11 @@ type Config struct {
 	PassOverDeadLetters bool
 	// GapWait bounds how long one delivery of an event waits, in the
 	// handler set, for its aggregate's previous event (which another
-	// instance may be handling); then the message is nacked, for the
-	// broker to deliver again. 5 s when zero.
+	// instance may be handling) while the aggregate does not move; then
+	// the message is nacked, for the broker to deliver again. Four times
+	// as long while its subscription has a free slot (a NATS subscriber
+	// with fewer than max_in_flight messages): it keeps no other event
+	// out. 5 s when zero.
 	GapWait time.Duration
 	// MaxGap is how long an aggregate waits for a missing event before the
 	// consumer stops waiting: the waiting event goes to the dead letters

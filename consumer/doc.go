@@ -25,15 +25,16 @@
 // The files: set.go is the handler set and how a handler runs alone;
 // handle.go one delivery (decode, tries, dead letters); batch.go the
 // transactions events share; order.go the ordering check; wait.go the wait
-// for an aggregate's previous event; router.go the subscriptions;
-// deadletter.go and message.go what their names say; generated.go the
-// helpers the generated code calls.
+// for an aggregate's previous event, turns.go and wake.go its wake-ups,
+// slots.go what a waiting event takes from the others; router.go the
+// subscriptions; deadletter.go and message.go what their names say;
+// generated.go the helpers the generated code calls.
 //
 // # Order
 //
 // For each consumer name, the effects of one aggregate are applied in the
 // order its events were written, with any number of instances and many
-// messages in flight in each (a NATS subscriber's max_in_flight, 32; on
+// messages in flight in each (a NATS subscriber's max_in_flight, 128; on
 // other brokers AddToRouter subscribes WithConcurrency members of the
 // consumer's group per topic, 8), sharing transactions (WithBatchSize). Emit numbers each
 // aggregate's events on a topic (events.MetaAggregateSeq); the handler's
@@ -42,8 +43,10 @@
 // one (order.go). One at or below the position is a duplicate. One
 // further ahead waits for its predecessor, which another instance is
 // handling or the broker delivers again after a kill: in the handler set,
-// with pauses from 5 to 200 ms, up to WithGapWait (5 s) per delivery, then
-// it is nacked (wait.go). A gap the aggregate has waited on for WithMaxGap
+// until the predecessor is applied, here or in another instance (a
+// notification wakes it: wake.go), looking at the position between pauses
+// of 5 to 200 ms, and nacked once its aggregate has not moved for
+// WithGapWait (5 s) (wait.go). A gap the aggregate has waited on for WithMaxGap
 // (5 min) is an event that never comes: the waiting event goes to the dead
 // letters and the aggregate is held at the missing one. An aggregate of
 // which the consumer has applied nothing starts at its lowest waiting
