@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -270,7 +271,10 @@ func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker,
 	clock := newHandledClock(n)
 	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
 		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	var calls, given atomic.Int64
 	h.OnProfileUpdatedBatch(consumerName, func(ctx context.Context, tx *testent.Tx, batch []testent.ProfileUpdatedDelivery) error {
+		calls.Add(1)
+		given.Add(int64(len(batch)))
 		orders := make([]int64, len(batch))
 		for i, d := range batch {
 			id, err := strconv.ParseInt(d.Meta.AggregateID, 10, 64)
@@ -295,6 +299,9 @@ func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker,
 	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
 		return h.AddToRouter(r, br.Subscriber)
 	})
+	if n := calls.Load(); n > 0 {
+		res.note("%.1f events per call", float64(given.Load())/float64(n))
+	}
 	return res
 }
 
