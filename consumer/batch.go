@@ -92,18 +92,24 @@ func (b *batcher) do(it *batchItem) batchResult {
 }
 
 // startLocked starts batches while there is room and work: at once when
-// none runs (a lone event does not wait), else only a batch of a quarter
-// of the size or more. Starting every transaction it may would make a
-// busy set's batches small, each commit and round trip shared by few
-// events; what waits goes in the next batch, when one ends.
+// none runs (a lone event does not wait); beside n running, only a batch
+// of n quarters of the size or more. Starting every transaction it may
+// would make a busy set's batches small, each commit and round trip
+// shared by few events, and the transactions many, contending for the
+// same database; what waits goes in the next batch, when one ends.
 func (b *batcher) startLocked() {
-	for b.running < b.max && len(b.pending) > 0 && (b.running == 0 || len(b.pending) >= max(b.size/4, 1)) {
+	for b.running < b.max && len(b.pending) > 0 && len(b.pending) >= b.fill() {
 		n := min(len(b.pending), b.size)
 		batch := slices.Clone(b.pending[:n])
 		b.pending = slices.Delete(b.pending, 0, n)
 		b.running++
 		go b.run(batch)
 	}
+}
+
+// fill is how many pending events start a batch beside those running.
+func (b *batcher) fill() int {
+	return min(max(b.size/4, 1)*b.running, b.size)
 }
 
 func (b *batcher) run(batch []*batchItem) {
