@@ -12,7 +12,9 @@ package consumer
 // does not move is left to the full path, alone, as before.
 //
 // Position rows are locked in key order (ORDER BY ... FOR UPDATE), so two
-// batches sharing aggregates wait on each other rather than deadlock.
+// batches sharing aggregates wait on each other rather than deadlock. A
+// move of a position an event waits on wakes it, on any instance
+// (wake.go).
 
 import (
 	"context"
@@ -147,7 +149,7 @@ func recordRoundQuery(t Tables) string {
 			ORDER BY p.topic, p.aggregate_type, p.aggregate_id
 			FOR UPDATE OF p),
 		moved AS (
-			UPDATE ` + positions + ` p SET last_seq = l.seq, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+			UPDATE ` + positions + ` p SET last_seq = l.seq, ` + waitingAfterMove(t, "p", "l.seq") + `, updated_at = now()
 			FROM locked l WHERE p.id = l.id
 			RETURNING l.i),
 		made AS (
@@ -155,7 +157,7 @@ func recordRoundQuery(t Tables) string {
 			SELECT $1::text, f.topic, f.aggregate_type, f.aggregate_id, 1, now() FROM free f WHERE f.seq = 1
 			ORDER BY f.topic, f.aggregate_type, f.aggregate_id
 			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-			SET last_seq = 1, waiting_since = NULL, waiting_seq = NULL, updated_at = now()
+			SET last_seq = 1, ` + waitingAfterMove(t, "p", "1") + `, updated_at = now()
 			WHERE p.last_seq = 0 AND p.held_seq IS NULL
 			RETURNING p.topic, p.aggregate_type, p.aggregate_id),
 		applied AS (

@@ -51,13 +51,16 @@ func waitingAfterMove(t Tables, row, to string) string {
 // to seq to and marked at mark after the move (SQL expressions; the mark
 // NULL for none): a moveNote.
 func notifyWaiters(t Tables, row, to, mark string) string {
-	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_object('consumer', ` + row + `.consumer, 'topic', ` +
+	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_object('schema', current_schema(), 'consumer', ` + row + `.consumer, 'topic', ` +
 		row + `.topic, 'aggregate_type', ` + row + `.aggregate_type, 'aggregate_id', ` + row + `.aggregate_id, 'last_seq', ` +
 		to + `, 'waiting_seq', ` + mark + `)::text)`
 }
 
 // moveNote is a notification's payload: an aggregate's position moved.
 type moveNote struct {
+	// Schema is the writer's current schema: the channel is named after
+	// the table alone, which other schemas of the database may hold too.
+	Schema        string `json:"schema"`
 	Consumer      string `json:"consumer"`
 	Topic         string `json:"topic"`
 	AggregateType string `json:"aggregate_type"`
@@ -199,6 +202,10 @@ func (w *waker) listenOnce(ctx context.Context) error {
 		defer cancel()
 		_ = c.Close(cctx)
 	}()
+	var schema string
+	if err := c.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return err
+	}
 	if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(w.channel)); err != nil {
 		return err
 	}
@@ -211,7 +218,7 @@ func (w *waker) listenOnce(ctx context.Context) error {
 			return err
 		}
 		var n moveNote
-		if json.Unmarshal([]byte(note.Payload), &n) == nil {
+		if json.Unmarshal([]byte(note.Payload), &n) == nil && n.Schema == schema {
 			w.turns.wake(n.key(), n.move())
 		}
 	}

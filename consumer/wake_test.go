@@ -20,6 +20,21 @@ import (
 // only the wake can make it prompt.
 func TestAWaitingEventIsWokenWhenAnotherInstanceAppliesItsPredecessor(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		other []consumer.Option
+	}{
+		{"alone", []consumer.Option{consumer.WithBatchSize(1)}}, // the full path's statements
+		{"in a batch", nil}, // the batch's statement (batchrecord.go)
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			wokenByAnotherInstance(t, c.other)
+		})
+	}
+}
+
+func wokenByAnotherInstance(t *testing.T, otherOpts []consumer.Option) {
 	b := setup(t)
 	ctx := context.Background()
 	slow := append(fast(), consumer.WithGapPauses(2*time.Minute, 2*time.Minute), consumer.WithGapWait(10*time.Minute),
@@ -27,8 +42,7 @@ func TestAWaitingEventIsWokenWhenAnotherInstanceAppliesItsPredecessor(t *testing
 	var calls atomic.Int64
 	waiting := testent.NewOutboxHandlers(b.client, slow...)
 	waiting.OnOrderPaid("billing", seqHandler(&calls, nil))
-	// The other instance applies seq 1 in a transaction of its own.
-	other := testent.NewOutboxHandlers(b.client, append(slow, consumer.WithBatchSize(1))...)
+	other := testent.NewOutboxHandlers(b.client, append(slow, otherOpts...)...)
 	other.OnOrderPaid("billing", seqHandler(&calls, nil))
 
 	done := make(chan error, 1)
