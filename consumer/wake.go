@@ -27,7 +27,6 @@ import (
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -235,7 +234,9 @@ func (w *waker) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 	defer conn.Close()
 	var cfg *pgx.ConnConfig
 	err = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
+		// pgx's database/sql connection, by its method: importing its
+		// package would register the driver in every producer's binary.
+		sc, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
 			return errNotPgx
 		}
