@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/console"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -27,10 +26,10 @@ import (
 func TestOverviewListsWALSlotNamedApartFromPublication(t *testing.T) {
 	t.Parallel()
 	e := setup(t, console.Config{})
-	requireLogical(t, e.db.DB)
+	pgtest.RequireLogical(t, e.db.DB)
 	name := "t" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	slot, publication := name+"_slot", name+"_pub"
-	t.Cleanup(func() { dropWAL(t, e.db.DB, slot, publication) })
+	t.Cleanup(func() { pgtest.DropWAL(t, e.db.DB, slot, publication) })
 
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubsub.Close() })
@@ -68,37 +67,4 @@ func TestOverviewListsWALSlotNamedApartFromPublication(t *testing.T) {
 	require.Regexp(t, regexp.MustCompile(`<tr><td>`+slot+`</td><td><span class="ok">active</span></td>`), body,
 		"the slot the relay streams, listed and active")
 	require.NotContains(t, body, "has run on this outbox", "a WAL relay ran")
-}
-
-func requireLogical(t *testing.T, db *sql.DB) {
-	t.Helper()
-	var level string
-	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
-	if level != "logical" {
-		err := fmt.Errorf("wal_level is %q", level)
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the WAL path's tests need wal_level=logical under CI=true: %v", err)
-		}
-		t.Skipf("skipping: the WAL path needs wal_level=logical (%v); ../shared/services.sh sets it", err)
-	}
-}
-
-// dropWAL drops the slot once no session streams it, and the publication.
-func dropWAL(t *testing.T, db *sql.DB, slot, publication string) {
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	for {
-		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Logf("dropping slot %s: %v", slot, err)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+publication+`"`); err != nil {
-		t.Logf("dropping publication %s: %v", publication, err)
-	}
 }

@@ -43,44 +43,11 @@ type walSetup struct {
 func setupWAL(t *testing.T) *walSetup {
 	t.Helper()
 	b := setupEmit(t)
-	requireLogical(t, b.db.DB)
+	pgtest.RequireLogical(t, b.db.DB)
 	name := "t" + uuid.NewString()[:8] + "_wal"
 	s := &walSetup{emitBundle: b, slot: name, publication: name}
-	t.Cleanup(func() { dropWAL(t, b.db.DB, s.slot, s.publication) })
+	t.Cleanup(func() { pgtest.DropWAL(t, b.db.DB, s.slot, s.publication) })
 	return s
-}
-
-func requireLogical(t *testing.T, db *sql.DB) {
-	t.Helper()
-	var level string
-	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
-	if level != "logical" {
-		err := fmt.Errorf("wal_level is %q", level)
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the WAL path's tests need wal_level=logical under CI=true: %v", err)
-		}
-		t.Skipf("skipping: the WAL path needs wal_level=logical (%v); ../shared/services.sh sets it", err)
-	}
-}
-
-// dropWAL drops the slot once no session streams it, and the publication.
-func dropWAL(t *testing.T, db *sql.DB, slot, publication string) {
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	for {
-		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Logf("dropping slot %s: %v", slot, err)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS "`+publication+`"`); err != nil {
-		t.Logf("dropping publication %s: %v", publication, err)
-	}
 }
 
 // config is a quick WAL relay of s's slot.

@@ -2,12 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
 // status shows a WAL relay's slot: inactive, retaining WAL, in text and
@@ -15,14 +16,7 @@ import (
 func TestStatusShowsWALSlots(t *testing.T) {
 	t.Parallel()
 	db, _ := letterDB(t)
-	var level string
-	require.NoError(t, db.DB.QueryRow(`SHOW wal_level`).Scan(&level))
-	if level != "logical" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the WAL slots need wal_level=logical under CI=true, not %q", level)
-		}
-		t.Skipf("skipping: the WAL slots need wal_level=logical, not %q (../shared/services.sh sets it)", level)
-	}
+	pgtest.RequireLogical(t, db.DB)
 	slot := "t" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_wal"
 	_, err := db.DB.Exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 	require.NoError(t, err)

@@ -266,11 +266,7 @@ func TestReadSlotsListsTheRegisteredSlots(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []outboxdb.WALSlot{{Slot: gone}}, slots)
 
-	var level string
-	require.NoError(t, db.QueryRow(`SHOW wal_level`).Scan(&level))
-	if level != "logical" {
-		t.Skipf("the rest needs wal_level=logical, not %q (../shared/services.sh sets it)", level)
-	}
+	pgtest.RequireLogical(t, db) // for the rest
 	// A slot named apart from any publication, and one of the server's
 	// the outbox's relays never registered.
 	slot, other := name+"_slot", name+"_other"

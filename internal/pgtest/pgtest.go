@@ -109,3 +109,40 @@ func Migrate(t testing.TB, create func(context.Context, ...schema.MigrateOption)
 		t.Fatalf("ent migration: %v", err)
 	}
 }
+
+// RequireLogical skips t, or fails it under CI=true, unless the server
+// runs with wal_level=logical, which the WAL path and its slots need.
+func RequireLogical(t testing.TB, db *sql.DB) {
+	t.Helper()
+	var level string
+	if err := db.QueryRow(`SHOW wal_level`).Scan(&level); err != nil {
+		t.Fatalf("reading wal_level: %v", err)
+	}
+	if level != "logical" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the WAL path's tests need wal_level=logical under CI=true, not %q", level)
+		}
+		t.Skipf("skipping: the WAL path needs wal_level=logical, not %q; ../shared/services.sh sets it", level)
+	}
+}
+
+// DropWAL drops slot once no session streams it (for up to three minutes,
+// as a relay being stopped lets go of it), and publication.
+func DropWAL(t testing.TB, db *sql.DB, slot, publication string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for {
+		_, err := db.ExecContext(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Logf("dropping slot %s: %v", slot, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+pgsql.QuoteIdent(publication)); err != nil {
+		t.Logf("dropping publication %s: %v", publication, err)
+	}
+}
