@@ -14,6 +14,8 @@ import (
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
+	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
 )
 
 // heldBatch handles msgs at once through h, one transaction at a time
@@ -41,22 +43,32 @@ func (b *heldBatch) hold() {
 
 func (b *heldBatch) run(t *testing.T, h *testent.OutboxHandlers, consumerName string, msgs []*message.Message) {
 	t.Helper()
+	names := make([]string, len(msgs))
+	for i := range names {
+		names[i] = consumerName
+	}
+	b.runFor(t, h, names, msgs)
+}
+
+// runFor is run with msgs[i] delivered to consumer names[i].
+func (b *heldBatch) runFor(t *testing.T, h *testent.OutboxHandlers, names []string, msgs []*message.Message) {
+	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(msgs))
-	handle := func(msg *message.Message) {
+	handle := func(i int) {
 		defer wg.Done()
-		errs <- h.Handle(ctx, consumerName, msg)
+		errs <- h.Handle(ctx, names[i], msgs[i])
 	}
 	wg.Add(len(msgs))
-	go handle(msgs[0])
+	go handle(0)
 	select {
 	case <-b.first:
 	case <-time.After(patience):
 		t.Fatal("the first event's handler never ran")
 	}
-	for _, msg := range msgs[1:] {
-		go handle(msg)
+	for i := range msgs[1:] {
+		go handle(i + 1)
 	}
 	require.Eventually(t, func() bool { return consumer.PendingInBatches(h) == len(msgs)-1 }, patience, time.Millisecond,
 		"the other events wait for a batch")
@@ -261,4 +273,46 @@ func TestAFailingBatchHandlerGivesEachEventAlone(t *testing.T) {
 	}
 	require.Equal(t, []int{1, 11, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, sizes, "the failed batch of 11, then each of them alone")
 	require.Zero(t, b.client.DeadLetter.Query().CountX(context.Background()))
+}
+
+// A batch holds the events of every consumer name of the set: each name's
+// positions and records are its own, even for the same events of the same
+// aggregates in one transaction.
+func TestABatchKeepsEachConsumerNamesPositionsApart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := newHeldBatch()
+	var calls atomic.Int64
+	apply := seqHandler(&calls, nil)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithConcurrency(1))...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		held.hold()
+		return apply(ctx, tx, e, m)
+	})
+	h.OnOrderPaid("audit", seqHandler(&calls, nil))
+	// Order 9's first event to billing holds the first batch; then, in the
+	// next one, seqs 1 and 2 of orders 1 to 5 to both names, of orders 11
+	// to 15 to audit alone and of orders 21 to 25 to billing alone.
+	names, msgs := []string{"billing"}, []*message.Message{seqMessage(t, 9, 1)}
+	to := map[string][]int64{"billing": {1, 2, 3, 4, 5, 21, 22, 23, 24, 25}, "audit": {1, 2, 3, 4, 5, 11, 12, 13, 14, 15}}
+	for seq := int64(1); seq <= 2; seq++ {
+		for name, orders := range to {
+			for _, order := range orders {
+				names, msgs = append(names, name), append(msgs, seqMessage(t, order, seq))
+			}
+		}
+	}
+	held.runFor(t, h, names, msgs)
+
+	ctx := context.Background()
+	for name, orders := range to {
+		for _, order := range orders {
+			require.Equal(t, []int64{1, 2}, b.applied(t, name, order), "%s, order %d", name, order)
+		}
+		records := 20 + map[string]int{"billing": 1}[name] // billing's with order 9's
+		require.Equal(t, records, b.client.ProcessedEvent.Query().Where(processedevent.Consumer(name)).CountX(ctx), "%s's records", name)
+		require.Equal(t, 10, b.client.ConsumerPosition.Query().
+			Where(consumerposition.Consumer(name), consumerposition.LastSeq(2)).CountX(ctx), "%s's positions at 2", name)
+	}
+	require.Equal(t, int64(41), calls.Load(), "each handler once per event")
 }

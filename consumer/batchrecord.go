@@ -28,11 +28,12 @@ import (
 )
 
 // roundKey is what two events of one round must not share: their
-// aggregate (an event with a seq), or their event id (one without, which
-// has no position to go through).
+// consumer's position on their aggregate (an event with a seq), or their
+// consumer's record of their event id (one without, which has no position
+// to go through). A set's batch mixes its consumer names.
 type roundKey struct {
-	topic, aggregateType, aggregateID string
-	event                             uuid.UUID
+	consumer, topic, aggregateType, aggregateID string
+	event                                       uuid.UUID
 }
 
 // rounds cuts a sorted batch into rounds, and links each event to the one
@@ -41,9 +42,9 @@ func rounds(t Tables, batch []*batchItem) [][]*batchItem {
 	var out [][]*batchItem
 	last := make(map[roundKey]*batchItem, len(batch))
 	for _, it := range batch {
-		k := roundKey{topic: it.m.Topic, aggregateType: it.m.AggregateType, aggregateID: it.m.AggregateID}
+		k := roundKey{consumer: it.m.Consumer, topic: it.m.Topic, aggregateType: it.m.AggregateType, aggregateID: it.m.AggregateID}
 		if !ordered(t, it.m) {
-			k = roundKey{event: it.m.EventID}
+			k = roundKey{consumer: it.m.Consumer, event: it.m.EventID}
 		}
 		it.prev, it.round = last[k], 0
 		if it.prev != nil {
@@ -65,6 +66,7 @@ func rounds(t Tables, batch []*batchItem) [][]*batchItem {
 func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error {
 	n := len(round)
 	idx := make([]int32, 0, n)
+	consumers := make([]string, 0, n)
 	topics := make([]string, 0, n)
 	types := make([]string, 0, n)
 	aggs := make([]string, 0, n)
@@ -73,7 +75,6 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 	names := make([]string, 0, n)
 	recs := make([]bool, 0, n)
 	byIndex := make([]*batchItem, 0, n)
-	var consumer string
 	for _, it := range round {
 		it.res = batchAlone
 		if it.prev != nil && it.prev.res != batchApplied {
@@ -83,8 +84,8 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 		if !ordered(t, it.m) {
 			seq = 0
 		}
-		consumer = it.m.Consumer
 		idx = append(idx, int32(len(byIndex)))
+		consumers = append(consumers, it.m.Consumer)
 		byIndex = append(byIndex, it)
 		topics = append(topics, it.m.Topic)
 		types = append(types, it.m.AggregateType)
@@ -98,9 +99,9 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 		return nil
 	}
 	var rows entsql.Rows
-	err := tx.Query(ctx, recordRoundQuery(t), []any{consumer, idx, topics, types, aggs, seqs, ids, names, recs}, &rows)
+	err := tx.Query(ctx, recordRoundQuery(t), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs}, &rows)
 	if err != nil {
-		return fmt.Errorf("consumer: recording %d events as processed by %q: %w", len(byIndex), consumer, err)
+		return fmt.Errorf("consumer: recording %d events as processed: %w", len(byIndex), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -125,9 +126,8 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 // recordRoundQueries caches recordRoundQuery per tables.
 var recordRoundQueries sync.Map // Tables -> string
 
-// recordRoundQuery is recordRound's statement. Its parameters: the
-// consumer, then one array per column of the round's events (index,
-// topic, aggregate type, aggregate id, seq (0 for none), event id, event
+// recordRoundQuery is recordRound's statement. Its parameters: one
+// array per column of the round's events (consumer, index, topic, aggregate type, aggregate id, seq (0 for none), event id, event
 // name, whether to insert the dedupe record). It returns, per event,
 // whether it was applied (its position moved, or it has no seq and is not
 // a dead letter) and whether its record is new (true when none is made).
@@ -136,17 +136,17 @@ func recordRoundQuery(t Tables) string {
 		return q.(string)
 	}
 	processed, letters := pgsql.QuoteIdent(t.Processed), pgsql.QuoteIdent(t.DeadLetters)
-	v := `v AS (SELECT * FROM unnest($2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::uuid[], $8::text[], $9::bool[])
-			AS v(i, topic, aggregate_type, aggregate_id, seq, event_id, event_name, rec)),
-		free AS (SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM ` + letters + ` d WHERE d.event_id = v.event_id AND d.source = $1::text)),`
+	v := `v AS (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::uuid[], $8::text[], $9::bool[])
+			AS v(consumer, i, topic, aggregate_type, aggregate_id, seq, event_id, event_name, rec)),
+		free AS (SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM ` + letters + ` d WHERE d.event_id = v.event_id AND d.source = v.consumer)),`
 	applied := `applied AS (SELECT i FROM free)`
 	if t.Positions != "" {
 		positions := pgsql.QuoteIdent(t.Positions)
 		applied = `locked AS (
 			SELECT p.id, f.i, f.seq FROM ` + positions + ` p
-			JOIN free f ON p.consumer = $1::text AND p.topic = f.topic AND p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
+			JOIN free f ON p.consumer = f.consumer AND p.topic = f.topic AND p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
 			WHERE f.seq > 1 AND p.last_seq = f.seq - 1 AND p.held_seq IS NULL
-			ORDER BY p.topic, p.aggregate_type, p.aggregate_id
+			ORDER BY p.consumer, p.topic, p.aggregate_type, p.aggregate_id
 			FOR UPDATE OF p),
 		moved AS (
 			UPDATE ` + positions + ` p SET last_seq = l.seq, ` + waitingAfterMove(t, "p", "l.seq") + `, updated_at = now()
@@ -154,27 +154,27 @@ func recordRoundQuery(t Tables) string {
 			RETURNING l.i),
 		made AS (
 			INSERT INTO ` + positions + ` AS p (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
-			SELECT $1::text, f.topic, f.aggregate_type, f.aggregate_id, 1, now() FROM free f WHERE f.seq = 1
-			ORDER BY f.topic, f.aggregate_type, f.aggregate_id
+			SELECT f.consumer, f.topic, f.aggregate_type, f.aggregate_id, 1, now() FROM free f WHERE f.seq = 1
+			ORDER BY f.consumer, f.topic, f.aggregate_type, f.aggregate_id
 			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
 			SET last_seq = 1, ` + waitingAfterMove(t, "p", "1") + `, updated_at = now()
 			WHERE p.last_seq = 0 AND p.held_seq IS NULL
-			RETURNING p.topic, p.aggregate_type, p.aggregate_id),
+			RETURNING p.consumer, p.topic, p.aggregate_type, p.aggregate_id),
 		applied AS (
 			SELECT i FROM moved
 			UNION ALL SELECT f.i FROM made m JOIN free f
-				ON f.seq = 1 AND f.topic = m.topic AND f.aggregate_type = m.aggregate_type AND f.aggregate_id = m.aggregate_id
+				ON f.seq = 1 AND f.consumer = m.consumer AND f.topic = m.topic AND f.aggregate_type = m.aggregate_type AND f.aggregate_id = m.aggregate_id
 			UNION ALL SELECT i FROM free WHERE seq = 0)`
 	}
 	q := `WITH ` + v + `
 		` + applied + `,
 		done AS (
 			INSERT INTO ` + processed + ` (consumer, event_id, event_name, attempts)
-			SELECT $1::text, v.event_id, v.event_name, 1 FROM v JOIN applied a ON a.i = v.i WHERE v.rec
-			ORDER BY v.event_id
+			SELECT v.consumer, v.event_id, v.event_name, 1 FROM v JOIN applied a ON a.i = v.i WHERE v.rec
+			ORDER BY v.consumer, v.event_id
 			ON CONFLICT (consumer, event_id) DO NOTHING
-			RETURNING event_id)
-		SELECT v.i, a.i IS NOT NULL, NOT v.rec OR EXISTS (SELECT 1 FROM done d WHERE d.event_id = v.event_id)
+			RETURNING consumer, event_id)
+		SELECT v.i, a.i IS NOT NULL, NOT v.rec OR EXISTS (SELECT 1 FROM done d WHERE d.consumer = v.consumer AND d.event_id = v.event_id)
 		FROM v LEFT JOIN applied a ON a.i = v.i`
 	recordRoundQueries.Store(t, q)
 	return q
