@@ -122,3 +122,30 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// With a baseline command, each relay row runs twice, the baseline build
+// just before this one, so that the two are side by side in the table.
+func TestBaselineRowsComeBeforeTheirRow(t *testing.T) {
+	specs, err := rowSpecs([]string{"fast", "wal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := withBaseline(specs, "/old/entoutbox")
+	want := []struct{ name, bin string }{
+		{"entoutbox fast, 1 replica (baseline build)", "/old/entoutbox"},
+		{"entoutbox fast, 1 replica", ""},
+		{"entoutbox WAL (logical replication) (baseline build)", "/old/entoutbox"},
+		{"entoutbox WAL (logical replication)", ""},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rows = %d, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].name != w.name || got[i].bin != w.bin || got[i].path != specs[i/2].path {
+			t.Errorf("row %d = %+v, want name %q bin %q path %q", i, got[i], w.name, w.bin, specs[i/2].path)
+		}
+	}
+	if same := withBaseline(specs, ""); len(same) != len(specs) {
+		t.Errorf("without a baseline the rows are %d, want %d", len(same), len(specs))
+	}
+}

@@ -164,7 +164,7 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 func (e *env) publishBacklog(ctx context.Context, s *sandbox, prefix string, n int) (consumerResult, error) {
 	res := consumerResult{name: "the relay publishing the backlog (fast path, reference)", process: "relay"}
 	start := time.Now()
-	rs, err := startRelays(e, s, "fast", prefix, 1)
+	rs, err := startRelays(e, s, "", "fast", prefix, 1)
 	if err != nil {
 		return res, err
 	}

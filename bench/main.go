@@ -3,6 +3,7 @@
 //
 //	go run ./bench                       # every row, default sizes
 //	go run ./bench --paths compatible --events 5000 --latency-duration 5s --hold 5s
+//	go run ./bench --baseline-bin /path/to/old-entoutbox   # each row before and after a change
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
@@ -59,6 +60,7 @@ type config struct {
 	ConsumerPerTx      int       // events per transaction of the batched floors
 	Progress           io.Writer // progress lines; nil discards them
 	Bin                string    // the entoutbox command the relays run; "" builds it from this module
+	BaselineBin        string    // an earlier build: each relay row runs with it too, just before
 }
 
 func main() {
@@ -89,6 +91,7 @@ func main() {
 	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
+	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
 	flag.Parse()
 	cfg.Paths = splitList(paths)
 
@@ -116,6 +119,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if err != nil {
 		return err
 	}
+	specs = withBaseline(specs, cfg.BaselineBin)
 	if err := cfg.check(); err != nil {
 		return err
 	}

@@ -20,13 +20,30 @@ type rowSpec struct {
 	name     string
 	path     string
 	replicas int
+	bin      string // the entoutbox command its relays run; "" for the env's
+}
+
+// withBaseline puts before each row the same row run by the baseline
+// command (--baseline-bin), so that a change is measured side by side with
+// what it changed, in one run, on one machine state.
+func withBaseline(specs []rowSpec, baseline string) []rowSpec {
+	if baseline == "" {
+		return specs
+	}
+	out := make([]rowSpec, 0, 2*len(specs))
+	for _, s := range specs {
+		b := s
+		b.name, b.bin = s.name+" (baseline build)", baseline
+		out = append(out, b, s)
+	}
+	return out
 }
 
 var knownRows = []rowSpec{
-	{"compatible", "stock watermill-sql + forwarder", "compatible", 1},
-	{"fast", "entoutbox fast, 1 replica", "fast", 1},
-	{"fast3", "entoutbox fast, 3 replicas", "fast", 3},
-	{"wal", "entoutbox WAL (logical replication)", "wal", 1},
+	{"compatible", "stock watermill-sql + forwarder", "compatible", 1, ""},
+	{"fast", "entoutbox fast, 1 replica", "fast", 1, ""},
+	{"fast3", "entoutbox fast, 3 replicas", "fast", 3, ""},
+	{"wal", "entoutbox WAL (logical replication)", "wal", 1, ""},
 }
 
 func rowSpecs(keys []string) ([]rowSpec, error) {
@@ -125,7 +142,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	}
 	e.progress("starting %d %s relay(s), draining", spec.replicas, spec.path)
 	start := time.Now()
-	rs, err := startRelays(e, s, spec.path, prefix, spec.replicas)
+	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas)
 	if err != nil {
 		return err
 	}
@@ -196,7 +213,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 // A WAL relay also makes its slot then, which must exist before the
 // events are emitted: a slot sees only what is committed after it.
 func (e *env) probe(s *sandbox, spec rowSpec, prefix string) error {
-	rs, err := startRelays(e, s, spec.path, prefix, spec.replicas)
+	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas)
 	if err != nil {
 		return err
 	}

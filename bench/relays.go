@@ -41,9 +41,13 @@ type relayProc struct {
 	err    error         // from Wait
 }
 
-// startRelays starts n relays on the sandbox's outbox with path and topic
-// prefix, passing the bench's --poll-interval and --batch-size when given.
-func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, error) {
+// startRelays starts n relays of command bin (the env's when "") on the
+// sandbox's outbox with path and topic prefix, passing the bench's
+// --poll-interval and --batch-size when given.
+func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet, error) {
+	if bin == "" {
+		bin = e.bin
+	}
 	args := []string{"relay", "--database-url", s.url, "--broker", e.cfg.Broker, "--path", path,
 		"--topic-prefix", prefix, "--log-level", "error"}
 	if path == "wal" {
@@ -66,7 +70,7 @@ func startRelays(e *env, s *sandbox, path, prefix string, n int) (*relaySet, err
 			rs.pprofAddr = addr
 			procArgs = append(slices.Clone(args), "--metrics-addr", addr, "--pprof")
 		}
-		p := &relayProc{cmd: exec.Command(e.bin, procArgs...), stderr: &capBuffer{}, done: make(chan struct{})}
+		p := &relayProc{cmd: exec.Command(bin, procArgs...), stderr: &capBuffer{}, done: make(chan struct{})}
 		p.cmd.Stderr = p.stderr
 		if err := p.cmd.Start(); err != nil {
 			_ = rs.stop()
