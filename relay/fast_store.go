@@ -5,15 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -69,13 +65,16 @@ type store struct {
 	initMu    sync.Mutex
 	initDone  bool
 	checked   bool // the table is an outbox table
+	// claims is the claim statement of every shape (see claimShape).
+	claims map[claimShape]claimSQL
 }
 
 func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
 	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
-	return &store{db: db, cfg: cfg, partitions: t.Partitions(), members: t.Relays(), ownerLock: int64(h.Sum64() >> 1)}
+	return &store{db: db, cfg: cfg, partitions: t.Partitions(), members: t.Relays(), ownerLock: int64(h.Sum64() >> 1),
+		claims: claimStatements(cfg.Table, cfg.Partitions)}
 }
 
 // partitionExpr is the partition of an outbox row: the same for every row
@@ -340,208 +339,6 @@ func (s *store) notifyRebalance(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
-// claimQuery is one claim: undelivered rows of topic ("" for every topic)
-// in the given partitions (nil for all), with ids above after or written by
-// one of the late transactions, not in held and not of an aggregate in
-// blocked, oldest first.
-type claimQuery struct {
-	topic   string
-	parts   []int
-	after   int64
-	late    openTxs
-	held    []int64
-	blocked []aggregate
-	limit   int
-	// budget is the most bytes of payload and headers the claim returns;
-	// force lets its first row exceed it (nothing else is held).
-	budget int64
-	force  bool
-	// freed is the count of releases of held bytes when the claim began.
-	freed uint64
-}
-
-// openTxs is the transactions a snapshot saw as in progress: those listed,
-// and every one from an id on (PostgreSQL's snapshot xmax: transactions
-// from it on may have begun already, but are not listed).
-type openTxs struct {
-	listed []string // xid8s
-	from   string   // xid8; "" for none
-}
-
-// merge is the transactions open in a or in b.
-func (a openTxs) merge(b openTxs) openTxs {
-	if a.from == "" {
-		return b
-	}
-	if b.from == "" {
-		return a
-	}
-	out := openTxs{from: a.from}
-	if x, _ := strconv.ParseUint(b.from, 10, 64); x < mustXID(a.from) {
-		out.from = b.from
-	}
-	seen := map[string]bool{}
-	for _, x := range slices.Concat(a.listed, b.listed) {
-		if !seen[x] {
-			seen[x] = true
-			out.listed = append(out.listed, x)
-		}
-	}
-	return out
-}
-
-func mustXID(s string) uint64 {
-	x, _ := strconv.ParseUint(s, 10, 64)
-	return x
-}
-
-// claimed is what a claim read: its rows, and the transactions in progress
-// in its snapshot (zero when it read no row).
-type claimed struct {
-	rows []*row
-	open openTxs
-	// cut tells the claim stopped at a row its byte budget had no room
-	// for: more rows wait. cutSize is that row's size.
-	cut     bool
-	cutSize int64
-}
-
-// claim reads the rows of q. Rows of transactions still open are simply
-// not visible yet: nothing waits for them. The claim also reports which
-// transactions were open in its snapshot. A row below the cursor that
-// becomes visible later can only be theirs: its id was taken before that of
-// a row the claim saw committed, so its transaction had begun. The next
-// claims read those transactions' rows below the cursor in the same
-// snapshot as the rows above it, so an aggregate's rows come out in id
-// order however their transactions' ids interleave.
-func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claimed, error) {
-	part := partitionExpr("o", s.cfg.Partitions)
-	where := []string{"o.delivered_at IS NULL"}
-	args := []any{q.after, q.limit}
-	if q.topic != "" {
-		args = append(args, q.topic)
-		where = append(where, fmt.Sprintf("o.topic = $%d", len(args)))
-	}
-	if q.parts != nil {
-		args = append(args, q.parts)
-		where = append(where, fmt.Sprintf("%s = ANY($%d)", part, len(args)))
-	}
-	// NOT IN over a subquery is hashed: lists of thousands stay cheap.
-	if len(q.held) > 0 {
-		args = append(args, q.held)
-		where = append(where, fmt.Sprintf("o.id NOT IN (SELECT unnest($%d::bigint[]))", len(args)))
-	}
-	if len(q.blocked) > 0 {
-		types, ids := make([]string, len(q.blocked)), make([]string, len(q.blocked))
-		for i, a := range q.blocked {
-			types[i], ids[i] = a.typ, a.id
-		}
-		args = append(args, types, ids)
-		where = append(where, fmt.Sprintf("(o.aggregate_type, o.aggregate_id) NOT IN (SELECT * FROM unnest($%d::text[], $%d::text[]))",
-			len(args)-1, len(args)))
-	}
-	filter := strings.Join(where, " AND ")
-	cols := `o.id, o.event_id, o.event_name, o.event_version, o.topic,
-			o.aggregate_type, o.aggregate_id, o.payload::text AS payload, o.headers::text AS headers, o.created_at,
-			o.attempts, o.readable_from, o.aggregate_seq, ` + part + ` AS part, greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms`
-	table := pgsql.QuoteIdent(s.cfg.Table)
-	// Above the cursor: one ordered scan of the pending index. Below it:
-	// the rows of the late transactions, through the commit-order index.
-	// (The delivered_at test stays outside OFFSET 0 so that the planner
-	// cannot scan the pending index below the cursor instead: while a long
-	// transaction holds vacuum back, that part of it is full of delivered
-	// rows.)
-	from := `SELECT ` + cols + ` FROM ` + table + ` o WHERE ` + filter + ` AND o.id > $1 ORDER BY o.id LIMIT $2`
-	if q.late.from != "" && q.after > 0 {
-		args = append(args, q.late.listed, q.late.from)
-		listed, since := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
-		from = `(` + from + `) UNION ALL (SELECT ` + cols + ` FROM (SELECT * FROM ` + table + ` o
-				WHERE (o.transaction_id = ANY(` + listed + `::text[]::xid8[])
-					OR o.transaction_id >= ` + since + `::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
-				AND o.id <= $1 OFFSET 0) o
-			WHERE ` + filter + `)`
-	}
-	// The byte budget: rows are kept while the running sum of their sizes
-	// fits it (the first one also when forced); the first row beyond it
-	// comes without its payload, to tell the claim was cut there.
-	args = append(args, q.budget, q.force)
-	budget, force := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
-	sized := `SELECT v.*, v.running <= ` + budget + ` OR v.n = 1 AND ` + force + ` AS kept FROM (
-			SELECT u.*, sum(u.size) OVER (ORDER BY u.id) AS running, row_number() OVER (ORDER BY u.id) AS n FROM (
-				SELECT t.*, coalesce(octet_length(t.payload), 0) + coalesce(octet_length(t.headers), 0) AS size
-				FROM (` + from + `) t ORDER BY t.id LIMIT $2) u) v`
-	// A first row of id 0, always there, carries the snapshot's open
-	// transactions as "xmax:xip,xip...", so that even a claim that finds
-	// nothing tells them.
-	db, err := conn.get(ctx, s.db, s.cfg.PollOnly)
-	if err != nil {
-		return claimed{}, err
-	}
-	query := `SELECT * FROM (
-			SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, NULL::bigint, NULL::bigint, 0, 0::bigint, 0::bigint, true,
-				pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
-				array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
-			UNION ALL
-			SELECT w.id, w.event_id, w.event_name, w.event_version, w.topic, w.aggregate_type, w.aggregate_id,
-				CASE WHEN w.kept THEN w.payload END, CASE WHEN w.kept THEN w.headers END, w.created_at, w.attempts,
-				w.readable_from, w.aggregate_seq, w.part, w.wait_ms, w.size, w.kept, NULL
-			FROM (` + sized + `) w WHERE w.running - w.size <= ` + budget + `
-		) c ORDER BY 1`
-	// Through pgx itself rather than database/sql: a claim reads thousands
-	// of rows, and database/sql's per-value conversions cost more than
-	// reading them.
-	var out claimed
-	err = db.Raw(func(dc any) error {
-		rows, err := dc.(*stdlib.Conn).Conn().Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r := &row{}
-			var (
-				waitMS   int64
-				kept     bool
-				open     *string
-				eventID  pgtype.UUID
-				readable *int64
-				seq      *int64
-			)
-			if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-				&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &seq, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
-				return err
-			}
-			if r.id == 0 {
-				xmax, xip, _ := strings.Cut(*open, ":")
-				out.open = openTxs{from: xmax, listed: []string{}}
-				if xip != "" {
-					out.open.listed = strings.Split(xip, ",")
-				}
-				continue
-			}
-			if !kept {
-				out.cut, out.cutSize = true, r.size
-				continue
-			}
-			r.eventID = eventID.Bytes
-			if readable != nil {
-				r.readableFrom = int(*readable)
-			}
-			if seq != nil {
-				r.aggregateSeq = *seq
-			}
-			r.wait = time.Duration(waitMS) * time.Millisecond
-			out.rows = append(out.rows, r)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		conn.reset()
-		return claimed{}, err
-	}
-	return out, nil
-}
-
 // delivered records rows the broker acknowledged.
 func (s *store) delivered(ctx context.Context, ids []int64) error {
 	// Acks commit without waiting for the WAL flush: after a database
@@ -592,39 +389,4 @@ func decodeRowHeaders(r *row) (map[string]string, error) {
 		return nil, err
 	}
 	return h, nil
-}
-
-// claimConn is the connection a subscription claims on, one claim at a
-// time. It plans the claim once (a generic plan): planning it anew for each
-// claim would cost more than running it.
-type claimConn struct {
-	conn *sql.Conn
-}
-
-// pooled (PollOnly: behind a pooler in transaction mode) leaves the
-// session's settings alone, since other clients share it.
-func (c *claimConn) get(ctx context.Context, db *sql.DB, pooled bool) (*sql.Conn, error) {
-	if c.conn != nil {
-		return c.conn, nil
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !pooled {
-		if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-	}
-	c.conn = conn
-	return conn, nil
-}
-
-// reset drops the connection after an error; the next claim opens another.
-func (c *claimConn) reset() {
-	if c.conn != nil {
-		discard(c.conn) // its session setting must not go back to the pool
-		c.conn = nil
-	}
 }
