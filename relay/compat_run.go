@@ -16,7 +16,6 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // forwarderTopic is the name the compatible path subscribes under. The
@@ -81,11 +80,12 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, reason, 0); err != nil {
+		d := malformed(reason, 0)
+		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, d.reason, d.attempts); err != nil {
 			return nil, fmt.Errorf("relay: moving row %d to %s: %w", id, r.cfg.DeadLetterTable, err)
 		}
-		r.cfg.Metrics.DeadLettered(metrics.ReasonMalformed)
-		logDeadLettered(r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), reason, 0)
+		r.cfg.Metrics.DeadLettered(d.class)
+		logDeadLettered(r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d.reason, d.attempts)
 		return nil, nil
 	}
 }

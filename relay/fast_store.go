@@ -355,19 +355,15 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 	return err
 }
 
-// failed records a failed delivery of r and when it may be tried again,
-// which it returns: the rest of its aggregate waits behind it, on this
-// relay and on the next owner of its partition.
-func (s *store) failed(ctx context.Context, r *row, countAttempt bool, reason string) (time.Duration, error) {
-	n := 0
-	if countAttempt {
-		n = 1
-	}
-	wait := s.cfg.backoff(max(r.attempts+n, 1))
+// failed records a failed delivery of r that the failure policy tries
+// again (d): its attempts, when it may be tried again and why it failed.
+// The rest of its aggregate waits behind it, on this relay and on the next
+// owner of its partition.
+func (s *store) failed(ctx context.Context, r *row, d decision) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
 		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
-		r.id, n, wait.Milliseconds(), reason)
-	return wait, err
+		r.id, d.attempts-r.attempts, d.wait.Milliseconds(), d.reason)
+	return err
 }
 
 // deadLetter moves a row to the dead letters after attempts tries.

@@ -32,7 +32,7 @@ type Subscriber struct {
 	closing  chan struct{}
 	wg       sync.WaitGroup
 	stopNote context.CancelFunc
-	reasons  sync.Map // *message.Message -> failure
+	reasons  sync.Map // *message.Message -> nackReason
 	seq      int      // numbers the subscriptions: each owns partitions under its own name
 	instance string   // random, tells this Subscriber from any other with its RelayID
 	// bytesHeld is what its subscriptions hold as MaxBytesInFlight counts
@@ -74,11 +74,11 @@ func (s *Subscriber) newLiveness(holder string) *liveness {
 	return l
 }
 
-type failure struct {
-	reason       string
-	countAttempt bool
-	permanent    bool // no retry can cure it: dead-letter at once
-	unsent       bool // the relay did not publish it (see mayPublish)
+// nackReason is why a message handed out was nacked, kept in reasons until
+// its subscription takes the nack.
+type nackReason struct {
+	failure
+	unsent bool // the relay did not publish it (see mayPublish)
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -174,7 +174,7 @@ func (s *Subscriber) isClosed() bool {
 // Permanent() bool method, as the broker package's InvalidTopicError)
 // sends the row to the dead letters at once.
 func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool) {
-	s.reasons.Store(msg, failure{reason: reason.Error(), countAttempt: countAttempt, permanent: permanent(reason)})
+	s.reasons.Store(msg, nackReason{failure: failure{reason: reason.Error(), counts: countAttempt, permanent: permanent(reason)}})
 	settle(msg, false)
 }
 

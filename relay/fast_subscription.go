@@ -334,14 +334,14 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 		if err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
-			reason := err.Error()
-			if err := sub.s.store.deadLetter(context.Background(), r, reason, r.attempts); err != nil {
+			d := malformed(err.Error(), r.attempts)
+			if err := sub.s.store.deadLetter(context.Background(), r, d.reason, d.attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err,
 					watermill.LogFields{"event_id": r.eventID.String(), "relay": sub.holder})
 				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
 			} else {
-				sub.metrics.DeadLettered(metrics.ReasonMalformed)
-				logDeadLettered(sub.s.cfg.Logger, PathFast, sub.holder, r, reason, r.attempts)
+				sub.metrics.DeadLettered(d.class)
+				logDeadLettered(sub.s.cfg.Logger, PathFast, sub.holder, r, d.reason, d.attempts)
 			}
 			continue
 		}
@@ -542,7 +542,7 @@ func (d *directMsg) mayPublish() bool {
 // its row comes again, with the rest of its aggregate behind it.
 func unsent(msg *message.Message) {
 	d := msg.Context().(*directMsg)
-	d.sub.s.reasons.Store(msg, failure{unsent: true})
+	d.sub.s.reasons.Store(msg, nackReason{unsent: true})
 	settle(msg, false)
 }
 
@@ -570,7 +570,7 @@ func settle(msg *message.Message, acked bool) {
 // settled takes an ack or a nack of a message in flight.
 func (sub *subscription) settled(res result) {
 	if !res.acked {
-		if f, ok := sub.s.reasons.Load(res.msg); ok && f.(failure).unsent {
+		if f, ok := sub.s.reasons.Load(res.msg); ok && f.(nackReason).unsent {
 			sub.s.reasons.Delete(res.msg)
 			// Not published, and no fault of the row: nothing to record.
 			sub.q.settle(res.row, false)
@@ -590,41 +590,33 @@ func (sub *subscription) settled(res result) {
 	sub.q.goOn(r.aggregate())
 }
 
-// nacked handles a failed delivery of r: a retry later, or the dead
-// letters after the last attempt. It reports whether the aggregate goes on
-// at once (the row is set aside) rather than waiting for the retry.
+// nacked handles a failed delivery of r as the failure policy decides: a
+// retry later, or the dead letters. It reports whether the aggregate goes
+// on at once (the row is set aside) rather than waiting for the retry.
 func (sub *subscription) nacked(r *row, msg *message.Message) bool {
 	s := sub.s
-	f := failure{reason: "nacked by the subscriber's consumer", countAttempt: true}
+	f := failure{reason: "nacked by the subscriber's consumer", counts: true}
 	if v, ok := s.reasons.LoadAndDelete(msg); ok {
-		f = v.(failure)
+		f = v.(nackReason).failure
 	}
-	attempts := r.attempts
-	if f.countAttempt {
-		attempts++
-	}
-	if f.permanent || attempts >= s.cfg.MaxAttempts {
-		reason, class := fmt.Sprintf("%s (after %d attempts)", f.reason, attempts), metrics.ReasonMaxAttempts
-		if f.permanent {
-			reason, class = "refused for good: "+f.reason, metrics.ReasonPermanent
-		}
-		err := s.store.deadLetter(sub.ctx, r, reason, attempts)
+	d := s.cfg.failurePolicy().decide(tries{attempts: r.attempts}, f)
+	if d.deadLetter {
+		err := s.store.deadLetter(sub.ctx, r, d.reason, d.attempts)
 		if err == nil {
-			sub.metrics.DeadLettered(class)
-			logDeadLettered(s.cfg.Logger, PathFast, sub.holder, r, reason, attempts)
+			sub.metrics.DeadLettered(d.class)
+			logDeadLettered(s.cfg.Logger, PathFast, sub.holder, r, d.reason, d.attempts)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
 			watermill.LogFields{"event_id": r.eventID})
-		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(attempts)))
+		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(d.attempts)))
 		return false
 	}
 	sub.metrics.Retried(r.topic)
-	wait, err := s.store.failed(sub.ctx, r, f.countAttempt, f.reason)
-	if err != nil {
+	if err := s.store.failed(sub.ctx, r, d); err != nil {
 		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
 	}
-	sub.block(r.aggregate(), r.partition, time.Now().Add(wait))
+	sub.block(r.aggregate(), r.partition, time.Now().Add(d.wait))
 	return false
 }
 

@@ -315,7 +315,7 @@ func (s *walSession) take(m pglogrepl.Message) error {
 		}
 		r := rel.decode(m.Tuple)
 		if s.w.add(r) {
-			s.deadLetter(r, r.bad.Error(), 0, metrics.ReasonMalformed)
+			s.deadLetter(r, malformed(r.bad.Error(), 0))
 		}
 	case *pglogrepl.CommitMessage:
 		s.w.commit(m.TransactionEndLSN)
@@ -364,30 +364,25 @@ func (s *walSession) dispatch() {
 	}
 }
 
-// published takes the outcome of publishing r. A failure in an outage is
-// tried again without counting; the row's own failures count, and after
-// MaxAttempts (or one that no retry cures) it goes to the dead letters.
+// published takes the outcome of publishing r: a failure is tried again
+// or dead-lettered as the failure policy decides (failures in an outage do
+// not count as attempts).
 func (s *walSession) published(r *walRow, err error) {
 	if err == nil {
 		s.settle(r)
 		return
 	}
-	if !s.pub.counts(err) {
-		r.outages++
-		s.retry(r, min(s.cfg.backoff(r.outages), time.Second))
+	d := s.cfg.failurePolicy().decide(tries{attempts: r.attempts, outages: r.outages},
+		failure{reason: err.Error(), counts: s.pub.counts(err), permanent: permanent(err)})
+	r.attempts, r.outages = d.attempts, d.outages
+	if d.deadLetter {
+		s.deadLetter(r, d)
 		return
 	}
-	r.attempts++
-	if permanent(err) {
-		s.deadLetter(r, "refused for good: "+err.Error(), r.attempts, metrics.ReasonPermanent)
-		return
+	if d.counted {
+		s.metrics.Retried(r.topic)
 	}
-	if r.attempts >= s.cfg.MaxAttempts {
-		s.deadLetter(r, fmt.Sprintf("%s (after %d attempts)", err, r.attempts), r.attempts, metrics.ReasonMaxAttempts)
-		return
-	}
-	s.metrics.Retried(r.topic)
-	s.retry(r, s.cfg.backoff(r.attempts))
+	s.retry(r, d.wait)
 }
 
 func (s *walSession) settle(r *walRow) {
@@ -399,17 +394,17 @@ func (s *walSession) retry(r *walRow, wait time.Duration) {
 	time.AfterFunc(wait, func() { s.w.again(r) })
 }
 
-// deadLetter moves r to the dead letters with reason beside the stream,
+// deadLetter moves r to the dead letters as d says, beside the stream,
 // trying again while the database fails, and settles it once it is there.
-func (s *walSession) deadLetter(r *walRow, reason string, attempts int, class string) {
+func (s *walSession) deadLetter(r *walRow, d decision) {
 	s.out.Add(1)
 	go func() {
 		defer s.out.Done()
 		for failures := 1; ; failures++ {
-			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, reason, attempts)
+			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.reason, d.attempts)
 			if err == nil {
-				s.metrics.DeadLettered(class)
-				logDeadLettered(s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, reason, attempts)
+				s.metrics.DeadLettered(d.class)
+				logDeadLettered(s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d.reason, d.attempts)
 				s.settle(r)
 				return
 			}
