@@ -29,10 +29,10 @@ const forwarderTopic = "outbox"
 func (r *Relay) runCompatible(ctx context.Context) error {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(r.cfg.DB), wsql.SubscriberConfig{
 		ConsumerGroup:  r.cfg.Compatible.ConsumerGroup,
-		PollInterval:   r.cfg.Compatible.PollInterval,
-		ResendInterval: r.cfg.Compatible.RetryInterval,
-		RetryInterval:  r.cfg.Compatible.RetryInterval,
-		SchemaAdapter: SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.Compatible.BatchSize,
+		PollInterval:   r.cfg.PollInterval,
+		ResendInterval: r.cfg.RetryInterval,
+		RetryInterval:  r.cfg.RetryInterval,
+		SchemaAdapter: SchemaAdapter{Table: r.cfg.Table, SelectBatchSize: r.cfg.BatchSize,
 			TopicPrefix: r.cfg.TopicPrefix, CloudEvents: r.cfg.CloudEvents},
 		OffsetsAdapter:   newOffsetsAdapter(r.cfg.Table),
 		InitializeSchema: true,

@@ -102,7 +102,7 @@ func TestFastPathLogsEachDeadLetter(t *testing.T) {
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Logger: logs,
 		Publisher: pingedPoisonPublisher{poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent}},
 		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: relayID}}})
-	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
+	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 3)

@@ -2,14 +2,14 @@ package relay
 
 import "time"
 
-// The defaults of Config, its FastConfig and CompatibleConfig, and
-// SubscriberConfig, defined once; the command's
-// flags show them. Where the read paths differ, each has its own: the
-// compatible path keeps the stock watermill-sql subscriber's.
+// The defaults of Config, its FastConfig, CompatibleConfig and WALConfig,
+// and SubscriberConfig, defined once; the command's flags show them. Where
+// the read paths differ, each has its own: the compatible path keeps the
+// stock watermill-sql subscriber's.
 const (
-	DefaultBatchSize           = 2000 // rows held at once, fast path
+	DefaultBatchSize           = 2000 // rows held at once, fast and wal paths
 	DefaultCompatibleBatchSize = 100  // rows read at once, compatible path
-	DefaultConcurrency         = 256  // publishes in flight, fast path
+	DefaultConcurrency         = 256  // publishes in flight, fast and wal paths
 	DefaultLease               = 30 * time.Second
 	DefaultPartitions          = 64
 	DefaultMaxAttempts         = 10
@@ -22,8 +22,8 @@ const (
 
 	DefaultPollInterval           = 500 * time.Millisecond // fast path, without a notification
 	DefaultCompatiblePollInterval = time.Second
-	// DefaultRetryInterval is the fast path's first retry of a failed
-	// publish; the wait doubles up to DefaultMaxBackoff.
+	// DefaultRetryInterval is the fast and wal paths' first retry of a
+	// failed publish; the wait doubles up to DefaultMaxBackoff.
 	DefaultRetryInterval           = 100 * time.Millisecond
 	DefaultCompatibleRetryInterval = time.Second // fixed, as the stock forwarder retries
 	DefaultMaxBackoff              = 30 * time.Second

@@ -19,6 +19,96 @@ const AllTopics = "*"
 // MetaTopic is the destination topic of a message read with AllTopics.
 const MetaTopic = "outbox_topic"
 
+// FastConfig configures the fast read path: what only it uses. The
+// settings it shares with other paths (BatchSize, Concurrency,
+// MaxBytesInFlight, MaxAttempts, RetryInterval, MaxBackoff, PollInterval)
+// are Config's.
+type FastConfig struct {
+	// RelayID names this relay in the partition table; random when empty.
+	// A relay restarted under the same name is back at work at once.
+	RelayID string
+	// Lease is how long a relay owns its partitions without renewing
+	// them: the partitions of a relay that is paused or cut off go to the
+	// others after it (one that dies, within seconds through its liveness
+	// lock, unless PollOnly). DefaultLease when zero; at least 1s.
+	Lease time.Duration
+	// Partitions is how many parts the aggregates are hashed into; the
+	// relays of a table share them out, so it bounds how many can work at
+	// once. Every relay of a table must use the same number;
+	// DefaultPartitions when zero, at most 4096.
+	Partitions int
+	// PollOnly disables what needs a session of its own, for PgBouncer in
+	// transaction mode: LISTEN/NOTIFY unless ListenDB is set (it polls
+	// instead), the liveness lock (a relay that dies is taken over when its
+	// lease ends) and the claim's session setting.
+	PollOnly bool
+	// ListenDB, when set, is a direct connection to the outbox's database
+	// to LISTEN on, when Config.DB goes through a pooler in transaction
+	// mode (see SubscriberConfig.ListenDB).
+	ListenDB *sql.DB
+	// Delete removes delivered rows instead of marking them delivered_at
+	// (kept for a retention window; see CleanupDelivered).
+	Delete bool
+
+	// Concurrency bounds the publishes in flight.
+	//
+	// Deprecated: use Config.Concurrency; this one is used, on the fast
+	// path, when that is zero.
+	Concurrency int
+	// Subscriber held the fast path's settings before they moved to
+	// Config and FastConfig.
+	//
+	// Deprecated: use the fields of Config (BatchSize, MaxBytesInFlight,
+	// PollInterval, MaxAttempts, RetryInterval for InitialBackoff,
+	// MaxBackoff) and of FastConfig (RelayID, Lease, Partitions, PollOnly,
+	// ListenDB, Delete). Each field set here is used, on the fast path,
+	// when its new one is zero. Its Table, DeadLetterTable, Logger and
+	// CloudEvents are the relay's: leave them empty.
+	Subscriber SubscriberConfig
+}
+
+func (c *FastConfig) setDefaults() {
+	orDefault(&c.Lease, DefaultLease)
+	orDefault(&c.Partitions, DefaultPartitions)
+	// RelayID: the Subscriber picks a random one.
+}
+
+// validate reports the first setting that cannot work, naming its field
+// after prefix; table and deadLetterTable are the relay's.
+func (c FastConfig) validate(prefix, table, deadLetterTable string) error {
+	switch {
+	case c.Lease != 0 && c.Lease < time.Second:
+		return fmt.Errorf("relay: %sLease must be at least 1s, not %s", prefix, c.Lease)
+	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
+		return fmt.Errorf("relay: %sPartitions must be between 1 and %d, not %d", prefix, maxPartitions, c.Partitions)
+	case c.Concurrency < 0:
+		return fmt.Errorf("relay: %sConcurrency must not be negative, not %d", prefix, c.Concurrency)
+	case c.Subscriber.Table != "" && c.Subscriber.Table != table:
+		return fmt.Errorf("relay: %sSubscriber.Table is %q, but the relay's table is Config.Table (%q): leave it empty",
+			prefix, c.Subscriber.Table, table)
+	case c.Subscriber.DeadLetterTable != "" && c.Subscriber.DeadLetterTable != deadLetterTable:
+		return fmt.Errorf("relay: %sSubscriber.DeadLetterTable is %q, but the relay's is Config.DeadLetterTable (%q): "+
+			"leave it empty", prefix, c.Subscriber.DeadLetterTable, deadLetterTable)
+	}
+	sub := c.Subscriber
+	sub.Table = table
+	return sub.validate(prefix + "Subscriber.")
+}
+
+// subscriberConfig is the fast Subscriber's configuration in a relay: the
+// relay's settings (the deprecated Fast.Subscriber taken in), and that
+// one's CloseTimeout.
+func (c Config) subscriberConfig() SubscriberConfig {
+	return SubscriberConfig{
+		Table: c.Table, DeadLetterTable: c.DeadLetterTable, Logger: c.Logger, CloudEvents: c.CloudEvents,
+		RelayID: c.Fast.RelayID, Lease: c.Fast.Lease, Partitions: c.Fast.Partitions,
+		PollOnly: c.Fast.PollOnly, ListenDB: c.Fast.ListenDB, Delete: c.Fast.Delete,
+		BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight, PollInterval: c.PollInterval,
+		MaxAttempts: c.MaxAttempts, InitialBackoff: c.RetryInterval, MaxBackoff: c.MaxBackoff,
+		CloseTimeout: c.Fast.Subscriber.CloseTimeout,
+	}
+}
+
 // SubscriberConfig configures the fast Subscriber.
 type SubscriberConfig struct {
 	// Table and DeadLetterTable name the tables; the schema package's

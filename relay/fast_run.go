@@ -30,7 +30,7 @@ func (r *Relay) runFast(ctx context.Context) error {
 	}
 	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
 
-	pub := r.startPublishing(r.cfg.Fast.Concurrency)
+	pub := r.startPublishing(r.cfg.Concurrency)
 	// A message may wait long for a publish slot: by then the subscription
 	// may no longer own its row's partition.
 	pub.mayPublish = func(msg *message.Message) bool { return msg.Context().(*directMsg).mayPublish() }

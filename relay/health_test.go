@@ -86,7 +86,7 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 	// A long retry interval: a retry before the dead letter would show.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 5}}})
-	cfg.Fast.Subscriber.InitialBackoff = time.Minute
+	cfg.RetryInterval = time.Minute
 	runRelay(t, cfg)
 	require.Eventually(t, func() bool { return got.distinct() == 1 }, patience, 20*time.Millisecond)
 	got.mu.Lock()
@@ -116,7 +116,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 	// One attempt only: a single counted failure would dead-letter a row.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1}}})
-	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
+	cfg.RetryInterval = 20 * time.Millisecond
 	runRelay(t, cfg)
 	first := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, first, patience)
@@ -154,7 +154,7 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 	logs := newCaptureLogs()
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix, Logger: logs,
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: prefix + "relay"}}})
-	cfg.Fast.Subscriber.InitialBackoff = 20 * time.Millisecond
+	cfg.RetryInterval = 20 * time.Millisecond
 	runRelay(t, cfg)
 	lost := emitOrders(t, b.client, 5, 5, 0)
 	waitDelivered(t, b, 5)

@@ -74,7 +74,7 @@ func TestRelayMetricsAfterARun(t *testing.T) {
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Metrics: m,
 		Publisher: poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent},
 		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
-	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
+	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 3)

@@ -60,7 +60,7 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	}
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 4}}})
-	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
+	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 1)
@@ -92,7 +92,7 @@ func TestFailedPublishRecordsAttemptsAndLastErrorOnTheRow(t *testing.T) {
 	// A bound far away: the row keeps failing and stays in the outbox.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
 		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1000}}})
-	cfg.Fast.Subscriber.InitialBackoff = 10 * time.Millisecond
+	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 
 	var (
@@ -171,7 +171,7 @@ func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
 		}
 	}}
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub})
-	cfg.Fast.Subscriber.InitialBackoff = time.Second
+	cfg.RetryInterval = time.Second
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)

@@ -105,8 +105,8 @@ func (c SubscriberConfig) failurePolicy() failurePolicy {
 // walOutageCap bounds the WAL path's wait after a failure in an outage.
 const walOutageCap = time.Second
 
-// failurePolicy is the WAL path's: its outages back off by their own count,
-// up to walOutageCap.
-func (c WALConfig) failurePolicy() failurePolicy {
+// walFailurePolicy is the WAL path's: its outages back off by their own
+// count, up to walOutageCap.
+func (c Config) walFailurePolicy() failurePolicy {
 	return failurePolicy{maxAttempts: c.MaxAttempts, backoff: c.backoff, outageCap: walOutageCap}
 }

@@ -3,19 +3,11 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
-
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
-	"github.com/entoutbox/entoutbox/metrics"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Path is how the relay reads committed rows.
@@ -39,173 +31,6 @@ const (
 	// delivery state. One relay streams a slot; others wait as standbys.
 	PathWAL Path = "wal"
 )
-
-// Config configures a Relay. What both read paths share is at the top;
-// each path's own settings are in Fast, Compatible and WAL, and only the
-// chosen path's are used.
-type Config struct {
-	// DB holds the outbox table (database/sql with the pgx driver).
-	DB *sql.DB
-	// Publisher receives every event on its destination topic.
-	Publisher message.Publisher
-	// Path selects the read path; PathFast when empty.
-	Path Path
-	// Table and DeadLetterTable name the tables; the schema package's
-	// defaults when empty.
-	Table           string
-	DeadLetterTable string
-	// TopicPrefix is prepended to every destination topic, e.g. to keep
-	// the environments that share a broker apart ("staging_").
-	TopicPrefix string
-	// CloseTimeout bounds how long shutdown waits for in-flight publishes;
-	// DefaultCloseTimeout when zero.
-	CloseTimeout time.Duration
-	// Logger receives what the relay logs, each dead letter at error level
-	// among it; slog.Default() (through watermill.NewSlogLogger) when nil.
-	// watermill.NopLogger{} silences it.
-	Logger watermill.LoggerAdapter
-
-	// Metrics, when set, receives the relay's metrics (see the metrics
-	// package); nil turns them off.
-	Metrics *metrics.Metrics
-	// TracerProvider starts a producer span "send <topic>" per publish, a
-	// child of the span the event was emitted in, whose context goes out
-	// in the message's metadata for the consumer's span (propagated with
-	// otel.GetTextMapPropagator()). The global provider when nil, which
-	// traces nothing until the application sets one.
-	TracerProvider trace.TracerProvider
-	// MessagingSystem is the messaging.system attribute of the spans, the
-	// broker's name (broker.MessagingSystem of a broker.Broker's Scheme);
-	// "watermill" when empty.
-	MessagingSystem string
-	// CloudEvents, when set, makes every message a CloudEvents 1.0 event
-	// in binary content mode (ce_ metadata; see CloudEvents), on either
-	// path.
-	CloudEvents *CloudEvents
-
-	// Fast configures PathFast.
-	Fast FastConfig
-	// Compatible configures PathCompatible.
-	Compatible CompatibleConfig
-	// WAL configures PathWAL.
-	WAL WALConfig
-}
-
-// FastConfig configures the fast read path.
-type FastConfig struct {
-	// Concurrency bounds the publishes in flight; DefaultConcurrency when
-	// zero.
-	Concurrency int
-	// Subscriber configures the reads: batch size, byte bound, lease,
-	// partitions, polling, retries, MaxAttempts, RelayID. Its Table,
-	// DeadLetterTable and Logger are the relay's: leave them empty.
-	Subscriber SubscriberConfig
-}
-
-// CompatibleConfig configures the compatible read path, the stock
-// watermill-sql subscriber and Watermill's forwarder.
-type CompatibleConfig struct {
-	// ConsumerGroup names the relay's read position; relays sharing a
-	// group share the work. DefaultConsumerGroup when empty.
-	ConsumerGroup string
-	// PollInterval is how often it looks for new rows;
-	// DefaultCompatiblePollInterval when zero.
-	PollInterval time.Duration
-	// RetryInterval is how long a failed publish waits before it is tried
-	// again; DefaultCompatibleRetryInterval when zero.
-	RetryInterval time.Duration
-	// BatchSize is how many rows it reads at once;
-	// DefaultCompatibleBatchSize when zero.
-	BatchSize int
-}
-
-func (c *Config) setDefaults() {
-	if c.Path == "" {
-		c.Path = PathFast
-	}
-	if c.Table == "" {
-		c.Table = schema.OutboxTable
-	}
-	if c.DeadLetterTable == "" {
-		c.DeadLetterTable = schema.DeadLetterTable
-	}
-	if c.CloseTimeout == 0 {
-		c.CloseTimeout = DefaultCloseTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = defaultLogger()
-	}
-	if c.Fast.Concurrency == 0 {
-		c.Fast.Concurrency = DefaultConcurrency
-	}
-	c.Compatible.setDefaults()
-	if c.Path == PathWAL {
-		c.WAL.setDefaults(c.Table)
-	}
-}
-
-func (c *CompatibleConfig) setDefaults() {
-	if c.ConsumerGroup == "" {
-		c.ConsumerGroup = DefaultConsumerGroup
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = DefaultCompatiblePollInterval
-	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = DefaultCompatibleRetryInterval
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultCompatibleBatchSize
-	}
-}
-
-// subscriberConfig is the fast Subscriber's configuration: Fast.Subscriber
-// with the relay's tables and logger.
-func (c Config) subscriberConfig() SubscriberConfig {
-	sc := c.Fast.Subscriber
-	sc.Table, sc.DeadLetterTable, sc.Logger = c.Table, c.DeadLetterTable, c.Logger
-	sc.CloudEvents = c.CloudEvents
-	return sc
-}
-
-// Validate reports the first setting that cannot work, naming its field.
-// New calls it after filling in the defaults.
-func (c Config) Validate() error {
-	switch {
-	case c.DB == nil:
-		return errors.New("relay: Config.DB is nil")
-	case c.Publisher == nil:
-		return errors.New("relay: Config.Publisher is nil")
-	case c.Path != "" && c.Path != PathFast && c.Path != PathCompatible && c.Path != PathWAL:
-		return fmt.Errorf("relay: Config.Path is %q; want %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL)
-	case c.CloseTimeout < 0:
-		return fmt.Errorf("relay: Config.CloseTimeout must not be negative, not %s", c.CloseTimeout)
-	case c.Fast.Concurrency < 0:
-		return fmt.Errorf("relay: Config.Fast.Concurrency must not be negative, not %d", c.Fast.Concurrency)
-	case c.Fast.Subscriber.Table != "" && c.Fast.Subscriber.Table != c.Table:
-		return fmt.Errorf("relay: Config.Fast.Subscriber.Table is %q, but the relay's table is Config.Table (%q): leave it empty",
-			c.Fast.Subscriber.Table, c.Table)
-	case c.Fast.Subscriber.DeadLetterTable != "" && c.Fast.Subscriber.DeadLetterTable != c.DeadLetterTable:
-		return fmt.Errorf("relay: Config.Fast.Subscriber.DeadLetterTable is %q, but the relay's is Config.DeadLetterTable (%q): "+
-			"leave it empty", c.Fast.Subscriber.DeadLetterTable, c.DeadLetterTable)
-	case c.Compatible.PollInterval < 0:
-		return fmt.Errorf("relay: Config.Compatible.PollInterval must not be negative, not %s", c.Compatible.PollInterval)
-	case c.Compatible.RetryInterval < 0:
-		return fmt.Errorf("relay: Config.Compatible.RetryInterval must not be negative, not %s", c.Compatible.RetryInterval)
-	case c.Compatible.BatchSize < 0:
-		return fmt.Errorf("relay: Config.Compatible.BatchSize must not be negative, not %d", c.Compatible.BatchSize)
-	}
-	if err := checkTableName(c.Table); err != nil {
-		return err
-	}
-	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
-		return err
-	}
-	if err := c.WAL.validate("Config.WAL."); err != nil {
-		return err
-	}
-	return c.subscriberConfig().validate("Config.Fast.Subscriber.")
-}
 
 func checkTableName(table string) error {
 	if err := outboxdb.CheckName(table); err != nil {
@@ -242,10 +67,10 @@ type Relay struct {
 
 // New checks cfg and returns a relay; Run starts it.
 func New(cfg Config) (*Relay, error) {
-	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	return &Relay{cfg: cfg, tracer: tracing.New(cfg.TracerProvider)}, nil
 }
 

@@ -18,10 +18,10 @@ import (
 // quick makes a relay of the given path react fast enough for tests.
 func quick(path relay.Path, cfg relay.Config) relay.Config {
 	cfg.Path = path
-	cfg.Fast.Subscriber.PollInterval = 20 * time.Millisecond
-	cfg.Fast.Subscriber.InitialBackoff = 50 * time.Millisecond
-	cfg.Compatible.PollInterval = 20 * time.Millisecond
-	cfg.Compatible.RetryInterval = 50 * time.Millisecond
+	cfg.RetryInterval = 50 * time.Millisecond
+	if path != relay.PathWAL { // it streams
+		cfg.PollInterval = 20 * time.Millisecond
+	}
 	return cfg
 }
 

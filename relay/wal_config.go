@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"regexp"
 	"time"
-
-	"github.com/entoutbox/entoutbox/internal/backoff"
 )
 
 // WALConfig configures the WAL read path: committed inserts read from
 // PostgreSQL logical replication (pgoutput), in commit order. The delivery
 // state is the replication slot's confirmed position; no row is written
-// per delivered event.
+// per delivered event. It holds what only this path uses; the settings it
+// shares with other paths (BatchSize, Concurrency, MaxBytesInFlight,
+// MaxAttempts, RetryInterval, MaxBackoff) are Config's.
 type WALConfig struct {
 	// Slot names the logical replication slot, created when absent;
 	// "<table>_wal" when empty. Lower-case letters, digits and underscores,
@@ -25,27 +25,6 @@ type WALConfig struct {
 	// connection settings. Set it when DB goes through a pooler, which
 	// cannot carry replication.
 	ReplicationURL string
-	// Concurrency bounds the publishes in flight; DefaultConcurrency when
-	// zero.
-	Concurrency int
-	// MaxRowsInFlight bounds the rows of transactions read and not yet
-	// confirmed: when reached, the relay stops reading the stream until
-	// the broker acked the oldest. It also bounds the duplicates after a
-	// crash (a single larger transaction is read through).
-	// DefaultBatchSize when zero.
-	MaxRowsInFlight int
-	// MaxBytesInFlight bounds the payload and header bytes held of rows
-	// not yet acked; a larger row is held alone. DefaultMaxBytesInFlight
-	// when zero.
-	MaxBytesInFlight int64
-	// MaxAttempts bounds the failed publishes of a row (outages do not
-	// count) before it goes to the dead letters; DefaultMaxAttempts when
-	// zero.
-	MaxAttempts int
-	// InitialBackoff is the wait before a failed publish is tried again,
-	// doubling up to MaxBackoff; DefaultRetryInterval and
-	// DefaultMaxBackoff when zero.
-	InitialBackoff, MaxBackoff time.Duration
 	// StatusInterval is how often the confirmed position is sent to the
 	// server; DefaultWALStatusInterval when zero.
 	StatusInterval time.Duration
@@ -56,6 +35,32 @@ type WALConfig struct {
 	// it delivered (a snapshot, for CleanupDelivered and status);
 	// DefaultWALProgressInterval when zero, never when negative.
 	ProgressInterval time.Duration
+
+	// Concurrency bounds the publishes in flight.
+	//
+	// Deprecated: use Config.Concurrency; this one is used, on the wal
+	// path, when that is zero.
+	Concurrency int
+	// MaxRowsInFlight bounds the rows read and not yet confirmed.
+	//
+	// Deprecated: use Config.BatchSize; this one is used, on the wal path,
+	// when that is zero.
+	MaxRowsInFlight int
+	// MaxBytesInFlight bounds the payload and header bytes held.
+	//
+	// Deprecated: use Config.MaxBytesInFlight; this one is used, on the
+	// wal path, when that is zero.
+	MaxBytesInFlight int64
+	// MaxAttempts bounds the failed publishes of a row.
+	//
+	// Deprecated: use Config.MaxAttempts; this one is used, on the wal
+	// path, when that is zero.
+	MaxAttempts int
+	// InitialBackoff and MaxBackoff space the retries of a failed publish.
+	//
+	// Deprecated: use Config.RetryInterval and Config.MaxBackoff; these
+	// are used, on the wal path, when those are zero.
+	InitialBackoff, MaxBackoff time.Duration
 }
 
 // Defaults of WALConfig.
@@ -71,44 +76,21 @@ var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // defaultWALName is the default slot and publication name of table.
 func defaultWALName(table string) string { return table + "_wal" }
 
+// setNames fills in the default slot and publication names of table.
+func (c *WALConfig) setNames(table string) {
+	orDefault(&c.Slot, defaultWALName(table))
+	orDefault(&c.Publication, defaultWALName(table))
+}
+
 func (c *WALConfig) setDefaults(table string) {
-	if c.Slot == "" {
-		c.Slot = defaultWALName(table)
-	}
-	if c.Publication == "" {
-		c.Publication = defaultWALName(table)
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxRowsInFlight == 0 {
-		c.MaxRowsInFlight = DefaultBatchSize
-	}
-	if c.MaxBytesInFlight == 0 {
-		c.MaxBytesInFlight = DefaultMaxBytesInFlight
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.InitialBackoff == 0 {
-		c.InitialBackoff = DefaultRetryInterval
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
-	if c.StatusInterval == 0 {
-		c.StatusInterval = DefaultWALStatusInterval
-	}
-	if c.StandbyRetry == 0 {
-		c.StandbyRetry = DefaultWALStandbyRetry
-	}
-	if c.ProgressInterval == 0 {
-		c.ProgressInterval = DefaultWALProgressInterval
-	}
+	c.setNames(table)
+	orDefault(&c.StatusInterval, DefaultWALStatusInterval)
+	orDefault(&c.StandbyRetry, DefaultWALStandbyRetry)
+	orDefault(&c.ProgressInterval, DefaultWALProgressInterval)
 }
 
 // validate reports the first setting that cannot work, naming its field
-// under prefix. Slot and Publication are checked once the defaults are in.
+// under prefix.
 func (c WALConfig) validate(prefix string) error {
 	switch {
 	case c.Slot != "" && !slotName.MatchString(c.Slot):
@@ -135,9 +117,4 @@ func (c WALConfig) validate(prefix string) error {
 		return fmt.Errorf("relay: %sStandbyRetry must not be negative, not %s", prefix, c.StandbyRetry)
 	}
 	return nil
-}
-
-// backoff is the wait after the given failed attempt (1-based).
-func (c WALConfig) backoff(attempt int) time.Duration {
-	return backoff.Exponential(c.InitialBackoff, c.MaxBackoff, attempt)
 }

@@ -33,7 +33,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	}
 	stat := &walState{slot: cfg.Slot, role: WALConnecting}
 	r.wal.Store(stat)
-	pub := r.startPublishing(cfg.Concurrency)
+	pub := r.startPublishing(r.cfg.Concurrency)
 	defer pub.stop(r.cfg.CloseTimeout)
 	var wg sync.WaitGroup
 	defer wg.Wait()

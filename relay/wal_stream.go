@@ -177,14 +177,14 @@ func (s *walSession) read(ctx context.Context) error {
 	nextStatus := time.Now()
 	// Confirmed rows are sent on in good time: until the server has their
 	// position they are held (a crash would send them again).
-	sendAt := max(s.cfg.MaxRowsInFlight/4, 1)
+	sendAt := max(s.r.cfg.BatchSize/4, 1)
 	deadline := &deadlineCtx{parent: ctx}
 	defer deadline.stop()
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		mayRead := s.w.mayRead(s.cfg.MaxRowsInFlight, s.cfg.MaxBytesInFlight)
+		mayRead := s.w.mayRead(s.r.cfg.BatchSize, s.r.cfg.MaxBytesInFlight)
 		if unsent := s.w.unsentRows(); !time.Now().Before(nextStatus) || unsent >= sendAt || unsent > 0 && !mayRead {
 			if err := s.sendStatus(false); err != nil {
 				return err
@@ -342,7 +342,7 @@ func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
 // session ends.
 func (s *walSession) dispatch() {
 	for {
-		r := s.w.next(s.cfg.Concurrency)
+		r := s.w.next(s.r.cfg.Concurrency)
 		if r == nil {
 			select {
 			case <-s.w.wake:
@@ -372,7 +372,7 @@ func (s *walSession) published(r *walRow, err error) {
 		s.settle(r)
 		return
 	}
-	d := s.cfg.failurePolicy().decide(tries{attempts: r.attempts, outages: r.outages},
+	d := s.r.cfg.walFailurePolicy().decide(tries{attempts: r.attempts, outages: r.outages},
 		failure{reason: err.Error(), counts: s.pub.counts(err), permanent: permanent(err)})
 	r.attempts, r.outages = d.attempts, d.outages
 	if d.deadLetter {
@@ -413,7 +413,7 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 					watermill.LogFields{"event_id": r.eventID.String(), "relay": s.cfg.Slot})
 			}
 			select {
-			case <-time.After(s.cfg.backoff(failures)):
+			case <-time.After(s.r.cfg.backoff(failures)):
 			case <-s.ctx.Done():
 				return // the next session reads it again
 			}
