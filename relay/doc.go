@@ -9,9 +9,10 @@
 //
 // Config.TopicPrefix is prepended to every topic on the broker; consumers
 // must subscribe with the same prefix (consumer.WithTopicPrefix), or they
-// receive nothing. Config.Lease bounds how long a relay that is paused or
-// cut off from the database keeps its partitions; one that dies is taken
-// over within seconds, through its liveness lock, unless PollOnly.
+// receive nothing. Config.Fast.Lease bounds how long a relay that is
+// paused or cut off from the database keeps its partitions; one that dies
+// is taken over within seconds, through its liveness lock, unless
+// Fast.PollOnly.
 //
 // The two read paths live in files named for them: fast_* (PathFast, the
 // default: claims by partition, LISTEN/NOTIFY, one message in flight per
