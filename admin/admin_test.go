@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,9 @@ func setupOn(t *testing.T, url, service string) *env {
 	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
 	pgtest.Migrate(t, e.client.Schema.Create)
 	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	e.admin = admin.New(e.ent)
+	a, err := admin.Open(db.DB, admin.Tables{})
+	require.NoError(t, err)
+	e.admin = a
 	if url != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -223,11 +226,11 @@ func retryConsumerDeadLetter(t *testing.T, removed bool) {
 	rs, err = e.admin.RetryMatching(ctx, admin.Filter{Source: "billing"})
 	require.NoError(t, err)
 	require.Empty(t, rs)
-	got, err := e.admin.DeadLetter(ctx, d.ID)
+	got, err := e.admin.DeadLetterByID(ctx, d.ID)
 	require.NoError(t, err)
-	require.Equal(t, admin.StateRetried, admin.StateOf(got))
-	require.Equal(t, id, admin.EventID(got))
-	require.Equal(t, uuid.Nil, got.EventID, "the consumer must not skip the retried event")
+	require.Equal(t, admin.StateRetried, got.State())
+	require.Equal(t, id, got.EventID)
+	require.Equal(t, uuid.Nil, e.ent.DeadLetter.GetX(ctx, d.ID).EventID, "the consumer must not skip the retried event")
 
 	time.Sleep(500 * time.Millisecond) // room for a second delivery, if any
 	require.Equal(t, 1, e.invoices("billing"))
@@ -323,11 +326,11 @@ func TestDiscardKeepsTheLetterMarked(t *testing.T) {
 	_, err = e.admin.Discard(ctx, "x", 999999)
 	require.ErrorIs(t, err, admin.ErrNotFound)
 
-	got, err := e.admin.DeadLetter(ctx, old.ID)
+	got, err := e.admin.DeadLetterByID(ctx, old.ID)
 	require.NoError(t, err)
-	require.Equal(t, admin.StateDiscarded, admin.StateOf(got))
+	require.Equal(t, admin.StateDiscarded, got.State())
 	require.Equal(t, "refunded by hand", got.DiscardNote)
-	require.Equal(t, old.EventID, got.EventID, "its consumer keeps skipping the event")
+	require.Equal(t, old.EventID, e.ent.DeadLetter.GetX(ctx, old.ID).EventID, "its consumer keeps skipping the event")
 	require.Equal(t, old.Payload, got.Payload)
 
 	rs, err = e.admin.Retry(ctx, old.ID)
@@ -336,7 +339,7 @@ func TestDiscardKeepsTheLetterMarked(t *testing.T) {
 	require.Zero(t, e.ent.Outbox.Query().CountX(ctx), "a discarded letter is not retried")
 
 	list := func(f admin.Filter) []int64 {
-		ds, err := e.admin.DeadLetters(ctx, f)
+		ds, err := e.admin.ListDeadLetters(ctx, f)
 		require.NoError(t, err)
 		var ids []int64
 		for _, d := range ds {
@@ -353,10 +356,10 @@ func TestDiscardKeepsTheLetterMarked(t *testing.T) {
 	require.Equal(t, []int64{recent.ID}, list(admin.Filter{Since: time.Now().Add(-time.Hour)}))
 
 	// Purge keeps open letters and recently settled ones.
-	n, err := admin.PurgeSettled(ctx, e.db.DB, time.Hour, 10)
+	n, err := e.admin.PurgeSettled(ctx, time.Hour, 10)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	n, err = admin.PurgeSettled(ctx, e.db.DB, 0, 10)
+	n, err = e.admin.PurgeSettled(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	require.Equal(t, []int64{recent.ID}, list(admin.Filter{}))
@@ -470,7 +473,9 @@ func TestRetryWritesTheEventOnce(t *testing.T) {
 	again := e.ent.Outbox.Query().Where(outboxrow.EventID(id)).OnlyX(ctx)
 	require.Equal(t, row.ID, again.ID, "the pending row is left to the relay, not written again")
 	for _, d := range letters {
-		require.Equal(t, admin.StateRetried, admin.StateOf(e.ent.DeadLetter.GetX(ctx, d.ID)))
+		got, err := e.admin.DeadLetterByID(ctx, d.ID)
+		require.NoError(t, err)
+		require.Equal(t, admin.StateRetried, got.State())
 	}
 }
 
@@ -481,15 +486,63 @@ func TestReplayMessageKeepsReadableFrom(t *testing.T) {
 	e := setup(t, false)
 	ctx := context.Background()
 	_, err := e.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
-		aggregate_id, payload, readable_from, delivered_at) VALUES
-		(gen_random_uuid(), 'order.paid', 3, 'orders', 'Order', 'a', '{}', 2, now()),
-		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'b', '{}', NULL, now())`)
+		aggregate_id, payload, headers, readable_from, aggregate_seq, delivered_at) VALUES
+		(gen_random_uuid(), 'order.paid', 3, 'orders', 'Order', 'a', '{"n": 1}', '{"trace": "t1"}', 2, 7, now()),
+		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'b', '{}', NULL, NULL, NULL, now())`)
 	require.NoError(t, err)
+	var pub recorder
+	n, err := e.admin.Replay(ctx, &pub, admin.Range{Events: []string{"order.paid"}}, admin.ReplayOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Len(t, pub.msgs, 2)
+	first := pub.msgs[0].Metadata
+	require.Equal(t, "2", first.Get(events.MetaReadableFrom))
+	require.Equal(t, "t1", first.Get("trace"))
+	require.Equal(t, "7", first.Get(events.MetaAggregateSeq))
+	require.JSONEq(t, `{"n": 1}`, string(pub.msgs[0].Payload))
+	require.Empty(t, pub.msgs[1].Metadata.Get(events.MetaReadableFrom))
+
+	// The deprecated builder of an ent row's message says the same.
 	rows, err := e.ent.Outbox.Query().Order(ent.Asc("id")).All(ctx)
 	require.NoError(t, err)
-	require.Len(t, rows, 2)
-	require.Equal(t, "2", admin.Message(rows[0]).Metadata.Get(events.MetaReadableFrom))
-	require.Empty(t, admin.Message(rows[1]).Metadata.Get(events.MetaReadableFrom))
+	old := admin.Message(rows[0])
+	require.Equal(t, pub.msgs[0].UUID, old.UUID)
+	delete(old.Metadata, events.MetaPublishID) // a replay's own
+	replayed := maps.Clone(first)
+	delete(replayed, events.MetaPublishID)
+	require.Equal(t, replayed, old.Metadata)
+}
+
+// recorder is a publisher that keeps what it is given.
+type recorder struct{ msgs []*message.Message }
+
+func (r *recorder) Publish(_ string, msgs ...*message.Message) error {
+	r.msgs = append(r.msgs, msgs...)
+	return nil
+}
+
+func (r *recorder) Close() error { return nil }
+
+// The deprecated constructor works as before, on the default tables,
+// through the ent client, with the ent client's types.
+func TestDeprecatedNewStillWorks(t *testing.T) {
+	t.Parallel()
+	e := setup(t, false)
+	ctx := context.Background()
+	d := e.addLetter(t, "billing", "bug", time.Now())
+	a := admin.New(e.ent)
+	rs, err := a.Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: d.EventID, Source: "billing", Outcome: admin.Rebuilt}}, rs)
+	ds, err := a.DeadLetters(ctx, admin.Filter{})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	want := e.ent.DeadLetter.GetX(ctx, d.ID)
+	require.Equal(t, want.RetriedEventID, ds[0].RetriedEventID)
+	require.Equal(t, uuid.Nil, ds[0].EventID, "a retried letter's event_id is cleared, as ent reads it")
+	require.Equal(t, admin.StateRetried, admin.StateOf(ds[0]))
+	require.Equal(t, d.EventID, admin.EventID(ds[0]))
+	require.Equal(t, 1, e.ent.Outbox.Query().CountX(ctx), "the event is back in the outbox")
 }
 
 // Replay sends delivered events only: rows still pending, interleaved with
@@ -588,7 +641,7 @@ func TestPurgeSettledRefusesANegativeRetention(t *testing.T) {
 	require.NoError(t, e.ent.DeadLetter.UpdateOne(retried).SetRetriedAt(time.Now()).Exec(ctx))
 	e.addLetter(t, "audit", "disk full", time.Now())
 
-	n, err := admin.PurgeSettled(ctx, e.db.DB, -time.Hour, 10)
+	n, err := e.admin.PurgeSettled(ctx, -time.Hour, 10)
 	require.EqualError(t, err, "admin: retention -1h0m0s must not be negative")
 	require.Zero(t, n)
 	require.Equal(t, 3, e.ent.DeadLetter.Query().CountX(ctx), "nothing deleted")

@@ -7,38 +7,101 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/ent"
-	"github.com/entoutbox/entoutbox/ent/deadletter"
-	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
-	"github.com/entoutbox/entoutbox/ent/predicate"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/retention"
 	"github.com/entoutbox/entoutbox/outbox"
-	"github.com/entoutbox/entoutbox/schema"
 )
-
-// Admin repairs the outbox tables reached through an ent client.
-type Admin struct {
-	client *ent.Client
-}
-
-// New returns an Admin working through client.
-func New(client *ent.Client) *Admin { return &Admin{client: client} }
 
 // State is what was done with a dead letter.
 type State string
 
 const (
-	StateOpen      State = "open"      // neither retried nor discarded
-	StateRetried   State = "retried"   // back in the outbox
-	StateDiscarded State = "discarded" // set aside for good
+	StateOpen      State = outboxdb.LetterOpen      // neither retried nor discarded
+	StateRetried   State = outboxdb.LetterRetried   // back in the outbox
+	StateDiscarded State = outboxdb.LetterDiscarded // set aside for good
 )
 
+// DeadLetter is an event the relay or a consumer gave up on, with the
+// reason, and what an operator did with it.
+type DeadLetter struct {
+	ID int64 `json:"id"`
+	// EventID is the event's id, also once the letter was retried;
+	// uuid.Nil (JSON null) when the message had none.
+	EventID       uuid.UUID `json:"event_id"`
+	Source        string    `json:"source"` // "relay" or the consumer's name
+	EventName     string    `json:"event_name"`
+	EventVersion  int       `json:"event_version"`
+	Topic         string    `json:"topic"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	// AggregateSeq is the event's place in its aggregate's order on its
+	// topic, which a retry keeps; 0 when it had none.
+	AggregateSeq int64 `json:"aggregate_seq,omitempty"`
+	// Payload is as received, which may not be JSON. In JSON it is
+	// "payload" when it is JSON, else "payload_text" when it is UTF-8,
+	// else "payload_base64".
+	Payload []byte `json:"-"`
+	// Headers are as stored, which may not be a JSON object of strings;
+	// JSON "headers" when they are JSON.
+	Headers     []byte     `json:"-"`
+	Reason      string     `json:"reason"`
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"created_at"` // when it was dead-lettered
+	RetriedAt   *time.Time `json:"retried_at,omitempty"`
+	DiscardedAt *time.Time `json:"discarded_at,omitempty"`
+	DiscardNote string     `json:"discard_note,omitempty"`
+}
+
+// State tells what was done with d.
+func (d DeadLetter) State() State {
+	switch {
+	case d.RetriedAt != nil:
+		return StateRetried
+	case d.DiscardedAt != nil:
+		return StateDiscarded
+	}
+	return StateOpen
+}
+
+// MarshalJSON writes d with its state, and its payload and headers as
+// JSON when they are.
+func (d DeadLetter) MarshalJSON() ([]byte, error) {
+	type fields DeadLetter // without this method
+	v := struct {
+		fields
+		EventID       *uuid.UUID      `json:"event_id"`
+		State         State           `json:"state"`
+		Headers       json.RawMessage `json:"headers,omitempty"`
+		Payload       json.RawMessage `json:"payload,omitempty"`
+		PayloadText   string          `json:"payload_text,omitempty"`
+		PayloadBase64 []byte          `json:"payload_base64,omitempty"`
+	}{fields: fields(d), State: d.State()}
+	if d.EventID != uuid.Nil {
+		v.EventID = &d.EventID
+	}
+	if len(d.Headers) > 0 && json.Valid(d.Headers) {
+		v.Headers = d.Headers
+	}
+	switch {
+	case len(d.Payload) == 0:
+	case json.Valid(d.Payload):
+		v.Payload = d.Payload
+	case utf8.Valid(d.Payload):
+		v.PayloadText = string(d.Payload)
+	default:
+		v.PayloadBase64 = d.Payload
+	}
+	return json.Marshal(v)
+}
+
 // StateOf tells what was done with d.
+//
+// Deprecated: use DeadLetter.State; DeadLetterByID and ListDeadLetters
+// return DeadLetter.
 func StateOf(d *ent.DeadLetter) State {
 	switch {
 	case d.RetriedAt != nil:
@@ -51,6 +114,9 @@ func StateOf(d *ent.DeadLetter) State {
 
 // EventID is the id of d's event, retried or not (a retried letter keeps it
 // in retried_event_id); uuid.Nil when the message had none.
+//
+// Deprecated: use DeadLetter.EventID, which is the event's id retried or
+// not.
 func EventID(d *ent.DeadLetter) uuid.UUID {
 	if d.RetriedEventID != nil {
 		return *d.RetriedEventID
@@ -69,67 +135,80 @@ type Filter struct {
 	Limit  int       // at most this many, newest first; 0 for all
 }
 
-func (f Filter) predicates() ([]predicate.DeadLetter, error) {
-	var ps []predicate.DeadLetter
-	if f.Source != "" {
-		ps = append(ps, deadletter.SourceEQ(f.Source))
-	}
-	if f.Event != "" {
-		ps = append(ps, deadletter.EventNameEQ(f.Event))
-	}
-	if f.Reason != "" {
-		ps = append(ps, deadletter.ReasonContains(f.Reason))
-	}
-	if !f.Since.IsZero() {
-		ps = append(ps, deadletter.CreatedAtGTE(f.Since))
-	}
-	if !f.Until.IsZero() {
-		ps = append(ps, deadletter.CreatedAtLT(f.Until))
-	}
-	switch f.State {
-	case "":
-	case StateOpen:
-		ps = append(ps, deadletter.RetriedAtIsNil(), deadletter.DiscardedAtIsNil())
-	case StateRetried:
-		ps = append(ps, deadletter.RetriedAtNotNil())
-	case StateDiscarded:
-		ps = append(ps, deadletter.DiscardedAtNotNil())
-	default:
-		return nil, fmt.Errorf("admin: unknown dead-letter state %q (want open, retried or discarded)", f.State)
-	}
-	return ps, nil
+func (f Filter) letters() outboxdb.LetterFilter {
+	return outboxdb.LetterFilter{Source: f.Source, Event: f.Event, Reason: f.Reason, Since: f.Since, Until: f.Until,
+		State: string(f.State), Limit: f.Limit}
 }
 
-// DeadLetters lists the dead letters f selects, newest first.
-func (a *Admin) DeadLetters(ctx context.Context, f Filter) ([]*ent.DeadLetter, error) {
-	ps, err := f.predicates()
+// ListDeadLetters lists the dead letters f selects, newest first.
+func (a *Admin) ListDeadLetters(ctx context.Context, f Filter) ([]DeadLetter, error) {
+	ds, err := a.tables.ReadDeadLetters(ctx, a.db, f.letters())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("admin: %w", err)
 	}
-	q := a.client.DeadLetter.Query().Where(ps...).Order(deadletter.ByID(entsql.OrderDesc()))
-	if f.Limit > 0 {
-		q = q.Limit(f.Limit)
+	out := make([]DeadLetter, len(ds))
+	for i, d := range ds {
+		out[i] = DeadLetter(d)
 	}
-	ds, err := q.All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("admin: listing dead letters: %w", err)
-	}
-	return ds, nil
+	return out, nil
 }
 
 // ErrNotFound is returned for a dead-letter id that does not exist.
 var ErrNotFound = errors.New("admin: no such dead letter")
 
-// DeadLetter returns the dead letter id.
-func (a *Admin) DeadLetter(ctx context.Context, id int64) (*ent.DeadLetter, error) {
-	d, err := a.client.DeadLetter.Get(ctx, id)
-	if ent.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+// DeadLetterByID returns the dead letter id; ErrNotFound when there is
+// none.
+func (a *Admin) DeadLetterByID(ctx context.Context, id int64) (DeadLetter, error) {
+	d, err := a.tables.ReadDeadLetter(ctx, a.db, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return DeadLetter{}, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("admin: reading dead letter %d: %w", id, err)
+		return DeadLetter{}, fmt.Errorf("admin: %w", err)
 	}
-	return d, nil
+	return DeadLetter(d), nil
+}
+
+// DeadLetters lists the dead letters f selects, newest first.
+//
+// Deprecated: use ListDeadLetters, which returns DeadLetter.
+func (a *Admin) DeadLetters(ctx context.Context, f Filter) ([]*ent.DeadLetter, error) {
+	ds, err := a.ListDeadLetters(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ent.DeadLetter, len(ds))
+	for i, d := range ds {
+		out[i] = entLetter(d)
+	}
+	return out, nil
+}
+
+// DeadLetter returns the dead letter id.
+//
+// Deprecated: use DeadLetterByID, which returns DeadLetter.
+func (a *Admin) DeadLetter(ctx context.Context, id int64) (*ent.DeadLetter, error) {
+	d, err := a.DeadLetterByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return entLetter(d), nil
+}
+
+// entLetter is d as ent reads its row: a retried letter's event id is in
+// RetriedEventID, its EventID cleared.
+func entLetter(d DeadLetter) *ent.DeadLetter {
+	e := &ent.DeadLetter{ID: d.ID, EventID: d.EventID, Source: d.Source, EventName: d.EventName,
+		EventVersion: d.EventVersion, Topic: d.Topic, AggregateType: d.AggregateType, AggregateID: d.AggregateID,
+		Payload: d.Payload, Headers: d.Headers, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
+		RetriedAt: d.RetriedAt, DiscardedAt: d.DiscardedAt, DiscardNote: d.DiscardNote}
+	if d.AggregateSeq != 0 {
+		e.AggregateSeq = &d.AggregateSeq
+	}
+	if d.RetriedAt != nil && d.EventID != uuid.Nil {
+		e.RetriedEventID, e.EventID = &d.EventID, uuid.Nil
+	}
+	return e
 }
 
 // Outcome is what a retry or a discard did with one dead letter.
@@ -189,113 +268,91 @@ func (a *Admin) RetryMatching(ctx context.Context, f Filter) ([]Result, error) {
 // openIDs lists the open letters f selects, oldest first.
 func (a *Admin) openIDs(ctx context.Context, f Filter) ([]int64, error) {
 	f.State = StateOpen
-	ps, err := f.predicates()
+	ids, err := a.tables.ReadDeadLetterIDs(ctx, a.db, f.letters())
 	if err != nil {
-		return nil, err
-	}
-	q := a.client.DeadLetter.Query().Where(ps...).Order(deadletter.ByID())
-	if f.Limit > 0 {
-		q = q.Limit(f.Limit)
-	}
-	ids, err := q.IDs(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("admin: listing dead letters: %w", err)
+		return nil, fmt.Errorf("admin: %w", err)
 	}
 	return ids, nil
 }
 
 func (a *Admin) retryOne(ctx context.Context, id int64) (res Result, err error) {
-	tx, err := a.client.Tx(ctx)
-	if err != nil {
-		return res, fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
-	}
-	defer func() {
-		if err != nil || res.Outcome == Skipped {
-			_ = tx.Rollback()
-			return
+	err = a.inTx(ctx, func(tx tx) (bool, error) {
+		// The lock makes a concurrent retry of the same letter wait, then
+		// find it retried.
+		ds, err := a.tables.LockDeadLetters(ctx, tx, id)
+		if err != nil {
+			return false, err
 		}
-		if cerr := tx.Commit(); cerr != nil {
-			err = fmt.Errorf("admin: retrying dead letter %d: %w", id, cerr)
+		if len(ds) == 0 {
+			return false, fmt.Errorf("%w: %d", ErrNotFound, id)
 		}
-	}()
-	// The lock makes a concurrent retry of the same letter wait, then
-	// find it retried.
-	d, err := tx.DeadLetter.Query().Where(deadletter.ID(id)).ForUpdate().Only(ctx)
-	if ent.IsNotFound(err) {
-		return res, fmt.Errorf("%w: %d", ErrNotFound, id)
+		d := DeadLetter(ds[0])
+		res = Result{Letter: id, EventID: d.EventID, Source: d.Source}
+		skip := func(why string) (bool, error) {
+			res.Outcome, res.Why = Skipped, why
+			return false, nil
+		}
+		switch {
+		case d.RetriedAt != nil:
+			return skip("already retried at " + d.RetriedAt.UTC().Format(time.RFC3339))
+		case d.DiscardedAt != nil:
+			return skip("discarded at " + d.DiscardedAt.UTC().Format(time.RFC3339))
+		case d.EventID == uuid.Nil:
+			return skip("the message had no event id")
+		}
+		outcome, why, err := a.requeue(ctx, tx, d)
+		if err != nil {
+			return false, err
+		}
+		if outcome == Skipped {
+			return skip(why)
+		}
+		res.Outcome = outcome
+		return true, a.tables.MarkRetried(ctx, tx, id, time.Now())
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		err = fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
 	}
-	if err != nil {
-		return res, fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
-	}
-	res = Result{Letter: id, EventID: EventID(d), Source: d.Source}
-	skip := func(why string) (Result, error) {
-		res.Outcome, res.Why = Skipped, why
-		return res, nil
-	}
-	switch {
-	case d.RetriedAt != nil:
-		return skip("already retried at " + d.RetriedAt.UTC().Format(time.RFC3339))
-	case d.DiscardedAt != nil:
-		return skip("discarded at " + d.DiscardedAt.UTC().Format(time.RFC3339))
-	case d.EventID == uuid.Nil:
-		return skip("the message had no event id")
-	}
-	var why string
-	res.Outcome, why, err = requeue(ctx, tx, d)
-	if err != nil {
-		return res, fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
-	}
-	if res.Outcome == Skipped {
-		return skip(why)
-	}
-	err = tx.DeadLetter.UpdateOneID(id).SetRetriedAt(time.Now()).SetRetriedEventID(d.EventID).ClearEventID().Exec(ctx)
-	if err != nil {
-		return res, fmt.Errorf("admin: marking dead letter %d retried: %w", id, err)
-	}
-	return res, nil
+	return res, err
 }
 
 // requeue makes d's event a pending outbox row in tx, with its original id:
 // the retained row written again at the end of the outbox, or one rebuilt
 // from d. It says why when d cannot be rebuilt (Skipped).
-func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, string, error) {
+func (a *Admin) requeue(ctx context.Context, tx tx, d DeadLetter) (Outcome, string, error) {
+	delivery, err := a.tables.ReadDelivery(ctx, tx)
+	if err != nil {
+		return "", "", err
+	}
+	o, err := a.tables.ReadRowOfEvent(ctx, tx, delivery, d.EventID, true)
 	var (
 		row     outbox.Row
 		outcome Outcome
 	)
-	o, err := tx.Outbox.Query().Where(outboxrow.EventID(d.EventID)).ForUpdate().Only(ctx)
-	// The WAL read path delivers without stamping delivered_at.
-	walDelivered := false
-	if err == nil && o.DeliveredAt == nil {
-		if walDelivered, err = outboxdb.New(schema.OutboxTable, "").WALDelivered(ctx, tx, o.ID); err != nil {
-			return "", "", err
-		}
-	}
 	switch {
-	case ent.IsNotFound(err):
+	case errors.Is(err, sql.ErrNoRows):
 		var why string
 		if row, why = rowOf(d); why != "" {
 			return Skipped, why, nil
 		}
 		outcome = Rebuilt
 	case err != nil:
-		return "", "", fmt.Errorf("reading the outbox row of event %s: %w", d.EventID, err)
-	case o.DeliveredAt == nil && !walDelivered:
+		return "", "", err
+	case !o.Delivered:
 		// Another letter of the event (a second consumer's) was retried
 		// first, or the event was never delivered: the relay has it.
 		return AlreadyPending, "", nil
 	default:
-		if err := tx.Outbox.DeleteOneID(o.ID).Exec(ctx); err != nil {
-			return "", "", fmt.Errorf("deleting the delivered outbox row of event %s: %w", d.EventID, err)
+		if row, err = outboxRowOf(o); err != nil {
+			return "", "", err
 		}
-		row = outbox.Row{EventID: o.EventID, Headers: o.Headers, Event: outbox.Event{
-			Name: o.EventName, Version: o.EventVersion, Topic: o.Topic,
-			AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload},
-			AggregateSeq: seqOf(o.AggregateSeq)}
+		if err := a.tables.DeleteRow(ctx, tx, o.ID); err != nil {
+			return "", "", err
+		}
 		outcome = Requeued
 	}
 	// The writer's own INSERT, with the NOTIFY that wakes the fast relay.
-	q, args, err := outbox.InsertQuery(schema.OutboxTable, []outbox.Row{row})
+	q, args, err := outbox.InsertQuery(a.tables.Outbox, []outbox.Row{row})
 	if err != nil {
 		return "", "", err
 	}
@@ -305,10 +362,26 @@ func requeue(ctx context.Context, tx *ent.Tx, d *ent.DeadLetter) (Outcome, strin
 	return outcome, "", nil
 }
 
+// outboxRowOf is the delivered outbox row o, to be written again as it was.
+func outboxRowOf(o outboxdb.Row) (outbox.Row, error) {
+	var headers map[string]string
+	if len(o.Headers) > 0 {
+		if err := json.Unmarshal(o.Headers, &headers); err != nil {
+			return outbox.Row{}, fmt.Errorf("reading the headers of outbox row %d: %w", o.ID, err)
+		}
+	}
+	return outbox.Row{EventID: o.EventID, Headers: headers, Event: outbox.Event{
+		Name: o.EventName, Version: o.EventVersion, Topic: o.Topic, AggregateType: o.AggregateType,
+		AggregateID: o.AggregateID, Payload: o.Payload, ReadableFrom: o.ReadableFrom},
+		AggregateSeq: o.AggregateSeq}, nil
+}
+
 // rowOf rebuilds the outbox row of d's event, or says why it cannot: the
 // letter of a malformed message may lack what a row needs, or hold what
-// the outbox cannot store.
-func rowOf(d *ent.DeadLetter) (outbox.Row, string) {
+// the outbox cannot store. A retried event keeps its place in its
+// aggregate's order (AggregateSeq): the consumer holding the aggregate
+// behind it applies it, the others skip it as at or below their position.
+func rowOf(d DeadLetter) (outbox.Row, string) {
 	switch {
 	case d.EventName == "" || d.EventVersion <= 0:
 		return outbox.Row{}, "the letter has no event name or version"
@@ -326,67 +399,55 @@ func rowOf(d *ent.DeadLetter) (outbox.Row, string) {
 	return outbox.Row{EventID: d.EventID, Headers: headers, Event: outbox.Event{
 		Name: d.EventName, Version: d.EventVersion, Topic: d.Topic,
 		AggregateType: d.AggregateType, AggregateID: d.AggregateID, Payload: d.Payload},
-		AggregateSeq: seqOf(d.AggregateSeq)}, ""
-}
-
-// seqOf is a row's aggregate_seq, 0 when it has none. A retried event keeps
-// its place in its aggregate's order: the consumer holding the aggregate
-// behind it applies it, the others skip it as at or below their position.
-func seqOf(seq *int64) int64 {
-	if seq == nil {
-		return 0
-	}
-	return *seq
+		AggregateSeq: d.AggregateSeq}, ""
 }
 
 // Discard marks the dead letters ids discarded, with note, in one
 // transaction. Nothing is deleted: the letter stays, and its consumer
 // still skips the event. A letter already retried or discarded is Skipped.
-func (a *Admin) Discard(ctx context.Context, note string, ids ...int64) (_ []Result, err error) {
+func (a *Admin) Discard(ctx context.Context, note string, ids ...int64) ([]Result, error) {
 	if note == "" {
 		return nil, errors.New("admin: a discard needs a note saying why")
 	}
-	tx, err := a.client.Tx(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("admin: discarding dead letters: %w", err)
-	}
-	defer func() {
+	var out []Result
+	err := a.inTx(ctx, func(tx tx) (bool, error) {
+		ds, err := a.tables.LockDeadLetters(ctx, tx, ids...)
 		if err != nil {
-			_ = tx.Rollback()
-			return
+			return false, err
 		}
-		if cerr := tx.Commit(); cerr != nil {
-			err = fmt.Errorf("admin: discarding dead letters: %w", cerr)
+		byID := make(map[int64]DeadLetter, len(ds))
+		for _, d := range ds {
+			byID[d.ID] = DeadLetter(d)
 		}
-	}()
-	ds, err := tx.DeadLetter.Query().Where(deadletter.IDIn(ids...)).ForUpdate().All(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("admin: discarding dead letters: %w", err)
-	}
-	byID := make(map[int64]*ent.DeadLetter, len(ds))
-	for _, d := range ds {
-		byID[d.ID] = d
-	}
-	now := time.Now()
-	out := make([]Result, 0, len(ids))
-	for _, id := range ids {
-		d, ok := byID[id]
-		if !ok {
-			return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
-		}
-		r := Result{Letter: id, EventID: EventID(d), Source: d.Source, Outcome: Discarded}
-		switch StateOf(d) {
-		case StateRetried:
-			r.Outcome, r.Why = Skipped, "retried at "+d.RetriedAt.UTC().Format(time.RFC3339)
-		case StateDiscarded:
-			r.Outcome, r.Why = Skipped, "already discarded at "+d.DiscardedAt.UTC().Format(time.RFC3339)
-		default:
-			if err := tx.DeadLetter.UpdateOneID(id).SetDiscardedAt(now).SetDiscardNote(note).Exec(ctx); err != nil {
-				return nil, fmt.Errorf("admin: discarding dead letter %d: %w", id, err)
+		now := time.Now()
+		out = make([]Result, 0, len(ids))
+		for _, id := range ids {
+			d, ok := byID[id]
+			if !ok {
+				return false, fmt.Errorf("%w: %d", ErrNotFound, id)
 			}
-			d.DiscardedAt = &now // a repeated id is then skipped
+			r := Result{Letter: id, EventID: d.EventID, Source: d.Source, Outcome: Discarded}
+			switch d.State() {
+			case StateRetried:
+				r.Outcome, r.Why = Skipped, "retried at "+d.RetriedAt.UTC().Format(time.RFC3339)
+			case StateDiscarded:
+				r.Outcome, r.Why = Skipped, "already discarded at "+d.DiscardedAt.UTC().Format(time.RFC3339)
+			default:
+				if err := a.tables.MarkDiscarded(ctx, tx, id, now, note); err != nil {
+					return false, err
+				}
+				d.DiscardedAt = &now // a repeated id is then skipped
+				byID[id] = d
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
+		return true, nil
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("admin: discarding dead letters: %w", err)
 	}
 	return out, nil
 }
@@ -405,18 +466,26 @@ func (a *Admin) DiscardMatching(ctx context.Context, note string, f Filter) ([]R
 // keep ago, batch rows per statement, and returns how many. Open
 // letters are never deleted. A purged discarded letter no longer keeps its
 // consumer from handling the event, should it be delivered again.
-func PurgeSettled(ctx context.Context, db *sql.DB, keep time.Duration, batch int) (int64, error) {
+func (a *Admin) PurgeSettled(ctx context.Context, keep time.Duration, batch int) (int64, error) {
 	if keep < 0 {
 		return 0, fmt.Errorf("admin: retention %s must not be negative", keep)
 	}
-	cutoff := time.Now().Add(-keep)
-	var total int64
-	for _, column := range []string{deadletter.FieldRetriedAt, deadletter.FieldDiscardedAt} {
-		n, err := retention.Delete(ctx, db, schema.DeadLetterTable, column, cutoff, batch)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("admin: %w", err)
-		}
+	n, err := a.tables.PurgeSettled(ctx, a.db, time.Now().Add(-keep), batch)
+	if err != nil {
+		return n, fmt.Errorf("admin: %w", err)
 	}
-	return total, nil
+	return n, nil
+}
+
+// PurgeSettled deletes the settled dead letters of the default dead-letter
+// table (schema.DeadLetterTable), as Admin.PurgeSettled.
+//
+// Deprecated: use the method Admin.PurgeSettled of an Admin from Open,
+// which works on any dead-letter table.
+func PurgeSettled(ctx context.Context, db *sql.DB, keep time.Duration, batch int) (int64, error) {
+	a, err := Open(db, Tables{})
+	if err != nil {
+		return 0, err
+	}
+	return a.PurgeSettled(ctx, keep, batch)
 }

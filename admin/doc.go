@@ -1,9 +1,15 @@
 // Package admin repairs and inspects an outbox: it lists, retries and
 // discards dead letters, replays delivered events to the broker and reads
 // the status of the outbox. `entoutbox dead-letters`, `entoutbox replay` and
-// `entoutbox status` are its command line. It works on the tables of
-// package schema under their default names, through the ent client
-// generated from them (package ent).
+// `entoutbox status` are its command line. It works on a *sql.DB, on the
+// tables of package schema under the names the application gave them:
+//
+//	a, err := admin.Open(db, admin.Tables{Outbox: "orders_outbox", DeadLetters: "orders_dead_letters"})
+//
+// and returns its own types (DeadLetter, Result, Status), which print as
+// JSON as the command prints them. Its SQL on the outbox tables is that of
+// the relay, the metrics and the console (internal/outboxdb): a row is
+// delivered when any read path delivered it, the WAL path included.
 //
 // # Retrying a dead letter
 //
@@ -20,9 +26,10 @@
 //     processed events and skip it as a duplicate; the consumer that gave
 //     up has no record of it and handles it.
 //
-// The row is written again rather than reset in place so that both relay
-// read paths find it: the compatible path reads on from its offset and
-// would never go back to a row reset below it. A retried event is
+// The row is written again rather than reset in place so that every relay
+// read path finds it: the compatible path reads on from its offset and
+// would never go back to a row reset below it, and the WAL path reads
+// inserts only. A retried event is
 // therefore delivered after the events of its aggregate that went out
 // while it waited in the dead letters.
 //

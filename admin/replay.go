@@ -2,21 +2,17 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/ent"
-	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
-	"github.com/entoutbox/entoutbox/ent/predicate"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/outbox"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // Range selects the delivered events to replay.
@@ -42,7 +38,8 @@ type ReplayOptions struct {
 // Replay publishes the retained delivered events r selects to pub, with
 // their original ids and the metadata the relay sends, in id order (the
 // order they were written, so per aggregate in order), and returns how
-// many it published. Events still pending are the relay's and left out.
+// many it published. Events still pending are the relay's and left out;
+// those the WAL path delivered (it sets no delivered_at) are in.
 // It stops at the first failed publish, returning how many went out
 // before it.
 func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts ReplayOptions) (int, error) {
@@ -53,43 +50,35 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 	if batch <= 0 {
 		batch = 500
 	}
-	delivered, err := a.delivered(ctx)
+	delivery, err := a.tables.ReadDelivery(ctx, a.db)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("admin: %w", err)
 	}
-	ps := []predicate.Outbox{outboxrow.EventNameIn(r.Events...), delivered}
-	if !r.Since.IsZero() {
-		ps = append(ps, outboxrow.CreatedAtGTE(r.Since))
-	}
-	if !r.Until.IsZero() {
-		ps = append(ps, outboxrow.CreatedAtLT(r.Until))
-	}
-	if r.AggregateID != "" {
-		ps = append(ps, outboxrow.AggregateIDEQ(r.AggregateID))
-	}
+	selected := outboxdb.DeliveredRange{Events: r.Events, Since: r.Since, Until: r.Until, AggregateID: r.AggregateID}
 	// Each event goes out under a publish id of this replay's own, so that a
 	// broker that drops duplicates by message id (JetStream, within its
 	// duplicate window) stores it; consumers still see its event id.
 	replayID := time.Now().UnixNano()
 	var sent int
 	for after := int64(0); ; {
-		rows, err := a.client.Outbox.Query().
-			Where(append(ps, outboxrow.IDGT(after))...).
-			Order(outboxrow.ByID()).Limit(batch).All(ctx)
+		rows, err := a.tables.ReadDelivered(ctx, a.db, delivery, selected, after, batch)
 		if err != nil {
 			return sent, fmt.Errorf("admin: reading events to replay: %w", err)
 		}
 		// Consecutive events of one topic go in one Publish, which keeps
 		// their order.
 		for start := 0; start < len(rows); {
-			topic := opts.topic(rows[start])
+			topic := opts.topic(rows[start].Topic)
 			end := start + 1
-			for end < len(rows) && opts.topic(rows[end]) == topic {
+			for end < len(rows) && opts.topic(rows[end].Topic) == topic {
 				end++
 			}
 			msgs := make([]*message.Message, 0, end-start)
 			for _, o := range rows[start:end] {
-				msg := Message(o)
+				msg, err := rowMessage(o)
+				if err != nil {
+					return sent, fmt.Errorf("admin: replaying outbox row %d: %w", o.ID, err)
+				}
 				msg.Metadata[events.MetaPublishID] = outbox.ReplayPublishID(o.EventID.String(), replayID)
 				msgs = append(msgs, msg)
 			}
@@ -106,42 +95,53 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 	}
 }
 
-func (o ReplayOptions) topic(row *ent.Outbox) string {
+func (o ReplayOptions) topic(own string) string {
 	if o.ToTopic != "" {
 		return o.ToTopic
 	}
-	return o.TopicPrefix + row.Topic
+	return o.TopicPrefix + own
+}
+
+// rowMessage is the message the relay publishes for outbox row o: the
+// event id as its UUID, the payload, and as metadata the row's headers,
+// the event name, version and aggregate, when it was written and the
+// row's publish id (events.MetaPublishID).
+func rowMessage(o outboxdb.Row) (*message.Message, error) {
+	var headers map[string]string
+	if len(o.Headers) > 0 {
+		if err := json.Unmarshal(o.Headers, &headers); err != nil {
+			return nil, fmt.Errorf("its headers are not a JSON object of strings: %w", err)
+		}
+	}
+	msg := message.NewMessage(o.EventID.String(), message.Payload(o.Payload))
+	msg.Metadata = outbox.Metadata(o.EventName, o.EventVersion, o.AggregateType, o.AggregateID, headers)
+	msg.Metadata[events.MetaCreatedAt] = o.CreatedAt.UTC().Format(time.RFC3339Nano)
+	msg.Metadata[events.MetaPublishID] = outbox.PublishID(o.EventID.String(), o.ID)
+	outbox.SetAggregateSeq(msg.Metadata, o.AggregateSeq)
+	if o.ReadableFrom != 0 {
+		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, o.ReadableFrom)
+	}
+	return msg, nil
 }
 
 // Message is the message the relay publishes for outbox row o: the event
 // id as its UUID, the payload, and as metadata the row's headers, the
 // event name, version and aggregate, when it was written and the row's
 // publish id (events.MetaPublishID).
+//
+// Deprecated: Replay builds these messages from the rows it reads; it
+// needs no row of the ent client.
 func Message(o *ent.Outbox) *message.Message {
-	msg := message.NewMessage(o.EventID.String(), message.Payload(o.Payload))
-	msg.Metadata = outbox.Metadata(o.EventName, o.EventVersion, o.AggregateType, o.AggregateID, o.Headers)
-	msg.Metadata[events.MetaCreatedAt] = o.CreatedAt.UTC().Format(time.RFC3339Nano)
-	msg.Metadata[events.MetaPublishID] = outbox.PublishID(o.EventID.String(), o.ID)
-	outbox.SetAggregateSeq(msg.Metadata, seqOf(o.AggregateSeq))
+	headers, _ := json.Marshal(o.Headers) // a map of strings
+	row := outboxdb.Row{ID: o.ID, EventID: o.EventID, EventName: o.EventName, EventVersion: o.EventVersion,
+		AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload, Headers: headers,
+		CreatedAt: o.CreatedAt}
+	if o.AggregateSeq != nil {
+		row.AggregateSeq = *o.AggregateSeq
+	}
 	if o.ReadableFrom != nil {
-		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, *o.ReadableFrom)
+		row.ReadableFrom = *o.ReadableFrom
 	}
+	msg, _ := rowMessage(row) // the headers are an object of strings
 	return msg
-}
-
-// delivered is the predicate of delivered rows: delivered_at is set, or
-// the WAL path delivered them (it does not write delivered_at).
-func (a *Admin) delivered(ctx context.Context) (predicate.Outbox, error) {
-	d, err := outboxdb.New(schema.OutboxTable, "").ReadDelivery(ctx, a.client)
-	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
-	}
-	if !d.WAL() {
-		return outboxrow.DeliveredAtNotNil(), nil
-	}
-	return predicate.Outbox(func(s *entsql.Selector) {
-		// s.C gives the column qualified as the query names the table.
-		alias := strings.TrimSuffix(s.C(outboxrow.FieldID), `."`+outboxrow.FieldID+`"`)
-		s.Where(entsql.ExprP(d.Delivered(alias)))
-	}), nil
 }

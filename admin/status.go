@@ -23,12 +23,12 @@ type Status struct {
 	OldestPending time.Time      `json:"oldest_pending"`
 	Topics        []TopicBacklog `json:"topics"`
 	// Partitions is how many partitions the fast relays share (0 before
-	// one ran) and Relays who holds them (see relay.RelayShare).
+	// one ran) and Relays who holds them.
 	Partitions  int               `json:"partitions"`
 	Relays      []RelayShare      `json:"relays"`
 	DeadLetters DeadLetterSummary `json:"dead_letters"`
-	// WAL is the replication slots of the WAL relays (see relay.WALSlot);
-	// empty before one ran.
+	// WAL is the replication slots of the WAL relays; empty before one
+	// ran.
 	WAL []WALSlot `json:"wal"`
 	// Held is, per consumer name, the aggregates it holds behind a dead
 	// letter (schema.ConsumerPosition): their later events wait until the
@@ -88,27 +88,34 @@ type HeldAggregate struct {
 // maxHeldListed bounds the held aggregates listed per consumer.
 const maxHeldListed = 10
 
-// WALSlot is a WAL relay's replication slot (see relay.WALSlot), with
-// names for JSON.
+// WALSlot is the replication slot of a WAL relay, as the relays
+// registered it (by name, whatever its publication is named).
 type WALSlot struct {
-	Slot          string `json:"slot"`
-	Exists        bool   `json:"exists"`
-	Active        bool   `json:"active"`
-	RetainedBytes int64  `json:"retained_bytes"`
-	LagBytes      int64  `json:"lag_bytes"`
-	WALStatus     string `json:"wal_status"`
+	Slot string `json:"slot"`
+	// Exists tells the slot is on the server (it may have been dropped),
+	// Active that a relay streams it now.
+	Exists bool `json:"exists"`
+	Active bool `json:"active"`
+	// RetainedBytes is the WAL the server keeps for the slot, LagBytes
+	// how far its confirmed position is behind the server's WAL.
+	RetainedBytes int64 `json:"retained_bytes"`
+	LagBytes      int64 `json:"lag_bytes"`
+	// WALStatus is the server's word on the retained WAL (reserved,
+	// extended, unreserved, lost).
+	WALStatus string `json:"wal_status"`
 }
 
-// RelayShare is what one fast relay subscription owns (see
-// relay.RelayShare), with names for JSON.
+// RelayShare is what one fast relay subscription owns.
 type RelayShare struct {
-	Relay      string    `json:"relay"`
+	Relay      string    `json:"relay"` // RelayID/instance/subscription
 	Topic      string    `json:"topic"` // "" for every topic
 	Partitions int       `json:"partitions"`
 	LeaseUntil time.Time `json:"lease_until"`
-	Locks      bool      `json:"locks"`
-	Live       bool      `json:"live"`
-	Lapsed     bool      `json:"lapsed"`
+	// Locks tells it runs with a liveness lock, Live that its session
+	// holds it, Lapsed that its lease had ended when it was read.
+	Locks  bool `json:"locks"`
+	Live   bool `json:"live"`
+	Lapsed bool `json:"lapsed"`
 }
 
 // Age is how long the oldest pending event had waited when st was read.
@@ -126,13 +133,18 @@ type TopicBacklog struct {
 	OldestPending time.Time `json:"oldest_pending"`
 }
 
-// DeadLetterSummary counts the dead letters.
+// DeadLetterSummary counts the dead letters, those of each state up to
+// outboxdb.DefaultMaxRows (100,000): there its Capped flag is set, and
+// there are at least that many.
 type DeadLetterSummary struct {
-	Open      int64 `json:"open"` // neither retried nor discarded
-	Retried   int64 `json:"retried"`
-	Discarded int64 `json:"discarded"`
-	// The open letters by source ("relay" or a consumer name), and by
-	// source and reason, most frequent first, at most maxReasons.
+	Open            int64 `json:"open"` // neither retried nor discarded
+	OpenCapped      bool  `json:"open_capped"`
+	Retried         int64 `json:"retried"`
+	RetriedCapped   bool  `json:"retried_capped"`
+	Discarded       int64 `json:"discarded"`
+	DiscardedCapped bool  `json:"discarded_capped"`
+	// The open letters counted by source ("relay" or a consumer name), and
+	// by source and reason, most frequent first, at most maxReasons.
 	BySource map[string]int64 `json:"by_source"`
 	ByReason []ReasonCount    `json:"by_reason"`
 }
@@ -177,7 +189,7 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	for _, w := range slots {
 		st.WAL = append(st.WAL, WALSlot(w))
 	}
-	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, t.DeadLetters); err != nil {
+	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, t); err != nil {
 		return Status{}, err
 	}
 	if st.Held, err = readHeld(ctx, db, t.Positions); err != nil {
@@ -252,36 +264,21 @@ func readHeld(ctx context.Context, db *sql.DB, table string) ([]HeldAggregates, 
 	return held, nil
 }
 
-func readDeadLetterSummary(ctx context.Context, db *sql.DB, table string) (DeadLetterSummary, error) {
-	s := DeadLetterSummary{BySource: map[string]int64{}, ByReason: []ReasonCount{}}
-	t := pgsql.QuoteIdent(table)
-	err := db.QueryRowContext(ctx, `SELECT
-		count(*) FILTER (WHERE retried_at IS NULL AND discarded_at IS NULL),
-		count(*) FILTER (WHERE retried_at IS NOT NULL),
-		count(*) FILTER (WHERE retried_at IS NULL AND discarded_at IS NOT NULL)
-		FROM `+t).Scan(&s.Open, &s.Retried, &s.Discarded)
+// readDeadLetterSummary counts the dead letters of t, each state up to
+// outboxdb.DefaultMaxRows.
+func readDeadLetterSummary(ctx context.Context, db *sql.DB, t outboxdb.Tables) (DeadLetterSummary, error) {
+	n, err := outboxdb.ReadDeadLetterSummary(ctx, db, t, 0, maxReasons)
 	if err != nil {
-		return s, fmt.Errorf("admin: counting dead letters: %w", err)
+		return DeadLetterSummary{}, fmt.Errorf("admin: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT source, reason, count(*) FROM `+t+`
-		WHERE retried_at IS NULL AND discarded_at IS NULL
-		GROUP BY source, reason ORDER BY count(*) DESC, source, reason`)
-	if err != nil {
-		return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
+	s := DeadLetterSummary{Open: n.Open, Retried: n.Retried, Discarded: n.Discarded, OpenCapped: n.OpenCapped,
+		RetriedCapped: n.RetriedCapped, DiscardedCapped: n.DiscardedCapped,
+		BySource: make(map[string]int64, len(n.BySource)), ByReason: make([]ReasonCount, 0, len(n.ByReason))}
+	for _, c := range n.BySource {
+		s.BySource[c.Source] = c.Count
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r ReasonCount
-		if err := rows.Scan(&r.Source, &r.Reason, &r.Count); err != nil {
-			return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
-		}
-		s.BySource[r.Source] += r.Count
-		if len(s.ByReason) < maxReasons {
-			s.ByReason = append(s.ByReason, r)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return s, fmt.Errorf("admin: counting dead letters by reason: %w", err)
+	for _, r := range n.ByReason {
+		s.ByReason = append(s.ByReason, ReasonCount(r))
 	}
 	return s, nil
 }

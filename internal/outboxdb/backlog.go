@@ -2,6 +2,7 @@ package outboxdb
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -110,4 +111,100 @@ func ReadOpenDeadLetters(ctx context.Context, q Querier, t Tables, maxRows int) 
 		return OpenDeadLetters{}, fmt.Errorf("counting dead letters: %w", err)
 	}
 	return n, nil
+}
+
+// DeadLetterSummary counts the dead letters by state, each up to a bound,
+// and the open ones by source and by source and reason.
+type DeadLetterSummary struct {
+	Open, Retried, Discarded int64
+	// Each tells its count reached the bound: there are at least that
+	// many.
+	OpenCapped, RetriedCapped, DiscardedCapped bool
+	// BySource and ByReason count the newest open letters, as many as
+	// Open counts: by source (at most MaxSources of them), and by source
+	// and reason, most frequent first (at most the reasons asked for).
+	BySource []SourceCount
+	ByReason []ReasonCount
+}
+
+// SourceCount is how many open letters one source wrote.
+type SourceCount struct {
+	Source string
+	Count  int64
+}
+
+// ReasonCount is how many open letters of one source share a reason.
+type ReasonCount struct {
+	Source, Reason string
+	Count          int64
+}
+
+// MaxSources bounds the sources a summary lists: "relay" and the consumer
+// names, a few in any real deployment.
+const MaxSources = 1000
+
+// ReadDeadLetterSummary counts the dead letters of t: those of each state
+// up to maxRows (DefaultMaxRows when not positive), and the newest maxRows
+// open ones by source and by reason, listing maxReasons reasons. A
+// dead-letter table of an earlier version has no columns for what an
+// operator did: all its letters are open.
+func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, maxReasons int) (DeadLetterSummary, error) {
+	if maxRows <= 0 {
+		maxRows = DefaultMaxRows
+	}
+	settled, err := ColumnExists(ctx, q, t.DeadLetters, "discarded_at")
+	if err != nil {
+		return DeadLetterSummary{}, fmt.Errorf("reading the dead-letter table: %w", err)
+	}
+	dl := pgsql.QuoteIdent(t.DeadLetters)
+	count := func(state string) string {
+		where := ""
+		if settled {
+			where = " WHERE " + letterState[state]
+		} else if state != LetterOpen {
+			return "0"
+		}
+		return `(SELECT count(*) FROM (SELECT 1 FROM ` + dl + where + ` LIMIT $1) x)`
+	}
+	s := DeadLetterSummary{BySource: []SourceCount{}, ByReason: []ReasonCount{}}
+	if err := queryRow(ctx, q, `SELECT `+count(LetterOpen)+`, `+count(LetterRetried)+`, `+count(LetterDiscarded),
+		[]any{maxRows}, &s.Open, &s.Retried, &s.Discarded); err != nil {
+		return s, fmt.Errorf("counting dead letters: %w", err)
+	}
+	bound := int64(maxRows)
+	s.OpenCapped, s.RetriedCapped, s.DiscardedCapped = s.Open >= bound, s.Retried >= bound, s.Discarded >= bound
+
+	open := ""
+	if settled {
+		open = " WHERE " + letterState[LetterOpen]
+	}
+	rows, err := q.QueryContext(ctx, `WITH open AS MATERIALIZED (
+			SELECT source, reason FROM `+dl+open+` ORDER BY id DESC LIMIT $1)
+		(SELECT source, NULL, count(*) FROM open GROUP BY source ORDER BY source LIMIT $2)
+		UNION ALL
+		(SELECT source, reason, count(*) FROM open GROUP BY source, reason ORDER BY count(*) DESC, source, reason LIMIT $3)`,
+		maxRows, MaxSources, maxReasons)
+	if err != nil {
+		return s, fmt.Errorf("counting dead letters by reason: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			source string
+			reason sql.NullString
+			n      int64
+		)
+		if err := rows.Scan(&source, &reason, &n); err != nil {
+			return s, fmt.Errorf("counting dead letters by reason: %w", err)
+		}
+		if reason.Valid {
+			s.ByReason = append(s.ByReason, ReasonCount{Source: source, Reason: reason.String, Count: n})
+		} else {
+			s.BySource = append(s.BySource, SourceCount{Source: source, Count: n})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("counting dead letters by reason: %w", err)
+	}
+	return s, nil
 }

@@ -332,3 +332,34 @@ func TestReadSharesTellsLeasesAndLiveness(t *testing.T) {
 		{Relay: "a", Topic: "orders", Partitions: 1, Live: true},
 	}, shares)
 }
+
+// The summary counts each state up to its bound and says when it stopped
+// there; the sources and reasons are those of the newest open letters
+// counted.
+func TestReadDeadLetterSummaryStopsAtItsBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	_, err := db.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts, created_at, retried_at, discarded_at)
+		SELECT gen_random_uuid(), s.source, s.reason, 1, now(), s.retried, s.discarded
+		FROM (VALUES ('billing', 'bug', NULL::timestamptz, NULL::timestamptz), ('billing', 'bug', NULL, NULL),
+			('billing', 'bug', now(), NULL), ('relay', 'no route', NULL, NULL), ('relay', 'no route', NULL, NULL),
+			('relay', 'refused', NULL, NULL), ('audit', 'disk full', NULL, now()), ('audit', 'disk full', now(), NULL))
+			s(source, reason, retried, discarded)`)
+	require.NoError(t, err)
+
+	s, err := outboxdb.ReadDeadLetterSummary(ctx, db, tables, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, outboxdb.DeadLetterSummary{Open: 5, Retried: 2, Discarded: 1,
+		BySource: []outboxdb.SourceCount{{Source: "billing", Count: 2}, {Source: "relay", Count: 3}},
+		ByReason: []outboxdb.ReasonCount{{Source: "billing", Reason: "bug", Count: 2},
+			{Source: "relay", Reason: "no route", Count: 2}, {Source: "relay", Reason: "refused", Count: 1}}}, s)
+
+	// Bounded at 2: at least 2 open and 2 retried; the two newest open
+	// letters are the relay's.
+	s, err = outboxdb.ReadDeadLetterSummary(ctx, db, tables, 2, 1)
+	require.NoError(t, err)
+	require.Equal(t, outboxdb.DeadLetterSummary{Open: 2, OpenCapped: true, Retried: 2, RetriedCapped: true, Discarded: 1,
+		BySource: []outboxdb.SourceCount{{Source: "relay", Count: 2}},
+		ByReason: []outboxdb.ReasonCount{{Source: "relay", Reason: "no route", Count: 1}}}, s)
+}

@@ -11,12 +11,18 @@ import (
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
+// Execer runs the deletes: a *sql.DB, or an ent client. Each batch is a
+// statement, and a transaction of its own outside one.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // Delete removes rows of table whose timeColumn is before cutoff, batch
 // rows per statement, oldest id first, until none is left or ctx ends. Rows
 // age in id order, so walking the primary key finds them without an index
 // of their own. It skips rows locked by others (they are picked up by the
 // next run) and returns how many rows it deleted.
-func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
+func Delete(ctx context.Context, db Execer, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
@@ -33,7 +39,7 @@ func Delete(ctx context.Context, db *sql.DB, table, timeColumn string, cutoff ti
 // InBatches runs query, a DELETE of at most $2 rows older than $1, with
 // cutoff and batch until it deletes fewer than batch rows, and returns how
 // many it deleted in all.
-func InBatches(ctx context.Context, db *sql.DB, query string, cutoff time.Time, batch int) (int64, error) {
+func InBatches(ctx context.Context, db Execer, query string, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for {
 		res, err := db.ExecContext(ctx, query, cutoff, batch)
