@@ -13,11 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
-
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 //go:embed templates/*.html
@@ -26,12 +23,17 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Config configures a Console. The tables are the schema package's
-// defaults (outbox_events, outbox_dead_letters, outbox_processed_events),
-// as for the admin package.
+// Config configures a Console.
 type Config struct {
 	// DB holds the outbox (database/sql with the pgx driver).
 	DB *sql.DB
+	// Table is the outbox table, as the relay's Config.Table names it;
+	// schema.OutboxTable when empty. The tables the relay names after it
+	// (the WAL path's progress among them) follow it.
+	Table string
+	// DeadLetterTable is the dead-letter table; schema.DeadLetterTable
+	// when empty.
+	DeadLetterTable string
 	// Token, when set, is required of every request (Bearer, basic auth
 	// password or the login form). Empty: only loopback hosts are served.
 	Token string
@@ -55,7 +57,7 @@ type Config struct {
 type Console struct {
 	cfg    Config
 	admin  *admin.Admin
-	client *ent.Client
+	tables outboxdb.Tables
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	log    *slog.Logger
@@ -63,7 +65,7 @@ type Console struct {
 	scanBound int64 // scanBound; a test lowers it
 }
 
-// New returns the console of cfg.DB.
+// New returns the console of the outbox tables cfg names in cfg.DB.
 func New(cfg Config) (*Console, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("console: Config.DB is nil")
@@ -84,8 +86,12 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, cfg.DB)))
-	c := &Console{cfg: cfg, admin: admin.New(client), client: client, log: cfg.Logger, scanBound: scanBound}
+	a, err := admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c := &Console{cfg: cfg, admin: a, tables: outboxdb.New(cfg.Table, cfg.DeadLetterTable), log: cfg.Logger,
+		scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}

@@ -10,10 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/ent"
 )
 
 // letterLimit is how many dead letters a list shows.
@@ -48,25 +45,11 @@ func (f letterForm) filter() (admin.Filter, error) {
 	return admin.Filter{Source: f.Source, Event: f.Event, Reason: f.Reason, Since: since, Until: until, State: state}, nil
 }
 
-type letterRow struct {
-	*ent.DeadLetter
-	State   admin.State
-	EventID uuid.UUID
-}
-
 type lettersPage struct {
 	Form    letterForm
-	Letters []letterRow
+	Letters []admin.DeadLetter
 	Limited bool
 	Problem string
-}
-
-func rowsOf(ds []*ent.DeadLetter) []letterRow {
-	out := make([]letterRow, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, letterRow{DeadLetter: d, State: admin.StateOf(d), EventID: admin.EventID(d)})
-	}
-	return out
 }
 
 func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
@@ -84,7 +67,7 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	f.Limit = letterLimit + 1
 	// Served by the primary key, newest first, and (source, created_at)
 	// for a source.
-	ds, err := c.admin.DeadLetters(r.Context(), f)
+	ds, err := c.admin.ListDeadLetters(r.Context(), f)
 	if err != nil {
 		p.Problem = err.Error()
 		c.renderView(w, r, "deadletters", http.StatusBadRequest, view{Title: "dead letters", Data: p})
@@ -93,12 +76,12 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	if len(ds) > letterLimit {
 		ds, p.Limited = ds[:letterLimit], true
 	}
-	p.Letters = rowsOf(ds)
+	p.Letters = ds
 	c.renderView(w, r, "deadletters", http.StatusOK, view{Title: "dead letters", Data: p})
 }
 
 type letterPage struct {
-	Letter      letterRow
+	Letter      admin.DeadLetter
 	Payload     string
 	PayloadJSON bool
 	Headers     string
@@ -110,7 +93,7 @@ func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not a dead-letter id", r.PathValue("id")))
 		return
 	}
-	d, err := c.admin.DeadLetter(r.Context(), id)
+	d, err := c.admin.DeadLetterByID(r.Context(), id)
 	if errors.Is(err, admin.ErrNotFound) {
 		c.fail(w, r, http.StatusNotFound, err)
 		return
@@ -119,7 +102,7 @@ func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	p := letterPage{Letter: rowsOf([]*ent.DeadLetter{d})[0]}
+	p := letterPage{Letter: d}
 	p.Payload, p.PayloadJSON = prettyJSON(d.Payload)
 	p.Headers, _ = prettyJSON(d.Headers)
 	c.renderView(w, r, "deadletter", http.StatusOK, view{Title: fmt.Sprintf("dead letter %d", id), Nav: "deadletters", Data: p})

@@ -2,7 +2,8 @@ package console
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -11,15 +12,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/ent"
-	"github.com/entoutbox/entoutbox/ent/deadletter"
-	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 type eventPage struct {
 	EventID     uuid.UUID
-	Row         *ent.Outbox // nil when the outbox no longer holds it
-	Letters     []*ent.DeadLetter
+	Row         *outboxdb.Row // nil when the outbox no longer holds it
+	Letters     []admin.DeadLetter
 	Processed   []processedBy
 	Story       []storyStep
 	Payload     string
@@ -39,10 +39,11 @@ type processedBy struct {
 }
 
 type storyStep struct {
-	At     time.Time
-	What   string
-	Detail string
-	Letter int64 // the dead letter this step is about; 0 for none
+	At      time.Time
+	Untimed bool // At only places the step: no time of its own is recorded
+	What    string
+	Detail  string
+	Letter  int64 // the dead letter this step is about; 0 for none
 }
 
 func (c *Console) event(w http.ResponseWriter, r *http.Request) {
@@ -66,24 +67,30 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 }
 
 // readEvent gathers everything the tables know of event id: its outbox
-// row (the unique index on event_id), its dead letters (their event_id
-// index; retried_event_id by a scan of the dead letters, a small table)
-// and the consumers that processed it (one probe of the (consumer,
-// event_id) index per consumer).
+// row (the unique index on event_id), delivered by whichever path did,
+// its dead letters (their event_id index; retried_event_id by a scan of
+// the dead letters, a small table) and the consumers that processed it
+// (one probe of the (consumer, event_id) index per consumer).
 func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error) {
 	p := eventPage{EventID: id}
-	row, err := c.client.Outbox.Query().Where(outboxrow.EventID(id)).Only(ctx)
-	switch {
-	case ent.IsNotFound(err):
-	case err != nil:
-		return p, fmt.Errorf("console: reading event %s: %w", id, err)
-	default:
-		p.Row = row
-	}
-	p.Letters, err = c.client.DeadLetter.Query().Where(deadletter.Or(deadletter.EventID(id), deadletter.RetriedEventID(id))).
-		Order(deadletter.ByID()).All(ctx)
+	delivery, err := c.tables.ReadDelivery(ctx, c.cfg.DB)
 	if err != nil {
-		return p, fmt.Errorf("console: reading the dead letters of event %s: %w", id, err)
+		return p, fmt.Errorf("console: %w", err)
+	}
+	row, err := c.tables.ReadRowOfEvent(ctx, c.cfg.DB, delivery, id, false)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return p, fmt.Errorf("console: %w", err)
+	default:
+		p.Row = &row
+	}
+	letters, err := c.tables.ReadLettersOfEvent(ctx, c.cfg.DB, id)
+	if err != nil {
+		return p, fmt.Errorf("console: %w", err)
+	}
+	for _, d := range letters {
+		p.Letters = append(p.Letters, admin.DeadLetter(d))
 	}
 	if p.Processed, err = c.processedBy(ctx, id); err != nil {
 		return p, err
@@ -91,10 +98,7 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 	var payload, headers []byte
 	switch {
 	case p.Row != nil:
-		payload = p.Row.Payload
-		if len(p.Row.Headers) > 0 {
-			headers, _ = json.Marshal(p.Row.Headers)
-		}
+		payload, headers = p.Row.Payload, p.Row.Headers
 		p.Name, p.Version, p.Topic, p.Aggregate = p.Row.EventName, p.Row.EventVersion, p.Row.Topic, p.Row.AggregateType+" "+p.Row.AggregateID
 	case len(p.Letters) > 0:
 		d := p.Letters[len(p.Letters)-1]
@@ -108,7 +112,7 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 }
 
 func (c *Console) processedBy(ctx context.Context, id uuid.UUID) ([]processedBy, error) {
-	rows, err := c.cfg.DB.QueryContext(ctx, processedByQuery, id)
+	rows, err := c.cfg.DB.QueryContext(ctx, processedByQuery(c.tables), id)
 	if err != nil {
 		return nil, fmt.Errorf("console: reading who processed event %s: %w", id, err)
 	}
@@ -131,10 +135,17 @@ func story(p eventPage) ([]storyStep, string) {
 	state := "unknown"
 	if o := p.Row; o != nil {
 		s = append(s, storyStep{At: o.CreatedAt, What: "emitted", Detail: fmt.Sprintf("outbox row %d", o.ID)})
-		if o.DeliveredAt != nil {
+		switch {
+		case o.DeliveredAt != nil:
 			s = append(s, storyStep{At: *o.DeliveredAt, What: "delivered to the broker", Detail: fmt.Sprintf("after %d failed attempts", o.Attempts)})
 			state = "delivered"
-		} else {
+		case o.Delivered:
+			// The WAL path records which transactions it delivered, not
+			// when each row went.
+			s = append(s, storyStep{At: o.CreatedAt, Untimed: true, What: "delivered to the broker",
+				Detail: "by the WAL path, which records no time per row"})
+			state = "delivered"
+		default:
 			detail := fmt.Sprintf("%d failed attempts so far", o.Attempts)
 			if o.LastError != "" {
 				detail += "; last error: " + o.LastError
@@ -152,7 +163,7 @@ func story(p eventPage) ([]storyStep, string) {
 		if d.DiscardedAt != nil {
 			s = append(s, storyStep{At: *d.DiscardedAt, What: "discarded", Detail: d.DiscardNote, Letter: d.ID})
 		}
-		if admin.StateOf(d) == admin.StateOpen {
+		if d.State() == admin.StateOpen {
 			state = "dead letter open"
 		}
 	}
@@ -168,12 +179,15 @@ func story(p eventPage) ([]storyStep, string) {
 
 // processedByQuery probes the (consumer, event_id) index once per
 // consumer, the names found by a loose scan of the same index.
-var processedByQuery = `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processedTable + ` ORDER BY consumer LIMIT 1)
+func processedByQuery(t outboxdb.Tables) string {
+	processed := pgsql.QuoteIdent(t.Processed)
+	return `WITH RECURSIVE names AS (
+			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
 			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processedTable + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
 			FROM names WHERE names.consumer IS NOT NULL
 		)
-		SELECT consumer, processed_at, attempts FROM ` + processedTable + `
+		SELECT consumer, processed_at, attempts FROM ` + processed + `
 		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
 		ORDER BY processed_at`
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 type overviewPage struct {
@@ -22,17 +24,17 @@ type overviewPage struct {
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	st, err := admin.ReadStatus(ctx, c.cfg.DB, "", "")
+	st, err := admin.ReadStatus(ctx, c.cfg.DB, c.tables.Outbox, c.tables.DeadLetters)
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	p := overviewPage{Status: st, Age: st.Age()}
-	if p.Chart, err = readDeliveryRate(ctx, c.cfg.DB); err != nil {
+	if p.Chart, err = c.readDeliveryRate(ctx); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	if p.Consumers, err = readConsumers(ctx, c.cfg.DB); err != nil {
+	if p.Consumers, err = readConsumers(ctx, c.cfg.DB, c.tables); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
@@ -65,25 +67,26 @@ type rateChart struct {
 	SVG     template.HTML
 }
 
-func readDeliveryRate(ctx context.Context, db *sql.DB) (rateChart, error) {
+func (c *Console) readDeliveryRate(ctx context.Context) (rateChart, error) {
+	db := c.cfg.DB
 	n := int(rateWindow / rateBucket)
 	ch := rateChart{Buckets: make([]float64, n), Stride: 1}
 	var hi sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+outboxTable).Scan(&hi); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+pgsql.QuoteIdent(c.tables.Outbox)).Scan(&hi); err != nil {
 		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
 	}
 	if !hi.Valid {
 		ch.SVG = barChart(ch.Buckets, 0)
 		return ch, nil
 	}
-	lo, err := firstIDAt(ctx, db, time.Now().Add(-rateLookback))
+	lo, err := c.firstIDAt(ctx, time.Now().Add(-rateLookback))
 	if err != nil {
 		return ch, err
 	}
-	query := deliveryRateQuery
+	query := deliveryRateQuery(c.tables)
 	if span := hi.Int64 - lo + 1; span > rateSamples {
 		ch.Stride = (span + rateSamples - 1) / rateSamples
-		query = sampledDeliveryRateQuery
+		query = sampledDeliveryRateQuery(c.tables)
 	}
 	rows, err := db.QueryContext(ctx, query, lo, hi.Int64, ch.Stride, rateBucket.Seconds(), rateWindow.Seconds())
 	if err != nil {
@@ -149,8 +152,8 @@ type consumerActivity struct {
 // processed in the last minute. The names come from a loose scan of the
 // (consumer, event_id) index, one probe per consumer; the counts from a
 // range of the processed_at index.
-func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) {
-	rows, err := db.QueryContext(ctx, consumersQuery)
+func readConsumers(ctx context.Context, db *sql.DB, t outboxdb.Tables) ([]consumerActivity, error) {
+	rows, err := db.QueryContext(ctx, consumersQuery(t))
 	if err != nil {
 		return nil, fmt.Errorf("console: reading the consumers: %w", err)
 	}
@@ -170,31 +173,39 @@ func readConsumers(ctx context.Context, db *sql.DB) ([]consumerActivity, error) 
 	return out, rows.Err()
 }
 
-var (
-	// Every id of [$1, $2] ($3 is 1): a range of the primary key.
-	deliveryRateQuery = `SELECT floor(extract(epoch FROM (now() - delivered_at)) / $4)::int AS b, count(*)
-		FROM ` + outboxTable + ` WHERE id BETWEEN $1 AND $2 AND $3::bigint = 1
+// deliveryRateQuery reads every id of [$1, $2] ($3 is 1): a range of the
+// primary key.
+func deliveryRateQuery(t outboxdb.Tables) string {
+	return `SELECT floor(extract(epoch FROM (now() - delivered_at)) / $4)::int AS b, count(*)
+		FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id BETWEEN $1 AND $2 AND $3::bigint = 1
 			AND delivered_at > now() - make_interval(secs => $5)
 		GROUP BY 1`
-	// Every $3-th id of [$1, $2]: a primary-key lookup each (the LIMIT
-	// keeps the planner from turning the lookups into a join over the
-	// whole table).
-	sampledDeliveryRateQuery = `SELECT floor(extract(epoch FROM (now() - o.delivered_at)) / $4)::int AS b, count(*)
+}
+
+// sampledDeliveryRateQuery reads every $3-th id of [$1, $2]: a primary-key
+// lookup each (the LIMIT keeps the planner from turning the lookups into
+// a join over the whole table).
+func sampledDeliveryRateQuery(t outboxdb.Tables) string {
+	return `SELECT floor(extract(epoch FROM (now() - o.delivered_at)) / $4)::int AS b, count(*)
 		FROM generate_series($1::bigint, $2::bigint, $3::bigint) AS s(id)
-		CROSS JOIN LATERAL (SELECT delivered_at FROM ` + outboxTable + ` WHERE id = s.id LIMIT 1) o
+		CROSS JOIN LATERAL (SELECT delivered_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = s.id LIMIT 1) o
 		WHERE o.delivered_at > now() - make_interval(secs => $5)
 		GROUP BY 1`
-	// A loose scan of the (consumer, event_id) index for the names, a
-	// range of the processed_at index for the last minute.
-	consumersQuery = `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processedTable + ` ORDER BY consumer LIMIT 1)
+}
+
+// consumersQuery reads the names by a loose scan of the (consumer,
+// event_id) index, the last minute by a range of the processed_at index.
+func consumersQuery(t outboxdb.Tables) string {
+	processed := pgsql.QuoteIdent(t.Processed)
+	return `WITH RECURSIVE names AS (
+			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
 			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processedTable + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
+			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
 			FROM names WHERE names.consumer IS NOT NULL
 		), recent AS (
-			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM ` + processedTable + `
+			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM ` + processed + `
 			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
 		)
 		SELECT names.consumer, coalesce(recent.n, 0), recent.last FROM names LEFT JOIN recent USING (consumer)
 		WHERE names.consumer IS NOT NULL ORDER BY names.consumer LIMIT 1000`
-)
+}

@@ -89,7 +89,7 @@ func TestSearchQueryPlans(t *testing.T) {
 	}
 
 	explain("event by id", `SELECT * FROM outbox_events WHERE event_id = $1`, []any{some}, "outbox_events_event_id_key")
-	explain("who processed it", processedByQuery, []any{some}, "outbox_processed_events_key")
+	explain("who processed it", processedByQuery(c.tables), []any{some}, "outbox_processed_events_key")
 	search("newest events", eventQuery{}, "outbox_events_pkey")
 	search("by event name, bounded scan", eventQuery{Event: "order.refunded"}, "outbox_events_pkey")
 	search("by topic in a time range", eventQuery{Topic: "payments",
@@ -116,11 +116,11 @@ func TestSearchQueryPlans(t *testing.T) {
 	search("by aggregate type and id", eventQuery{AggregateType: "Order", AggregateID: "4242"}, "outbox_events_aggregate")
 	search("by aggregate id of any type", eventQuery{AggregateID: "4242"}, "outbox_events_aggregate")
 	// As the overview reads them: at most rateSamples rows.
-	explain("delivery rate, every row", deliveryRateQuery, []any{n - rateSamples + 1, n, 1, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
-	explain("delivery rate, sampled", sampledDeliveryRateQuery, []any{1, n, (n + rateSamples - 1) / rateSamples, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
+	explain("delivery rate, every row", deliveryRateQuery(c.tables), []any{n - rateSamples + 1, n, 1, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
+	explain("delivery rate, sampled", sampledDeliveryRateQuery(c.tables), []any{1, n, (n + rateSamples - 1) / rateSamples, rateBucket.Seconds(), rateWindow.Seconds()}, "outbox_events_pkey")
 	// The sampled estimate is close to the count.
 	start := time.Now()
-	ch, err := readDeliveryRate(ctx, db.DB)
+	ch, err := c.readDeliveryRate(ctx)
 	require.NoError(t, err)
 	t.Logf("delivery rate: read in %s", time.Since(start))
 	var exact int64
@@ -128,5 +128,5 @@ func TestSearchQueryPlans(t *testing.T) {
 	require.Greater(t, ch.Stride, int64(1), "sampled")
 	require.InEpsilon(t, exact, ch.Total, 0.05, "estimated %d delivered in the window, counted %d", ch.Total, exact)
 	t.Logf("delivery rate: estimated %d delivered from one row in %d, counted %d", ch.Total, ch.Stride, exact)
-	explain("consumers", consumersQuery, nil, "outbox_processed_events_key", "outbox_processed_events_age")
+	explain("consumers", consumersQuery(c.tables), nil, "outbox_processed_events_key", "outbox_processed_events_age")
 }

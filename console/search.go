@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 // scanBound is how many ids a search without an index for its filters
@@ -22,13 +21,6 @@ const scanBound = 500_000
 
 // searchLimit is how many events a page of results shows.
 const searchLimit = 50
-
-func quoted(table string) string { return pgsql.QuoteIdent(table) }
-
-var (
-	outboxTable    = quoted(schema.OutboxTable)
-	processedTable = quoted(schema.ProcessedEventTable)
-)
 
 // eventQuery is the search form.
 type eventQuery struct {
@@ -68,6 +60,7 @@ type eventRow struct {
 	AggregateID   string
 	CreatedAt     time.Time
 	DeliveredAt   *time.Time
+	Delivered     bool // by any path: the WAL path sets no DeliveredAt
 	Attempts      int
 	LastError     string
 }
@@ -140,7 +133,7 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 	for rows.Next() {
 		var e eventRow
 		if err := rows.Scan(&e.ID, &e.EventID, &e.Name, &e.Version, &e.Topic, &e.AggregateType, &e.AggregateID,
-			&e.CreatedAt, &e.DeliveredAt, &e.Attempts, &e.LastError); err != nil {
+			&e.CreatedAt, &e.DeliveredAt, &e.Delivered, &e.Attempts, &e.LastError); err != nil {
 			return fmt.Errorf("console: searching events: %w", err)
 		}
 		p.Results = append(p.Results, e)
@@ -174,7 +167,11 @@ type searchPlan struct {
 
 // planSearch builds the statement of q and says in p.Notes what serves it.
 func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (searchPlan, error) {
-	t := quoted(schema.OutboxTable)
+	t := pgsql.QuoteIdent(c.tables.Outbox)
+	delivery, err := c.tables.ReadDelivery(ctx, c.cfg.DB)
+	if err != nil {
+		return searchPlan{}, fmt.Errorf("console: %w", err)
+	}
 	var (
 		where []string
 		args  []any
@@ -192,13 +189,13 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 	// range found by a bounded search on the primary key.
 	var lo, hi int64 // ids in [lo, hi); 0 for no bound
 	if !from.IsZero() {
-		if lo, err = firstIDAt(ctx, c.cfg.DB, from); err != nil {
+		if lo, err = c.firstIDAt(ctx, from); err != nil {
 			return searchPlan{}, err
 		}
 		where = append(where, "created_at >= "+arg(from))
 	}
 	if !to.IsZero() {
-		if hi, err = firstIDAt(ctx, c.cfg.DB, to); err != nil {
+		if hi, err = c.firstIDAt(ctx, to); err != nil {
 			return searchPlan{}, err
 		}
 		where = append(where, "created_at < "+arg(to))
@@ -212,7 +209,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 
 	indexed := false
 	if q.AggregateID != "" || q.AggregateType != "" {
-		ix, err := findAggregateIndex(ctx, c.cfg.DB)
+		ix, err := c.findAggregateIndex(ctx)
 		if err != nil {
 			return searchPlan{}, err
 		}
@@ -236,7 +233,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 			p.Notes = append(p.Notes, "Aggregate: index "+ix.name)
 		case ix.name != "":
 			// Every aggregate type, by a loose scan of the same index.
-			types, err := aggregateTypes(ctx, c.cfg.DB)
+			types, err := c.aggregateTypes(ctx)
 			if err != nil {
 				return searchPlan{}, err
 			}
@@ -279,7 +276,8 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 		}
 		note := fmt.Sprintf("No index serves this search: a bounded scan of the primary key over at most %s ids", thousands(c.scanBound))
 		if q.AggregateID != "" {
-			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id)"
+			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY " +
+				pgsql.QuoteIdent(c.tables.Outbox+"_aggregate") + " ON " + t + " (aggregate_type, aggregate_id)"
 		}
 		p.Notes = append(p.Notes, note)
 	}
@@ -287,7 +285,7 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 		p.Notes = append(p.Notes, "Primary key, newest first")
 	}
 	sqlText := `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, created_at,
-		delivered_at, attempts, coalesce(last_error, '') FROM ` + t
+		delivered_at, ` + delivery.Delivered("o") + `, attempts, coalesce(last_error, '') FROM ` + t + ` o`
 	if len(where) > 0 {
 		sqlText += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -298,8 +296,8 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 // firstIDAt is the first id whose row was written at or after t (or one
 // past the last id), by a binary search on the primary key: a probe per
 // halving, each an index lookup.
-func firstIDAt(ctx context.Context, db *sql.DB, at time.Time) (int64, error) {
-	t := quoted(schema.OutboxTable)
+func (c *Console) firstIDAt(ctx context.Context, at time.Time) (int64, error) {
+	db, t := c.cfg.DB, pgsql.QuoteIdent(c.tables.Outbox)
 	var lo, hi sql.NullInt64
 	if err := db.QueryRowContext(ctx, `SELECT min(id), max(id) FROM `+t).Scan(&lo, &hi); err != nil {
 		return 0, fmt.Errorf("console: reading the id range: %w", err)
@@ -340,14 +338,14 @@ type aggregateIndex struct {
 
 // findAggregateIndex finds the valid, non-partial indexes of the outbox by
 // their leading columns.
-func findAggregateIndex(ctx context.Context, db *sql.DB) (aggregateIndex, error) {
+func (c *Console) findAggregateIndex(ctx context.Context) (aggregateIndex, error) {
 	var ix aggregateIndex
-	rows, err := db.QueryContext(ctx, `SELECT i.relname, array_to_string(array_agg(a.attname ORDER BY k.ord), ',')
+	rows, err := c.cfg.DB.QueryContext(ctx, `SELECT i.relname, array_to_string(array_agg(a.attname ORDER BY k.ord), ',')
 		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 		CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
 		WHERE x.indrelid = to_regclass($1) AND x.indisvalid AND x.indpred IS NULL
-		GROUP BY i.relname ORDER BY i.relname`, quoted(schema.OutboxTable))
+		GROUP BY i.relname ORDER BY i.relname`, pgsql.QuoteIdent(c.tables.Outbox))
 	if err != nil {
 		return ix, fmt.Errorf("console: reading the outbox's indexes: %w", err)
 	}
@@ -376,9 +374,9 @@ func findAggregateIndex(ctx context.Context, db *sql.DB) (aggregateIndex, error)
 
 // aggregateTypes lists the aggregate types by a loose scan of the index on
 // (aggregate_type, aggregate_id): one probe per type.
-func aggregateTypes(ctx context.Context, db *sql.DB) ([]string, error) {
-	t := quoted(schema.OutboxTable)
-	rows, err := db.QueryContext(ctx, `WITH RECURSIVE types AS (
+func (c *Console) aggregateTypes(ctx context.Context) ([]string, error) {
+	t := pgsql.QuoteIdent(c.tables.Outbox)
+	rows, err := c.cfg.DB.QueryContext(ctx, `WITH RECURSIVE types AS (
 			(SELECT aggregate_type FROM `+t+` ORDER BY aggregate_type LIMIT 1)
 			UNION ALL
 			SELECT (SELECT o.aggregate_type FROM `+t+` o WHERE o.aggregate_type > types.aggregate_type ORDER BY o.aggregate_type LIMIT 1)
