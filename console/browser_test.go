@@ -201,7 +201,7 @@ func TestBrowserRetriedDeadLetterIsDelivered(t *testing.T) {
 		o, err := e.ent.Outbox.Query().Where(outboxrow.EventID(d.EventID)).Only(ctx)
 		return err == nil && o.DeliveredAt != nil
 	}, patience, 20*time.Millisecond, "the outbox row is marked delivered")
-	assert.Equal(t, admin.StateRetried, admin.StateOf(e.reload(t, d)), "the letter stays, marked retried")
+	assert.Equal(t, admin.StateRetried, e.reload(t, d.ID).State(), "the letter stays, marked retried")
 
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/events/"+d.EventID.String()), chromedp.WaitVisible(chromedp.CSS("#story"))))
 	assert.Equal(t, "delivered", text(t, b, "#state"))
@@ -222,8 +222,8 @@ func TestBrowserDiscardKeepsTheRecord(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#discard"))))
 	waitFor(t, b, "#outcomes")
 	assert.Contains(t, text(t, b, "#outcomes"), string(admin.Discarded))
-	got := e.reload(t, d)
-	assert.Equal(t, admin.StateDiscarded, admin.StateOf(got))
+	got := e.reload(t, d.ID)
+	assert.Equal(t, admin.StateDiscarded, got.State())
 	assert.Equal(t, "refunded by hand, ticket 1234", got.DiscardNote)
 	assert.Equal(t, d.Payload, got.Payload, "the record is whole")
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#letter-state"))))
@@ -262,7 +262,7 @@ func TestBrowserActionWithoutCSRFIsRefused(t *testing.T) {
 		body, err := chromedp.Run(b, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 		return err == nil && strings.Contains(body, "no valid CSRF token")
 	}, patience, 50*time.Millisecond, "the POST without a CSRF token is refused")
-	assert.Equal(t, admin.StateOpen, admin.StateOf(e.reload(t, d)))
+	assert.Equal(t, admin.StateOpen, e.reload(t, d.ID).State())
 }
 
 // The README's screenshots: go test ./console -run Screenshots -update-screenshots
@@ -330,5 +330,5 @@ func TestBrowserLogsInWithTheToken(t *testing.T) {
 	waitFor(t, b, "#letter-state") // back on the page it asked for
 	require.NoError(t, chromedp.Do(b, chromedp.SetValue(chromedp.CSS("#note"), "duplicate of 41"), chromedp.Click(chromedp.CSS("#discard"))))
 	waitFor(t, b, "#outcomes")
-	assert.Equal(t, admin.StateDiscarded, admin.StateOf(e.reload(t, d)))
+	assert.Equal(t, admin.StateDiscarded, e.reload(t, d.ID).State())
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/console"
 	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
@@ -32,15 +33,17 @@ const patience = 3 * time.Minute
 
 // env is one test's outbox, in its own schema, and its console.
 type env struct {
-	db  *pgtest.DB
-	ent *ent.Client
-	srv *httptest.Server
+	db     *pgtest.DB
+	ent    *ent.Client
+	srv    *httptest.Server
+	tables admin.Tables // as the console's Config names them
 }
 
 func setup(t *testing.T, cfg console.Config) *env {
 	t.Helper()
 	db := pgtest.New(t)
-	e := &env{db: db, ent: ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
+	e := &env{db: db, ent: ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))),
+		tables: admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable}}
 	pgtest.Migrate(t, e.ent.Schema.Create)
 	cfg.DB = db.DB
 	c, err := console.New(cfg)
@@ -50,7 +53,8 @@ func setup(t *testing.T, cfg console.Config) *env {
 	return e
 }
 
-// emit writes events to the outbox as Emit does, and returns their ids.
+// emit writes events to the console's outbox table as Emit does, and
+// returns their ids.
 func (e *env) emit(t *testing.T, topic, aggregateType, aggregateID, payload string, n int) []uuid.UUID {
 	t.Helper()
 	rows := make([]outbox.Row, n)
@@ -61,7 +65,11 @@ func (e *env) emit(t *testing.T, topic, aggregateType, aggregateID, payload stri
 			Event: outbox.Event{Name: "order.paid", Version: 1, Topic: topic, AggregateType: aggregateType,
 				AggregateID: aggregateID, Payload: []byte(payload)}}
 	}
-	q, args, err := outbox.InsertQuery(schema.OutboxTable, rows)
+	table := e.tables.Outbox
+	if table == "" {
+		table = schema.OutboxTable
+	}
+	q, args, err := outbox.InsertQuery(table, rows)
 	require.NoError(t, err)
 	_, err = e.db.DB.Exec(q, args...)
 	require.NoError(t, err)
@@ -80,9 +88,12 @@ func (e *env) relayLetter(t *testing.T, topic, payload string) *ent.DeadLetter {
 	return d
 }
 
-func (e *env) reload(t *testing.T, d *ent.DeadLetter) *ent.DeadLetter {
+// reload reads the dead letter id again, as admin reads it.
+func (e *env) reload(t *testing.T, id int64) admin.DeadLetter {
 	t.Helper()
-	d, err := e.ent.DeadLetter.Get(context.Background(), d.ID)
+	a, err := admin.Open(e.db.DB, e.tables)
+	require.NoError(t, err)
+	d, err := a.DeadLetterByID(context.Background(), id)
 	require.NoError(t, err, "the dead letter must still exist")
 	return d
 }
