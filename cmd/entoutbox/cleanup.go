@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,13 +13,16 @@ import (
 	"github.com/entoutbox/entoutbox/relay"
 )
 
+// cleanupOptions are the cleanup command's flags.
+type cleanupOptions struct {
+	databaseURL, table, processedTable string
+	processedRetention, deliveredRet   time.Duration
+	settledRet                         time.Duration
+	batch                              int
+}
+
 func newCleanupCommand() *cobra.Command {
-	var (
-		databaseURL, table, processedTable string
-		processedRetention, deliveredRet   time.Duration
-		settledRet                         time.Duration
-		batch                              int
-	)
+	o := &cleanupOptions{}
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Delete old processed-event records and delivered outbox rows, in small batches",
@@ -31,56 +36,63 @@ func newCleanupCommand() *cobra.Command {
     --settled-dead-letter-retention ago (0 keeps them; see dead-letters purge).
 Undelivered outbox rows and open dead letters are never deleted.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			// A negative retention would reach into the future and delete
-			// every record, however recent.
-			if processedRetention < 0 {
-				return fmt.Errorf("--processed-retention %s: must not be negative", processedRetention)
-			}
-			if deliveredRet < 0 {
-				return fmt.Errorf("--delivered-retention %s: must not be negative (0 keeps every delivered row)", deliveredRet)
-			}
-			if settledRet < 0 {
-				return fmt.Errorf("--settled-dead-letter-retention %s: must not be negative (0 keeps them all)", settledRet)
-			}
-			if batch < 0 {
-				return fmt.Errorf("--batch-size %d: must not be negative", batch)
-			}
-			db, err := openDB(databaseURL)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx := cmd.Context()
-			n, err := consumer.CleanupProcessed(ctx, db, processedTable, processedRetention, batch)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d processed-event records older than %s\n", n, processedRetention)
-			if deliveredRet > 0 {
-				n, err := relay.CleanupDelivered(ctx, db, table, deliveredRet, batch)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d outbox rows delivered more than %s ago\n", n, deliveredRet)
-			}
-			if settledRet > 0 {
-				n, err := admin.PurgeSettled(ctx, db, settledRet, batch)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d dead letters retried or discarded more than %s ago\n", n, settledRet)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
 	}
-	addDatabaseFlags(cmd, &databaseURL, &table)
+	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
-	f.StringVar(&processedTable, "processed-table", "", "processed-events table name (default outbox_processed_events)")
-	f.DurationVar(&processedRetention, "processed-retention", 7*24*time.Hour, "keep processed-event records this long")
-	f.DurationVar(&deliveredRet, "delivered-retention", 0, "keep delivered outbox rows this long; 0 keeps them all")
-	f.DurationVar(&settledRet, "settled-dead-letter-retention", 0,
+	f.StringVar(&o.processedTable, "processed-table", "", "processed-events table name (default outbox_processed_events)")
+	f.DurationVar(&o.processedRetention, "processed-retention", 7*24*time.Hour, "keep processed-event records this long")
+	f.DurationVar(&o.deliveredRet, "delivered-retention", 0, "keep delivered outbox rows this long; 0 keeps them all")
+	f.DurationVar(&o.settledRet, "settled-dead-letter-retention", 0,
 		"keep dead letters this long after they were retried or discarded; 0 keeps them all")
-	f.IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
+	f.IntVar(&o.batch, "batch-size", 1000, "rows deleted per statement")
 	return cmd
+}
+
+// check refuses a negative retention, which would reach into the future
+// and delete every record however recent, and a negative batch size.
+func (o *cleanupOptions) check() error {
+	switch {
+	case o.processedRetention < 0:
+		return fmt.Errorf("--processed-retention %s: must not be negative", o.processedRetention)
+	case o.deliveredRet < 0:
+		return fmt.Errorf("--delivered-retention %s: must not be negative (0 keeps every delivered row)", o.deliveredRet)
+	case o.settledRet < 0:
+		return fmt.Errorf("--settled-dead-letter-retention %s: must not be negative (0 keeps them all)", o.settledRet)
+	case o.batch < 0:
+		return fmt.Errorf("--batch-size %d: must not be negative", o.batch)
+	}
+	return nil
+}
+
+// run deletes what the retentions allow, saying how much to out.
+func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	db, err := openDB(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := consumer.CleanupProcessed(ctx, db, o.processedTable, o.processedRetention, o.batch)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "deleted %d processed-event records older than %s\n", n, o.processedRetention)
+	if o.deliveredRet > 0 {
+		n, err := relay.CleanupDelivered(ctx, db, o.table, o.deliveredRet, o.batch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "deleted %d outbox rows delivered more than %s ago\n", n, o.deliveredRet)
+	}
+	if o.settledRet > 0 {
+		n, err := admin.PurgeSettled(ctx, db, o.settledRet, o.batch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "deleted %d dead letters retried or discarded more than %s ago\n", n, o.settledRet)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -47,14 +48,24 @@ works too), --broker is ENTOUTBOX_BROKER.`,
 			return flagsFromEnv(cmd.Flags())
 		},
 	}
-	root.AddCommand(newRelayCommand(), newStatusCommand(), newCleanupCommand())
-	root.AddCommand(newDeadLettersCommand(), newReplayCommand())
-	root.AddCommand(newConsoleCommand())
+	root.AddCommand(
+		newRelayCommand(),
+		newStatusCommand(),
+		newCleanupCommand(),
+		newDeadLettersCommand(),
+		newReplayCommand(),
+		newConsoleCommand(),
+	)
 	return root
 }
 
+// envAnnotation marks a flag set from the environment with the variable's
+// name.
+const envAnnotation = "entoutbox_env"
+
 // flagsFromEnv sets each flag left unset on the command line from
-// ENTOUTBOX_<NAME>, and --database-url also from DATABASE_URL.
+// ENTOUTBOX_<NAME>, and --database-url also from DATABASE_URL. A flag set
+// so counts as given (Changed), as on the command line.
 func flagsFromEnv(flags *pflag.FlagSet) error {
 	var err error
 	flags.VisitAll(func(f *pflag.Flag) {
@@ -67,14 +78,28 @@ func flagsFromEnv(flags *pflag.FlagSet) error {
 		}
 		for _, k := range keys {
 			if v, ok := os.LookupEnv(k); ok && v != "" {
-				if serr := f.Value.Set(v); serr != nil {
+				if serr := flags.Set(f.Name, v); serr != nil {
+					if inv := (*pflag.InvalidValueError)(nil); errors.As(serr, &inv) {
+						serr = inv.Unwrap() // pflag's text names the flag, not the variable
+					}
 					err = fmt.Errorf("environment variable %s: %w", k, serr)
+					return
 				}
+				err = flags.SetAnnotation(f.Name, envAnnotation, []string{k})
 				return
 			}
 		}
 	})
 	return err
+}
+
+// givenAs names a flag as it was given: "--lease", or
+// "ENTOUTBOX_LEASE (--lease)" when it came from the environment.
+func givenAs(f *pflag.Flag) string {
+	if env := f.Annotations[envAnnotation]; len(env) > 0 {
+		return env[0] + " (--" + f.Name + ")"
+	}
+	return "--" + f.Name
 }
 
 // addDatabaseFlags adds the flags every command needs to find the outbox.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -16,12 +17,15 @@ import (
 	"github.com/entoutbox/entoutbox/internal/lag"
 )
 
+// statusOptions are the status command's flags.
+type statusOptions struct {
+	databaseURL, table, deadLetterTable string
+	asJSON                              bool
+	th                                  admin.Thresholds
+}
+
 func newStatusCommand() *cobra.Command {
-	var (
-		databaseURL, table, deadLetterTable string
-		asJSON                              bool
-		th                                  admin.Thresholds
-	)
+	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the outbox backlog (pending events, age of the oldest, dead letters), consumer lag, the fast relays and the WAL slots",
@@ -39,37 +43,40 @@ is passed, saying which (after printing the status), for a cron job or a probe.`
 		Example: `  entoutbox status --json
   entoutbox status --max-age 5m --max-dead-letters 0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := openDB(databaseURL)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			st, err := admin.ReadStatus(cmd.Context(), db, table, deadLetterTable)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				if err := writeJSON(out, statusJSON{Status: st, OldestPendingAge: st.Age().Seconds(), Problems: orEmpty(st.Check(th))}); err != nil {
-					return err
-				}
-			} else {
-				writeStatus(out, st)
-			}
-			if over := st.Check(th); len(over) > 0 {
-				return errors.New("status: " + strings.Join(over, "; "))
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
 	}
-	addDatabaseFlags(cmd, &databaseURL, &table)
+	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
-	f.StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
-	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.DurationVar(&th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")
-	f.Int64Var(&th.MaxDeadLetters, "max-dead-letters", -1, "exit 1 when there are more open dead letters (-1: no limit)")
+	f.StringVar(&o.deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	f.BoolVar(&o.asJSON, "json", false, "print JSON")
+	f.DurationVar(&o.th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")
+	f.Int64Var(&o.th.MaxDeadLetters, "max-dead-letters", -1, "exit 1 when there are more open dead letters (-1: no limit)")
 	return cmd
+}
+
+// run prints the status to out, and fails naming each threshold passed.
+func (o *statusOptions) run(ctx context.Context, out io.Writer) error {
+	db, err := openDB(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := admin.ReadStatus(ctx, db, o.table, o.deadLetterTable)
+	if err != nil {
+		return err
+	}
+	over := st.Check(o.th)
+	if o.asJSON {
+		if err := writeJSON(out, statusJSON{Status: st, OldestPendingAge: st.Age().Seconds(), Problems: orEmpty(over)}); err != nil {
+			return err
+		}
+	} else {
+		writeStatus(out, st)
+	}
+	if len(over) > 0 {
+		return errors.New("status: " + strings.Join(over, "; "))
+	}
+	return nil
 }
 
 // statusJSON is the status with the age spelled out and the thresholds passed.

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"database/sql"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// A flag given for a read path that does not use it is refused, naming the
+// flag (or the environment variable it came from) and the path, before
+// anything is opened; the flags' defaults do not count as given.
+func TestRelayRefusesAFlagOfAnotherPath(t *testing.T) {
+	_, err := run(t, nil, "relay", "--broker", "mem://", "--path", "wal", "--lease", "5s")
+	require.EqualError(t, err, "--lease applies to the fast path only; this relay runs the wal path")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--path", "compatible", "--concurrency", "8")
+	require.EqualError(t, err, "--concurrency applies to the fast and wal paths only; this relay runs the compatible path")
+	_, err = run(t, map[string]string{"ENTOUTBOX_CONSUMER_GROUP": "billing"}, "relay", "--broker", "mem://")
+	require.EqualError(t, err, "ENTOUTBOX_CONSUMER_GROUP (--consumer-group) applies to the compatible path only; this relay runs the fast path")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--path", "slow")
+	require.EqualError(t, err, `--path "slow": want fast, compatible or wal`)
+
+	for _, path := range []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL} {
+		o, flags := parseRelayFlags(t, "--path", string(path))
+		require.NoError(t, o.check(flags), "the defaults of %s", path)
+		cfg := o.config()
+		cfg.DB, cfg.Publisher = &sql.DB{}, gochannel.NewGoChannel(gochannel.Config{}, nil)
+		require.NoError(t, cfg.Validate(), "the defaults of %s", path)
+	}
+}
+
+// relaySettingSamples is a value for each flag of a relay setting. A flag
+// added without one fails the test below, which then checks its paths.
+var relaySettingSamples = map[string]string{
+	"topic-prefix": "staging_", "dead-letter-table": "letters", "close-timeout": "5s", "batch-size": "10",
+	"retry-interval": "1s", "poll-interval": "1s", "concurrency": "3", "max-bytes-in-flight": "1MiB", "max-attempts": "3",
+	"lease": "5s", "partitions": "8", "poll-only": "true", "delete-delivered": "true", "relay-id": "r1",
+	"listen-database-url": "postgres://127.0.0.1/app", "consumer-group": "billing", "slot": "orders_wal",
+	"publication": "orders_wal", "replication-url": "postgres://127.0.0.1/app",
+}
+
+// The flags of the command that are not relay settings.
+var relayCommandFlags = []string{"database-url", "table", "broker", "path", "log-level", "log-format", "metrics-addr", "pprof",
+	"cloudevents-source", "cloudevents-dataschema-base"}
+
+// What the command refuses, its help and the library's Config.Validate
+// agree: each setting flag given for each path is refused by both exactly
+// when the help says the flag is not for that path.
+func TestRelayFlagsPathsAgreeWithValidate(t *testing.T) {
+	_, flags := parseRelayFlags(t)
+	flags.VisitAll(func(f *pflag.Flag) {
+		if slices.Contains(relayCommandFlags, f.Name) {
+			return
+		}
+		sample, ok := relaySettingSamples[f.Name]
+		require.True(t, ok, "--%s: no sample value; add one", f.Name)
+		paths, only := pathFlags[f.Name]
+		if only {
+			require.Contains(t, f.Usage, pathsOnly(paths), "--%s", f.Name)
+		} else {
+			require.NotContains(t, f.Usage, " only)", "--%s", f.Name)
+		}
+		for _, path := range []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL} {
+			applies := !only || slices.Contains(paths, path)
+			o, given := parseRelayFlags(t, "--path", string(path), "--"+f.Name, sample)
+			err := o.check(given)
+			if applies {
+				require.NoError(t, err, "--%s on the %s path", f.Name, path)
+			} else {
+				require.EqualError(t, err, "--"+f.Name+" applies to the "+pathsOnly(paths)+"; this relay runs the "+string(path)+" path")
+			}
+
+			cfg := o.config()
+			cfg.DB, cfg.Publisher = &sql.DB{}, gochannel.NewGoChannel(gochannel.Config{}, nil)
+			if o.listenDatabaseURL != "" {
+				cfg.Fast.ListenDB = &sql.DB{} // what run opens
+			}
+			err = cfg.Validate()
+			var wrong *relay.WrongPathError
+			require.Equal(t, !applies, errors.As(err, &wrong), "--%s on the %s path: %v", f.Name, path, err)
+			if !applies {
+				require.Equal(t, paths, wrong.Paths, "--%s", f.Name)
+			}
+		}
+	})
+}
+
+// The help says which paths each flag is for: the flags the fast and wal
+// paths share do not say "fast path".
+func TestRelayHelpSaysWhichPaths(t *testing.T) {
+	out, err := run(t, nil, "relay", "--help")
+	require.NoError(t, err)
+	usage := func(flag string) string {
+		m := regexp.MustCompile(`(?m)^\s+--` + flag + `\b.*$`).FindString(out)
+		require.NotEmpty(t, m, "--%s in:\n%s", flag, out)
+		return m
+	}
+	for _, flag := range []string{"concurrency", "max-attempts", "max-bytes-in-flight"} {
+		require.NotContains(t, usage(flag), "(fast path")
+		require.NotContains(t, usage(flag), "; fast path")
+		require.Contains(t, usage(flag), "fast and wal paths only")
+	}
+	require.Contains(t, usage("poll-interval"), "fast and compatible paths only")
+	for _, flag := range []string{"lease", "partitions", "poll-only", "delete-delivered", "relay-id", "listen-database-url"} {
+		require.Contains(t, usage(flag), "fast path only)", "--%s", flag)
+	}
+	require.Contains(t, usage("consumer-group"), "compatible path only)")
+	for _, flag := range []string{"slot", "publication", "replication-url"} {
+		require.Contains(t, usage(flag), "wal path only)", "--%s", flag)
+	}
+	for _, flag := range []string{"batch-size", "retry-interval", "topic-prefix", "close-timeout"} {
+		require.NotContains(t, usage(flag), "only", "--%s", flag)
+	}
+	require.True(t, strings.Contains(usage("lease"), "(default 30s; fast path only)"), usage("lease"))
+}
+
+// parseRelayFlags parses args, after --broker mem://, as the relay
+// command's flags.
+func parseRelayFlags(t *testing.T, args ...string) (*relayOptions, *pflag.FlagSet) {
+	t.Helper()
+	o := &relayOptions{}
+	flags := pflag.NewFlagSet("relay", pflag.ContinueOnError)
+	flags.StringVar(&o.databaseURL, "database-url", "", "")
+	flags.StringVar(&o.table, "table", "", "")
+	o.addFlags(flags)
+	require.NoError(t, flags.Parse(append([]string{"--broker", "mem://"}, args...)))
+	return o, flags
+}
