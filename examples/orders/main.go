@@ -172,8 +172,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	<-router.Running()
 
 	// The relay: committed outbox rows to the broker.
-	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher(),
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 100 * time.Millisecond}}})
+	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher(), PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
