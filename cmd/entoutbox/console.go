@@ -16,6 +16,7 @@ import (
 func newConsoleCommand() *cobra.Command {
 	var (
 		databaseURL, addr, token string
+		table, deadLetterTable   string
 		readOnly                 bool
 		refresh                  time.Duration
 	)
@@ -43,7 +44,8 @@ refuses retry and discard.`,
 				return err
 			}
 			defer db.Close()
-			h, err := console.New(console.Config{DB: db, Token: token, ReadOnly: readOnly, Refresh: refresh})
+			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable, Token: token,
+				ReadOnly: readOnly, Refresh: refresh})
 			if err != nil {
 				return err
 			}
@@ -68,8 +70,9 @@ refuses retry and discard.`,
 			return nil
 		},
 	}
+	addDatabaseFlags(cmd, &databaseURL, &table)
 	f := cmd.Flags()
-	f.StringVar(&databaseURL, "database-url", "", "PostgreSQL URL of the database holding the outbox (env ENTOUTBOX_DATABASE_URL or DATABASE_URL)")
+	f.StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs --token")
 	f.StringVar(&token, "token", "", "token every request must carry (Bearer, basic auth password, or the login page); env ENTOUTBOX_TOKEN")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse retry and discard")

@@ -25,14 +25,20 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 	require.ErrorContains(t, err, "listens on every interface")
 }
 
+// The console serves the tables --table and --dead-letter-table name.
 func TestConsoleServes(t *testing.T) {
 	db := pgtest.New(t)
 	pgtest.Migrate(t, ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))).Schema.Create)
+	shopTables(t, db)
+	_, err := db.DB.Exec(`INSERT INTO shop_outbox (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}' FROM generate_series(1, 2) g`)
+	require.NoError(t, err)
 	pr, pw := io.Pipe()
 	cmd := newRootCommand()
 	cmd.SetOut(pw)
 	cmd.SetErr(pw)
-	cmd.SetArgs([]string{"console", "--addr", "127.0.0.1:0", "--database-url", db.URL})
+	cmd.SetArgs([]string{"console", "--addr", "127.0.0.1:0", "--database-url", db.URL, "--table", "shop_outbox",
+		"--dead-letter-table", "shop_letters"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
@@ -47,7 +53,8 @@ func TestConsoleServes(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	require.Contains(t, string(body), `id="pending">0<`)
+	require.Contains(t, string(body), `id="pending">2<`, "shop_outbox's backlog")
+	require.Regexp(t, `id="open-letters"><a [^>]*>0<`, string(body), "shop_letters has none")
 	cancel()
 	select {
 	case err := <-done:

@@ -11,13 +11,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/ent"
 )
 
 // The retry design, shared by the help of retry and of the group.
@@ -37,23 +34,36 @@ retry right after the first delivery reaches consumers on every broker: the
 new row has its own broker message id (on NATS JetStream the Nats-Msg-Id,
 which the stream would otherwise drop as a duplicate), the same event id.`
 
-func newDeadLettersCommand() *cobra.Command {
-	var databaseURL string
-	open := func() (*admin.Admin, func(), error) {
-		db, err := openDB(databaseURL)
-		if err != nil {
-			return nil, nil, err
-		}
-		client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-		return admin.New(client), func() { client.Close() }, nil
+// letterTables are the flags of the dead-letter commands that find the
+// tables, named as relay's and status's.
+type letterTables struct {
+	databaseURL, table, deadLetterTable string
+}
+
+// open opens the database and an Admin on the tables; done closes them.
+func (o *letterTables) open() (a *admin.Admin, done func(), err error) {
+	db, err := openDB(o.databaseURL)
+	if err != nil {
+		return nil, nil, err
 	}
+	a, err = admin.Open(db, admin.Tables{Outbox: o.table, DeadLetters: o.deadLetterTable})
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return a, func() { db.Close() }, nil
+}
+
+func newDeadLettersCommand() *cobra.Command {
+	var o letterTables
 	cmd := &cobra.Command{
 		Use:     "dead-letters",
 		Aliases: []string{"dead-letter", "dl"},
 		Short:   "List, show, retry, discard and purge dead letters",
-		Long: `dead-letters inspects and repairs the events set aside in outbox_dead_letters,
-by the relay (source "relay") or by a consumer (source = its name). It works
-on the tables' default names (outbox_events, outbox_dead_letters).
+		Long: `dead-letters inspects and repairs the events set aside in the dead-letter table
+(--dead-letter-table, default outbox_dead_letters), by the relay (source
+"relay") or by a consumer (source = its name). A retry writes the event back
+to the outbox table (--table, default outbox_events).
 
 ` + retryHelp + `
 
@@ -63,41 +73,50 @@ discarded longer ago than --older-than; open letters are never deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.PersistentFlags().StringVar(&databaseURL, "database-url", "", "PostgreSQL URL of the database holding the outbox (env ENTOUTBOX_DATABASE_URL or DATABASE_URL)")
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL of the database holding the outbox (env ENTOUTBOX_DATABASE_URL or DATABASE_URL)")
+	f.StringVar(&o.table, "table", "", "outbox table name (default outbox_events)")
+	f.StringVar(&o.deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	cmd.AddCommand(newDeadLettersListCommand(&o), newDeadLettersShowCommand(&o), newDeadLettersRetryCommand(&o),
+		newDeadLettersDiscardCommand(&o), newDeadLettersPurgeCommand(&o))
+	return cmd
+}
 
-	// list
+func newDeadLettersListCommand(o *letterTables) *cobra.Command {
 	var (
 		f      letterFilter
 		asJSON bool
 	)
-	list := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List dead letters, newest first",
 		Example: `  entoutbox dead-letters list --consumer billing --since 24h
   entoutbox dead-letters list --event order.paid --reason "newer than" --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, done, err := open()
+			a, done, err := o.open()
 			if err != nil {
 				return err
 			}
 			defer done()
-			ds, err := a.DeadLetters(cmd.Context(), f.filter())
+			ds, err := a.ListDeadLetters(cmd.Context(), f.filter())
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), letterViews(ds, false))
+				return writeJSON(cmd.OutOrStdout(), ds)
 			}
 			return writeLetterTable(cmd.OutOrStdout(), ds)
 		},
 	}
-	f.add(list, true)
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	f.add(cmd, true)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
 
-	// show
-	var showJSON bool
-	show := &cobra.Command{
+func newDeadLettersShowCommand(o *letterTables) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one dead letter: payload, headers, reason, attempts, when, source, event id",
 		Args:  cobra.ExactArgs(1),
@@ -106,48 +125,50 @@ discarded longer ago than --older-than; open letters are never deleted.`,
 			if err != nil {
 				return err
 			}
-			a, done, err := open()
+			a, done, err := o.open()
 			if err != nil {
 				return err
 			}
 			defer done()
-			d, err := a.DeadLetter(cmd.Context(), ids[0])
+			d, err := a.DeadLetterByID(cmd.Context(), ids[0])
 			if err != nil {
 				return err
 			}
-			if showJSON {
-				return writeJSON(cmd.OutOrStdout(), viewOf(d, true))
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), d)
 			}
 			writeLetter(cmd.OutOrStdout(), d)
 			return nil
 		},
 	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
 
-	// retry
+func newDeadLettersRetryCommand(o *letterTables) *cobra.Command {
 	var (
-		rf       letterFilter
-		retryAll bool
+		f   letterFilter
+		all bool
 	)
-	retry := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "retry ID... | --all [filters]",
 		Short: "Put dead letters' events back in the outbox, with their original ids, for another delivery",
 		Long:  retryHelp,
 		Example: `  entoutbox dead-letters retry 42 43
   entoutbox dead-letters retry --all --consumer billing --reason "connection refused"`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := idsOrAll(args, retryAll, rf)
+			ids, err := idsOrAll(args, all, f)
 			if err != nil {
 				return err
 			}
-			a, done, err := open()
+			a, done, err := o.open()
 			if err != nil {
 				return err
 			}
 			defer done()
 			var rs []admin.Result
-			if retryAll {
-				rs, err = a.RetryMatching(cmd.Context(), rf.filter())
+			if all {
+				rs, err = a.RetryMatching(cmd.Context(), f.filter())
 			} else {
 				rs, err = a.Retry(cmd.Context(), ids...)
 			}
@@ -155,16 +176,18 @@ discarded longer ago than --older-than; open letters are never deleted.`,
 			return err
 		},
 	}
-	rf.add(retry, false)
-	retry.Flags().BoolVar(&retryAll, "all", false, "retry every open dead letter the filters select")
+	f.add(cmd, false)
+	cmd.Flags().BoolVar(&all, "all", false, "retry every open dead letter the filters select")
+	return cmd
+}
 
-	// discard
+func newDeadLettersDiscardCommand(o *letterTables) *cobra.Command {
 	var (
-		df         letterFilter
-		discardAll bool
-		note       string
+		f    letterFilter
+		all  bool
+		note string
 	)
-	discard := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "discard ID... | --all [filters] --note TEXT",
 		Short: "Mark dead letters as handled by hand, with a note; nothing is deleted",
 		Long: `discard marks dead letters discarded (discarded_at, discard_note). Nothing is
@@ -175,18 +198,18 @@ event, replayed or not.`,
 			if strings.TrimSpace(note) == "" {
 				return errors.New("discard needs --note saying why")
 			}
-			ids, err := idsOrAll(args, discardAll, df)
+			ids, err := idsOrAll(args, all, f)
 			if err != nil {
 				return err
 			}
-			a, done, err := open()
+			a, done, err := o.open()
 			if err != nil {
 				return err
 			}
 			defer done()
 			var rs []admin.Result
-			if discardAll {
-				rs, err = a.DiscardMatching(cmd.Context(), note, df.filter())
+			if all {
+				rs, err = a.DiscardMatching(cmd.Context(), note, f.filter())
 			} else {
 				rs, err = a.Discard(cmd.Context(), note, ids...)
 			}
@@ -194,16 +217,18 @@ event, replayed or not.`,
 			return err
 		},
 	}
-	df.add(discard, false)
-	discard.Flags().BoolVar(&discardAll, "all", false, "discard every open dead letter the filters select")
-	discard.Flags().StringVar(&note, "note", "", "why (required)")
+	f.add(cmd, false)
+	cmd.Flags().BoolVar(&all, "all", false, "discard every open dead letter the filters select")
+	cmd.Flags().StringVar(&note, "note", "", "why (required)")
+	return cmd
+}
 
-	// purge
+func newDeadLettersPurgeCommand(o *letterTables) *cobra.Command {
 	var (
 		olderThan time.Duration
 		batch     int
 	)
-	purge := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Delete dead letters retried or discarded longer ago than --older-than; never open ones",
 		Long: `purge deletes, in small batches, the dead letters retried or discarded longer
@@ -215,12 +240,12 @@ delivered again (by a replay, say).`,
 			if olderThan < 0 {
 				return fmt.Errorf("--older-than %s: must not be negative", olderThan)
 			}
-			db, err := openDB(databaseURL)
+			a, done, err := o.open()
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			n, err := admin.PurgeSettled(cmd.Context(), db, olderThan, batch)
+			defer done()
+			n, err := a.PurgeSettled(cmd.Context(), olderThan, batch)
 			if err != nil {
 				return err
 			}
@@ -228,10 +253,8 @@ delivered again (by a replay, say).`,
 			return nil
 		},
 	}
-	purge.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "keep settled dead letters this long")
-	purge.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
-
-	cmd.AddCommand(list, show, retry, discard, purge)
+	cmd.Flags().DurationVar(&olderThan, "older-than", 30*24*time.Hour, "keep settled dead letters this long")
+	cmd.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per statement")
 	return cmd
 }
 
@@ -318,71 +341,13 @@ func (f *timeFlag) Set(s string) error {
 	return fmt.Errorf("%q is neither a time (RFC 3339 or 2006-01-02) nor a duration ago (24h)", s)
 }
 
-// letterView is a dead letter as the command prints it in JSON: the
-// payload as text when it is (as JSON when it is JSON), the state spelled out.
-type letterView struct {
-	ID            int64           `json:"id"`
-	EventID       *uuid.UUID      `json:"event_id"`
-	Source        string          `json:"source"`
-	EventName     string          `json:"event_name"`
-	EventVersion  int             `json:"event_version"`
-	Topic         string          `json:"topic"`
-	AggregateType string          `json:"aggregate_type"`
-	AggregateID   string          `json:"aggregate_id"`
-	Reason        string          `json:"reason"`
-	Attempts      int             `json:"attempts"`
-	CreatedAt     time.Time       `json:"created_at"`
-	State         admin.State     `json:"state"`
-	RetriedAt     *time.Time      `json:"retried_at,omitempty"`
-	DiscardedAt   *time.Time      `json:"discarded_at,omitempty"`
-	DiscardNote   string          `json:"discard_note,omitempty"`
-	Headers       json.RawMessage `json:"headers,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-	PayloadText   string          `json:"payload_text,omitempty"`   // not JSON, valid UTF-8
-	PayloadBase64 []byte          `json:"payload_base64,omitempty"` // neither
-}
-
-func viewOf(d *ent.DeadLetter, full bool) letterView {
-	v := letterView{ID: d.ID, Source: d.Source, EventName: d.EventName, EventVersion: d.EventVersion,
-		Topic: d.Topic, AggregateType: d.AggregateType, AggregateID: d.AggregateID, Reason: d.Reason,
-		Attempts: d.Attempts, CreatedAt: d.CreatedAt, State: admin.StateOf(d), RetriedAt: d.RetriedAt,
-		DiscardedAt: d.DiscardedAt, DiscardNote: d.DiscardNote}
-	if id := admin.EventID(d); id != uuid.Nil {
-		v.EventID = &id
-	}
-	if !full {
-		return v
-	}
-	if len(d.Headers) > 0 && json.Valid(d.Headers) {
-		v.Headers = d.Headers
-	}
-	switch {
-	case len(d.Payload) == 0:
-	case json.Valid(d.Payload):
-		v.Payload = d.Payload
-	case utf8.Valid(d.Payload):
-		v.PayloadText = string(d.Payload)
-	default:
-		v.PayloadBase64 = d.Payload
-	}
-	return v
-}
-
-func letterViews(ds []*ent.DeadLetter, full bool) []letterView {
-	vs := make([]letterView, 0, len(ds))
-	for _, d := range ds {
-		vs = append(vs, viewOf(d, full))
-	}
-	return vs
-}
-
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
 
-func writeLetterTable(w io.Writer, ds []*ent.DeadLetter) error {
+func writeLetterTable(w io.Writer, ds []admin.DeadLetter) error {
 	if len(ds) == 0 {
 		_, err := fmt.Fprintln(w, "no dead letters")
 		return err
@@ -395,12 +360,12 @@ func writeLetterTable(w io.Writer, ds []*ent.DeadLetter) error {
 			event += " v" + strconv.Itoa(d.EventVersion)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.CreatedAt.UTC().Format(time.RFC3339),
-			d.Source, event, eventIDText(d), d.Attempts, admin.StateOf(d), oneLine(d.Reason, 80))
+			d.Source, event, eventIDText(d), d.Attempts, d.State(), oneLine(d.Reason, 80))
 	}
 	return tw.Flush()
 }
 
-func writeLetter(w io.Writer, d *ent.DeadLetter) {
+func writeLetter(w io.Writer, d admin.DeadLetter) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s%s\n", k+":", v) }
 	line("id", strconv.FormatInt(d.ID, 10))
 	line("event id", eventIDText(d))
@@ -410,7 +375,7 @@ func writeLetter(w io.Writer, d *ent.DeadLetter) {
 	line("aggregate", d.AggregateType+" "+d.AggregateID)
 	line("dead-lettered", d.CreatedAt.UTC().Format(time.RFC3339Nano))
 	line("attempts", strconv.Itoa(d.Attempts))
-	line("state", string(admin.StateOf(d)))
+	line("state", string(d.State()))
 	if d.RetriedAt != nil {
 		line("retried at", d.RetriedAt.UTC().Format(time.RFC3339Nano))
 	}
@@ -420,19 +385,19 @@ func writeLetter(w io.Writer, d *ent.DeadLetter) {
 	}
 	line("reason", d.Reason)
 	line("headers", string(d.Headers))
-	switch v := viewOf(d, true); {
-	case v.Payload != nil:
-		line("payload", string(v.Payload))
-	case v.PayloadText != "":
-		line("payload", strconv.Quote(v.PayloadText)+" (not JSON)")
+	switch {
+	case len(d.Payload) == 0 || json.Valid(d.Payload):
+		line("payload", string(d.Payload))
+	case utf8.Valid(d.Payload):
+		line("payload", strconv.Quote(string(d.Payload))+" (not JSON)")
 	default:
 		line("payload", fmt.Sprintf("%q (not UTF-8)", d.Payload))
 	}
 }
 
-func eventIDText(d *ent.DeadLetter) string {
-	if id := admin.EventID(d); id != uuid.Nil {
-		return id.String()
+func eventIDText(d admin.DeadLetter) string {
+	if d.EventID != uuid.Nil {
+		return d.EventID.String()
 	}
 	return "-"
 }

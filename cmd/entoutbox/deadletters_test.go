@@ -129,3 +129,91 @@ func TestDeadLettersCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "deleted 2 dead letters retried or discarded more than 0s ago\n", out)
 }
+
+// shopTables makes the outbox table shop_outbox and the dead-letter table
+// shop_letters beside the default ones, which hold decoys: dead letters
+// with the same ids as shop_letters' and the reason "a decoy".
+func shopTables(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	_, err := db.DB.Exec(`CREATE TABLE shop_outbox (LIKE outbox_events INCLUDING ALL);
+		CREATE TABLE shop_letters (LIKE outbox_dead_letters INCLUDING ALL);
+		INSERT INTO outbox_dead_letters (event_id, source, event_name, event_version, topic, aggregate_type,
+			aggregate_id, payload, reason, attempts)
+		SELECT gen_random_uuid(), 'billing', 'order.paid', 2, 'orders', 'Order', '9', '{}', 'a decoy', 1
+		FROM generate_series(1, 2)`)
+	require.NoError(t, err)
+}
+
+// dead-letters list, show, retry, discard and purge work on the tables
+// --table and --dead-letter-table name, and leave the default ones alone.
+func TestDeadLettersCommandsOnOtherTables(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	shopTables(t, db)
+	// A consumer's letter of an event the relay delivered (its row retained
+	// in shop_outbox), and a relay's letter.
+	var (
+		billing, relayed           int64
+		billingEvent, relayedEvent string
+	)
+	require.NoError(t, db.DB.QueryRow(`WITH row AS (
+			INSERT INTO shop_outbox (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at)
+			VALUES (gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '9', '{"order_id":9}', now()) RETURNING event_id)
+		INSERT INTO shop_letters (event_id, source, event_name, event_version, topic, aggregate_type, aggregate_id,
+			payload, headers, reason, attempts)
+		SELECT event_id, 'billing', 'order.paid', 2, 'orders', 'Order', '9', '{"order_id":9}', '{}', 'the shop bug', 5 FROM row
+		RETURNING id, event_id`).Scan(&billing, &billingEvent))
+	require.NoError(t, db.DB.QueryRow(`INSERT INTO shop_letters (event_id, source, event_name, event_version, topic,
+			aggregate_type, aggregate_id, payload, reason, attempts)
+		VALUES (gen_random_uuid(), 'relay', 'order.paid', 2, 'orders', 'Order', '8', '{}', 'the shop broker refused it', 5)
+		RETURNING id, event_id`).Scan(&relayed, &relayedEvent))
+	id := func(n int64) string { return strconv.FormatInt(n, 10) }
+	dl := func(args ...string) (string, error) {
+		return run(t, nil, append(append([]string{"dead-letters"}, args...), "--database-url", db.URL,
+			"--table", "shop_outbox", "--dead-letter-table", "shop_letters")...)
+	}
+
+	out, err := dl("list")
+	require.NoError(t, err)
+	require.Contains(t, out, "the shop bug")
+	require.Contains(t, out, "the shop broker refused it")
+	require.NotContains(t, out, "a decoy")
+	out, err = dl("list", "--json")
+	require.NoError(t, err)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 2)
+	require.Equal(t, relayedEvent, listed[0]["event_id"], "newest first")
+	require.Equal(t, map[string]any{"order_id": float64(9)}, listed[1]["payload"], "the payload as JSON")
+
+	out, err = dl("show", id(billing))
+	require.NoError(t, err)
+	require.Contains(t, out, "reason:         the shop bug")
+	require.Contains(t, out, "event id:       "+billingEvent)
+
+	// The delivered row is written again, pending, in shop_outbox.
+	out, err = dl("retry", id(billing))
+	require.NoError(t, err)
+	require.Contains(t, out, "dead letter "+id(billing)+" (event "+billingEvent+", billing): requeued\n")
+	var pending, inDefault int
+	require.NoError(t, db.DB.QueryRow(`SELECT (SELECT count(*) FROM shop_outbox WHERE event_id = $1 AND delivered_at IS NULL),
+		(SELECT count(*) FROM outbox_events)`, billingEvent).Scan(&pending, &inDefault))
+	require.Equal(t, 1, pending)
+	require.Zero(t, inDefault)
+
+	out, err = dl("discard", id(relayed), "--note", "resent by hand")
+	require.NoError(t, err)
+	require.Contains(t, out, "discarded 1 of 1 dead letters\n")
+	out, err = dl("list", "--state", "open")
+	require.NoError(t, err)
+	require.Equal(t, "no dead letters\n", out)
+	out, err = dl("purge", "--older-than", "0s")
+	require.NoError(t, err)
+	require.Equal(t, "deleted 2 dead letters retried or discarded more than 0s ago\n", out)
+
+	// The default tables' letters, with the same ids, are as they were.
+	var decoys int
+	require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM outbox_dead_letters WHERE retried_at IS NULL
+		AND discarded_at IS NULL AND event_id IS NOT NULL`).Scan(&decoys))
+	require.Equal(t, 2, decoys)
+}

@@ -4,22 +4,19 @@ import (
 	"errors"
 	"fmt"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/broker"
-	"github.com/entoutbox/entoutbox/ent"
 )
 
 func newReplayCommand() *cobra.Command {
 	var (
-		databaseURL, brokerURL, logLevel string
-		events                           []string
-		since, until                     timeFlag
-		r                                admin.Range
-		opts                             admin.ReplayOptions
+		databaseURL, table, brokerURL, logLevel string
+		events                                  []string
+		since, until                            timeFlag
+		r                                       admin.Range
+		opts                                    admin.ReplayOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "replay --event NAME --since T [--until T] [--aggregate ID] [--to-topic T] --broker URL",
@@ -34,9 +31,11 @@ consumer that handled them skips them as duplicates (and one that discarded an
 event's dead letter skips that event).
 
 --to-topic sends every event to that topic instead of its own. Pending events
-are left to the relay; the table is outbox_events. Each replay publishes under
-broker message ids of its own (on NATS JetStream the Nats-Msg-Id), so that a
-broker that drops duplicates stores every replay; consumers see the event ids.`,
+are left to the relay; rows the WAL path delivered (delivered_at NULL) are
+replayed too. The outbox table is --table (default outbox_events). Each replay
+publishes under broker message ids of its own (on NATS JetStream the
+Nats-Msg-Id), so that a broker that drops duplicates stores every replay;
+consumers see the event ids.`,
 		Example: `  entoutbox replay --event order.paid --since 2026-11-01 --broker nats://127.0.0.1:4222
   entoutbox replay --event order.paid --since 72h --aggregate 42 --to-topic orders_rebuild --broker amqp://guest:guest@127.0.0.1:5672/`,
 		Args: cobra.NoArgs,
@@ -58,21 +57,24 @@ broker that drops duplicates stores every replay; consumers see the event ids.`,
 			if err != nil {
 				return err
 			}
-			client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-			defer client.Close()
+			defer db.Close()
+			a, err := admin.Open(db, admin.Tables{Outbox: table})
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			b, err := broker.Open(ctx, brokerURL, broker.Options{Logger: logger})
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			n, err := admin.New(client).Replay(ctx, b.Publisher(), r, opts)
+			n, err := a.Replay(ctx, b.Publisher(), r, opts)
 			fmt.Fprintf(cmd.OutOrStdout(), "replayed %d events\n", n)
 			return err
 		},
 	}
+	addDatabaseFlags(cmd, &databaseURL, &table)
 	f := cmd.Flags()
-	f.StringVar(&databaseURL, "database-url", "", "PostgreSQL URL of the database holding the outbox (env ENTOUTBOX_DATABASE_URL or DATABASE_URL)")
 	f.StringVar(&brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
 	f.StringSliceVar(&events, "event", nil, "event name to replay, e.g. order.paid (repeat, or separate with commas)")
 	f.Var(&since, "since", "replay events written at or after: RFC 3339, a date, or a duration ago (72h)")

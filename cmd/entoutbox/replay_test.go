@@ -88,3 +88,70 @@ func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// replay --table reads the outbox table it names: its delivered rows, those
+// the WAL path delivered (by the progress table named after it) among
+// them, and none of the default table's.
+func TestReplayCommandReadsTheTableGiven(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	shopTables(t, db)
+	const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	br, err := broker.Open(ctx, amqpURL, broker.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
+	}
+	defer br.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	topic := "t" + hex.EncodeToString(b) + "_shop"
+	sub, err := br.Subscriber("read-model")
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+
+	insert := func(table string, delivered bool) string {
+		t.Helper()
+		var id string
+		require.NoError(t, db.DB.QueryRow(`INSERT INTO `+table+` (event_id, event_name, event_version, topic, aggregate_type,
+			aggregate_id, payload, delivered_at) VALUES (gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '1', '{}',
+			CASE WHEN $1 THEN now() END) RETURNING event_id`, delivered).Scan(&id))
+		return id
+	}
+	for range 3 {
+		insert("outbox_events", true) // the default table's: never replayed
+	}
+	want := []string{insert("shop_outbox", true)}
+	insert("shop_outbox", false) // pending
+	_, err = db.DB.Exec(`CREATE TABLE shop_outbox_wal_progress (slot text PRIMARY KEY, created pg_snapshot,
+			delivered pg_snapshot, confirmed_lsn pg_lsn, updated_at timestamptz NOT NULL DEFAULT now());
+		INSERT INTO shop_outbox_wal_progress (slot, created) VALUES ('shop', pg_current_snapshot())`)
+	require.NoError(t, err)
+	want = append(want, insert("shop_outbox", false)) // delivered by the WAL path
+	_, err = db.DB.Exec(`UPDATE shop_outbox_wal_progress SET delivered = pg_current_snapshot()`)
+	require.NoError(t, err)
+	want = append(want, insert("shop_outbox", true))
+
+	out, err := run(t, nil, "replay", "--database-url", db.URL, "--table", "shop_outbox", "--broker", amqpURL,
+		"--event", "order.paid", "--since", "1h", "--to-topic", topic)
+	require.NoError(t, err)
+	require.Equal(t, "replayed 3 events\n", out)
+	var got []string
+	for len(got) < len(want) {
+		select {
+		case m := <-msgs:
+			m.Ack()
+			got = append(got, m.UUID)
+		case <-ctx.Done():
+			t.Fatalf("received %d of %d replayed events", len(got), len(want))
+		}
+	}
+	require.Equal(t, want, got)
+	select {
+	case m := <-msgs:
+		t.Fatalf("a fourth message: %s", m.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
