@@ -7,6 +7,12 @@
 //	if err != nil { ... }
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", h))
 //
+// It reads the outbox and dead-letter tables Config.Table and
+// Config.DeadLetterTable name (the schema package's defaults when empty),
+// through the same SQL as the relay and package admin (internal/outboxdb):
+// an event is delivered when any read path delivered it, the WAL path
+// included.
+//
 // Pages are rendered on the server with html/template (every value
 // escaped, payloads pretty-printed and shown as text); the templates, a
 // stylesheet and a few lines of script are embedded in the binary. Charts
