@@ -8,7 +8,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // Status is the state of an outbox at one time.
@@ -192,7 +191,7 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	if st.DeadLetters, err = readDeadLetterSummary(ctx, db, t); err != nil {
 		return Status{}, err
 	}
-	if st.Held, err = readHeld(ctx, db, t.Positions); err != nil {
+	if st.Held, err = readHeld(ctx, db, t); err != nil {
 		return Status{}, err
 	}
 	if st.Lag, err = readLag(ctx, db, t.Outbox); err != nil {
@@ -223,45 +222,22 @@ func readLag(ctx context.Context, db *sql.DB, table string) ([]ConsumerLag, erro
 	return out, nil
 }
 
-// readHeld reads the held aggregates of each consumer from the positions
-// table, when there is one, through its partial index of held rows.
-func readHeld(ctx context.Context, db *sql.DB, table string) ([]HeldAggregates, error) {
-	held := []HeldAggregates{}
-	exists, err := outboxdb.TableExists(ctx, db, table)
+// readHeld reads the aggregates each consumer holds, from the positions
+// table, when there is one.
+func readHeld(ctx context.Context, db *sql.DB, t outboxdb.Tables) ([]HeldAggregates, error) {
+	hs, err := outboxdb.ReadHeld(ctx, db, t, maxHeldListed)
 	if err != nil {
-		return nil, fmt.Errorf("admin: looking for the consumer positions: %w", err)
+		return nil, fmt.Errorf("admin: %w", err)
 	}
-	if !exists {
-		return held, nil
-	}
-	t := pgsql.QuoteIdent(table)
-	rows, err := db.QueryContext(ctx, `SELECT c.consumer, c.n, h.topic, h.aggregate_type, h.aggregate_id, h.held_seq,
-			coalesce(h.held_event_id::text, ''), coalesce(h.held_at, h.updated_at)
-		FROM (SELECT consumer, count(*) AS n FROM `+t+` WHERE held_seq IS NOT NULL GROUP BY consumer) c
-		CROSS JOIN LATERAL (SELECT * FROM `+t+` p WHERE p.consumer = c.consumer AND p.held_seq IS NOT NULL
-			ORDER BY coalesce(p.held_at, p.updated_at), p.id LIMIT `+fmt.Sprint(maxHeldListed)+`) h
-		ORDER BY c.consumer, coalesce(h.held_at, h.updated_at), h.id`)
-	if err != nil {
-		return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var consumer string
-		var n int64
-		var a HeldAggregate
-		if err := rows.Scan(&consumer, &n, &a.Topic, &a.AggregateType, &a.AggregateID, &a.Seq, &a.EventID, &a.Since); err != nil {
-			return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
+	out := make([]HeldAggregates, 0, len(hs))
+	for _, h := range hs {
+		a := HeldAggregates{Consumer: h.Consumer, Count: h.Count, Oldest: make([]HeldAggregate, 0, len(h.Oldest))}
+		for _, o := range h.Oldest {
+			a.Oldest = append(a.Oldest, HeldAggregate(o))
 		}
-		if len(held) == 0 || held[len(held)-1].Consumer != consumer {
-			held = append(held, HeldAggregates{Consumer: consumer, Count: n, Oldest: []HeldAggregate{}})
-		}
-		last := &held[len(held)-1]
-		last.Oldest = append(last.Oldest, a)
+		out = append(out, a)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("admin: reading held aggregates: %w", err)
-	}
-	return held, nil
+	return out, nil
 }
 
 // readDeadLetterSummary counts the dead letters of t, each state up to

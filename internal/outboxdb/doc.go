@@ -8,15 +8,21 @@
 // Querier every function takes (a *sql.DB, a *sql.Tx, or an ent client or
 // transaction), named reads returning plain structs, and no state of its
 // own. The read paths' writes (claims, leases, progress snapshots) stay
-// with the paths.
+// with the paths; an operator's repairs (package admin: retry, discard,
+// purge) write through it.
 //
 //   - tables.go: Tables, every table name derived from the outbox table's.
 //   - exists.go: whether a table or column exists, and the check that a
 //     table is an outbox table.
 //   - delivered.go: each path's delivered predicate, the WAL path's
 //     included, and the deletion of the rows the WAL path delivered.
-//   - backlog.go: the pending rows and the open dead letters, counted up
-//     to a bound.
+//   - backlog.go: the pending rows and the dead letters, counted up to a
+//     bound.
+//   - letters.go: the dead letters an operator lists, retries, discards
+//     and purges (package admin), and an event's letters.
+//   - rows.go: an event's outbox row, and the delivered rows a replay
+//     reads, each delivered by whichever path did.
+//   - consumers.go: the aggregates consumers hold behind a dead letter.
 //   - relays.go: the fast relays' shares of the partitions, and their
 //     liveness locks.
 //   - slots.go: the WAL relays' replication slots.
