@@ -4,9 +4,9 @@ import (
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
-	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -157,54 +157,59 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 
-// UnmarshalMessage turns a row into a forwarder envelope message. A row that
-// no broker can take (headers that are not a JSON object of strings, an
-// empty topic...) still becomes a message: its metadata carries the reason
-// under MetaRowError so the relay sets it aside instead of retrying it
-// forever.
+// UnmarshalMessage turns a row into a forwarder envelope message: the
+// envelope of the row's message as every read path builds it (row.message).
+// A row that no broker can take (headers that are not a JSON object of
+// strings, an empty topic...) still becomes a message: its metadata
+// carries the reason under MetaRowError so the relay sets it aside instead
+// of retrying it forever.
 func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
-		r         wsql.Row
-		txID      wsql.XID8
-		eventID   string
-		name      string
-		version   int
-		topic     string
-		aggType   string
-		aggID     string
-		payload   []byte
-		headersJS []byte
-		createdAt time.Time
-		readable  stdsql.NullInt64
-		seq       stdsql.NullInt64
+		r        row
+		out      wsql.Row
+		txID     wsql.XID8
+		readable stdsql.NullInt64
+		seq      stdsql.NullInt64
 	)
-	if err := params.Row.Scan(&r.Offset, &txID, &eventID, &name, &version, &topic,
-		&aggType, &aggID, &payload, &headersJS, &createdAt, &readable, &seq); err != nil {
+	if err := params.Row.Scan(&r.id, &txID, &r.eventID, &r.name, &r.version, &r.topic,
+		&r.aggregateType, &r.aggregateID, &r.payload, &r.headers, &r.createdAt, &readable, &seq); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
-	md, rowErr := outbox.DecodeHeaders(headersJS)
-	if rowErr == nil {
-		rowErr = checkRow(name, topic, aggID)
-	}
-	md = outbox.Metadata(name, version, aggType, aggID, md)
-	outbox.SetReadableFrom(md, version, int(readable.Int64))
-	md[events.MetaCreatedAt] = createdAt.UTC().Format(time.RFC3339Nano)
-	md[events.MetaPublishID] = outbox.PublishID(eventID, r.Offset)
-	outbox.SetAggregateSeq(md, seq.Int64)
-	s.CloudEvents.set(md, eventID, name, version, createdAt)
-	env, err := json.Marshal(forwarderEnvelope{DestinationTopic: s.TopicPrefix + topic, UUID: eventID, Payload: payload, Metadata: md})
+	r.readableFrom, r.aggregateSeq = int(readable.Int64), seq.Int64
+	rowErr := r.check()
+	msg := r.message(s.CloudEvents)
+	env, err := json.Marshal(envelope(msg, s.TopicPrefix))
 	if err != nil {
-		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", eventID, err)
+		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", msg.UUID, err)
 	}
-	r.UUID = []byte(eventID)
-	r.Payload = env
-	r.Msg = message.NewMessage(eventID, env)
-	r.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.Offset, 10))
+	out.Offset = r.id
+	out.UUID = []byte(msg.UUID)
+	out.Payload = env
+	out.Msg = message.NewMessage(msg.UUID, env)
+	out.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.id, 10))
 	if rowErr != nil {
-		r.Msg.Metadata.Set(MetaRowError, rowErr.Error())
+		out.Msg.Metadata.Set(MetaRowError, rowErr.Error())
 	}
-	r.ExtraData = map[string]any{"transaction_id": txID}
-	return r, nil
+	out.ExtraData = map[string]any{"transaction_id": txID}
+	return out, nil
+}
+
+// envelope is the forwarder envelope of msg, a row's message: bound for
+// its row's topic with prefix before it.
+func envelope(msg *message.Message, prefix string) forwarderEnvelope {
+	md := maps.Clone(msg.Metadata)
+	delete(md, MetaTopic)
+	return forwarderEnvelope{DestinationTopic: prefix + msg.Metadata.Get(MetaTopic), UUID: msg.UUID,
+		Payload: msg.Payload, Metadata: md}
+}
+
+// row is what the envelope says of row id, for the log of its dead
+// letter: the inverse of envelope, as far as a log needs it.
+func (e forwarderEnvelope) row(id int64, prefix string) *row {
+	r := &row{id: id, topic: strings.TrimPrefix(e.DestinationTopic, prefix), name: e.Metadata[events.MetaEventName],
+		aggregateType: e.Metadata[events.MetaAggregateType], aggregateID: e.Metadata[events.MetaAggregateID]}
+	r.eventID, _ = uuid.Parse(e.UUID)
+	return r
 }
 
 // MetaRowID carries the outbox row id on messages read by the compatible

@@ -10,10 +10,8 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -93,15 +91,11 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 // brokenRow is what the log of a broken row's dead letter says of it,
 // read from the forwarder envelope of msg, row id.
 func (r *Relay) brokenRow(id int64, msg *message.Message) *row {
-	row := &row{id: id}
-	row.eventID, _ = uuid.Parse(msg.UUID)
 	var env forwarderEnvelope
-	if json.Unmarshal(msg.Payload, &env) == nil {
-		row.topic = strings.TrimPrefix(env.DestinationTopic, r.cfg.TopicPrefix)
-		row.name = env.Metadata[events.MetaEventName]
-		row.aggregateType, row.aggregateID = env.Metadata[events.MetaAggregateType], env.Metadata[events.MetaAggregateID]
+	if json.Unmarshal(msg.Payload, &env) != nil {
+		env = forwarderEnvelope{UUID: msg.UUID}
 	}
-	return row
+	return env.row(id, r.cfg.TopicPrefix)
 }
 
 // forwardObserved runs the forwarder's handler on envelope msg, which

@@ -9,41 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/outbox"
 )
-
-// row is a claimed outbox row.
-type row struct {
-	id            int64
-	eventID       uuid.UUID
-	name          string
-	version       int
-	topic         string
-	aggregateType string
-	aggregateID   string
-	payload       []byte
-	headers       []byte
-	readableFrom  int   // 0 when only consumers of version read it
-	aggregateSeq  int64 // the row's aggregate_seq; 0 when NULL
-	createdAt     time.Time
-	attempts      int
-	partition     int
-	size          int64 // bytes of payload and headers, as MaxBytesInFlight counts them
-	// wait is how long until the row may be tried again (a retry backs
-	// off); zero when it is due.
-	wait time.Duration
-
-	decodedHeaders map[string]string // set once the row is checked
-}
-
-// aggregate identifies an ordering key.
-type aggregate struct{ typ, id string }
-
-func (r *row) aggregate() aggregate { return aggregate{r.aggregateType, r.aggregateID} }
 
 // store runs the fast path's SQL.
 //
@@ -182,17 +150,4 @@ func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts 
 		return fmt.Errorf("relay: moving row %d to %s: %w", r.id, s.cfg.DeadLetterTable, err)
 	}
 	return nil
-}
-
-// decodeRowHeaders reads the headers of r and checks the row can become a
-// message at all.
-func decodeRowHeaders(r *row) (map[string]string, error) {
-	h, err := outbox.DecodeHeaders(r.headers)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRow(r.name, r.topic, r.aggregateID); err != nil {
-		return nil, err
-	}
-	return h, nil
 }

@@ -326,8 +326,7 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 			sub.block(a, r.partition, now.Add(r.wait))
 			continue
 		}
-		headers, err := decodeRowHeaders(r)
-		if err != nil {
+		if err := r.check(); err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
 			d := malformed(err.Error(), r.attempts)
@@ -341,7 +340,6 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 			}
 			continue
 		}
-		r.decodedHeaders = headers
 		sub.q.push(r)
 	}
 }
@@ -435,15 +433,15 @@ func (sub *subscription) maySend() bool {
 
 // message builds the Watermill message of r. The relay settles its
 // messages through their directMsg, never with Ack or Nack: they need no
-// ack channels.
+// ack channels. A Watermill consumer's do.
 func (sub *subscription) message(r *row) *message.Message {
-	md := rowMetadata(r, sub.s.cfg.CloudEvents)
+	msg := r.message(sub.s.cfg.CloudEvents)
 	if sub.s.direct {
-		return &message.Message{UUID: r.eventID.String(), Payload: r.payload, Metadata: md}
+		return msg
 	}
-	msg := message.NewMessage(r.eventID.String(), r.payload)
-	msg.Metadata = md
-	return msg
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	out.Metadata = msg.Metadata
+	return out
 }
 
 // sent takes the head the consumer of out received, and waits for its ack

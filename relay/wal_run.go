@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -126,19 +125,6 @@ func (r *Relay) ensurePublication(ctx context.Context) error {
 		return fmt.Errorf("relay: creating publication %q for table %q: %w", pubName, r.cfg.Table, err)
 	}
 	return nil
-}
-
-// walMessage builds the Watermill message of r: the fast path's message of
-// the same row.
-func walMessage(r *walRow, ce *CloudEvents) *message.Message {
-	return rowMessage(&r.row, ce)
-}
-
-// rowMessage builds the message of a checked row (decodedHeaders set), as
-// every read path of ours sends it. It goes only to the relay's publishing,
-// which neither acks nor keeps it: no ack channels to make.
-func rowMessage(r *row, ce *CloudEvents) *message.Message {
-	return &message.Message{UUID: r.eventID.String(), Payload: r.payload, Metadata: rowMetadata(r, ce)}
 }
 
 // WALRole is what a WAL relay does now.

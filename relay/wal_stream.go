@@ -351,7 +351,7 @@ func (s *walSession) dispatch() {
 				return
 			}
 		}
-		msg := walMessage(r, s.r.cfg.CloudEvents)
+		msg := r.message(s.r.cfg.CloudEvents)
 		s.out.Add(1)
 		if !s.pub.publish(s.ctx, msg, func(err error) {
 			defer s.out.Done()
@@ -617,8 +617,7 @@ func (rel *walRelation) decode(t *pglogrepl.TupleData) *walRow {
 	}
 	r.size = int64(len(r.payload) + len(r.headers))
 	if len(bad) == 0 {
-		r.decodedHeaders, err = decodeRowHeaders(&r.row)
-		if err != nil {
+		if err := r.check(); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}
