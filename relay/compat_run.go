@@ -2,7 +2,9 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -79,13 +81,33 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 			return nil, err
 		}
 		d := malformed(reason, 0)
-		if _, err := tx.ExecContext(msg.Context(), deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), id, d.reason, d.attempts); err != nil {
-			return nil, fmt.Errorf("relay: moving row %d to %s: %w", id, r.cfg.DeadLetterTable, err)
+		t := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable)
+		if _, err := t.MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.reason, d.attempts); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
 		}
 		r.cfg.Metrics.DeadLettered(d.class)
 		logDeadLettered(r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d.reason, d.attempts)
 		return nil, nil
 	}
+}
+
+// txExecer runs outboxdb's statements in a watermill-sql transaction.
+type txExecer struct{ tx wsql.Tx }
+
+func (e txExecer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := e.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return txResult{res}, nil
+}
+
+// txResult is a watermill-sql result as database/sql's: it has no last
+// insert id (PostgreSQL has none either).
+type txResult struct{ wsql.Result }
+
+func (txResult) LastInsertId() (int64, error) {
+	return 0, errors.New("relay: PostgreSQL has no last insert id")
 }
 
 // brokenRow is what the log of a broken row's dead letter says of it,

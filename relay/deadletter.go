@@ -5,21 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
-
-// deadLetterQuery moves outbox row $1 to the dead-letter table with reason
-// $2 and at least $3 attempts, in one statement: the row is never in both
-// tables, nor in neither.
-func deadLetterQuery(table, deadLetterTable string) string {
-	return `WITH moved AS (DELETE FROM ` + pgsql.QuoteIdent(table) + ` WHERE id = $1 RETURNING *)
-		INSERT INTO ` + pgsql.QuoteIdent(deadLetterTable) + ` (event_id, source, event_name, event_version, topic,
-			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
-		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id, aggregate_seq,
-			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
-		FROM moved`
-}
 
 // deadLetteredLog is the message every read path logs, at error level, once
 // for each row it moved to the dead letters, with the reason as the error

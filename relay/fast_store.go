@@ -145,9 +145,11 @@ func (s *store) failed(ctx context.Context, r *row, d decision) error {
 }
 
 // deadLetter moves a row to the dead letters after attempts tries.
+// A row gone meanwhile (deleted by hand) has nothing left to move.
 func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts int) error {
-	if _, err := s.db.ExecContext(ctx, deadLetterQuery(s.cfg.Table, s.cfg.DeadLetterTable), r.id, reason, attempts); err != nil {
-		return fmt.Errorf("relay: moving row %d to %s: %w", r.id, s.cfg.DeadLetterTable, err)
+	t := outboxdb.New(s.cfg.Table, s.cfg.DeadLetterTable)
+	if _, err := t.MoveToDeadLetters(ctx, s.db, r.id, reason, attempts); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
 }

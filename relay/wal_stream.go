@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
 )
@@ -431,49 +432,31 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 // tried again once the transaction is visible, and only then is the row
 // taken for gone.
 func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
-	moved, err := r.moveRow(ctx, row, reason, attempts)
+	t := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable)
+	moved, err := t.MoveToDeadLetters(ctx, r.cfg.DB, row.id, reason, attempts)
 	if err != nil || moved {
-		return err
+		return wrapRelay(err)
 	}
 	if row.tx != nil {
 		if err := r.waitVisible(ctx, row); err != nil {
 			return err
 		}
-		if moved, err = r.moveRow(ctx, row, reason, attempts); err != nil || moved {
-			return err
+		if moved, err = t.MoveToDeadLetters(ctx, r.cfg.DB, row.id, reason, attempts); err != nil || moved {
+			return wrapRelay(err)
 		}
 	}
-	var eventID any
-	if row.eventID != uuid.Nil {
-		eventID = row.eventID
-	}
-	var headers any
-	if len(row.headers) > 0 {
-		headers = string(row.headers)
-	}
-	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(r.cfg.DeadLetterTable)+` (event_id, source, event_name,
-		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
-		VALUES ($1, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now())`,
-		eventID, row.name, row.version, row.topic, row.aggregateType, row.aggregateID, row.payload, headers,
-		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts,
-		sql.NullInt64{Int64: row.aggregateSeq, Valid: row.aggregateSeq > 0})
-	if err != nil {
-		return fmt.Errorf("relay: writing the dead letter of row %d: %w", row.id, err)
-	}
-	return nil
+	return wrapRelay(t.WriteDeadLetter(ctx, r.cfg.DB, outboxdb.CarriedRow{ID: row.id, EventID: row.eventID,
+		Name: row.name, Version: row.version, Topic: row.topic, AggregateType: row.aggregateType,
+		AggregateID: row.aggregateID, AggregateSeq: row.aggregateSeq, Payload: row.payload, Headers: row.headers},
+		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts))
 }
 
-// moveRow moves row to the dead letters, and tells whether it found it.
-func (r *Relay) moveRow(ctx context.Context, row *walRow, reason string, attempts int) (bool, error) {
-	res, err := r.cfg.DB.ExecContext(ctx, deadLetterQuery(r.cfg.Table, r.cfg.DeadLetterTable), row.id, reason, attempts)
-	if err != nil {
-		return false, fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
+// wrapRelay says err, when there is one, is the relay's.
+func wrapRelay(err error) error {
+	if err == nil {
+		return nil
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("relay: moving row %d to %s: %w", row.id, r.cfg.DeadLetterTable, err)
-	}
-	return n > 0, nil
+	return fmt.Errorf("relay: %w", err)
 }
 
 // walVisibleWait bounds moveToDeadLetters' wait for a committed

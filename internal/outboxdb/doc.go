@@ -1,15 +1,17 @@
 // Package outboxdb is the one owner of the SQL of the outbox's own tables:
 // their names, whether they exist, what "delivered" means on each read
 // path, and the bounded reads of the backlog, the fast relays' shares and
-// the WAL relays' slots. The relay, metrics, admin and the console read
-// through it, so that a question about the tables has one answer.
+// the WAL relays' slots, and the move of a row to the dead letters. The
+// relay, metrics, admin and the console read through it, so that a
+// question about the tables has one answer.
 //
 // It is laid out like river's driver layer (riverdriver): a small
-// Querier every function takes (a *sql.DB, a *sql.Tx, or an ent client or
-// transaction), named reads returning plain structs, and no state of its
-// own. The read paths' writes (claims, leases, progress snapshots) stay
-// with the paths; an operator's repairs (package admin: retry, discard,
-// purge) write through it.
+// Querier every read takes and an Execer every write takes (a *sql.DB, a
+// *sql.Tx, or an ent client or transaction), named reads returning plain
+// structs, and no state of its own. The read paths' other writes (claims,
+// leases, progress snapshots) stay with the paths; the dead-letter move
+// and an operator's repairs (package admin: retry, discard, purge) write
+// through it.
 //
 //   - tables.go: Tables, every table name derived from the outbox table's.
 //   - exists.go: whether a table or column exists, and the check that a
@@ -26,4 +28,6 @@
 //   - relays.go: the fast relays' shares of the partitions, and their
 //     liveness locks.
 //   - slots.go: the WAL relays' replication slots.
+//   - move.go: a row moved to the dead letters in one statement, and
+//     the letter of a row gone from the table, from what a path carried.
 package outboxdb

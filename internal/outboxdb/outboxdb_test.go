@@ -363,3 +363,95 @@ func TestReadDeadLetterSummaryStopsAtItsBound(t *testing.T) {
 		BySource: []outboxdb.SourceCount{{Source: "relay", Count: 2}},
 		ByReason: []outboxdb.ReasonCount{{Source: "relay", Reason: "no route", Count: 1}}}, s)
 }
+
+// letter is a dead letter as the tests read it back.
+type letter struct {
+	eventID                sql.NullString
+	source, name, topic    string
+	version, attempts      int
+	aggType, aggID, reason string
+	seq                    sql.NullInt64
+	payload                string
+	headers                sql.NullString
+}
+
+func readLetters(t *testing.T, db *sql.DB) []letter {
+	t.Helper()
+	rows, err := db.Query(`SELECT event_id::text, source, event_name, event_version, topic, aggregate_type, aggregate_id,
+		aggregate_seq, convert_from(payload, 'UTF8'), headers::text, reason, attempts FROM outbox_dead_letters ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []letter
+	for rows.Next() {
+		var l letter
+		require.NoError(t, rows.Scan(&l.eventID, &l.source, &l.name, &l.version, &l.topic, &l.aggType, &l.aggID, &l.seq,
+			&l.payload, &l.headers, &l.reason, &l.attempts))
+		out = append(out, l)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// A move takes the row out of the outbox and writes its letter, with the
+// reason and the larger of the row's attempts and the ones given; a row
+// already gone moves nothing and says so. Inside a transaction that rolls
+// back, nothing moved.
+func TestMoveToDeadLettersMovesTheRowWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	id := uuid.New()
+	var rowID int64
+	require.NoError(t, db.QueryRow(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, aggregate_seq, payload, headers, attempts) VALUES ($1, 'order.paid', 2, 'orders', 'Order', 'o-1', 7,
+		'{"amount": 5}', '{"correlation_id": "c-1"}', 4) RETURNING id`, id).Scan(&rowID))
+	other := insert(t, db, "orders", 1)[0]
+
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	moved, err := tables.MoveToDeadLetters(ctx, tx, rowID, "rejected", 2)
+	require.NoError(t, err)
+	require.True(t, moved)
+	require.NoError(t, tx.Rollback())
+	require.Empty(t, readLetters(t, db), "rolled back with its transaction")
+
+	moved, err = tables.MoveToDeadLetters(ctx, db, rowID, "rejected", 2)
+	require.NoError(t, err)
+	require.True(t, moved)
+	require.Equal(t, []letter{{eventID: sql.NullString{String: id.String(), Valid: true}, source: "relay",
+		name: "order.paid", version: 2, topic: "orders", aggType: "Order", aggID: "o-1", seq: sql.NullInt64{Int64: 7, Valid: true},
+		payload: `{"amount": 5}`, headers: sql.NullString{String: `{"correlation_id": "c-1"}`, Valid: true},
+		reason: "rejected", attempts: 4}}, readLetters(t, db), "the row's own attempts, more than given")
+	require.Equal(t, []int64{other}, ids(t, db, `SELECT id FROM outbox_events ORDER BY id`))
+
+	moved, err = tables.MoveToDeadLetters(ctx, db, rowID, "rejected", 2)
+	require.NoError(t, err)
+	require.False(t, moved, "gone already")
+	require.Len(t, readLetters(t, db), 1)
+
+	moved, err = tables.MoveToDeadLetters(ctx, db, other, "refused for good", 9)
+	require.NoError(t, err)
+	require.True(t, moved)
+	require.Equal(t, 9, readLetters(t, db)[1].attempts, "the attempts given, more than the row's")
+}
+
+// The letter of a row gone from the outbox is written from what the read
+// path carried; what it lacks is NULL.
+func TestWriteDeadLetterFromACarriedRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	id := uuid.New()
+	require.NoError(t, tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 5, EventID: id, Name: "order.paid",
+		Version: 2, Topic: "orders", AggregateType: "Order", AggregateID: "o-1", AggregateSeq: 3,
+		Payload: []byte(`{"a":1}`), Headers: []byte(`{"k":"v"}`)}, "gone", 1))
+	require.NoError(t, tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 6, Name: "order.paid", Version: 1,
+		Topic: "orders", AggregateType: "Order", AggregateID: "o-2", Payload: []byte(`not json`)}, "gone too", 0))
+	require.Equal(t, []letter{
+		{eventID: sql.NullString{String: id.String(), Valid: true}, source: "relay", name: "order.paid", version: 2,
+			topic: "orders", aggType: "Order", aggID: "o-1", seq: sql.NullInt64{Int64: 3, Valid: true}, payload: `{"a":1}`,
+			headers: sql.NullString{String: `{"k": "v"}`, Valid: true}, reason: "gone", attempts: 1},
+		{source: "relay", name: "order.paid", version: 1, topic: "orders", aggType: "Order", aggID: "o-2",
+			payload: "not json", reason: "gone too"},
+	}, readLetters(t, db))
+}
