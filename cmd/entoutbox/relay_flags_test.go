@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/spf13/pflag"
@@ -91,6 +92,39 @@ func TestRelayFlagsPathsAgreeWithValidate(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Each flag lands in its own field of relay.Config, and nothing else does:
+// the fields not given stay zero, for the relay's defaults of its path.
+func TestRelayFlagsMapToConfig(t *testing.T) {
+	common := []string{"--table", "orders_outbox", "--dead-letter-table", "orders_letters", "--topic-prefix", "staging_",
+		"--close-timeout", "5s", "--batch-size", "10", "--retry-interval", "2s"}
+	base := relay.Config{Table: "orders_outbox", DeadLetterTable: "orders_letters", TopicPrefix: "staging_",
+		CloseTimeout: 5 * time.Second, BatchSize: 10, RetryInterval: 2 * time.Second}
+	for _, tc := range []struct {
+		args []string
+		want func(c *relay.Config)
+	}{
+		{[]string{"--path", "fast", "--poll-interval", "3s", "--concurrency", "4", "--max-bytes-in-flight", "1MiB", "--max-attempts", "5",
+			"--lease", "6s", "--partitions", "7", "--poll-only", "--delete-delivered", "--relay-id", "r1"}, func(c *relay.Config) {
+			c.Path, c.PollInterval, c.Concurrency, c.MaxBytesInFlight, c.MaxAttempts = relay.PathFast, 3*time.Second, 4, 1<<20, 5
+			c.Fast = relay.FastConfig{Lease: 6 * time.Second, Partitions: 7, PollOnly: true, Delete: true, RelayID: "r1"}
+		}},
+		{[]string{"--path", "compatible", "--poll-interval", "3s", "--consumer-group", "billing"}, func(c *relay.Config) {
+			c.Path, c.PollInterval, c.Compatible.ConsumerGroup = relay.PathCompatible, 3*time.Second, "billing"
+		}},
+		{[]string{"--path", "wal", "--concurrency", "4", "--max-bytes-in-flight", "1MiB", "--max-attempts", "5",
+			"--slot", "orders_wal", "--publication", "orders_pub", "--replication-url", "postgres://127.0.0.1/app"}, func(c *relay.Config) {
+			c.Path, c.Concurrency, c.MaxBytesInFlight, c.MaxAttempts = relay.PathWAL, 4, 1<<20, 5
+			c.WAL = relay.WALConfig{Slot: "orders_wal", Publication: "orders_pub", ReplicationURL: "postgres://127.0.0.1/app"}
+		}},
+	} {
+		o, flags := parseRelayFlags(t, append(common, tc.args...)...)
+		require.NoError(t, o.check(flags))
+		want := base
+		tc.want(&want)
+		require.Equal(t, want, o.config(), "%v", tc.args)
+	}
 }
 
 // The help says which paths each flag is for: the flags the fast and wal
