@@ -43,7 +43,7 @@ type relayProc struct {
 
 // startRelays starts n relays of command bin (the env's when "") on the
 // sandbox's outbox with path and topic prefix, passing the bench's
-// --poll-interval and --batch-size when given.
+// --poll-interval (but to the wal path) and --batch-size when given.
 func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet, error) {
 	if bin == "" {
 		bin = e.bin
@@ -53,7 +53,7 @@ func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet
 	if path == "wal" {
 		args = append(args, "--slot", s.walName(), "--publication", s.walName())
 	}
-	if e.cfg.PollInterval > 0 {
+	if e.cfg.PollInterval > 0 && path != "wal" { // the wal path streams, and refuses the flag
 		args = append(args, "--poll-interval", e.cfg.PollInterval.String())
 	}
 	if e.cfg.BatchSize > 0 {
