@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -186,7 +187,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: Config.Path is %q; want %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL)
 	}
 	for _, s := range pathSettings {
-		if s.given(&c) && !hasPath(s.paths, path) {
+		if s.given(&c) && !slices.Contains(s.paths, path) {
 			return &WrongPathError{Setting: s.name, Paths: s.paths, Path: path}
 		}
 	}
@@ -238,15 +239,6 @@ func (c Config) Validate() error {
 		wal.setNames(table) // the names it will use, the defaults among them
 	}
 	return wal.validate("Config.WAL.")
-}
-
-func hasPath(paths []Path, p Path) bool {
-	for _, q := range paths {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // setDefaults takes in the deprecated fields of the relay's path, then

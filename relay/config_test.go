@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 				cfg := relay.Config{DB: &sql.DB{}, Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), Path: path}
 				s.set(&cfg)
 				err := cfg.Validate()
-				if contains(s.paths, path) {
+				if slices.Contains(s.paths, path) {
 					require.NoError(t, err)
 					return
 				}
@@ -73,15 +74,6 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 	err = relay.Config{DB: &sql.DB{}, Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil), Path: compatible,
 		Concurrency: 8}.Validate()
 	require.EqualError(t, err, "relay: Config.Concurrency applies to the fast and wal paths only; this relay runs the compatible path")
-}
-
-func contains(paths []relay.Path, p relay.Path) bool {
-	for _, q := range paths {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // The settings the paths share are checked once, under their own names;
