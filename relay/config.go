@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -270,7 +271,9 @@ func (c *Config) setDefaults() {
 		orDefault(&c.Concurrency, DefaultConcurrency)
 		orDefault(&c.MaxBytesInFlight, DefaultMaxBytesInFlight)
 		orDefault(&c.MaxAttempts, DefaultMaxAttempts)
-		orDefault(&c.MaxBackoff, DefaultMaxBackoff)
+		// MaxBackoff stays zero, for DefaultMaxBackoff where it is read: a
+		// RetryInterval above that default is capped by it, as it always
+		// was, rather than refused as a MaxBackoff below it.
 	}
 	switch c.Path {
 	case PathFast:
@@ -334,5 +337,5 @@ func pick[T any](cond bool, yes, no T) T {
 // backoff is the wait after the given failed attempt (1-based): the fast
 // and wal paths' RetryInterval doubling up to MaxBackoff.
 func (c Config) backoff(attempt int) time.Duration {
-	return backoff.Exponential(c.RetryInterval, c.MaxBackoff, attempt)
+	return backoff.Exponential(c.RetryInterval, cmp.Or(c.MaxBackoff, DefaultMaxBackoff), attempt)
 }
