@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -300,10 +299,11 @@ func claimStatements(table string, partitions int) map[claimShape]claimSQL {
 func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claimed, error) {
 	stmt := s.claims[q.shape()]
 	query, args := stmt.text, stmt.bind(q)
-	db, err := conn.get(ctx, s.db, s.cfg.PollOnly)
+	db, err := conn.get(ctx)
 	if err != nil {
 		return claimed{}, err
 	}
+	defer conn.put()
 	// Through pgx itself rather than database/sql: a claim reads thousands
 	// of rows, and database/sql's per-value conversions cost more than
 	// reading them.
@@ -357,39 +357,4 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 		return claimed{}, err
 	}
 	return out, nil
-}
-
-// claimConn is the connection a subscription claims on, one claim at a
-// time. It plans the claim once (a generic plan): planning it anew for each
-// claim would cost more than running it.
-type claimConn struct {
-	conn *sql.Conn
-}
-
-// pooled (PollOnly: behind a pooler in transaction mode) leaves the
-// session's settings alone, since other clients share it.
-func (c *claimConn) get(ctx context.Context, db *sql.DB, pooled bool) (*sql.Conn, error) {
-	if c.conn != nil {
-		return c.conn, nil
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !pooled {
-		if _, err := conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-	}
-	c.conn = conn
-	return conn, nil
-}
-
-// reset drops the connection after an error; the next claim opens another.
-func (c *claimConn) reset() {
-	if c.conn != nil {
-		discard(c.conn) // its session setting must not go back to the pool
-		c.conn = nil
-	}
 }

@@ -14,13 +14,18 @@ import (
 )
 
 // A subscription proves to the other relays that it is alive by holding a
-// session-level advisory lock, on a connection of its own, for as long as it
-// runs. PostgreSQL releases the lock the moment that session ends: the
-// process died or was killed, or its connection was cut. The others then
-// take its partitions within deadGrace instead of waiting for its lease. A
-// relay that is merely slow or paused keeps its session, and its lease
-// rules as before. The lock's key is outboxdb.LiveKey; status reads it
-// through outboxdb.LiveHeld.
+// session-level advisory lock for as long as it runs. PostgreSQL releases
+// the lock the moment that session ends: the process died or was killed,
+// or its connection was cut. The others then take its partitions within
+// deadGrace instead of waiting for its lease. A relay that is merely slow
+// or paused keeps its session, and its lease rules as before. The lock's
+// key is outboxdb.LiveKey; status reads it through outboxdb.LiveHeld.
+//
+// The locks of all the subscriptions of one Subscriber are held on one
+// session (liveSession): one connection however many topics it reads, so
+// that a Subscriber per topic does not cost a connection per topic. Losing
+// that session loses every lock on it, and each subscription gives its
+// partitions up and joins again, as it would alone.
 
 const (
 	// liveCheckEvery is how often a subscription checks that its session
@@ -39,66 +44,109 @@ const (
 // noticed by the server. The subscription then takes a new name.
 var errLiveLockTaken = errors.New("the liveness lock is held by another session")
 
-// liveness is a subscription's lock of life. Disabled behind a pooler in
-// transaction mode (PollOnly), where a session lock would stay on a server
-// connection that others share: the subscription is then taken over by
-// lease only, as the others know from its membership row.
-type liveness struct {
+// liveSession is the session on which a Subscriber holds its
+// subscriptions' liveness locks. Disabled behind a pooler in transaction
+// mode (PollOnly), where a session lock would stay on a server connection
+// that others share: the subscriptions are then taken over by lease only,
+// as the others know from their membership rows.
+type liveSession struct {
 	db       *sql.DB
 	table    string
-	holder   string
 	disabled bool
-	hook     func(context.Context) error // tests only: runs first in each check (see testHooks)
+	hooks    *testHooks // its Subscriber's: liveCheck runs first in each check (tests only)
 
-	mu     sync.Mutex
-	conn   *sql.Conn
-	lastOK time.Time
-	stop   context.CancelFunc
-	done   chan struct{}
-	lost   chan struct{} // closed when the session holding the lock is gone
+	// opening serializes the opening of the connection and the taking and
+	// giving back of locks on it.
+	opening sync.Mutex
+
+	mu  sync.Mutex
+	gen *liveGen // the connection now, nil while there is none
 }
 
-func newLiveness(db *sql.DB, table, holder string, disabled bool) *liveness {
-	return &liveness{db: db, table: table, holder: holder, disabled: disabled}
+// liveGen is one connection of a liveSession, from its opening to its end.
+type liveGen struct {
+	conn    *sql.Conn
+	holders map[string]bool // whose lock it holds
+	lastOK  time.Time       // of its last successful check (under liveSession.mu)
+	stop    context.CancelFunc
+	done    chan struct{} // closed when its watch has ended
+	lost    chan struct{} // closed when the session is gone
+	ended   bool          // lost or closed: no lock is taken on it any more
 }
+
+func newLiveSession(db *sql.DB, table string, disabled bool, hooks *testHooks) *liveSession {
+	return &liveSession{db: db, table: table, disabled: disabled, hooks: hooks}
+}
+
+// liveness is one subscription's lock of life, on its Subscriber's session.
+type liveness struct {
+	s      *liveSession
+	holder string
+	gen    *liveGen // the connection its lock is held on; nil when not (under s.mu)
+}
+
+func (s *liveSession) forHolder(holder string) *liveness { return &liveness{s: s, holder: holder} }
 
 // ensure takes the lock if it is not held and reports whether it is.
 func (l *liveness) ensure(ctx context.Context) error {
-	if l.disabled {
+	s := l.s
+	if s.disabled {
 		return nil
 	}
-	l.mu.Lock()
-	held := l.conn != nil
-	l.mu.Unlock()
+	s.opening.Lock()
+	defer s.opening.Unlock()
+	s.mu.Lock()
+	gen := s.gen
+	held := l.gen != nil && l.gen == gen && !gen.ended
+	s.mu.Unlock()
 	if held {
 		return nil
 	}
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("opening the liveness connection: %w", err)
+	if gen == nil {
+		var err error
+		if gen, err = s.open(ctx); err != nil {
+			return err
+		}
 	}
 	var got bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+outboxdb.LiveKey(l.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
-		discard(conn)
+	if err := gen.conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+outboxdb.LiveKey(s.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
+		if ctx.Err() == nil {
+			s.end(gen) // the session is in doubt: every lock on it with it
+		}
 		return fmt.Errorf("taking the liveness lock: %w", err)
 	}
 	if !got {
-		discard(conn)
 		return fmt.Errorf("%w: %s", errLiveLockTaken, l.holder)
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	l.mu.Lock()
-	l.conn, l.lastOK, l.stop = conn, time.Now(), stop
-	l.done, l.lost = make(chan struct{}), make(chan struct{})
-	done, lost := l.done, l.lost
-	l.mu.Unlock()
-	go l.watch(wctx, conn, done, lost)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen.ended {
+		return errors.New("taking the liveness lock: its session ended meanwhile")
+	}
+	gen.holders[l.holder] = true
+	l.gen = gen
 	return nil
 }
 
-// watch checks the session every liveCheckEvery until it fails or stop.
-func (l *liveness) watch(ctx context.Context, conn *sql.Conn, done, lost chan struct{}) {
-	defer close(done)
+// open starts a connection and its watch; under s.opening.
+func (s *liveSession) open(ctx context.Context) (*liveGen, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("opening the liveness connection: %w", err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	gen := &liveGen{conn: conn, holders: map[string]bool{}, lastOK: time.Now(), stop: stop,
+		done: make(chan struct{}), lost: make(chan struct{})}
+	s.mu.Lock()
+	s.gen = gen
+	s.mu.Unlock()
+	go s.watch(wctx, gen)
+	return gen, nil
+}
+
+// watch checks the session every liveCheckEvery until it fails or stops.
+func (s *liveSession) watch(ctx context.Context, gen *liveGen) {
+	defer close(gen.done)
 	t := time.NewTicker(liveCheckEvery)
 	defer t.Stop()
 	for {
@@ -109,69 +157,107 @@ func (l *liveness) watch(ctx context.Context, conn *sql.Conn, done, lost chan st
 		}
 		cctx, cancel := context.WithTimeout(ctx, liveStale)
 		var err error
-		if l.hook != nil {
-			err = l.hook(cctx)
+		if s.hooks.liveCheck != nil {
+			err = s.hooks.liveCheck(cctx)
 		}
 		if err == nil {
-			_, err = conn.ExecContext(cctx, `SELECT 1`)
+			_, err = gen.conn.ExecContext(cctx, `SELECT 1`)
 		}
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			l.mu.Lock()
-			if l.conn == conn {
-				l.conn = nil
-			}
-			l.mu.Unlock()
-			discard(conn) // the lock, if somehow still held, goes with the session
-			close(lost)
+			go s.end(gen) // end waits for this watch to return
 			return
 		}
-		l.mu.Lock()
-		l.lastOK = time.Now()
-		l.mu.Unlock()
+		s.mu.Lock()
+		gen.lastOK = time.Now()
+		s.mu.Unlock()
 	}
+}
+
+// end ends gen's session, and with it every lock held on it; the
+// subscriptions that held one see lost closed. The next ensure opens
+// another.
+func (s *liveSession) end(gen *liveGen) {
+	s.mu.Lock()
+	if gen.ended {
+		s.mu.Unlock()
+		return
+	}
+	gen.ended = true
+	if s.gen == gen {
+		s.gen = nil
+	}
+	s.mu.Unlock()
+	gen.stop()
+	<-gen.done
+	discard(gen.conn) // the locks, if somehow still held, go with the session
+	close(gen.lost)
 }
 
 // ok tells whether the lock was confirmed held lately.
 func (l *liveness) ok() bool {
-	if l.disabled {
+	if l.s.disabled {
 		return true
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.conn != nil && time.Since(l.lastOK) < liveStale
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.gen != nil && !l.gen.ended && time.Since(l.gen.lastOK) < liveStale
 }
 
-// lostC is closed when the session holding the lock is gone; nil before
-// the lock is first taken.
+// lostC is closed when the session holding the lock is gone; nil while the
+// lock is not held.
 func (l *liveness) lostC() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lost
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.gen == nil {
+		return nil
+	}
+	return l.gen.lost
 }
 
 // forget drops a lock whose session is gone, so that ensure takes it anew.
 func (l *liveness) forget() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.conn, l.lost = nil, nil
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	l.gen = nil
 }
 
-// release ends the session holding the lock.
+// release gives the lock back. The session ends with the last lock on it.
 func (l *liveness) release() {
-	l.mu.Lock()
-	conn, stop, done := l.conn, l.stop, l.done
-	l.conn = nil
-	l.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
+	s := l.s
+	s.opening.Lock()
+	defer s.opening.Unlock()
+	s.mu.Lock()
+	gen := l.gen
+	l.gen = nil
+	if gen == nil || gen.ended {
+		s.mu.Unlock()
+		return
 	}
-	if conn != nil {
-		discard(conn)
+	delete(gen.holders, l.holder)
+	last := len(gen.holders) == 0
+	s.mu.Unlock()
+	if last {
+		s.end(gen)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveStale)
+	defer cancel()
+	if _, err := gen.conn.ExecContext(ctx, `SELECT pg_advisory_unlock(`+outboxdb.LiveKey(s.table, "$1")+`)`, l.holder); err != nil {
+		s.end(gen) // the lock must not outlive the subscription
+	}
+}
+
+// close ends the session, whatever locks are still on it.
+func (s *liveSession) close() {
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
+	if gen != nil {
+		s.end(gen)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -30,6 +31,65 @@ func rebalanceChannel(table string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(table))
 	return fmt.Sprintf("entoutbox_rebalance_%x", h.Sum64())
+}
+
+// listeners holds the LISTEN connection of each table, shared by every
+// Subscriber of the process that writes to and listens on the same
+// databases: notifications are broadcast, so one connection serves them
+// all, and a program with many Subscribers (one per topic, say) does not
+// hold one connection each for nothing.
+var listeners = struct {
+	mu sync.Mutex
+	m  map[listenKey]*sharedListener
+}{m: map[listenKey]*sharedListener{}}
+
+type listenKey struct {
+	writes, listen *sql.DB
+	table          string
+}
+
+type sharedListener struct {
+	n    *notifier
+	refs int
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// shareListener returns the notifier of table's LISTEN connection on
+// listen, starting it for the first Subscriber (whose logger and poll
+// interval it keeps), and the function that lets go of it: the connection
+// closes when the last Subscriber lets go.
+func shareListener(writes, listen *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) (*notifier, func()) {
+	k := listenKey{writes: writes, listen: listen, table: table}
+	listeners.mu.Lock()
+	defer listeners.mu.Unlock()
+	l := listeners.m[k]
+	if l == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		l = &sharedListener{n: newNotifier(writes, "entoutbox_check_"+uuid.NewString()[:8]), stop: stop, done: make(chan struct{})}
+		listeners.m[k] = l
+		go func() {
+			defer close(l.done)
+			l.n.listen(ctx, listen, table, logger, poll)
+		}()
+	}
+	l.refs++
+	var once sync.Once
+	return l.n, func() {
+		once.Do(func() {
+			listeners.mu.Lock()
+			l.refs--
+			last := l.refs == 0
+			if last {
+				delete(listeners.m, k)
+			}
+			listeners.mu.Unlock()
+			if last {
+				l.stop()
+				<-l.done
+			}
+		})
+	}
 }
 
 // notifier holds one connection listening on the table's channels and

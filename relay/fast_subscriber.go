@@ -23,15 +23,18 @@ import (
 // Subscribe to AllTopics to read every row (the relay does), or to one
 // destination topic.
 type Subscriber struct {
-	cfg      SubscriberConfig
-	store    *store
-	notifier *notifier
+	cfg        SubscriberConfig
+	store      *store
+	notifier   *notifier
+	live       *liveSession // holds the liveness locks of all its subscriptions
+	claims     *claimPool   // the connections its claims run on, shared by the process
+	stopClaims func()
 
 	mu       sync.Mutex
 	closed   bool
 	closing  chan struct{}
 	wg       sync.WaitGroup
-	stopNote context.CancelFunc
+	stopNote func()   // lets go of its share of the LISTEN connection
 	reasons  sync.Map // *message.Message -> nackReason
 	seq      int      // numbers the subscriptions: each owns partitions under its own name
 	instance string   // random, tells this Subscriber from any other with its RelayID
@@ -67,12 +70,9 @@ func (s *Subscriber) rescanInterval() time.Duration {
 	return rescanEvery
 }
 
-// newLiveness is the lock of life of the subscription named holder.
-func (s *Subscriber) newLiveness(holder string) *liveness {
-	l := newLiveness(s.store.db, s.cfg.Table, holder, s.cfg.PollOnly)
-	l.hook = s.hooks.liveCheck
-	return l
-}
+// newLiveness is the lock of life of the subscription named holder, on
+// the session all s's subscriptions share.
+func (s *Subscriber) newLiveness(holder string) *liveness { return s.live.forHolder(holder) }
 
 // nackReason is why a message handed out was nacked, kept in reasons until
 // its subscription takes the nack.
@@ -93,15 +93,12 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	cfg.setDefaults()
 	s := &Subscriber{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8]}
-	s.notifier = newNotifier(db, "entoutbox_check_"+s.instance)
+	s.live = newLiveSession(db, cfg.Table, cfg.PollOnly, &s.hooks)
+	s.claims, s.stopClaims = shareClaimPool(db, cfg.PollOnly)
 	if listenDB := cfg.listenDB(db); listenDB != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.stopNote = cancel
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.notifier.listen(ctx, listenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
-		}()
+		s.notifier, s.stopNote = shareListener(db, listenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
+	} else {
+		s.notifier = newNotifier(db, "entoutbox_check_"+s.instance) // never woken: it polls
 	}
 	return s, nil
 }
@@ -189,10 +186,12 @@ func (s *Subscriber) Close() error {
 	s.closed = true
 	close(s.closing)
 	s.mu.Unlock()
+	s.wg.Wait()
 	if s.stopNote != nil {
 		s.stopNote()
 	}
-	s.wg.Wait()
+	s.live.close() // each subscription gave its lock back; this ends the session
+	s.stopClaims()
 	return nil
 }
 

@@ -43,7 +43,7 @@ type subscription struct {
 	next    *message.Message
 
 	// Claiming.
-	claims        claimConn // the connection it claims on
+	claims        claimConn // its hold on the claim connections
 	claimed       chan claimResult
 	claiming      bool
 	wantClaim     bool // something may have come: claim when there is room
@@ -118,6 +118,7 @@ func newSubscription(s *Subscriber, topic, holder string) *subscription {
 		rebalanceEvery: min(time.Second, s.cfg.Lease/3),
 	}
 	sub.live = s.newLiveness(holder)
+	sub.claims = claimConn{pool: s.claims}
 	return sub
 }
 

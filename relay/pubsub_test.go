@@ -21,12 +21,17 @@ import (
 	"github.com/entoutbox/entoutbox/relay"
 )
 
-// TestSubscriberConformance runs Watermill's universal Pub/Sub suite on the
-// fast Subscriber, with watermill-sql's Publisher and SchemaAdapter writing
-// the rows. The outbox is one queue: every subscriber competes for the same
-// rows (no consumer groups), rows persist, and each aggregate is delivered
-// in order; the suite's messages of a topic share one aggregate, so its
-// order tests apply.
+// TestSubscriberConformance runs Watermill's universal Pub/Sub suite, in
+// its long mode, on the fast Subscriber, with watermill-sql's Publisher and
+// SchemaAdapter writing the rows. The outbox is one queue: every subscriber
+// competes for the same rows (no consumer groups), rows persist, and each
+// aggregate is delivered in order; the suite's messages of a topic share
+// one aggregate, so its order tests apply.
+//
+// It runs on a private server with PostgreSQL's default max_connections
+// (100), none of them taken by other tests: the suite's concurrent tests
+// start 50 Subscribers at once, and they must fit (each holds one
+// connection for its liveness locks; all share one LISTEN connection).
 //
 // Two adaptations, undone on the way out: the outbox stores payloads as
 // JSONB and the suite's ("x") are not JSON, so they travel as JSON strings;
@@ -41,34 +46,32 @@ func TestSubscriberConformance(t *testing.T) {
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
 		NewSubscriberReceivesOldMessages:    false,
-		// The suite's messages of a topic are one aggregate, which one
-		// subscriber at a time can hold: its long variants take minutes.
-		ForceShort: true,
 	}
+	server := pgtest.StartPrivate(t, "max_connections=100")
 	// One outbox for the whole suite: a test makes several Pub/Subs and
 	// expects them to share their messages; each test has topics of its own.
-	db := pgtest.New(t)
-	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	subDB := server.Open(t)
+	// Room for the 50 Subscribers' liveness sessions and their claims,
+	// beside the publishers' pool.
+	subDB.SetMaxOpenConns(80)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, subDB)))
 	pgtest.Migrate(t, client.Schema.Create)
+	// The suite publishes from 50 goroutines at once: through a pool of its
+	// own, capped. A publish refused for want of a connection hangs the
+	// suite: its publishing goroutine exits without Done.
+	pubDB := server.Open(t)
+	pubDB.SetMaxOpenConns(8)
 	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
-		return newConformancePubSub(t, db)
+		return newConformancePubSub(t, subDB, pubDB)
 	}, nil)
 }
 
-func newConformancePubSub(t *testing.T, db *pgtest.DB) (message.Publisher, message.Subscriber) {
-	// The suite publishes from 50 goroutines at once: through a pool of its
-	// own, capped, they do not take 50 of the server's connections (100 by
-	// default, shared with every other test). A publish refused for want of
-	// one hangs the suite: its publishing goroutine exits without Done.
-	pubDB, err := sql.Open("pgx", db.URL)
-	require.NoError(t, err)
-	pubDB.SetMaxOpenConns(8)
-	t.Cleanup(func() { pubDB.Close() })
+func newConformancePubSub(t *testing.T, subDB, pubDB *sql.DB) (message.Publisher, message.Subscriber) {
 	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(pubDB), wsql.PublisherConfig{SchemaAdapter: relay.SchemaAdapter{}}, nil)
 	require.NoError(t, err)
-	sub, err := relay.NewSubscriber(db.DB, relay.SubscriberConfig{
+	sub, err := relay.NewSubscriber(subDB, relay.SubscriberConfig{
 		PollInterval: 50 * time.Millisecond, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		MaxAttempts: 1000, Lease: 2 * time.Second,
+		MaxAttempts: 1000, Lease: 15 * time.Second,
 	})
 	require.NoError(t, err)
 	return jsonPublisher{pub}, jsonSubscriber{sub, make(chan struct{})}
