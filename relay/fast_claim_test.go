@@ -175,9 +175,10 @@ func TestClaimShapesReadWhatTheySay(t *testing.T) {
 			q.late = openTxs{listed: []string{late.tx}, from: xmax}
 		}
 		require.Equal(t, sh, q.shape())
-		var conn claimConn
+		pool, stop := shareClaimPool(s.db, false)
+		conn := claimConn{pool: pool}
 		got, err := s.claim(ctx, &conn, q)
-		conn.reset()
+		stop()
 		require.NoError(t, err, "shape %s", sh.name())
 		var gotIDs, want []int64
 		for _, r := range got.rows {
