@@ -332,3 +332,76 @@ func TestBrowserLogsInWithTheToken(t *testing.T) {
 	waitFor(t, b, "#outcomes")
 	assert.Equal(t, admin.StateDiscarded, e.reload(t, d.ID).State())
 }
+
+// The Older and Newer links of a search lead to the second and third
+// pages and back, keeping the search.
+func TestBrowserSearchPagesOlderAndNewer(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	e.emit(t, "orders", "Order", "1", `{"order_id":1}`, 150)
+	// Every fifth another event: 120 order.paid, pages of 50, 50 and 20.
+	_, err := e.db.DB.Exec(`UPDATE outbox_events SET event_name = 'order.shipped' WHERE id % 5 = 0`)
+	require.NoError(t, err)
+	var want []string
+	rows, err := e.db.DB.Query(`SELECT id FROM outbox_events WHERE event_name = 'order.paid' ORDER BY id DESC`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		want = append(want, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, want, 120)
+
+	b := tab(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/events?event=order.paid")))
+	waitFor(t, b, "#results")
+	shown := func() []string {
+		t.Helper()
+		s, err := chromedp.Run(b, chromedp.Evaluate[string](
+			`Array.from(document.querySelectorAll("#results tbody tr td:first-child")).map((td) => td.innerText).join(",")`))
+		require.NoError(t, err)
+		return strings.Split(s, ",")
+	}
+	has := func(sel string) bool {
+		t.Helper()
+		ok, err := chromedp.Run(b, chromedp.Evaluate[bool](`!!document.querySelector(`+strconv.Quote(sel)+`)`))
+		require.NoError(t, err)
+		return ok
+	}
+	// follow clicks the link sel and waits for the page it leads to.
+	follow := func(sel string) {
+		t.Helper()
+		from, err := chromedp.Run(b, chromedp.Evaluate[string](`location.href`))
+		require.NoError(t, err)
+		require.NoError(t, chromedp.Do(b, chromedp.Click(chromedp.CSS(sel))))
+		var last string
+		ok := assert.Eventually(t, func() bool {
+			ok, err := chromedp.Run(b, chromedp.Evaluate[bool](`location.href !== `+strconv.Quote(from)+
+				` && document.readyState === "complete" && !!document.querySelector("#results")`))
+			if !ok {
+				last, _ = chromedp.Run(b, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
+			}
+			return err == nil && ok
+		}, patience, 30*time.Millisecond)
+		require.True(t, ok, "following %s from %s led to no results; the page shows: %s", sel, from, last)
+		href, err := chromedp.Run(b, chromedp.Evaluate[string](`location.href`))
+		require.NoError(t, err)
+		assert.Contains(t, href, "event=order.paid", "the link keeps the search")
+	}
+
+	assert.Equal(t, want[:50], shown(), "page 1")
+	assert.False(t, has("#newer"), "nothing newer than the first page")
+	follow("#older")
+	assert.Equal(t, want[50:100], shown(), "page 2")
+	follow("#older")
+	assert.Equal(t, want[100:], shown(), "page 3")
+	assert.False(t, has("#older"), "nothing older than the last page")
+	follow("#newer")
+	assert.Equal(t, want[50:100], shown(), "back to page 2")
+	follow("#newer")
+	assert.Equal(t, want[:50], shown(), "back to page 1")
+	assert.False(t, has("#newer"), "nothing newer than the newest")
+	follow("#older")
+	assert.Equal(t, want[50:100], shown(), "page 2 again")
+}

@@ -111,6 +111,7 @@ func TestSearchQueryPlans(t *testing.T) {
 	require.Len(t, p.Results, 10, "paged down to From")
 	require.Equal(t, int64(n/4), p.Results[9].ID, "the first event at From")
 	search("by aggregate, no index: bounded scan", eventQuery{AggregateID: "4242"}, "outbox_events_pkey")
+	search("a newer page, bounded scan up", eventQuery{Event: "order.refunded", After: int64(n / 2)}, "outbox_events_pkey")
 	_, err = db.DB.ExecContext(ctx, `CREATE INDEX outbox_events_aggregate ON outbox_events (aggregate_type, aggregate_id); ANALYZE outbox_events`)
 	require.NoError(t, err)
 	search("by aggregate type and id", eventQuery{AggregateType: "Order", AggregateID: "4242"}, "outbox_events_aggregate")

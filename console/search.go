@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +32,9 @@ type eventQuery struct {
 	Event         string
 	Topic         string
 	From, To      string
-	Before        int64 // ids below this only (paging); 0 for none
+	// Paging: ids below Before, newest first, or the nearest ids above
+	// After; 0 for no bound.
+	Before, After int64
 }
 
 func (q eventQuery) empty() bool {
@@ -71,18 +75,29 @@ type searchPage struct {
 	Searched bool
 	Notes    []string // which index served the search, or the bounded scan
 	Took     time.Duration
-	Older    string // the query string of the next page; "" for none
-	Problem  string // the form's error
+	// Older and Newer link the pages before and after this one; "" for
+	// none.
+	Older, Newer template.URL
+	Problem      string // the form's error
 }
 
-func (c *Console) search(w http.ResponseWriter, r *http.Request) {
-	f := r.URL.Query()
+// eventQueryOf reads the search form; before wins over after.
+func eventQueryOf(f url.Values) eventQuery {
 	q := eventQuery{EventID: strings.TrimSpace(f.Get("event_id")), AggregateType: strings.TrimSpace(f.Get("aggregate_type")),
 		AggregateID: strings.TrimSpace(f.Get("aggregate_id")), Event: strings.TrimSpace(f.Get("event")),
 		Topic: strings.TrimSpace(f.Get("topic")), From: strings.TrimSpace(f.Get("from")), To: strings.TrimSpace(f.Get("to"))}
 	if b := f.Get("before"); b != "" {
 		q.Before, _ = strconv.ParseInt(b, 10, 64)
 	}
+	if a := f.Get("after"); a != "" && q.Before <= 0 {
+		q.After, _ = strconv.ParseInt(a, 10, 64)
+	}
+	q.Before, q.After = max(q.Before, 0), max(q.After, 0)
+	return q
+}
+
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	q := eventQueryOf(r.URL.Query())
 	p := searchPage{Query: q}
 	if q.EventID != "" {
 		id, err := uuid.Parse(q.EventID)
@@ -119,7 +134,8 @@ type formError string
 
 func (e formError) Error() string { return string(e) }
 
-// findEvents runs q, newest first, and says in p.Notes how.
+// findEvents runs q, newest first, and says in p.Notes how. It reads one
+// row more than a page, to tell whether there is a page beyond.
 func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) error {
 	plan, err := c.planSearch(ctx, q, p)
 	if err != nil {
@@ -141,28 +157,69 @@ func (c *Console) findEvents(ctx context.Context, q eventQuery, p *searchPage) e
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("console: searching events: %w", err)
 	}
-	// The next page: below the last result, or below the scanned range.
-	var next int64
-	switch {
-	case len(p.Results) == searchLimit:
-		next = p.Results[len(p.Results)-1].ID
-	case plan.scanLo > 0:
-		next = plan.scanLo
-		p.Notes = append(p.Notes, fmt.Sprintf("The scan stopped at id %d: older events were not searched (see Older)", plan.scanLo))
+	beyond := len(p.Results) > searchLimit
+	if beyond {
+		p.Results = p.Results[:searchLimit]
 	}
-	if next > 0 {
-		v := q.values()
-		v.Set("before", strconv.FormatInt(next, 10))
-		p.Older = v.Encode()
+	if q.After > 0 {
+		slices.Reverse(p.Results) // read oldest first: the nearest above After
+	}
+	// The pages on either side: beyond the last result in the direction
+	// read, or beyond where a bounded scan stopped; the other way, beyond
+	// the first result (or the bound this page started from).
+	var older, newer int64 // before older, after newer; 0 for no link
+	switch {
+	case q.After > 0:
+		older = q.After + 1
+		if len(p.Results) > 0 {
+			older = p.Results[len(p.Results)-1].ID
+			if beyond {
+				newer = p.Results[0].ID
+			}
+		}
+		if !beyond && plan.scanHi > 0 {
+			newer = plan.scanHi - 1
+			p.Notes = append(p.Notes, fmt.Sprintf("The scan stopped at id %d: newer events were not searched (see Newer)", plan.scanHi-1))
+		}
+	default:
+		if beyond {
+			older = p.Results[len(p.Results)-1].ID
+		} else if plan.scanLo > 0 {
+			older = plan.scanLo
+			p.Notes = append(p.Notes, fmt.Sprintf("The scan stopped at id %d: older events were not searched (see Older)", plan.scanLo))
+		}
+		if q.Before > 0 {
+			newer = q.Before - 1
+			if len(p.Results) > 0 {
+				newer = p.Results[0].ID
+			}
+		}
+	}
+	if older > 0 {
+		p.Older = c.searchURL(q, "before", older)
+	}
+	if newer > 0 {
+		p.Newer = c.searchURL(q, "after", newer)
 	}
 	return nil
 }
 
+// searchURL is the link to the search q from id on: key is before or
+// after. It is a whole URL: a template escapes a query string written
+// into an href after its "?" as a single value.
+func (c *Console) searchURL(q eventQuery, key string, id int64) template.URL {
+	v := q.values()
+	v.Set(key, strconv.FormatInt(id, 10))
+	return template.URL(c.cfg.BasePath + "/events?" + v.Encode()) // encoded by url.Values
+}
+
 // searchPlan is the statement of a search, and where a bounded scan stopped.
 type searchPlan struct {
-	sql    string
-	args   []any
-	scanLo int64 // the lowest id a bounded scan reaches; 0 for none
+	sql  string
+	args []any
+	// The lowest id a bounded scan walking down reaches, or one past the
+	// highest one walking up (after an id) reaches; 0 for none.
+	scanLo, scanHi int64
 }
 
 // planSearch builds the statement of q and says in p.Notes what serves it.
@@ -202,6 +259,9 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 	}
 	if q.Before > 0 && (hi == 0 || q.Before < hi) {
 		hi = q.Before
+	}
+	if q.After > 0 && q.After+1 > lo {
+		lo = q.After + 1
 	}
 	if !from.IsZero() || !to.IsZero() {
 		p.Notes = append(p.Notes, "The time range is an id range found by a binary search on the primary key (ids grow with created_at)")
@@ -259,9 +319,10 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 	if hi > 0 {
 		where = append(where, "id < "+arg(hi))
 	}
-	// Without an index for the filters, walk the primary key back from
-	// the upper bound, scanBound ids at most.
-	var scanLo int64
+	// Without an index for the filters, walk the primary key from the
+	// bound the page starts at (back from the upper one, or up from
+	// After), scanBound ids at most.
+	var scanLo, scanHi int64
 	filtered := q.AggregateID != "" || q.AggregateType != "" || q.Event != "" || q.Topic != ""
 	if filtered && !indexed {
 		top := hi
@@ -270,7 +331,11 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 				return searchPlan{}, fmt.Errorf("console: reading the newest id: %w", err)
 			}
 		}
-		if top-c.scanBound > lo {
+		switch {
+		case q.After > 0 && lo+c.scanBound < top:
+			scanHi = lo + c.scanBound
+			where = append(where, "id < "+arg(scanHi))
+		case q.After == 0 && top-c.scanBound > lo:
 			scanLo = top - c.scanBound
 			where = append(where, "id >= "+arg(scanLo))
 		}
@@ -289,8 +354,12 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 	if len(where) > 0 {
 		sqlText += " WHERE " + strings.Join(where, " AND ")
 	}
-	sqlText += " ORDER BY id DESC LIMIT " + strconv.Itoa(searchLimit)
-	return searchPlan{sql: sqlText, args: args, scanLo: scanLo}, nil
+	order := " ORDER BY id DESC"
+	if q.After > 0 {
+		order = " ORDER BY id"
+	}
+	sqlText += order + " LIMIT " + strconv.Itoa(searchLimit+1)
+	return searchPlan{sql: sqlText, args: args, scanLo: scanLo, scanHi: scanHi}, nil
 }
 
 // firstIDAt is the first id whose row was written at or after t (or one
