@@ -244,9 +244,20 @@ type Result struct {
 // row, is Skipped, saying why. An id that does not exist is an error
 // (ErrNotFound), after the letters before it were retried.
 func (a *Admin) Retry(ctx context.Context, ids ...int64) ([]Result, error) {
+	return a.retry(ctx, true, ids)
+}
+
+// PlanRetry tells what Retry would do with the dead letters ids, and
+// changes nothing: each letter's retry runs as Retry runs it, in a
+// transaction that is rolled back.
+func (a *Admin) PlanRetry(ctx context.Context, ids ...int64) ([]Result, error) {
+	return a.retry(ctx, false, ids)
+}
+
+func (a *Admin) retry(ctx context.Context, commit bool, ids []int64) ([]Result, error) {
 	var out []Result
 	for _, id := range ids {
-		r, err := a.retryOne(ctx, id)
+		r, err := a.retryOne(ctx, id, commit)
 		if err != nil {
 			return out, err
 		}
@@ -265,6 +276,23 @@ func (a *Admin) RetryMatching(ctx context.Context, f Filter) ([]Result, error) {
 	return a.Retry(ctx, ids...)
 }
 
+// PlanRetryMatching tells what RetryMatching would do, as PlanRetry, and
+// changes nothing.
+func (a *Admin) PlanRetryMatching(ctx context.Context, f Filter) ([]Result, error) {
+	ids, err := a.openIDs(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return a.PlanRetry(ctx, ids...)
+}
+
+// OpenDeadLetterIDs lists the open dead letters f selects (f.State is
+// ignored), oldest first: those RetryMatching and DiscardMatching act on.
+// An operator can see how many they are, and then act on those alone.
+func (a *Admin) OpenDeadLetterIDs(ctx context.Context, f Filter) ([]int64, error) {
+	return a.openIDs(ctx, f)
+}
+
 // openIDs lists the open letters f selects, oldest first.
 func (a *Admin) openIDs(ctx context.Context, f Filter) ([]int64, error) {
 	f.State = StateOpen
@@ -275,7 +303,9 @@ func (a *Admin) openIDs(ctx context.Context, f Filter) ([]int64, error) {
 	return ids, nil
 }
 
-func (a *Admin) retryOne(ctx context.Context, id int64) (res Result, err error) {
+// retryOne retries the dead letter id in a transaction of its own,
+// committed when commit is set and rolled back otherwise.
+func (a *Admin) retryOne(ctx context.Context, id int64, commit bool) (res Result, err error) {
 	err = a.inTx(ctx, func(tx tx) (bool, error) {
 		// The lock makes a concurrent retry of the same letter wait, then
 		// find it retried.
@@ -308,7 +338,7 @@ func (a *Admin) retryOne(ctx context.Context, id int64) (res Result, err error) 
 			return skip(why)
 		}
 		res.Outcome = outcome
-		return true, a.tables.MarkRetried(ctx, tx, id, time.Now())
+		return commit, a.tables.MarkRetried(ctx, tx, id, time.Now())
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		err = fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
@@ -406,6 +436,17 @@ func rowOf(d DeadLetter) (outbox.Row, string) {
 // transaction. Nothing is deleted: the letter stays, and its consumer
 // still skips the event. A letter already retried or discarded is Skipped.
 func (a *Admin) Discard(ctx context.Context, note string, ids ...int64) ([]Result, error) {
+	return a.discard(ctx, note, true, ids)
+}
+
+// PlanDiscard tells what Discard would do with the dead letters ids, and
+// changes nothing: the discard runs as Discard runs it, in a transaction
+// that is rolled back.
+func (a *Admin) PlanDiscard(ctx context.Context, note string, ids ...int64) ([]Result, error) {
+	return a.discard(ctx, note, false, ids)
+}
+
+func (a *Admin) discard(ctx context.Context, note string, commit bool, ids []int64) ([]Result, error) {
 	if note == "" {
 		return nil, errors.New("admin: a discard needs a note saying why")
 	}
@@ -441,7 +482,7 @@ func (a *Admin) Discard(ctx context.Context, note string, ids ...int64) ([]Resul
 			}
 			out = append(out, r)
 		}
-		return true, nil
+		return commit, nil
 	})
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -460,6 +501,16 @@ func (a *Admin) DiscardMatching(ctx context.Context, note string, f Filter) ([]R
 		return nil, err
 	}
 	return a.Discard(ctx, note, ids...)
+}
+
+// PlanDiscardMatching tells what DiscardMatching would do, as
+// PlanDiscard, and changes nothing.
+func (a *Admin) PlanDiscardMatching(ctx context.Context, note string, f Filter) ([]Result, error) {
+	ids, err := a.openIDs(ctx, f)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	return a.PlanDiscard(ctx, note, ids...)
 }
 
 // PurgeSettled deletes the dead letters retried or discarded more than

@@ -33,6 +33,9 @@ type ReplayOptions struct {
 	// BatchSize is how many rows are read and published at a time
 	// (default 500).
 	BatchSize int
+	// Limit bounds how many events are published: the first Limit in
+	// order; 0 for all.
+	Limit int
 }
 
 // Replay publishes the retained delivered events r selects to pub, with
@@ -43,8 +46,14 @@ type ReplayOptions struct {
 // It stops at the first failed publish, returning how many went out
 // before it.
 func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts ReplayOptions) (int, error) {
-	if len(r.Events) == 0 {
+	switch {
+	case len(r.Events) == 0:
 		return 0, errors.New("admin: replay needs at least one event name")
+	case !r.Since.IsZero() && !r.Until.IsZero() && !r.Until.After(r.Since):
+		return 0, fmt.Errorf("admin: replay until %s is not after since %s: the range selects nothing",
+			r.Until.UTC().Format(time.RFC3339Nano), r.Since.UTC().Format(time.RFC3339Nano))
+	case opts.Limit < 0:
+		return 0, fmt.Errorf("admin: replay limit %d is negative", opts.Limit)
 	}
 	batch := opts.BatchSize
 	if batch <= 0 {
@@ -61,7 +70,14 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 	replayID := time.Now().UnixNano()
 	var sent int
 	for after := int64(0); ; {
-		rows, err := a.tables.ReadDelivered(ctx, a.db, delivery, selected, after, batch)
+		n := batch
+		if opts.Limit > 0 {
+			if sent >= opts.Limit {
+				return sent, nil
+			}
+			n = min(n, opts.Limit-sent)
+		}
+		rows, err := a.tables.ReadDelivered(ctx, a.db, delivery, selected, after, n)
 		if err != nil {
 			return sent, fmt.Errorf("admin: reading events to replay: %w", err)
 		}
@@ -88,7 +104,7 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 			sent += len(msgs)
 			start = end
 		}
-		if len(rows) < batch {
+		if len(rows) < n {
 			return sent, nil
 		}
 		after = rows[len(rows)-1].ID

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,7 +17,8 @@ type Status struct {
 	// Pending counts the events not yet delivered, up to
 	// outboxdb.DefaultMaxRows: there PendingCapped is set, and there are
 	// at least that many. OldestPending is when the oldest of those
-	// counted was written (zero for none). Topics splits them by topic.
+	// counted was written (zero for none; JSON null). Topics splits them
+	// by topic.
 	Pending       int64          `json:"pending"`
 	PendingCapped bool           `json:"pending_capped"`
 	OldestPending time.Time      `json:"oldest_pending"`
@@ -52,13 +54,30 @@ type ConsumerLag struct {
 	Events int64 `json:"events"`
 	// Located counts those of them found in the outbox (among its newest
 	// lag.DefaultMaxRows rows), and Oldest is when the oldest of those
-	// was written, zero when none was found. OldestAgeSeconds is its age
+	// was written, zero (JSON null) when none was found. OldestAgeSeconds is its age
 	// at At: 0 when nothing is behind, nil when events are behind but
 	// none was found (unknown: their rows are gone, or older than those
 	// walked), and a lower bound when Located < Events.
 	Located          int64     `json:"located"`
 	Oldest           time.Time `json:"oldest"`
 	OldestAgeSeconds *float64  `json:"oldest_age_seconds"`
+}
+
+// MarshalJSON writes l with Oldest null when none was found.
+func (l ConsumerLag) MarshalJSON() ([]byte, error) {
+	type fields ConsumerLag // without this method
+	return json.Marshal(struct {
+		fields
+		Oldest *time.Time `json:"oldest"`
+	}{fields(l), timeOrNil(l.Oldest)})
+}
+
+// timeOrNil is t, or nil for the zero time: JSON null rather than year 1.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // Exact tells whether OldestAgeSeconds is the oldest's age rather than a
@@ -115,6 +134,15 @@ type RelayShare struct {
 	Locks  bool `json:"locks"`
 	Live   bool `json:"live"`
 	Lapsed bool `json:"lapsed"`
+}
+
+// MarshalJSON writes st with OldestPending null when nothing is pending.
+func (st Status) MarshalJSON() ([]byte, error) {
+	type fields Status // without this method
+	return json.Marshal(struct {
+		fields
+		OldestPending *time.Time `json:"oldest_pending"`
+	}{fields(st), timeOrNil(st.OldestPending)})
 }
 
 // Age is how long the oldest pending event had waited when st was read.

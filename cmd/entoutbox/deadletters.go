@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,8 +85,8 @@ discarded longer ago than --older-than; open letters are never deleted.`,
 
 func newDeadLettersListCommand(o *letterTables) *cobra.Command {
 	var (
-		f      letterFilter
-		asJSON bool
+		f            letterFilter
+		asJSON, full bool
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -94,6 +95,9 @@ func newDeadLettersListCommand(o *letterTables) *cobra.Command {
   entoutbox dead-letters list --event order.paid --reason "newer than" --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
 			a, done, err := o.open()
 			if err != nil {
 				return err
@@ -104,22 +108,32 @@ func newDeadLettersListCommand(o *letterTables) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), ds)
+				out := make([]json.RawMessage, len(ds))
+				for i, d := range ds {
+					if out[i], err = letterJSON(d, full); err != nil {
+						return err
+					}
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			return writeLetterTable(cmd.OutOrStdout(), ds)
 		},
 	}
 	f.add(cmd, true)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&full, "full", false, fmt.Sprintf("with --json, whole payloads (else cut at %s)", humanBytes(payloadShown)))
 	return cmd
 }
 
 func newDeadLettersShowCommand(o *letterTables) *cobra.Command {
-	var asJSON bool
+	var asJSON, full bool
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one dead letter: payload, headers, reason, attempts, when, source, event id",
-		Args:  cobra.ExactArgs(1),
+		Long: fmt.Sprintf(`show prints one dead letter. A payload over %s is cut there, saying so
+(in JSON: payload_text holds the start, payload_truncated and payload_bytes
+say so); --full prints it whole.`, humanBytes(payloadShown)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := parseIDs(args)
 			if err != nil {
@@ -135,56 +149,57 @@ func newDeadLettersShowCommand(o *letterTables) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), d)
+				b, err := letterJSON(d, full)
+				if err != nil {
+					return err
+				}
+				return writeJSON(cmd.OutOrStdout(), b)
 			}
-			writeLetter(cmd.OutOrStdout(), d)
+			writeLetter(cmd.OutOrStdout(), d, full)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&full, "full", false, fmt.Sprintf("print the whole payload (else cut at %s)", humanBytes(payloadShown)))
 	return cmd
 }
 
 func newDeadLettersRetryCommand(o *letterTables) *cobra.Command {
 	var (
-		f   letterFilter
-		all bool
+		f letterFilter
+		g guards
 	)
 	cmd := &cobra.Command{
 		Use:   "retry ID... | --all [filters]",
 		Short: "Put dead letters' events back in the outbox, with their original ids, for another delivery",
-		Long:  retryHelp,
+		Long: retryHelp + `
+
+--dry-run prints what each letter's retry would do (rebuilt, requeued,
+already pending, or skipped and why) and changes nothing. --all without a
+filter (--source, --event, --reason, --since, --until) asks before retrying
+every open letter; --yes does not ask. The exit status is 1 when a letter
+asked for is skipped, or --all selects none.`,
 		Example: `  entoutbox dead-letters retry 42 43
-  entoutbox dead-letters retry --all --consumer billing --reason "connection refused"`,
+  entoutbox dead-letters retry --all --consumer billing --reason "connection refused" --dry-run
+  entoutbox dead-letters retry --all --consumer billing --reason "connection refused" --limit 100`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := idsOrAll(args, all, f)
-			if err != nil {
-				return err
-			}
-			a, done, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var rs []admin.Result
-			if all {
-				rs, err = a.RetryMatching(cmd.Context(), f.filter())
-			} else {
-				rs, err = a.Retry(cmd.Context(), ids...)
-			}
-			writeResults(cmd.OutOrStdout(), "retried", rs)
-			return err
+			return g.run(cmd, o, args, f, "retry", "retried", func(a *admin.Admin, ids []int64) ([]admin.Result, error) {
+				if g.dryRun {
+					return a.PlanRetry(cmd.Context(), ids...)
+				}
+				return a.Retry(cmd.Context(), ids...)
+			})
 		},
 	}
 	f.add(cmd, false)
-	cmd.Flags().BoolVar(&all, "all", false, "retry every open dead letter the filters select")
+	g.add(cmd, "retry")
 	return cmd
 }
 
 func newDeadLettersDiscardCommand(o *letterTables) *cobra.Command {
 	var (
 		f    letterFilter
-		all  bool
+		g    guards
 		note string
 	)
 	cmd := &cobra.Command{
@@ -192,35 +207,112 @@ func newDeadLettersDiscardCommand(o *letterTables) *cobra.Command {
 		Short: "Mark dead letters as handled by hand, with a note; nothing is deleted",
 		Long: `discard marks dead letters discarded (discarded_at, discard_note). Nothing is
 deleted: the letter stays until purge, and its consumer keeps skipping the
-event, replayed or not.`,
+event, replayed or not.
+
+--dry-run prints what it would do and changes nothing. --all without a
+filter asks before discarding every open letter; --yes does not ask. The
+exit status is 1 when a letter asked for is skipped, or --all selects none.`,
 		Example: `  entoutbox dead-letters discard 42 --note "refunded by hand, ticket 1234"`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(note) == "" {
 				return errors.New("discard needs --note saying why")
 			}
-			ids, err := idsOrAll(args, all, f)
-			if err != nil {
-				return err
-			}
-			a, done, err := o.open()
-			if err != nil {
-				return err
-			}
-			defer done()
-			var rs []admin.Result
-			if all {
-				rs, err = a.DiscardMatching(cmd.Context(), note, f.filter())
-			} else {
-				rs, err = a.Discard(cmd.Context(), note, ids...)
-			}
-			writeResults(cmd.OutOrStdout(), "discarded", rs)
-			return err
+			return g.run(cmd, o, args, f, "discard", "discarded", func(a *admin.Admin, ids []int64) ([]admin.Result, error) {
+				if g.dryRun {
+					return a.PlanDiscard(cmd.Context(), note, ids...)
+				}
+				return a.Discard(cmd.Context(), note, ids...)
+			})
 		},
 	}
 	f.add(cmd, false)
-	cmd.Flags().BoolVar(&all, "all", false, "discard every open dead letter the filters select")
+	g.add(cmd, "discard")
 	cmd.Flags().StringVar(&note, "note", "", "why (required)")
 	return cmd
+}
+
+// guards are the flags of the commands that change dead letters: which
+// letters (ids or --all), a dry run, and the confirmation of --all
+// without a filter.
+type guards struct {
+	all, dryRun, yes bool
+}
+
+func (g *guards) add(cmd *cobra.Command, verb string) {
+	f := cmd.Flags()
+	f.BoolVar(&g.all, "all", false, verb+" every open dead letter the filters select")
+	f.BoolVar(&g.dryRun, "dry-run", false, "print what would be done, and change nothing")
+	f.BoolVar(&g.yes, "yes", false, "do not ask before --all without a filter")
+}
+
+// run finds the letters args or --all with f name, asks before acting on
+// every open letter, acts on them (act), prints the outcome, and fails
+// when a letter asked for was skipped or none was selected.
+func (g *guards) run(cmd *cobra.Command, o *letterTables, args []string, f letterFilter, verb, done string,
+	act func(*admin.Admin, []int64) ([]admin.Result, error)) error {
+	ids, err := idsOrAll(args, g.all, f)
+	if err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	a, closeDB, err := o.open()
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if g.all {
+		// The letters are listed once: the action is on those, not on
+		// what arrives while the operator reads the question.
+		if ids, err = a.OpenDeadLetterIDs(cmd.Context(), f.filter()); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("%s: no open dead letter matches the filters; nothing to %s", verb, verb)
+		}
+		if !f.selects() && !g.yes && !g.dryRun {
+			if err := confirm(cmd, fmt.Sprintf("%s every open dead letter, %d of them (no filter given)?", verb, len(ids))); err != nil {
+				return fmt.Errorf("%s: %w: nothing done; give --yes to %s every open dead letter without asking, "+
+					"or a filter (--source, --event, --reason, --since, --until)", verb, err, verb)
+			}
+		}
+	}
+	rs, err := act(a, ids)
+	writeResults(cmd.OutOrStdout(), done, rs, g.dryRun)
+	if err != nil {
+		return err
+	}
+	skipped := 0
+	for _, r := range rs {
+		if r.Outcome == admin.Skipped {
+			skipped++
+		}
+	}
+	if skipped > 0 {
+		would := ""
+		if g.dryRun {
+			would = " would be"
+		}
+		return fmt.Errorf("%s: %d of %d dead letters%s skipped (see above)", verb, skipped, len(rs), would)
+	}
+	return nil
+}
+
+// confirm asks question on the command's error output and reads the
+// answer from its input: yes, or y. Anything else, or no input (a cron
+// job), is a refusal.
+func confirm(cmd *cobra.Command, question string) error {
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s Type yes to go on: ", question)
+	answer, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	answer = strings.ToLower(strings.TrimSpace(answer))
+	if answer == "yes" || answer == "y" {
+		return nil
+	}
+	if err != nil && answer == "" {
+		return errors.New("not confirmed (no answer on the input)")
+	}
+	return fmt.Errorf("not confirmed (answered %q)", answer)
 }
 
 func newDeadLettersPurgeCommand(o *letterTables) *cobra.Command {
@@ -260,15 +352,15 @@ delivered again (by a replay, say).`,
 
 // letterFilter is the filter flags of the dead-letter commands.
 type letterFilter struct {
-	source, event, reason, state string
-	since, until                 timeFlag
-	limit                        int
+	source, consumer, event, reason, state string
+	since, until                           timeFlag
+	limit                                  int
 }
 
 func (f *letterFilter) add(cmd *cobra.Command, listing bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.source, "source", "", `"relay" or a consumer name`)
-	fl.StringVar(&f.source, "consumer", "", "a consumer name (the same as --source)")
+	fl.StringVar(&f.consumer, "consumer", "", "a consumer name (the same as --source)")
 	fl.StringVar(&f.event, "event", "", "event name, e.g. order.paid")
 	fl.StringVar(&f.reason, "reason", "", "a substring of the reason")
 	fl.Var(&f.since, "since", "dead-lettered at or after: RFC 3339, a date, or a duration ago (24h)")
@@ -280,13 +372,34 @@ func (f *letterFilter) add(cmd *cobra.Command, listing bool) {
 }
 
 func (f *letterFilter) filter() admin.Filter {
-	return admin.Filter{Source: f.source, Event: f.event, Reason: f.reason,
+	source := f.source
+	if source == "" {
+		source = f.consumer
+	}
+	return admin.Filter{Source: source, Event: f.event, Reason: f.reason,
 		Since: f.since.t, Until: f.until.t, State: admin.State(f.state), Limit: f.limit}
 }
 
-func (f *letterFilter) any() bool {
-	return f.source != "" || f.event != "" || f.reason != "" || !f.since.t.IsZero() || !f.until.t.IsZero() || f.limit > 0
+// check refuses flags that contradict each other, naming them.
+func (f *letterFilter) check() error {
+	switch {
+	case f.source != "" && f.consumer != "" && f.source != f.consumer:
+		return fmt.Errorf("--source %q and --consumer %q name two sources; give one", f.source, f.consumer)
+	case !f.since.t.IsZero() && !f.until.t.IsZero() && !f.until.t.After(f.since.t):
+		return fmt.Errorf("--until %s is not after --since %s: no letter is in between", f.until.String(), f.since.String())
+	case f.limit < 0:
+		return fmt.Errorf("--limit %d: must not be negative (0: all)", f.limit)
+	}
+	return nil
 }
+
+// selects tells a filter narrows the letters by what they are (a limit
+// alone does not).
+func (f *letterFilter) selects() bool {
+	return f.source != "" || f.consumer != "" || f.event != "" || f.reason != "" || !f.since.t.IsZero() || !f.until.t.IsZero()
+}
+
+func (f *letterFilter) any() bool { return f.selects() || f.limit > 0 }
 
 // idsOrAll checks that the letters are named either by id or by --all.
 func idsOrAll(args []string, all bool, f letterFilter) ([]int64, error) {
@@ -365,7 +478,67 @@ func writeLetterTable(w io.Writer, ds []admin.DeadLetter) error {
 	return tw.Flush()
 }
 
-func writeLetter(w io.Writer, d admin.DeadLetter) {
+// payloadShown is how much of a payload show prints, and list --json,
+// unless --full: a payload of megabytes would bury the rest.
+const payloadShown = 64 << 10
+
+// shownPayload is the first payloadShown bytes of p (cut at a rune
+// boundary when p is UTF-8), or p whole when full or short enough;
+// truncated says it was cut.
+func shownPayload(p []byte, full bool) (shown []byte, truncated bool) {
+	if full || len(p) <= payloadShown {
+		return p, false
+	}
+	shown = p[:payloadShown]
+	if utf8.Valid(p) {
+		for len(shown) > 0 && !utf8.Valid(shown) {
+			shown = shown[:len(shown)-1]
+		}
+	}
+	return shown, true
+}
+
+// letterJSON is d as JSON, its payload cut as shownPayload cuts it: then
+// in payload_text (or payload_base64, not UTF-8), with payload_truncated
+// and payload_bytes.
+func letterJSON(d admin.DeadLetter, full bool) (json.RawMessage, error) {
+	shown, truncated := shownPayload(d.Payload, full)
+	if !truncated {
+		return json.Marshal(d)
+	}
+	size := len(d.Payload)
+	d.Payload = shown
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return withFields(b, struct {
+		Truncated bool `json:"payload_truncated"`
+		Bytes     int  `json:"payload_bytes"`
+	}{true, size})
+}
+
+// withFields appends the fields of the JSON object of v to the JSON
+// object obj.
+func withFields(obj []byte, v any) ([]byte, error) {
+	more, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(obj) < 2 || obj[len(obj)-1] != '}' || len(more) < 2 || more[0] != '{' {
+		return nil, fmt.Errorf("joining JSON objects %.20s and %.20s", obj, more)
+	}
+	if len(more) == 2 {
+		return obj, nil
+	}
+	out := append(obj[:len(obj)-1:len(obj)-1], ',')
+	if len(obj) == 2 {
+		out = out[:1]
+	}
+	return append(out, more[1:]...), nil
+}
+
+func writeLetter(w io.Writer, d admin.DeadLetter, full bool) {
 	line := func(k, v string) { fmt.Fprintf(w, "%-16s%s\n", k+":", v) }
 	line("id", strconv.FormatInt(d.ID, 10))
 	line("event id", eventIDText(d))
@@ -385,13 +558,18 @@ func writeLetter(w io.Writer, d admin.DeadLetter) {
 	}
 	line("reason", d.Reason)
 	line("headers", string(d.Headers))
+	p, truncated := shownPayload(d.Payload, full)
 	switch {
-	case len(d.Payload) == 0 || json.Valid(d.Payload):
-		line("payload", string(d.Payload))
-	case utf8.Valid(d.Payload):
-		line("payload", strconv.Quote(string(d.Payload))+" (not JSON)")
+	case len(p) == 0 || json.Valid(p) || truncated && utf8.Valid(p):
+		line("payload", string(p))
+	case utf8.Valid(p):
+		line("payload", strconv.Quote(string(p))+" (not JSON)")
 	default:
-		line("payload", fmt.Sprintf("%q (not UTF-8)", d.Payload))
+		line("payload", fmt.Sprintf("%q (not UTF-8)", p))
+	}
+	if truncated {
+		fmt.Fprintf(w, "\n… payload cut at %s of %s; --full prints it whole\n", humanBytes(int64(len(p))),
+			humanBytes(int64(len(d.Payload))))
 	}
 }
 
@@ -411,19 +589,28 @@ func oneLine(s string, n int) string {
 	return string([]rune(s)[:n-1]) + "…"
 }
 
-func writeResults(w io.Writer, verb string, rs []admin.Result) {
-	done := 0
+// writeResults prints what was done with each letter, or what would be
+// (dryRun).
+func writeResults(w io.Writer, verb string, rs []admin.Result, dryRun bool) {
+	done, would := 0, ""
+	if dryRun {
+		would = "would be "
+	}
 	for _, r := range rs {
 		id := "-"
 		if r.EventID != uuid.Nil {
 			id = r.EventID.String()
 		}
 		if r.Outcome == admin.Skipped {
-			fmt.Fprintf(w, "dead letter %d (event %s, %s): skipped: %s\n", r.Letter, id, r.Source, r.Why)
+			fmt.Fprintf(w, "dead letter %d (event %s, %s): %sskipped: %s\n", r.Letter, id, r.Source, would, r.Why)
 			continue
 		}
 		done++
-		fmt.Fprintf(w, "dead letter %d (event %s, %s): %s\n", r.Letter, id, r.Source, r.Outcome)
+		fmt.Fprintf(w, "dead letter %d (event %s, %s): %s%s\n", r.Letter, id, r.Source, would, r.Outcome)
+	}
+	if dryRun {
+		fmt.Fprintf(w, "dry run: %d of %d dead letters would be %s; nothing was changed\n", done, len(rs), verb)
+		return
 	}
 	fmt.Fprintf(w, "%s %d of %d dead letters\n", verb, done, len(rs))
 }

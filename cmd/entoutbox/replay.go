@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/events"
 )
 
 func newReplayCommand() *cobra.Command {
@@ -17,6 +20,7 @@ func newReplayCommand() *cobra.Command {
 		since, until                            timeFlag
 		r                                       admin.Range
 		opts                                    admin.ReplayOptions
+		dryRun                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay --event NAME --since T [--until T] [--aggregate ID] [--to-topic T] --broker URL",
@@ -35,8 +39,14 @@ are left to the relay; rows the WAL path delivered (delivered_at NULL) are
 replayed too. The outbox table is --table (default outbox_events). Each replay
 publishes under broker message ids of its own (on NATS JetStream the
 Nats-Msg-Id), so that a broker that drops duplicates stores every replay;
-consumers see the event ids.`,
-		Example: `  entoutbox replay --event order.paid --since 2026-11-01 --broker nats://127.0.0.1:4222
+consumers see the event ids.
+
+--dry-run reads the events as a replay would and prints, per topic they
+would go to, how many and the first and last of them; it publishes nothing
+and needs no broker. --limit replays the first N only. The exit status is 1
+when nothing matches: nothing was replayed.`,
+		Example: `  entoutbox replay --event order.paid --since 2026-11-01 --dry-run
+  entoutbox replay --event order.paid --since 2026-11-01 --broker nats://127.0.0.1:4222
   entoutbox replay --event order.paid --since 72h --aggregate 42 --to-topic orders_rebuild --broker amqp://guest:guest@127.0.0.1:5672/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,8 +55,17 @@ consumers see the event ids.`,
 				return errors.New("replay needs --event (one or more event names)")
 			case since.t.IsZero():
 				return errors.New("replay needs --since: the first event's time (RFC 3339, a date, or a duration ago)")
-			case brokerURL == "":
-				return errors.New("no broker: set --broker or ENTOUTBOX_BROKER")
+			case !until.t.IsZero() && !until.t.After(since.t):
+				return fmt.Errorf("--until %s is not after --since %s: no event is written in between", until.String(), since.String())
+			case opts.ToTopic != "" && opts.TopicPrefix != "":
+				return fmt.Errorf("--to-topic %q and --topic-prefix %q: --to-topic sends every event to that one topic, "+
+					"unprefixed; give one", opts.ToTopic, opts.TopicPrefix)
+			case opts.Limit < 0:
+				return fmt.Errorf("--limit %d: must not be negative (0: all)", opts.Limit)
+			case opts.BatchSize < 1:
+				return fmt.Errorf("--batch-size %d: must be at least 1", opts.BatchSize)
+			case brokerURL == "" && !dryRun:
+				return errors.New("no broker: set --broker or ENTOUTBOX_BROKER (or --dry-run)")
 			}
 			r.Events, r.Since, r.Until = events, since.t, until.t
 			logger, err := newLogger(logLevel)
@@ -62,14 +81,30 @@ consumers see the event ids.`,
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
+			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			if dryRun {
+				// The replay itself, its messages kept from any broker.
+				var p plannedReplay
+				n, err := a.Replay(ctx, &p, r, opts)
+				if err != nil {
+					return err
+				}
+				p.write(out, n, opts.Limit)
+				if n == 0 {
+					return errNothingToReplay
+				}
+				return nil
+			}
 			b, err := broker.Open(ctx, brokerURL, broker.Options{Logger: logger})
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			n, err := a.Replay(ctx, b.Publisher(), r, opts)
-			fmt.Fprintf(cmd.OutOrStdout(), "replayed %d events\n", n)
+			fmt.Fprintf(out, "replayed %d events%s\n", n, limited(n, opts.Limit))
+			if err == nil && n == 0 {
+				return errNothingToReplay
+			}
 			return err
 		},
 	}
@@ -83,6 +118,73 @@ consumers see the event ids.`,
 	f.StringVar(&opts.ToTopic, "to-topic", "", "publish every event to this topic instead of its own")
 	f.StringVar(&opts.TopicPrefix, "topic-prefix", "", "prepended to each event's own topic, as the relay's --topic-prefix")
 	f.IntVar(&opts.BatchSize, "batch-size", 500, "events read and published at a time")
+	f.IntVar(&opts.Limit, "limit", 0, "replay the first N events only (0: all)")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be replayed, and publish nothing")
 	f.StringVar(&logLevel, "log-level", "warn", "the broker client's log level: debug, info, warn or error")
 	return cmd
+}
+
+var errNothingToReplay = errors.New("replay: no retained delivered event matches --event, --since, --until and " +
+	"--aggregate: nothing replayed (pending events are the relay's; --delete-delivered and cleanup remove delivered ones)")
+
+// limited says a replay stopped at its limit.
+func limited(n, limit int) string {
+	if limit > 0 && n >= limit {
+		return fmt.Sprintf(" (stopped at --limit %d)", limit)
+	}
+	return ""
+}
+
+// plannedReplay is a publisher that keeps what a replay publishes, per
+// topic in the order published, and sends nothing.
+type plannedReplay struct {
+	topics []string
+	by     map[string]*plannedTopic
+}
+
+type plannedTopic struct {
+	count       int
+	first, last *message.Message
+}
+
+func (p *plannedReplay) Publish(topic string, msgs ...*message.Message) error {
+	if p.by == nil {
+		p.by = map[string]*plannedTopic{}
+	}
+	t, ok := p.by[topic]
+	if !ok {
+		t = &plannedTopic{}
+		p.by[topic] = t
+		p.topics = append(p.topics, topic)
+	}
+	for _, m := range msgs {
+		if t.first == nil {
+			t.first = m
+		}
+		t.last = m
+		t.count++
+	}
+	return nil
+}
+
+func (p *plannedReplay) Close() error { return nil }
+
+// write prints what the replay would publish.
+func (p *plannedReplay) write(w io.Writer, n, limit int) {
+	fmt.Fprintf(w, "dry run: would replay %d events%s; nothing was published\n", n, limited(n, limit))
+	for _, topic := range p.topics {
+		t := p.by[topic]
+		fmt.Fprintf(w, "  %d to %s\n", t.count, topic)
+		fmt.Fprintf(w, "    first: %s\n", plannedEvent(t.first))
+		if t.count > 1 {
+			fmt.Fprintf(w, "    last:  %s\n", plannedEvent(t.last))
+		}
+	}
+}
+
+func plannedEvent(m *message.Message) string {
+	md := m.Metadata
+	return fmt.Sprintf("event %s (%s v%s, %s %s), written %s", m.UUID, md.Get(events.MetaEventName),
+		md.Get(events.MetaEventVersion), md.Get(events.MetaAggregateType), md.Get(events.MetaAggregateID),
+		md.Get(events.MetaCreatedAt))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,20 @@ type statusJSON struct {
 	admin.Status
 	OldestPendingAge float64  `json:"oldest_pending_age_seconds"`
 	Problems         []string `json:"problems"`
+}
+
+// MarshalJSON writes the status as it writes itself (absent times null),
+// then the fields of its own: Status's method would otherwise stand for
+// the whole of s.
+func (s statusJSON) MarshalJSON() ([]byte, error) {
+	st, err := json.Marshal(s.Status)
+	if err != nil {
+		return nil, err
+	}
+	return withFields(st, struct {
+		OldestPendingAge float64  `json:"oldest_pending_age_seconds"`
+		Problems         []string `json:"problems"`
+	}{s.OldestPendingAge, s.Problems})
 }
 
 func orEmpty(s []string) []string {
