@@ -63,19 +63,23 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 		defer func() { endProcess(span, err, deadLettered) }()
 	}
 	var turn gapWait // this delivery's wait for its aggregate's previous event
-	setAside := func(reason string, attempts int, d time.Duration, order letterOrder) error {
+	// setAside stores a dead letter with its reason, counted under class
+	// (a metrics.Reason constant).
+	setAside := func(class, reason string, attempts int, d time.Duration, order letterOrder) error {
 		if err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order); err != nil {
 			return err
 		}
 		deadLettered = reason
 		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
+		s.cfg.Metrics.ConsumerDeadLettered(consumer, class)
 		return nil
 	}
 	if metaErr != nil {
-		return setAside(metaErr.Error(), 0, 0, letterFollows)
+		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, letterFollows)
 	}
 	if !known {
-		return setAside(fmt.Sprintf("unknown event %q (version %d): this code declares no such event", m.Name, m.Version), 0, 0, s.letterOrder())
+		return setAside(metrics.ReasonUnknownEvent, fmt.Sprintf("unknown event %q (version %d): this code declares no such event",
+			m.Name, m.Version), 0, 0, s.letterOrder())
 	}
 	s.mu.Lock()
 	fn, inTx, many := s.handlers[consumer][m.Name], s.txHandlers[consumer][m.Name], s.manyHandlers[consumer][m.Name]
@@ -91,7 +95,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 	var payload any
 	if !passing {
 		if payload, err = decode(typ, m, msg); err != nil {
-			return setAside(err.Error(), 0, 0, s.letterOrder())
+			return setAside(metrics.ReasonMalformed, err.Error(), 0, 0, s.letterOrder())
 		}
 	}
 	// The first try is made in a shared transaction, and again after each
@@ -157,14 +161,14 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			if err := s.waitTurn(ctx, &turn, m, gap); err != nil {
 				var missing *missingError
 				if errors.As(err, &missing) {
-					return setAside(missing.Error(), 0, took, letterForMissing)
+					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, letterForMissing)
 				}
 				return err
 			}
 			mayGo = true
 			continue // not an attempt: the handler did not run
 		case errors.As(err, &held):
-			return setAside(held.Error(), 0, took, letterFollows)
+			return setAside(metrics.ReasonHeld, held.Error(), 0, took, letterFollows)
 		case errors.Is(err, errLetteredNext):
 			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
 				return err
@@ -173,7 +177,7 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			return nil
 		}
 		if attempt >= s.cfg.MaxAttempts {
-			return setAside(err.Error(), attempt, took, s.letterOrder())
+			return setAside(metrics.ReasonMaxAttempts, err.Error(), attempt, took, s.letterOrder())
 		}
 		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultRetried, took)
 		s.cfg.Logger.Info("Handler failed, retrying", map[string]any{

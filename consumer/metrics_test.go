@@ -54,6 +54,9 @@ func TestConsumerMetricsAfterDeliveries(t *testing.T) {
 	unknown := outboxtest.Message(t, testent.OrderPaid{OrderID: 2, AmountCents: 100}, "2")
 	unknown.Metadata.Set(events.MetaEventName, "order.refunded")
 	require.NoError(t, h.Handle(ctx, "billing", unknown))
+	garbled := outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 100}, "3")
+	garbled.Payload = []byte("{not json")
+	require.NoError(t, h.Handle(ctx, "billing", garbled))
 
 	v := func(name string, labels ...string) float64 { return promtest.Value(t, reg, name, labels...) }
 	const total = "entoutbox_consumer_deliveries_total"
@@ -69,6 +72,14 @@ func TestConsumerMetricsAfterDeliveries(t *testing.T) {
 	require.Equal(t, 0.0, paid("audit", "handled"))
 	require.Equal(t, 1.0, v(total, "consumer", "billing", "event", "unknown", "result", "dead_lettered"),
 		"an undeclared event name is not a label")
+	require.Equal(t, 1.0, paid("billing", "dead_lettered"), "the garbled payload")
+
+	// The dead letters again, by why.
+	const lettered = "entoutbox_consumer_dead_lettered_total"
+	require.Equal(t, 1.0, v(lettered, "consumer", "audit", "reason", "max_attempts"))
+	require.Equal(t, 1.0, v(lettered, "consumer", "billing", "reason", "unknown_event"))
+	require.Equal(t, 1.0, v(lettered, "consumer", "billing", "reason", "malformed"))
+	require.Equal(t, 0.0, v(lettered, "consumer", "billing", "reason", "max_attempts"))
 
 	const duration = "entoutbox_consumer_handler_duration_seconds"
 	require.Equal(t, 2.0, v(duration, "consumer", "billing", "event", "order.paid"), "the handled try and the duplicate's")

@@ -135,6 +135,131 @@ func TestChecksCatchMistakes(t *testing.T) {
 	}
 }
 
+// TestReferencesExist fails when an alert's text points to a dashboard
+// panel or another alert that does not exist, or mentions the dashboard
+// without naming the panel: the person paged follows them.
+func TestReferencesExist(t *testing.T) {
+	for _, err := range checkReferences(readFile(t, alertsFile), readFile(t, dashboardFile)) {
+		t.Error(err)
+	}
+}
+
+// TestReferenceChecksCatchMistakes breaks the shipped files in memory and
+// expects checkReferences to notice.
+func TestReferenceChecksCatchMistakes(t *testing.T) {
+	alerts := string(readFile(t, alertsFile))
+	dashboard := string(readFile(t, dashboardFile))
+	cases := []struct {
+		name, file, old, new, want string
+	}{
+		{"panel renamed", dashboardFile, `"title": "Consumer dead letters by consumer and reason"`, `"title": "Consumer dead letters"`,
+			`panel "Consumer dead letters by consumer and reason"`},
+		{"second panel of a list renamed", dashboardFile, `"title": "Dead-lettered by the relay"`, `"title": "Relay dead letters"`,
+			`panel "Dead-lettered by the relay"`},
+		{"dashboard without a panel", alertsFile, `dashboard's panel "Delivery lag"`, `dashboard`, "names no panel"},
+		{"alert name typo", alertsFile, "(EntoutboxDeadLettersRising)", "(EntoutboxDeadLetterRising)", `"EntoutboxDeadLetterRising"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, d := alerts, dashboard
+			src := &a
+			if c.file == dashboardFile {
+				src = &d
+			}
+			if !strings.Contains(*src, c.old) {
+				t.Fatalf("%s no longer contains %q: update this case", c.file, c.old)
+			}
+			*src = strings.Replace(*src, c.old, c.new, 1)
+			errs := checkReferences([]byte(a), []byte(d))
+			if !slices.ContainsFunc(errs, func(err error) bool { return strings.Contains(err.Error(), c.want) }) {
+				t.Errorf("broken %s: want an error containing %q, got %v", c.file, c.want, errs)
+			}
+		})
+	}
+}
+
+var (
+	// panelRef is how alert texts name panels: panel "Title", or panels
+	// "A", "B" and "C".
+	panelRef   = regexp.MustCompile(`\bpanels?\s+((?:"[^"]+"(?:\s*(?:,|and|or)\s*)?)+)`)
+	quoted     = regexp.MustCompile(`"([^"]+)"`)
+	alertRef   = regexp.MustCompile(`\bEntoutbox[A-Z][A-Za-z]+\b`)
+	dashboardW = regexp.MustCompile(`(?i)\bdashboard\b`)
+)
+
+// checkReferences checks the cross-references of the shipped files: every
+// panel an alert's annotation names exists in the dashboard, an annotation
+// that mentions the dashboard names its panel, and every alert name the
+// annotations or the panels' descriptions mention is a rule.
+func checkReferences(alertsData, dashboardData []byte) []error {
+	groups, errs := rulefmt.Parse(alertsData, false, model.LegacyValidation, parser.NewParser(parser.Options{}),
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if len(errs) > 0 {
+		return errs
+	}
+	var d struct {
+		Panels []struct {
+			Title       string `json:"title"`
+			Description string `json:"description"`
+			Panels      []struct {
+				Title       string `json:"title"`
+				Description string `json:"description"`
+			} `json:"panels"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(dashboardData, &d); err != nil {
+		return []error{fmt.Errorf("decoding dashboard: %w", err)}
+	}
+	titles := map[string]bool{}
+	var descriptions []string
+	for _, p := range d.Panels {
+		titles[p.Title] = true
+		descriptions = append(descriptions, p.Description)
+		for _, q := range p.Panels {
+			titles[q.Title] = true
+			descriptions = append(descriptions, q.Description)
+		}
+	}
+	alerts := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts[r.Alert] = true
+			}
+		}
+	}
+	checkAlerts := func(where, text string) {
+		for _, name := range alertRef.FindAllString(text, -1) {
+			if !alerts[name] {
+				errs = append(errs, fmt.Errorf("%s mentions alert %q, which is not a rule", where, name))
+			}
+		}
+	}
+	for _, g := range groups.Groups {
+		for _, r := range g.Rules {
+			for key, text := range r.Annotations {
+				where := fmt.Sprintf("alert %s %s", r.Alert, key)
+				checkAlerts(where, text)
+				refs := panelRef.FindAllStringSubmatch(text, -1)
+				if dashboardW.MatchString(text) && len(refs) == 0 {
+					errs = append(errs, fmt.Errorf(`%s mentions the dashboard but names no panel (write: panel "Title")`, where))
+				}
+				for _, ref := range refs {
+					for _, title := range quoted.FindAllStringSubmatch(ref[1], -1) {
+						if !titles[title[1]] {
+							errs = append(errs, fmt.Errorf("%s names panel %q, which the dashboard does not have", where, title[1]))
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, text := range descriptions {
+		checkAlerts("a panel's description", text)
+	}
+	return errs
+}
+
 // checkRules parses an alert rule file as Prometheus does (rulefmt validates
 // each expression and template) and checks each rule's metrics and
 // annotations.

@@ -2,5 +2,6 @@
 // alert rules (prometheus/alerts.yml) and a Grafana dashboard
 // (grafana/entoutbox.json). It has no code; its test checks that every rule
 // and panel parses and uses only metrics that package metrics registers,
-// and that the dashboard shows every one of them.
+// that the dashboard shows every one of them, and that every panel or alert
+// an alert's text names exists.
 package deploy

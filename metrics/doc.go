@@ -57,6 +57,11 @@
 // Consumers:
 //
 //	entoutbox_consumer_deliveries_total{consumer,event,result="handled"|"duplicate"|"retried"|"dead_lettered"}  counter
+//	entoutbox_consumer_dead_lettered_total{consumer,reason}        counter, events set aside, by reason:
+//	    max_attempts (the handler failed MaxAttempts times), malformed (metadata or payload unreadable,
+//	    or a version newer than the code knows), unknown_event (no declaration names it),
+//	    held (its aggregate is held behind an earlier dead letter), previous_missing (its
+//	    aggregate's previous event never arrived)
 //	entoutbox_consumer_handler_duration_seconds{consumer,event}    histogram, one try, its transaction included
 //	entoutbox_consumer_event_age_seconds{consumer,event}           histogram, outbox_created_at to handled
 //	entoutbox_consumer_redeliveries_total{consumer}                counter, messages the broker delivered again

@@ -23,6 +23,13 @@ const (
 	ReasonMaxAttempts = "max_attempts"
 	ReasonPermanent   = "permanent"
 	ReasonMalformed   = "malformed"
+
+	// Reasons a consumer sets an event aside for, beside max_attempts (its
+	// handler failed MaxAttempts times) and malformed (its metadata or
+	// payload cannot be read, a version newer than the code knows included).
+	ReasonUnknownEvent    = "unknown_event"    // no declaration names the event
+	ReasonHeld            = "held"             // its aggregate is held behind an earlier dead letter
+	ReasonPreviousMissing = "previous_missing" // its aggregate's previous event never arrived
 )
 
 // Metrics holds the collectors registered by New. The relay, the
@@ -41,6 +48,7 @@ type Metrics struct {
 	relayPartitionsOwned      prometheus.GaugeFunc
 
 	consumerDeliveries      *prometheus.CounterVec   // consumer, event, result
+	consumerDeadLettered    *prometheus.CounterVec   // consumer, reason
 	consumerHandlerDuration *prometheus.HistogramVec // consumer, event
 	consumerEventAge        *prometheus.HistogramVec // consumer, event
 	consumerRedeliveries    *prometheus.CounterVec   // consumer
@@ -110,6 +118,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "entoutbox_consumer_deliveries_total",
 			Help: "Handler runs by consumer, event and result (handled, duplicate, retried, dead_lettered).",
 		}, []string{"consumer", "event", "result"}),
+		consumerDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_consumer_dead_lettered_total",
+			Help: "Events a consumer set aside as dead letters, by consumer and reason (max_attempts, malformed, " +
+				"unknown_event, held, previous_missing).",
+		}, []string{"consumer", "reason"}),
 		consumerHandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "entoutbox_consumer_handler_duration_seconds",
 			Help:    "How long one try of a handler took, its transaction included, by consumer and event.",
@@ -149,7 +162,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
-		m.consumerDeliveries, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
+		m.consumerDeliveries, m.consumerDeadLettered, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
 		m.consumerGapWaits, m.consumerBatchEvents, m.emitEvents, m.backlog,
 		m.lag,
 	} {
@@ -259,6 +272,15 @@ func (m *Metrics) Delivery(consumer, event, result string, d time.Duration) {
 	if d > 0 {
 		m.consumerHandlerDuration.WithLabelValues(consumer, event).Observe(d.Seconds())
 	}
+}
+
+// ConsumerDeadLettered records an event consumer set aside, for reason
+// (one of the Reason constants a consumer uses).
+func (m *Metrics) ConsumerDeadLettered(consumer, reason string) {
+	if m == nil {
+		return
+	}
+	m.consumerDeadLettered.WithLabelValues(consumer, reason).Inc()
 }
 
 // Handled records the age of an event written at created when consumer

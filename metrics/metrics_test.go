@@ -41,6 +41,7 @@ func TestNewRegistersTheContract(t *testing.T) {
 	slices.Sort(r.names)
 	require.Equal(t, []string{
 		"entoutbox_consumer_batch_events",
+		"entoutbox_consumer_dead_lettered_total",
 		"entoutbox_consumer_deliveries_total",
 		"entoutbox_consumer_event_age_seconds",
 		"entoutbox_consumer_gap_waits_total",
@@ -86,6 +87,7 @@ func TestNilMetricsIsOff(t *testing.T) {
 	m.Claimed(1, time.Second)
 	m.LeaseRenewalFailed()
 	m.Delivery("c", "e", metrics.ResultHandled, time.Second)
+	m.ConsumerDeadLettered("c", metrics.ReasonHeld)
 	m.Handled("c", "e", time.Now())
 	m.Emitted("e", 1)
 	m.WatchPartitions(func() int { return 1 })()
