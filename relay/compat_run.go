@@ -85,8 +85,7 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		if _, err := t.MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.reason, d.attempts); err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
-		r.cfg.Metrics.DeadLettered(d.class)
-		logDeadLettered(r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d.reason, d.attempts)
+		deadLettered(r.cfg.Metrics, r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d)
 		return nil, nil
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // deadLetteredLog is the message every read path logs, at error level, once
@@ -15,14 +17,16 @@ import (
 // compatible path's consumer group.
 const deadLetteredLog = "Outbox row sent to the dead letters"
 
-// logDeadLettered says that r went to the dead letters. The metric alone
-// left an operator with a count and no event id nor reason; it is logged
-// after the move, so a move that failed and is tried again logs once.
-func logDeadLettered(l watermill.LoggerAdapter, path Path, relay string, r *row, reason string, attempts int) {
-	l.Error(deadLetteredLog, errors.New(reason), watermill.LogFields{
+// deadLettered counts (m, nil for none) and logs that r went to the dead
+// letters as d decided. The metric alone left an operator with a count
+// and no event id nor reason; both come after the move, so a move that
+// failed and is tried again counts and logs once.
+func deadLettered(m *metrics.Metrics, l watermill.LoggerAdapter, path Path, relay string, r *row, d decision) {
+	m.DeadLettered(d.class)
+	l.Error(deadLetteredLog, errors.New(d.reason), watermill.LogFields{
 		"event_id": r.eventID.String(), "row_id": r.id, "relay": relay, "path": string(path),
 		"topic": r.topic, "event_name": r.name, "aggregate_type": r.aggregateType,
-		"aggregate_id": r.aggregateID, "attempts": attempts})
+		"aggregate_id": r.aggregateID, "attempts": d.attempts})
 }
 
 // defaultLogger is the logger of a relay or Subscriber given none: the

@@ -14,9 +14,14 @@
 // is taken over within seconds, through its liveness lock, unless
 // Fast.PollOnly.
 //
-// The two read paths live in files named for them: fast_* (PathFast, the
+// The read paths live in files named for them: fast_* (PathFast, the
 // default: claims by partition, LISTEN/NOTIFY, one message in flight per
-// aggregate) and compat_* (PathCompatible: the stock watermill-sql
-// subscriber and Watermill's forwarder over SchemaAdapter). relay.go picks
-// one; rows.go is what both do with a row.
+// aggregate), wal_* (PathWAL: logical replication) and compat_*
+// (PathCompatible: the stock watermill-sql subscriber and Watermill's
+// forwarder over SchemaAdapter). relay.go picks one. The fast and WAL paths
+// are sources that only hand rows out and take outcomes back; the engine
+// (engine.go, publish.go) publishes them and decides every failure by the
+// one failure policy (policy.go). rows.go is what every path does with a
+// row; Subscriber (fast_subscriber.go) is the fast source as a Watermill
+// Subscriber.
 package relay

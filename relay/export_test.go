@@ -22,16 +22,16 @@ func BytesHeld(r *Relay) (now, peak int64) {
 
 // ListenerPID is the backend of the session s listens on, 0 while there is
 // none.
-func ListenerPID(s *Subscriber) uint32 { return s.notifier.pid.Load() }
+func ListenerPID(s *Subscriber) uint32 { return s.src.notifier.pid.Load() }
 
 // SetRescanEvery makes s's subscriptions rescan every d instead of every
 // second; call it before Subscribe.
-func SetRescanEvery(s *Subscriber, d time.Duration) { s.hooks.rescanEvery = d }
+func SetRescanEvery(s *Subscriber, d time.Duration) { s.src.hooks.rescanEvery = d }
 
 // InOwnerLock runs fn inside the ownership transaction of s's table, as a
 // rebalance does.
 func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
-	return s.store.inOwnerLock(ctx, func(*sql.Tx) error { fn(); return nil })
+	return s.src.store.inOwnerLock(ctx, func(*sql.Tx) error { fn(); return nil })
 }
 
 // OnRenew makes every renewal of the leases by s's run loops call fn
@@ -39,15 +39,15 @@ func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
 // process or a database that hangs would: the leases run from the renewal
 // before), and an error from it fails the renewal. Set it before
 // Subscribe.
-func OnRenew(s *Subscriber, fn func(context.Context) error) { s.hooks.renew = fn }
+func OnRenew(s *Subscriber, fn func(context.Context) error) { s.src.hooks.renew = fn }
 
 // OnLivenessCheck makes every check of s's liveness sessions call fn
 // first, as OnRenew does for renewals. Set it before Subscribe.
-func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.hooks.liveCheck = fn }
+func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.src.hooks.liveCheck = fn }
 
 // SubscriberBytesHeld is what s's subscriptions hold now, as
 // MaxBytesInFlight counts it.
-func SubscriberBytesHeld(s *Subscriber) int64 { return s.bytesHeld.Load() }
+func SubscriberBytesHeld(s *Subscriber) int64 { return s.src.bytesHeld.Load() }
 
 // LiveStale is how old a subscription's last confirmation of its liveness
 // lock may be for it to send.

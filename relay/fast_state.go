@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// SubscriberStatus is what a fast Subscriber's subscriptions do, as their
-// run loops last published it.
+// SubscriberStatus is what the subscriptions of a fast Subscriber (or of
+// the relay's fast path) do, as their run loops last published it.
 type SubscriberStatus struct {
 	// Partitions is how many partitions its subscriptions own.
 	Partitions int
@@ -29,7 +29,7 @@ type subscriptionState struct {
 }
 
 // subscriberStates holds the last published state of each subscription
-// of a Subscriber.
+// of a fast source.
 type subscriberStates struct {
 	mu     sync.Mutex
 	states map[*subscription]subscriptionState
@@ -58,10 +58,10 @@ func (sub *subscription) publishState() {
 		renewed: sub.renewed, live: sub.live})
 }
 
-// Status tells how many partitions the Subscriber's subscriptions own and
+// Status tells how many partitions the source's subscriptions own and
 // whether they may send or wait for partitions. Safe to call at any time
 // from any goroutine.
-func (s *Subscriber) Status() SubscriberStatus {
+func (s *fastSource) Status() SubscriberStatus {
 	s.states.mu.Lock()
 	defer s.states.mu.Unlock()
 	out := SubscriberStatus{Live: len(s.states.states) > 0}
@@ -77,12 +77,12 @@ func (s *Subscriber) Status() SubscriberStatus {
 	return out
 }
 
-// Status is the fast Subscriber's status while the relay runs the fast
-// path; false when it runs the compatible path, or does not run.
+// Status is the fast path's status while the relay runs it; false when it
+// runs another path, or does not run.
 func (r *Relay) Status() (SubscriberStatus, bool) {
-	sub := r.fast.Load()
-	if sub == nil || sub.isClosed() {
+	src := r.fast.Load()
+	if src == nil || src.isClosed() {
 		return SubscriberStatus{}, false
 	}
-	return sub.Status(), true
+	return src.Status(), true
 }

@@ -17,30 +17,31 @@ import (
 // id, by hand.
 const rescanEvery = time.Second
 
-// subscription is one Subscribe call. Its run loop owns all of its state
-// and does one thing per turn: it starts a claim, a recording of acks or a
-// rebalance when one is due (each runs beside the loop, one at a time),
-// sends the next row, or takes the outcome of whatever finished. The books
+// subscription is one subscribe call of a fast source. Its run loop owns
+// all of its state and does one thing per turn: it starts a claim, a
+// recording of acks or a rebalance when one is due (each runs beside the
+// loop, one at a time), hands out the next row, or takes the outcome of
+// whatever finished. The books
 // of rows held are in q, those of partitions in parts.
 type subscription struct {
-	s       *Subscriber
+	s       *fastSource
 	topic   string
 	holder  string // its name as a member of the topic's group
-	out     chan *message.Message
-	results chan result // acks and nacks of the messages in flight
+	out     chan *fastDelivery
+	results chan result // the outcomes of the deliveries in flight
 	ctx     context.Context
 	done    chan struct{} // closed when run returns
 
 	q     *queues
 	parts *partitionSet
 
-	// metrics is the relay's, nil when off or for a Subscriber used on
-	// its own (see withMetrics).
+	// metrics is the relay's, nil when off or for a Subscriber (see
+	// withMetrics).
 	metrics *metrics.Metrics
 
-	// Sending: the head about to be sent, and its message.
+	// Sending: the head about to be handed out, and its delivery.
 	nextRow *row
-	next    *message.Message
+	nextOut *fastDelivery
 
 	// Claiming.
 	claims        claimConn // its hold on the claim connections
@@ -101,15 +102,38 @@ type subscription struct {
 	losses    atomic.Int64
 }
 
+// result is the outcome of a delivery, taken back to the run loop.
 type result struct {
-	row   *row
-	msg   *message.Message
-	acked bool
+	d *fastDelivery
+	outcome
 }
 
-func newSubscription(s *Subscriber, topic, holder string) *subscription {
+// outcome is what became of a delivery.
+type outcome struct {
+	kind     outcomeKind
+	decision decision // of a failed one
+}
+
+type outcomeKind int
+
+const (
+	delivered outcomeKind = iota
+	// unsent: not published, no fault of the row (see mayPublish); it
+	// comes again, with the rest of its aggregate behind it.
+	unsent
+	// failed: as the decision says, tried again later or dead-lettered.
+	failed
+)
+
+// newSubscription is a subscription named holder whose out channel has
+// room for buffer deliveries: none for a Watermill consumer, which takes
+// one message at a time, a little for the relay's engine, so that the loop
+// hands out in bursts while the engine publishes. A delivery waiting there
+// is in flight; the engine checks mayPublish before it publishes it,
+// however long it waited.
+func newSubscription(s *fastSource, topic, holder string, buffer int) *subscription {
 	sub := &subscription{s: s, topic: topic, holder: holder,
-		out: make(chan *message.Message, outBuffer(s.direct)), results: make(chan result, s.cfg.BatchSize), done: make(chan struct{}),
+		out: make(chan *fastDelivery, buffer), results: make(chan result, s.cfg.BatchSize), done: make(chan struct{}),
 		q:       newQueues(s.countBytes),
 		parts:   newPartitionSet(s.cfg.Partitions),
 		claimed: make(chan claimResult, 1), wantClaim: true, claimRetry: stoppedTimer(), rescanT: stoppedTimer(),
@@ -120,18 +144,6 @@ func newSubscription(s *Subscriber, topic, holder string) *subscription {
 	sub.live = s.newLiveness(holder)
 	sub.claims = claimConn{pool: s.claims}
 	return sub
-}
-
-// outBuffer is the room of a subscription's channel: none for a Watermill
-// consumer, which takes one message at a time, a little for the relay, so
-// that the loop sends in bursts while the relay publishes. A message waiting
-// there is in flight; the relay checks mayPublish before it publishes it,
-// however long it waited.
-func outBuffer(direct bool) int {
-	if direct {
-		return 16
-	}
-	return 0
 }
 
 func stoppedTimer() *time.Timer {
@@ -336,8 +348,7 @@ func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
 					watermill.LogFields{"event_id": r.eventID.String(), "relay": sub.holder})
 				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
 			} else {
-				sub.metrics.DeadLettered(d.class)
-				logDeadLettered(sub.s.cfg.Logger, PathFast, sub.holder, r, d.reason, d.attempts)
+				deadLettered(sub.metrics, sub.s.cfg.Logger, PathFast, sub.holder, r, d)
 			}
 			continue
 		}
@@ -396,26 +407,19 @@ func (sub *subscription) finishRecording(err error) {
 	sub.recording, sub.recordDone = nil, nil
 }
 
-// toSend is the channel and message to send next: a nil channel when
-// nothing may be sent now.
-func (sub *subscription) toSend() (chan *message.Message, *message.Message) {
+// toSend is the channel and delivery to hand out next: a nil channel when
+// nothing may be handed out now.
+func (sub *subscription) toSend() (chan *fastDelivery, *fastDelivery) {
 	head := sub.q.head()
 	if head == nil || !sub.maySend() {
 		return nil, nil
 	}
 	if head != sub.nextRow {
-		sub.nextRow, sub.next = head, sub.message(head)
-		if sub.s.direct {
-			// Before it is sent: the relay may settle it at once.
-			sub.next.SetContext(&directMsg{Context: sub.ctx, sub: sub, row: head, msg: sub.next})
-		}
+		sub.nextRow, sub.nextOut = head, &fastDelivery{sub: sub, r: head, msg: head.message(sub.s.cfg.CloudEvents)}
 	}
-	if sub.s.direct {
-		// What the relay checks before it publishes, as of now.
-		d := sub.next.Context().(*directMsg)
-		d.live, d.losses = sub.live, sub.losses.Load()
-	}
-	return sub.out, sub.next
+	// What the engine checks before it publishes it, as of now.
+	sub.nextOut.live, sub.nextOut.losses = sub.live, sub.losses.Load()
+	return sub.out, sub.nextOut
 }
 
 // renewedAt records that the leases were renewed at t.
@@ -432,47 +436,25 @@ func (sub *subscription) maySend() bool {
 	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
 }
 
-// message builds the Watermill message of r. The relay settles its
-// messages through their directMsg, never with Ack or Nack: they need no
-// ack channels. A Watermill consumer's do.
-func (sub *subscription) message(r *row) *message.Message {
-	msg := r.message(sub.s.cfg.CloudEvents)
-	if sub.s.direct {
-		return msg
-	}
-	out := message.NewMessage(msg.UUID, msg.Payload)
-	out.Metadata = msg.Metadata
-	return out
+// sent takes the head the receiver of out took: it is in flight until its
+// outcome comes back (see fastDelivery).
+func (sub *subscription) sent() {
+	sub.q.send()
+	sub.nextRow, sub.nextOut = nil, nil
 }
 
-// sent takes the head the consumer of out received, and waits for its ack
-// or nack: beside the loop for a Watermill consumer, or through the
-// message's directMsg for the relay.
-func (sub *subscription) sent() {
-	r, msg := sub.q.send(), sub.next
-	sub.nextRow, sub.next = nil, nil
-	if sub.s.direct {
-		return // its directMsg is set: see toSend
+// next is the next delivery the subscription hands out, for the engine:
+// false once it ended, or ctx did.
+func (sub *subscription) next(ctx context.Context) (delivery, bool) {
+	select {
+	case d, ok := <-sub.out:
+		if !ok {
+			return nil, false
+		}
+		return d, true
+	case <-ctx.Done():
+		return nil, false
 	}
-	// The message's context ends once it is acked or nacked, as Watermill
-	// subscribers do.
-	mctx, cancel := context.WithCancel(sub.ctx)
-	msg.SetContext(mctx)
-	go func() {
-		defer cancel()
-		res := result{row: r, msg: msg}
-		select {
-		case <-msg.Acked():
-			res.acked = true
-		case <-msg.Nacked():
-		case <-sub.done:
-			return
-		}
-		select {
-		case sub.results <- res:
-		case <-sub.done: // too late: the partition is given up and the row will come again
-		}
-	}()
 }
 
 // burst bounds the messages sent, or the outcomes taken, in one turn of
@@ -508,98 +490,82 @@ func (sub *subscription) settleMore() {
 	}
 }
 
-// directMsg is the context of a message the Subscriber hands to the relay
-// of this package (Subscriber.direct): the relay settles the message
-// through it (see settle), which saves a goroutine and a context per
-// message. It ends with the subscription.
-type directMsg struct {
-	context.Context
+// fastDelivery is a row a subscription handed out, and the way its
+// outcome goes back to the run loop (through results). Exactly one outcome
+// counts: the first.
+type fastDelivery struct {
 	sub     *subscription
-	row     *row
+	r       *row
 	msg     *message.Message
 	settled atomic.Bool
-	// live and losses are the subscription's when it handed msg out.
+	// live and losses are the subscription's when it handed the row out.
 	live   *liveness
 	losses int64
 }
 
-// mayPublish tells whether the relay may still publish msg, which the
-// subscription handed out a while ago: it may have waited for a publish
-// slot for long, while the subscription lost its liveness lock, went two
-// thirds into its leases without renewing them, or lost partitions. The
-// relay checks it right before the broker is called, as maySend is
-// checked before the subscription hands a message out.
-func (d *directMsg) mayPublish() bool {
+func (d *fastDelivery) row() *row                 { return d.r }
+func (d *fastDelivery) message() *message.Message { return d.msg }
+
+// mayPublish tells whether the row may still be published, a while after
+// the subscription handed it out: it may have waited for a publish slot
+// for long, while the subscription lost its liveness lock, went two thirds
+// into its leases without renewing them, or lost partitions. The engine
+// checks it right before the broker is called, as maySend is checked
+// before the subscription hands a row out.
+func (d *fastDelivery) mayPublish() bool {
 	return d.live.ok() && time.Now().UnixNano() < d.sub.sendUntil.Load() && d.sub.losses.Load() == d.losses
 }
 
-// unsent gives back msg, which the relay did not publish (see mayPublish):
-// its row comes again, with the rest of its aggregate behind it.
-func unsent(msg *message.Message) {
-	d := msg.Context().(*directMsg)
-	d.sub.s.reasons.Store(msg, nackReason{unsent: true})
-	settle(msg, false)
-}
+func (d *fastDelivery) delivered()        { d.settle(outcome{kind: delivered}) }
+func (d *fastDelivery) unsent()           { d.settle(outcome{kind: unsent}) }
+func (d *fastDelivery) failed(f decision) { d.settle(outcome{kind: failed, decision: f}) }
 
-// settle acks (or nacks) msg: through its directMsg when it has one, else
-// as Watermill does. Only the first call counts.
-func settle(msg *message.Message, acked bool) {
-	d, ok := msg.Context().(*directMsg)
-	if !ok {
-		if acked {
-			msg.Ack()
-		} else {
-			msg.Nack()
-		}
-		return
-	}
+// settle takes outcome o back to the run loop, unless one was taken
+// already or the subscription is over (the partition is given up and the
+// row will come again).
+func (d *fastDelivery) settle(o outcome) {
 	if !d.settled.CompareAndSwap(false, true) {
 		return
 	}
 	select {
-	case d.sub.results <- result{row: d.row, msg: msg, acked: acked}:
-	case <-d.sub.done: // too late: the partition is given up and the row will come again
+	case d.sub.results <- result{d: d, outcome: o}:
+	case <-d.sub.done:
 	}
 }
 
-// settled takes an ack or a nack of a message in flight.
+// settled takes the outcome of a delivery in flight.
 func (sub *subscription) settled(res result) {
-	if !res.acked {
-		if f, ok := sub.s.reasons.Load(res.msg); ok && f.(nackReason).unsent {
-			sub.s.reasons.Delete(res.msg)
-			// Not published, and no fault of the row: nothing to record.
-			sub.q.settle(res.row, false)
-			sub.block(res.row.aggregate(), res.row.partition, time.Now())
-			return
+	r := res.d.r
+	switch res.kind {
+	case unsent:
+		// Not published, and no fault of the row: nothing to record.
+		sub.q.settle(r, false)
+		sub.block(r.aggregate(), r.partition, time.Now())
+		return
+	case failed:
+		if sub.recordDone != nil {
+			// Record the acks before the failure: nothing acked comes again.
+			sub.finishRecording(<-sub.recordDone)
 		}
-	}
-	if !res.acked && sub.recordDone != nil {
-		// Record the acks before the failure: nothing acked comes again.
-		sub.finishRecording(<-sub.recordDone)
-	}
-	r := res.row
-	sub.q.settle(r, res.acked)
-	if !res.acked && !sub.nacked(r, res.msg) {
-		return // its aggregate waits for the retry
+		sub.q.settle(r, false)
+		if !sub.failed(r, res.decision) {
+			return // its aggregate waits for the retry
+		}
+	default:
+		sub.q.settle(r, true)
 	}
 	sub.q.goOn(r.aggregate())
 }
 
-// nacked handles a failed delivery of r as the failure policy decides: a
-// retry later, or the dead letters. It reports whether the aggregate goes
-// on at once (the row is set aside) rather than waiting for the retry.
-func (sub *subscription) nacked(r *row, msg *message.Message) bool {
+// failed carries out the failure policy's decision d on r: a retry later,
+// or the dead letters. It reports whether the aggregate goes on at once
+// (the row is set aside) rather than waiting for the retry.
+func (sub *subscription) failed(r *row, d decision) bool {
 	s := sub.s
-	f := failure{reason: "nacked by the subscriber's consumer", counts: true}
-	if v, ok := s.reasons.LoadAndDelete(msg); ok {
-		f = v.(nackReason).failure
-	}
-	d := s.cfg.failurePolicy().decide(tries{attempts: r.attempts}, f)
 	if d.deadLetter {
 		err := s.store.deadLetter(sub.ctx, r, d.reason, d.attempts)
 		if err == nil {
-			sub.metrics.DeadLettered(d.class)
-			logDeadLettered(s.cfg.Logger, PathFast, sub.holder, r, d.reason, d.attempts)
+			deadLettered(sub.metrics, s.cfg.Logger, PathFast, sub.holder, r, d)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
@@ -607,7 +573,6 @@ func (sub *subscription) nacked(r *row, msg *message.Message) bool {
 		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(d.attempts)))
 		return false
 	}
-	sub.metrics.Retried(r.topic)
 	if err := s.store.failed(sub.ctx, r, d); err != nil {
 		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
 	}
@@ -635,13 +600,13 @@ func (sub *subscription) retried() {
 }
 
 // shutdown records the acks already received, waits up to CloseTimeout for
-// the messages in flight, and gives every partition back.
+// the deliveries in flight, and gives every partition back.
 func (sub *subscription) shutdown() {
-	close(sub.out) // nothing more is sent
-	// The relay takes no more from out: what waits there comes again.
-	for msg := range sub.out {
-		if d, ok := msg.Context().(*directMsg); ok && d.settled.CompareAndSwap(false, true) {
-			sub.q.settle(d.row, false)
+	close(sub.out) // nothing more is handed out
+	// Nothing takes from out any more: what waits there comes again.
+	for d := range sub.out {
+		if d.settled.CompareAndSwap(false, true) {
+			sub.q.settle(d.r, false)
 		}
 	}
 	// A rebalance under way must not take partitions back after they are
@@ -653,14 +618,14 @@ func (sub *subscription) shutdown() {
 	if sub.claiming {
 		sub.claimDone(<-sub.claimed)
 	}
-	// Messages in flight may still be acked; the others come again.
+	// Deliveries in flight may still be delivered; the others come again.
 	deadline := time.NewTimer(sub.s.cfg.CloseTimeout)
 	defer deadline.Stop()
 wait:
 	for len(sub.q.inflight) > 0 {
 		select {
 		case res := <-sub.results:
-			sub.q.settle(res.row, res.acked)
+			sub.q.settle(res.d.r, res.kind == delivered)
 		case <-deadline.C:
 			break wait
 		}

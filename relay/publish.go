@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// publishing sends the messages of a read path to the broker, many in
-// flight at once, and tells each one's outcome. The read path keeps per-
-// aggregate order by giving it at most one message per aggregate at a
-// time.
+// publishing sends the deliveries of a read path to the broker, many in
+// flight at once, and tells each one's outcome: the engine's publishing.
+// The read path keeps per-aggregate order by handing out at most one row
+// per aggregate at a time.
 //
 // A publisher that publishes without waiting (asyncPublisher, as the
 // broker package's NATS publisher) is called from the read path's own
@@ -32,13 +32,10 @@ type publishing struct {
 	slots  chan struct{} // async: one per message in flight
 	work   chan outgoing // pool: the messages for the publishers
 	wg     sync.WaitGroup
-	// mayPublish, when set, is asked right before each message goes to
-	// the broker; a message it refuses is not published, and its done is
-	// called with errNotPublished.
-	mayPublish func(*message.Message) bool
 }
 
-// errNotPublished tells a message was not published: mayPublish refused it.
+// errNotPublished tells a delivery was not published: its mayPublish,
+// asked right before the broker is called, refused it.
 var errNotPublished = errors.New("relay: not published: the read path may no longer send it")
 
 // asyncPublisher is broker.AsyncPublisher: PublishAsync returns at once
@@ -47,9 +44,9 @@ type asyncPublisher interface {
 	PublishAsync(topic string, msg *message.Message, done func(error))
 }
 
-// outgoing is one message to publish and what to do with the outcome.
+// outgoing is one delivery to publish and what to do with the outcome.
 type outgoing struct {
-	msg  *message.Message
+	d    delivery
 	done func(error)
 }
 
@@ -65,11 +62,11 @@ func (r *Relay) startPublishing(concurrency int) *publishing {
 		go func() {
 			defer p.wg.Done()
 			for o := range p.work {
-				if p.mayPublish != nil && !p.mayPublish(o.msg) {
+				if !o.d.mayPublish() {
 					o.done(errNotPublished)
 					continue
 				}
-				s := p.prepare(o.msg)
+				s := p.prepare(o.d.message())
 				err := r.cfg.Publisher.Publish(s.topic, s.out)
 				s.finish(err)
 				o.done(err)
@@ -79,16 +76,17 @@ func (r *Relay) startPublishing(concurrency int) *publishing {
 	return p
 }
 
-// publish sends msg, whose metadata carries its row's topic under
-// MetaTopic as the read paths' messages do, to the broker, and calls done
-// with the outcome once the broker confirmed or refused it. It blocks while
+// publish sends the message of d, whose metadata carries its row's topic
+// under MetaTopic as every row's message does, to the broker, and calls
+// done with the outcome once the broker confirmed or refused it
+// (errNotPublished when d.mayPublish refused it). It blocks while
 // concurrency messages are in flight, or until ctx ends (then it returns
 // false and done is not called). done may run on another goroutine: it
 // must be short.
-func (p *publishing) publish(ctx context.Context, msg *message.Message, done func(error)) bool {
+func (p *publishing) publish(ctx context.Context, d delivery, done func(error)) bool {
 	if p.async == nil {
 		select {
-		case p.work <- outgoing{msg: msg, done: done}:
+		case p.work <- outgoing{d: d, done: done}:
 			return true
 		case <-ctx.Done():
 			return false
@@ -99,13 +97,13 @@ func (p *publishing) publish(ctx context.Context, msg *message.Message, done fun
 	case <-ctx.Done():
 		return false
 	}
-	if p.mayPublish != nil && !p.mayPublish(msg) {
+	if !d.mayPublish() {
 		<-p.slots
 		done(errNotPublished)
 		return true
 	}
 	p.wg.Add(1)
-	s := p.prepare(msg)
+	s := p.prepare(d.message())
 	p.async.PublishAsync(s.topic, s.out, func(err error) {
 		s.finish(err)
 		<-p.slots

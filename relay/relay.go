@@ -57,11 +57,11 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 type Relay struct {
 	cfg    Config
 	tracer *tracing.Tracer
-	// fast is the fast path's Subscriber while it runs.
-	fast atomic.Pointer[Subscriber]
+	// fast is the fast path's source while it runs.
+	fast atomic.Pointer[fastSource]
 	// wal is the WAL path's status while it runs.
 	wal atomic.Pointer[walState]
-	// hooks go to its fast Subscriber; zero outside this package's tests.
+	// hooks go to its fast source; zero outside this package's tests.
 	hooks testHooks
 }
 

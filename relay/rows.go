@@ -32,6 +32,7 @@ type row struct {
 	aggregateSeq  int64 // the row's aggregate_seq; 0 when NULL
 	createdAt     time.Time
 	attempts      int
+	outages       int   // failed publishes in an outage (the WAL path counts them)
 	partition     int   // the fast path's
 	size          int64 // bytes of payload and headers, as MaxBytesInFlight counts them
 	// wait is how long until the row may be tried again (a retry backs

@@ -32,8 +32,8 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	}
 	stat := &walState{slot: cfg.Slot, role: WALConnecting}
 	r.wal.Store(stat)
-	pub := r.startPublishing(r.cfg.Concurrency)
-	defer pub.stop(r.cfg.CloseTimeout)
+	e := r.newEngine(r.cfg.Concurrency, r.cfg.walFailurePolicy())
+	defer e.stop(r.cfg.CloseTimeout)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if cfg.ProgressInterval > 0 {
@@ -46,7 +46,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	failures, standby := 0, false
 	for {
 		started := time.Now()
-		err := r.streamWAL(ctx, pub, stat)
+		err := r.streamWAL(ctx, e, stat)
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -91,7 +92,7 @@ func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 type walSession struct {
 	r    *Relay
 	cfg  WALConfig
-	pub  *publishing
+	e    *engine
 	conn *pgconn.PgConn
 	w    *walWindow
 	// relations are the outbox table's column positions, by relation id.
@@ -107,7 +108,7 @@ type walSession struct {
 // streamWAL runs one session: it connects, makes sure of the slot, streams
 // it until ctx ends or the connection fails, and returns why it ended
 // (nil when ctx ended).
-func (r *Relay) streamWAL(ctx context.Context, pub *publishing, stat *walState) error {
+func (r *Relay) streamWAL(ctx context.Context, e *engine, stat *walState) error {
 	cfg := r.cfg.WAL
 	pcfg, err := r.replicationConfig(ctx)
 	if err != nil {
@@ -137,7 +138,7 @@ func (r *Relay) streamWAL(ctx context.Context, pub *publishing, stat *walState) 
 		return fmt.Errorf("relay: reading the position of slot %q: %w", cfg.Slot, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &walSession{r: r, cfg: cfg, pub: pub, conn: conn, w: newWALWindow(confirmed),
+	s := &walSession{r: r, cfg: cfg, e: e, conn: conn, w: newWALWindow(confirmed),
 		relations: map[uint32]*walRelation{}, metrics: r.cfg.Metrics, ctx: sctx, stat: stat}
 	stat.set(WALActive, confirmed, s.w)
 	r.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
@@ -339,51 +340,66 @@ func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
 	return rel
 }
 
-// dispatch hands the rows whose turn came to the publishers until the
+// dispatch hands the rows whose turn came to the engine until the session
+// ends.
+func (s *walSession) dispatch() { s.e.run(s.ctx, s.next) }
+
+// next is the next row whose turn came, for the engine: false once the
 // session ends.
-func (s *walSession) dispatch() {
+func (s *walSession) next(ctx context.Context) (delivery, bool) {
 	for {
-		r := s.w.next(s.r.cfg.Concurrency)
-		if r == nil {
-			select {
-			case <-s.w.wake:
-				continue
-			case <-s.ctx.Done():
-				return
-			}
+		if r := s.w.next(s.r.cfg.Concurrency); r != nil {
+			s.out.Add(1)
+			return &walDelivery{s: s, r: r, msg: r.message(s.r.cfg.CloudEvents)}, true
 		}
-		msg := r.message(s.r.cfg.CloudEvents)
-		s.out.Add(1)
-		if !s.pub.publish(s.ctx, msg, func(err error) {
-			defer s.out.Done()
-			s.published(r, err)
-			s.w.answered()
-		}) {
-			s.out.Done()
-			return
+		select {
+		case <-s.w.wake:
+		case <-ctx.Done():
+			return nil, false
 		}
 	}
 }
 
-// published takes the outcome of publishing r: a failure is tried again
-// or dead-lettered as the failure policy decides (failures in an outage do
-// not count as attempts).
-func (s *walSession) published(r *walRow, err error) {
-	if err == nil {
-		s.settle(r)
-		return
+// walDelivery is a row the session handed the engine, and the way its
+// outcome goes back to the window.
+type walDelivery struct {
+	s   *walSession
+	r   *walRow
+	msg *message.Message
+}
+
+func (d *walDelivery) row() *row                 { return &d.r.row }
+func (d *walDelivery) message() *message.Message { return d.msg }
+
+// mayPublish is always true: one session at a time streams the slot, and
+// the next reads again what this one did not confirm.
+func (d *walDelivery) mayPublish() bool { return true }
+
+func (d *walDelivery) delivered() {
+	d.s.settle(d.r)
+	d.answered()
+}
+
+func (d *walDelivery) unsent() {
+	d.s.w.again(d.r)
+	d.answered()
+}
+
+// failed carries out the failure policy's decision: a retry after its wait
+// (outages do not count as attempts), or the dead letters.
+func (d *walDelivery) failed(dec decision) {
+	d.r.attempts, d.r.outages = dec.attempts, dec.outages
+	if dec.deadLetter {
+		d.s.deadLetter(d.r, dec)
+	} else {
+		d.s.retry(d.r, dec.wait)
 	}
-	d := s.r.cfg.walFailurePolicy().decide(tries{attempts: r.attempts, outages: r.outages},
-		failure{reason: err.Error(), counts: s.pub.counts(err), permanent: permanent(err)})
-	r.attempts, r.outages = d.attempts, d.outages
-	if d.deadLetter {
-		s.deadLetter(r, d)
-		return
-	}
-	if d.counted {
-		s.metrics.Retried(r.topic)
-	}
-	s.retry(r, d.wait)
+	d.answered()
+}
+
+func (d *walDelivery) answered() {
+	d.s.w.answered()
+	d.s.out.Done()
 }
 
 func (s *walSession) settle(r *walRow) {
@@ -404,8 +420,7 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 		for failures := 1; ; failures++ {
 			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.reason, d.attempts)
 			if err == nil {
-				s.metrics.DeadLettered(d.class)
-				logDeadLettered(s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d.reason, d.attempts)
+				deadLettered(s.metrics, s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d)
 				s.settle(r)
 				return
 			}

@@ -68,8 +68,6 @@ type walRow struct {
 	// dead letters as it is.
 	bad error
 	seq uint64 // its position in the stream
-	// outages counts its failed publishes that did not count as attempts.
-	outages int
 }
 
 func newWALWindow(confirmed pglogrepl.LSN) *walWindow {
