@@ -135,6 +135,9 @@ type loginPage struct {
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"), c.cfg.BasePath)
 	if c.cfg.Token == "" || !c.isToken(r.PostFormValue("token")) {
+		if c.cfg.Token != "" {
+			c.logins.failed(clientAddr(r))
+		}
 		c.render(w, r, "login", http.StatusUnauthorized, loginPage{Next: next, Enabled: c.cfg.Token != "", Failed: c.cfg.Token != ""})
 		return
 	}

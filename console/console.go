@@ -45,6 +45,12 @@ type Config struct {
 	// Refresh is how often the overview reloads itself; 5 s when zero,
 	// never when negative.
 	Refresh time.Duration
+	// LoginAttempts is how many failed token attempts (the login form, a
+	// Bearer token or basic auth) a client address may make in a minute:
+	// past them it is refused (429) until the minute ends. 10 when zero;
+	// no limit when negative. The address is the connection's (an IPv6
+	// one's /64): behind a proxy every client shares the proxy's.
+	LoginAttempts int
 	// Secret signs session cookies and CSRF tokens; random when empty,
 	// which ends the sessions when the process restarts. Give the
 	// replicas behind one load balancer the same.
@@ -61,6 +67,7 @@ type Console struct {
 	pages  map[string]*template.Template
 	mux    *http.ServeMux
 	log    *slog.Logger
+	logins *loginLimit
 
 	scanBound int64 // scanBound; a test lowers it
 }
@@ -86,12 +93,15 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LoginAttempts == 0 {
+		cfg.LoginAttempts = defaultLoginAttempts
+	}
 	a, err := admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable})
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c := &Console{cfg: cfg, admin: a, tables: outboxdb.New(cfg.Table, cfg.DeadLetterTable), log: cfg.Logger,
-		scanBound: scanBound}
+		logins: newLoginLimit(cfg.LoginAttempts), scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
 	}
@@ -130,7 +140,18 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := c.session(w, r)
+	if c.cfg.Token != "" && !s.authed && triesToken(r) {
+		// Refused before the token is compared: the limit bounds the
+		// guesses.
+		if wait := c.logins.wait(clientAddr(r)); wait > 0 {
+			tooManyAttempts(w, wait)
+			return
+		}
+	}
 	if c.cfg.Token != "" && !s.authed && !c.tokenInHeader(r) && !isLoginPath(r) {
+		if hasCredentials(r) {
+			c.logins.failed(clientAddr(r))
+		}
 		c.refuseUnauthenticated(w, r)
 		return
 	}
@@ -140,6 +161,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mux.ServeHTTP(w, r.WithContext(withSession(r.Context(), s)))
 }
+
+// triesToken tells r presents a token: in its headers, or to the login
+// form.
+func triesToken(r *http.Request) bool {
+	return hasCredentials(r) || r.Method == http.MethodPost && r.URL.Path == "/login"
+}
+
+func hasCredentials(r *http.Request) bool { return r.Header.Get("Authorization") != "" }
 
 func isLoginPath(r *http.Request) bool {
 	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")

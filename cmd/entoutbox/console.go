@@ -19,6 +19,7 @@ func newConsoleCommand() *cobra.Command {
 		table, deadLetterTable   string
 		readOnly                 bool
 		refresh                  time.Duration
+		loginAttempts            int
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -30,8 +31,9 @@ the dead letters, with retry and discard (those of "entoutbox dead-letters").
 
 It binds to loopback by default. Any other address needs --token: give it as
 "Authorization: Bearer TOKEN", as the password of basic auth, or on the login
-page. Every action is a POST carrying a CSRF token. --read-only hides and
-refuses retry and discard.`,
+page. A client address that gets the token wrong --login-attempts times in
+a minute is refused (429) until the minute ends. Every action is a POST
+carrying a CSRF token. --read-only hides and refuses retry and discard.`,
 		Example: `  entoutbox console --addr 127.0.0.1:8080
   entoutbox console --addr :8080 --token "$(openssl rand -hex 16)" --read-only`,
 		Args: cobra.NoArgs,
@@ -45,7 +47,7 @@ refuses retry and discard.`,
 			}
 			defer db.Close()
 			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable, Token: token,
-				ReadOnly: readOnly, Refresh: refresh})
+				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts})
 			if err != nil {
 				return err
 			}
@@ -76,6 +78,7 @@ refuses retry and discard.`,
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs --token")
 	f.StringVar(&token, "token", "", "token every request must carry (Bearer, basic auth password, or the login page); env ENTOUTBOX_TOKEN")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse retry and discard")
+	f.IntVar(&loginAttempts, "login-attempts", 10, "failed token attempts a client address may make in a minute (negative: no limit)")
 	f.DurationVar(&refresh, "refresh", 5*time.Second, "how often the overview reloads itself (negative: never)")
 	return cmd
 }
