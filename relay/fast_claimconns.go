@@ -25,16 +25,12 @@ type claimPoolKey struct {
 // claimPool is the claim connections of one database.
 type claimPool struct {
 	key   claimPoolKey
-	refs  int           // Subscribers using it (under claimPools.mu)
 	slots chan struct{} // one per connection lent or idle
 	mu    sync.Mutex
 	idle  []*sql.Conn
 }
 
-var claimPools = struct {
-	mu sync.Mutex
-	m  map[claimPoolKey]*claimPool
-}{m: map[claimPoolKey]*claimPool{}}
+var claimPools shared[claimPoolKey, *claimPool]
 
 // shareClaimPool returns the claim connections of db for a Subscriber, and
 // the function that lets go of them: the last Subscriber to let go closes
@@ -42,34 +38,19 @@ var claimPools = struct {
 // sessions' settings alone, since other clients share them.
 func shareClaimPool(db *sql.DB, pooled bool) (*claimPool, func()) {
 	k := claimPoolKey{db: db, pooled: pooled}
-	claimPools.mu.Lock()
-	defer claimPools.mu.Unlock()
-	p := claimPools.m[k]
-	if p == nil {
-		p = &claimPool{key: k, slots: make(chan struct{}, claimConnsPerDB)}
-		claimPools.m[k] = p
-	}
-	p.refs++
-	var once sync.Once
-	return p, func() {
-		once.Do(func() {
-			claimPools.mu.Lock()
-			p.refs--
-			last := p.refs == 0
-			if last {
-				delete(claimPools.m, k)
-			}
-			claimPools.mu.Unlock()
-			if last {
-				p.mu.Lock()
-				idle := p.idle
-				p.idle = nil
-				p.mu.Unlock()
-				for _, c := range idle {
-					p.drop(c)
-				}
-			}
-		})
+	return claimPools.take(k, func() *claimPool {
+		return &claimPool{key: k, slots: make(chan struct{}, claimConnsPerDB)}
+	}, (*claimPool).close)
+}
+
+// close ends the idle connections.
+func (p *claimPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		p.drop(c)
 	}
 }
 

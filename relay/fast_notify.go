@@ -38,10 +38,7 @@ func rebalanceChannel(table string) string {
 // databases: notifications are broadcast, so one connection serves them
 // all, and a program with many Subscribers (one per topic, say) does not
 // hold one connection each for nothing.
-var listeners = struct {
-	mu sync.Mutex
-	m  map[listenKey]*sharedListener
-}{m: map[listenKey]*sharedListener{}}
+var listeners shared[listenKey, *sharedListener]
 
 type listenKey struct {
 	writes, listen *sql.DB
@@ -50,7 +47,6 @@ type listenKey struct {
 
 type sharedListener struct {
 	n    *notifier
-	refs int
 	stop context.CancelFunc
 	done chan struct{}
 }
@@ -60,36 +56,19 @@ type sharedListener struct {
 // interval it keeps), and the function that lets go of it: the connection
 // closes when the last Subscriber lets go.
 func shareListener(writes, listen *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) (*notifier, func()) {
-	k := listenKey{writes: writes, listen: listen, table: table}
-	listeners.mu.Lock()
-	defer listeners.mu.Unlock()
-	l := listeners.m[k]
-	if l == nil {
+	l, release := listeners.take(listenKey{writes: writes, listen: listen, table: table}, func() *sharedListener {
 		ctx, stop := context.WithCancel(context.Background())
-		l = &sharedListener{n: newNotifier(writes, "entoutbox_check_"+uuid.NewString()[:8]), stop: stop, done: make(chan struct{})}
-		listeners.m[k] = l
+		l := &sharedListener{n: newNotifier(writes, "entoutbox_check_"+uuid.NewString()[:8]), stop: stop, done: make(chan struct{})}
 		go func() {
 			defer close(l.done)
 			l.n.listen(ctx, listen, table, logger, poll)
 		}()
-	}
-	l.refs++
-	var once sync.Once
-	return l.n, func() {
-		once.Do(func() {
-			listeners.mu.Lock()
-			l.refs--
-			last := l.refs == 0
-			if last {
-				delete(listeners.m, k)
-			}
-			listeners.mu.Unlock()
-			if last {
-				l.stop()
-				<-l.done
-			}
-		})
-	}
+		return l
+	}, func(l *sharedListener) {
+		l.stop()
+		<-l.done
+	})
+	return l.n, release
 }
 
 // notifier holds one connection listening on the table's channels and
