@@ -51,8 +51,8 @@ func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
 // recordSlotCreated stores the snapshot a new slot exported as the slot's
 // start, and forgets what was delivered through an earlier slot of the
 // name.
-func (r *Relay) recordSlotCreated(ctx context.Context, snapshotName string) error {
-	tx, err := r.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+func (w *walSource) recordSlotCreated(ctx context.Context, snapshotName string) error {
+	tx, err := w.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return err
 	}
@@ -68,10 +68,10 @@ func (r *Relay) recordSlotCreated(ctx context.Context, snapshotName string) erro
 		return err
 	}
 	snap = normalSnapshot(snap)
-	_, err = r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(r.cfg.Table, "").WALProgress())+`
+	_, err = w.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(w.cfg.Table, "").WALProgress())+`
 		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
 		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
-			updated_at = now()`, r.cfg.WAL.Slot, snap)
+			updated_at = now()`, w.cfg.WAL.Slot, snap)
 	return err
 }
 
@@ -94,8 +94,8 @@ func normalSnapshot(s string) string {
 
 // recordWALProgress stores, every ProgressInterval while the relay streams
 // and delivers, a snapshot whose transactions are all delivered.
-func (r *Relay) recordWALProgress(ctx context.Context, stat *walState) {
-	t := time.NewTicker(r.cfg.WAL.ProgressInterval)
+func (w *walSource) recordWALProgress(ctx context.Context, stat *walState) {
+	t := time.NewTicker(w.cfg.WAL.ProgressInterval)
 	defer t.Stop()
 	var (
 		candidate     string // a snapshot taken, stored once the position passes at
@@ -116,18 +116,18 @@ func (r *Relay) recordWALProgress(ctx context.Context, stat *walState) {
 		}
 		var err error
 		if candidate != "" && pos >= at {
-			if err = r.storeProgress(ctx, candidate, pos); err == nil {
+			if err = w.storeProgress(ctx, candidate, pos); err == nil {
 				candidate = ""
 			}
 		}
 		// Only while rows are delivered: an idle relay writes nothing.
 		if err == nil && candidate == "" && stat.delivered.Load() != lastDelivered {
 			lastDelivered = stat.delivered.Load()
-			candidate, at, err = takeSnapshot(ctx, r.cfg.DB)
+			candidate, at, err = takeSnapshot(ctx, w.cfg.DB)
 		}
 		if err != nil && ctx.Err() == nil && !failing {
-			r.cfg.Logger.Error("Recording the delivered transactions failed; trying again", err,
-				watermill.LogFields{"slot": r.cfg.WAL.Slot})
+			w.cfg.Logger.Error("Recording the delivered transactions failed; trying again", err,
+				watermill.LogFields{"slot": w.cfg.WAL.Slot})
 		}
 		failing = err != nil
 	}
@@ -147,11 +147,11 @@ func takeSnapshot(ctx context.Context, db *sql.DB) (string, pglogrepl.LSN, error
 	return snap, lsn, nil
 }
 
-func (r *Relay) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
-	_, err := r.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(r.cfg.Table, "").WALProgress())+`
+func (w *walSource) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
+	_, err := w.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(w.cfg.Table, "").WALProgress())+`
 		(slot, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, $3::pg_lsn, now())
 		ON CONFLICT (slot) DO UPDATE SET delivered = EXCLUDED.delivered, confirmed_lsn = EXCLUDED.confirmed_lsn,
-			updated_at = now()`, r.cfg.WAL.Slot, snap, pos.String())
+			updated_at = now()`, w.cfg.WAL.Slot, snap, pos.String())
 	if err != nil {
 		return fmt.Errorf("relay: storing the delivered transactions: %w", err)
 	}

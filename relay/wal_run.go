@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
@@ -14,39 +15,73 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
-// runWAL streams the slot until ctx ends: one session at a time, a new one
+// runWAL runs the WAL path: its source, fed the relay's settings, hands
+// rows out to the engine.
+func (r *Relay) runWAL(ctx context.Context) error {
+	c := r.cfg
+	w := &walSource{cfg: walSettings{DB: c.DB, Table: c.Table, DeadLetterTable: c.DeadLetterTable, WAL: c.WAL,
+		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
+		CloseTimeout: c.CloseTimeout, CloudEvents: c.CloudEvents, Logger: c.Logger, Metrics: c.Metrics,
+		backoff: c.backoff}, stat: &walState{slot: c.WAL.Slot, role: WALConnecting}}
+	r.wal.Store(w.stat)
+	e := r.newEngine(c.Concurrency, c.walFailurePolicy())
+	defer e.stop(c.CloseTimeout)
+	return w.run(ctx, e)
+}
+
+// walSettings is what the WAL path takes of the relay's settings.
+type walSettings struct {
+	DB                     *sql.DB
+	Table, DeadLetterTable string
+	WAL                    WALConfig
+	Concurrency, BatchSize int
+	MaxBytesInFlight       int64
+	CloseTimeout           time.Duration
+	CloudEvents            *CloudEvents
+	Logger                 watermill.LoggerAdapter
+	Metrics                *metrics.Metrics
+	backoff                func(attempt int) time.Duration // of a failed move to the dead letters
+}
+
+// walSource is the WAL read path: it streams the slot, one session at a
+// time, and hands the rows whose turn came to the engine. It knows of the
+// relay only the settings it was given.
+type walSource struct {
+	cfg  walSettings
+	stat *walState // what it does now, for Relay.WALStatus
+}
+
+// run streams the slot until ctx ends: one session at a time, a new one
 // after the connection is lost (from the slot's confirmed position), and
 // as a standby while another relay streams the slot.
-func (r *Relay) runWAL(ctx context.Context) error {
-	cfg := r.cfg.WAL
-	if err := r.ensurePublication(ctx); err != nil {
+func (w *walSource) run(ctx context.Context, e *engine) error {
+	cfg := w.cfg.WAL
+	if err := w.ensurePublication(ctx); err != nil {
 		return err
 	}
-	if err := ensureProgressTable(ctx, r.cfg.DB, r.cfg.Table); err != nil {
+	if err := ensureProgressTable(ctx, w.cfg.DB, w.cfg.Table); err != nil {
 		return err
 	}
-	if err := registerSlot(ctx, r.cfg.DB, r.cfg.Table, cfg.Slot); err != nil {
+	if err := registerSlot(ctx, w.cfg.DB, w.cfg.Table, cfg.Slot); err != nil {
 		return err
 	}
-	stat := &walState{slot: cfg.Slot, role: WALConnecting}
-	r.wal.Store(stat)
-	e := r.newEngine(r.cfg.Concurrency, r.cfg.walFailurePolicy())
-	defer e.stop(r.cfg.CloseTimeout)
+	stat := w.stat
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if cfg.ProgressInterval > 0 {
 		pctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		wg.Add(1)
-		go func() { defer wg.Done(); r.recordWALProgress(pctx, stat) }()
+		go func() { defer wg.Done(); w.recordWALProgress(pctx, stat) }()
 	}
-	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table, "slot": cfg.Slot})
+	w.cfg.Logger.Info("Relay running", map[string]any{"path": PathWAL, "table": w.cfg.Table, "slot": cfg.Slot})
 	failures, standby := 0, false
 	for {
 		started := time.Now()
-		err := r.streamWAL(ctx, e, stat)
+		err := w.streamWAL(ctx, e, stat)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -56,7 +91,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 			return fatal.err
 		case errors.Is(err, errSlotActive):
 			if !standby {
-				r.cfg.Logger.Info("Another relay streams the slot; waiting as a standby", watermill.LogFields{"slot": cfg.Slot})
+				w.cfg.Logger.Info("Another relay streams the slot; waiting as a standby", watermill.LogFields{"slot": cfg.Slot})
 				standby = true
 			}
 			stat.set(WALStandby, 0, nil)
@@ -75,7 +110,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 		failures++
 		wait := backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)
 		if failures <= 3 || failures%20 == 0 {
-			r.cfg.Logger.Error("The replication stream failed; reconnecting", err,
+			w.cfg.Logger.Error("The replication stream failed; reconnecting", err,
 				watermill.LogFields{"slot": cfg.Slot, "retry_in": wait.String(), "failures": failures})
 		}
 		stat.set(WALConnecting, 0, nil)
@@ -98,10 +133,10 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // ensurePublication creates the publication of the table's inserts when
 // absent, and refuses one that does not publish them.
-func (r *Relay) ensurePublication(ctx context.Context) error {
-	pubName, table := r.cfg.WAL.Publication, pgsql.QuoteIdent(r.cfg.Table)
+func (w *walSource) ensurePublication(ctx context.Context) error {
+	pubName, table := w.cfg.WAL.Publication, pgsql.QuoteIdent(w.cfg.Table)
 	var exists, publishes bool
-	err := r.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
+	err := w.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
 		EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $1 AND p.pubinsert AND (p.puballtables OR EXISTS (
 			SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))))`,
 		pubName, table).Scan(&exists, &publishes)
@@ -111,18 +146,18 @@ func (r *Relay) ensurePublication(ctx context.Context) error {
 	if exists {
 		if !publishes {
 			return fmt.Errorf("relay: publication %q exists but does not publish the inserts of table %q: "+
-				"choose another Config.WAL.Publication, or ALTER PUBLICATION it", pubName, r.cfg.Table)
+				"choose another Config.WAL.Publication, or ALTER PUBLICATION it", pubName, w.cfg.Table)
 		}
 		return nil
 	}
-	_, err = r.cfg.DB.ExecContext(ctx, `CREATE PUBLICATION `+pgsql.QuoteIdent(pubName)+` FOR TABLE `+table+
+	_, err = w.cfg.DB.ExecContext(ctx, `CREATE PUBLICATION `+pgsql.QuoteIdent(pubName)+` FOR TABLE `+table+
 		` WITH (publish = 'insert')`)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 		return nil // another relay created it meanwhile
 	}
 	if err != nil {
-		return fmt.Errorf("relay: creating publication %q for table %q: %w", pubName, r.cfg.Table, err)
+		return fmt.Errorf("relay: creating publication %q for table %q: %w", pubName, w.cfg.Table, err)
 	}
 	return nil
 }

@@ -53,16 +53,16 @@ func classifyWAL(err error) error {
 
 // replicationConfig is the replication connection's settings: ReplicationURL's,
 // or else those of DB's own connections, with replication=database.
-func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
+func (w *walSource) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 	var cfg *pgconn.Config
-	if u := r.cfg.WAL.ReplicationURL; u != "" {
+	if u := w.cfg.WAL.ReplicationURL; u != "" {
 		c, err := pgconn.ParseConfig(u)
 		if err != nil {
 			return nil, walFatal{fmt.Errorf("relay: Config.WAL.ReplicationURL: %w", err)}
 		}
 		cfg = c
 	} else {
-		conn, err := r.cfg.DB.Conn(ctx)
+		conn, err := w.cfg.DB.Conn(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("relay: reading the database's connection settings: %w", err)
 		}
@@ -90,7 +90,7 @@ func (r *Relay) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 // walSession is one replication connection streaming the slot, and the
 // rows it read.
 type walSession struct {
-	r    *Relay
+	src  *walSource
 	cfg  WALConfig
 	e    *engine
 	conn *pgconn.PgConn
@@ -108,9 +108,9 @@ type walSession struct {
 // streamWAL runs one session: it connects, makes sure of the slot, streams
 // it until ctx ends or the connection fails, and returns why it ended
 // (nil when ctx ended).
-func (r *Relay) streamWAL(ctx context.Context, e *engine, stat *walState) error {
-	cfg := r.cfg.WAL
-	pcfg, err := r.replicationConfig(ctx)
+func (w *walSource) streamWAL(ctx context.Context, e *engine, stat *walState) error {
+	cfg := w.cfg.WAL
+	pcfg, err := w.replicationConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (r *Relay) streamWAL(ctx context.Context, e *engine, stat *walState) error 
 		return classifyWAL(fmt.Errorf("relay: opening the replication connection: %w", err))
 	}
 	defer conn.Close(context.Background())
-	if err := r.ensureSlot(ctx, conn); err != nil {
+	if err := w.ensureSlot(ctx, conn); err != nil {
 		return classifyWAL(err)
 	}
 	err = pglogrepl.StartReplication(ctx, conn, cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -133,15 +133,15 @@ func (r *Relay) streamWAL(ctx context.Context, e *engine, stat *walState) error 
 	// The slot is ours now: its confirmed position is where the stream
 	// starts, and what status updates start from.
 	var confirmed pglogrepl.LSN
-	if err := r.cfg.DB.QueryRowContext(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`,
+	if err := w.cfg.DB.QueryRowContext(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`,
 		cfg.Slot).Scan(&confirmed); err != nil {
 		return fmt.Errorf("relay: reading the position of slot %q: %w", cfg.Slot, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &walSession{r: r, cfg: cfg, e: e, conn: conn, w: newWALWindow(confirmed),
-		relations: map[uint32]*walRelation{}, metrics: r.cfg.Metrics, ctx: sctx, stat: stat}
+	s := &walSession{src: w, cfg: cfg, e: e, conn: conn, w: newWALWindow(confirmed),
+		relations: map[uint32]*walRelation{}, metrics: w.cfg.Metrics, ctx: sctx, stat: stat}
 	stat.set(WALActive, confirmed, s.w)
-	r.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
+	w.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
 		"publication": cfg.Publication, "confirmed": confirmed.String()})
 	dispatched := make(chan struct{})
 	go func() { defer close(dispatched); s.dispatch() }()
@@ -156,8 +156,8 @@ func (r *Relay) streamWAL(ctx context.Context, e *engine, stat *walState) error 
 	go func() { s.out.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(r.cfg.CloseTimeout):
-		r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
+	case <-time.After(w.cfg.CloseTimeout):
+		w.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
 	}
 	if err == nil && !conn.IsClosed() {
 		// A graceful stop: the server reads it before the connection
@@ -179,14 +179,14 @@ func (s *walSession) read(ctx context.Context) error {
 	nextStatus := time.Now()
 	// Confirmed rows are sent on in good time: until the server has their
 	// position they are held (a crash would send them again).
-	sendAt := max(s.r.cfg.BatchSize/4, 1)
+	sendAt := max(s.src.cfg.BatchSize/4, 1)
 	deadline := &deadlineCtx{parent: ctx}
 	defer deadline.stop()
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		mayRead := s.w.mayRead(s.r.cfg.BatchSize, s.r.cfg.MaxBytesInFlight)
+		mayRead := s.w.mayRead(s.src.cfg.BatchSize, s.src.cfg.MaxBytesInFlight)
 		if unsent := s.w.unsentRows(); !time.Now().Before(nextStatus) || unsent >= sendAt || unsent > 0 && !mayRead {
 			if err := s.sendStatus(false); err != nil {
 				return err
@@ -328,8 +328,8 @@ func (s *walSession) take(m pglogrepl.Message) error {
 // relation maps the columns of the outbox table, or returns nil for
 // another table someone added to the publication.
 func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
-	if m.RelationName != s.r.cfg.Table {
-		s.r.cfg.Logger.Info("The publication holds another table; its rows are not relayed", watermill.LogFields{
+	if m.RelationName != s.src.cfg.Table {
+		s.src.cfg.Logger.Info("The publication holds another table; its rows are not relayed", watermill.LogFields{
 			"publication": s.cfg.Publication, "table": m.Namespace + "." + m.RelationName})
 		return nil
 	}
@@ -348,9 +348,9 @@ func (s *walSession) dispatch() { s.e.run(s.ctx, s.next) }
 // session ends.
 func (s *walSession) next(ctx context.Context) (delivery, bool) {
 	for {
-		if r := s.w.next(s.r.cfg.Concurrency); r != nil {
+		if r := s.w.next(s.src.cfg.Concurrency); r != nil {
 			s.out.Add(1)
-			return &walDelivery{s: s, r: r, msg: r.message(s.r.cfg.CloudEvents)}, true
+			return &walDelivery{s: s, r: r, msg: r.message(s.src.cfg.CloudEvents)}, true
 		}
 		select {
 		case <-s.w.wake:
@@ -418,18 +418,18 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 	go func() {
 		defer s.out.Done()
 		for failures := 1; ; failures++ {
-			err := s.r.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.reason, d.attempts)
+			err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.reason, d.attempts)
 			if err == nil {
-				deadLettered(s.metrics, s.r.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d)
+				deadLettered(s.metrics, s.src.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d)
 				s.settle(r)
 				return
 			}
 			if failures <= 3 {
-				s.r.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
+				s.src.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
 					watermill.LogFields{"event_id": r.eventID.String(), "relay": s.cfg.Slot})
 			}
 			select {
-			case <-time.After(s.r.cfg.backoff(failures)):
+			case <-time.After(s.src.cfg.backoff(failures)):
 			case <-s.ctx.Done():
 				return // the next session reads it again
 			}
@@ -446,21 +446,21 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 // leaves the running ones a moment later): a move that finds nothing is
 // tried again once the transaction is visible, and only then is the row
 // taken for gone.
-func (r *Relay) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
-	t := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable)
-	moved, err := t.MoveToDeadLetters(ctx, r.cfg.DB, row.id, reason, attempts)
+func (w *walSource) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
+	t := outboxdb.New(w.cfg.Table, w.cfg.DeadLetterTable)
+	moved, err := t.MoveToDeadLetters(ctx, w.cfg.DB, row.id, reason, attempts)
 	if err != nil || moved {
 		return wrapRelay(err)
 	}
 	if row.tx != nil {
-		if err := r.waitVisible(ctx, row); err != nil {
+		if err := w.waitVisible(ctx, row); err != nil {
 			return err
 		}
-		if moved, err = t.MoveToDeadLetters(ctx, r.cfg.DB, row.id, reason, attempts); err != nil || moved {
+		if moved, err = t.MoveToDeadLetters(ctx, w.cfg.DB, row.id, reason, attempts); err != nil || moved {
 			return wrapRelay(err)
 		}
 	}
-	return wrapRelay(t.WriteDeadLetter(ctx, r.cfg.DB, outboxdb.CarriedRow{ID: row.id, EventID: row.eventID,
+	return wrapRelay(t.WriteDeadLetter(ctx, w.cfg.DB, outboxdb.CarriedRow{ID: row.id, EventID: row.eventID,
 		Name: row.name, Version: row.version, Topic: row.topic, AggregateType: row.aggregateType,
 		AggregateID: row.aggregateID, AggregateSeq: row.aggregateSeq, Payload: row.payload, Headers: row.headers},
 		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts))
@@ -481,11 +481,11 @@ const walVisibleWait = 10 * time.Second
 
 // waitVisible waits until the transaction of row, committed in the stream,
 // is visible to a new snapshot of the database's connections.
-func (r *Relay) waitVisible(ctx context.Context, row *walRow) error {
+func (w *walSource) waitVisible(ctx context.Context, row *walRow) error {
 	// The stream numbers transactions in 32 bits; the database compares
 	// them in 64 (with the epoch): widen it next to a recent one.
 	var next uint64
-	if err := r.cfg.DB.QueryRowContext(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).
+	if err := w.cfg.DB.QueryRowContext(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).
 		Scan(&next); err != nil {
 		return fmt.Errorf("relay: reading the current transaction id: %w", err)
 	}
@@ -493,7 +493,7 @@ func (r *Relay) waitVisible(ctx context.Context, row *walRow) error {
 	deadline := time.Now().Add(walVisibleWait)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		var visible bool
-		if err := r.cfg.DB.QueryRowContext(ctx, `SELECT pg_visible_in_snapshot($1::text::xid8, pg_current_snapshot())`,
+		if err := w.cfg.DB.QueryRowContext(ctx, `SELECT pg_visible_in_snapshot($1::text::xid8, pg_current_snapshot())`,
 			strconv.FormatUint(xid, 10)).Scan(&visible); err != nil {
 			return fmt.Errorf("relay: reading whether transaction %d of row %d is visible: %w", xid, row.id, err)
 		}
@@ -521,15 +521,15 @@ func fullXID(xid uint32, next uint64) uint64 {
 // ensureSlot creates the slot when absent, and records the boundary of
 // what it streams (see recordSlotCreated). Creating a slot waits for the
 // transactions running on the server to end.
-func (r *Relay) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	slot := r.cfg.WAL.Slot
+func (w *walSource) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	slot := w.cfg.WAL.Slot
 	var plugin, database string
-	err := r.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots
+	err := w.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots
 		WHERE slot_name = $1`, slot).Scan(&plugin, &database)
 	switch {
 	case err == nil:
 		var current string
-		if err := r.cfg.DB.QueryRowContext(ctx, `SELECT current_database()`).Scan(&current); err != nil {
+		if err := w.cfg.DB.QueryRowContext(ctx, `SELECT current_database()`).Scan(&current); err != nil {
 			return fmt.Errorf("relay: reading the database name: %w", err)
 		}
 		if plugin != "pgoutput" || database != current {
@@ -540,7 +540,7 @@ func (r *Relay) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	case !errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("relay: looking for replication slot %q: %w", slot, err)
 	}
-	r.cfg.Logger.Info("Creating the replication slot (this waits for the transactions running on the server to end)",
+	w.cfg.Logger.Info("Creating the replication slot (this waits for the transactions running on the server to end)",
 		watermill.LogFields{"slot": slot})
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
@@ -552,8 +552,8 @@ func (r *Relay) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		return fmt.Errorf("relay: creating replication slot %q: %w", slot, err)
 	}
 	// The exported snapshot lives until the next command on conn.
-	if err := r.recordSlotCreated(ctx, res.SnapshotName); err != nil {
-		r.cfg.Logger.Error("Recording where the new slot starts failed; CleanupDelivered will not delete the rows it "+
+	if err := w.recordSlotCreated(ctx, res.SnapshotName); err != nil {
+		w.cfg.Logger.Error("Recording where the new slot starts failed; CleanupDelivered will not delete the rows it "+
 			"delivers (they keep delivered_at NULL)", err, watermill.LogFields{"slot": slot})
 	}
 	return nil
