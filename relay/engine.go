@@ -42,10 +42,12 @@ type engine struct {
 	metrics *metrics.Metrics // nil when off
 }
 
-// newEngine is an engine with concurrency publishes in flight at most,
-// deciding failures by policy.
+// newEngine is the relay's engine: concurrency publishes in flight at
+// most, failures decided by policy.
 func (r *Relay) newEngine(concurrency int, policy failurePolicy) *engine {
-	return &engine{pub: r.startPublishing(concurrency), policy: policy, metrics: r.cfg.Metrics}
+	pub := startPublishing(publishSettings{publisher: r.cfg.Publisher, logger: r.cfg.Logger,
+		topicPrefix: r.cfg.TopicPrefix, tracer: r.tracer, system: r.messagingSystem(), metrics: r.cfg.Metrics}, concurrency)
+	return &engine{pub: pub, policy: policy, metrics: r.cfg.Metrics}
 }
 
 // run publishes what next hands out until next reports nothing more

@@ -11,6 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/entoutbox/entoutbox/internal/tracing"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // publishing sends the deliveries of a read path to the broker, many in
@@ -26,7 +29,7 @@ import (
 // for one confirmation (a goroutine per message would grow a fresh stack
 // through the broker client's calls every time).
 type publishing struct {
-	r      *Relay
+	cfg    publishSettings
 	health *publishHealth
 	async  asyncPublisher
 	slots  chan struct{} // async: one per message in flight
@@ -50,9 +53,19 @@ type outgoing struct {
 	done func(error)
 }
 
-func (r *Relay) startPublishing(concurrency int) *publishing {
-	p := &publishing{r: r, health: newPublishHealth(r.cfg.Publisher, r.cfg.Logger)}
-	if async, ok := r.cfg.Publisher.(asyncPublisher); ok {
+// publishSettings is what publishing takes of the relay's settings.
+type publishSettings struct {
+	publisher   message.Publisher
+	logger      watermill.LoggerAdapter
+	topicPrefix string
+	tracer      *tracing.Tracer
+	system      string           // the spans' messaging.system
+	metrics     *metrics.Metrics // nil when off
+}
+
+func startPublishing(cfg publishSettings, concurrency int) *publishing {
+	p := &publishing{cfg: cfg, health: newPublishHealth(cfg.publisher, cfg.logger)}
+	if async, ok := cfg.publisher.(asyncPublisher); ok {
 		p.async, p.slots = async, make(chan struct{}, concurrency)
 		return p
 	}
@@ -67,7 +80,7 @@ func (r *Relay) startPublishing(concurrency int) *publishing {
 					continue
 				}
 				s := p.prepare(o.d.message())
-				err := r.cfg.Publisher.Publish(s.topic, s.out)
+				err := cfg.publisher.Publish(s.topic, s.out)
 				s.finish(err)
 				o.done(err)
 			}
@@ -149,7 +162,6 @@ type sending struct {
 // prepare makes the message that goes out for msg: on its topic with the
 // relay's prefix, in a producer span.
 func (p *publishing) prepare(msg *message.Message) sending {
-	r := p.r
 	var out *message.Message
 	if p.async != nil {
 		// An async publisher only reads it (see broker.AsyncPublisher):
@@ -162,12 +174,12 @@ func (p *publishing) prepare(msg *message.Message) sending {
 	}
 	out.Metadata = maps.Clone(msg.Metadata)
 	s := sending{p: p, out: out, rowTopic: out.Metadata.Get(MetaTopic)}
-	s.topic = r.cfg.TopicPrefix + s.rowTopic
+	s.topic = p.cfg.topicPrefix + s.rowTopic
 	delete(out.Metadata, MetaTopic)
-	if tracer := r.tracer.Get(); tracer != nil {
-		s.span = startSend(tracer, r.messagingSystem(), s.topic, out)
+	if tracer := p.cfg.tracer.Get(); tracer != nil {
+		s.span = startSend(tracer, p.cfg.system, s.topic, out)
 	}
-	if r.cfg.Metrics != nil {
+	if p.cfg.metrics != nil {
 		s.started = time.Now()
 	}
 	return s
@@ -175,7 +187,7 @@ func (p *publishing) prepare(msg *message.Message) sending {
 
 // finish counts the outcome of the publish and ends its span.
 func (s sending) finish(err error) {
-	if m := s.p.r.cfg.Metrics; m != nil {
+	if m := s.p.cfg.metrics; m != nil {
 		m.Published(s.rowTopic, time.Since(s.started), err)
 		if err == nil {
 			m.Delivered(s.rowTopic, createdAt(s.out.Metadata))
