@@ -170,22 +170,40 @@ type DeadLetterSummary struct {
 	RetriedCapped   bool  `json:"retried_capped"`
 	Discarded       int64 `json:"discarded"`
 	DiscardedCapped bool  `json:"discarded_capped"`
-	// The open letters counted by source ("relay" or a consumer name), and
-	// by source and reason, most frequent first, at most maxReasons.
+	// The open letters counted by source ("relay" or a consumer name):
+	// Sources lists them, "relay" first, then the consumers by name, with
+	// how many reasons each has; BySource is the same counts by name.
+	Sources  []SourceLetters  `json:"sources"`
 	BySource map[string]int64 `json:"by_source"`
-	ByReason []ReasonCount    `json:"by_reason"`
+	// ByReason counts them by source and reason, with ids, numbers and
+	// quoted values in the reasons replaced by placeholders (<uuid>,
+	// <id>, <n>, "…"): the letters of one cause are one row, whatever
+	// order or event each is about. By source as Sources, most frequent
+	// first, at most maxReasons of each source.
+	ByReason []ReasonCount `json:"by_reason"`
 }
 
-// ReasonCount is how many open letters of one source share a reason.
+// SourceLetters is how many open letters one source wrote, and with how
+// many reasons (told apart as ByReason tells them).
+type SourceLetters struct {
+	Source  string `json:"source"`
+	Open    int64  `json:"open"`
+	Reasons int64  `json:"reasons"`
+}
+
+// ReasonCount is how many open letters of one source share a reason:
+// Reason with its ids, numbers and quoted values replaced by
+// placeholders, and Example the newest one's reason as written.
 type ReasonCount struct {
-	Source string `json:"source"`
-	Reason string `json:"reason"`
-	Count  int64  `json:"count"`
+	Source  string `json:"source"`
+	Reason  string `json:"reason"`
+	Example string `json:"example"`
+	Count   int64  `json:"count"`
 }
 
-// maxReasons bounds the reasons listed: they carry details, and a flood of
-// distinct ones should not flood the output.
-const maxReasons = 20
+// maxReasons bounds the reasons listed of each source, most frequent
+// first: a source with many causes does not hide another's.
+const maxReasons = 10
 
 // ReadStatus reads the status of the outbox table and its dead-letter
 // table (schema.OutboxTable and schema.DeadLetterTable when empty). It
@@ -277,12 +295,14 @@ func readDeadLetterSummary(ctx context.Context, db *sql.DB, t outboxdb.Tables) (
 	}
 	s := DeadLetterSummary{Open: n.Open, Retried: n.Retried, Discarded: n.Discarded, OpenCapped: n.OpenCapped,
 		RetriedCapped: n.RetriedCapped, DiscardedCapped: n.DiscardedCapped,
-		BySource: make(map[string]int64, len(n.BySource)), ByReason: make([]ReasonCount, 0, len(n.ByReason))}
+		Sources: make([]SourceLetters, 0, len(n.BySource)), BySource: make(map[string]int64, len(n.BySource)),
+		ByReason: make([]ReasonCount, 0, len(n.ByReason))}
 	for _, c := range n.BySource {
+		s.Sources = append(s.Sources, SourceLetters{Source: c.Source, Open: c.Count, Reasons: c.Reasons})
 		s.BySource[c.Source] = c.Count
 	}
 	for _, r := range n.ByReason {
-		s.ByReason = append(s.ByReason, ReasonCount(r))
+		s.ByReason = append(s.ByReason, ReasonCount{Source: r.Source, Reason: r.Reason, Example: r.Example, Count: r.Count})
 	}
 	return s, nil
 }

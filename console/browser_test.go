@@ -405,3 +405,29 @@ func TestBrowserSearchPagesOlderAndNewer(t *testing.T) {
 	follow("#older")
 	assert.Equal(t, want[50:100], shown(), "page 2 again")
 }
+
+// The overview lists the open dead letters by source, the relay's first,
+// and by reason with ids and numbers replaced: hundreds of letters of one
+// cause are one row, and the relay's two are not hidden by them.
+func TestBrowserOverviewGroupsDeadLettersBySourceAndReason(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{})
+	_, err := e.db.DB.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'billing', 'decoding order ' || g || ': unknown currency "X' || g || '"', 1
+		FROM generate_series(1, 200) g;
+		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'billing', 'cause ' || chr(97 + g) || ' of event ' || gen_random_uuid(), 1
+		FROM generate_series(1, 25) g;
+		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'relay', 'invalid topic "Orders!"', 5 FROM generate_series(1, 2)`)
+	require.NoError(t, err)
+	b := tab(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/")))
+	waitFor(t, b, "#letter-reasons")
+	table := text(t, b, "#letter-reasons")
+	assert.Regexp(t, `^Source\s+Reason\s+Open\s+relay\s+1 reason\s+2\s+invalid topic "…"\s+e\.g\. invalid topic "Orders!"\s+2\s+billing\s+26 reasons\s+225\s+`+
+		`decoding order <n>: unknown currency "…"\s+e\.g\. decoding order 200: unknown currency "X200"\s+200\s+`, table)
+	assert.Regexp(t, `cause b of event <uuid>\s+e\.g\. cause b of event [0-9a-f-]{36}\s+1\s+`, table)
+	assert.Regexp(t, `16 other reasons\s+16$`, strings.TrimSpace(table))
+	assert.Equal(t, "227", text(t, b, "#open-letters"))
+}

@@ -19,6 +19,32 @@ type overviewPage struct {
 	Age       time.Duration
 	Chart     rateChart
 	Consumers []consumerActivity
+	Letters   []letterSource
+}
+
+// letterSource is one source's open dead letters, as the overview lists
+// them: its most frequent reasons, and what the others hold.
+type letterSource struct {
+	admin.SourceLetters
+	Top                      []admin.ReasonCount
+	MoreLetters, MoreReasons int64
+}
+
+// letterSources groups the summary's reasons under their sources.
+func letterSources(dl admin.DeadLetterSummary) []letterSource {
+	out := make([]letterSource, 0, len(dl.Sources))
+	for _, src := range dl.Sources {
+		l := letterSource{SourceLetters: src, MoreLetters: src.Open}
+		for _, r := range dl.ByReason {
+			if r.Source == src.Source {
+				l.Top = append(l.Top, r)
+				l.MoreLetters -= r.Count
+			}
+		}
+		l.MoreReasons = src.Reasons - int64(len(l.Top))
+		out = append(out, l)
+	}
+	return out
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
@@ -29,7 +55,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	p := overviewPage{Status: st, Age: st.Age()}
+	p := overviewPage{Status: st, Age: st.Age(), Letters: letterSources(st.DeadLetters)}
 	if p.Chart, err = c.readDeliveryRate(ctx); err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return

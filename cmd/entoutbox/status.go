@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +38,12 @@ consumers hold behind a dead letter, and each consumer's lag per topic: the
 events it has not handled yet and the age of the oldest (consumers whose
 positions are in this database; the count reads every aggregate's counter
 and position).
+
+Dead letters are listed by source, "relay" first, then each consumer, and
+under each its ten most frequent reasons, with the ids, numbers and quoted
+values in them replaced by placeholders (<uuid>, <id>, <n>, "…"), so that
+the letters of one cause are one line whatever order each names; an example
+as written follows each.
 
 With --max-age or --max-dead-letters it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.`,
@@ -127,19 +133,7 @@ func writeStatus(out io.Writer, st admin.Status) {
 	}
 	dl := st.DeadLetters
 	fmt.Fprintf(out, "dead letters:        %d\n", dl.Open)
-	if dl.Open > 0 {
-		sources := make([]string, 0, len(dl.BySource))
-		for s := range dl.BySource {
-			sources = append(sources, s)
-		}
-		sort.Strings(sources)
-		for _, s := range sources {
-			fmt.Fprintf(out, "  from %s: %d\n", s, dl.BySource[s])
-		}
-		for _, r := range dl.ByReason {
-			fmt.Fprintf(out, "    %d from %s: %s\n", r.Count, r.Source, oneLine(r.Reason, 100))
-		}
-	}
+	writeLetterReasons(out, dl)
 	if dl.Retried > 0 || dl.Discarded > 0 {
 		fmt.Fprintf(out, "settled letters:     %d retried, %d discarded\n", dl.Retried, dl.Discarded)
 	}
@@ -166,6 +160,38 @@ func writeStatus(out io.Writer, st admin.Status) {
 		}
 	}
 	writeWALSlots(out, st.WAL)
+}
+
+// writeLetterReasons prints the open dead letters by source, "relay"
+// first, and each source's most frequent reasons (ids, numbers and quoted
+// values replaced by placeholders), with an example where it differs.
+func writeLetterReasons(out io.Writer, dl admin.DeadLetterSummary) {
+	for _, src := range dl.Sources {
+		fmt.Fprintf(out, "  from %s: %d, %s\n", src.Source, src.Open, plural(src.Reasons, "reason", "reasons"))
+		var shown, letters int64
+		for _, r := range dl.ByReason {
+			if r.Source != src.Source {
+				continue
+			}
+			shown++
+			letters += r.Count
+			fmt.Fprintf(out, "    %d: %s\n", r.Count, oneLine(r.Reason, 120))
+			if r.Example != r.Reason {
+				fmt.Fprintf(out, "      e.g. %s\n", oneLine(r.Example, 120))
+			}
+		}
+		if shown < src.Reasons {
+			fmt.Fprintf(out, "    %d more in %s (entoutbox dead-letters list --source %s)\n", src.Open-letters,
+				plural(src.Reasons-shown, "other reason", "other reasons"), src.Source)
+		}
+	}
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.FormatInt(n, 10) + " " + many
 }
 
 // writeHeld prints the aggregates each consumer holds behind a dead

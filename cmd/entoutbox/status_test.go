@@ -66,8 +66,9 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	require.Equal(t, int64(1), st.DeadLetters.Discarded)
 	require.Equal(t, map[string]int64{"billing": 2, "relay": 1}, st.DeadLetters.BySource)
 	require.Len(t, st.DeadLetters.ByReason, 2)
-	require.Equal(t, "the billing code has a bug", st.DeadLetters.ByReason[0].Reason)
-	require.Equal(t, int64(2), st.DeadLetters.ByReason[0].Count)
+	require.Equal(t, "relay", st.DeadLetters.ByReason[0].Source, "the relay's first")
+	require.Equal(t, "the billing code has a bug", st.DeadLetters.ByReason[1].Reason)
+	require.Equal(t, int64(2), st.DeadLetters.ByReason[1].Count)
 	require.NotNil(t, st.Relays)
 	require.Empty(t, st.Problems)
 
@@ -75,7 +76,8 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "pending events:      4\n")
 	require.Contains(t, out, "  orders: 3, oldest 1m3")
-	require.Contains(t, out, "dead letters:        3\n  from billing: 2\n  from relay: 1\n")
+	require.Contains(t, out, "dead letters:        3\n  from relay: 1, 1 reason\n    1: publishing: connection refused\n"+
+		"  from billing: 2, 1 reason\n    2: the billing code has a bug\n")
 	require.Contains(t, out, "settled letters:     0 retried, 1 discarded\n")
 
 	// Within the thresholds: exit 0.
@@ -272,4 +274,59 @@ func TestStatusShowsConsumerLag(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "\n  billing on orders: 0\n")
 	require.NotContains(t, out, "audit")
+}
+
+// status groups the open dead letters by source, the relay's first, and
+// by reason with ids and numbers replaced, in text and JSON: a cause
+// shared by hundreds of letters naming their orders is one line, and a
+// source with two letters is not hidden by one with hundreds.
+func TestStatusGroupsDeadLettersBySourceAndReason(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	_, err := db.DB.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'billing', 'decoding order ' || g || ': invalid character ''' || chr(97 + g % 26) ||
+			''' looking for beginning of value', 1
+		FROM generate_series(1, 200) g;
+		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'billing', 'cause ' || chr(97 + g) || ': ' || gen_random_uuid(), 1 FROM generate_series(1, 25) g;
+		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+		SELECT gen_random_uuid(), 'relay', 'invalid topic "Orders!"', 5 FROM generate_series(1, 2) g`)
+	require.NoError(t, err)
+
+	out, err := run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, `dead letters:        227
+  from relay: 2, 1 reason
+    2: invalid topic "…"
+      e.g. invalid topic "Orders!"
+  from billing: 225, 26 reasons
+    200: decoding order <n>: invalid character '…' looking for beginning of value
+      e.g. decoding order 200: invalid character 's' looking for beginning of value
+    1: cause b: <uuid>
+`)
+	require.Contains(t, out, "    16 more in 16 other reasons (entoutbox dead-letters list --source billing)\n")
+
+	out, err = run(t, nil, "status", "--database-url", db.URL, "--json")
+	require.NoError(t, err)
+	var st struct {
+		DeadLetters struct {
+			Sources []struct {
+				Source        string
+				Open, Reasons int64
+			}
+			ByReason []struct {
+				Source, Reason, Example string
+				Count                   int64
+			} `json:"by_reason"`
+		} `json:"dead_letters"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Len(t, st.DeadLetters.Sources, 2)
+	require.Equal(t, "relay", st.DeadLetters.Sources[0].Source)
+	require.Equal(t, int64(2), st.DeadLetters.Sources[0].Open)
+	require.Equal(t, int64(26), st.DeadLetters.Sources[1].Reasons)
+	require.Len(t, st.DeadLetters.ByReason, 11, "the relay's reason and ten of billing's")
+	require.Equal(t, `invalid topic "…"`, st.DeadLetters.ByReason[0].Reason)
+	require.Equal(t, int64(200), st.DeadLetters.ByReason[1].Count)
+	require.Equal(t, "decoding order 200: invalid character 's' looking for beginning of value", st.DeadLetters.ByReason[1].Example)
 }

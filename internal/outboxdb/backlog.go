@@ -2,7 +2,6 @@ package outboxdb
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -114,29 +113,34 @@ func ReadOpenDeadLetters(ctx context.Context, q Querier, t Tables, maxRows int) 
 }
 
 // DeadLetterSummary counts the dead letters by state, each up to a bound,
-// and the open ones by source and by source and reason.
+// and the open ones by source and by source and reason pattern.
 type DeadLetterSummary struct {
 	Open, Retried, Discarded int64
 	// Each tells its count reached the bound: there are at least that
 	// many.
 	OpenCapped, RetriedCapped, DiscardedCapped bool
 	// BySource and ByReason count the newest open letters, as many as
-	// Open counts: by source (at most MaxSources of them), and by source
-	// and reason, most frequent first (at most the reasons asked for).
+	// Open counts: by source ("relay" first, then the consumers by name;
+	// at most MaxSources), and by source and reason pattern
+	// (ReasonPattern), most frequent first, the reasons asked for of
+	// each source.
 	BySource []SourceCount
 	ByReason []ReasonCount
 }
 
-// SourceCount is how many open letters one source wrote.
+// SourceCount is how many open letters one source wrote, and with how
+// many reason patterns.
 type SourceCount struct {
-	Source string
-	Count  int64
+	Source  string
+	Count   int64
+	Reasons int64
 }
 
-// ReasonCount is how many open letters of one source share a reason.
+// ReasonCount is how many open letters of one source have reasons of one
+// pattern; Example is the newest one's reason, as written.
 type ReasonCount struct {
-	Source, Reason string
-	Count          int64
+	Source, Reason, Example string
+	Count                   int64
 }
 
 // MaxSources bounds the sources a summary lists: "relay" and the consumer
@@ -145,9 +149,9 @@ const MaxSources = 1000
 
 // ReadDeadLetterSummary counts the dead letters of t: those of each state
 // up to maxRows (DefaultMaxRows when not positive), and the newest maxRows
-// open ones by source and by reason, listing maxReasons reasons. A
-// dead-letter table of an earlier version has no columns for what an
-// operator did: all its letters are open.
+// open ones by source and by reason pattern, listing maxReasons patterns
+// of each source. A dead-letter table of an earlier version has no
+// columns for what an operator did: all its letters are open.
 func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, maxReasons int) (DeadLetterSummary, error) {
 	if maxRows <= 0 {
 		maxRows = DefaultMaxRows
@@ -173,16 +177,32 @@ func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, ma
 	}
 	bound := int64(maxRows)
 	s.OpenCapped, s.RetriedCapped, s.DiscardedCapped = s.Open >= bound, s.Retried >= bound, s.Discarded >= bound
-
 	open := ""
 	if settled {
 		open = " WHERE " + letterState[LetterOpen]
 	}
+	// The patterns are made once per distinct reason; rk ranks them within
+	// their source, and a row of rk 0 is the source's own.
 	rows, err := q.QueryContext(ctx, `WITH open AS MATERIALIZED (
-			SELECT source, reason FROM `+dl+open+` ORDER BY id DESC LIMIT $1)
-		(SELECT source, NULL, count(*) FROM open GROUP BY source ORDER BY source LIMIT $2)
-		UNION ALL
-		(SELECT source, reason, count(*) FROM open GROUP BY source, reason ORDER BY count(*) DESC, source, reason LIMIT $3)`,
+			SELECT id, source, reason FROM `+dl+open+` ORDER BY id DESC LIMIT $1
+		), exact AS (
+			SELECT source, reason, count(*) AS n, max(id) AS newest FROM open GROUP BY source, reason
+		), patterns AS (
+			SELECT source, `+ReasonPattern("reason")+` AS pattern, n, newest, reason FROM exact
+		), grouped AS (
+			SELECT source, pattern, sum(n)::bigint AS n, (array_agg(reason ORDER BY newest DESC))[1] AS example
+			FROM patterns GROUP BY source, pattern
+		), ranked AS (
+			SELECT *, row_number() OVER (PARTITION BY source ORDER BY n DESC, pattern) AS rk FROM grouped
+		), sources AS (
+			SELECT source, sum(n)::bigint AS n, count(*) AS patterns FROM grouped
+			GROUP BY source ORDER BY source <> 'relay', source LIMIT $2
+		)
+		SELECT * FROM (
+			SELECT s.source, 0::bigint AS rk, '' AS pattern, '' AS example, s.n, s.patterns FROM sources s
+			UNION ALL
+			SELECT r.source, r.rk, r.pattern, r.example, r.n, 0 FROM ranked r JOIN sources USING (source) WHERE r.rk <= $3
+		) u ORDER BY source <> 'relay', source, rk`,
 		maxRows, MaxSources, maxReasons)
 	if err != nil {
 		return s, fmt.Errorf("counting dead letters by reason: %w", err)
@@ -190,17 +210,16 @@ func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, ma
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			source string
-			reason sql.NullString
-			n      int64
+			source, pattern, example string
+			rank, n, patterns        int64
 		)
-		if err := rows.Scan(&source, &reason, &n); err != nil {
+		if err := rows.Scan(&source, &rank, &pattern, &example, &n, &patterns); err != nil {
 			return s, fmt.Errorf("counting dead letters by reason: %w", err)
 		}
-		if reason.Valid {
-			s.ByReason = append(s.ByReason, ReasonCount{Source: source, Reason: reason.String, Count: n})
+		if rank == 0 {
+			s.BySource = append(s.BySource, SourceCount{Source: source, Count: n, Reasons: patterns})
 		} else {
-			s.BySource = append(s.BySource, SourceCount{Source: source, Count: n})
+			s.ByReason = append(s.ByReason, ReasonCount{Source: source, Reason: pattern, Example: example, Count: n})
 		}
 	}
 	if err := rows.Err(); err != nil {

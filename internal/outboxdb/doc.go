@@ -20,6 +20,8 @@
 //     included, and the deletion of the rows the WAL path delivered.
 //   - backlog.go: the pending rows and the dead letters, counted up to a
 //     bound.
+//   - reasons.go: a dead letter's reason with its ids and numbers
+//     replaced, which the summary groups by.
 //   - letters.go: the dead letters an operator lists, retries, discards
 //     and purges (package admin), and an event's letters.
 //   - rows.go: an event's outbox row, and the delivered rows a replay

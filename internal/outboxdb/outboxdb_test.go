@@ -351,17 +351,18 @@ func TestReadDeadLetterSummaryStopsAtItsBound(t *testing.T) {
 	s, err := outboxdb.ReadDeadLetterSummary(ctx, db, tables, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, outboxdb.DeadLetterSummary{Open: 5, Retried: 2, Discarded: 1,
-		BySource: []outboxdb.SourceCount{{Source: "billing", Count: 2}, {Source: "relay", Count: 3}},
-		ByReason: []outboxdb.ReasonCount{{Source: "billing", Reason: "bug", Count: 2},
-			{Source: "relay", Reason: "no route", Count: 2}, {Source: "relay", Reason: "refused", Count: 1}}}, s)
+		BySource: []outboxdb.SourceCount{{Source: "relay", Count: 3, Reasons: 2}, {Source: "billing", Count: 2, Reasons: 1}},
+		ByReason: []outboxdb.ReasonCount{{Source: "relay", Reason: "no route", Example: "no route", Count: 2},
+			{Source: "relay", Reason: "refused", Example: "refused", Count: 1},
+			{Source: "billing", Reason: "bug", Example: "bug", Count: 2}}}, s)
 
 	// Bounded at 2: at least 2 open and 2 retried; the two newest open
 	// letters are the relay's.
 	s, err = outboxdb.ReadDeadLetterSummary(ctx, db, tables, 2, 1)
 	require.NoError(t, err)
 	require.Equal(t, outboxdb.DeadLetterSummary{Open: 2, OpenCapped: true, Retried: 2, RetriedCapped: true, Discarded: 1,
-		BySource: []outboxdb.SourceCount{{Source: "relay", Count: 2}},
-		ByReason: []outboxdb.ReasonCount{{Source: "relay", Reason: "no route", Count: 1}}}, s)
+		BySource: []outboxdb.SourceCount{{Source: "relay", Count: 2, Reasons: 2}},
+		ByReason: []outboxdb.ReasonCount{{Source: "relay", Reason: "no route", Example: "no route", Count: 1}}}, s)
 }
 
 // letter is a dead letter as the tests read it back.
