@@ -54,15 +54,24 @@ const (
 // per MinInterval. Each sample is a few index-backed queries whose cost is
 // bounded by MaxCount: the first MaxCount pending rows are counted, and
 // the oldest of them found, over the outbox's partial index of undelivered
-// rows (package outboxdb, as entoutbox status reads them). A sample that
-// fails keeps the last values (see BacklogError). A second call replaces
-// the first.
+// rows (package outboxdb, as entoutbox status reads them). A second call
+// replaces the first.
+//
+// While the database cannot be read, the gauges are absent rather than
+// frozen at their last values: a sample that fails drops them until one
+// works again. entoutbox_backlog_sample_age_seconds, the time since the
+// last sample that worked (since this call while none has), then grows,
+// and entoutbox_backlog_sample_errors_total counts the failures
+// (BacklogError says why): alert on them, as the rules in deploy/ do, so
+// that a relay that cannot read its database is not taken for one with
+// nothing to do.
 //
 // The consumer lag gauges (entoutbox_consumer_lag_events,
 // entoutbox_consumer_lag_oldest_seconds) are sampled beside the scrapes:
 // their count reads every aggregate's counter and position, so a sample
 // starts no sooner than MinInterval, nor than twenty times the last one's
-// duration, after the last, and a scrape reports the last that worked.
+// duration, after the last, and a scrape reports the last sample while it
+// worked (none while the last one failed).
 func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if m == nil {
 		return nil
@@ -126,13 +135,16 @@ type backlogCollector struct {
 	pendingDesc, ageDesc, deadDesc, relaysDesc *prometheus.Desc
 	walRetainedDesc, walActiveDesc             *prometheus.Desc
 	heldDesc                                   *prometheus.Desc
+	sampleAgeDesc, sampleErrorsDesc            *prometheus.Desc
 
 	mu      sync.Mutex
 	db      *sql.DB
 	cfg     BacklogConfig
 	last    *backlog
 	sampled time.Time // when the last sample was tried
-	err     error
+	worked  time.Time // when the last sample that worked was taken, or WatchBacklog called
+	err     error     // the last sample's: its gauges are not reported while set
+	errors  int64     // samples that failed, in every WatchBacklog's lifetime
 	// topics is every topic a sample found pending: one with nothing
 	// pending any more reports 0 rather than vanish; consumers likewise,
 	// for held aggregates.
@@ -160,13 +172,18 @@ func newBacklogCollector() *backlogCollector {
 		heldDesc: prometheus.NewDesc("entoutbox_consumer_held_aggregates",
 			"Aggregates a consumer holds behind a dead letter: their later events wait for its repair, by consumer "+
 				"(sampled; stops at the sample's MaxCount).", []string{"consumer"}, nil),
+		sampleAgeDesc: prometheus.NewDesc("entoutbox_backlog_sample_age_seconds",
+			"Seconds since the backlog gauges were last read from the database (since the watch started while no read "+
+				"worked). It grows while the database cannot be read, and the backlog gauges are then absent.", nil, nil),
+		sampleErrorsDesc: prometheus.NewDesc("entoutbox_backlog_sample_errors_total",
+			"Backlog samples that failed: the database could not be read.", nil, nil),
 	}
 }
 
 func (c *backlogCollector) watch(db *sql.DB, cfg BacklogConfig) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.db, c.cfg, c.last, c.sampled, c.err = db, cfg, nil, time.Time{}, nil
+	c.db, c.cfg, c.last, c.sampled, c.worked, c.err = db, cfg, nil, time.Time{}, time.Now(), nil
 	c.topics, c.consumers = map[string]bool{}, map[string]bool{}
 }
 
@@ -178,10 +195,13 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.walRetainedDesc
 	ch <- c.walActiveDesc
 	ch <- c.heldDesc
+	ch <- c.sampleAgeDesc
+	ch <- c.sampleErrorsDesc
 }
 
 // Collect samples when the last sample is older than MinInterval, one
-// scrape at a time, and reports the last sample that worked.
+// scrape at a time, and reports the sample's age and failures, and the
+// last sample unless it failed.
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,7 +214,10 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		b, err := sampleBacklog(ctx, c.db, c.cfg)
 		cancel()
 		c.err = err
-		if err == nil {
+		if err != nil {
+			c.errors++
+		} else {
+			c.worked = c.sampled // this clock, as time.Since reads it, not the database's
 			for topic := range b.pending {
 				c.topics[topic] = true
 			}
@@ -210,9 +233,11 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 			c.last = &b
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.sampleAgeDesc, prometheus.GaugeValue, max(time.Since(c.worked).Seconds(), 0))
+	ch <- prometheus.MustNewConstMetric(c.sampleErrorsDesc, prometheus.CounterValue, float64(c.errors))
 	b := c.last
-	if b == nil {
-		return
+	if b == nil || c.err != nil {
+		return // the database could not be read: its last values are not the truth now
 	}
 	for topic, n := range b.pending {
 		ch <- prometheus.MustNewConstMetric(c.pendingDesc, prometheus.GaugeValue, float64(n), topic)

@@ -25,6 +25,14 @@
 //	entoutbox_consumer_held_aggregates{consumer}          gauge, aggregates held behind a dead letter
 //	entoutbox_consumer_lag_events{consumer,topic}         gauge, numbered events the consumer has not handled
 //	entoutbox_consumer_lag_oldest_seconds{consumer,topic} gauge, age of the oldest of them; 0 when none
+//	entoutbox_backlog_sample_age_seconds                  gauge, seconds since the last sample that worked
+//	entoutbox_backlog_sample_errors_total                 counter, samples that failed
+//
+// While the database cannot be read the sampled gauges are absent, not
+// frozen at their last values: a sample that fails drops them until one
+// works again (Metrics.BacklogError says why), and
+// entoutbox_backlog_sample_age_seconds grows. The rules in deploy/ alert on
+// it: a relay that cannot read its database is not one with nothing to do.
 //
 // The lag gauges cover the consumer names with positions, on the topics
 // they have positions on. Their count reads every aggregate's counter and

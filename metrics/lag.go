@@ -23,7 +23,8 @@ const lagCostFactor = 20
 // lagCollector reports the consumer lag gauges. A sample reads every
 // aggregate's counter and position (package lag), which a large table
 // makes slow: it runs beside the scrapes rather than in one, and a scrape
-// reports the last sample that worked.
+// reports the last sample, none while it failed (the database could not
+// be read: its last values are not the truth now).
 type lagCollector struct {
 	eventsDesc, oldestDesc *prometheus.Desc
 
@@ -69,7 +70,7 @@ func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect starts a sample when one is due and none runs, and reports the
-// last one. A consumer name or topic gone from the positions is gone from
+// last one unless it failed. A consumer name or topic gone from the positions is gone from
 // the sample, and so are its series.
 func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -81,7 +82,7 @@ func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 		c.running = true
 		go c.sample(c.db, c.cfg, c.timeout, c.watch)
 	}
-	if c.last == nil {
+	if c.last == nil || c.err != nil {
 		return
 	}
 	for _, l := range c.last.Lags {

@@ -40,6 +40,8 @@ func TestNewRegistersTheContract(t *testing.T) {
 	require.NoError(t, err)
 	slices.Sort(r.names)
 	require.Equal(t, []string{
+		"entoutbox_backlog_sample_age_seconds",
+		"entoutbox_backlog_sample_errors_total",
 		"entoutbox_consumer_batch_events",
 		"entoutbox_consumer_dead_lettered_total",
 		"entoutbox_consumer_deliveries_total",
