@@ -134,6 +134,12 @@ type RelayShare struct {
 	Locks  bool `json:"locks"`
 	Live   bool `json:"live"`
 	Lapsed bool `json:"lapsed"`
+	// Failing counts the pending rows of its partitions whose last
+	// publish failed (see TopicBacklog.Failing): while it is above 0 the
+	// relay's publishes of them fail, with LastError.
+	Failing       int64  `json:"failing"`
+	LastError     string `json:"last_error,omitempty"`
+	LastErrorRows int64  `json:"last_error_rows,omitempty"`
 }
 
 // MarshalJSON writes st with OldestPending null when nothing is pending.
@@ -158,6 +164,17 @@ type TopicBacklog struct {
 	Topic         string    `json:"topic"`
 	Pending       int64     `json:"pending"`
 	OldestPending time.Time `json:"oldest_pending"`
+	// Failing counts those whose last publish failed: the fast path
+	// writes each failure on its row (last_error; a failure in a broker
+	// outage too, which does not count as an attempt), and a row it
+	// delivers is pending no more. LastError is their most frequent
+	// error (told apart with ids and numbers replaced, as dead-letter
+	// reasons are), as one of them carries it, and LastErrorRows how many
+	// share it. The WAL path records no error on its rows: its failures
+	// are in the relay's log and metrics only.
+	Failing       int64  `json:"failing"`
+	LastError     string `json:"last_error,omitempty"`
+	LastErrorRows int64  `json:"last_error_rows,omitempty"`
 }
 
 // DeadLetterSummary counts the dead letters, those of each state up to
@@ -216,8 +233,18 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	}
 	st := Status{At: time.Now(), Pending: p.Count, PendingCapped: p.Capped, OldestPending: p.Oldest,
 		Topics: []TopicBacklog{}, Relays: []RelayShare{}, WAL: []WALSlot{}}
+	failing, err := outboxdb.ReadFailing(ctx, db, t, 0)
+	if err != nil {
+		return Status{}, fmt.Errorf("admin: %w", err)
+	}
 	for _, tp := range p.Topics {
-		st.Topics = append(st.Topics, TopicBacklog(tp))
+		b := TopicBacklog{Topic: tp.Topic, Pending: tp.Pending, OldestPending: tp.OldestPending}
+		for _, f := range failing.Topics {
+			if f.Topic == tp.Topic {
+				b.Failing, b.LastError, b.LastErrorRows = f.Rows, f.Error, f.ErrorRows
+			}
+		}
+		st.Topics = append(st.Topics, b)
 	}
 	partitions, shares, err := outboxdb.ReadShares(ctx, db, t)
 	if err != nil {
@@ -225,7 +252,14 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 	}
 	st.Partitions = partitions
 	for _, s := range shares {
-		st.Relays = append(st.Relays, RelayShare(s))
+		r := RelayShare{Relay: s.Relay, Topic: s.Topic, Partitions: s.Partitions, LeaseUntil: s.LeaseUntil,
+			Locks: s.Locks, Live: s.Live, Lapsed: s.Lapsed}
+		for _, f := range failing.Relays {
+			if f.Relay == s.Relay && f.Topic == s.Topic {
+				r.Failing, r.LastError, r.LastErrorRows = f.Rows, f.Error, f.ErrorRows
+			}
+		}
+		st.Relays = append(st.Relays, r)
 	}
 	slots, err := outboxdb.ReadSlots(ctx, db, t)
 	if err != nil {

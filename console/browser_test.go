@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"os"
 	"os/exec"
@@ -9,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -430,4 +433,66 @@ func TestBrowserOverviewGroupsDeadLettersBySourceAndReason(t *testing.T) {
 	assert.Regexp(t, `cause b of event <uuid>\s+e\.g\. cause b of event [0-9a-f-]{36}\s+1\s+`, table)
 	assert.Regexp(t, `16 other reasons\s+16$`, strings.TrimSpace(table))
 	assert.Equal(t, "227", text(t, b, "#open-letters"))
+}
+
+// flakyPublisher fails every publish while fail is set, as a broker that
+// stopped acknowledging does, and otherwise publishes to pub.
+type flakyPublisher struct {
+	fail atomic.Bool
+	pub  message.Publisher
+}
+
+func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.fail.Load() {
+		return errors.New("publishing: timeout waiting for ack")
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
+func (p *flakyPublisher) Close() error { return nil }
+
+// While a running fast relay's publishes fail, the overview shows the
+// failing rows of the topic with their error, and the relay's row says
+// "failing: <error>"; once they work again, the rows go and it says live.
+func TestBrowserOverviewShowsAFailingRelay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{Refresh: -1})
+	ctx := context.Background()
+	br, err := broker.Open(ctx, "mem://", broker.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = br.Close() })
+	pub := &flakyPublisher{pub: br.Publisher()}
+	pub.fail.Store(true)
+	e.emit(t, "orders", "Order", "1", `{"order_id":1}`, 5)
+	e.emit(t, "orders", "Order", "2", `{"order_id":2}`, 5)
+	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pub, Path: relay.PathFast, PollInterval: 50 * time.Millisecond,
+		RetryInterval: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	// Both aggregates' first rows failed (the others wait behind them).
+	require.Eventually(t, func() bool {
+		st, err := admin.ReadStatus(ctx, e.db.DB, "", "")
+		return err == nil && len(st.Topics) == 1 && st.Topics[0].Failing == 2 && len(st.Relays) == 1
+	}, patience, 20*time.Millisecond, "the relay tried and failed")
+	b := tab(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/")))
+	waitFor(t, b, "#relays")
+	assert.Regexp(t, `orders\s+10\s+\S+ ago\s+2\s+publishing: timeout waiting for ack`, text(t, b, "#topics"))
+	assert.Regexp(t, `failing: publishing: timeout waiting for ack \(2 pending rows of its partitions failed last time\)`,
+		text(t, b, "#relays"))
+
+	pub.fail.Store(false)
+	require.Eventually(t, func() bool {
+		st, err := admin.ReadStatus(ctx, e.db.DB, "", "")
+		return err == nil && st.Pending == 0
+	}, patience, 20*time.Millisecond, "the relay delivered them once the broker took them")
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(e.srv.URL+"/")))
+	waitFor(t, b, "#relays")
+	relays := text(t, b, "#relays")
+	assert.Contains(t, relays, "live")
+	assert.NotContains(t, relays, "failing")
 }

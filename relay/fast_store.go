@@ -46,9 +46,10 @@ func newStore(db *sql.DB, cfg SubscriberConfig) *store {
 }
 
 // partitionExpr is the partition of an outbox row: the same for every row
-// of an aggregate, and the same on every relay since PostgreSQL computes it.
+// of an aggregate, and the same on every relay since PostgreSQL computes
+// it. Status reads which relay holds a failing row through the same.
 func partitionExpr(alias string, partitions int) string {
-	return fmt.Sprintf("abs(hashtext(%[1]s.aggregate_type || ':' || %[1]s.aggregate_id) %% %d)::int", alias, partitions)
+	return outboxdb.PartitionOf(alias, strconv.Itoa(partitions))
 }
 
 // check refuses a table that is not an outbox table, once.

@@ -123,9 +123,17 @@ func writeStatus(out io.Writer, st admin.Status) {
 	if st.Pending > 0 {
 		fmt.Fprintf(out, "oldest pending age:  %s (written %s)\n",
 			st.Age().Round(time.Millisecond), st.OldestPending.UTC().Format(time.RFC3339))
-		if len(st.Topics) > 1 {
+		failing := false
+		for _, t := range st.Topics {
+			failing = failing || t.Failing > 0
+		}
+		if len(st.Topics) > 1 || failing {
 			for _, t := range st.Topics {
-				fmt.Fprintf(out, "  %s: %d, oldest %s\n", t.Topic, t.Pending, st.At.Sub(t.OldestPending).Round(time.Millisecond))
+				fmt.Fprintf(out, "  %s: %d, oldest %s", t.Topic, t.Pending, st.At.Sub(t.OldestPending).Round(time.Millisecond))
+				if t.Failing > 0 {
+					fmt.Fprintf(out, "; %d failing, last error: %s", t.Failing, oneLine(t.LastError, 160))
+				}
+				fmt.Fprintln(out)
 			}
 		}
 	} else {
@@ -153,6 +161,9 @@ func writeStatus(out io.Writer, st admin.Status) {
 					st.At.Sub(r.LeaseUntil).Round(time.Second))
 			case r.Locks && !r.Live:
 				state += "; not running (its liveness lock is gone): taken over within seconds"
+			case r.Failing > 0:
+				state += fmt.Sprintf("; failing: %s (%d pending rows of its partitions failed last time)",
+					oneLine(r.LastError, 160), r.Failing)
 			case !r.Locks:
 				state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
 			}

@@ -330,3 +330,49 @@ func TestStatusGroupsDeadLettersBySourceAndReason(t *testing.T) {
 	require.Equal(t, int64(200), st.DeadLetters.ByReason[1].Count)
 	require.Equal(t, "decoding order 200: invalid character 's' looking for beginning of value", st.DeadLetters.ByReason[1].Example)
 }
+
+// Pending rows whose last publish failed show in status with their error,
+// per topic and on the fast relay holding them, in text and JSON.
+func TestStatusShowsFailingRows(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
+			payload, attempts, last_error)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', 1,
+			CASE WHEN g <= 3 THEN 'timeout waiting for ack from 127.0.0.1:4222' END
+		FROM generate_series(1, 5) g;
+		CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL, relay text NOT NULL DEFAULT '',
+			until timestamptz NOT NULL DEFAULT '-infinity', PRIMARY KEY (topic, partition));
+		CREATE TABLE outbox_events_relays (topic text NOT NULL, relay text NOT NULL, until timestamptz NOT NULL,
+			live_lock boolean NOT NULL DEFAULT false, PRIMARY KEY (topic, relay));
+		INSERT INTO outbox_events_partitions (topic, partition, relay, until) VALUES ('', 0, 'r1/a/1', now() + interval '1 minute');
+		INSERT INTO outbox_events_relays (topic, relay, until) VALUES ('', 'r1/a/1', now() + interval '1 minute')`)
+	require.NoError(t, err)
+
+	out, err := run(t, nil, "status", "--database-url", db.URL)
+	require.NoError(t, err)
+	require.Regexp(t, `\n  orders: 5, oldest \S+; 3 failing, last error: timeout waiting for ack from 127.0.0.1:4222\n`, out)
+	require.Regexp(t, `\n  r1/a/1 owns 1 \(every topic\), lease until \S+; failing: timeout waiting for ack from 127.0.0.1:4222 `+
+		`\(3 pending rows of its partitions failed last time\)\n`, out)
+
+	out, err = run(t, nil, "status", "--database-url", db.URL, "--json")
+	require.NoError(t, err)
+	var st struct {
+		Topics []struct {
+			Failing       int64
+			LastError     string `json:"last_error"`
+			LastErrorRows int64  `json:"last_error_rows"`
+		}
+		Relays []struct {
+			Failing   int64
+			LastError string `json:"last_error"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Len(t, st.Topics, 1)
+	require.Equal(t, int64(3), st.Topics[0].Failing)
+	require.Equal(t, int64(3), st.Topics[0].LastErrorRows)
+	require.Equal(t, "timeout waiting for ack from 127.0.0.1:4222", st.Topics[0].LastError)
+	require.Len(t, st.Relays, 1)
+	require.Equal(t, int64(3), st.Relays[0].Failing)
+}

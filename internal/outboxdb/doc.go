@@ -22,6 +22,8 @@
 //     bound.
 //   - reasons.go: a dead letter's reason with its ids and numbers
 //     replaced, which the summary groups by.
+//   - failing.go: the pending rows whose last publish failed, by topic
+//     and by the fast relay holding their partition.
 //   - letters.go: the dead letters an operator lists, retries, discards
 //     and purges (package admin), and an event's letters.
 //   - rows.go: an event's outbox row, and the delivered rows a replay
