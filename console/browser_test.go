@@ -286,6 +286,14 @@ func TestScreenshots(t *testing.T) {
 	e.relayLetter(t, "orders", `{"order_id":42}`)
 	_, err = e.ent.ProcessedEvent.Create().SetConsumer("billing").SetEventID(ids[0]).SetEventName("order.paid").Save(context.Background())
 	require.NoError(t, err)
+	// A consumer's dead letters of one cause, and an aggregate whose
+	// publishes failed.
+	_, err = e.db.DB.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
+			SELECT gen_random_uuid(), 'billing', 'decoding order ' || g || ': unknown currency "X' || g || '"', 5
+			FROM generate_series(1, 12) g;
+		UPDATE outbox_events SET last_error = 'publishing: timeout waiting for ack', attempts = 1
+		WHERE delivered_at IS NULL AND aggregate_id = '3'`)
+	require.NoError(t, err)
 
 	// Two fast relays sharing the partitions (their messages left unread).
 	for _, id := range []string{"relay-a", "relay-b"} {
