@@ -11,15 +11,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/tracing"
 )
 
 // relayOptions are the relay command's flags. Those of the relay's
@@ -72,7 +76,13 @@ Brokers, by URL:
   postgres://...                        PostgreSQL itself (watermill-sql tables)
   mem://                                in-process (for tests and demos)
 
-A flag marked for some read paths only is refused on the others.`,
+A flag marked for some read paths only is refused on the others.
+
+Traces: with OTEL_EXPORTER_OTLP_ENDPOINT set (or OTEL_TRACES_EXPORTER), the relay
+exports a span per publish, the child of the span the event was emitted in,
+over OTLP (OTEL_EXPORTER_OTLP_PROTOCOL http/protobuf, the default, or grpc), as
+service OTEL_SERVICE_NAME (default entoutbox-relay), and sends the last ones at
+shutdown. Off when unset, or with OTEL_TRACES_EXPORTER=none.`,
 		Example: `  entoutbox relay --database-url postgres://postgres@127.0.0.1:5432/app --broker nats://127.0.0.1:4222
   ENTOUTBOX_DATABASE_URL=postgres://... ENTOUTBOX_BROKER=amqp://guest:guest@127.0.0.1:5672/ entoutbox relay`,
 		Args: cobra.NoArgs,
@@ -214,6 +224,21 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		return err
 	}
 	tuneGC(o.cfg.MaxBytesInFlight)
+	stopTraces, err := tracing.FromEnv(ctx, "entoutbox-relay")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// ctx has ended: the spans not yet sent get a moment of their own.
+		fctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+		defer cancel()
+		if err := stopTraces(fctx); err != nil {
+			logger.Warn("Sending the last spans failed", "error", err)
+		}
+	}()
+	if _, on := otel.GetTracerProvider().(*sdktrace.TracerProvider); on {
+		logger.Info("Exporting traces as the OTEL_ environment variables say")
+	}
 	cfg := o.config()
 	db, err := openDB(o.databaseURL)
 	if err != nil {
@@ -266,6 +291,9 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	logger.Info("Relay stopped")
 	return nil
 }
+
+// traceFlushTimeout bounds the sending of the last spans at shutdown.
+const traceFlushTimeout = 10 * time.Second
 
 // tuneGC sets the garbage collector for the relay, unless the environment
 // does (GOGC, GOMEMLIMIT). Its live heap is small and bounded by
