@@ -12,14 +12,17 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/outboxtest"
 )
 
@@ -114,7 +117,8 @@ func TestAnAggregatesEventsAreAppliedInSeqOrder(t *testing.T) {
 
 // A dead letter holds its aggregate: the events after it go to the dead
 // letters at once, without a try, and the aggregate is released when the
-// held event is retried and applied; other aggregates flow meanwhile.
+// held event is retried and applied; other aggregates flow meanwhile. The
+// metrics count each letter under its reason.
 func TestADeadLetterHoldsItsAggregateUntilRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -122,7 +126,10 @@ func TestADeadLetterHoldsItsAggregateUntilRetried(t *testing.T) {
 	var calls atomic.Int64
 	var broken atomic.Bool
 	broken.Store(true)
-	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2))...)
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(2), consumer.WithMetrics(m))...)
 	h.OnOrderPaid("billing", seqHandler(&calls, func(seq int64) bool { return seq == 2 && broken.Load() }))
 
 	first, second, third := seqMessage(t, 1, 1), seqMessage(t, 1, 2), seqMessage(t, 1, 3)
@@ -140,6 +147,11 @@ func TestADeadLetterHoldsItsAggregateUntilRetried(t *testing.T) {
 	letter := b.client.DeadLetter.Query().Where(deadletter.AggregateSeq(3)).OnlyX(ctx)
 	require.Contains(t, letter.Reason, "held: event "+second.UUID+" (seq 2) of aggregate Order/1 is in the dead letters")
 	require.Zero(t, letter.Attempts)
+	lettered := func(reason string) float64 {
+		return promtest.Value(t, reg, "entoutbox_consumer_dead_lettered_total", "consumer", "billing", "reason", reason)
+	}
+	require.Equal(t, 1.0, lettered(metrics.ReasonMaxAttempts), "seq 2")
+	require.Equal(t, 1.0, lettered(metrics.ReasonHeld), "seq 3")
 	require.NoError(t, h.Handle(ctx, "billing", second.Copy()), "a redelivery of the held event")
 	require.Equal(t, int64(3), calls.Load(), "its letter is open: skipped")
 
@@ -196,8 +208,11 @@ func TestAGapThatNeverFillsHoldsTheAggregate(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	var calls atomic.Int64
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
 	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(50*time.Millisecond),
-		consumer.WithMaxGap(300*time.Millisecond))...)
+		consumer.WithMaxGap(300*time.Millisecond), consumer.WithMetrics(m))...)
 	h.OnOrderPaid("billing", seqHandler(&calls, nil))
 
 	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
@@ -213,6 +228,11 @@ func TestAGapThatNeverFillsHoldsTheAggregate(t *testing.T) {
 
 	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 4)))
 	require.Contains(t, b.client.DeadLetter.Query().Where(deadletter.AggregateSeq(4)).OnlyX(ctx).Reason, "held: seq 2")
+	lettered := func(reason string) float64 {
+		return promtest.Value(t, reg, "entoutbox_consumer_dead_lettered_total", "consumer", "billing", "reason", reason)
+	}
+	require.Equal(t, 1.0, lettered(metrics.ReasonPreviousMissing), "seq 3")
+	require.Equal(t, 1.0, lettered(metrics.ReasonHeld), "seq 4")
 
 	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)))
 	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
