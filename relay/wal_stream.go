@@ -101,8 +101,12 @@ type walSession struct {
 	// ctx ends when the session does: no more publishes, retries or dead
 	// letters start.
 	ctx  context.Context
-	out  sync.WaitGroup // publishes and dead letters under way
+	out  *sync.WaitGroup // publishes and dead letters under way
 	stat *walState
+	// drain: next reports nothing more once every row of w is settled
+	// (the catch-up's batches, see wal_catchup.go), instead of waiting for
+	// the stream's next.
+	drain bool
 }
 
 // streamWAL runs one session: it connects, makes sure of the slot, streams
@@ -139,7 +143,7 @@ func (w *walSource) streamWAL(ctx context.Context, e *engine, stat *walState) er
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	s := &walSession{src: w, cfg: cfg, e: e, conn: conn, w: newWALWindow(confirmed),
-		relations: map[uint32]*walRelation{}, metrics: w.cfg.Metrics, ctx: sctx, stat: stat}
+		relations: map[uint32]*walRelation{}, metrics: w.cfg.Metrics, ctx: sctx, out: &sync.WaitGroup{}, stat: stat}
 	stat.set(WALActive, confirmed, s.w)
 	w.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
 		"publication": cfg.Publication, "confirmed": confirmed.String()})
@@ -341,8 +345,14 @@ func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
 }
 
 // dispatch hands the rows whose turn came to the engine until the session
-// ends.
-func (s *walSession) dispatch() { s.e.run(s.ctx, s.next) }
+// ends: first those written before the slot's start (the stream holds its
+// own meanwhile), then the stream's.
+func (s *walSession) dispatch() {
+	if !s.catchUp() {
+		return
+	}
+	s.e.run(s.ctx, s.next)
+}
 
 // next is the next row whose turn came, for the engine: false once the
 // session ends.
@@ -351,6 +361,11 @@ func (s *walSession) next(ctx context.Context) (delivery, bool) {
 		if r := s.w.next(s.src.cfg.Concurrency); r != nil {
 			s.out.Add(1)
 			return &walDelivery{s: s, r: r, msg: r.message(s.src.cfg.CloudEvents)}, true
+		}
+		if s.drain {
+			if open, _ := s.w.counts(); open == 0 {
+				return nil, false
+			}
 		}
 		select {
 		case <-s.w.wake:
@@ -452,7 +467,7 @@ func (w *walSource) moveToDeadLetters(ctx context.Context, row *walRow, reason s
 	if err != nil || moved {
 		return wrapRelay(err)
 	}
-	if row.tx != nil {
+	if row.tx != nil && !row.tx.table {
 		if err := w.waitVisible(ctx, row); err != nil {
 			return err
 		}

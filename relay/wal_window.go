@@ -58,6 +58,9 @@ type walTx struct {
 	end  pglogrepl.LSN // its end, from its commit message; 0 until then
 	rows int           // rows read of it
 	open int           // rows not settled
+	// table: its rows were read from the table by the catch-up, not from
+	// the stream (it is no transaction of the stream).
+	table bool
 }
 
 // walRow is an outbox row read from the stream.
@@ -90,6 +93,15 @@ func (w *walWindow) begin(xid uint32) {
 	defer w.mu.Unlock()
 	w.cur = &walTx{xid: xid}
 	w.txs = append(w.txs, w.cur)
+}
+
+// beginTable starts a transaction of rows read from the table (the
+// catch-up's), not from the stream.
+func (w *walWindow) beginTable() {
+	w.begin(0)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cur.table = true
 }
 
 // add takes a row of the transaction being read. A well-formed row joins

@@ -1,0 +1,196 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// A slot streams the transactions that commit after its start; those that
+// committed before (visible in the snapshot the slot exported when it was
+// created, kept as <table>_wal_progress.created) it never streams. Their
+// rows still pending (delivered_at NULL: written before the relay's first
+// start, while no relay ran, or left by another path) the relay sends
+// itself, at the start of every session, before any row of the stream:
+// in id order, one row per aggregate at a time, through the engine as the
+// stream's rows go. The stream is read meanwhile into its window, and
+// held there, so an aggregate's old rows go out before its new ones.
+//
+// A batch of them is marked delivered (delivered_at, as the fast path
+// marks its rows) once every row of it is acked or dead-lettered; the
+// next batch goes out after. A relay killed midway sends the unmarked
+// batch again, in the same order: duplicates, never a gap or an aggregate
+// out of order. Marked rows count as delivered for status and cleanup.
+// Once none is left, a session's catch-up is one query.
+
+// preSlotPending is the condition that outbox row o is not marked delivered
+// and its transaction committed before the start of the slot that exported
+// snapshot snap. Its range on transaction_id lets the (transaction_id, id)
+// index serve it.
+func preSlotPending(o, snap string) string {
+	x := o + ".transaction_id"
+	return o + ".delivered_at IS NULL AND " + x + " < pg_snapshot_xmax(" + snap + ") AND " +
+		"pg_visible_in_snapshot(" + x + ", " + snap + ")"
+}
+
+// catchUp sends the rows the slot's start left behind, and tells whether
+// the session may go on to the stream's (false: it ended meanwhile).
+func (s *walSession) catchUp() bool {
+	src := s.src
+	slot := s.cfg.Slot
+	var snap sql.NullString
+	progress := pgsql.QuoteIdent(outboxdb.New(src.cfg.Table, "").WALProgress())
+	if !s.untilDone("reading where the slot starts", func(ctx context.Context) error {
+		return src.cfg.DB.QueryRowContext(ctx, `SELECT created::text FROM `+progress+` WHERE slot = $1`, slot).Scan(&snap)
+	}) {
+		return false
+	}
+	if !snap.Valid {
+		src.cfg.Logger.Info("Where the slot starts is not recorded (it was made by an earlier version, or recording "+
+			"it failed): rows written before it are not sent, and status counts those still pending",
+			watermill.LogFields{"slot": slot})
+		return true
+	}
+	var pending int64
+	if !s.untilDone("counting the rows written before the slot's start", func(ctx context.Context) error {
+		return src.cfg.DB.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+pgsql.QuoteIdent(src.cfg.Table)+
+			` o WHERE `+preSlotPending("o", "$1::pg_snapshot")+` LIMIT $2) x`, snap.String, outboxdb.DefaultMaxRows).
+			Scan(&pending)
+	}) {
+		return false
+	}
+	if pending == 0 {
+		return true
+	}
+	fields := watermill.LogFields{"slot": slot, "rows": pending}
+	if pending >= outboxdb.DefaultMaxRows {
+		fields["rows"] = fmt.Sprintf("at least %d", pending)
+	}
+	src.cfg.Logger.Info("Sending the rows written before the replication slot's start (the stream does not carry "+
+		"them), before the stream's", fields)
+	var after, sent int64
+	for {
+		var rows []*walRow
+		if !s.untilDone("reading the rows written before the slot's start", func(ctx context.Context) (err error) {
+			rows, err = src.readPreSlot(ctx, snap.String, after)
+			return err
+		}) {
+			return false
+		}
+		if len(rows) == 0 {
+			break
+		}
+		if !s.sendBatch(rows) {
+			return false
+		}
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			ids[i] = r.id
+		}
+		if !s.untilDone("marking the rows written before the slot's start delivered", func(ctx context.Context) error {
+			_, err := src.cfg.DB.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(src.cfg.Table)+
+				` SET delivered_at = now() WHERE id = ANY($1) AND delivered_at IS NULL`, ids)
+			return err
+		}) {
+			return false
+		}
+		after = rows[len(rows)-1].id
+		sent += int64(len(rows))
+	}
+	src.cfg.Logger.Info("Sent the rows written before the replication slot's start; streaming",
+		watermill.LogFields{"slot": slot, "rows": sent})
+	return true
+}
+
+// sendBatch has the engine publish rows as the stream's are (one per
+// aggregate at a time, in id order, failures as the policy decides), and
+// tells whether every one was acked or dead-lettered before the session
+// ended.
+func (s *walSession) sendBatch(rows []*walRow) bool {
+	b := &walSession{src: s.src, cfg: s.cfg, e: s.e, w: newWALWindow(0), metrics: s.metrics, ctx: s.ctx,
+		out: s.out, stat: s.stat, drain: true}
+	b.w.beginTable()
+	for _, r := range rows {
+		if b.w.add(r) {
+			b.deadLetter(r, malformed(r.bad.Error(), r.attempts))
+		}
+	}
+	b.w.commit(1)
+	s.e.run(s.ctx, b.next)
+	if open, _ := b.w.counts(); open > 0 {
+		b.w.stop() // the session ended: the next one sends the batch again
+		return false
+	}
+	return true
+}
+
+// readPreSlot reads, in id order, the next batch after id after of the
+// rows written before the start of the slot that exported snap: at most
+// BatchSize rows, and no more bytes than MaxBytesInFlight past the first.
+func (w *walSource) readPreSlot(ctx context.Context, snap string, after int64) ([]*walRow, error) {
+	rs, err := w.cfg.DB.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
+			o.aggregate_type, o.aggregate_id, o.payload::text, o.headers::text, o.created_at, o.attempts,
+			coalesce(o.readable_from, 0), coalesce(o.aggregate_seq, 0)
+		FROM `+pgsql.QuoteIdent(w.cfg.Table)+` o WHERE `+preSlotPending("o", "$1::pg_snapshot")+` AND o.id > $2
+		ORDER BY o.id LIMIT $3`, snap, after, w.cfg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var (
+		rows  []*walRow
+		bytes int64
+	)
+	for rs.Next() {
+		r := &walRow{}
+		var payload, headers sql.NullString
+		if err := rs.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
+			&payload, &headers, &r.createdAt, &r.attempts, &r.readableFrom, &r.aggregateSeq); err != nil {
+			return nil, err
+		}
+		if payload.Valid {
+			r.payload = []byte(payload.String)
+		}
+		if headers.Valid {
+			r.headers = []byte(headers.String)
+		}
+		r.size = int64(len(r.payload) + len(r.headers))
+		if len(rows) > 0 && bytes+r.size > w.cfg.MaxBytesInFlight {
+			break
+		}
+		bytes += r.size
+		if err := r.check(); err != nil {
+			r.bad = err
+		}
+		rows = append(rows, r)
+	}
+	return rows, rs.Err()
+}
+
+// untilDone runs fn until it succeeds, backing off after failures (logged
+// the first times), and tells whether it did before the session ended.
+func (s *walSession) untilDone(what string, fn func(context.Context) error) bool {
+	for failures := 1; ; failures++ {
+		err := fn(s.ctx)
+		if err == nil {
+			return true
+		}
+		if s.ctx.Err() != nil {
+			return false
+		}
+		if failures <= 3 {
+			s.src.cfg.Logger.Error("Sending the rows written before the replication slot's start: "+what+
+				" failed; trying again", err, watermill.LogFields{"slot": s.cfg.Slot})
+		}
+		if !sleepCtx(s.ctx, backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)) {
+			return false
+		}
+	}
+}
