@@ -30,13 +30,14 @@ import (
 // out of order. Marked rows count as delivered for status and cleanup.
 // Once none is left, a session's catch-up is one query.
 
-// preSlotPending is the condition that outbox row o is not marked delivered
-// and its transaction committed before the start of the slot that exported
+// preSlotPending is the condition that outbox row o is pending (d: no
+// path, the WAL path through another slot included, delivered it) and its
+// transaction committed before the start of the slot that exported
 // snapshot snap. Its range on transaction_id lets the (transaction_id, id)
 // index serve it.
-func preSlotPending(o, snap string) string {
+func preSlotPending(d outboxdb.Delivery, o, snap string) string {
 	x := o + ".transaction_id"
-	return o + ".delivered_at IS NULL AND " + x + " < pg_snapshot_xmax(" + snap + ") AND " +
+	return d.Pending(o) + " AND " + x + " < pg_snapshot_xmax(" + snap + ") AND " +
 		"pg_visible_in_snapshot(" + x + ", " + snap + ")"
 }
 
@@ -46,9 +47,14 @@ func (s *walSession) catchUp() bool {
 	src := s.src
 	slot := s.cfg.Slot
 	var snap sql.NullString
-	progress := pgsql.QuoteIdent(outboxdb.New(src.cfg.Table, "").WALProgress())
-	if !s.untilDone("reading where the slot starts", func(ctx context.Context) error {
-		return src.cfg.DB.QueryRowContext(ctx, `SELECT created::text FROM `+progress+` WHERE slot = $1`, slot).Scan(&snap)
+	tables := outboxdb.New(src.cfg.Table, "")
+	var d outboxdb.Delivery
+	if !s.untilDone("reading where the slot starts", func(ctx context.Context) (err error) {
+		if d, err = tables.ReadDelivery(ctx, src.cfg.DB); err != nil {
+			return err
+		}
+		return src.cfg.DB.QueryRowContext(ctx, `SELECT created::text FROM `+pgsql.QuoteIdent(tables.WALProgress())+
+			` WHERE slot = $1`, slot).Scan(&snap)
 	}) {
 		return false
 	}
@@ -61,7 +67,7 @@ func (s *walSession) catchUp() bool {
 	var pending int64
 	if !s.untilDone("counting the rows written before the slot's start", func(ctx context.Context) error {
 		return src.cfg.DB.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+pgsql.QuoteIdent(src.cfg.Table)+
-			` o WHERE `+preSlotPending("o", "$1::pg_snapshot")+` LIMIT $2) x`, snap.String, outboxdb.DefaultMaxRows).
+			` o WHERE `+preSlotPending(d, "o", "$1::pg_snapshot")+` LIMIT $2) x`, snap.String, outboxdb.DefaultMaxRows).
 			Scan(&pending)
 	}) {
 		return false
@@ -79,7 +85,7 @@ func (s *walSession) catchUp() bool {
 	for {
 		var rows []*walRow
 		if !s.untilDone("reading the rows written before the slot's start", func(ctx context.Context) (err error) {
-			rows, err = src.readPreSlot(ctx, snap.String, after)
+			rows, err = src.readPreSlot(ctx, d, snap.String, after)
 			return err
 		}) {
 			return false
@@ -134,11 +140,11 @@ func (s *walSession) sendBatch(rows []*walRow) bool {
 // readPreSlot reads, in id order, the next batch after id after of the
 // rows written before the start of the slot that exported snap: at most
 // BatchSize rows, and no more bytes than MaxBytesInFlight past the first.
-func (w *walSource) readPreSlot(ctx context.Context, snap string, after int64) ([]*walRow, error) {
+func (w *walSource) readPreSlot(ctx context.Context, d outboxdb.Delivery, snap string, after int64) ([]*walRow, error) {
 	rs, err := w.cfg.DB.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
 			o.aggregate_type, o.aggregate_id, o.payload::text, o.headers::text, o.created_at, o.attempts,
 			coalesce(o.readable_from, 0), coalesce(o.aggregate_seq, 0)
-		FROM `+pgsql.QuoteIdent(w.cfg.Table)+` o WHERE `+preSlotPending("o", "$1::pg_snapshot")+` AND o.id > $2
+		FROM `+pgsql.QuoteIdent(w.cfg.Table)+` o WHERE `+preSlotPending(d, "o", "$1::pg_snapshot")+` AND o.id > $2
 		ORDER BY o.id LIMIT $3`, snap, after, w.cfg.BatchSize)
 	if err != nil {
 		return nil, err

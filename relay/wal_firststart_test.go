@@ -130,3 +130,31 @@ func TestWALKilledWhileSendingRowsWrittenBeforeTheSlot(t *testing.T) {
 		require.Equal(t, ids, firstSeenOf(got, agg), "first arrivals of aggregate %s in commit order", agg)
 	}
 }
+
+// A slot dropped (as one the server invalidated must be) and made again
+// by the next relay: the rows committed while there was none are sent,
+// and those the old slot delivered are not sent again.
+func TestWALNewSlotSendsTheGapNotWhatTheOldSlotDelivered(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	cfg := s.config(relay.Config{Publisher: pubsub})
+	stop := runRelay(t, cfg)
+	waitStreaming(t, s)
+	want := emitOrders(t, s.client, 60, 4, 0)
+	got.waitFor(t, want, patience)
+	waitDelivered(t, s.emitBundle, 0) // recorded in the progress table
+	require.NoError(t, stop())
+
+	require.Eventually(t, func() bool {
+		_, err := s.db.DB.Exec(`SELECT pg_drop_replication_slot($1)`, s.slot)
+		return err == nil
+	}, patience, 50*time.Millisecond, "the slot stays active")
+	want.then(emitOrders(t, s.client, 40, 4, 0)) // no slot: never streamed
+
+	stop = runRelay(t, cfg)
+	got.waitFor(t, want, patience)
+	waitDelivered(t, s.emitBundle, 0)
+	require.NoError(t, stop())
+	got.requireExactly(t, want)
+}

@@ -50,7 +50,7 @@ func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
 
 // recordSlotCreated stores the snapshot a new slot exported as the slot's
 // start, and forgets what was delivered through an earlier slot of the
-// name.
+// name, once it is marked delivered.
 func (w *walSource) recordSlotCreated(ctx context.Context, snapshotName string) error {
 	tx, err := w.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
@@ -68,11 +68,26 @@ func (w *walSource) recordSlotCreated(ctx context.Context, snapshotName string) 
 		return err
 	}
 	snap = normalSnapshot(snap)
-	_, err = w.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(w.cfg.Table, "").WALProgress())+`
+	// What an earlier slot of the name delivered is marked so before it is
+	// forgotten: the new slot's start would take it for pending, and send
+	// it again (see wal_catchup.go).
+	t := outboxdb.New(w.cfg.Table, "")
+	ptx, err := w.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ptx.Rollback() }()
+	if _, err := t.MarkWALDelivered(ctx, ptx, w.cfg.WAL.Slot); err != nil {
+		return err
+	}
+	_, err = ptx.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.WALProgress())+`
 		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
 		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
 			updated_at = now()`, w.cfg.WAL.Slot, snap)
-	return err
+	if err != nil {
+		return err
+	}
+	return ptx.Commit()
 }
 
 // normalSnapshot fixes the text of a slot's exported snapshot, whose xmin

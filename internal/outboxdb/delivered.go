@@ -99,6 +99,19 @@ func (t Tables) WALDelivered(ctx context.Context, q Querier, id int64) (bool, er
 	return delivered, nil
 }
 
+// MarkWALDelivered sets delivered_at on the rows the WAL path's progress
+// row of slot says it delivered, before that row is reset for a new slot
+// of the name (whose start would take them for pending), and returns how
+// many it marked.
+func (t Tables) MarkWALDelivered(ctx context.Context, e Execer, slot string) (int64, error) {
+	res, err := e.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(t.Outbox)+` o SET delivered_at = now() FROM `+
+		pgsql.QuoteIdent(t.WALProgress())+` p WHERE p.slot = $1 AND `+walDelivered("o", "p"), slot)
+	if err != nil {
+		return 0, fmt.Errorf("marking the rows slot %q delivered in %s: %w", slot, t.Outbox, err)
+	}
+	return res.RowsAffected()
+}
+
 // DeleteWALDelivered deletes, batch rows at a time (1000 when zero), the
 // rows the WAL path delivered that were written before cutoff.
 func (t Tables) DeleteWALDelivered(ctx context.Context, db *sql.DB, cutoff time.Time, batch int) (int64, error) {
