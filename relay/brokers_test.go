@@ -64,21 +64,21 @@ func TestRelayToEveryBroker(t *testing.T) {
 	for _, tc := range brokerURLs {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			forPaths(t, func(t *testing.T, path relay.Path) {
-				testRelayToBroker(t, path, tc.url(t), tc.service)
+			forPaths(t, func(t *testing.T, p *onPath) {
+				testRelayToBroker(t, p, tc.url(t), tc.service)
 			})
 		})
 	}
 }
 
-func testRelayToBroker(t *testing.T, path relay.Path, url, service string) {
-	b := setupEmit(t)
+func testRelayToBroker(t *testing.T, p *onPath, url, service string) {
+	b := p.emitBundle
 	br := openBroker(t, url, service)
 	prefix := uniquePrefix()
 	got := receiveOn(t, br, prefix)
 
 	want := emitOrders(t, b.client, 60, 6, 4)
-	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: br.Publisher(), TopicPrefix: prefix}))
+	stop := runRelay(t, p.config(relay.Config{Publisher: br.Publisher(), TopicPrefix: prefix}))
 	got.waitFor(t, want, patience)
 	require.NoError(t, stop())
 	time.Sleep(200 * time.Millisecond) // let a stray duplicate show up

@@ -86,9 +86,9 @@ func TestRelayedMessagesAreCloudEvents(t *testing.T) {
 	forPaths(t, testRelayedMessagesAreCloudEvents)
 }
 
-func testRelayedMessagesAreCloudEvents(t *testing.T, path relay.Path) {
+func testRelayedMessagesAreCloudEvents(t *testing.T, p *onPath) {
 	ctx := context.Background()
-	b := setupEmit(t)
+	b := p.emitBundle
 	pubsub, got := receiveInProcess(t, "orders")
 	id := uuid.New()
 	require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
@@ -99,7 +99,7 @@ func testRelayedMessagesAreCloudEvents(t *testing.T, path relay.Path) {
 	require.NoError(t, b.db.DB.QueryRow(`SELECT created_at FROM outbox_events WHERE event_id = $1`, id).Scan(&createdAt))
 
 	ce := &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/"}
-	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub, CloudEvents: ce}))
+	stop := runRelay(t, p.config(relay.Config{Publisher: pubsub, CloudEvents: ce}))
 	want := emitted{ids: map[string]bool{id.String(): true}}
 	got.waitFor(t, want, patience)
 	require.NoError(t, stop())

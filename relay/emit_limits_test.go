@@ -192,8 +192,8 @@ func TestEmitReturnEventIDWritesNothingEarly(t *testing.T) {
 // Emit's reason, without an attempt, even on a broker that would take it.
 func TestRelaySetsAsideHeadersAndAggregateIDsEmitRefuses(t *testing.T) {
 	t.Parallel()
-	forPaths(t, func(t *testing.T, path relay.Path) {
-		b := setupEmit(t)
+	forPaths(t, func(t *testing.T, p *onPath) {
+		b := p.emitBundle
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1000, Persistent: true}, watermill.NopLogger{})
@@ -210,7 +210,7 @@ func TestRelaySetsAsideHeadersAndAggregateIDsEmitRefuses(t *testing.T) {
 		require.NoError(t, err)
 		after := emitOrders(t, b.client, 4, 2, 0)
 
-		runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+		runRelay(t, p.config(relay.Config{Publisher: pubsub}))
 		got.waitFor(t, before, patience)
 		got.waitFor(t, after, patience)
 		waitDelivered(t, b, 3)

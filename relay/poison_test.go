@@ -38,10 +38,15 @@ func (p failingPublisher) Publish(topic string, msgs ...*message.Message) error 
 }
 
 // A row that always fails to publish goes to the dead letters after the
-// bound, and the other aggregates flow meanwhile.
+// bound, and the other aggregates flow meanwhile (the paths that count
+// attempts).
 func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	t.Parallel()
-	b := setupEmit(t)
+	forPathsOf(t, []relay.Path{relay.PathFast, relay.PathWAL}, testPoisonRowIsDeadLettered)
+}
+
+func testPoisonRowIsDeadLettered(t *testing.T, p *onPath) {
+	b := p.emitBundle
 	pubsub, got := receiveInProcess(t, "orders")
 
 	want := emitOrders(t, b.client, 60, 6, 0)
@@ -58,8 +63,7 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 			}
 		}
 	}
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 4}}})
+	cfg := p.config(relay.Config{Publisher: failingPublisher{pubsub, poison}, MaxAttempts: 4})
 	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
@@ -68,11 +72,13 @@ func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	got.requireExactly(t, want) // the poison's own aggregate goes on after it, in order
 
 	var reason, eventID string
-	var attempts int
+	var attempts, left int
 	require.NoError(t, b.db.DB.QueryRow(`SELECT event_id, reason, attempts FROM outbox_dead_letters`).Scan(&eventID, &reason, &attempts))
 	require.Equal(t, poison, eventID)
 	require.Equal(t, "message rejected by the broker (after 4 attempts)", reason)
 	require.Equal(t, 4, attempts)
+	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE event_id = $1`, poison).Scan(&left))
+	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
 }
 
 // A failed publish is recorded on its row while it waits for a retry:

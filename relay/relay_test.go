@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -25,14 +26,67 @@ func quick(path relay.Path, cfg relay.Config) relay.Config {
 	return cfg
 }
 
-// forPaths runs a test once per read path.
-func forPaths(t *testing.T, test func(t *testing.T, path relay.Path)) {
-	for _, path := range []relay.Path{relay.PathFast, relay.PathCompatible} {
+// paths is every read path: the shared tests run on each.
+var paths = []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL}
+
+// onPath is a shared test's run on one read path: an outbox of its own
+// and, on the WAL path, a slot and a publication of their own, the slot
+// created before the test writes anything (the WAL path delivers what
+// commits after its slot's start, as a new relay does).
+type onPath struct {
+	path relay.Path
+	*emitBundle
+	wal *walSetup // nil off the WAL path
+}
+
+// forPaths runs a test once on each read path.
+func forPaths(t *testing.T, test func(t *testing.T, p *onPath)) {
+	forPathsOf(t, paths, test)
+}
+
+// forPathsOf runs a test once on each of the given read paths: a test of
+// what only some of them do.
+func forPathsOf(t *testing.T, of []relay.Path, test func(t *testing.T, p *onPath)) {
+	for _, path := range of {
 		t.Run(string(path), func(t *testing.T) {
 			t.Parallel()
-			test(t, path)
+			test(t, setupPath(t, path))
 		})
 	}
+}
+
+func setupPath(t *testing.T, path relay.Path) *onPath {
+	t.Helper()
+	if path != relay.PathWAL {
+		return &onPath{path: path, emitBundle: setupEmit(t)}
+	}
+	s := setupWAL(t)
+	s.createSlot(t)
+	return &onPath{path: path, emitBundle: s.emitBundle, wal: s}
+}
+
+// config is cfg made a quick relay of p's path on p's outbox (cfg.DB, when
+// set, is kept).
+func (p *onPath) config(cfg relay.Config) relay.Config {
+	db := cfg.DB
+	if p.wal != nil {
+		cfg = p.wal.config(cfg)
+	}
+	cfg.DB = cmp.Or(db, p.db.DB)
+	return quick(p.path, cfg)
+}
+
+// relayArgs is the command line of a quick `entoutbox relay` of p's path
+// on p's outbox, before the broker's flags.
+func (p *onPath) relayArgs() []string {
+	args := []string{"relay", "--path", string(p.path), "--retry-interval", "50ms"}
+	switch p.path {
+	case relay.PathWAL:
+		return append(args, "--slot", p.wal.slot, "--publication", p.wal.publication)
+	case relay.PathFast:
+		args = append(args, "--lease", "2s")
+	}
+	return append(args, "--poll-interval", "20ms")
 }
 
 func TestRelayInProcess(t *testing.T) {
@@ -40,14 +94,13 @@ func TestRelayInProcess(t *testing.T) {
 	forPaths(t, testRelayInProcess)
 }
 
-func testRelayInProcess(t *testing.T, path relay.Path) {
-	b := setupEmit(t)
+func testRelayInProcess(t *testing.T, p *onPath) {
 	pubsub, got := receiveInProcess(t, "orders")
 
-	want := emitOrders(t, b.client, 120, 7, 5)
-	stop := runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	want := emitOrders(t, p.client, 120, 7, 5)
+	stop := runRelay(t, p.config(relay.Config{Publisher: pubsub}))
 	got.waitFor(t, want, patience)
-	waitDelivered(t, b, 0)
+	waitDelivered(t, p.emitBundle, 0)
 	require.NoError(t, stop(), "a shutdown asked for by ctx is not an error")
 	got.requireExactly(t, want)
 
@@ -70,8 +123,8 @@ func TestRelaySetsAsideBrokenRows(t *testing.T) {
 	forPaths(t, testRelaySetsAsideBrokenRows)
 }
 
-func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
-	b := setupEmit(t)
+func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
+	b := p.emitBundle
 	pubsub, got := receiveInProcess(t, "orders")
 
 	before := emitOrders(t, b.client, 5, 2, 0)
@@ -82,7 +135,7 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	require.NoError(t, err)
 	after := emitOrders(t, b.client, 5, 2, 0)
 
-	runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	runRelay(t, p.config(relay.Config{Publisher: pubsub}))
 	got.waitFor(t, before, patience)
 	got.waitFor(t, after, patience)
 	require.Equal(t, 10, got.distinct(), "the broken rows are not published")
@@ -108,6 +161,9 @@ func testRelaySetsAsideBrokenRows(t *testing.T, path relay.Path) {
 	require.JSONEq(t, `{"order_id": 1}`, dead[0][3])
 	require.Equal(t, "order-y", dead[1][0])
 	require.Equal(t, "topic is empty", dead[1][2])
+	var left int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE aggregate_id IN ('order-x', 'order-y')`).Scan(&left))
+	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
 }
 
 // With DeleteDelivered, a delivered row is deleted instead of stamped: the

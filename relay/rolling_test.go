@@ -26,8 +26,8 @@ func TestRollingDeployNewerVersionThroughTheRelay(t *testing.T) {
 	forPaths(t, testRollingDeployNewerVersion)
 }
 
-func testRollingDeployNewerVersion(t *testing.T, path relay.Path) {
-	b := setupEmit(t)
+func testRollingDeployNewerVersion(t *testing.T, p *onPath) {
+	b := p.emitBundle
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	_, err := b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, readable_from, topic, aggregate_type, aggregate_id, payload) VALUES
@@ -71,7 +71,7 @@ func testRollingDeployNewerVersion(t *testing.T, path relay.Path) {
 			msg.Ack()
 		}
 	}()
-	runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub}))
+	runRelay(t, p.config(relay.Config{Publisher: pubsub}))
 
 	deadLetters := func() map[string]string {
 		rows, err := b.db.DB.Query(`SELECT aggregate_id, reason FROM outbox_dead_letters WHERE source = 'billing'`)

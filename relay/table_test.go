@@ -35,8 +35,8 @@ func tablesOf(t *testing.T, b *emitBundle) []string {
 // and nothing is created after its name.
 func TestRelayRefusesMissingTable(t *testing.T) {
 	t.Parallel()
-	forPaths(t, func(t *testing.T, path relay.Path) {
-		b := setupEmit(t)
+	forPaths(t, func(t *testing.T, p *onPath) {
+		b := p.emitBundle
 		_, err := b.db.DB.Exec(`CREATE TABLE not_outbox (id bigint, payload jsonb);
 			CREATE TABLE unmigrated (LIKE outbox_events INCLUDING ALL); ALTER TABLE unmigrated DROP COLUMN readable_from;
 			CREATE TABLE old_letters (LIKE outbox_dead_letters INCLUDING ALL); ALTER TABLE old_letters DROP COLUMN aggregate_seq`)
@@ -49,7 +49,7 @@ func TestRelayRefusesMissingTable(t *testing.T) {
 			// A table of an earlier version, not migrated since.
 			"unmigrated": `relay: table "unmigrated" is not an outbox table: it lacks the columns readable_from (run the ent migration first`,
 		} {
-			r, err := relay.New(quick(path, relay.Config{DB: b.db.DB, Publisher: pub, Table: table}))
+			r, err := relay.New(p.config(relay.Config{Publisher: pub, Table: table}))
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), patience)
 			err = r.Run(ctx)
@@ -59,7 +59,7 @@ func TestRelayRefusesMissingTable(t *testing.T) {
 		}
 		// A dead-letter table of an earlier version: a dead letter keeps
 		// its event's aggregate_seq.
-		r, err := relay.New(quick(path, relay.Config{DB: b.db.DB, Publisher: pub, DeadLetterTable: "old_letters"}))
+		r, err := relay.New(p.config(relay.Config{Publisher: pub, DeadLetterTable: "old_letters"}))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		err = r.Run(ctx)

@@ -30,8 +30,8 @@ func TestOneTraceFromRequestThroughRelayToHandler(t *testing.T) {
 	// Emit and the relay propagate with the global propagator; only a
 	// provider of their own (not the global one) records spans.
 	otel.SetTextMapPropagator(propagation.TraceContext{})
-	forPaths(t, func(t *testing.T, path relay.Path) {
-		b := setupEmit(t)
+	forPaths(t, func(t *testing.T, p *onPath) {
+		b := p.emitBundle
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -68,7 +68,7 @@ func TestOneTraceFromRequestThroughRelayToHandler(t *testing.T) {
 		}))
 		request.End()
 
-		runRelay(t, quick(path, relay.Config{DB: b.db.DB, Publisher: pubsub, TracerProvider: tp}))
+		runRelay(t, p.config(relay.Config{Publisher: pubsub, TracerProvider: tp}))
 		var first, second events.Meta
 		for i, m := range []*events.Meta{&first, &second} {
 			select {

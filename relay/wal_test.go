@@ -16,6 +16,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
@@ -25,7 +26,6 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
-	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
@@ -59,6 +59,15 @@ func (s *walSetup) config(cfg relay.Config) relay.Config {
 	cfg.WAL.StandbyRetry = 200 * time.Millisecond
 	cfg.WAL.ProgressInterval = 200 * time.Millisecond
 	return cfg
+}
+
+// createSlot has a relay create s's slot, and stops it: what commits from
+// then on is the slot's to deliver, once a relay streams it.
+func (s *walSetup) createSlot(t *testing.T) {
+	t.Helper()
+	stop := runRelay(t, s.config(relay.Config{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}))
+	waitStreaming(t, s)
+	require.NoError(t, stop())
 }
 
 // slotPosition is the slot's confirmed position, and whether a session
@@ -202,81 +211,6 @@ func waitStreaming(t *testing.T, s *walSetup) {
 	}, patience, 20*time.Millisecond, "no relay streams slot %s", s.slot)
 }
 
-// The relay process is killed with SIGKILL while it drains, again and
-// again, and a new one starts: every committed event arrives, and the
-// duplicates are at most MaxRowsInFlight (--batch-size) per kill, the rows
-// whose position the server did not have yet.
-func TestWALRelayKilledMidStream(t *testing.T) {
-	skipIfShort(t, "kills relay processes")
-	t.Parallel()
-	bin, err := buildCommand()
-	require.NoError(t, err)
-	// Redis Streams keeps every publish: duplicates show (JetStream would
-	// drop them by message id).
-	const brokerURL = "redis://127.0.0.1:6379/0"
-	s := setupWAL(t)
-	direct := openBroker(t, brokerURL, "Redis at 127.0.0.1:6379")
-	prefix := uniquePrefix()
-	got := receiveOn(t, direct, prefix)
-
-	const window = 20
-	start := func() (*exec.Cmd, *lockedBuffer) {
-		cmd := exec.Command(bin, "relay", "--path", "wal", "--slot", s.slot, "--publication", s.publication,
-			"--broker", brokerURL, "--topic-prefix", prefix, "--batch-size", fmt.Sprint(window), "--retry-interval", "50ms",
-			"--log-level", "info")
-		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+s.db.URL)
-		logs := &lockedBuffer{}
-		cmd.Stderr = logs
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
-		return cmd, logs
-	}
-	// The slot starts when first created: create it before anything is
-	// committed.
-	first, logs := start()
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "Streaming the replication slot") },
-		patience, 10*time.Millisecond, "relay logs:\n%s", logs.String())
-
-	emitDone := make(chan emitted, 1)
-	go func() { emitDone <- emitOrders(t, s.client, 600, 10, 5) }()
-	kills, midStream := 0, 0
-	var want emitted
-	cmd := first
-	for emitting := true; emitting || kills < 2; {
-		before := got.distinct()
-		if cmd == nil {
-			cmd, _ = start()
-		}
-		for deadline := time.Now().Add(5 * time.Second); got.distinct() <= before && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		select {
-		case want = <-emitDone:
-			emitting = false
-		default:
-			if got.distinct() > before {
-				midStream++
-			}
-		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		_ = cmd.Wait()
-		cmd = nil
-		kills++
-	}
-	require.Positive(t, midStream, "no kill happened mid-stream")
-	final, logs := start()
-	got.waitFor(t, want, patience)
-	stopGracefully(t, final, logs)
-	dups := got.duplicatesOf(t, want)
-	got.mu.Lock()
-	defer got.mu.Unlock()
-	t.Logf("%d events, %d kills (%d mid-stream), %d duplicates", len(want.ids), kills, midStream, dups)
-	require.LessOrEqual(t, dups, kills*window, "duplicates beyond the rows held at the kills")
-	for agg, ids := range want.perAggregate {
-		require.Equal(t, ids, firstSeenOf(got, agg), "first arrivals of aggregate %s in commit order", agg)
-	}
-}
-
 // firstSeenOf is the ids of agg in the order they first arrived; got.mu is
 // held.
 func firstSeenOf(got *received, agg string) []string {
@@ -289,59 +223,6 @@ func firstSeenOf(got *received, agg string) []string {
 		}
 	}
 	return out
-}
-
-// The broker goes away while events are committed and comes back: nothing
-// is lost, nothing dead-lettered. A relay stopped during an outage has
-// not confirmed what the broker did not ack: the next one delivers it.
-func TestWALSurvivesBrokerOutage(t *testing.T) {
-	skipIfShort(t, "a broker outage")
-	t.Parallel()
-	// Redis refuses publishes at once while it is away (a JetStream
-	// client would wait for it).
-	const redisAddr = "127.0.0.1:6379"
-	s := setupWAL(t)
-	direct := openBroker(t, "redis://"+redisAddr+"/0", "Redis at "+redisAddr)
-	proxy := tcpproxy.Start(t, redisAddr)
-	viaProxy := openBroker(t, "redis://"+proxy.Addr+"/0", "Redis through a local proxy")
-	prefix := uniquePrefix()
-	got := receiveOn(t, direct, prefix)
-	ctx := context.Background()
-
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	require.NoError(t, err)
-	cfg := s.config(relay.Config{Publisher: viaProxy.Publisher(), TopicPrefix: prefix, CloseTimeout: 2 * time.Second,
-		Metrics: m, WAL: relay.WALConfig{MaxAttempts: 3}})
-	stop := runRelay(t, cfg)
-	waitStreaming(t, s)
-	first := emitOrders(t, s.client, 20, 4, 0)
-	got.waitFor(t, first, patience)
-
-	proxy.Cut()
-	during := emitOrdersAs(t, s.client, "during", 30, 4, 3)
-	// Longer than MaxAttempts failed publishes of each aggregate's head.
-	require.Eventually(t, func() bool {
-		return promtest.Value(t, reg, "entoutbox_relay_published_total", "topic", "orders", "result", "error") >= 4*4
-	}, patience, 50*time.Millisecond, "publishes do not fail during the outage")
-	proxy.Restore()
-	got.waitFor(t, during, patience)
-
-	// Stopped in an outage: the next relay sends what was not acked.
-	proxy.Cut()
-	stopped := emitOrdersAs(t, s.client, "stopped", 30, 4, 0)
-	time.Sleep(time.Second)
-	require.NoError(t, stop())
-	proxy.Restore()
-	runRelay(t, s.config(relay.Config{Publisher: direct.Publisher(), TopicPrefix: prefix}))
-	got.waitFor(t, stopped, patience)
-
-	backlog, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
-	require.NoError(t, err)
-	require.Zero(t, backlog.DeadLetters, "an outage dead-letters nothing")
-	for id := range during.rolledBack {
-		require.Zero(t, got.count[id], "rolled-back event %s delivered", id)
-	}
 }
 
 // Two relays on one slot: one streams, the other waits as a standby and
@@ -486,54 +367,6 @@ func TestWALCleanupDeletesDeliveredKeepsUndelivered(t *testing.T) {
 	b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
 	require.NoError(t, err)
 	require.Equal(t, int64(len(undelivered.ids)), b.Pending)
-}
-
-// Rows no broker can take (written by hand) and a row the broker always
-// refuses go to the dead letters with their reasons, once each; the rest
-// flows in order and the slot moves on past them.
-func TestWALDeadLettersMalformedAndPoisonRows(t *testing.T) {
-	t.Parallel()
-	s := setupWAL(t)
-	pubsub, got := receiveInProcess(t, "orders")
-	poison := uuid.NewString()
-	stop := runRelay(t, s.config(relay.Config{Publisher: failingPublisher{pubsub, poison},
-		WAL: relay.WALConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}}))
-	waitStreaming(t, s)
-	ctx := context.Background()
-	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
-		payload, headers) VALUES ($1, 'order.paid', 1, 'orders', 'Order', 'order-p', '{}', '{}'),
-		(gen_random_uuid(), 'order.paid', 1, '', 'Order', 'order-m', '{}', '{}'),
-		(gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'order-m', '{}', '"not an object"')`, poison)
-	require.NoError(t, err)
-	want := emitOrders(t, s.client, 40, 4, 0)
-	got.waitFor(t, want, patience)
-	require.Eventually(t, func() bool {
-		b, err := relay.ReadBacklog(ctx, s.db.DB, "", "")
-		require.NoError(t, err)
-		return b.DeadLetters == 3 && b.Pending == 0
-	}, patience, 20*time.Millisecond, "not every bad row reached the dead letters")
-	require.NoError(t, stop())
-	got.requireExactly(t, want)
-
-	reasons := map[string]int{}
-	rows, err := s.db.DB.Query(`SELECT event_id::text, reason, attempts FROM outbox_dead_letters`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id, reason string
-		var attempts int
-		require.NoError(t, rows.Scan(&id, &reason, &attempts))
-		if id == poison {
-			require.Equal(t, "message rejected by the broker (after 3 attempts)", reason)
-			require.Equal(t, 3, attempts)
-		}
-		reasons[reason]++
-	}
-	require.NoError(t, rows.Err())
-	require.Len(t, reasons, 3, "three letters, each with its reason: %v", reasons)
-	require.Equal(t, 1, reasons["topic is empty"], "reasons: %v", reasons)
-	var left int
-	require.NoError(t, s.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE aggregate_id IN ('order-p', 'order-m')`).Scan(&left))
-	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
 }
 
 // PostgreSQL stops cleanly, then crashes, while the relay streams: the relay
