@@ -59,3 +59,7 @@ func OnRelayRenew(r *Relay, fn func(context.Context) error) { r.hooks.renew = fn
 // OnRelayLivenessCheck is OnLivenessCheck for the fast Subscriber of r.
 // Set it before Run.
 func OnRelayLivenessCheck(r *Relay, fn func(context.Context) error) { r.hooks.liveCheck = fn }
+
+// OnSlotCreating makes the WAL path of r call fn right before it creates
+// its slot. Set it before Run.
+func OnSlotCreating(r *Relay, fn func()) { r.hooks.slotCreating = fn }

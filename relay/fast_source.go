@@ -56,6 +56,8 @@ type testHooks struct {
 	// rescanEvery, when set, replaces the constant: for tests that tell a
 	// row woken by its notification from one the rescan found.
 	rescanEvery time.Duration
+	// slotCreating runs on the WAL path right before it creates its slot.
+	slotCreating func()
 }
 
 // rescanInterval is how often a caught-up subscription rescans.

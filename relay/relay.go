@@ -61,7 +61,8 @@ type Relay struct {
 	fast atomic.Pointer[fastSource]
 	// wal is the WAL path's status while it runs.
 	wal atomic.Pointer[walState]
-	// hooks go to its fast source; zero outside this package's tests.
+	// hooks go to its fast source and its WAL source; zero outside this
+	// package's tests.
 	hooks testHooks
 }
 

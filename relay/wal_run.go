@@ -25,7 +25,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	w := &walSource{cfg: walSettings{DB: c.DB, Table: c.Table, DeadLetterTable: c.DeadLetterTable, WAL: c.WAL,
 		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
 		CloseTimeout: c.CloseTimeout, CloudEvents: c.CloudEvents, Logger: c.Logger, Metrics: c.Metrics,
-		backoff: c.backoff}, stat: &walState{slot: c.WAL.Slot, role: WALConnecting}}
+		backoff: c.backoff}, stat: &walState{slot: c.WAL.Slot, role: WALConnecting}, slotCreating: r.hooks.slotCreating}
 	r.wal.Store(w.stat)
 	e := r.newEngine(c.Concurrency, c.walFailurePolicy())
 	defer e.stop(c.CloseTimeout)
@@ -52,6 +52,9 @@ type walSettings struct {
 type walSource struct {
 	cfg  walSettings
 	stat *walState // what it does now, for Relay.WALStatus
+	// slotCreating, when set (by this package's tests), runs right before
+	// it creates its slot.
+	slotCreating func()
 }
 
 // run streams the slot until ctx ends: one session at a time, a new one

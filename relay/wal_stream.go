@@ -557,7 +557,16 @@ func (w *walSource) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	w.cfg.Logger.Info("Creating the replication slot (this waits for the transactions running on the server to end)",
 		watermill.LogFields{"slot": slot})
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput",
+	if w.slotCreating != nil {
+		w.slotCreating()
+	}
+	// A stop asked for meanwhile waits, for a minute at most, until the
+	// slot exists and its start is recorded: a stop in between could leave
+	// a slot whose start is not known, and then no row it delivers would
+	// ever count as delivered.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	res, err := pglogrepl.CreateReplicationSlot(cctx, conn, slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -567,7 +576,7 @@ func (w *walSource) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 		return fmt.Errorf("relay: creating replication slot %q: %w", slot, err)
 	}
 	// The exported snapshot lives until the next command on conn.
-	if err := w.recordSlotCreated(ctx, res.SnapshotName); err != nil {
+	if err := w.recordSlotCreated(cctx, res.SnapshotName); err != nil {
 		w.cfg.Logger.Error("Recording where the new slot starts failed; CleanupDelivered will not delete the rows it "+
 			"delivers (they keep delivered_at NULL)", err, watermill.LogFields{"slot": slot})
 	}

@@ -70,6 +70,31 @@ func (s *walSetup) createSlot(t *testing.T) {
 	require.NoError(t, stop())
 }
 
+// A relay stopped as it creates its slot creates it and records where it
+// starts before it stops: a slot left without its start would never have
+// a row counted as delivered (the backlog would keep them pending, and
+// cleanup keep them).
+func TestWALRelayStoppedAsItCreatesItsSlotRecordsItsStart(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	r, err := relay.New(s.config(relay.Config{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	relay.OnSlotCreating(r, cancel)
+	require.NoError(t, r.Run(ctx))
+	var created sql.NullString
+	require.NoError(t, s.db.DB.QueryRow(`SELECT created::text FROM outbox_events_wal_progress WHERE slot = $1`, s.slot).Scan(&created))
+	require.True(t, created.Valid, "the slot's start is not recorded")
+
+	pubsub, got := receiveInProcess(t, "orders")
+	want := emitOrders(t, s.client, 10, 3, 0)
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub}))
+	got.waitFor(t, want, patience)
+	waitDelivered(t, s.emitBundle, 0)
+	require.NoError(t, stop())
+}
+
 // slotPosition is the slot's confirmed position, and whether a session
 // streams it.
 func (s *walSetup) slotPosition(t *testing.T) (string, bool) {
