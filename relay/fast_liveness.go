@@ -110,9 +110,10 @@ func (l *liveness) ensure(ctx context.Context) error {
 	}
 	var got bool
 	if err := gen.conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+outboxdb.LiveKey(s.table, "$1")+`)`, l.holder).Scan(&got); err != nil {
-		if ctx.Err() == nil {
-			s.end(gen) // the session is in doubt: every lock on it with it
-		}
+		// The session is in doubt, and so is the lock: cut off mid-statement,
+		// it may have been granted without this side knowing. Ending the
+		// session ends every lock on it; the next ensure opens another.
+		s.end(gen)
 		return fmt.Errorf("taking the liveness lock: %w", err)
 	}
 	if !got {
