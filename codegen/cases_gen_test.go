@@ -19,8 +19,12 @@ import (
 	case_nested_upcast "github.com/entoutbox/entoutbox/codegen/testdata/nested_upcast/events"
 	schema_noschema "github.com/entoutbox/entoutbox/codegen/testdata/noschema"
 	case_removed_field "github.com/entoutbox/entoutbox/codegen/testdata/removed_field/events"
+	case_rule_default_remove "github.com/entoutbox/entoutbox/codegen/testdata/rule_default_remove/events"
 	case_rule_draft_last "github.com/entoutbox/entoutbox/codegen/testdata/rule_draft_last/events"
+	case_rule_event_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_kept/events"
 	case_rule_event_name_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_name_kept/events"
+	case_rule_event_renamed "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_renamed/events"
+	case_rule_event_retired "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_retired/events"
 	case_rule_event_route_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_route_kept/events"
 	case_rule_field_name_reuse "github.com/entoutbox/entoutbox/codegen/testdata/rule_field_name_reuse/events"
 	case_rule_frozen_before_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/rule_frozen_before_upcaster/events"
@@ -54,8 +58,12 @@ var cases = []goldenCase{
 	{name: "nested_refusals", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_refusals.All},
 	{name: "nested_upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_nested_upcast.All},
 	{name: "removed_field", schemaPkg: "schema", schemas: schema_schema.All, events: case_removed_field.All},
+	{name: "rule_default_remove", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_default_remove.All},
 	{name: "rule_draft_last", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_draft_last.All},
+	{name: "rule_event_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_kept.All},
 	{name: "rule_event_name_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_name_kept.All},
+	{name: "rule_event_renamed", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_renamed.All},
+	{name: "rule_event_retired", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_retired.All},
 	{name: "rule_event_route_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_route_kept.All},
 	{name: "rule_field_name_reuse", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_field_name_reuse.All},
 	{name: "rule_frozen_before_upcaster", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_frozen_before_upcaster.All},

@@ -51,6 +51,11 @@ type LockEntry struct {
 	Topic     string `json:"topic"`
 	Aggregate string `json:"aggregate"`
 	Status    string `json:"status"`
+	// Retired marks the entries of an event taken out of service on
+	// purpose: a reviewed edit of the lock, never written by the generator.
+	// The event is then no longer declared, and its wire name is not
+	// declared again (rules EVENT_KEPT, EVENT_RETIRED).
+	Retired bool `json:"retired,omitempty"`
 	// BackwardCompatible: a consumer of this version reads every payload of
 	// the previous one without an upcaster (defaults fill them in); false
 	// when the step needs the declaration's Upcast, or narrows bounds.
@@ -283,9 +288,12 @@ func eventWhere(e *Event) string { return fmt.Sprintf("event %s (%q)", e.GoName,
 // compareLock compares the declared entries with the lock of the previous
 // generation and returns the lock to write, and the released versions
 // whose wire shape changed (by entryKey). A released version must be
-// declared again with the same wire shape, topic and aggregate; an event
-// no longer declared keeps its entries (its wire name stays taken by its
-// shapes); drafts of the old lock that are gone are dropped.
+// declared again with the same wire shape, topic and aggregate. A released
+// event is tracked by its wire name: one no longer declared is refused,
+// whether its declaration was deleted or renamed (Go type and wire name at
+// once), unless its entries are retired in the lock, which keeps them (the
+// wire name stays taken by its shapes). Drafts of the old lock that are
+// gone are dropped.
 func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, ...any)) (*Lock, map[string]bool) {
 	byEvent := map[string]*Event{}
 	for _, e := range m.Events {
@@ -295,20 +303,29 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 	for _, d := range declared {
 		next[entryKey(d.Event, d.Version)] = d
 	}
-	renamed := map[string]bool{} // old wire names whose Go type is declared under another
+	gone := map[string][]*LockEntry{} // released, not retired, wire name no longer declared
+	var goneOrder []string
+	retiredNow := map[string]bool{} // declared wire names whose entries are retired
 	frozen := map[string]bool{}
 	for _, o := range old.Events {
 		if !o.Released() {
 			continue
 		}
 		e := byEvent[o.Event]
-		if e == nil {
-			for _, d := range m.Events {
-				if d.GoName == o.GoType && !renamed[o.Event] {
-					renamed[o.Event] = true
-					fail("%s: its wire name was %q in %s, where version %d is released; a wire name never changes (rule %s): declare Name() %q again, or a new event for the new name",
-						eventWhere(d), o.Event, LockFile, o.Version, RuleEventNameKept, o.Event)
-				}
+		switch {
+		case e == nil && o.Retired:
+			continue
+		case e == nil:
+			if gone[o.Event] == nil {
+				goneOrder = append(goneOrder, o.Event)
+			}
+			gone[o.Event] = append(gone[o.Event], o)
+			continue
+		case o.Retired:
+			if !retiredNow[o.Event] {
+				retiredNow[o.Event] = true
+				fail("%s: its entries are retired in %s, so its wire name is not declared again (rule %s): choose a new wire name, or bring it back by removing \"retired\" from its entries in a reviewed change (its released versions are then held as they were)",
+					eventWhere(e), LockFile, RuleEventRetired)
 			}
 			continue
 		}
@@ -338,10 +355,13 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1)
 		}
 	}
+	for _, name := range goneOrder {
+		refuseGone(m, gone[name], old, fail)
+	}
 
 	l := &Lock{Comment: lockComment, Format: lockFormat, Events: declared}
 	for _, o := range old.Events {
-		if o.Released() && byEvent[o.Event] == nil && !renamed[o.Event] {
+		if o.Released() && o.Retired && byEvent[o.Event] == nil {
 			l.Events = append(l.Events, o)
 		}
 	}
@@ -352,6 +372,43 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		return a.Version - b.Version
 	})
 	return l, frozen
+}
+
+// refuseGone refuses a released event whose wire name is no longer
+// declared (its entries, in version order, are not retired): rule
+// EVENT_NAME_KEPT when its Go type is declared under another wire name,
+// EVENT_KEPT otherwise, pointing at a new event that has its shape, the
+// sign of a rename.
+func refuseGone(m *Model, entries []*LockEntry, old *Lock, fail func(string, ...any)) {
+	o := entries[0]
+	for _, d := range m.Events {
+		if d.GoName == o.GoType {
+			fail("%s: its wire name was %q in %s, where version %d is released; a wire name never changes (rule %s): declare Name() %q again, or a new event for the new name",
+				eventWhere(d), o.Event, LockFile, o.Version, RuleEventNameKept, o.Event)
+			return
+		}
+	}
+	versions := "version "
+	if len(entries) > 1 {
+		versions = "versions "
+	}
+	for i, e := range entries {
+		if i > 0 {
+			versions += ", "
+		}
+		versions += strconv.Itoa(e.Version)
+	}
+	hint := ""
+	for _, d := range m.Events {
+		if old.Entry(d.Name, 1) == nil && len(d.Versions) > 0 && d.Topic == o.Topic &&
+			len(diffFields("", o.Fields, lockFields(descriptors(d.Versions[0].Fields)))) == 0 {
+			hint = fmt.Sprintf("; %s, new here, has the shape of its version %d: a renamed event is a new event to consumers, so keep Name() %q if it is the same one",
+				eventWhere(d), o.Version, o.Event)
+			break
+		}
+	}
+	fail("event %s (%q): released in %s (%s) but no longer declared; stored and in-flight events have that wire name and its consumers would set them aside as unknown (rule %s): declare it again, or retire it by adding \"retired\": true to each of its entries in %s, in a reviewed change%s",
+		o.GoType, o.Event, LockFile, versions, RuleEventKept, LockFile, hint)
 }
 
 func entryKey(event string, version int) string { return event + "\x00" + strconv.Itoa(version) }

@@ -16,6 +16,9 @@ const (
 	RuleFieldRemoveOptional = "FIELD_REMOVE_OPTIONAL"
 	RuleFieldRemoveRequired = "FIELD_REMOVE_REQUIRED"
 	RuleFieldKindChange     = "FIELD_KIND_CHANGE"
+	RuleFieldKindSameWire   = "FIELD_KIND_SAME_WIRE"
+	RuleFieldKindWiden      = "FIELD_KIND_WIDEN"
+	RuleFieldKindToFloat    = "FIELD_KIND_TO_FLOAT"
 	RuleFieldRequire        = "FIELD_REQUIRE"
 	RuleFieldRelax          = "FIELD_RELAX"
 	RuleEnumValueAdd        = "ENUM_VALUE_ADD"
@@ -23,8 +26,11 @@ const (
 	RuleBoundsLoosen        = "BOUNDS_LOOSEN"
 	RuleBoundsTighten       = "BOUNDS_TIGHTEN"
 	RuleDefaultChange       = "DEFAULT_CHANGE"
+	RuleDefaultRemove       = "DEFAULT_REMOVE"
 	RuleFieldNameReuse      = "FIELD_NAME_REUSE"
 	RuleEventNameKept       = "EVENT_NAME_KEPT"
+	RuleEventKept           = "EVENT_KEPT"
+	RuleEventRetired        = "EVENT_RETIRED"
 	RuleEventRouteKept      = "EVENT_ROUTE_KEPT"
 	RuleVersionFrozen       = "VERSION_FROZEN"
 	RuleVersionKept         = "VERSION_KEPT"
@@ -65,8 +71,14 @@ var Rules = []Rule{
 		"requires an upcaster (say where the value went, or drop it)", "rule_remove_optional"},
 	{RuleFieldRemoveRequired, "a required field is removed", LevelNone,
 		"requires an upcaster; not forward: older consumers miss it", "removed_field"},
-	{RuleFieldKindChange, "a field changes kind", LevelNone,
+	{RuleFieldKindChange, "a field changes kind (but as the three rules below)", LevelNone,
 		"requires an upcaster", "missing_upcaster"},
+	{RuleFieldKindSameWire, "a field changes to a kind of the same wire shape: `int` and `int64`, `ints` and `int64s`", LevelFull,
+		"nothing to do: the JSON and its schema stay the same; only the Go type changes", "rules_compatible"},
+	{RuleFieldKindWiden, "an `int32` field becomes `int`, `int64` or `float64`", LevelBackward,
+		"nothing to do; not forward: older consumers refuse values beyond `int32`", "rules_compatible"},
+	{RuleFieldKindToFloat, "an `int` or `int64` field (or list) becomes `float64` (`float64s`)", LevelBackward,
+		"nothing to do; not forward: older consumers refuse fractions. Integers beyond 2^53 lose precision as `float64`", "rules_compatible"},
 	{RuleFieldRequire, "an optional field becomes required without a default", LevelForward,
 		"requires an upcaster", "missing_upcaster"},
 	{RuleFieldRelax, "a required field becomes optional without a default", LevelBackward,
@@ -81,10 +93,16 @@ var Rules = []Rule{
 		"accepts it: an older payload out of the new bounds is dead-lettered with the validation error (an upcaster that runs for the step may repair it); `backward_compatible` is false", "rules_compatible"},
 	{RuleDefaultChange, "a default changes", LevelFull,
 		"nothing to do: producers write the value; the default fills older payloads", "rules_compatible"},
+	{RuleDefaultRemove, "a required field loses its default", LevelForward,
+		"requires an upcaster: an older payload may lack the field (its schema does not require it)", "rule_default_remove"},
 	{RuleFieldNameReuse, "a field removed in an earlier version comes back with another kind", LevelNever,
 		"refuses: readers of any version see one name with two kinds; choose a new name", "rule_field_name_reuse"},
 	{RuleEventNameKept, "an event's wire name changes (its Go type is in the lock under another)", LevelLock,
 		"refuses: consumers and stored rows know the event by its wire name", "rule_event_name_kept"},
+	{RuleEventKept, "a released event is no longer declared: deleted, or its Go type and wire name renamed at once", LevelLock,
+		"refuses: stored and in-flight events have its wire name; retire it by adding `\"retired\": true` to its entries in the lock, in a reviewed change", "rule_event_kept"},
+	{RuleEventRetired, "an event retired in the lock is declared again", LevelLock,
+		"refuses: choose a new wire name, or remove `\"retired\"` from its entries (its released versions are then held again)", "rule_event_retired"},
 	{RuleEventRouteKept, "a released event's Topic() or Aggregate() changes", LevelLock,
 		"refuses: consumers subscribe to the topic, and order by the aggregate", "rule_event_route_kept"},
 	{RuleVersionFrozen, "the wire shape of a released version changes (a field added, removed, or its kind, presence, enum, default, bounds or nested fields)", LevelLock,
@@ -166,17 +184,24 @@ func stepChanges(prefix string, prev, next []*field.Descriptor) []stepChange {
 // stepField classifies how one field (or element) kept from one version to
 // the next changes, with what it nests.
 func stepField(path string, o, n *field.Descriptor) []stepChange {
-	if o.Kind != n.Kind {
-		return []stepChange{{RuleFieldKindChange, path, fmt.Sprintf("changed kind from %s to %s", o.Kind, n.Kind)}}
-	}
 	var out []stepChange
+	if o.Kind != n.Kind {
+		rule := kindChangeRule(o.Kind, n.Kind)
+		out = append(out, stepChange{rule, path, fmt.Sprintf("changed kind from %s to %s", o.Kind, n.Kind)})
+		if rule == RuleFieldKindChange {
+			return out
+		}
+	}
 	// Emit writes a default for an absent value, so a field with one is
-	// always on the wire.
+	// always on the wire from Go; the schema does not require it, so a
+	// payload from elsewhere may lack it.
 	switch {
 	case o.Optional && !n.Optional && n.Default == nil:
 		out = append(out, stepChange{RuleFieldRequire, path, "was optional and is now required"})
 	case !o.Optional && n.Optional && n.Default == nil:
 		out = append(out, stepChange{RuleFieldRelax, path, "was required and is now optional"})
+	case o.Default != nil && n.Default == nil && !n.Optional:
+		out = append(out, stepChange{RuleDefaultRemove, path, fmt.Sprintf("lost its default %#v", o.Default)})
 	}
 	if o.Default != nil && n.Default != nil && fmt.Sprintf("%#v", o.Default) != fmt.Sprintf("%#v", n.Default) {
 		out = append(out, stepChange{RuleDefaultChange, path, fmt.Sprintf("default changed from %#v to %#v", o.Default, n.Default)})
@@ -203,6 +228,31 @@ func stepField(path string, o, n *field.Descriptor) []stepChange {
 		out = append(out, stepField(elemPath(path, n.Kind.String()), o.Elem, n.Elem)...)
 	}
 	return out
+}
+
+// kindChangeRule classifies a change of kind from o to n: the same wire
+// shape, a widening of numbers (exact, or to float64), or any other.
+func kindChangeRule(o, n field.Kind) string {
+	type change struct{ from, to field.Kind }
+	switch (change{o, n}) {
+	case change{field.KindInt, field.KindInt64}, change{field.KindInt64, field.KindInt},
+		change{field.KindInts, field.KindInt64s}, change{field.KindInt64s, field.KindInts}:
+		return RuleFieldKindSameWire
+	case change{field.KindInt32, field.KindInt}, change{field.KindInt32, field.KindInt64},
+		change{field.KindInt32, field.KindFloat64}:
+		return RuleFieldKindWiden
+	case change{field.KindInt, field.KindFloat64}, change{field.KindInt64, field.KindFloat64},
+		change{field.KindInts, field.KindFloat64s}, change{field.KindInt64s, field.KindFloat64s}:
+		return RuleFieldKindToFloat
+	}
+	return RuleFieldKindChange
+}
+
+// readsKind tells whether a reader of kind n decodes every value written
+// as kind o without an upcaster: the same kind, the same wire shape, or a
+// widening.
+func readsKind(o, n field.Kind) bool {
+	return o == n || kindChangeRule(o, n) != RuleFieldKindChange
 }
 
 // missing lists the values of a that b lacks.
@@ -299,7 +349,7 @@ func checkNameReuse(where string, e *Event, fail func(string, ...any)) {
 	walk = func(prefix string, ds []*field.Descriptor, v int) {
 		for _, d := range ds {
 			path := prefix + d.Name
-			if s, ok := last[path]; ok && s.version < v-1 && s.kind != d.Kind {
+			if s, ok := last[path]; ok && s.version < v-1 && s.kind != d.Kind && kindChangeRule(s.kind, d.Kind) != RuleFieldKindSameWire {
 				fail("%s version %d, field %q: the name was a %s field until version %d and comes back as %s; a removed field's name is never reused with another kind (rule %s): choose a new name",
 					where, v, path, s.kind, s.version, d.Kind, RuleFieldNameReuse)
 			}

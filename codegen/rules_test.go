@@ -51,6 +51,17 @@ func TestStepRules(t *testing.T) {
 		{"min 1 to positive", descs(field.Int("q").Min(1)), descs(field.Int("q").Positive()), []string{"BOUNDS_LOOSEN q"}, false},
 		{"maxlen dropped", descs(field.String("s").MaxLen(3)), descs(field.String("s")), []string{"BOUNDS_LOOSEN s"}, false},
 		{"default", descs(field.String("c").Default("EUR")), descs(field.String("c").Default("USD")), []string{"DEFAULT_CHANGE c"}, true},
+		{"default removed", descs(field.String("c").Default("EUR")), descs(field.String("c")), []string{"DEFAULT_REMOVE c"}, true},
+		{"default removed, optional now", descs(field.String("c").Default("EUR")), descs(field.String("c").Optional()), []string{"FIELD_RELAX c"}, false},
+		{"int to int64", descs(field.Int("q")), descs(field.Int64("q")), []string{"FIELD_KIND_SAME_WIRE q"}, true},
+		{"int64s to ints", descs(field.Int64s("q")), descs(field.Ints("q")), []string{"FIELD_KIND_SAME_WIRE q"}, true},
+		{"int32 to int64", descs(field.Int32("q")), descs(field.Int64("q")), []string{"FIELD_KIND_WIDEN q"}, false},
+		{"int32 to float64", descs(field.Int32("q")), descs(field.Float64("q")), []string{"FIELD_KIND_WIDEN q"}, false},
+		{"int to float64", descs(field.Int("q")), descs(field.Float64("q")), []string{"FIELD_KIND_TO_FLOAT q"}, false},
+		{"int64 to int32", descs(field.Int64("q")), descs(field.Int32("q")), []string{"FIELD_KIND_CHANGE q"}, false},
+		{"float64 to int", descs(field.Float64("q")), descs(field.Int("q")), []string{"FIELD_KIND_CHANGE q"}, false},
+		{"widened and relaxed", descs(field.Int32("q")), descs(field.Int64("q").Optional().Max(5)),
+			[]string{"FIELD_KIND_WIDEN q", "FIELD_RELAX q", "BOUNDS_TIGHTEN q"}, false},
 		{"same", descs(id(), field.String("c").Comment("x")), descs(id(), field.String("c").Comment("y")), nil, true},
 
 		{"nested add required", descs(field.Object("address", field.String("city"))),
@@ -61,6 +72,8 @@ func TestStepRules(t *testing.T) {
 			descs(field.Map("stock", field.Enum("").Values("a", "b"))), []string{"ENUM_VALUE_ADD stock{}"}, false},
 		{"list element kind", descs(field.List("sizes", field.Int(""))),
 			descs(field.List("sizes", field.String(""))), []string{"FIELD_KIND_CHANGE sizes[]"}, false},
+		{"list element widened", descs(field.List("sizes", field.Int32(""))),
+			descs(field.List("sizes", field.Int64(""))), []string{"FIELD_KIND_WIDEN sizes[]"}, false},
 		{"deep removal", descs(field.Map("m", field.Object("", field.Objects("xs", field.Int("a"), field.Int("b"))))),
 			descs(field.Map("m", field.Object("", field.Objects("xs", field.Int("a"))))), []string{"FIELD_REMOVE_REQUIRED m{}.xs[].b"}, false},
 	}
@@ -124,9 +137,10 @@ func TestEveryRuleHasAGoldenCase(t *testing.T) {
 		RuleFieldAddRequired:    `field "region" is new, required and has no default`,
 		RuleFieldRemoveOptional: `field "author" was removed`,
 		RuleFieldRemoveRequired: `field "card_last4" was removed`,
-		RuleFieldKindChange:     `field "cents" changed kind from int64 to float64`,
+		RuleFieldKindChange:     `field "cents" changed kind from int64 to string`,
 		RuleFieldRequire:        `field "currency" was optional and is now required`,
 		RuleEnumValueRemove:     `field "tier" dropped enum values [c]`,
+		RuleDefaultRemove:       `field "currency" lost its default "EUR"`,
 	}
 	lock, err := os.ReadFile(filepath.Join("testdata", "rules_compatible", "ent", LockFile))
 	require.NoError(t, err)

@@ -10,9 +10,9 @@ import (
 
 // upcastGaps lists why version next cannot be filled in automatically from
 // version prev: a consumer written for next receives prev's payloads. Only
-// added fields that are optional or have a default are automatic, at any
-// depth: the fields of objects, and of the objects in lists and maps, are
-// compared by path.
+// added fields that are optional or have a default, and kinds that read
+// what they replace (readsKind), are automatic, at any depth: the fields of
+// objects, and of the objects in lists and maps, are compared by path.
 func upcastGaps(prev, next *Version) []string {
 	return fieldGaps(prev.Fields, next.Fields)
 }
@@ -33,6 +33,10 @@ func fieldGaps(prevFields, nextFields []*Field) []string {
 		case o.Optional && !f.Optional && f.Default == nil:
 			gaps = append(gaps, fmt.Sprintf("field %q was optional and is now required", f.Path))
 			gaps = append(gaps, valueGaps(o, f)...)
+		case o.Default != nil && f.Default == nil && !f.Optional:
+			// The schema of prev does not require it: a payload may lack it.
+			gaps = append(gaps, fmt.Sprintf("field %q lost its default %#v", f.Path, o.Default))
+			gaps = append(gaps, valueGaps(o, f)...)
 		default:
 			gaps = append(gaps, valueGaps(o, f)...)
 		}
@@ -49,6 +53,9 @@ func fieldGaps(prevFields, nextFields []*Field) []string {
 // kind, enum values and, for nested kinds, what they hold.
 func valueGaps(o, f *Field) []string {
 	if o.Kind != f.Kind {
+		if readsKind(o.Kind, f.Kind) {
+			return nil
+		}
 		return []string{fmt.Sprintf("field %q changed kind from %s to %s", f.Path, shape(o), shape(f))}
 	}
 	switch f.Kind {
@@ -65,7 +72,7 @@ func valueGaps(o, f *Field) []string {
 	case field.KindObject:
 		return fieldGaps(o.Fields, f.Fields)
 	case field.KindList, field.KindMap:
-		if o.Elem.Kind != f.Elem.Kind {
+		if !readsKind(o.Elem.Kind, f.Elem.Kind) {
 			return []string{fmt.Sprintf("field %q changed kind from %s to %s", f.Path, shape(o), shape(f))}
 		}
 		if o.Elem.Optional && !f.Elem.Optional {

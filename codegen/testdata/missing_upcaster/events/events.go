@@ -17,7 +17,7 @@ func (PriceChanged) Versions() []events.Version {
 		events.V(1, field.String("sku"), field.Int64("cents"), field.Enum("tier").Values("a", "b", "c")),
 		events.V(2, field.String("sku"), field.Int64("cents"), field.Enum("tier").Values("a", "b"),
 			field.String("currency").Optional()),
-		events.V(3, field.String("sku").Optional(), field.Float64("cents"), field.Enum("tier").Values("a", "b"),
+		events.V(3, field.String("sku").Optional(), field.String("cents"), field.Enum("tier").Values("a", "b"),
 			field.String("currency"), field.String("region")),
 	}
 }

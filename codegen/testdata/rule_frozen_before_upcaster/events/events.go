@@ -34,7 +34,7 @@ func (PriceChanged) Aggregate() string { return "Product" }
 func (PriceChanged) Versions() []events.Version {
 	return []events.Version{
 		events.V(1, field.String("sku"), field.Int64("cents")),
-		events.V(2, field.String("sku"), field.Float64("cents")),
+		events.V(2, field.String("sku"), field.String("cents")),
 	}
 }
 

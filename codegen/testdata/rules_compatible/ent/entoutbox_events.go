@@ -666,6 +666,304 @@ func outboxDowncastDefaultChange(n int, payload []byte) ([]byte, int, error) {
 	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "default_change", n, n, 2, 1)
 }
 
+// FieldKindSameWireV1 is the payload of version 1 of event "field_kind_same_wire".
+type FieldKindSameWireV1 struct {
+	ID    int64 `json:"id"`
+	Qty   int   `json:"qty"`
+	Sizes []int `json:"sizes"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_same_wire" version 1.
+func (e *FieldKindSameWireV1) Validate() error {
+	if e.Sizes == nil {
+		return &events.ValidationError{Event: "field_kind_same_wire", Version: 1, Field: "sizes", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindSameWireV1 is the payload of.
+func (FieldKindSameWireV1) OutboxEvent() (name string, version int) {
+	return "field_kind_same_wire", 1
+}
+
+// FieldKindSameWire is the payload of version 2 of event "field_kind_same_wire", the version producers emit.
+type FieldKindSameWire struct {
+	ID    int64   `json:"id"`
+	Qty   int64   `json:"qty"`
+	Sizes []int64 `json:"sizes"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_same_wire" version 2.
+func (e *FieldKindSameWire) Validate() error {
+	if e.Sizes == nil {
+		return &events.ValidationError{Event: "field_kind_same_wire", Version: 2, Field: "sizes", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindSameWire is the payload of.
+func (FieldKindSameWire) OutboxEvent() (name string, version int) {
+	return "field_kind_same_wire", 2
+}
+
+// EmitFieldKindSameWire writes event "field_kind_same_wire" (version 2, topic
+// "rules") about the Rule aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed); another n fails with
+// events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID string, e FieldKindSameWire, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_kind_same_wire", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldKindSameWire(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "field_kind_same_wire",
+		Version:       version,
+		Topic:         "rules",
+		AggregateType: "Rule",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastFieldKindSameWire turns an encoded latest "field_kind_same_wire" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastFieldKindSameWire(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &FieldKindSameWireV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_kind_same_wire", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_kind_same_wire", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "field_kind_same_wire", n, err)
+		}
+		return b, 1, nil
+	}
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_same_wire", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_same_wire", n, n, 2, 1)
+}
+
+// FieldKindWidenV1 is the payload of version 1 of event "field_kind_widen".
+type FieldKindWidenV1 struct {
+	ID     int64   `json:"id"`
+	Qty    int32   `json:"qty"`
+	Score  int32   `json:"score"`
+	Counts []int32 `json:"counts"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_widen" version 1.
+func (e *FieldKindWidenV1) Validate() error {
+	if e.Counts == nil {
+		return &events.ValidationError{Event: "field_kind_widen", Version: 1, Field: "counts", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindWidenV1 is the payload of.
+func (FieldKindWidenV1) OutboxEvent() (name string, version int) {
+	return "field_kind_widen", 1
+}
+
+// FieldKindWiden is the payload of version 2 of event "field_kind_widen", the version producers emit.
+type FieldKindWiden struct {
+	ID     int64   `json:"id"`
+	Qty    int64   `json:"qty"`
+	Score  float64 `json:"score"`
+	Counts []int64 `json:"counts"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_widen" version 2.
+func (e *FieldKindWiden) Validate() error {
+	if e.Counts == nil {
+		return &events.ValidationError{Event: "field_kind_widen", Version: 2, Field: "counts", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindWiden is the payload of.
+func (FieldKindWiden) OutboxEvent() (name string, version int) {
+	return "field_kind_widen", 2
+}
+
+// EmitFieldKindWiden writes event "field_kind_widen" (version 2, topic
+// "rules") about the Rule aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID string, e FieldKindWiden, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_kind_widen", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldKindWiden(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "field_kind_widen",
+		Version:       version,
+		Topic:         "rules",
+		AggregateType: "Rule",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastFieldKindWiden turns an encoded latest "field_kind_widen" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastFieldKindWiden(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_widen", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_widen", n, n, 2, 2)
+}
+
+// FieldKindToFloatV1 is the payload of version 1 of event "field_kind_to_float".
+type FieldKindToFloatV1 struct {
+	ID      int64   `json:"id"`
+	Price   int     `json:"price"`
+	Weights []int64 `json:"weights"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_to_float" version 1.
+func (e *FieldKindToFloatV1) Validate() error {
+	if e.Weights == nil {
+		return &events.ValidationError{Event: "field_kind_to_float", Version: 1, Field: "weights", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindToFloatV1 is the payload of.
+func (FieldKindToFloatV1) OutboxEvent() (name string, version int) {
+	return "field_kind_to_float", 1
+}
+
+// FieldKindToFloat is the payload of version 2 of event "field_kind_to_float", the version producers emit.
+type FieldKindToFloat struct {
+	ID      int64     `json:"id"`
+	Price   float64   `json:"price"`
+	Weights []float64 `json:"weights"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_to_float" version 2.
+func (e *FieldKindToFloat) Validate() error {
+	if e.Weights == nil {
+		return &events.ValidationError{Event: "field_kind_to_float", Version: 2, Field: "weights", Reason: "is required (nil; give an empty list for none)"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindToFloat is the payload of.
+func (FieldKindToFloat) OutboxEvent() (name string, version int) {
+	return "field_kind_to_float", 2
+}
+
+// EmitFieldKindToFloat writes event "field_kind_to_float" (version 2, topic
+// "rules") about the Rule aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID string, e FieldKindToFloat, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_kind_to_float", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldKindToFloat(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "field_kind_to_float",
+		Version:       version,
+		Topic:         "rules",
+		AggregateType: "Rule",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastFieldKindToFloat turns an encoded latest "field_kind_to_float" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed: a later step that is not forward compatible would lose data.
+func outboxDowncastFieldKindToFloat(n int, payload []byte) ([]byte, int, error) {
+	if n < 1 || n > 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_to_float", n, 2)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_to_float", n, n, 2, 2)
+}
+
 // DraftedV1 is the payload of version 1 of event "drafted".
 type DraftedV1 struct {
 	ID int64 `json:"id"`

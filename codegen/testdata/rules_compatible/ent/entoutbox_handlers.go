@@ -63,6 +63,9 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "bounds_loosen", Topic: "rules", Latest: 2, Decode: outboxDecodeBoundsLoosen},
 	{Name: "bounds_tighten", Topic: "rules", Latest: 2, Decode: outboxDecodeBoundsTighten},
 	{Name: "default_change", Topic: "rules", Latest: 2, Decode: outboxDecodeDefaultChange},
+	{Name: "field_kind_same_wire", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindSameWire},
+	{Name: "field_kind_widen", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindWiden},
+	{Name: "field_kind_to_float", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindToFloat},
 	{Name: "drafted", Topic: "rules", Latest: 2, Decode: outboxDecodeDrafted},
 }
 
@@ -599,6 +602,267 @@ func outboxDecodeDefaultChange(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("decoding %q version %d payload: %w", "default_change", version, err)
 	}
 	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 2, err)
+	}
+	return e, nil
+}
+
+// FieldKindSameWireHandler handles event "field_kind_same_wire". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type FieldKindSameWireHandler func(ctx context.Context, tx *Tx, e *FieldKindSameWire, m events.Meta) error
+
+// RegisterFieldKindSameWire registers fn as consumerName's handler of "field_kind_same_wire".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnFieldKindSameWire panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterFieldKindSameWire(consumerName string, fn FieldKindSameWireHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldKindSameWire), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "field_kind_same_wire", run)
+}
+
+// OnFieldKindSameWire is RegisterFieldKindSameWire that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnFieldKindSameWire(consumerName string, fn FieldKindSameWireHandler) {
+	if err := h.RegisterFieldKindSameWire(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldKindSameWireDelivery is one event of a batch given to a FieldKindSameWireBatchHandler:
+// the latest version, and its metadata.
+type FieldKindSameWireDelivery struct {
+	Event *FieldKindSameWire
+	Meta  events.Meta
+}
+
+// FieldKindSameWireBatchHandler handles many "field_kind_same_wire" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldKindSameWireBatchHandler func(ctx context.Context, tx *Tx, batch []FieldKindSameWireDelivery) error
+
+// RegisterFieldKindSameWireBatch registers fn as consumerName's handler of "field_kind_same_wire",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldKindSameWireBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldKindSameWireBatch(consumerName string, fn FieldKindSameWireBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldKindSameWireDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldKindSameWireDelivery{Event: p.(*FieldKindSameWire), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_kind_same_wire", run)
+}
+
+// OnFieldKindSameWireBatch is RegisterFieldKindSameWireBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldKindSameWireBatch(consumerName string, fn FieldKindSameWireBatchHandler) {
+	if err := h.RegisterFieldKindSameWireBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeFieldKindSameWire turns a payload of any declared version into the latest.
+func outboxDecodeFieldKindSameWire(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_same_wire", version, 2)
+	}
+	e := &FieldKindSameWire{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_same_wire", version, err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 2, err)
+	}
+	return e, nil
+}
+
+// FieldKindWidenHandler handles event "field_kind_widen". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type FieldKindWidenHandler func(ctx context.Context, tx *Tx, e *FieldKindWiden, m events.Meta) error
+
+// RegisterFieldKindWiden registers fn as consumerName's handler of "field_kind_widen".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnFieldKindWiden panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterFieldKindWiden(consumerName string, fn FieldKindWidenHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldKindWiden), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "field_kind_widen", run)
+}
+
+// OnFieldKindWiden is RegisterFieldKindWiden that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnFieldKindWiden(consumerName string, fn FieldKindWidenHandler) {
+	if err := h.RegisterFieldKindWiden(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldKindWidenDelivery is one event of a batch given to a FieldKindWidenBatchHandler:
+// the latest version, and its metadata.
+type FieldKindWidenDelivery struct {
+	Event *FieldKindWiden
+	Meta  events.Meta
+}
+
+// FieldKindWidenBatchHandler handles many "field_kind_widen" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldKindWidenBatchHandler func(ctx context.Context, tx *Tx, batch []FieldKindWidenDelivery) error
+
+// RegisterFieldKindWidenBatch registers fn as consumerName's handler of "field_kind_widen",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldKindWidenBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldKindWidenBatch(consumerName string, fn FieldKindWidenBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldKindWidenDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldKindWidenDelivery{Event: p.(*FieldKindWiden), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_kind_widen", run)
+}
+
+// OnFieldKindWidenBatch is RegisterFieldKindWidenBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldKindWidenBatch(consumerName string, fn FieldKindWidenBatchHandler) {
+	if err := h.RegisterFieldKindWidenBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeFieldKindWiden turns a payload of any declared version into the latest.
+func outboxDecodeFieldKindWiden(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_widen", version, 2)
+	}
+	e := &FieldKindWiden{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_widen", version, err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 2, err)
+	}
+	return e, nil
+}
+
+// FieldKindToFloatHandler handles event "field_kind_to_float". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type FieldKindToFloatHandler func(ctx context.Context, tx *Tx, e *FieldKindToFloat, m events.Meta) error
+
+// RegisterFieldKindToFloat registers fn as consumerName's handler of "field_kind_to_float".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnFieldKindToFloat panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterFieldKindToFloat(consumerName string, fn FieldKindToFloatHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldKindToFloat), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "field_kind_to_float", run)
+}
+
+// OnFieldKindToFloat is RegisterFieldKindToFloat that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnFieldKindToFloat(consumerName string, fn FieldKindToFloatHandler) {
+	if err := h.RegisterFieldKindToFloat(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldKindToFloatDelivery is one event of a batch given to a FieldKindToFloatBatchHandler:
+// the latest version, and its metadata.
+type FieldKindToFloatDelivery struct {
+	Event *FieldKindToFloat
+	Meta  events.Meta
+}
+
+// FieldKindToFloatBatchHandler handles many "field_kind_to_float" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldKindToFloatBatchHandler func(ctx context.Context, tx *Tx, batch []FieldKindToFloatDelivery) error
+
+// RegisterFieldKindToFloatBatch registers fn as consumerName's handler of "field_kind_to_float",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldKindToFloatBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldKindToFloatBatch(consumerName string, fn FieldKindToFloatBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldKindToFloatDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldKindToFloatDelivery{Event: p.(*FieldKindToFloat), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_kind_to_float", run)
+}
+
+// OnFieldKindToFloatBatch is RegisterFieldKindToFloatBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldKindToFloatBatch(consumerName string, fn FieldKindToFloatBatchHandler) {
+	if err := h.RegisterFieldKindToFloatBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeFieldKindToFloat turns a payload of any declared version into the latest.
+func outboxDecodeFieldKindToFloat(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_to_float", version, 2)
+	}
+	e := &FieldKindToFloat{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_to_float", version, err)
+	}
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 2, err)
 	}

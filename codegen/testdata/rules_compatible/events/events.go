@@ -1,8 +1,8 @@
 // Package events declares, per compatible rule of the README's table, an
 // event whose version 2 makes that change: the lock records whether each
 // step is backward and forward compatible. Its lock.json holds a draft that
-// changed since (drafts may) and an event no longer declared (its entries
-// stay in the lock).
+// changed since (drafts may) and an event no longer declared, whose entries
+// are retired (they stay in the lock, rule EVENT_KEPT).
 package events
 
 import (
@@ -82,6 +82,41 @@ func (DefaultChange) Versions() []events.Version {
 	}
 }
 
+// FieldKindSameWire changes Go kinds that have the same JSON: int and
+// int64, ints and int64s.
+type FieldKindSameWire struct{ rule }
+
+func (FieldKindSameWire) Name() string { return "field_kind_same_wire" }
+func (FieldKindSameWire) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Int("qty"), field.Ints("sizes")),
+		events.V(2, field.Int64("id"), field.Int64("qty"), field.Int64s("sizes")),
+	}
+}
+
+// FieldKindWiden widens int32 fields, in a list's elements too.
+type FieldKindWiden struct{ rule }
+
+func (FieldKindWiden) Name() string { return "field_kind_widen" }
+func (FieldKindWiden) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Int32("qty"), field.Int32("score"), field.List("counts", field.Int32(""))),
+		events.V(2, field.Int64("id"), field.Int64("qty"), field.Float64("score"), field.List("counts", field.Int64(""))),
+	}
+}
+
+// FieldKindToFloat turns integers into float64: integers beyond 2^53 lose
+// precision.
+type FieldKindToFloat struct{ rule }
+
+func (FieldKindToFloat) Name() string { return "field_kind_to_float" }
+func (FieldKindToFloat) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Int("price"), field.Int64s("weights")),
+		events.V(2, field.Int64("id"), field.Float64("price"), field.Float64s("weights")),
+	}
+}
+
 // Drafted has a version not released yet, whose shape changed since the
 // lock was written.
 type Drafted struct{ rule }
@@ -94,4 +129,5 @@ func (Drafted) Versions() []events.Version {
 	}
 }
 
-var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{}, Drafted{}}
+var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{},
+	FieldKindSameWire{}, FieldKindWiden{}, FieldKindToFloat{}, Drafted{}}
