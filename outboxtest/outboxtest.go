@@ -1,5 +1,37 @@
 // Package outboxtest helps users test code that emits and handles outbox
-// events.
+// events: end to end with a Harness, or one transaction or one message at
+// a time with the Require functions and Message.
+//
+// # End to end
+//
+// A Harness gives a test a PostgreSQL schema of its own (on DATABASE_URL,
+// or DefaultURL), runs the relay in-process on an in-memory broker of its
+// own and the generated handlers on it, and waits until they handled what
+// the test emitted:
+//
+//	func TestBilling(t *testing.T) {
+//		t.Parallel()
+//		h := outboxtest.New(t) // skips t when PostgreSQL is not reachable; fails it under CI=true
+//		client := ent.NewClient(ent.Driver(h.Driver()))
+//		h.Migrate(client.Schema.Create)
+//
+//		handlers := ent.NewOutboxHandlers(client)
+//		handlers.OnOrderPaid("billing", billing.OnOrderPaid)
+//		h.Start(handlers)
+//
+//		err := client.WithTx(ctx, func(tx *ent.Tx) error { ... tx.Outbox.EmitOrderPaid(ctx, ...) })
+//		require.NoError(t, err)
+//		h.RequireHandled() // or RequireDeadLettered, or Wait for the outcomes
+//		require.Equal(t, 1, client.Invoice.Query().CountX(ctx))
+//	}
+//
+// Wait fails the test when the events do not settle in time (a minute;
+// WithTimeout), saying for each one where it stands: not published (with
+// the relay's last error), or which consumer has not received it or not
+// finished it. When the test ends the harness stops the relay and the
+// handlers and drops the schema, dedupe records and dead letters with it.
+//
+// # One transaction, one message
 //
 // Assert that a transaction emitted an event, with ent's generated query on
 // the same transaction:

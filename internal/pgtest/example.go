@@ -2,49 +2,31 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 )
 
 // Open creates a fresh schema whose name starts with "x_" + name, for code
 // that has no testing.TB, such as an Example; Drop removes it.
 func Open(ctx context.Context, name string) (*DB, error) {
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	schema := "x_" + unsafe.ReplaceAllString(name, "_") + "_" + hex.EncodeToString(suffix)
-	if err := adminExec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
-		return nil, fmt.Errorf("creating schema %s on %s: %w", schema, ServerURL(), err)
-	}
-	u := WithSearchPath(ServerURL(), schema)
-	db, err := sql.Open("pgx", u)
+	s, err := pgschema.Create(ctx, ServerURL(), pgschema.Name("x_", name))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w on %s", err, ServerURL())
 	}
-	return &DB{Schema: schema, URL: u, DB: db}, nil
+	return &DB{Schema: s.Name, URL: s.URL, DB: s.DB, dropper: s}, nil
 }
 
 // Drop closes d's pool and drops its schema.
 func (d *DB) Drop() error {
-	d.DB.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return adminExec(ctx, `DROP SCHEMA "`+d.Schema+`" CASCADE`)
-}
-
-func adminExec(ctx context.Context, query string) error {
-	admin, err := sql.Open("pgx", ServerURL())
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	_, err = admin.ExecContext(ctx, query)
-	return err
+	return d.dropper.Drop(ctx)
 }
 
 // SkipExamplesUnlessReachable, called from an init function of a test

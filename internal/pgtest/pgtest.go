@@ -4,19 +4,15 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"os"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"entgo.io/ent/dialect/sql/schema"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -28,6 +24,8 @@ type DB struct {
 	Schema string
 	URL    string  // connection URL whose search_path is Schema
 	DB     *sql.DB // pool on URL
+
+	dropper *pgschema.Schema // Open's, for Drop
 }
 
 // ServerURL is the test server's URL.
@@ -48,45 +46,26 @@ func Unavailable(t testing.TB, service string, err error) {
 	t.Skipf("skipping: %s is not reachable (%v); start it with ../shared/services.sh, or set CI=true to fail instead", service, err)
 }
 
-var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
-
 // New creates a fresh schema for t and drops it when t ends.
 func New(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	admin, err := sql.Open("pgx", ServerURL())
-	if err == nil {
-		err = admin.PingContext(ctx)
-	}
-	if err != nil {
+	if err := pgschema.Ping(ctx, ServerURL()); err != nil {
 		Unavailable(t, "PostgreSQL at "+ServerURL(), err)
 	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	schema := "t_" + name + "_" + hex.EncodeToString(suffix)
-	if _, err := admin.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
-		t.Fatalf("creating schema %s: %v", schema, err)
-	}
-	u := WithSearchPath(ServerURL(), schema)
-	db, err := sql.Open("pgx", u)
+	s, err := pgschema.Create(ctx, ServerURL(), pgschema.Name("t_", t.Name()))
 	if err != nil {
-		t.Fatalf("opening %s: %v", u, err)
+		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() {
-		db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := admin.ExecContext(ctx, `DROP SCHEMA "`+schema+`" CASCADE`); err != nil {
-			t.Logf("dropping schema %s: %v", schema, err)
+		if err := s.Drop(ctx); err != nil {
+			t.Logf("%v", err)
 		}
-		admin.Close()
 	})
-	return &DB{Schema: schema, URL: u, DB: db}
+	return &DB{Schema: s.Name, URL: s.URL, DB: s.DB}
 }
 
 // WithSearchPath returns databaseURL with its search_path set to schema.

@@ -1,0 +1,309 @@
+package outboxtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/outboxtest"
+)
+
+// harnessTB is a testing.TB whose Fatalf and Skipf, inside fails, record
+// the message and stop the goroutine, as the real ones do; outside, they
+// are the test's.
+type harnessTB struct {
+	testing.TB
+	mu        sync.Mutex
+	capturing bool
+	failure   string
+}
+
+func (r *harnessTB) Helper() {}
+
+func (r *harnessTB) Fatalf(format string, args ...any) { r.stop("", format, args...) }
+
+func (r *harnessTB) Skipf(format string, args ...any) { r.stop("SKIP: ", format, args...) }
+
+func (r *harnessTB) stop(prefix, format string, args ...any) {
+	r.mu.Lock()
+	capturing := r.capturing
+	if capturing {
+		r.failure = prefix + fmt.Sprintf(format, args...)
+	}
+	r.mu.Unlock()
+	if !capturing {
+		r.TB.Helper()
+		r.TB.Fatalf(prefix+format, args...)
+	}
+	runtime.Goexit()
+}
+
+// fails runs fn and returns what it failed or skipped with; "" when it
+// returned.
+func (r *harnessTB) fails(fn func()) string {
+	r.mu.Lock()
+	r.capturing, r.failure = true, ""
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	<-done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.capturing = false
+	return r.failure
+}
+
+// setup is a harness on a migrated schema with a client on it.
+func setup(t testing.TB, opts ...outboxtest.Option) (*outboxtest.Harness, *testent.Client) {
+	h := outboxtest.New(t, opts...)
+	client := testent.NewClient(testent.Driver(h.Driver()))
+	h.Migrate(client.Schema.Create)
+	return h, client
+}
+
+// invoice is a handler writing the invoice of an order.
+func invoice(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+	return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).
+		SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
+}
+
+// pay commits an order and its OrderPaid.
+func pay(t testing.TB, client *testent.Client, amount int64) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	err := client.WithTx(ctx, func(tx *testent.Tx) error {
+		o, err := tx.Order.Create().SetCustomer("ada").SetAmountCents(amount).Save(ctx)
+		if err != nil {
+			return err
+		}
+		id = o.ID
+		return tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10), testent.OrderPaid{OrderID: o.ID, AmountCents: amount})
+	})
+	require.NoError(t, err)
+	return id
+}
+
+func TestHarnessHandlesEventsEndToEnd(t *testing.T) {
+	t.Parallel()
+	h, client := setup(t)
+	handlers := testent.NewOutboxHandlers(client)
+	handlers.OnOrderPaid("billing", invoice)
+	// A handler that emits: the event it emits is waited for too.
+	handlers.OnOrderPaid("pricing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		return tx.Outbox.EmitPriceChanged(ctx, "tea", testent.PriceChanged{Sku: "tea", Amount: float64(e.AmountCents) / 100})
+	})
+	var seen []float64
+	var mu sync.Mutex
+	handlers.OnPriceChanged("catalog", func(ctx context.Context, tx *testent.Tx, e *testent.PriceChanged, m events.Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, e.Amount)
+		return nil
+	})
+	h.Start(handlers)
+
+	first := pay(t, client, 4200)
+	second := pay(t, client, 1300)
+	outcomes := h.RequireHandled()
+
+	ctx := context.Background()
+	invoices := client.Invoice.Query().AllX(ctx)
+	require.Len(t, invoices, 2)
+	require.ElementsMatch(t, []int64{first, second}, []int64{invoices[0].OrderID, invoices[1].OrderID})
+	mu.Lock()
+	require.ElementsMatch(t, []float64{42, 13}, seen)
+	mu.Unlock()
+
+	var got []string
+	for _, o := range outcomes {
+		require.True(t, o.Handled, o.String())
+		require.Empty(t, o.DeadLetter)
+		require.Equal(t, 1, o.Attempts)
+		require.NotZero(t, o.EventID)
+		got = append(got, o.Consumer+" "+o.Event+" "+o.AggregateID)
+	}
+	// Each event by consumer name, in the order written; the events the
+	// pricing handler emits come after both payments.
+	require.Equal(t, []string{
+		"billing order.paid " + strconv.FormatInt(first, 10), "pricing order.paid " + strconv.FormatInt(first, 10),
+		"billing order.paid " + strconv.FormatInt(second, 10), "pricing order.paid " + strconv.FormatInt(second, 10),
+		"catalog price.changed tea", "catalog price.changed tea",
+	}, got)
+}
+
+func TestHarnessReportsDeadLetters(t *testing.T) {
+	t.Parallel()
+	r := &harnessTB{TB: t}
+	h, client := setup(r)
+	handlers := testent.NewOutboxHandlers(client, consumer.WithMaxAttempts(2), consumer.WithBackoff(10*time.Millisecond, 10*time.Millisecond))
+	handlers.OnOrderPaid("billing", func(context.Context, *testent.Tx, *testent.OrderPaid, events.Meta) error {
+		return errors.New("card processor down")
+	})
+	h.Start(handlers)
+	id := pay(t, client, 4200)
+
+	letters := h.RequireDeadLettered()
+	require.Len(t, letters, 1)
+	l := letters[0]
+	require.Equal(t, "billing", l.Consumer)
+	require.Equal(t, "order.paid", l.Event)
+	require.Equal(t, strconv.FormatInt(id, 10), l.AggregateID)
+	require.False(t, l.Handled)
+	require.Equal(t, "card processor down", l.DeadLetter)
+	require.Equal(t, 2, l.Attempts)
+
+	require.Equal(t, fmt.Sprintf("outboxtest: 1 of 1 events went to the dead letters:\n"+
+		"\torder.paid %s (aggregate %d): \"billing\" dead-lettered it after 2 attempts: card processor down", l.EventID, id),
+		r.fails(func() { h.RequireHandled() }))
+}
+
+func TestHarnessSaysWhatWasHandledWhenNothingWasDeadLettered(t *testing.T) {
+	t.Parallel()
+	r := &harnessTB{TB: t}
+	h, client := setup(r)
+	handlers := testent.NewOutboxHandlers(client)
+	handlers.OnOrderPaid("billing", invoice)
+	h.Start(handlers)
+	id := pay(t, client, 4200)
+	outcomes := h.RequireHandled()
+	require.Len(t, outcomes, 1)
+	require.Equal(t, fmt.Sprintf("outboxtest: no event went to the dead letters; 1 were handled:\n"+
+		"\torder.paid %s (aggregate %d): handled by \"billing\" on attempt 1", outcomes[0].EventID, id),
+		r.fails(func() { h.RequireDeadLettered() }))
+}
+
+func TestHarnessTimesOutSayingWhereEachEventStands(t *testing.T) {
+	t.Parallel()
+	r := &harnessTB{TB: t}
+	// A short bound: the handler below never returns while Wait waits.
+	h, client := setup(r, outboxtest.WithTimeout(3*time.Second))
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	handlers := testent.NewOutboxHandlers(client)
+	handlers.OnOrderPaid("billing", func(ctx context.Context, _ *testent.Tx, _ *testent.OrderPaid, _ events.Meta) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	h.Start(handlers)
+	t.Cleanup(func() { close(release) }) // before the harness stops
+	id := pay(t, client, 4200)
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler was not called within a minute")
+	}
+
+	failure := r.fails(func() { h.Wait() })
+	require.Regexp(t, `^outboxtest: after 3s, 1 of 1 events have not settled \(been handled or dead-lettered\):
+	order.paid [0-9a-f-]{36} \(aggregate `+strconv.FormatInt(id, 10)+`\): published; "billing" received it once and has not finished it$`, failure)
+}
+
+func TestHarnessSaysWhyNothingWasHandled(t *testing.T) {
+	t.Parallel()
+	r := &harnessTB{TB: t}
+	h, client := setup(r)
+	handlers := testent.NewOutboxHandlers(client, consumer.WithTopicPrefix("prod."))
+	handlers.OnOrderPaid("billing", invoice)
+	h.Start(handlers)
+
+	require.Equal(t, "outboxtest: no event was handled: no event was committed to the outbox (did the transaction commit?)",
+		r.fails(func() { h.RequireHandled() }))
+
+	pay(t, client, 4200)
+	require.Equal(t, `outboxtest: no event was handled: events published: 1 to "orders"; topics read: "prod.orders" by billing; `+
+		`the handlers of a consumer reading the topic must be registered for the event, without a topic prefix`,
+		r.fails(func() { h.RequireHandled() }))
+	require.Empty(t, h.Wait(), "an event no consumer reads has no outcome")
+}
+
+func TestHarnessNeedsStartAndTheMigration(t *testing.T) {
+	t.Parallel()
+	r := &harnessTB{TB: t}
+	h := outboxtest.New(r)
+	require.Equal(t, "outboxtest: Wait before Start: nothing relays or handles the events", r.fails(func() { h.Wait() }))
+	require.Equal(t, `outboxtest: Start before the migration: table "outbox_events" does not exist `+
+		`(run the ent migration first: client.Schema.Create); in a test, h.Migrate(client.Schema.Create) runs it`,
+		r.fails(func() { h.Start() }))
+
+	client := testent.NewClient(testent.Driver(h.Driver()))
+	h.Migrate(client.Schema.Create)
+	h.Start()
+	require.Equal(t, "outboxtest: Start was called twice; pass every handler set to one Start", r.fails(func() { h.Start() }))
+}
+
+// The harnesses of parallel tests do not see each other's events, and
+// each drops its schema when its test ends.
+func TestHarnessesAreIsolatedAndLeaveNothing(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var schemas []string
+	t.Run("group", func(t *testing.T) {
+		for i := range 3 {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				h, client := setup(t)
+				mu.Lock()
+				schemas = append(schemas, h.Schema)
+				mu.Unlock()
+				handlers := testent.NewOutboxHandlers(client)
+				handlers.OnOrderPaid("billing", invoice)
+				h.Start(handlers)
+				for range i + 1 {
+					pay(t, client, 100)
+				}
+				require.Len(t, h.RequireHandled(), i+1)
+				require.Equal(t, i+1, client.Invoice.Query().CountX(context.Background()))
+			})
+		}
+	})
+	require.Len(t, schemas, 3)
+	db := pgtest.New(t)
+	var left []string
+	rows, err := db.DB.Query(`SELECT nspname FROM pg_namespace WHERE nspname = ANY($1)`, schemas)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		left = append(left, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Empty(t, left, "schemas left behind")
+	for _, s := range schemas {
+		require.True(t, strings.HasPrefix(s, "outboxtest_testharnessesareisolated"), s)
+	}
+}
+
+// Without a server, New skips the test, saying how to give one; under
+// CI=true it fails it.
+func TestHarnessWithoutPostgreSQL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5")
+	t.Setenv("CI", "")
+	r := &harnessTB{TB: t}
+	skipped := r.fails(func() { outboxtest.New(r) })
+	require.Regexp(t, `^SKIP: outboxtest: skipping: PostgreSQL at postgres://postgres@127.0.0.1:1/test\?sslmode=disable&connect_timeout=5 `+
+		`is not reachable \(.*\); set DATABASE_URL to a server's URL, or CI=true to fail instead$`, skipped)
+	t.Setenv("CI", "true")
+	failed := r.fails(func() { outboxtest.New(r) })
+	require.Regexp(t, `^outboxtest: PostgreSQL at postgres://postgres@127.0.0.1:1/test\?sslmode=disable&connect_timeout=5 `+
+		`is not reachable \(.*\); under CI=true that fails the test$`, failed)
+}
