@@ -11,32 +11,71 @@ import (
 
 // CloudEvents makes every relayed message a CloudEvents 1.0 event in binary
 // content mode: the payload is the event's data and the attributes travel
-// as ce_ prefixed metadata (as the Kafka and AMQP bindings carry them), so
-// consumers in other languages and CloudEvents SDKs read them:
+// as metadata, so consumers in other languages and CloudEvents SDKs read
+// them. Each key is Prefix and the attribute's name, as the broker's
+// CloudEvents protocol binding names its headers (ce_id on Kafka, ce-id on
+// NATS, cloudEvents_id on AMQP):
 //
-//	ce_id               the event id
-//	ce_type             wire name and version, e.g. order.paid.v2
-//	ce_source           Source
-//	ce_time             when the event was written (RFC 3339)
-//	ce_specversion      1.0
-//	ce_datacontenttype  application/json
-//	ce_dataschema       DataSchemaBase + the version's schema path
-//	                    (schemas/order.paid.v2.json), when DataSchemaBase is set
+//	id               the event id
+//	type             wire name and version, e.g. order.paid.v2
+//	source           Source
+//	time             when the event was written (RFC 3339)
+//	specversion      1.0
+//	datacontenttype  application/json
+//	dataschema       DataSchemaBase + the version's schema path
+//	                 (schemas/order.paid.v2.json), when DataSchemaBase is set
 //
-// The outbox metadata stays as it was: entoutbox consumers ignore the ce_
+// The outbox metadata stays as it was: entoutbox consumers ignore these
 // keys.
 type CloudEvents struct {
-	// Source is the ce_source of every event: a URI reference naming the
+	// Source is the source of every event: a URI reference naming the
 	// producing service, e.g. "urn:shop:orders". Required.
 	Source string
 	// DataSchemaBase is the URI under which the generated JSON Schemas
-	// (the ent package's entoutbox/ directory) are published, e.g.
-	// "https://contracts.example.com/orders/". ce_dataschema is left out
+	// (the ent package's entoutbox/) are published, e.g.
+	// "https://contracts.example.com/orders/". dataschema is left out
 	// when empty.
 	DataSchemaBase string
+	// Prefix starts every attribute's key: one of the CloudEventsPrefix
+	// constants, the one of the broker's binding (CloudEventsPrefixFor
+	// gives it for a broker URL's scheme). Empty is CloudEventsPrefixKafka.
+	Prefix string
 }
 
-// The CloudEvents attributes, as binary content mode metadata keys.
+// The attribute key prefixes of the CloudEvents protocol bindings.
+const (
+	// CloudEventsPrefixKafka is the Kafka binding's: ce_id. The default;
+	// the SDKs' Kafka bindings read it.
+	CloudEventsPrefixKafka = "ce_"
+	// CloudEventsPrefixNATS is the NATS binding's: ce-id. The Go SDK's
+	// JetStream binding reads it as binary mode (with ce_ it takes the
+	// payload for a structured event, and fails).
+	CloudEventsPrefixNATS = "ce-"
+	// CloudEventsPrefixAMQP is the AMQP binding's preferred separator:
+	// cloudEvents_id. JMS clients can read no other.
+	CloudEventsPrefixAMQP = "cloudEvents_"
+	// CloudEventsPrefixAMQPColon is the AMQP binding's other separator:
+	// cloudEvents:id, the only one some readers know (the Go SDK's AMQP
+	// binding among them).
+	CloudEventsPrefixAMQPColon = "cloudEvents:"
+)
+
+// CloudEventsPrefixFor is the attribute key prefix of the CloudEvents
+// binding of a broker URL scheme (see package broker): NATS's for nats,
+// AMQP's preferred for amqp and amqps, and Kafka's for every other, which
+// has no binding of its own.
+func CloudEventsPrefixFor(scheme string) string {
+	switch strings.ToLower(scheme) {
+	case "nats":
+		return CloudEventsPrefixNATS
+	case "amqp", "amqps":
+		return CloudEventsPrefixAMQP
+	}
+	return CloudEventsPrefixKafka
+}
+
+// The CloudEvents attributes, as metadata keys with the default prefix
+// (CloudEventsPrefixKafka).
 const (
 	MetaCloudEventsID              = "ce_id"
 	MetaCloudEventsType            = "ce_type"
@@ -64,14 +103,30 @@ func (ce *CloudEvents) validate(prefix string) error {
 			return fmt.Errorf("relay: %sDataSchemaBase %q is not an absolute URI", prefix, ce.DataSchemaBase)
 		}
 	}
+	switch ce.Prefix {
+	case "", CloudEventsPrefixKafka, CloudEventsPrefixAMQP, CloudEventsPrefixAMQPColon:
+	case CloudEventsPrefixNATS:
+		// The NATS binding percent-encodes these characters in header
+		// values, and readers differ in decoding them: refuse them rather
+		// than send a value each reads its own way.
+		for _, f := range [...]struct{ name, value string }{{"Source", ce.Source}, {"DataSchemaBase", ce.DataSchemaBase}} {
+			if i := strings.IndexFunc(f.value, func(r rune) bool { return r <= ' ' || r == '"' || r == '%' || r >= 0x7f }); i >= 0 {
+				return fmt.Errorf("relay: %s%s %q: character %q would be percent-encoded by the NATS binding (Prefix %q); leave it out",
+					prefix, f.name, f.value, []rune(f.value[i:])[0], ce.Prefix)
+			}
+		}
+	default:
+		return fmt.Errorf("relay: %sPrefix %q is no CloudEvents binding's: want %q (Kafka), %q (NATS), %q or %q (AMQP)", prefix, ce.Prefix,
+			CloudEventsPrefixKafka, CloudEventsPrefixNATS, CloudEventsPrefixAMQP, CloudEventsPrefixAMQPColon)
+	}
 	return nil
 }
 
-// CloudEventsType is the ce_type of an event version: "order.paid.v2".
+// CloudEventsType is the type of an event version: "order.paid.v2".
 func CloudEventsType(name string, version int) string { return fmt.Sprintf("%s.v%d", name, version) }
 
-// DataSchema is the ce_dataschema of an event version: DataSchemaBase
-// joined with the schema's path in the generated contract,
+// DataSchema is the dataschema of an event version: DataSchemaBase joined
+// with the schema's path in the generated contract,
 // schemas/<name>.v<version>.json; "" without a DataSchemaBase.
 func (ce *CloudEvents) DataSchema(name string, version int) string {
 	if ce.DataSchemaBase == "" {
@@ -85,13 +140,17 @@ func (ce *CloudEvents) set(md message.Metadata, eventID, name string, version in
 	if ce == nil {
 		return
 	}
-	md[MetaCloudEventsID] = eventID
-	md[MetaCloudEventsType] = CloudEventsType(name, version)
-	md[MetaCloudEventsSource] = ce.Source
-	md[MetaCloudEventsTime] = createdAt.UTC().Format(time.RFC3339Nano)
-	md[MetaCloudEventsSpecVersion] = "1.0"
-	md[MetaCloudEventsDataContentType] = "application/json"
+	p := ce.Prefix
+	if p == "" {
+		p = CloudEventsPrefixKafka
+	}
+	md[p+"id"] = eventID
+	md[p+"type"] = CloudEventsType(name, version)
+	md[p+"source"] = ce.Source
+	md[p+"time"] = createdAt.UTC().Format(time.RFC3339Nano)
+	md[p+"specversion"] = "1.0"
+	md[p+"datacontenttype"] = "application/json"
 	if s := ce.DataSchema(name, version); s != "" {
-		md[MetaCloudEventsDataSchema] = s
+		md[p+"dataschema"] = s
 	}
 }

@@ -20,15 +20,26 @@ import (
 	"github.com/entoutbox/entoutbox/relay"
 )
 
-// ceMessage reads a Watermill message as a CloudEvents binary-mode message
-// whose attributes are ce_ prefixed metadata, as the SDK's Kafka binding
-// reads headers.
-type ceMessage struct{ msg *message.Message }
+// ceMessage reads message headers as a CloudEvents binary-mode message
+// whose attributes are prefixed keys (spec.WithPrefix), as the SDK's
+// bindings read their brokers' headers.
+type ceMessage struct {
+	headers map[string]string
+	payload []byte
+	specs   *spec.Versions
+}
 
-var ceSpecs = spec.WithPrefix("ce_")
+// kafkaStyle reads a Watermill message with the default prefix, ce_.
+func kafkaStyle(msg *message.Message) ceMessage {
+	return ceMessage{headers: msg.Metadata, payload: msg.Payload, specs: spec.WithPrefix(relay.CloudEventsPrefixKafka)}
+}
+
+func (m ceMessage) version() spec.Version {
+	return m.specs.Version(m.headers[m.specs.PrefixedSpecVersionName()])
+}
 
 func (m ceMessage) ReadEncoding() binding.Encoding {
-	if ceSpecs.Version(m.msg.Metadata.Get("ce_specversion")) != nil {
+	if m.version() != nil {
 		return binding.EncodingBinary
 	}
 	return binding.EncodingUnknown
@@ -39,19 +50,20 @@ func (m ceMessage) ReadStructured(context.Context, binding.StructuredWriter) err
 }
 
 func (m ceMessage) ReadBinary(_ context.Context, w binding.BinaryWriter) error {
-	v := ceSpecs.Version(m.msg.Metadata.Get("ce_specversion"))
-	for k, val := range m.msg.Metadata {
+	v := m.version()
+	prefix := strings.TrimSuffix(m.specs.PrefixedSpecVersionName(), "specversion")
+	for k, val := range m.headers {
 		if a := v.Attribute(k); a != nil {
 			if err := w.SetAttribute(a, val); err != nil {
 				return err
 			}
-		} else if name, ok := strings.CutPrefix(k, "ce_"); ok {
+		} else if name, ok := strings.CutPrefix(k, prefix); ok {
 			if err := w.SetExtension(name, val); err != nil {
 				return err
 			}
 		}
 	}
-	return w.SetData(bytes.NewReader(m.msg.Payload))
+	return w.SetData(bytes.NewReader(m.payload))
 }
 
 func (m ceMessage) Finish(error) error { return nil }
@@ -59,18 +71,19 @@ func (m ceMessage) Finish(error) error { return nil }
 // GetAttribute and GetExtension make it a binding.MessageMetadataReader,
 // as the SDK's bindings are.
 func (m ceMessage) GetAttribute(k spec.Kind) (spec.Attribute, any) {
-	a := ceSpecs.Version(m.msg.Metadata.Get("ce_specversion")).AttributeFromKind(k)
+	a := m.version().AttributeFromKind(k)
 	if a == nil {
 		return nil, nil
 	}
-	if v, ok := m.msg.Metadata[a.PrefixedName()]; ok {
+	if v, ok := m.headers[a.PrefixedName()]; ok {
 		return a, v
 	}
 	return a, nil
 }
 
 func (m ceMessage) GetExtension(name string) any {
-	if v, ok := m.msg.Metadata["ce_"+name]; ok {
+	prefix := strings.TrimSuffix(m.specs.PrefixedSpecVersionName(), "specversion")
+	if v, ok := m.headers[prefix+name]; ok {
 		return v
 	}
 	return nil
@@ -105,7 +118,7 @@ func testRelayedMessagesAreCloudEvents(t *testing.T, p *onPath) {
 	require.NoError(t, stop())
 	msg := got.msgs[id.String()]
 
-	ev, err := binding.ToEvent(ctx, ceMessage{msg})
+	ev, err := binding.ToEvent(ctx, kafkaStyle(msg))
 	require.NoError(t, err)
 	require.NoError(t, ev.Validate())
 	require.Equal(t, "1.0", ev.SpecVersion())
@@ -163,4 +176,10 @@ func TestNewRefusesBadCloudEvents(t *testing.T) {
 	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
 		CloudEvents: &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "contracts/orders"}})
 	require.EqualError(t, err, `relay: Config.CloudEvents.DataSchemaBase "contracts/orders" is not an absolute URI`)
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		CloudEvents: &relay.CloudEvents{Source: "urn:shop:orders", Prefix: "ce."}})
+	require.EqualError(t, err, `relay: Config.CloudEvents.Prefix "ce." is no CloudEvents binding's: want "ce_" (Kafka), "ce-" (NATS), "cloudEvents_" or "cloudEvents:" (AMQP)`)
+	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
+		CloudEvents: &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/100%25/", Prefix: relay.CloudEventsPrefixNATS}})
+	require.EqualError(t, err, `relay: Config.CloudEvents.DataSchemaBase "https://contracts.example.com/100%25/": character '%' would be percent-encoded by the NATS binding (Prefix "ce-"); leave it out`)
 }

@@ -58,7 +58,7 @@ type Config struct {
 	// "watermill" when empty.
 	MessagingSystem string
 	// CloudEvents, when set, makes every message a CloudEvents 1.0 event
-	// in binary content mode (ce_ metadata; see CloudEvents), on every
+	// in binary content mode (prefixed metadata; see CloudEvents), on every
 	// path.
 	CloudEvents *CloudEvents
 

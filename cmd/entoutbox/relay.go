@@ -33,6 +33,7 @@ type relayOptions struct {
 	databaseURL, listenDatabaseURL, table, brokerURL, path string
 	logLevel, logFormat, metricsAddr                       string
 	cloudEventsSource, cloudEventsDataSchemaBase           string
+	cloudEventsPrefix                                      string
 	pprof                                                  bool
 	cfg                                                    relay.Config
 }
@@ -148,6 +149,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"with this ce_source, e.g. urn:shop:orders (off when empty)")
 	f.StringVar(&o.cloudEventsDataSchemaBase, "cloudevents-dataschema-base", "", "URI the generated JSON Schemas (the ent package's entoutbox/) "+
 		"are published under; ce_dataschema is it joined with schemas/<event>.v<N>.json (with --cloudevents-source)")
+	f.StringVar(&o.cloudEventsPrefix, "cloudevents-prefix", "", "prefix of the CloudEvents attribute keys: ce_ (Kafka), ce- (NATS), "+
+		"cloudEvents_ or cloudEvents: (AMQP) (default the --broker's binding: ce- on nats, cloudEvents_ on amqp, else ce_; with --cloudevents-source)")
 
 	for name, paths := range pathFlags {
 		fl := f.Lookup(name)
@@ -189,6 +192,8 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--pprof serves the profiles on --metrics-addr: set it too")
 	case o.cloudEventsDataSchemaBase != "" && o.cloudEventsSource == "":
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
+	case o.cloudEventsPrefix != "" && o.cloudEventsSource == "":
+		return errors.New("--cloudevents-prefix needs --cloudevents-source")
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL:
 		return fmt.Errorf("--path %q: want %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL)
 	}
@@ -209,7 +214,12 @@ func (o *relayOptions) config() relay.Config {
 	cfg := o.cfg
 	cfg.Table, cfg.Path = o.table, relay.Path(o.path)
 	if o.cloudEventsSource != "" {
-		cfg.CloudEvents = &relay.CloudEvents{Source: o.cloudEventsSource, DataSchemaBase: o.cloudEventsDataSchemaBase}
+		prefix := o.cloudEventsPrefix
+		if prefix == "" {
+			scheme, _, _ := strings.Cut(o.brokerURL, ":")
+			prefix = relay.CloudEventsPrefixFor(scheme)
+		}
+		cfg.CloudEvents = &relay.CloudEvents{Source: o.cloudEventsSource, DataSchemaBase: o.cloudEventsDataSchemaBase, Prefix: prefix}
 	}
 	return cfg
 }
