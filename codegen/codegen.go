@@ -78,6 +78,9 @@ var templateFS embed.FS
 type Extension struct {
 	entc.DefaultExtension
 	events []events.Interface
+	// asyncAPI is what the AsyncAPI document cannot learn from the
+	// declarations (asyncapi.go).
+	asyncAPI asyncAPIConfig
 	// runtime is the target's runtime.go as it was before entc.Generate
 	// stubbed it; nil when there was none.
 	runtime *savedFile
@@ -158,6 +161,9 @@ func (e *Extension) Hooks() []gen.Hook {
 					}
 				}
 			}()
+			if err := e.asyncAPI.check(); err != nil { // asyncapi.go
+				return err
+			}
 			m, err := build(g, e.events) // model.go
 			if err != nil {
 				return err
@@ -174,7 +180,7 @@ func (e *Extension) Hooks() []gen.Hook {
 			if err := next.Generate(g); err != nil {
 				return err
 			}
-			if err := writeContracts(g, m); err != nil { // contract.go
+			if err := writeContracts(g, m, &e.asyncAPI); err != nil { // contract.go
 				return err
 			}
 			if err := lock.write(g.Config.Target); err != nil {

@@ -2,19 +2,15 @@ package codegen
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"entgo.io/ent/entc/gen"
 
-	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
 )
 
@@ -44,8 +40,8 @@ type jsonObject = map[string]any
 
 // contractFiles renders the contract of m: file path (relative to
 // ContractDir) to content. title names the service in the AsyncAPI
-// document.
-func contractFiles(m *Model, title string) (map[string][]byte, error) {
+// document, which doc describes further.
+func contractFiles(m *Model, title string, doc *asyncAPIConfig) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	for _, e := range m.Events {
 		for _, v := range e.Versions {
@@ -58,7 +54,7 @@ func contractFiles(m *Model, title string) (map[string][]byte, error) {
 			files[SchemaPath(e.Name, v.Number)] = b
 		}
 	}
-	b, err := encodeContract(asyncAPI(m, title))
+	b, err := encodeContract(asyncAPI(m, title, doc))
 	if err != nil {
 		return nil, err
 	}
@@ -237,117 +233,11 @@ func kindSchema(k field.Kind) jsonObject {
 
 func listSchema(items jsonObject) jsonObject { return jsonObject{"type": "array", "items": items} }
 
-// The CloudEvents attributes the relay can add (relay.CloudEvents), in the
-// binary content mode's ce_ headers.
-var cloudEventHeaders = []string{"ce_id", "ce_source", "ce_specversion", "ce_type", "ce_time",
-	"ce_datacontenttype", "ce_dataschema"}
-
-// headersSchema is the schema of the message metadata of a version: the
-// outbox keys the relay always sets, the CloudEvents attributes when the
-// relay adds them, and the emitter's own headers, all strings.
-func headersSchema(e *Event, v *Version) jsonObject {
-	str := func(desc string) jsonObject { return jsonObject{"type": "string", "description": desc} }
-	props := jsonObject{
-		events.MetaEventName:     jsonObject{"type": "string", "const": e.Name, "description": "the event's wire name"},
-		events.MetaEventVersion:  jsonObject{"type": "string", "const": strconv.Itoa(v.Number), "description": "the payload's version"},
-		events.MetaAggregateType: jsonObject{"type": "string", "const": e.Aggregate, "description": "the aggregate type; events of one aggregate arrive in order"},
-		events.MetaAggregateID:   jsonObject{"type": "string", "minLength": 1, "maxLength": 255, "description": "the aggregate id"},
-		events.MetaCreatedAt:     jsonObject{"type": "string", "format": "date-time", "description": "when the event was written (RFC 3339, UTC)"},
-	}
-	if v.ReadableFrom > 0 && v.ReadableFrom < v.Number {
-		props[events.MetaReadableFrom] = jsonObject{"type": "string", "const": strconv.Itoa(v.ReadableFrom),
-			"description": "the oldest version whose consumers can read this one (rolling deploys)"}
-	}
-	ce := map[string]jsonObject{
-		"ce_id":              str("CloudEvents id: the event id"),
-		"ce_source":          {"type": "string", "format": "uri-reference", "description": "CloudEvents source"},
-		"ce_specversion":     {"type": "string", "const": "1.0", "description": "CloudEvents spec version"},
-		"ce_type":            {"type": "string", "const": fmt.Sprintf("%s.v%d", e.Name, v.Number), "description": "CloudEvents type: wire name and version"},
-		"ce_time":            {"type": "string", "format": "date-time", "description": "CloudEvents time: when the event was written"},
-		"ce_datacontenttype": {"type": "string", "const": "application/json", "description": "CloudEvents datacontenttype"},
-		"ce_dataschema":      {"type": "string", "format": "uri", "description": "CloudEvents dataschema: this version's JSON Schema, " + SchemaPath(e.Name, v.Number) + " under the relay's base URI"},
-	}
-	for _, k := range cloudEventHeaders {
-		props[k] = ce[k]
-	}
-	required := []string{events.MetaAggregateID, events.MetaAggregateType, events.MetaCreatedAt, events.MetaEventName, events.MetaEventVersion}
-	return jsonObject{
-		"type":        "object",
-		"description": "Message metadata. The ce_ attributes are there when the relay adds CloudEvents attributes; the emitter's headers (events.WithHeader) are strings too. The message UUID is the event id.",
-		"properties":  props, "required": required,
-		"additionalProperties": jsonObject{"type": "string"},
-	}
-}
-
-// messageKey names a version's message in the AsyncAPI document.
-func messageKey(e *Event, v *Version) string { return fmt.Sprintf("%s.v%d", e.Name, v.Number) }
-
-// asyncAPI is the AsyncAPI 3.0 document of m: a channel per topic, a
-// message per event version, and per event a send operation (every event
-// has its Emit method) and, when the consumer side is generated, a receive
-// operation (every event has its Register method). Both list every version:
-// the relay publishes rows written before a deploy, and handlers take every
-// declared version.
-func asyncAPI(m *Model, title string) jsonObject {
-	channels, operations := jsonObject{}, jsonObject{}
-	messages, schemas := jsonObject{}, jsonObject{}
-	for _, e := range m.Events {
-		ch, ok := channels[e.Topic].(jsonObject)
-		if !ok {
-			ch = jsonObject{"address": e.Topic, "messages": jsonObject{},
-				"description": fmt.Sprintf("Topic %q (the relay's topic prefix, if any, goes before it).", e.Topic)}
-			channels[e.Topic] = ch
-		}
-		var refs []jsonObject
-		for _, v := range e.Versions {
-			key := messageKey(e, v)
-			ch["messages"].(jsonObject)[key] = jsonObject{"$ref": "#/components/messages/" + key}
-			refs = append(refs, jsonObject{"$ref": "#/channels/" + e.Topic + "/messages/" + key})
-			schemas[key] = payloadSchema(e, v)
-			msg := jsonObject{
-				"name":        key,
-				"title":       fmt.Sprintf("%s v%d", e.GoName, v.Number),
-				"contentType": "application/json",
-				"headers":     headersSchema(e, v),
-				"payload":     jsonObject{"$ref": "#/components/schemas/" + key},
-			}
-			if e.Comment != "" {
-				msg["summary"] = e.Comment
-			}
-			messages[key] = msg
-		}
-		channel := jsonObject{"$ref": "#/channels/" + e.Topic}
-		operations["send"+e.GoName] = jsonObject{"action": "send", "channel": channel, "messages": refs,
-			"summary": fmt.Sprintf("Emit%s writes %q to the outbox; the relay publishes it.", e.GoName, e.Name)}
-		if m.HasConsumers() {
-			operations["receive"+e.GoName] = jsonObject{"action": "receive", "channel": channel, "messages": refs,
-				"summary": fmt.Sprintf("Handlers registered with Register%s (or On%s) receive %q, older versions upcast.", e.GoName, e.GoName, e.Name)}
-		}
-	}
-	doc := jsonObject{
-		"asyncapi":           "3.0.0",
-		"defaultContentType": "application/json",
-		"channels":           channels,
-		"operations":         operations,
-		"components":         jsonObject{"messages": messages, "schemas": schemas},
-	}
-	// The version changes whenever the contract does.
-	b, _ := json.Marshal(doc)
-	sum := sha256.Sum256(b)
-	doc["info"] = jsonObject{
-		"title":   title,
-		"version": hex.EncodeToString(sum[:6]),
-		"description": "Events of " + title + ", generated by entoutbox from the event declarations. " +
-			"info.version is a digest of this document: it changes whenever an event, version or field does.",
-	}
-	return doc
-}
-
 // writeContracts writes the contract files of m under the target
 // directory's ContractDir, rewriting only those that changed and removing
 // the schemas of versions no longer declared.
-func writeContracts(g *gen.Graph, m *Model) error {
-	files, err := contractFiles(m, g.Config.Package)
+func writeContracts(g *gen.Graph, m *Model, doc *asyncAPIConfig) error {
+	files, err := contractFiles(m, g.Config.Package, doc)
 	if err != nil {
 		return err
 	}

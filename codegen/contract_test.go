@@ -155,6 +155,7 @@ func TestAsyncAPIDocumentIsValid(t *testing.T) {
 			require.Equal(t, "#/components/schemas/"+key, msg.Payload.Ref)
 			require.Contains(t, msg.Headers.Required, "outbox_event_name")
 			require.Contains(t, msg.Headers.Properties, "ce_dataschema")
+			require.Contains(t, msg.Headers.Required, "_watermill_message_uuid", "the event id, to dedupe on")
 			var file map[string]any
 			fb, err := os.ReadFile(f)
 			require.NoError(t, err)
