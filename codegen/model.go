@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -107,6 +108,9 @@ type Version struct {
 	// of that step, which fill nested objects' defaults too.
 	NextDefaults string
 	NextFill     string
+	// EmitFill is NextFill for Emit's read-back of a downcast
+	// (events.AsVersion), through package outbox.
+	EmitFill string
 
 	// ForwardFromPrevious: consumers of the previous version read this
 	// one (rules.go). ReadableFrom is the oldest version whose consumers
@@ -114,6 +118,9 @@ type Version struct {
 	// forward compatible; the generated Emit writes it with the event.
 	ForwardFromPrevious bool
 	ReadableFrom        int
+	// NotForward says why the step from the previous version is not
+	// forward compatible (its first such change), or "".
+	NotForward string
 }
 
 // Downcasts are the older versions Emit may write instead of the latest
@@ -123,6 +130,53 @@ func (e *Event) Downcasts() []*Version {
 	for _, v := range e.Versions[:len(e.Versions)-1] {
 		if v.Number >= e.Latest().ReadableFrom {
 			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// NotWritable says why consumers of the versions before the latest's
+// ReadableFrom cannot read it: the step into ReadableFrom, which is not
+// forward compatible.
+func (e *Event) NotWritable() string {
+	rf := e.Latest().ReadableFrom
+	return fmt.Sprintf("the step from version %d to %d is not forward compatible: %s", rf-1, rf, e.Versions[rf-1].NotForward)
+}
+
+// ReadBackUpcasts tells whether Emit's read-back of a downcast runs the
+// declaration's Upcast: a version Emit may write comes before a step that
+// calls it.
+func (e *Event) ReadBackUpcasts() bool {
+	ds := e.Downcasts()
+	return e.NeedsUpcaster && len(ds) > 0 && ds[0].Number <= e.LastManualStep()
+}
+
+// MapPaths are the wire paths of the latest version's map fields, at any
+// depth ("attributes", "lines[].tags"), as Go string literals.
+func (e *Event) MapPaths() []string {
+	var out []string
+	var walk func(fs []*Field)
+	walk = func(fs []*Field) {
+		for _, f := range fs {
+			for g := f; g != nil; g = g.Elem {
+				if g.Kind == field.KindMap {
+					out = append(out, strconv.Quote(g.Path))
+				}
+				walk(g.Fields)
+			}
+		}
+	}
+	walk(e.Latest().Fields)
+	return out
+}
+
+// EmitDeclImports are the declaration packages the events file imports:
+// those whose Upcast Emit's read-back of a downcast calls.
+func (m *Model) EmitDeclImports() []DeclImport {
+	var out []DeclImport
+	for _, imp := range m.declImports {
+		if slices.ContainsFunc(m.Events, func(e *Event) bool { return e.DeclAlias == imp.Alias && e.ReadBackUpcasts() }) {
+			out = append(out, imp)
 		}
 	}
 	return out

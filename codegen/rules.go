@@ -313,6 +313,9 @@ func applyRules(m *Model, entries []*LockEntry, fail func(string, ...any)) {
 			prev, next := e.Versions[i-1], e.Versions[i]
 			backward, forward := !prev.UpcastManually, true
 			for _, c := range stepChanges("", descriptors(prev.Fields), descriptors(next.Fields)) {
+				if forward && !keepsForward(c.rule) {
+					next.NotForward = fmt.Sprintf("field %q %s (rule %s)", c.path, c.what, c.rule)
+				}
 				forward = forward && keepsForward(c.rule)
 				backward = backward && keepsBackward(c.rule)
 			}

@@ -102,7 +102,8 @@ func planUpcasts(where string, e *Event, hasUpcaster bool) {
 		gaps := upcastGaps(prev, next)
 		if len(gaps) == 0 {
 			prev.NextDefaults = defaultsLiteral(next.Fields)
-			prev.NextFill = fillDefaults(next.Fields, "fields", 1)
+			prev.NextFill = fillDefaults(next.Fields, "fields", 1, "consumer.FillDefaults")
+			prev.EmitFill = fillDefaults(next.Fields, "fields", 1, "outbox.FillDefaults")
 			continue
 		}
 		prev.UpcastManually = true
@@ -157,15 +158,15 @@ func defaultsLiteral(fs []*Field) string {
 
 // fillDefaults are the statements of an automatic step in the JSON upcast
 // path: the defaults of fs go into the decoded object m where its keys are
-// missing, and into the objects m holds, in lists and maps too, at any
-// depth. "" when there are none.
-func fillDefaults(fs []*Field, m string, depth int) string {
+// missing (through fill, the runtime's FillDefaults), and into the objects
+// m holds, in lists and maps too, at any depth. "" when there are none.
+func fillDefaults(fs []*Field, m string, depth int, fill string) string {
 	var out []string
 	if lit := defaultsLiteral(fs); lit != "" {
-		out = append(out, fmt.Sprintf("consumer.FillDefaults(%s, %s)", m, lit))
+		out = append(out, fmt.Sprintf("%s(%s, %s)", fill, m, lit))
 	}
 	for _, f := range fs {
-		if inner := fillValue(f, fmt.Sprintf("%s[%q]", m, f.Name), depth); inner != "" {
+		if inner := fillValue(f, fmt.Sprintf("%s[%q]", m, f.Name), depth, fill); inner != "" {
 			out = append(out, inner)
 		}
 	}
@@ -174,18 +175,18 @@ func fillDefaults(fs []*Field, m string, depth int) string {
 
 // fillValue fills the defaults of the objects held by the decoded value
 // expr of f.
-func fillValue(f *Field, expr string, depth int) string {
+func fillValue(f *Field, expr string, depth int, fill string) string {
 	switch f.Kind {
 	case field.KindObject:
 		o := fmt.Sprintf("o%d", depth)
-		inner := fillDefaults(f.Fields, o, depth+1)
+		inner := fillDefaults(f.Fields, o, depth+1, fill)
 		if inner == "" {
 			return ""
 		}
 		return fmt.Sprintf("if %s, ok := %s.(map[string]any); ok {\n%s\n}", o, expr, inner)
 	case field.KindList, field.KindMap:
 		c, x := fmt.Sprintf("c%d", depth), fmt.Sprintf("x%d", depth)
-		inner := fillValue(f.Elem, x, depth+1)
+		inner := fillValue(f.Elem, x, depth+1, fill)
 		if inner == "" {
 			return ""
 		}

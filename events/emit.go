@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 
 	"github.com/google/uuid"
@@ -70,10 +71,18 @@ func ReturnEventID(id *uuid.UUID) EmitOption {
 // AsVersion makes Emit write version n of the event instead of the latest,
 // to hold a producer back while its consumers are deployed: the generated
 // Emit downcasts the payload (encodes the latest, decodes it as version n,
-// validates it as version n). It is allowed only when consumers of version
-// n can read the latest version (every step from n on is forward
-// compatible); otherwise Emit fails with ErrVersionNotWritable and writes
-// nothing.
+// validates it as version n).
+//
+// It is allowed only when consumers of version n can read the latest
+// version (every step from n on is forward compatible); otherwise Emit
+// fails with ErrVersionNotWritable, saying which step is not and what to do
+// instead. And it writes version n only when nothing is lost: consumers of
+// the latest version, reading the version n payload, must read back the
+// payload as given. A field version n lacks must therefore hold what they
+// fill in: its declared default (a number at 0 is a value, not the default),
+// nothing for an optional field without one, or what the declaration's
+// Upcast sets. Otherwise Emit fails with a *LossError naming the field.
+// Either way nothing is written.
 func AsVersion(n int) EmitOption {
 	return func(c *EmitConfig) { c.Version = n }
 }
@@ -83,3 +92,30 @@ func AsVersion(n int) EmitOption {
 // it is not forward compatible, so consumers of version n could not read
 // what the latest says. Nothing is written.
 var ErrVersionNotWritable = errors.New("events: the event cannot be written as that version")
+
+// LossError is returned by Emit given AsVersion(n) when version n cannot
+// carry a value of the payload: consumers of the latest version, reading
+// the version n payload, would read something else in Field (usually a
+// field version n lacks, which they fill in with its default). Nothing is
+// written.
+type LossError struct {
+	Event   string // wire name
+	Version int    // the version asked for
+	Latest  int
+	Field   string // path from the payload's root: "currency", "lines[2].unit", `attributes["k"].value`
+	Value   string // the value the payload holds, as JSON; "" when it has none
+	ReadAs  string // what consumers of the latest version would read instead, as JSON; "" for nothing
+}
+
+func (e *LossError) Error() string {
+	return fmt.Sprintf("events: %q cannot be written as version %d without loss: field %q holds %s, but consumers of version %d would read %s from the version %d payload; "+
+		"set the field to what they would read, or emit version %d once its consumers are deployed",
+		e.Event, e.Version, e.Field, jsonOrNothing(e.Value), e.Latest, jsonOrNothing(e.ReadAs), e.Version, e.Latest)
+}
+
+func jsonOrNothing(v string) string {
+	if v == "" {
+		return "nothing"
+	}
+	return v
+}

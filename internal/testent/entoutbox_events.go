@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	outboxdecl1 "github.com/entoutbox/entoutbox/internal/testent/testevents"
 	"github.com/entoutbox/entoutbox/outbox"
 )
 
@@ -86,8 +87,9 @@ func (e *OrderPaid) outboxPrefill() {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -119,7 +121,8 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 // outboxDowncastOrderPaid turns an encoded latest "order.paid" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -134,12 +137,28 @@ func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
 		}
+		readBack, err := outboxReadBackOrderPaid(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.paid", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("order.paid", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 2)
+}
+
+// outboxReadBackOrderPaid decodes a version n payload of "order.paid" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackOrderPaid(n int, payload []byte) ([]byte, error) {
+	e := &OrderPaid{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.paid", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // ProfileUpdated is the payload of version 1 of event "profile.updated", the version producers emit.
@@ -237,12 +256,10 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 // outboxDowncastProfileUpdated turns an encoded latest "profile.updated" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastProfileUpdated(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 1 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
-	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "profile.updated", n, n, 1, 1)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
 }
 
 // PriceChangedV1 is the payload of version 1 of event "price.changed".
@@ -365,12 +382,14 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 // outboxDowncastPriceChanged turns an encoded latest "price.changed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastPriceChanged(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 3 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "price.changed", n, 3)
+	if n >= 1 && n < 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "price.changed", n, 3, "the step from version 2 to 3 is not forward compatible: field \"cents\" was removed (rule FIELD_REMOVE_REQUIRED)", 3, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "price.changed", n, n, 3, 3)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "price.changed", n, 3)
 }
 
 // OrderPlacedV1 is the payload of version 1 of event "order.placed".
@@ -610,8 +629,9 @@ func (e *OrderPlacedAttribute) Validate() error {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -643,7 +663,8 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 // outboxDowncastOrderPlaced turns an encoded latest "order.placed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -658,12 +679,28 @@ func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.placed", n, err)
 		}
+		readBack, err := outboxReadBackOrderPlaced(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.placed", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("order.placed", n, 2, payload, readBack, "attributes"); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+}
+
+// outboxReadBackOrderPlaced decodes a version n payload of "order.placed" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackOrderPlaced(n int, payload []byte) ([]byte, error) {
+	e := &OrderPlaced{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.placed", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // CartChangedV1 is the payload of version 1 of event "cart.changed".
@@ -861,12 +898,162 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, 
 // outboxDowncastCartChanged turns an encoded latest "cart.changed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastCartChanged(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 3 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "cart.changed", n, 3)
+	if n >= 1 && n < 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "cart.changed", n, 3, "the step from version 2 to 3 is not forward compatible: field \"lines[].cents\" was removed (rule FIELD_REMOVE_REQUIRED)", 3, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "cart.changed", n, n, 3, 3)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "cart.changed", n, 3)
+}
+
+// ShipmentBookedV1 is the payload of version 1 of event "shipment.booked".
+type ShipmentBookedV1 struct {
+	OrderID int64  `json:"order_id"`
+	Carrier string `json:"carrier"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "shipment.booked" version 1.
+func (e *ShipmentBookedV1) Validate() error {
+	if e.Carrier == "" {
+		return &events.ValidationError{Event: "shipment.booked", Version: 1, Field: "carrier", Reason: "is required"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version ShipmentBookedV1 is the payload of.
+func (ShipmentBookedV1) OutboxEvent() (name string, version int) {
+	return "shipment.booked", 1
+}
+
+// ShipmentBooked is the payload of version 2 of event "shipment.booked", the version producers emit.
+type ShipmentBooked struct {
+	OrderID int64  `json:"order_id"`
+	Carrier string `json:"carrier"`
+	Service string `json:"service"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "shipment.booked" version 2.
+func (e *ShipmentBooked) Validate() error {
+	if e.Carrier == "" {
+		return &events.ValidationError{Event: "shipment.booked", Version: 2, Field: "carrier", Reason: "is required"}
+	}
+	if e.Service == "" {
+		return &events.ValidationError{Event: "shipment.booked", Version: 2, Field: "service", Reason: "is required"}
+	}
+	if !(e.Service == "standard" || e.Service == "express") {
+		return &events.ValidationError{Event: "shipment.booked", Version: 2, Field: "service", Reason: fmt.Sprintf("value %q is not one of [standard express]", e.Service)}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version ShipmentBooked is the payload of.
+func (ShipmentBooked) OutboxEvent() (name string, version int) {
+	return "shipment.booked", 2
+}
+
+// EmitShipmentBooked writes event "shipment.booked" (version 2, topic
+// "shipments") about the Shipment aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitShipmentBooked(ctx context.Context, aggregateID string, e ShipmentBooked, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "shipment.booked", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastShipmentBooked(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "shipment.booked",
+		Version:       version,
+		Topic:         "shipments",
+		AggregateType: "Shipment",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastShipmentBooked turns an encoded latest "shipment.booked" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastShipmentBooked(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &ShipmentBookedV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "shipment.booked", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "shipment.booked", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "shipment.booked", n, err)
+		}
+		readBack, err := outboxReadBackShipmentBooked(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "shipment.booked", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("shipment.booked", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
+		return b, 1, nil
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "shipment.booked", n, 2)
+}
+
+// outboxReadBackShipmentBooked decodes a version n payload of "shipment.booked" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackShipmentBooked(n int, payload []byte) ([]byte, error) {
+	if n <= 1 {
+		fields, err := outbox.DecodeFields(payload)
+		if err != nil {
+			return nil, err
+		}
+		for v := n; v < 2; v++ {
+			switch v {
+			case 1:
+				if fields, err = (outboxdecl1.ShipmentBooked{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting from version %d: %w", v, err)
+				}
+			}
+		}
+		if payload, err = json.Marshal(fields); err != nil {
+			return nil, err
+		}
+	}
+	e := &ShipmentBooked{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
 }
 
 // outboxNestedError puts the path of a nested object before the field its

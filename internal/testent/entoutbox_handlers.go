@@ -63,6 +63,7 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "price.changed", Topic: "catalog", Latest: 3, Decode: outboxDecodePriceChanged},
 	{Name: "order.placed", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPlaced},
 	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
+	{Name: "shipment.booked", Topic: "shipments", Latest: 2, Decode: outboxDecodeShipmentBooked},
 }
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -560,6 +561,110 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return nil, consumer.InvalidPayload(version, 3, err)
+	}
+	return e, nil
+}
+
+// ShipmentBookedHandler handles event "shipment.booked". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type ShipmentBookedHandler func(ctx context.Context, tx *Tx, e *ShipmentBooked, m events.Meta) error
+
+// RegisterShipmentBooked registers fn as consumerName's handler of "shipment.booked".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnShipmentBooked panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterShipmentBooked(consumerName string, fn ShipmentBookedHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*ShipmentBooked), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "shipment.booked", run)
+}
+
+// OnShipmentBooked is RegisterShipmentBooked that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnShipmentBooked(consumerName string, fn ShipmentBookedHandler) {
+	if err := h.RegisterShipmentBooked(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// ShipmentBookedDelivery is one event of a batch given to a ShipmentBookedBatchHandler:
+// the latest version, and its metadata.
+type ShipmentBookedDelivery struct {
+	Event *ShipmentBooked
+	Meta  events.Meta
+}
+
+// ShipmentBookedBatchHandler handles many "shipment.booked" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type ShipmentBookedBatchHandler func(ctx context.Context, tx *Tx, batch []ShipmentBookedDelivery) error
+
+// RegisterShipmentBookedBatch registers fn as consumerName's handler of "shipment.booked",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnShipmentBookedBatch panics instead.
+func (h *OutboxHandlers) RegisterShipmentBookedBatch(consumerName string, fn ShipmentBookedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]ShipmentBookedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = ShipmentBookedDelivery{Event: p.(*ShipmentBooked), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "shipment.booked", run)
+}
+
+// OnShipmentBookedBatch is RegisterShipmentBookedBatch that panics on an error.
+func (h *OutboxHandlers) OnShipmentBookedBatch(consumerName string, fn ShipmentBookedBatchHandler) {
+	if err := h.RegisterShipmentBookedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxDecodeShipmentBooked turns a payload of any declared version into the latest.
+func outboxDecodeShipmentBooked(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "shipment.booked", version, 2)
+	}
+	if version <= 1 {
+		fields, err := consumer.DecodeFields(payload)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload: %w", "shipment.booked", version, err)
+		}
+		for v := version; v < 2; v++ {
+			switch v {
+			case 1:
+				if fields, err = (outboxdecl1.ShipmentBooked{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting %q from version %d: %w", "shipment.booked", v, err)
+				}
+			}
+		}
+		if payload, err = json.Marshal(fields); err != nil {
+			return nil, fmt.Errorf("encoding upcast %q payload: %w", "shipment.booked", err)
+		}
+	}
+	e := &ShipmentBooked{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decoding %q version %d payload: %w", "shipment.booked", version, err)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, consumer.InvalidPayload(version, 2, err)
 	}
 	return e, nil
 }

@@ -186,12 +186,10 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 // outboxDowncastOrderPlaced turns an encoded latest "order.placed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 1 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 1)
-	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.placed", n, n, 1, 1)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 1)
 }
 
 // OrderPaidV1 is the payload of version 1 of event "order.paid".
@@ -267,8 +265,9 @@ func (e *OrderPaid) outboxPrefill() {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -300,7 +299,8 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 // outboxDowncastOrderPaid turns an encoded latest "order.paid" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -315,12 +315,28 @@ func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
 		}
+		readBack, err := outboxReadBackOrderPaid(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.paid", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("order.paid", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 2)
+}
+
+// outboxReadBackOrderPaid decodes a version n payload of "order.paid" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackOrderPaid(n int, payload []byte) ([]byte, error) {
+	e := &OrderPaid{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.paid", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // OrderCancelled is the payload of version 1 of event "order.cancelled", the version producers emit.
@@ -390,12 +406,10 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID strin
 // outboxDowncastOrderCancelled turns an encoded latest "order.cancelled" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderCancelled(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 1 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.cancelled", n, 1)
-	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.cancelled", n, n, 1, 1)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.cancelled", n, 1)
 }
 
 // outboxNestedError puts the path of a nested object before the field its

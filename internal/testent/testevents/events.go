@@ -48,7 +48,7 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}, ShipmentBooked{}}
 
 // OrderPlaced nests: line items, an address, a map of attributes. Version
 // 2 adds defaulted fields inside the lines and the address, so a version 1
@@ -158,5 +158,31 @@ func (CartChanged) Upcast(from int, fields map[string]any) (map[string]any, erro
 		delete(line, "cents")
 		line["amount"] = float64(cents) / 100
 	}
+	return fields, nil
+}
+
+// ShipmentBooked adds a required field in version 2, which its Upcast fills
+// in for version 1 payloads: a forward compatible step through an upcaster,
+// so Emit may write version 1 when the Upcast gives back the value the
+// payload holds.
+type ShipmentBooked struct{ events.Schema }
+
+func (ShipmentBooked) Name() string      { return "shipment.booked" }
+func (ShipmentBooked) Topic() string     { return "shipments" }
+func (ShipmentBooked) Aggregate() string { return "Shipment" }
+func (ShipmentBooked) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("order_id"), field.String("carrier")),
+		events.V(2, field.Int64("order_id"), field.String("carrier"),
+			field.Enum("service").Values("standard", "express")),
+	}
+}
+
+// Upcast books version 1's shipments as standard: it offered no other.
+func (ShipmentBooked) Upcast(from int, fields map[string]any) (map[string]any, error) {
+	if from != 1 {
+		return nil, fmt.Errorf("no upcast from version %d", from)
+	}
+	fields["service"] = "standard"
 	return fields, nil
 }

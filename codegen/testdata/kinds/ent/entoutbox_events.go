@@ -179,12 +179,10 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 // outboxDowncastProfileUpdated turns an encoded latest "profile.updated" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastProfileUpdated(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 1 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
-	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "profile.updated", n, n, 1, 1)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "profile.updated", n, 1)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.

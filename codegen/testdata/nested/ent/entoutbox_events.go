@@ -450,8 +450,9 @@ func (e *OrderPlacedSlot) UnmarshalJSON(b []byte) error {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -483,7 +484,8 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 // outboxDowncastOrderPlaced turns an encoded latest "order.placed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -498,12 +500,28 @@ func outboxDowncastOrderPlaced(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.placed", n, err)
 		}
+		readBack, err := outboxReadBackOrderPlaced(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.placed", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("order.placed", n, 2, payload, readBack, "attributes", "stock", "bundles", "slots[]"); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.placed", n, 2)
+}
+
+// outboxReadBackOrderPlaced decodes a version n payload of "order.placed" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackOrderPlaced(n int, payload []byte) ([]byte, error) {
+	e := &OrderPlaced{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.placed", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // outboxNestedError puts the path of a nested object before the field its

@@ -209,12 +209,14 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, 
 // outboxDowncastCartChanged turns an encoded latest "cart.changed" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastCartChanged(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 3 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "cart.changed", n, 3)
+	if n >= 1 && n < 3 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "cart.changed", n, 3, "the step from version 2 to 3 is not forward compatible: field \"lines[].cents\" was removed (rule FIELD_REMOVE_REQUIRED)", 3, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "cart.changed", n, n, 3, 3)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "cart.changed", n, 3)
 }
 
 // outboxNestedError puts the path of a nested object before the field its

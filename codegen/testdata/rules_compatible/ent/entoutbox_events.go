@@ -75,8 +75,9 @@ func (e *FieldAddOptional) outboxPrefill() {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID string, e FieldAddOptional, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -108,7 +109,8 @@ func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID str
 // outboxDowncastFieldAddOptional turns an encoded latest "field_add_optional" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastFieldAddOptional(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -123,12 +125,28 @@ func outboxDowncastFieldAddOptional(n int, payload []byte) ([]byte, int, error) 
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "field_add_optional", n, err)
 		}
+		readBack, err := outboxReadBackFieldAddOptional(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "field_add_optional", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("field_add_optional", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_add_optional", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_add_optional", n, 2)
+}
+
+// outboxReadBackFieldAddOptional decodes a version n payload of "field_add_optional" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackFieldAddOptional(n int, payload []byte) ([]byte, error) {
+	e := &FieldAddOptional{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_add_optional", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // FieldRelaxV1 is the payload of version 1 of event "field_relax".
@@ -211,12 +229,14 @@ func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID string, e
 // outboxDowncastFieldRelax turns an encoded latest "field_relax" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastFieldRelax(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_relax", n, 2)
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "field_relax", n, 2, "the step from version 1 to 2 is not forward compatible: field \"note\" was required and is now optional (rule FIELD_RELAX)", 2, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_relax", n, n, 2, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_relax", n, 2)
 }
 
 // EnumValueAddV1 is the payload of version 1 of event "enum_value_add".
@@ -308,12 +328,14 @@ func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID string,
 // outboxDowncastEnumValueAdd turns an encoded latest "enum_value_add" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastEnumValueAdd(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "enum_value_add", n, 2)
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "enum_value_add", n, 2, "the step from version 1 to 2 is not forward compatible: field \"tier\" gained enum values [c] (rule ENUM_VALUE_ADD)", 2, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "enum_value_add", n, n, 2, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "enum_value_add", n, 2)
 }
 
 // BoundsLoosenV1 is the payload of version 1 of event "bounds_loosen".
@@ -419,12 +441,14 @@ func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID string,
 // outboxDowncastBoundsLoosen turns an encoded latest "bounds_loosen" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastBoundsLoosen(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_loosen", n, 2)
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "bounds_loosen", n, 2, "the step from version 1 to 2 is not forward compatible: field \"qty\" widened its bounds from (>= 1, <= 10) to (>= 0, <= 100) (rule BOUNDS_LOOSEN)", 2, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "bounds_loosen", n, n, 2, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_loosen", n, 2)
 }
 
 // BoundsTightenV1 is the payload of version 1 of event "bounds_tighten".
@@ -494,8 +518,9 @@ func (BoundsTighten) OutboxEvent() (name string, version int) {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string, e BoundsTighten, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -526,7 +551,8 @@ func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string
 // outboxDowncastBoundsTighten turns an encoded latest "bounds_tighten" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastBoundsTighten(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -541,12 +567,26 @@ func outboxDowncastBoundsTighten(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "bounds_tighten", n, err)
 		}
+		readBack, err := outboxReadBackBoundsTighten(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "bounds_tighten", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("bounds_tighten", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_tighten", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "bounds_tighten", n, 2)
+}
+
+// outboxReadBackBoundsTighten decodes a version n payload of "bounds_tighten" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackBoundsTighten(n int, payload []byte) ([]byte, error) {
+	e := &BoundsTighten{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "bounds_tighten", n, n, 2, 1)
+	return json.Marshal(e)
 }
 
 // DefaultChangeV1 is the payload of version 1 of event "default_change".
@@ -610,8 +650,9 @@ func (e *DefaultChange) outboxPrefill() {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string, e DefaultChange, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -643,7 +684,8 @@ func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string
 // outboxDowncastDefaultChange turns an encoded latest "default_change" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastDefaultChange(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -658,12 +700,28 @@ func outboxDowncastDefaultChange(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "default_change", n, err)
 		}
+		readBack, err := outboxReadBackDefaultChange(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "default_change", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("default_change", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "default_change", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "default_change", n, 2)
+}
+
+// outboxReadBackDefaultChange decodes a version n payload of "default_change" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackDefaultChange(n int, payload []byte) ([]byte, error) {
+	e := &DefaultChange{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "default_change", n, n, 2, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // FieldKindSameWireV1 is the payload of version 1 of event "field_kind_same_wire".
@@ -721,8 +779,9 @@ func (FieldKindSameWire) OutboxEvent() (name string, version int) {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID string, e FieldKindSameWire, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -753,7 +812,8 @@ func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID st
 // outboxDowncastFieldKindSameWire turns an encoded latest "field_kind_same_wire" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastFieldKindSameWire(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -768,12 +828,26 @@ func outboxDowncastFieldKindSameWire(n int, payload []byte) ([]byte, int, error)
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "field_kind_same_wire", n, err)
 		}
+		readBack, err := outboxReadBackFieldKindSameWire(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "field_kind_same_wire", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("field_kind_same_wire", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_same_wire", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_same_wire", n, 2)
+}
+
+// outboxReadBackFieldKindSameWire decodes a version n payload of "field_kind_same_wire" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackFieldKindSameWire(n int, payload []byte) ([]byte, error) {
+	e := &FieldKindSameWire{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_same_wire", n, n, 2, 1)
+	return json.Marshal(e)
 }
 
 // FieldKindWidenV1 is the payload of version 1 of event "field_kind_widen".
@@ -863,12 +937,14 @@ func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID strin
 // outboxDowncastFieldKindWiden turns an encoded latest "field_kind_widen" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastFieldKindWiden(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_widen", n, 2)
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "field_kind_widen", n, 2, "the step from version 1 to 2 is not forward compatible: field \"qty\" changed kind from int32 to int64 (rule FIELD_KIND_WIDEN)", 2, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_widen", n, n, 2, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_widen", n, 2)
 }
 
 // FieldKindToFloatV1 is the payload of version 1 of event "field_kind_to_float".
@@ -956,12 +1032,14 @@ func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID str
 // outboxDowncastFieldKindToFloat turns an encoded latest "field_kind_to_float" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastFieldKindToFloat(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_to_float", n, 2)
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "field_kind_to_float", n, 2, "the step from version 1 to 2 is not forward compatible: field \"price\" changed kind from int to float64 (rule FIELD_KIND_TO_FLOAT)", 2, n)
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "field_kind_to_float", n, n, 2, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_to_float", n, 2)
 }
 
 // DraftedV1 is the payload of version 1 of event "drafted".
@@ -1010,8 +1088,9 @@ func (Drafted) OutboxEvent() (name string, version int) {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Drafted, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -1042,7 +1121,8 @@ func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Dr
 // outboxDowncastDrafted turns an encoded latest "drafted" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastDrafted(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -1057,12 +1137,26 @@ func outboxDowncastDrafted(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "drafted", n, err)
 		}
+		readBack, err := outboxReadBackDrafted(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "drafted", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("drafted", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 2 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "drafted", n, 2)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "drafted", n, 2)
+}
+
+// outboxReadBackDrafted decodes a version n payload of "drafted" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackDrafted(n int, payload []byte) ([]byte, error) {
+	e := &Drafted{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "drafted", n, n, 2, 1)
+	return json.Marshal(e)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.

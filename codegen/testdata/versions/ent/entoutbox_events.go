@@ -96,8 +96,9 @@ func (e *OrderPaid) outboxPrefill() {
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 3
-// (held back while consumers are deployed); another n fails with
-// events.ErrVersionNotWritable.
+// (held back while consumers are deployed), when consumers of version 3
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
 func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
@@ -129,7 +130,8 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 // outboxDowncastOrderPaid turns an encoded latest "order.paid" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 	switch n {
 	case 1:
@@ -144,6 +146,13 @@ func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
 		}
+		readBack, err := outboxReadBackOrderPaid(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.paid", n, 3, err)
+		}
+		if err := outbox.CheckDowncast("order.paid", n, 3, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	case 2:
 		old := &OrderPaidV2{}
@@ -157,12 +166,28 @@ func outboxDowncastOrderPaid(n int, payload []byte) ([]byte, int, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "order.paid", n, err)
 		}
+		readBack, err := outboxReadBackOrderPaid(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "order.paid", n, 3, err)
+		}
+		if err := outbox.CheckDowncast("order.paid", n, 3, payload, readBack); err != nil {
+			return nil, 0, err
+		}
 		return b, 1, nil
 	}
-	if n < 1 || n > 3 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 3)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.paid", n, 3)
+}
+
+// outboxReadBackOrderPaid decodes a version n payload of "order.paid" as a
+// consumer of version 3 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackOrderPaid(n int, payload []byte) ([]byte, error) {
+	e := &OrderPaid{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
 	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.paid", n, n, 3, 1)
+	e.outboxSetDefaults()
+	return json.Marshal(e)
 }
 
 // OrderShipped is the payload of version 1 of event "order.shipped", the version producers emit.
@@ -228,12 +253,10 @@ func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string,
 // outboxDowncastOrderShipped turns an encoded latest "order.shipped" payload into
 // version n's, for events.AsVersion, and returns the oldest version whose
 // consumers read that. Only versions whose consumers read the latest are
-// allowed: a later step that is not forward compatible would lose data.
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
 func outboxDowncastOrderShipped(n int, payload []byte) ([]byte, int, error) {
-	if n < 1 || n > 1 {
-		return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.shipped", n, 1)
-	}
-	return nil, 0, fmt.Errorf("%w: %q version %d: consumers of version %d cannot read version %d (only those of version %d on can: a later step is not forward compatible)", events.ErrVersionNotWritable, "order.shipped", n, n, 1, 1)
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "order.shipped", n, 1)
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.
