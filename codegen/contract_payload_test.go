@@ -103,6 +103,9 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 				return tx.Outbox.EmitOrderPlaced(ctx, "o-4", testent.OrderPlaced{OrderID: 4, Lines: []testent.OrderPlacedLine{},
 					Address: testent.OrderPlacedAddress{Street: "2 rue", City: "Nice", Country: "IT"}})
 			},
+			func() error {
+				return tx.Outbox.EmitShipmentBooked(ctx, "s-1", testent.ShipmentBooked{OrderID: 5, Carrier: "ups", Service: "express"})
+			},
 		} {
 			if err := emit(); err != nil {
 				return err
@@ -125,7 +128,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		n++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 8, n)
+	require.Equal(t, 9, n)
 
 	// Older versions, as rows written before a deploy carry them.
 	for _, p := range []events.Payload{
@@ -136,6 +139,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		testent.CartChangedV2{Lines: []testent.CartChangedV2Line{{Sku: "a", Cents: 5, Currency: "EUR"}}},
 		testent.OrderPlacedV1{OrderID: 1, Lines: []testent.OrderPlacedV1Line{{Sku: "a", Qty: 1}},
 			Address: testent.OrderPlacedV1Address{Street: "s", City: "c"}},
+		testent.ShipmentBookedV1{OrderID: 1, Carrier: "ups"},
 	} {
 		msg := outboxtest.Message(t, p, "agg-1")
 		name, version := p.OutboxEvent()
