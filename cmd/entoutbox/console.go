@@ -46,6 +46,9 @@ carrying a CSRF token. --read-only hides and refuses retry and discard.`,
 				return err
 			}
 			defer db.Close()
+			if err := checkTables(cmd.Context(), db, table, deadLetterTable); err != nil {
+				return err
+			}
 			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable, Token: token,
 				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts})
 			if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,13 +42,17 @@ type letterTables struct {
 	databaseURL, table, deadLetterTable string
 }
 
-// open opens the database and an Admin on the tables; done closes them.
-func (o *letterTables) open() (a *admin.Admin, done func(), err error) {
+// open opens the database and an Admin on the tables, once they are
+// there; done closes them.
+func (o *letterTables) open(ctx context.Context) (a *admin.Admin, done func(), err error) {
 	db, err := openDB(o.databaseURL)
 	if err != nil {
 		return nil, nil, err
 	}
 	a, err = admin.Open(db, admin.Tables{Outbox: o.table, DeadLetters: o.deadLetterTable})
+	if err == nil {
+		err = checkTables(ctx, db, o.table, o.deadLetterTable)
+	}
 	if err != nil {
 		db.Close()
 		return nil, nil, err
@@ -98,7 +103,7 @@ func newDeadLettersListCommand(o *letterTables) *cobra.Command {
 			if err := f.check(); err != nil {
 				return err
 			}
-			a, done, err := o.open()
+			a, done, err := o.open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -139,7 +144,7 @@ say so); --full prints it whole.`, humanBytes(payloadShown)),
 			if err != nil {
 				return err
 			}
-			a, done, err := o.open()
+			a, done, err := o.open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -257,7 +262,7 @@ func (g *guards) run(cmd *cobra.Command, o *letterTables, args []string, f lette
 	if err := f.check(); err != nil {
 		return err
 	}
-	a, closeDB, err := o.open()
+	a, closeDB, err := o.open(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -332,7 +337,7 @@ delivered again (by a replay, say).`,
 			if olderThan < 0 {
 				return fmt.Errorf("--older-than %s: must not be negative", olderThan)
 			}
-			a, done, err := o.open()
+			a, done, err := o.open(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -93,3 +93,33 @@ func TestClearErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "nats://127.0.0.1:4222")
 }
+
+// The commands that read the outbox say what to run on a database without
+// its tables, as the relay does, rather than a bare "relation does not
+// exist".
+func TestCommandsOnADatabaseWithoutTheTables(t *testing.T) {
+	db := pgtest.New(t)
+	const hint = `table "outbox_events" does not exist (run the ent migration first: client.Schema.Create)`
+	for _, args := range [][]string{
+		{"status"},
+		{"status", "--json"},
+		{"dead-letters", "list"},
+		{"dead-letters", "show", "1"},
+		{"dead-letters", "retry", "1"},
+		{"dead-letters", "discard", "1", "--note", "x"},
+		{"dead-letters", "purge", "--older-than", "1h"},
+		{"replay", "--event", "order.paid", "--since", "1h", "--dry-run"},
+		{"console", "--addr", "127.0.0.1:0"},
+	} {
+		_, err := run(t, nil, append(args, "--database-url", db.URL)...)
+		require.EqualError(t, err, hint, strings.Join(args, " "))
+	}
+
+	// A dead-letter table missing is named too.
+	_, err := db.DB.Exec(`CREATE TABLE outbox_events (id bigint)`)
+	require.NoError(t, err)
+	_, err = run(t, nil, "status", "--database-url", db.URL)
+	require.EqualError(t, err, `table "outbox_events" is not an outbox table: it lacks the columns event_id, event_name, `+
+		`event_version, topic, aggregate_type, aggregate_id, payload, headers, created_at, transaction_id, available_at, `+
+		`attempts, delivered_at, last_error, readable_from, aggregate_seq (run the ent migration first: client.Schema.Create)`)
+}

@@ -82,6 +82,9 @@ when nothing matches: nothing was replayed.`,
 				return err
 			}
 			ctx, out := cmd.Context(), cmd.OutOrStdout()
+			if err := checkTables(ctx, db, table, ""); err != nil {
+				return err
+			}
 			if dryRun {
 				// The replay itself, its messages kept from any broker.
 				var p plannedReplay

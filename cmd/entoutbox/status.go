@@ -16,6 +16,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/internal/lag"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // statusOptions are the status command's flags.
@@ -68,6 +69,9 @@ func (o *statusOptions) run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer db.Close()
+	if err := checkTables(ctx, db, o.table, o.deadLetterTable); err != nil {
+		return err
+	}
 	st, err := admin.ReadStatus(ctx, db, o.table, o.deadLetterTable)
 	if err != nil {
 		return err
@@ -292,4 +296,11 @@ func openDB(databaseURL string) (*sql.DB, error) {
 		return nil, fmt.Errorf("opening the database: %w", err)
 	}
 	return db, nil
+}
+
+// checkTables refuses a database without the outbox's tables as the relay
+// does, saying what to run, where the first query would fail with a bare
+// "relation ... does not exist".
+func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
+	return outboxdb.New(table, deadLetterTable).Check(ctx, db)
 }
