@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
@@ -92,6 +95,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	r.logStart(ctx)
 	var err error
 	switch r.cfg.Path {
 	case PathCompatible:
@@ -106,3 +110,26 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// logStart says, at info, what the relay reads and where it publishes: a
+// consumer given another topic prefix reads topics no one publishes to,
+// and its own start line ("Consumer subscribing") next to this one shows
+// it. Topics are known as rows come; those of the last rows are named.
+func (r *Relay) logStart(ctx context.Context) {
+	fields := watermill.LogFields{"path": r.cfg.Path, "table": r.cfg.Table, "topic_prefix": r.cfg.TopicPrefix,
+		"publishes_to": r.cfg.TopicPrefix + "<the event's topic>"}
+	topics, err := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable).RecentTopics(ctx, r.cfg.DB, startTopicRows)
+	if err != nil {
+		fields["recent_topics_error"] = err.Error()
+	} else {
+		for i, t := range topics {
+			topics[i] = r.cfg.TopicPrefix + t
+		}
+		fields["recent_topics"] = strings.Join(topics, ",")
+	}
+	r.cfg.Logger.Info("Relay starting", fields)
+}
+
+// startTopicRows is how many of the last rows the start line takes the
+// topics of.
+const startTopicRows = 1000

@@ -1,0 +1,34 @@
+package outboxdb
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// RecentTopics returns the destination topics of the last rows rows
+// written to the outbox, in name order: what a relay publishes to, as far
+// as the table tells at a glance (along the primary key, however large
+// the table).
+func (t Tables) RecentTopics(ctx context.Context, q Querier, rows int) ([]string, error) {
+	rs, err := q.QueryContext(ctx, `SELECT DISTINCT topic FROM (SELECT topic FROM `+pgsql.QuoteIdent(t.Outbox)+
+		` ORDER BY id DESC LIMIT `+strconv.Itoa(rows)+`) recent ORDER BY topic`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the recent topics of %q: %w", t.Outbox, err)
+	}
+	defer rs.Close()
+	var topics []string
+	for rs.Next() {
+		var topic string
+		if err := rs.Scan(&topic); err != nil {
+			return nil, fmt.Errorf("reading the recent topics of %q: %w", t.Outbox, err)
+		}
+		topics = append(topics, topic)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("reading the recent topics of %q: %w", t.Outbox, err)
+	}
+	return topics, nil
+}
