@@ -280,3 +280,30 @@ func TestOpsServerServesProfilesOnlyWithPprof(t *testing.T) {
 	_, err := run(t, nil, "relay", "--broker", "mem://", "--pprof")
 	require.EqualError(t, err, "--pprof serves the profiles on --metrics-addr: set it too")
 }
+
+// At the default log level the relay names, at start, its topic prefix and
+// the topics it publishes to, for a consumer's subscriptions to be checked
+// against.
+func TestRelayNamesItsTopicsAtTheDefaultLevel(t *testing.T) {
+	db := outboxDB(t)
+	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+		VALUES (gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '1', '{}')`)
+	require.NoError(t, err)
+	r := startRelay(t, "relay", "--database-url", db.URL, "--broker", "mem://", "--topic-prefix", "staging_", "--log-format", "json")
+	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), "Relay starting") },
+		patience, 50*time.Millisecond, "no start line; logs:\n%s", r.logs)
+	require.NoError(t, r.stop())
+	var starting map[string]any
+	for _, l := range jsonLines(t, r.logs.String()) {
+		if l["msg"] == "Relay starting" {
+			starting = l
+		}
+	}
+	require.NotNil(t, starting)
+	require.Equal(t, "INFO", starting["level"])
+	require.Equal(t, "staging_", starting["topic_prefix"])
+	require.Equal(t, "staging_<the event's topic>", starting["publishes_to"])
+	require.Equal(t, "staging_orders", starting["recent_topics"])
+	require.Equal(t, "outbox_events", starting["table"])
+	require.Equal(t, "fast", starting["path"])
+}
