@@ -56,7 +56,9 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	require.Equal(t, int64(4), st.Pending)
-	require.InDelta(t, 90, st.Age, 5)
+	// 90 s when written, and seconds more on a loaded machine.
+	require.GreaterOrEqual(t, st.Age, 89.0)
+	require.Less(t, st.Age, 120.0)
 	require.Len(t, st.Topics, 2)
 	require.Equal(t, "catalog", st.Topics[0].Topic)
 	require.Equal(t, int64(1), st.Topics[0].Pending)
@@ -75,7 +77,7 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	out, err = status()
 	require.NoError(t, err)
 	require.Contains(t, out, "pending events:      4\n")
-	require.Contains(t, out, "  orders: 3, oldest 1m3")
+	require.Regexp(t, `\n  orders: 3, oldest 1m[3-5]\d`, out)
 	require.Contains(t, out, "dead letters:        3\n  from relay: 1, 1 reason\n    1: publishing: connection refused\n"+
 		"  from billing: 2, 1 reason\n    2: the billing code has a bug\n")
 	require.Contains(t, out, "settled letters:     0 retried, 1 discarded\n")
@@ -90,7 +92,7 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 	require.Equal(t, []string{"3 open dead letters, more than the maximum 2"}, st.Problems)
 	out, err = status("--max-age", "1m")
 	require.Error(t, err)
-	require.Regexp(t, `^status: the oldest pending event has waited 1m3\d\.\d+s, more than the maximum age 1m0s$`, err.Error())
+	require.Regexp(t, `^status: the oldest pending event has waited 1m[3-5]\d\.\d+s, more than the maximum age 1m0s$`, err.Error())
 	require.Contains(t, out, "pending events:      4\n")
 	_, err = status("--max-age", "1m", "--max-dead-letters", "0")
 	require.ErrorContains(t, err, "more than the maximum age 1m0s; 3 open dead letters, more than the maximum 0")
@@ -141,7 +143,8 @@ func TestStatusShowsHeldAggregates(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "held aggregates:     2 by consumer billing")
 	require.Contains(t, out, "entoutbox dead-letters list --consumer billing")
-	require.Contains(t, out, "  orders Order/8 behind event 0190a3c2-0000-7000-8000-000000000002 (seq 2), for 3h0m0s")
+	// Seconds pass between the insert and the status on a loaded machine.
+	require.Regexp(t, `\n  orders Order/8 behind event 0190a3c2-0000-7000-8000-000000000002 \(seq 2\), for 3h0m\d+s\n`, out)
 	require.NotContains(t, out, "audit")
 
 	reg := prometheus.NewPedanticRegistry()
