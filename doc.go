@@ -48,7 +48,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		return tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10),
+//		return tx.Outbox.EmitOrderPaid(ctx, o.ID,
 //			ent.OrderPaid{OrderID: o.ID, AmountCents: o.AmountCents})
 //	})
 //

@@ -59,6 +59,17 @@ func newRow(ev Event, cfg events.EmitConfig) (Row, error) {
 	return Row{EventID: cfg.EventID, Event: ev, Headers: cfg.Headers}, nil
 }
 
+// For generated code. AggregateIDOf is id as Emit of event name (version)
+// writes it (events.FormatAggregateID), or an *events.ValidationError
+// naming the event and id's Go type.
+func AggregateIDOf(name string, version int, id events.AggregateID) (string, error) {
+	s, err := events.FormatAggregateID(id)
+	if err != nil {
+		return "", &events.ValidationError{Event: name, Version: version, Reason: reason(err)}
+	}
+	return s, nil
+}
+
 // reason is the text of an error of events' checks without the package
 // prefix, for the *events.ValidationError that names the event.
 func reason(err error) string { return strings.TrimPrefix(err.Error(), "events: ") }

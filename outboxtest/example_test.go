@@ -3,7 +3,6 @@ package outboxtest_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -33,7 +32,7 @@ func testBilling(t testing.TB) {
 		if err != nil {
 			return err
 		}
-		return tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10),
+		return tx.Outbox.EmitOrderPaid(ctx, o.ID,
 			ent.OrderPaid{OrderID: o.ID, AmountCents: o.AmountCents})
 	})
 	if err != nil {

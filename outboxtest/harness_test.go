@@ -90,7 +90,7 @@ func pay(t testing.TB, client *testent.Client, amount int64) int64 {
 			return err
 		}
 		id = o.ID
-		return tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10), testent.OrderPaid{OrderID: o.ID, AmountCents: amount})
+		return tx.Outbox.EmitOrderPaid(ctx, o.ID, testent.OrderPaid{OrderID: o.ID, AmountCents: amount})
 	})
 	require.NoError(t, err)
 	return id

@@ -126,15 +126,20 @@ func decode[T events.Payload](t testing.TB, rec events.Record, name string, vers
 }
 
 // Message builds the message the relay would publish for payload about
-// aggregateID, as a consumer receives it.
-func Message(t testing.TB, payload events.Payload, aggregateID string, opts ...events.EmitOption) *message.Message {
+// aggregateID (as Emit takes it: events.AggregateID), as a consumer
+// receives it.
+func Message(t testing.TB, payload events.Payload, aggregateID events.AggregateID, opts ...events.EmitOption) *message.Message {
 	t.Helper()
 	name, version := payload.OutboxEvent()
+	id, err := outbox.AggregateIDOf(name, version, aggregateID)
+	if err != nil {
+		t.Fatalf("outboxtest: %v", err)
+	}
 	b, err := json.Marshal(payload)
 	if err != nil {
 		t.Fatalf("outboxtest: encoding %q payload: %v", name, err)
 	}
-	msg, err := outbox.NewMessage(outbox.Event{Name: name, Version: version, AggregateID: aggregateID, Payload: b},
+	msg, err := outbox.NewMessage(outbox.Event{Name: name, Version: version, AggregateID: id, Payload: b},
 		events.NewEmitConfig(opts...))
 	if err != nil {
 		t.Fatalf("outboxtest: %v", err)

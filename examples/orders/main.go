@@ -25,7 +25,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -248,14 +247,13 @@ func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) 
 			if err != nil {
 				return err
 			}
-			id := strconv.FormatInt(o.ID, 10)
 			// ShipTo.Country is left out: its declared default, FR, fills it in.
-			if err := tx.Outbox.EmitOrderPlaced(ctx, id, ent.OrderPlaced{OrderID: o.ID, Lines: lines,
+			if err := tx.Outbox.EmitOrderPlaced(ctx, o.ID, ent.OrderPlaced{OrderID: o.ID, Lines: lines,
 				ShipTo:     ent.OrderPlacedShipTo{Name: o.Customer, Street: fmt.Sprintf("%d rue de la Paix", i), City: "Paris"},
 				Attributes: map[string]string{"gift_note": "enjoy"}}); err != nil {
 				return err
 			}
-			return tx.Outbox.EmitOrderPaid(ctx, id,
+			return tx.Outbox.EmitOrderPaid(ctx, o.ID,
 				ent.OrderPaid{OrderID: o.ID, AmountCents: o.AmountCents, Currency: "EUR"})
 		})
 		if err != nil {
@@ -271,7 +269,7 @@ func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) 
 		if err != nil {
 			return err
 		}
-		if err := tx.Outbox.EmitOrderPaid(ctx, strconv.FormatInt(o.ID, 10),
+		if err := tx.Outbox.EmitOrderPaid(ctx, o.ID,
 			ent.OrderPaid{OrderID: o.ID, AmountCents: o.AmountCents}); err != nil {
 			return err
 		}

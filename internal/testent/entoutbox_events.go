@@ -77,12 +77,14 @@ func (e *OrderPaid) outboxPrefill() {
 // EmitOrderPaid writes event "order.paid" (version 2, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -90,7 +92,7 @@ func (e *OrderPaid) outboxPrefill() {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.AggregateID, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -107,12 +109,16 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.paid", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -216,17 +222,19 @@ func (ProfileUpdated) OutboxEvent() (name string, version int) {
 // EmitProfileUpdated writes event "profile.updated" (version 1, topic
 // "profiles") about the Profile aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID string, e ProfileUpdated, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID events.AggregateID, e ProfileUpdated, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -242,12 +250,16 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID strin
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("profile.updated", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "profile.updated",
 		Version:       version,
 		Topic:         "profiles",
 		AggregateType: "Profile",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -341,17 +353,19 @@ func (e *PriceChanged) outboxPrefill() {
 // EmitPriceChanged writes event "price.changed" (version 3, topic
 // "catalog") about the Product aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 3 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string, e PriceChanged, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID events.AggregateID, e PriceChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -368,12 +382,16 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID string,
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("price.changed", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "price.changed",
 		Version:       version,
 		Topic:         "catalog",
 		AggregateType: "Product",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -619,12 +637,14 @@ func (e *OrderPlacedAttribute) Validate() error {
 // EmitOrderPlaced writes event "order.placed" (version 2, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -632,7 +652,7 @@ func (e *OrderPlacedAttribute) Validate() error {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.AggregateID, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -649,12 +669,16 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.placed", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.placed",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -857,17 +881,19 @@ func (e *CartChangedLine) UnmarshalJSON(b []byte) error {
 // EmitCartChanged writes event "cart.changed" (version 3, topic
 // "carts") about the Cart aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 3 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, e CartChanged, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID events.AggregateID, e CartChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -884,12 +910,16 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("cart.changed", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "cart.changed",
 		Version:       version,
 		Topic:         "carts",
 		AggregateType: "Cart",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -958,12 +988,14 @@ func (ShipmentBooked) OutboxEvent() (name string, version int) {
 // EmitShipmentBooked writes event "shipment.booked" (version 2, topic
 // "shipments") about the Shipment aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -971,7 +1003,7 @@ func (ShipmentBooked) OutboxEvent() (name string, version int) {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitShipmentBooked(ctx context.Context, aggregateID string, e ShipmentBooked, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitShipmentBooked(ctx context.Context, aggregateID events.AggregateID, e ShipmentBooked, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -987,12 +1019,16 @@ func (c *OutboxClient) EmitShipmentBooked(ctx context.Context, aggregateID strin
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("shipment.booked", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "shipment.booked",
 		Version:       version,
 		Topic:         "shipments",
 		AggregateType: "Shipment",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)

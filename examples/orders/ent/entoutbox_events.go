@@ -145,17 +145,19 @@ func (e *OrderPlacedShipTo) UnmarshalJSON(b []byte) error {
 // EmitOrderPlaced writes event "order.placed" (version 1, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, e OrderPlaced, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.AggregateID, e OrderPlaced, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -172,12 +174,16 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID string, 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.placed", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.placed",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -255,12 +261,14 @@ func (e *OrderPaid) outboxPrefill() {
 // EmitOrderPaid writes event "order.paid" (version 2, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -268,7 +276,7 @@ func (e *OrderPaid) outboxPrefill() {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.AggregateID, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -285,12 +293,16 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.paid", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -366,17 +378,19 @@ func (OrderCancelled) OutboxEvent() (name string, version int) {
 // EmitOrderCancelled writes event "order.cancelled" (version 1, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID string, e OrderCancelled, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID events.AggregateID, e OrderCancelled, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -392,12 +406,16 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID strin
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.cancelled", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.cancelled",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)

@@ -168,17 +168,19 @@ func (e *CartChangedLine) UnmarshalJSON(b []byte) error {
 // EmitCartChanged writes event "cart.changed" (version 3, topic
 // "carts") about the Cart aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 3 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, e CartChanged, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID events.AggregateID, e CartChanged, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -195,12 +197,16 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID string, 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("cart.changed", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "cart.changed",
 		Version:       version,
 		Topic:         "carts",
 		AggregateType: "Cart",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)

@@ -65,12 +65,14 @@ func (e *FieldAddOptional) outboxPrefill() {
 // EmitFieldAddOptional writes event "field_add_optional" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -78,7 +80,7 @@ func (e *FieldAddOptional) outboxPrefill() {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID string, e FieldAddOptional, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID events.AggregateID, e FieldAddOptional, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -95,12 +97,16 @@ func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID str
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("field_add_optional", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_add_optional",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -189,17 +195,19 @@ func (FieldRelax) OutboxEvent() (name string, version int) {
 // EmitFieldRelax writes event "field_relax" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID string, e FieldRelax, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID events.AggregateID, e FieldRelax, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -215,12 +223,16 @@ func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID string, e
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("field_relax", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_relax",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -288,17 +300,19 @@ func (EnumValueAdd) OutboxEvent() (name string, version int) {
 // EmitEnumValueAdd writes event "enum_value_add" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID string, e EnumValueAdd, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID events.AggregateID, e EnumValueAdd, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -314,12 +328,16 @@ func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID string,
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("enum_value_add", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "enum_value_add",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -401,17 +419,19 @@ func (BoundsLoosen) OutboxEvent() (name string, version int) {
 // EmitBoundsLoosen writes event "bounds_loosen" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID string, e BoundsLoosen, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID events.AggregateID, e BoundsLoosen, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -427,12 +447,16 @@ func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID string,
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("bounds_loosen", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "bounds_loosen",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -508,12 +532,14 @@ func (BoundsTighten) OutboxEvent() (name string, version int) {
 // EmitBoundsTighten writes event "bounds_tighten" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -521,7 +547,7 @@ func (BoundsTighten) OutboxEvent() (name string, version int) {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string, e BoundsTighten, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID events.AggregateID, e BoundsTighten, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -537,12 +563,16 @@ func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID string
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("bounds_tighten", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "bounds_tighten",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -640,12 +670,14 @@ func (e *DefaultChange) outboxPrefill() {
 // EmitDefaultChange writes event "default_change" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -653,7 +685,7 @@ func (e *DefaultChange) outboxPrefill() {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string, e DefaultChange, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID events.AggregateID, e DefaultChange, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -670,12 +702,16 @@ func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID string
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("default_change", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "default_change",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -769,12 +805,14 @@ func (FieldKindSameWire) OutboxEvent() (name string, version int) {
 // EmitFieldKindSameWire writes event "field_kind_same_wire" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -782,7 +820,7 @@ func (FieldKindSameWire) OutboxEvent() (name string, version int) {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID string, e FieldKindSameWire, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID events.AggregateID, e FieldKindSameWire, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -798,12 +836,16 @@ func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID st
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("field_kind_same_wire", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_kind_same_wire",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -897,17 +939,19 @@ func (FieldKindWiden) OutboxEvent() (name string, version int) {
 // EmitFieldKindWiden writes event "field_kind_widen" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID string, e FieldKindWiden, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID events.AggregateID, e FieldKindWiden, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -923,12 +967,16 @@ func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID strin
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("field_kind_widen", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_kind_widen",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -992,17 +1040,19 @@ func (FieldKindToFloat) OutboxEvent() (name string, version int) {
 // EmitFieldKindToFloat writes event "field_kind_to_float" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID string, e FieldKindToFloat, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID events.AggregateID, e FieldKindToFloat, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -1018,12 +1068,16 @@ func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID str
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("field_kind_to_float", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "field_kind_to_float",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -1078,12 +1132,14 @@ func (Drafted) OutboxEvent() (name string, version int) {
 // EmitDrafted writes event "drafted" (version 2, topic
 // "rules") about the Rule aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -1091,7 +1147,7 @@ func (Drafted) OutboxEvent() (name string, version int) {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Drafted, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID events.AggregateID, e Drafted, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -1107,12 +1163,16 @@ func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID string, e Dr
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("drafted", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "drafted",
 		Version:       version,
 		Topic:         "rules",
 		AggregateType: "Rule",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)

@@ -86,12 +86,14 @@ func (e *OrderPaid) outboxPrefill() {
 // EmitOrderPaid writes event "order.paid" (version 3, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -99,7 +101,7 @@ func (e *OrderPaid) outboxPrefill() {
 // (held back while consumers are deployed), when consumers of version 3
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e OrderPaid, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.AggregateID, e OrderPaid, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -116,12 +118,16 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID string, e 
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.paid", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.paid",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
@@ -213,17 +219,19 @@ func (OrderShipped) OutboxEvent() (name string, version int) {
 // EmitOrderShipped writes event "order.shipped" (version 1, topic
 // "orders") about the Order aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string, e OrderShipped, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID events.AggregateID, e OrderShipped, opts ...events.EmitOption) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
@@ -239,12 +247,16 @@ func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID string,
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("order.shipped", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "order.shipped",
 		Version:       version,
 		Topic:         "orders",
 		AggregateType: "Order",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
