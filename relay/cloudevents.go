@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // CloudEvents makes every relayed message a CloudEvents 1.0 event in binary
@@ -135,11 +137,16 @@ func (ce *CloudEvents) DataSchema(name string, version int) string {
 	return strings.TrimSuffix(ce.DataSchemaBase, "/") + "/" + fmt.Sprintf("schemas/%s.v%d.json", name, version)
 }
 
-// set adds the attributes of one event to its metadata. A nil ce adds none.
-func (ce *CloudEvents) set(md message.Metadata, eventID, name string, version int, createdAt time.Time) {
+// attributes is what ce adds to every message: none when nil.
+func (ce *CloudEvents) attributes() engine.Attributes {
 	if ce == nil {
-		return
+		return nil
 	}
+	return ce.set
+}
+
+// set adds the attributes of one event to its metadata.
+func (ce *CloudEvents) set(md message.Metadata, eventID, name string, version int, createdAt time.Time) {
 	p := ce.Prefix
 	if p == "" {
 		p = CloudEventsPrefixKafka

@@ -4,7 +4,6 @@ import (
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -158,35 +158,35 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 }
 
 // UnmarshalMessage turns a row into a forwarder envelope message: the
-// envelope of the row's message as every read path builds it (row.message).
+// envelope of the row's message as every read path builds it (Row.Message).
 // A row that no broker can take (headers that are not a JSON object of
 // strings, an empty topic...) still becomes a message: its metadata
 // carries the reason under MetaRowError so the relay sets it aside instead
 // of retrying it forever.
 func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
-		r        row
+		r        engine.Row
 		out      wsql.Row
 		txID     wsql.XID8
 		readable stdsql.NullInt64
 		seq      stdsql.NullInt64
 	)
-	if err := params.Row.Scan(&r.id, &txID, &r.eventID, &r.name, &r.version, &r.topic,
-		&r.aggregateType, &r.aggregateID, &r.payload, &r.headers, &r.createdAt, &readable, &seq); err != nil {
+	if err := params.Row.Scan(&r.ID, &txID, &r.EventID, &r.Name, &r.Version, &r.Topic,
+		&r.AggregateType, &r.AggregateID, &r.Payload, &r.Headers, &r.CreatedAt, &readable, &seq); err != nil {
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
-	r.readableFrom, r.aggregateSeq = int(readable.Int64), seq.Int64
-	rowErr := r.check()
-	msg := r.message(s.CloudEvents)
-	env, err := json.Marshal(envelope(msg, s.TopicPrefix))
+	r.ReadableFrom, r.AggregateSeq = int(readable.Int64), seq.Int64
+	rowErr := r.Check()
+	msg := r.Message(s.CloudEvents.attributes())
+	env, err := json.Marshal(envelope(msg, s.TopicPrefix+r.Topic))
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", msg.UUID, err)
 	}
-	out.Offset = r.id
+	out.Offset = r.ID
 	out.UUID = []byte(msg.UUID)
 	out.Payload = env
 	out.Msg = message.NewMessage(msg.UUID, env)
-	out.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.id, 10))
+	out.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.ID, 10))
 	if rowErr != nil {
 		out.Msg.Metadata.Set(MetaRowError, rowErr.Error())
 	}
@@ -194,23 +194,24 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 	return out, nil
 }
 
-// envelope is the forwarder envelope of msg, a row's message: bound for
-// its row's topic with prefix before it.
-func envelope(msg *message.Message, prefix string) forwarderEnvelope {
-	md := maps.Clone(msg.Metadata)
-	delete(md, MetaTopic)
-	return forwarderEnvelope{DestinationTopic: prefix + msg.Metadata.Get(MetaTopic), UUID: msg.UUID,
-		Payload: msg.Payload, Metadata: md}
+// envelope is the forwarder envelope of msg, a row's message, bound for
+// destination.
+func envelope(msg *message.Message, destination string) forwarderEnvelope {
+	return forwarderEnvelope{DestinationTopic: destination, UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata}
 }
 
 // row is what the envelope says of row id, for the log of its dead
 // letter: the inverse of envelope, as far as a log needs it.
-func (e forwarderEnvelope) row(id int64, prefix string) *row {
-	r := &row{id: id, topic: strings.TrimPrefix(e.DestinationTopic, prefix), name: e.Metadata[events.MetaEventName],
-		aggregateType: e.Metadata[events.MetaAggregateType], aggregateID: e.Metadata[events.MetaAggregateID]}
-	r.eventID, _ = uuid.Parse(e.UUID)
+func (e forwarderEnvelope) row(id int64, prefix string) *engine.Row {
+	r := &engine.Row{ID: id, Topic: strings.TrimPrefix(e.DestinationTopic, prefix), Name: e.Metadata[events.MetaEventName],
+		AggregateType: e.Metadata[events.MetaAggregateType], AggregateID: e.Metadata[events.MetaAggregateID]}
+	r.EventID, _ = uuid.Parse(e.UUID)
 	return r
 }
+
+// MetaRowError is set on a message read from a row that cannot be relayed
+// as it is; its value is the reason.
+const MetaRowError = events.ReservedPrefix + "row_error"
 
 // MetaRowID carries the outbox row id on messages read by the compatible
 // path, so a broken row can be set aside.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // forwarderTopic is the name the compatible path subscribes under. The
@@ -80,12 +81,12 @@ func (r *Relay) setAsideBrokenRows(next message.HandlerFunc) message.HandlerFunc
 		if err != nil {
 			return nil, err
 		}
-		d := malformed(reason, 0)
+		d := engine.Malformed(reason, 0)
 		t := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable)
-		if _, err := t.MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.reason, d.attempts); err != nil {
+		if _, err := t.MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.Reason, d.Attempts); err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
-		deadLettered(r.cfg.Metrics, r.cfg.Logger, PathCompatible, r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d)
+		engine.DeadLettered(r.cfg.Metrics, r.cfg.Logger, string(PathCompatible), r.cfg.Compatible.ConsumerGroup, r.brokenRow(id, msg), d)
 		return nil, nil
 	}
 }
@@ -111,7 +112,7 @@ func (txResult) LastInsertId() (int64, error) {
 
 // brokenRow is what the log of a broken row's dead letter says of it,
 // read from the forwarder envelope of msg, row id.
-func (r *Relay) brokenRow(id int64, msg *message.Message) *row {
+func (r *Relay) brokenRow(id int64, msg *message.Message) *engine.Row {
 	var env forwarderEnvelope
 	if json.Unmarshal(msg.Payload, &env) != nil {
 		env = forwarderEnvelope{UUID: msg.UUID}
@@ -138,7 +139,7 @@ func (r *Relay) forwardObserved(next message.HandlerFunc, msg *message.Message) 
 		if out.Metadata == nil {
 			out.Metadata = message.Metadata{}
 		}
-		span = startSend(tracer, r.messagingSystem(), env.DestinationTopic, out)
+		span = engine.StartSend(tracer, r.messagingSystem(), env.DestinationTopic, out)
 		env.Metadata = out.Metadata
 		if b, err := json.Marshal(env); err == nil {
 			msg.Payload = b
@@ -150,11 +151,11 @@ func (r *Relay) forwardObserved(next message.HandlerFunc, msg *message.Message) 
 	if m := r.cfg.Metrics; m != nil {
 		m.Published(rowTopic, time.Since(started), err)
 		if err == nil {
-			m.Delivered(rowTopic, createdAt(env.Metadata))
+			m.Delivered(rowTopic, engine.CreatedAt(env.Metadata))
 		}
 	}
 	if span != nil {
-		endSpan(span, err)
+		engine.EndSpan(span, err)
 	}
 	return produced, err
 }

@@ -1,6 +1,11 @@
 package relay
 
-import "time"
+import (
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
 
 // The defaults of Config, its FastConfig, CompatibleConfig and WALConfig,
 // and SubscriberConfig, defined once; the command's flags show them. Where
@@ -28,3 +33,8 @@ const (
 	DefaultCompatibleRetryInterval = time.Second // fixed, as the stock forwarder retries
 	DefaultMaxBackoff              = 30 * time.Second
 )
+
+// defaultLogger is the logger of a relay or Subscriber given none: the
+// application's slog default, so dead letters and outages are seen
+// without configuration. watermill.NopLogger{} silences it.
+func defaultLogger() watermill.LoggerAdapter { return watermill.NewSlogLogger(slog.Default()) }

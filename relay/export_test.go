@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // DeadLetteredLog is what every read path logs for a row it moved to the
 // dead letters.
-const DeadLetteredLog = deadLetteredLog
+const DeadLetteredLog = engine.DeadLetteredLog
 
 // BytesHeld is what the fast path of r holds now and held at most, as
 // MaxBytesInFlight counts it; zero before it runs.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // claimQuery is one claim: undelivered rows of topic ("" for every topic)
@@ -24,7 +25,7 @@ type claimQuery struct {
 	after   int64
 	late    openTxs
 	held    []int64
-	blocked []aggregate
+	blocked []engine.Aggregate
 	limit   int
 	// budget is the most bytes of payload and headers the claim returns;
 	// force lets its first row exceed it (nothing else is held).
@@ -72,7 +73,7 @@ func mustXID(s string) uint64 {
 // claimed is what a claim read: its rows, and the transactions in progress
 // in its snapshot (zero when it read no row).
 type claimed struct {
-	rows []*row
+	rows []*engine.Row
 	open openTxs
 	// cut tells the claim stopped at a row its byte budget had no room
 	// for: more rows wait. cutSize is that row's size.
@@ -258,9 +259,9 @@ func (c claimSQL) bind(q claimQuery) []any {
 		case argBlockedTypes, argBlockedIDs:
 			vals := make([]string, len(q.blocked))
 			for j, b := range q.blocked {
-				vals[j] = b.id
+				vals[j] = b.ID
 				if a == argBlockedTypes {
-					vals[j] = b.typ
+					vals[j] = b.Type
 				}
 			}
 			out[i] = vals
@@ -315,7 +316,7 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r := &row{}
+			r := &engine.Row{}
 			var (
 				waitMS   int64
 				kept     bool
@@ -324,11 +325,11 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 				readable *int64
 				seq      *int64
 			)
-			if err := rows.Scan(&r.id, &eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-				&r.payload, &r.headers, &r.createdAt, &r.attempts, &readable, &seq, &r.partition, &waitMS, &r.size, &kept, &open); err != nil {
+			if err := rows.Scan(&r.ID, &eventID, &r.Name, &r.Version, &r.Topic, &r.AggregateType, &r.AggregateID,
+				&r.Payload, &r.Headers, &r.CreatedAt, &r.Attempts, &readable, &seq, &r.Partition, &waitMS, &r.Size, &kept, &open); err != nil {
 				return err
 			}
-			if r.id == 0 {
+			if r.ID == 0 {
 				xmax, xip, _ := strings.Cut(*open, ":")
 				out.open = openTxs{from: xmax, listed: []string{}}
 				if xip != "" {
@@ -337,17 +338,17 @@ func (s *store) claim(ctx context.Context, conn *claimConn, q claimQuery) (claim
 				continue
 			}
 			if !kept {
-				out.cut, out.cutSize = true, r.size
+				out.cut, out.cutSize = true, r.Size
 				continue
 			}
-			r.eventID = eventID.Bytes
+			r.EventID = eventID.Bytes
 			if readable != nil {
-				r.readableFrom = int(*readable)
+				r.ReadableFrom = int(*readable)
 			}
 			if seq != nil {
-				r.aggregateSeq = *seq
+				r.AggregateSeq = *seq
 			}
-			r.wait = time.Duration(waitMS) * time.Millisecond
+			r.Wait = time.Duration(waitMS) * time.Millisecond
 			out.rows = append(out.rows, r)
 		}
 		return rows.Err()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/ from the code")
@@ -103,7 +104,7 @@ func shapedQuery(sh claimShape) claimQuery {
 		q.held = []int64{0}
 	}
 	if sh.blocked {
-		q.blocked = []aggregate{{"Order", "none"}}
+		q.blocked = []engine.Aggregate{{Type: "Order", ID: "none"}}
 	}
 	if sh.late {
 		q.late = openTxs{listed: []string{}, from: "1"}
@@ -169,7 +170,7 @@ func TestClaimShapesReadWhatTheySay(t *testing.T) {
 			q.held = []int64{all[30].id, all[31].id, late.id}
 		}
 		if sh.blocked {
-			q.blocked = []aggregate{{"Order", all[40].agg}, {"Order", late.agg}}
+			q.blocked = []engine.Aggregate{{Type: "Order", ID: all[40].agg}, {Type: "Order", ID: late.agg}}
 		}
 		if sh.late {
 			q.late = openTxs{listed: []string{late.tx}, from: xmax}
@@ -182,7 +183,7 @@ func TestClaimShapesReadWhatTheySay(t *testing.T) {
 		require.NoError(t, err, "shape %s", sh.name())
 		var gotIDs, want []int64
 		for _, r := range got.rows {
-			gotIDs = append(gotIDs, r.id)
+			gotIDs = append(gotIDs, r.ID)
 		}
 		for _, r := range all {
 			switch {
@@ -190,7 +191,7 @@ func TestClaimShapesReadWhatTheySay(t *testing.T) {
 				sh.topic && r.topic != q.topic,
 				sh.parts && !slices.Contains(q.parts, r.part),
 				slices.Contains(q.held, r.id),
-				slices.Contains(q.blocked, aggregate{"Order", r.agg}),
+				slices.Contains(q.blocked, engine.Aggregate{Type: "Order", ID: r.agg}),
 				r.id <= cursor && !(sh.late && r.tx == late.tx):
 				continue
 			}

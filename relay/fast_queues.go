@@ -3,6 +3,8 @@ package relay
 import (
 	"slices"
 	"time"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // queues keeps the books of what a subscription holds, from the claim to
@@ -12,13 +14,13 @@ import (
 // all of that holds (see MaxBytesInFlight). It does no I/O and has no
 // clock of its own: the run loop decides, queues remembers.
 type queues struct {
-	aggs      map[aggregate]*aggState
-	ready     []aggregate // aggregates whose next row can be sent (stale entries are skipped)
-	inflight  map[int64]*row
+	aggs      map[engine.Aggregate]*aggState
+	ready     []engine.Aggregate // aggregates whose next row can be sent (stale entries are skipped)
+	inflight  map[int64]*engine.Row
 	unflushed map[int64]int // acked, not recorded yet: id -> partition
 	acks      []ack         // acked, not handed to a recording yet
 	queued    int           // rows claimed and not sent yet
-	blocked   map[aggregate]blocked
+	blocked   map[engine.Aggregate]blocked
 
 	// bytes is the size of the rows held: queued, in flight, acked and not
 	// recorded. freed counts the times it went down.
@@ -29,7 +31,7 @@ type queues struct {
 
 // aggState is what a subscription holds of one aggregate.
 type aggState struct {
-	rows      []*row // claimed, not sent yet, in id order
+	rows      []*engine.Row // claimed, not sent yet, in id order
 	inflight  bool
 	partition int
 }
@@ -48,8 +50,8 @@ type ack struct {
 }
 
 func newQueues(onBytes func(delta int64)) *queues {
-	return &queues{aggs: map[aggregate]*aggState{}, inflight: map[int64]*row{}, unflushed: map[int64]int{},
-		blocked: map[aggregate]blocked{}, onBytes: onBytes}
+	return &queues{aggs: map[engine.Aggregate]*aggState{}, inflight: map[int64]*engine.Row{}, unflushed: map[int64]int{},
+		blocked: map[engine.Aggregate]blocked{}, onBytes: onBytes}
 }
 
 // held is the number of rows held. Rows acked but not recorded yet count
@@ -58,11 +60,11 @@ func newQueues(onBytes func(delta int64)) *queues {
 func (q *queues) held() int { return q.queued + len(q.inflight) + len(q.unflushed) }
 
 // push queues r behind the rows of its aggregate already held.
-func (q *queues) push(r *row) {
-	a := r.aggregate()
+func (q *queues) push(r *engine.Row) {
+	a := r.Aggregate()
 	st := q.aggs[a]
 	if st == nil {
-		st = &aggState{partition: r.partition}
+		st = &aggState{partition: r.Partition}
 		q.aggs[a] = st
 	}
 	if len(st.rows) == 0 && !st.inflight {
@@ -70,11 +72,11 @@ func (q *queues) push(r *row) {
 	}
 	st.rows = append(st.rows, r)
 	q.queued++
-	q.hold(r.size)
+	q.hold(r.Size)
 }
 
 // head is the row to send next, nil if none.
-func (q *queues) head() *row {
+func (q *queues) head() *engine.Row {
 	for len(q.ready) > 0 {
 		st := q.aggs[q.ready[0]]
 		if st != nil && len(st.rows) > 0 && !st.inflight {
@@ -87,7 +89,7 @@ func (q *queues) head() *row {
 
 // send marks the head in flight: its aggregate sends nothing more until
 // it is settled. Call it only right after head returned a row.
-func (q *queues) send() *row {
+func (q *queues) send() *engine.Row {
 	a := q.ready[0]
 	q.ready = q.ready[1:]
 	st := q.aggs[a]
@@ -95,26 +97,26 @@ func (q *queues) send() *row {
 	st.rows = st.rows[1:]
 	st.inflight = true
 	q.queued--
-	q.inflight[r.id] = r
+	q.inflight[r.ID] = r
 	return r
 }
 
 // settle takes r out of flight. An acked row waits to be recorded; a
 // nacked one is let go, to be read again for its retry. Either way the
 // aggregate waits until goOn or block says what comes next.
-func (q *queues) settle(r *row, acked bool) {
-	delete(q.inflight, r.id)
-	q.aggs[r.aggregate()].inflight = false
+func (q *queues) settle(r *engine.Row, acked bool) {
+	delete(q.inflight, r.ID)
+	q.aggs[r.Aggregate()].inflight = false
 	if acked {
-		q.unflushed[r.id] = r.partition
-		q.acks = append(q.acks, ack{r.id, r.partition, r.size})
+		q.unflushed[r.ID] = r.Partition
+		q.acks = append(q.acks, ack{r.ID, r.Partition, r.Size})
 		return
 	}
-	q.free(r.size)
+	q.free(r.Size)
 }
 
 // goOn lets the settled aggregate a send its next row.
-func (q *queues) goOn(a aggregate) {
+func (q *queues) goOn(a engine.Aggregate) {
 	st := q.aggs[a]
 	if st == nil {
 		return
@@ -128,14 +130,14 @@ func (q *queues) goOn(a aggregate) {
 
 // forget drops the unsent rows of a: they are not delivered, so a later
 // claim takes them again.
-func (q *queues) forget(a aggregate) {
+func (q *queues) forget(a engine.Aggregate) {
 	st := q.aggs[a]
 	if st == nil {
 		return
 	}
 	q.queued -= len(st.rows)
 	for _, r := range st.rows {
-		q.free(r.size)
+		q.free(r.Size)
 	}
 	st.rows = nil
 	if !st.inflight {
@@ -160,7 +162,7 @@ func (q *queues) drop(p int) {
 
 // block holds back aggregate a until the retry of its oldest row, which
 // it forgets with the rest of its unsent rows.
-func (q *queues) block(a aggregate, partition int, until time.Time) {
+func (q *queues) block(a engine.Aggregate, partition int, until time.Time) {
 	q.forget(a)
 	q.blocked[a] = blocked{until: until, partition: partition}
 }
@@ -169,7 +171,7 @@ func (q *queues) block(a aggregate, partition int, until time.Time) {
 // blocked, or the claim reads from the oldest row (fromStart) and began
 // after a's block ended, which is then lifted. Only such a claim is sure
 // to return a's oldest row first.
-func (q *queues) unblock(a aggregate, fromStart bool, started time.Time) bool {
+func (q *queues) unblock(a engine.Aggregate, fromStart bool, started time.Time) bool {
 	b, ok := q.blocked[a]
 	if !ok {
 		return true
@@ -182,8 +184,8 @@ func (q *queues) unblock(a aggregate, fromStart bool, started time.Time) bool {
 }
 
 // stillBlocked is the aggregates whose retry is not due at now.
-func (q *queues) stillBlocked(now time.Time) []aggregate {
-	var out []aggregate
+func (q *queues) stillBlocked(now time.Time) []engine.Aggregate {
+	var out []engine.Aggregate
 	for a, b := range q.blocked {
 		if b.until.After(now) {
 			out = append(out, a)
@@ -208,7 +210,7 @@ func (q *queues) nextRetry(now time.Time) time.Time {
 // recorded, so that the next owner starts where this one stopped.
 func (q *queues) drained(p int) bool {
 	for _, r := range q.inflight {
-		if r.partition == p {
+		if r.Partition == p {
 			return false
 		}
 	}
@@ -249,7 +251,7 @@ func (q *queues) heldIDs() []int64 {
 	ids := make([]int64, 0, q.held())
 	for _, st := range q.aggs {
 		for _, r := range st.rows {
-			ids = append(ids, r.id)
+			ids = append(ids, r.ID)
 		}
 	}
 	for id := range q.inflight {

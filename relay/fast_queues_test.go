@@ -9,14 +9,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // These run without PostgreSQL: queues and partitionSet are the fast
 // path's books, kept apart from its I/O so that their rules can be tested
 // alone. The tests with a database check the same rules end to end.
 
-func testRow(id int64, agg string, partition int) *row {
-	return &row{id: id, aggregateType: "order", aggregateID: agg, partition: partition, size: 10}
+func testRow(id int64, agg string, partition int) *engine.Row {
+	return &engine.Row{ID: id, AggregateType: "order", AggregateID: agg, Partition: partition, Size: 10}
 }
 
 // sendAll sends every row that may be sent now, as the run loop does, and
@@ -24,27 +26,27 @@ func testRow(id int64, agg string, partition int) *row {
 func sendAll(q *queues) []int64 {
 	var ids []int64
 	for q.head() != nil {
-		ids = append(ids, q.send().id)
+		ids = append(ids, q.send().ID)
 	}
 	return ids
 }
 
 func TestQueuesSendOneRowPerAggregateAtATimeInOrder(t *testing.T) {
 	q := newQueues(nil)
-	for _, r := range []*row{testRow(1, "a", 0), testRow(2, "b", 0), testRow(3, "a", 0), testRow(4, "a", 0)} {
+	for _, r := range []*engine.Row{testRow(1, "a", 0), testRow(2, "b", 0), testRow(3, "a", 0), testRow(4, "a", 0)} {
 		q.push(r)
 	}
 	require.Equal(t, []int64{1, 2}, sendAll(q), "one row of each aggregate goes out, the oldest")
 	require.Nil(t, q.head(), "a's next row waits for the one in flight")
 
 	q.settle(q.inflight[1], true)
-	q.goOn(aggregate{"order", "a"})
+	q.goOn(engine.Aggregate{Type: "order", ID: "a"})
 	require.Equal(t, []int64{3}, sendAll(q))
 	q.settle(q.inflight[2], true)
-	q.goOn(aggregate{"order", "b"})
+	q.goOn(engine.Aggregate{Type: "order", ID: "b"})
 	require.Empty(t, sendAll(q), "b has nothing more")
 	q.settle(q.inflight[3], true)
-	q.goOn(aggregate{"order", "a"})
+	q.goOn(engine.Aggregate{Type: "order", ID: "a"})
 	require.Equal(t, []int64{4}, sendAll(q))
 	require.Equal(t, 4, q.held(), "acked rows count until recorded")
 	acks := q.takeAcks()
@@ -56,7 +58,7 @@ func TestQueuesSendOneRowPerAggregateAtATimeInOrder(t *testing.T) {
 
 func TestQueuesNackedAggregateWaitsForItsRetry(t *testing.T) {
 	q := newQueues(nil)
-	a := aggregate{"order", "a"}
+	a := engine.Aggregate{Type: "order", ID: "a"}
 	q.push(testRow(1, "a", 3))
 	q.push(testRow(2, "a", 3))
 	require.Equal(t, []int64{1}, sendAll(q))
@@ -67,7 +69,7 @@ func TestQueuesNackedAggregateWaitsForItsRetry(t *testing.T) {
 	require.Zero(t, q.held(), "the blocked aggregate's rows are let go, to be claimed again")
 	require.Zero(t, q.bytes)
 
-	require.Equal(t, []aggregate{a}, q.stillBlocked(until.Add(-time.Second)))
+	require.Equal(t, []engine.Aggregate{a}, q.stillBlocked(until.Add(-time.Second)))
 	require.Empty(t, q.stillBlocked(until))
 	require.Equal(t, until, q.nextRetry(until.Add(-time.Second)))
 	require.True(t, q.nextRetry(until).IsZero())
@@ -84,7 +86,7 @@ func TestQueuesDropForgetsAPartitionButNotWhatIsInFlight(t *testing.T) {
 	q.push(testRow(1, "a", 1))
 	q.push(testRow(2, "a", 1))
 	q.push(testRow(3, "b", 2))
-	q.block(aggregate{"order", "c"}, 1, time.Unix(100, 0))
+	q.block(engine.Aggregate{Type: "order", ID: "c"}, 1, time.Unix(100, 0))
 	require.Equal(t, []int64{1, 3}, sendAll(q))
 	require.Equal(t, int64(30), total)
 	require.False(t, q.drained(1))
@@ -96,7 +98,7 @@ func TestQueuesDropForgetsAPartitionButNotWhatIsInFlight(t *testing.T) {
 	require.False(t, q.drained(1), "row 1 is still in flight")
 
 	q.settle(q.inflight[1], true)
-	q.goOn(aggregate{"order", "a"})
+	q.goOn(engine.Aggregate{Type: "order", ID: "a"})
 	require.Nil(t, q.head(), "a's dropped row must not come back")
 	require.False(t, q.drained(1), "its ack is not recorded yet")
 	acks := q.takeAcks()
@@ -111,7 +113,7 @@ func TestQueuesFreedCountsEveryRelease(t *testing.T) {
 	q := newQueues(nil)
 	q.push(testRow(1, "a", 0))
 	before := q.freed
-	q.forget(aggregate{"order", "a"})
+	q.forget(engine.Aggregate{Type: "order", ID: "a"})
 	require.Greater(t, q.freed, before, "a claim waiting for room must see bytes freed")
 	require.Empty(t, q.aggs)
 }
@@ -204,7 +206,7 @@ func (m *queueModel) claim() {
 	for _, id := range m.q.heldIDs() {
 		held[id] = true
 	}
-	blocked := map[aggregate]bool{}
+	blocked := map[engine.Aggregate]bool{}
 	for _, a := range m.q.stillBlocked(m.now) {
 		blocked[a] = true
 	}
@@ -216,7 +218,7 @@ func (m *queueModel) claim() {
 		}
 		pr := m.pending[id]
 		r := testRow(id, pr.agg, modelPartition(pr.agg))
-		a := r.aggregate()
+		a := r.Aggregate()
 		if held[id] || blocked[a] {
 			continue
 		}
@@ -225,7 +227,7 @@ func (m *queueModel) claim() {
 			continue
 		}
 		if pr.availableAt.After(m.now) {
-			m.q.block(a, r.partition, pr.availableAt)
+			m.q.block(a, r.Partition, pr.availableAt)
 			continue
 		}
 		m.q.push(r)
@@ -239,8 +241,8 @@ func (m *queueModel) sendSome() {
 		r := m.q.send()
 		m.check("send")
 		for _, pr := range m.pending {
-			if pr.agg == r.aggregateID && pr.id < r.id {
-				m.t.Fatalf("row %d of %s sent before its older row %d was delivered", r.id, r.aggregateID, pr.id)
+			if pr.agg == r.AggregateID && pr.id < r.ID {
+				m.t.Fatalf("row %d of %s sent before its older row %d was delivered", r.ID, r.AggregateID, pr.id)
 			}
 		}
 	}
@@ -255,23 +257,23 @@ func (m *queueModel) settleOne() {
 	r := m.q.inflight[ids[m.rng.IntN(len(ids))]]
 	if m.rng.IntN(3) > 0 {
 		m.q.settle(r, true)
-		delete(m.pending, r.id)
-		m.q.goOn(r.aggregate())
+		delete(m.pending, r.ID)
+		m.q.goOn(r.Aggregate())
 		return
 	}
 	m.q.settle(r, false)
 	until := m.now.Add(time.Duration(1+m.rng.IntN(3)) * time.Second)
-	m.pending[r.id].availableAt = until
-	m.q.block(r.aggregate(), r.partition, until)
+	m.pending[r.ID].availableAt = until
+	m.q.block(r.Aggregate(), r.Partition, until)
 }
 
 // check asserts that no aggregate has two rows in flight.
 func (m *queueModel) check(op string) {
-	per := map[aggregate]int{}
+	per := map[engine.Aggregate]int{}
 	for _, r := range m.q.inflight {
-		per[r.aggregate()]++
-		if per[r.aggregate()] > 1 {
-			m.t.Fatalf("after %s: two rows of %s in flight", op, r.aggregateID)
+		per[r.Aggregate()]++
+		if per[r.Aggregate()] > 1 {
+			m.t.Fatalf("after %s: two rows of %s in flight", op, r.AggregateID)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
+
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // engineBuffer is the room of the fast source's channel to the engine: the
@@ -33,15 +35,30 @@ func (r *Relay) runFast(ctx context.Context) error {
 	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
 
 	e := r.newEngine(r.cfg.Concurrency, src.cfg.failurePolicy())
-	e.run(ctx, sub.next)
+	e.Run(ctx, sub.next)
 	// Stop taking rows, let the publishes in flight finish and be
 	// recorded, then close releases everything else.
 	stopReading()
-	if !e.stop(r.cfg.CloseTimeout) {
-		r.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
-	}
+	e.Close(r.cfg.CloseTimeout)
 	if ctx.Err() == nil {
 		return errors.New("relay: the outbox subscription ended")
 	}
 	return nil
+}
+
+// metricsKey carries the relay's *metrics.Metrics to its fast Subscriber's
+// subscriptions, on the context they run with: a Subscriber used on its
+// own reports nothing.
+type metricsKey struct{}
+
+func withMetrics(ctx context.Context, m *metrics.Metrics) context.Context {
+	if m == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, metricsKey{}, m)
+}
+
+func metricsFrom(ctx context.Context) *metrics.Metrics {
+	m, _ := ctx.Value(metricsKey{}).(*metrics.Metrics)
+	return m
 }

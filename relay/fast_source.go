@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // fastSource is the fast read path: it claims rows in batches, hands out
@@ -24,6 +26,7 @@ import (
 // publishes them; the public Subscriber hands them to a Watermill consumer.
 type fastSource struct {
 	cfg        SubscriberConfig
+	attrs      engine.Attributes // what cfg.CloudEvents adds to every message
 	store      *store
 	notifier   *notifier
 	live       *liveSession // holds the liveness locks of all its subscriptions
@@ -81,7 +84,8 @@ func newFastSource(db *sql.DB, cfg SubscriberConfig) (*fastSource, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &fastSource{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8]}
+	s := &fastSource{cfg: cfg, attrs: cfg.CloudEvents.attributes(), store: newStore(db, cfg), closing: make(chan struct{}),
+		instance: uuid.NewString()[:8]}
 	s.live = newLiveSession(db, cfg.Table, cfg.PollOnly, &s.hooks)
 	s.claims, s.stopClaims = shareClaimPool(db, cfg.PollOnly)
 	if listenDB := cfg.listenDB(db); listenDB != nil {
@@ -185,7 +189,7 @@ func (s *fastSource) countBytes(delta int64) {
 }
 
 type claimResult struct {
-	rows    []*row
+	rows    []*engine.Row
 	open    openTxs // transactions open in the claim's snapshot
 	cut     bool    // stopped at a row its byte budget had no room for
 	cutSize int64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // store runs the fast path's SQL.
@@ -138,18 +139,18 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 // again (d): its attempts, when it may be tried again and why it failed.
 // The rest of its aggregate waits behind it, on this relay and on the next
 // owner of its partition.
-func (s *store) failed(ctx context.Context, r *row, d decision) error {
+func (s *store) failed(ctx context.Context, r *engine.Row, d engine.Decision) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
 		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
-		r.id, d.attempts-r.attempts, d.wait.Milliseconds(), d.reason)
+		r.ID, d.Attempts-r.Attempts, d.Wait.Milliseconds(), d.Reason)
 	return err
 }
 
 // deadLetter moves a row to the dead letters after attempts tries.
 // A row gone meanwhile (deleted by hand) has nothing left to move.
-func (s *store) deadLetter(ctx context.Context, r *row, reason string, attempts int) error {
+func (s *store) deadLetter(ctx context.Context, r *engine.Row, reason string, attempts int) error {
 	t := outboxdb.New(s.cfg.Table, s.cfg.DeadLetterTable)
-	if _, err := t.MoveToDeadLetters(ctx, s.db, r.id, reason, attempts); err != nil {
+	if _, err := t.MoveToDeadLetters(ctx, s.db, r.ID, reason, attempts); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // Subscriber is the fast read path as a Watermill Subscriber over the
@@ -96,7 +98,7 @@ func (s *Subscriber) Status() SubscriberStatus { return s.src.Status() }
 // longer goes through Subscriber, and Fail goes in the next release.
 func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool) {
 	if why, ok := msg.Context().Value(nackReasonKey{}).(*nackReason); ok {
-		why.f.Store(&failure{reason: reason.Error(), counts: countAttempt, permanent: permanent(reason)})
+		why.f.Store(&engine.Failure{Reason: reason.Error(), Counts: countAttempt, Permanent: engine.Permanent(reason)})
 	}
 	msg.Nack()
 }
@@ -108,6 +110,7 @@ func (s *Subscriber) handOut(ctx context.Context, sub *subscription, out chan<- 
 	for d := range sub.out {
 		msg := message.NewMessage(d.msg.UUID, d.msg.Payload)
 		msg.Metadata = d.msg.Metadata
+		msg.Metadata.Set(MetaTopic, d.r.Topic)
 		why := &nackReason{}
 		// The message's context ends once it is acked or nacked, as
 		// Watermill subscribers do.
@@ -115,7 +118,7 @@ func (s *Subscriber) handOut(ctx context.Context, sub *subscription, out chan<- 
 		msg.SetContext(mctx)
 		if !s.offer(ctx, d, out, msg) {
 			cancel()
-			d.unsent()
+			d.Unsent()
 			continue
 		}
 		go s.await(sub, d, msg, why, cancel)
@@ -137,7 +140,7 @@ func (s *Subscriber) offer(ctx context.Context, d *fastDelivery, out chan<- *mes
 	}
 	t := time.NewTicker(offerRecheck)
 	defer t.Stop()
-	for d.mayPublish() {
+	for d.MayPublish() {
 		select {
 		case out <- msg:
 			return true
@@ -159,9 +162,9 @@ func (s *Subscriber) await(sub *subscription, d *fastDelivery, msg *message.Mess
 	defer cancel()
 	select {
 	case <-msg.Acked():
-		d.delivered()
+		d.Delivered()
 	case <-msg.Nacked():
-		d.failed(s.src.cfg.failurePolicy().decide(tries{attempts: d.r.attempts}, why.failure()))
+		d.Failed(s.src.cfg.failurePolicy().Decide(engine.Tries{Attempts: d.r.Attempts}, why.failure()))
 	case <-sub.done: // the partition is given up and the row will come again
 	}
 }
@@ -169,13 +172,15 @@ func (s *Subscriber) await(sub *subscription, d *fastDelivery, msg *message.Mess
 // nackReason is why the consumer nacked a message: by default a failed
 // attempt of the consumer's, or what the deprecated Fail said. It travels
 // in the message's context, where Fail finds it.
-type nackReason struct{ f atomic.Pointer[failure] }
+type nackReason struct {
+	f atomic.Pointer[engine.Failure]
+}
 
 type nackReasonKey struct{}
 
-func (n *nackReason) failure() failure {
+func (n *nackReason) failure() engine.Failure {
 	if f := n.f.Load(); f != nil {
 		return *f
 	}
-	return failure{reason: "nacked by the subscriber's consumer", counts: true}
+	return engine.Failure{Reason: "nacked by the subscriber's consumer", Counts: true}
 }

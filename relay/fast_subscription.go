@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // rescanEvery is how often a caught-up subscription reads from the oldest
@@ -40,7 +41,7 @@ type subscription struct {
 	metrics *metrics.Metrics
 
 	// Sending: the head about to be handed out, and its delivery.
-	nextRow *row
+	nextRow *engine.Row
 	nextOut *fastDelivery
 
 	// Claiming.
@@ -97,7 +98,7 @@ type subscription struct {
 	// sendUntil is when two thirds of the leases renewed last have passed,
 	// in Unix nanoseconds, and losses counts the times it lost partitions
 	// (gave them up, or found them taken): the relay reads both from its
-	// own goroutines before it publishes a message (see mayPublish).
+	// own goroutines before it publishes a message (see MayPublish).
 	sendUntil atomic.Int64
 	losses    atomic.Int64
 }
@@ -111,14 +112,14 @@ type result struct {
 // outcome is what became of a delivery.
 type outcome struct {
 	kind     outcomeKind
-	decision decision // of a failed one
+	decision engine.Decision // of a failed one
 }
 
 type outcomeKind int
 
 const (
 	delivered outcomeKind = iota
-	// unsent: not published, no fault of the row (see mayPublish); it
+	// unsent: not published, no fault of the row (see MayPublish); it
 	// comes again, with the rest of its aggregate behind it.
 	unsent
 	// failed: as the decision says, tried again later or dead-lettered.
@@ -129,7 +130,7 @@ const (
 // room for buffer deliveries: none for a Watermill consumer, which takes
 // one message at a time, a little for the relay's engine, so that the loop
 // hands out in bursts while the engine publishes. A delivery waiting there
-// is in flight; the engine checks mayPublish before it publishes it,
+// is in flight; the engine checks MayPublish before it publishes it,
 // however long it waited.
 func newSubscription(s *fastSource, topic, holder string, buffer int) *subscription {
 	sub := &subscription{s: s, topic: topic, holder: holder,
@@ -287,7 +288,7 @@ func (sub *subscription) claimDone(c claimResult) {
 	if n := int64(len(c.rows)); n > 0 || c.cut {
 		total := c.cutSize
 		for _, r := range c.rows {
-			total += r.size
+			total += r.Size
 		}
 		if c.cut {
 			n++
@@ -302,8 +303,8 @@ func (sub *subscription) claimDone(c claimResult) {
 	full := len(c.rows) == c.query.limit || c.cut
 	sub.wantClaim = sub.wantClaim || full // keep a wake-up that came during the claim
 	sub.caughtUp = !full
-	if n := len(c.rows); n > 0 && (c.rows[n-1].id > sub.cursor || full && fromStart) {
-		sub.cursor = c.rows[n-1].id
+	if n := len(c.rows); n > 0 && (c.rows[n-1].ID > sub.cursor || full && fromStart) {
+		sub.cursor = c.rows[n-1].ID
 	}
 	// Rows the claim could not see yet, below the new cursor, belong to the
 	// transactions open in its snapshot: the next claims read theirs. The
@@ -311,7 +312,7 @@ func (sub *subscription) claimDone(c claimResult) {
 	// first, being below the cursor) unless they alone filled it.
 	below := 0
 	for _, r := range c.rows {
-		if r.id <= c.query.after {
+		if r.ID <= c.query.after {
 			below++
 		}
 	}
@@ -325,30 +326,30 @@ func (sub *subscription) claimDone(c claimResult) {
 // add queues claimed rows. fromStart tells the claim read from the oldest
 // row, started when it began: only such a claim, begun after a block
 // ended, may unblock an aggregate.
-func (sub *subscription) add(rows []*row, fromStart bool, started time.Time) {
+func (sub *subscription) add(rows []*engine.Row, fromStart bool, started time.Time) {
 	now := time.Now()
 	for _, r := range rows {
-		if !sub.parts.keeps(r.partition) {
+		if !sub.parts.keeps(r.Partition) {
 			continue // given up while the claim ran
 		}
-		a := r.aggregate()
+		a := r.Aggregate()
 		if !sub.q.unblock(a, fromStart, started) {
 			continue
 		}
-		if r.wait > 0 {
-			sub.block(a, r.partition, now.Add(r.wait))
+		if r.Wait > 0 {
+			sub.block(a, r.Partition, now.Add(r.Wait))
 			continue
 		}
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			// No broker can take it: set it aside, now. The rest of its
 			// aggregate goes on.
-			d := malformed(err.Error(), r.attempts)
-			if err := sub.s.store.deadLetter(context.Background(), r, d.reason, d.attempts); err != nil {
+			d := engine.Malformed(err.Error(), r.Attempts)
+			if err := sub.s.store.deadLetter(context.Background(), r, d.Reason, d.Attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err,
-					watermill.LogFields{"event_id": r.eventID.String(), "relay": sub.holder})
-				sub.block(a, r.partition, now.Add(sub.s.cfg.backoff(1)))
+					watermill.LogFields{"event_id": r.EventID.String(), "relay": sub.holder})
+				sub.block(a, r.Partition, now.Add(sub.s.cfg.backoff(1)))
 			} else {
-				deadLettered(sub.metrics, sub.s.cfg.Logger, PathFast, sub.holder, r, d)
+				engine.DeadLettered(sub.metrics, sub.s.cfg.Logger, string(PathFast), sub.holder, r, d)
 			}
 			continue
 		}
@@ -415,7 +416,7 @@ func (sub *subscription) toSend() (chan *fastDelivery, *fastDelivery) {
 		return nil, nil
 	}
 	if head != sub.nextRow {
-		sub.nextRow, sub.nextOut = head, &fastDelivery{sub: sub, r: head, msg: head.message(sub.s.cfg.CloudEvents)}
+		sub.nextRow, sub.nextOut = head, &fastDelivery{sub: sub, r: head, msg: head.Message(sub.s.attrs)}
 	}
 	// What the engine checks before it publishes it, as of now.
 	sub.nextOut.live, sub.nextOut.losses = sub.live, sub.losses.Load()
@@ -445,7 +446,7 @@ func (sub *subscription) sent() {
 
 // next is the next delivery the subscription hands out, for the engine:
 // false once it ended, or ctx did.
-func (sub *subscription) next(ctx context.Context) (delivery, bool) {
+func (sub *subscription) next(ctx context.Context) (engine.Delivery, bool) {
 	select {
 	case d, ok := <-sub.out:
 		if !ok {
@@ -495,7 +496,7 @@ func (sub *subscription) settleMore() {
 // counts: the first.
 type fastDelivery struct {
 	sub     *subscription
-	r       *row
+	r       *engine.Row
 	msg     *message.Message
 	settled atomic.Bool
 	// live and losses are the subscription's when it handed the row out.
@@ -503,22 +504,22 @@ type fastDelivery struct {
 	losses int64
 }
 
-func (d *fastDelivery) row() *row                 { return d.r }
-func (d *fastDelivery) message() *message.Message { return d.msg }
+func (d *fastDelivery) Row() *engine.Row          { return d.r }
+func (d *fastDelivery) Message() *message.Message { return d.msg }
 
-// mayPublish tells whether the row may still be published, a while after
+// MayPublish tells whether the row may still be published, a while after
 // the subscription handed it out: it may have waited for a publish slot
 // for long, while the subscription lost its liveness lock, went two thirds
 // into its leases without renewing them, or lost partitions. The engine
 // checks it right before the broker is called, as maySend is checked
 // before the subscription hands a row out.
-func (d *fastDelivery) mayPublish() bool {
+func (d *fastDelivery) MayPublish() bool {
 	return d.live.ok() && time.Now().UnixNano() < d.sub.sendUntil.Load() && d.sub.losses.Load() == d.losses
 }
 
-func (d *fastDelivery) delivered()        { d.settle(outcome{kind: delivered}) }
-func (d *fastDelivery) unsent()           { d.settle(outcome{kind: unsent}) }
-func (d *fastDelivery) failed(f decision) { d.settle(outcome{kind: failed, decision: f}) }
+func (d *fastDelivery) Delivered()               { d.settle(outcome{kind: delivered}) }
+func (d *fastDelivery) Unsent()                  { d.settle(outcome{kind: unsent}) }
+func (d *fastDelivery) Failed(f engine.Decision) { d.settle(outcome{kind: failed, decision: f}) }
 
 // settle takes outcome o back to the run loop, unless one was taken
 // already or the subscription is over (the partition is given up and the
@@ -540,7 +541,7 @@ func (sub *subscription) settled(res result) {
 	case unsent:
 		// Not published, and no fault of the row: nothing to record.
 		sub.q.settle(r, false)
-		sub.block(r.aggregate(), r.partition, time.Now())
+		sub.block(r.Aggregate(), r.Partition, time.Now())
 		return
 	case failed:
 		if sub.recordDone != nil {
@@ -554,34 +555,34 @@ func (sub *subscription) settled(res result) {
 	default:
 		sub.q.settle(r, true)
 	}
-	sub.q.goOn(r.aggregate())
+	sub.q.goOn(r.Aggregate())
 }
 
 // failed carries out the failure policy's decision d on r: a retry later,
 // or the dead letters. It reports whether the aggregate goes on at once
 // (the row is set aside) rather than waiting for the retry.
-func (sub *subscription) failed(r *row, d decision) bool {
+func (sub *subscription) failed(r *engine.Row, d engine.Decision) bool {
 	s := sub.s
-	if d.deadLetter {
-		err := s.store.deadLetter(sub.ctx, r, d.reason, d.attempts)
+	if d.DeadLetter {
+		err := s.store.deadLetter(sub.ctx, r, d.Reason, d.Attempts)
 		if err == nil {
-			deadLettered(sub.metrics, s.cfg.Logger, PathFast, sub.holder, r, d)
+			engine.DeadLettered(sub.metrics, s.cfg.Logger, string(PathFast), sub.holder, r, d)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
-			watermill.LogFields{"event_id": r.eventID})
-		sub.block(r.aggregate(), r.partition, time.Now().Add(s.cfg.backoff(d.attempts)))
+			watermill.LogFields{"event_id": r.EventID})
+		sub.block(r.Aggregate(), r.Partition, time.Now().Add(s.cfg.backoff(d.Attempts)))
 		return false
 	}
 	if err := s.store.failed(sub.ctx, r, d); err != nil {
-		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.eventID})
+		s.cfg.Logger.Error("Recording a failed delivery failed", err, watermill.LogFields{"event_id": r.EventID})
 	}
-	sub.block(r.aggregate(), r.partition, time.Now().Add(d.wait))
+	sub.block(r.Aggregate(), r.Partition, time.Now().Add(d.Wait))
 	return false
 }
 
 // block holds back aggregate a until the retry of its oldest row.
-func (sub *subscription) block(a aggregate, partition int, until time.Time) {
+func (sub *subscription) block(a engine.Aggregate, partition int, until time.Time) {
 	sub.q.block(a, partition, until)
 	if sub.retryAt.IsZero() || until.Before(sub.retryAt) {
 		sub.retryAt = until

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // readyTimeout bounds each of Ready's checks, so that a database or broker
@@ -25,7 +27,7 @@ func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.cfg.DB.PingContext(pctx); err != nil {
 		return fmt.Errorf("relay: database is not reachable: %w", err)
 	}
-	if p, ok := r.cfg.Publisher.(pinger); ok {
+	if p, ok := r.cfg.Publisher.(engine.Pinger); ok {
 		bctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		if err := p.Ping(bctx); err != nil {

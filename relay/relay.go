@@ -11,6 +11,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // Path is how the relay reads committed rows.
@@ -133,3 +134,22 @@ func (r *Relay) logStart(ctx context.Context) {
 // startTopicRows is how many of the last rows the start line takes the
 // topics of.
 const startTopicRows = 1000
+
+// newEngine is the engine of the relay's read path: its publishing
+// settings, concurrency publishes in flight at most, failures decided by
+// policy.
+func (r *Relay) newEngine(concurrency int, policy engine.Policy) *engine.Engine {
+	return engine.New(engine.Settings{Publisher: r.cfg.Publisher, Logger: r.cfg.Logger, TopicPrefix: r.cfg.TopicPrefix,
+		Tracer: r.tracer, System: r.messagingSystem(), Metrics: r.cfg.Metrics}, concurrency, policy)
+}
+
+// messagingSystem is the messaging.system attribute of the send spans.
+func (r *Relay) messagingSystem() string {
+	if r.cfg.MessagingSystem != "" {
+		return r.cfg.MessagingSystem
+	}
+	if s, ok := r.cfg.Publisher.(interface{ Scheme() string }); ok {
+		return s.Scheme()
+	}
+	return "watermill"
+}

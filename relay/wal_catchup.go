@@ -11,6 +11,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // A slot streams the transactions that commit after its start; those that
@@ -98,7 +99,7 @@ func (s *walSession) catchUp() bool {
 		}
 		ids := make([]int64, len(rows))
 		for i, r := range rows {
-			ids[i] = r.id
+			ids[i] = r.ID
 		}
 		if !s.untilDone("marking the rows written before the slot's start delivered", func(ctx context.Context) error {
 			_, err := src.cfg.DB.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(src.cfg.Table)+
@@ -107,7 +108,7 @@ func (s *walSession) catchUp() bool {
 		}) {
 			return false
 		}
-		after = rows[len(rows)-1].id
+		after = rows[len(rows)-1].ID
 		sent += int64(len(rows))
 	}
 	src.cfg.Logger.Info("Sent the rows written before the replication slot's start; streaming",
@@ -125,11 +126,11 @@ func (s *walSession) sendBatch(rows []*walRow) bool {
 	b.w.beginTable()
 	for _, r := range rows {
 		if b.w.add(r) {
-			b.deadLetter(r, malformed(r.bad.Error(), r.attempts))
+			b.deadLetter(r, engine.Malformed(r.bad.Error(), r.Attempts))
 		}
 	}
 	b.w.commit(1)
-	s.e.run(s.ctx, b.next)
+	s.e.Run(s.ctx, b.next)
 	if open, _ := b.w.counts(); open > 0 {
 		b.w.stop() // the session ended: the next one sends the batch again
 		return false
@@ -157,22 +158,22 @@ func (w *walSource) readPreSlot(ctx context.Context, d outboxdb.Delivery, snap s
 	for rs.Next() {
 		r := &walRow{}
 		var payload, headers sql.NullString
-		if err := rs.Scan(&r.id, &r.eventID, &r.name, &r.version, &r.topic, &r.aggregateType, &r.aggregateID,
-			&payload, &headers, &r.createdAt, &r.attempts, &r.readableFrom, &r.aggregateSeq); err != nil {
+		if err := rs.Scan(&r.ID, &r.EventID, &r.Name, &r.Version, &r.Topic, &r.AggregateType, &r.AggregateID,
+			&payload, &headers, &r.CreatedAt, &r.Attempts, &r.ReadableFrom, &r.AggregateSeq); err != nil {
 			return nil, err
 		}
 		if payload.Valid {
-			r.payload = []byte(payload.String)
+			r.Payload = []byte(payload.String)
 		}
 		if headers.Valid {
-			r.headers = []byte(headers.String)
+			r.Headers = []byte(headers.String)
 		}
-		r.size = int64(len(r.payload) + len(r.headers))
-		if len(rows) > 0 && bytes+r.size > w.cfg.MaxBytesInFlight {
+		r.Size = int64(len(r.Payload) + len(r.Headers))
+		if len(rows) > 0 && bytes+r.Size > w.cfg.MaxBytesInFlight {
 			break
 		}
-		bytes += r.size
-		if err := r.check(); err != nil {
+		bytes += r.Size
+		if err := r.Check(); err != nil {
 			r.bad = err
 		}
 		rows = append(rows, r)

@@ -16,6 +16,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // runWAL runs the WAL path: its source, fed the relay's settings, hands
@@ -24,11 +25,11 @@ func (r *Relay) runWAL(ctx context.Context) error {
 	c := r.cfg
 	w := &walSource{cfg: walSettings{DB: c.DB, Table: c.Table, DeadLetterTable: c.DeadLetterTable, WAL: c.WAL,
 		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
-		CloseTimeout: c.CloseTimeout, CloudEvents: c.CloudEvents, Logger: c.Logger, Metrics: c.Metrics,
+		CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(), Logger: c.Logger, Metrics: c.Metrics,
 		backoff: c.backoff}, stat: &walState{slot: c.WAL.Slot, role: WALConnecting}, slotCreating: r.hooks.slotCreating}
 	r.wal.Store(w.stat)
 	e := r.newEngine(c.Concurrency, c.walFailurePolicy())
-	defer e.stop(c.CloseTimeout)
+	defer e.Stop(c.CloseTimeout)
 	return w.run(ctx, e)
 }
 
@@ -40,7 +41,7 @@ type walSettings struct {
 	Concurrency, BatchSize int
 	MaxBytesInFlight       int64
 	CloseTimeout           time.Duration
-	CloudEvents            *CloudEvents
+	Attributes             engine.Attributes // what Config.CloudEvents adds to every message
 	Logger                 watermill.LoggerAdapter
 	Metrics                *metrics.Metrics
 	backoff                func(attempt int) time.Duration // of a failed move to the dead letters
@@ -60,7 +61,7 @@ type walSource struct {
 // run streams the slot until ctx ends: one session at a time, a new one
 // after the connection is lost (from the slot's confirmed position), and
 // as a standby while another relay streams the slot.
-func (w *walSource) run(ctx context.Context, e *engine) error {
+func (w *walSource) run(ctx context.Context, e *engine.Engine) error {
 	cfg := w.cfg.WAL
 	if err := w.ensurePublication(ctx); err != nil {
 		return err
@@ -250,4 +251,13 @@ func (r *Relay) WALStatus() (WALStatus, bool) {
 	}
 	st := s.status()
 	return st, true
+}
+
+// walOutageCap bounds the WAL path's wait after a failure in an outage.
+const walOutageCap = time.Second
+
+// walFailurePolicy is the WAL path's: its outages back off by their own
+// count, up to walOutageCap.
+func (c Config) walFailurePolicy() engine.Policy {
+	return engine.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.backoff, OutageCap: walOutageCap}
 }

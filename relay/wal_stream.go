@@ -20,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // errSlotActive is a session's end when another session streams the slot:
@@ -92,7 +93,7 @@ func (w *walSource) replicationConfig(ctx context.Context) (*pgconn.Config, erro
 type walSession struct {
 	src  *walSource
 	cfg  WALConfig
-	e    *engine
+	e    *engine.Engine
 	conn *pgconn.PgConn
 	w    *walWindow
 	// relations are the outbox table's column positions, by relation id.
@@ -112,7 +113,7 @@ type walSession struct {
 // streamWAL runs one session: it connects, makes sure of the slot, streams
 // it until ctx ends or the connection fails, and returns why it ended
 // (nil when ctx ended).
-func (w *walSource) streamWAL(ctx context.Context, e *engine, stat *walState) error {
+func (w *walSource) streamWAL(ctx context.Context, e *engine.Engine, stat *walState) error {
 	cfg := w.cfg.WAL
 	pcfg, err := w.replicationConfig(ctx)
 	if err != nil {
@@ -156,13 +157,7 @@ func (w *walSource) streamWAL(ctx context.Context, e *engine, stat *walState) er
 	cancel()
 	s.w.stop()
 	<-dispatched
-	done := make(chan struct{})
-	go func() { s.out.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(w.cfg.CloseTimeout):
-		w.cfg.Logger.Info("Publishes still in flight at close timeout; they will be relayed again", nil)
-	}
+	engine.AwaitPublishes(s.out, w.cfg.CloseTimeout, w.cfg.Logger)
 	if err == nil && !conn.IsClosed() {
 		// A graceful stop: the server reads it before the connection
 		// closes. (A failed connection is being closed by pgconn.)
@@ -321,7 +316,7 @@ func (s *walSession) take(m pglogrepl.Message) error {
 		}
 		r := rel.decode(m.Tuple)
 		if s.w.add(r) {
-			s.deadLetter(r, malformed(r.bad.Error(), 0))
+			s.deadLetter(r, engine.Malformed(r.bad.Error(), 0))
 		}
 	case *pglogrepl.CommitMessage:
 		s.w.commit(m.TransactionEndLSN)
@@ -351,16 +346,16 @@ func (s *walSession) dispatch() {
 	if !s.catchUp() {
 		return
 	}
-	s.e.run(s.ctx, s.next)
+	s.e.Run(s.ctx, s.next)
 }
 
 // next is the next row whose turn came, for the engine: false once the
 // session ends.
-func (s *walSession) next(ctx context.Context) (delivery, bool) {
+func (s *walSession) next(ctx context.Context) (engine.Delivery, bool) {
 	for {
 		if r := s.w.next(s.src.cfg.Concurrency); r != nil {
 			s.out.Add(1)
-			return &walDelivery{s: s, r: r, msg: r.message(s.src.cfg.CloudEvents)}, true
+			return &walDelivery{s: s, r: r, msg: r.Message(s.src.cfg.Attributes)}, true
 		}
 		if s.drain {
 			if open, _ := s.w.counts(); open == 0 {
@@ -383,31 +378,31 @@ type walDelivery struct {
 	msg *message.Message
 }
 
-func (d *walDelivery) row() *row                 { return &d.r.row }
-func (d *walDelivery) message() *message.Message { return d.msg }
+func (d *walDelivery) Row() *engine.Row          { return &d.r.Row }
+func (d *walDelivery) Message() *message.Message { return d.msg }
 
-// mayPublish is always true: one session at a time streams the slot, and
+// MayPublish is always true: one session at a time streams the slot, and
 // the next reads again what this one did not confirm.
-func (d *walDelivery) mayPublish() bool { return true }
+func (d *walDelivery) MayPublish() bool { return true }
 
-func (d *walDelivery) delivered() {
+func (d *walDelivery) Delivered() {
 	d.s.settle(d.r)
 	d.answered()
 }
 
-func (d *walDelivery) unsent() {
+func (d *walDelivery) Unsent() {
 	d.s.w.again(d.r)
 	d.answered()
 }
 
-// failed carries out the failure policy's decision: a retry after its wait
+// Failed carries out the failure policy's decision: a retry after its wait
 // (outages do not count as attempts), or the dead letters.
-func (d *walDelivery) failed(dec decision) {
-	d.r.attempts, d.r.outages = dec.attempts, dec.outages
-	if dec.deadLetter {
+func (d *walDelivery) Failed(dec engine.Decision) {
+	d.r.Attempts, d.r.Outages = dec.Attempts, dec.Outages
+	if dec.DeadLetter {
 		d.s.deadLetter(d.r, dec)
 	} else {
-		d.s.retry(d.r, dec.wait)
+		d.s.retry(d.r, dec.Wait)
 	}
 	d.answered()
 }
@@ -428,20 +423,20 @@ func (s *walSession) retry(r *walRow, wait time.Duration) {
 
 // deadLetter moves r to the dead letters as d says, beside the stream,
 // trying again while the database fails, and settles it once it is there.
-func (s *walSession) deadLetter(r *walRow, d decision) {
+func (s *walSession) deadLetter(r *walRow, d engine.Decision) {
 	s.out.Add(1)
 	go func() {
 		defer s.out.Done()
 		for failures := 1; ; failures++ {
-			err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.reason, d.attempts)
+			err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.Reason, d.Attempts)
 			if err == nil {
-				deadLettered(s.metrics, s.src.cfg.Logger, PathWAL, s.cfg.Slot, &r.row, d)
+				engine.DeadLettered(s.metrics, s.src.cfg.Logger, string(PathWAL), s.cfg.Slot, &r.Row, d)
 				s.settle(r)
 				return
 			}
 			if failures <= 3 {
 				s.src.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
-					watermill.LogFields{"event_id": r.eventID.String(), "relay": s.cfg.Slot})
+					watermill.LogFields{"event_id": r.EventID.String(), "relay": s.cfg.Slot})
 			}
 			select {
 			case <-time.After(s.src.cfg.backoff(failures)):
@@ -463,7 +458,7 @@ func (s *walSession) deadLetter(r *walRow, d decision) {
 // taken for gone.
 func (w *walSource) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
 	t := outboxdb.New(w.cfg.Table, w.cfg.DeadLetterTable)
-	moved, err := t.MoveToDeadLetters(ctx, w.cfg.DB, row.id, reason, attempts)
+	moved, err := t.MoveToDeadLetters(ctx, w.cfg.DB, row.ID, reason, attempts)
 	if err != nil || moved {
 		return wrapRelay(err)
 	}
@@ -471,13 +466,13 @@ func (w *walSource) moveToDeadLetters(ctx context.Context, row *walRow, reason s
 		if err := w.waitVisible(ctx, row); err != nil {
 			return err
 		}
-		if moved, err = t.MoveToDeadLetters(ctx, w.cfg.DB, row.id, reason, attempts); err != nil || moved {
+		if moved, err = t.MoveToDeadLetters(ctx, w.cfg.DB, row.ID, reason, attempts); err != nil || moved {
 			return wrapRelay(err)
 		}
 	}
-	return wrapRelay(t.WriteDeadLetter(ctx, w.cfg.DB, outboxdb.CarriedRow{ID: row.id, EventID: row.eventID,
-		Name: row.name, Version: row.version, Topic: row.topic, AggregateType: row.aggregateType,
-		AggregateID: row.aggregateID, AggregateSeq: row.aggregateSeq, Payload: row.payload, Headers: row.headers},
+	return wrapRelay(t.WriteDeadLetter(ctx, w.cfg.DB, outboxdb.CarriedRow{ID: row.ID, EventID: row.EventID,
+		Name: row.Name, Version: row.Version, Topic: row.Topic, AggregateType: row.AggregateType,
+		AggregateID: row.AggregateID, AggregateSeq: row.AggregateSeq, Payload: row.Payload, Headers: row.Headers},
 		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts))
 }
 
@@ -510,14 +505,14 @@ func (w *walSource) waitVisible(ctx context.Context, row *walRow) error {
 		var visible bool
 		if err := w.cfg.DB.QueryRowContext(ctx, `SELECT pg_visible_in_snapshot($1::text::xid8, pg_current_snapshot())`,
 			strconv.FormatUint(xid, 10)).Scan(&visible); err != nil {
-			return fmt.Errorf("relay: reading whether transaction %d of row %d is visible: %w", xid, row.id, err)
+			return fmt.Errorf("relay: reading whether transaction %d of row %d is visible: %w", xid, row.ID, err)
 		}
 		if visible {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("relay: row %d: its transaction %d, committed in the replication stream, "+
-				"is still not visible to the database's connections after %s", row.id, xid, walVisibleWait)
+				"is still not visible to the database's connections after %s", row.ID, xid, walVisibleWait)
 		}
 		select {
 		case <-time.After(wait):
@@ -603,43 +598,43 @@ func (rel *walRelation) decode(t *pglogrepl.TupleData) *walRow {
 	}
 	id, _ := text("id")
 	var err error
-	if r.id, err = strconv.ParseInt(id, 10, 64); err != nil {
+	if r.ID, err = strconv.ParseInt(id, 10, 64); err != nil {
 		bad = append(bad, "id "+strconv.Quote(id)+" is not a number")
 	}
 	if s, ok := text("event_id"); ok {
-		if r.eventID, err = uuid.Parse(s); err != nil {
+		if r.EventID, err = uuid.Parse(s); err != nil {
 			bad = append(bad, "event_id "+strconv.Quote(s)+" is not a UUID")
 		}
 	}
-	r.name, _ = text("event_name")
+	r.Name, _ = text("event_name")
 	if s, ok := text("event_version"); ok {
-		if r.version, err = strconv.Atoi(s); err != nil {
+		if r.Version, err = strconv.Atoi(s); err != nil {
 			bad = append(bad, "event_version "+strconv.Quote(s)+" is not a number")
 		}
 	}
-	r.topic, _ = text("topic")
-	r.aggregateType, _ = text("aggregate_type")
-	r.aggregateID, _ = text("aggregate_id")
+	r.Topic, _ = text("topic")
+	r.AggregateType, _ = text("aggregate_type")
+	r.AggregateID, _ = text("aggregate_id")
 	if s, ok := text("payload"); ok {
-		r.payload = []byte(s)
+		r.Payload = []byte(s)
 	}
 	if s, ok := text("headers"); ok {
-		r.headers = []byte(s)
+		r.Headers = []byte(s)
 	}
 	if s, ok := text("readable_from"); ok {
-		r.readableFrom, _ = strconv.Atoi(s)
+		r.ReadableFrom, _ = strconv.Atoi(s)
 	}
 	if s, ok := text("aggregate_seq"); ok {
-		r.aggregateSeq, _ = strconv.ParseInt(s, 10, 64)
+		r.AggregateSeq, _ = strconv.ParseInt(s, 10, 64)
 	}
 	if s, ok := text("created_at"); ok {
-		if r.createdAt, err = parseTimestamptz(s); err != nil {
+		if r.CreatedAt, err = parseTimestamptz(s); err != nil {
 			bad = append(bad, "created_at "+strconv.Quote(s)+" is not a timestamp")
 		}
 	}
-	r.size = int64(len(r.payload) + len(r.headers))
+	r.Size = int64(len(r.Payload) + len(r.Headers))
 	if len(bad) == 0 {
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}

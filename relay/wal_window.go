@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // walWindow is the book of one replication session: the transactions read
@@ -27,7 +29,7 @@ type walWindow struct {
 	confirmed pglogrepl.LSN
 	// queued holds, per aggregate, its rows read and not settled: the
 	// first is out.
-	queued map[aggregate][]*walRow
+	queued map[engine.Aggregate][]*walRow
 	// ready is the rows whose turn came, for the dispatcher, oldest in
 	// the stream first: with one publish at a time, the broker sees the
 	// commit order.
@@ -65,7 +67,7 @@ type walTx struct {
 
 // walRow is an outbox row read from the stream.
 type walRow struct {
-	row
+	engine.Row
 	tx *walTx
 	// bad is why the row cannot be published (malformed); it goes to the
 	// dead letters as it is.
@@ -74,7 +76,7 @@ type walRow struct {
 }
 
 func newWALWindow(confirmed pglogrepl.LSN) *walWindow {
-	return &walWindow{confirmed: confirmed, queued: map[aggregate][]*walRow{},
+	return &walWindow{confirmed: confirmed, queued: map[engine.Aggregate][]*walRow{},
 		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
 }
 
@@ -117,11 +119,11 @@ func (w *walWindow) add(r *walRow) (deadLetter bool) {
 	w.cur.open++
 	w.held++
 	w.open++
-	w.openBytes += r.size
+	w.openBytes += r.Size
 	if r.bad != nil {
 		return true
 	}
-	a := r.aggregate()
+	a := r.Aggregate()
 	q := w.queued[a]
 	w.queued[a] = append(q, r)
 	if len(q) == 0 {
@@ -227,10 +229,10 @@ func (w *walWindow) settle(r *walRow) {
 	defer w.mu.Unlock()
 	r.tx.open--
 	w.open--
-	w.openBytes -= r.size
+	w.openBytes -= r.Size
 	w.delivered++
 	if r.bad == nil {
-		a := r.aggregate()
+		a := r.Aggregate()
 		q := w.queued[a]
 		if len(q) > 0 && q[0] == r {
 			q[0] = nil

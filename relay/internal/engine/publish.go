@@ -1,4 +1,4 @@
-package relay
+package engine
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 // for one confirmation (a goroutine per message would grow a fresh stack
 // through the broker client's calls every time).
 type publishing struct {
-	cfg    publishSettings
+	cfg    Settings
 	health *publishHealth
 	async  asyncPublisher
 	slots  chan struct{} // async: one per message in flight
@@ -37,9 +37,9 @@ type publishing struct {
 	wg     sync.WaitGroup
 }
 
-// errNotPublished tells a delivery was not published: its mayPublish,
+// ErrNotPublished tells a delivery was not published: its MayPublish,
 // asked right before the broker is called, refused it.
-var errNotPublished = errors.New("relay: not published: the read path may no longer send it")
+var ErrNotPublished = errors.New("relay: not published: the read path may no longer send it")
 
 // asyncPublisher is broker.AsyncPublisher: PublishAsync returns at once
 // and calls done exactly once with the broker's answer.
@@ -49,23 +49,23 @@ type asyncPublisher interface {
 
 // outgoing is one delivery to publish and what to do with the outcome.
 type outgoing struct {
-	d    delivery
+	d    Delivery
 	done func(error)
 }
 
-// publishSettings is what publishing takes of the relay's settings.
-type publishSettings struct {
-	publisher   message.Publisher
-	logger      watermill.LoggerAdapter
-	topicPrefix string
-	tracer      *tracing.Tracer
-	system      string           // the spans' messaging.system
-	metrics     *metrics.Metrics // nil when off
+// Settings is what publishing takes of the relay's settings.
+type Settings struct {
+	Publisher   message.Publisher
+	Logger      watermill.LoggerAdapter
+	TopicPrefix string
+	Tracer      *tracing.Tracer
+	System      string           // the spans' messaging.system
+	Metrics     *metrics.Metrics // nil when off
 }
 
-func startPublishing(cfg publishSettings, concurrency int) *publishing {
-	p := &publishing{cfg: cfg, health: newPublishHealth(cfg.publisher, cfg.logger)}
-	if async, ok := cfg.publisher.(asyncPublisher); ok {
+func startPublishing(cfg Settings, concurrency int) *publishing {
+	p := &publishing{cfg: cfg, health: newPublishHealth(cfg.Publisher, cfg.Logger)}
+	if async, ok := cfg.Publisher.(asyncPublisher); ok {
 		p.async, p.slots = async, make(chan struct{}, concurrency)
 		return p
 	}
@@ -75,12 +75,12 @@ func startPublishing(cfg publishSettings, concurrency int) *publishing {
 		go func() {
 			defer p.wg.Done()
 			for o := range p.work {
-				if !o.d.mayPublish() {
-					o.done(errNotPublished)
+				if !o.d.MayPublish() {
+					o.done(ErrNotPublished)
 					continue
 				}
-				s := p.prepare(o.d.message())
-				err := cfg.publisher.Publish(s.topic, s.out)
+				s := p.prepare(o.d)
+				err := cfg.Publisher.Publish(s.topic, s.out)
 				s.finish(err)
 				o.done(err)
 			}
@@ -89,14 +89,13 @@ func startPublishing(cfg publishSettings, concurrency int) *publishing {
 	return p
 }
 
-// publish sends the message of d, whose metadata carries its row's topic
-// under MetaTopic as every row's message does, to the broker, and calls
-// done with the outcome once the broker confirmed or refused it
-// (errNotPublished when d.mayPublish refused it). It blocks while
+// publish sends the message of d to the broker, on its row's topic, and
+// calls done with the outcome once the broker confirmed or refused it
+// (ErrNotPublished when d.MayPublish refused it). It blocks while
 // concurrency messages are in flight, or until ctx ends (then it returns
 // false and done is not called). done may run on another goroutine: it
 // must be short.
-func (p *publishing) publish(ctx context.Context, d delivery, done func(error)) bool {
+func (p *publishing) publish(ctx context.Context, d Delivery, done func(error)) bool {
 	if p.async == nil {
 		select {
 		case p.work <- outgoing{d: d, done: done}:
@@ -110,13 +109,13 @@ func (p *publishing) publish(ctx context.Context, d delivery, done func(error)) 
 	case <-ctx.Done():
 		return false
 	}
-	if !d.mayPublish() {
+	if !d.MayPublish() {
 		<-p.slots
-		done(errNotPublished)
+		done(ErrNotPublished)
 		return true
 	}
 	p.wg.Add(1)
-	s := p.prepare(d.message())
+	s := p.prepare(d)
 	p.async.PublishAsync(s.topic, s.out, func(err error) {
 		s.finish(err)
 		<-p.slots
@@ -130,7 +129,7 @@ func (p *publishing) publish(ctx context.Context, d delivery, done func(error)) 
 // message: it does when no retry can cure it, or when the broker answers
 // (the message's own fault); not in an outage.
 func (p *publishing) counts(err error) bool {
-	return permanent(err) || p.health.failed(err)
+	return Permanent(err) || p.health.failed(err)
 }
 
 // stop waits until the publishes in flight are done, up to timeout, and
@@ -139,14 +138,7 @@ func (p *publishing) stop(timeout time.Duration) bool {
 	if p.work != nil {
 		close(p.work)
 	}
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
+	return waitFor(&p.wg, timeout)
 }
 
 // sending is one publish under way: the message as it goes out, its span
@@ -159,9 +151,10 @@ type sending struct {
 	started         time.Time
 }
 
-// prepare makes the message that goes out for msg: on its topic with the
-// relay's prefix, in a producer span.
-func (p *publishing) prepare(msg *message.Message) sending {
+// prepare makes the message that goes out for d: on its row's topic with
+// the relay's prefix, in a producer span.
+func (p *publishing) prepare(d Delivery) sending {
+	msg := d.Message()
 	var out *message.Message
 	if p.async != nil {
 		// An async publisher only reads it (see broker.AsyncPublisher):
@@ -173,13 +166,12 @@ func (p *publishing) prepare(msg *message.Message) sending {
 		out = message.NewMessage(msg.UUID, msg.Payload)
 	}
 	out.Metadata = maps.Clone(msg.Metadata)
-	s := sending{p: p, out: out, rowTopic: out.Metadata.Get(MetaTopic)}
-	s.topic = p.cfg.topicPrefix + s.rowTopic
-	delete(out.Metadata, MetaTopic)
-	if tracer := p.cfg.tracer.Get(); tracer != nil {
-		s.span = startSend(tracer, p.cfg.system, s.topic, out)
+	s := sending{p: p, out: out, rowTopic: d.Row().Topic}
+	s.topic = p.cfg.TopicPrefix + s.rowTopic
+	if tracer := p.cfg.Tracer.Get(); tracer != nil {
+		s.span = StartSend(tracer, p.cfg.System, s.topic, out)
 	}
-	if p.cfg.metrics != nil {
+	if p.cfg.Metrics != nil {
 		s.started = time.Now()
 	}
 	return s
@@ -187,14 +179,14 @@ func (p *publishing) prepare(msg *message.Message) sending {
 
 // finish counts the outcome of the publish and ends its span.
 func (s sending) finish(err error) {
-	if m := s.p.cfg.metrics; m != nil {
+	if m := s.p.cfg.Metrics; m != nil {
 		m.Published(s.rowTopic, time.Since(s.started), err)
 		if err == nil {
-			m.Delivered(s.rowTopic, createdAt(s.out.Metadata))
+			m.Delivered(s.rowTopic, CreatedAt(s.out.Metadata))
 		}
 	}
 	if s.span != nil {
-		endSpan(s.span, err)
+		EndSpan(s.span, err)
 	}
 	if err == nil {
 		s.p.health.succeeded()
@@ -213,7 +205,7 @@ func (s sending) finish(err error) {
 // when they work again: a relay silent while the broker is away looks
 // idle.
 type publishHealth struct {
-	pinger pinger
+	pinger Pinger
 	streak atomic.Int64
 	logger watermill.LoggerAdapter
 
@@ -227,9 +219,9 @@ type publishHealth struct {
 	answers bool      // how it answered
 }
 
-// pinger is a publisher that can tell whether its broker takes publishes
+// Pinger is a publisher that can tell whether its broker takes publishes
 // at all (see broker.Pinger).
-type pinger interface {
+type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
@@ -243,7 +235,7 @@ const (
 
 func newPublishHealth(pub message.Publisher, logger watermill.LoggerAdapter) *publishHealth {
 	h := &publishHealth{logger: logger}
-	h.pinger, _ = pub.(pinger)
+	h.pinger, _ = pub.(Pinger)
 	return h
 }
 

@@ -4,7 +4,6 @@ import (
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"testing"
 	"time"
 
@@ -13,18 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
 // outboxScan hands the compatible path's SELECT columns of a row to
 // UnmarshalMessage, as database/sql would.
 type outboxScan struct {
-	r    row
+	r    engine.Row
 	txID uint64
 }
 
 func (s outboxScan) Scan(dest ...any) error {
-	vals := []any{s.r.id, s.txID, s.r.eventID, s.r.name, s.r.version, s.r.topic, s.r.aggregateType, s.r.aggregateID,
-		s.r.payload, s.r.headers, s.r.createdAt, int64(s.r.readableFrom), s.r.aggregateSeq}
+	vals := []any{s.r.ID, s.txID, s.r.EventID, s.r.Name, s.r.Version, s.r.Topic, s.r.AggregateType, s.r.AggregateID,
+		s.r.Payload, s.r.Headers, s.r.CreatedAt, int64(s.r.ReadableFrom), s.r.AggregateSeq}
 	if len(dest) != len(vals) {
 		return fmt.Errorf("%d destinations for %d columns", len(dest), len(vals))
 	}
@@ -55,17 +55,17 @@ func (s outboxScan) Scan(dest ...any) error {
 }
 
 // The compatible path sends the message every read path builds of a row
-// (row.message), in the forwarder's envelope: the same metadata, bound for
+// (Row.Message), in the forwarder's envelope: the same metadata, bound for
 // the row's topic behind the prefix. A malformed row says why under
 // MetaRowError, and its envelope gives the log what it needs back.
 func TestCompatibleEnvelopeIsTheRowsMessage(t *testing.T) {
 	ce := &CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/"}
 	adapter := SchemaAdapter{TopicPrefix: "staging_", CloudEvents: ce}
-	r := row{id: 42, eventID: uuid.New(), name: "order.paid", version: 2, topic: "orders", aggregateType: "Order",
-		aggregateID: "order-7", payload: []byte(`{"order_id":7}`), headers: []byte(`{"correlation_id":"c-7"}`),
-		readableFrom: 1, aggregateSeq: 3, createdAt: time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)}
+	r := engine.Row{ID: 42, EventID: uuid.New(), Name: "order.paid", Version: 2, Topic: "orders", AggregateType: "Order",
+		AggregateID: "order-7", Payload: []byte(`{"order_id":7}`), Headers: []byte(`{"correlation_id":"c-7"}`),
+		ReadableFrom: 1, AggregateSeq: 3, CreatedAt: time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)}
 
-	read := func(r row) (wsql.Row, forwarderEnvelope) {
+	read := func(r engine.Row) (wsql.Row, forwarderEnvelope) {
 		t.Helper()
 		out, err := adapter.UnmarshalMessage(wsql.UnmarshalMessageParams{Row: outboxScan{r: r, txID: 900}})
 		require.NoError(t, err)
@@ -76,25 +76,23 @@ func TestCompatibleEnvelopeIsTheRowsMessage(t *testing.T) {
 
 	out, env := read(r)
 	want := r
-	require.NoError(t, want.check())
-	msg := want.message(ce)
-	wantMD := maps.Clone(msg.Metadata)
-	delete(wantMD, MetaTopic)
-	require.Equal(t, map[string]string(wantMD), env.Metadata)
+	require.NoError(t, want.Check())
+	msg := want.Message(ce.attributes())
+	require.Equal(t, map[string]string(msg.Metadata), env.Metadata)
 	require.Equal(t, "c-7", env.Metadata["correlation_id"])
 	require.Equal(t, "order.paid.v2", env.Metadata[MetaCloudEventsType])
 	require.Equal(t, "staging_orders", env.DestinationTopic)
-	require.Equal(t, r.eventID.String(), env.UUID)
-	require.Equal(t, r.payload, env.Payload)
+	require.Equal(t, r.EventID.String(), env.UUID)
+	require.Equal(t, r.Payload, env.Payload)
 	require.Equal(t, int64(42), out.Offset)
 	require.Equal(t, "42", out.Msg.Metadata.Get(MetaRowID))
 	require.Empty(t, out.Msg.Metadata.Get(MetaRowError))
 
 	broken := r
-	broken.aggregateID = ""
+	broken.AggregateID = ""
 	out, env = read(broken)
 	require.Equal(t, "aggregate_id is empty", out.Msg.Metadata.Get(MetaRowError))
 	logged := env.row(42, adapter.TopicPrefix)
-	require.Equal(t, row{id: 42, eventID: r.eventID, name: "order.paid", topic: "orders", aggregateType: "Order"}, *logged)
+	require.Equal(t, engine.Row{ID: 42, EventID: r.EventID, Name: "order.paid", Topic: "orders", AggregateType: "Order"}, *logged)
 	require.Equal(t, "order.paid", env.Metadata[events.MetaEventName])
 }

@@ -1,4 +1,4 @@
-package relay
+package engine
 
 import (
 	"context"
@@ -47,25 +47,25 @@ func (invalidTopic) Permanent() bool { return true }
 
 // testDelivery records the outcome the engine took back to it.
 type testDelivery struct {
-	r       *row
+	r       *Row
 	msg     *message.Message
-	refused bool // mayPublish says no
+	refused bool // MayPublish says no
 	outcome chan string
-	dec     decision
+	dec     Decision
 }
 
 func newTestDelivery(attempts int, refused bool) *testDelivery {
-	r := &row{id: 1, eventID: uuid.New(), name: "order.paid", version: 1, topic: "orders", aggregateType: "Order",
-		aggregateID: "o-1", payload: []byte(`{}`), attempts: attempts, createdAt: time.Now()}
-	return &testDelivery{r: r, msg: r.message(nil), refused: refused, outcome: make(chan string, 2)}
+	r := &Row{ID: 1, EventID: uuid.New(), Name: "order.paid", Version: 1, Topic: "orders", AggregateType: "Order",
+		AggregateID: "o-1", Payload: []byte(`{}`), Attempts: attempts, CreatedAt: time.Now()}
+	return &testDelivery{r: r, msg: r.Message(nil), refused: refused, outcome: make(chan string, 2)}
 }
 
-func (d *testDelivery) row() *row                 { return d.r }
-func (d *testDelivery) message() *message.Message { return d.msg }
-func (d *testDelivery) mayPublish() bool          { return !d.refused }
-func (d *testDelivery) delivered()                { d.outcome <- "delivered" }
-func (d *testDelivery) unsent()                   { d.outcome <- "unsent" }
-func (d *testDelivery) failed(dec decision)       { d.dec = dec; d.outcome <- "failed" }
+func (d *testDelivery) Row() *Row                 { return d.r }
+func (d *testDelivery) Message() *message.Message { return d.msg }
+func (d *testDelivery) MayPublish() bool          { return !d.refused }
+func (d *testDelivery) Delivered()                { d.outcome <- "delivered" }
+func (d *testDelivery) Unsent()                   { d.outcome <- "unsent" }
+func (d *testDelivery) Failed(dec Decision)       { d.dec = dec; d.outcome <- "failed" }
 
 // The engine publishes what a source hands out and takes each outcome
 // back: delivered, unsent when the source may no longer have it published,
@@ -74,17 +74,16 @@ func (d *testDelivery) failed(dec decision)       { d.dec = dec; d.outcome <- "f
 // retry cures it.
 func TestEngineTakesEachOutcomeBack(t *testing.T) {
 	seconds := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	policy := failurePolicy{maxAttempts: 3, backoff: seconds}
+	policy := Policy{MaxAttempts: 3, Backoff: seconds}
 	for _, up := range []bool{true, false} {
 		t.Run(fmt.Sprintf("broker up %v", up), func(t *testing.T) {
 			ok, refused, rejected, invalid := newTestDelivery(0, false), newTestDelivery(0, true),
 				newTestDelivery(1, false), newTestDelivery(0, false)
 			pub := scriptedPublisher{up: up, fail: map[string]error{rejected.msg.UUID: errors.New("rejected"),
 				invalid.msg.UUID: invalidTopic{}}}
-			r := &Relay{cfg: Config{Publisher: pub, Logger: watermill.NopLogger{}}}
-			e := r.newEngine(2, policy)
-			queue := []delivery{ok, refused, rejected, invalid}
-			e.run(context.Background(), func(context.Context) (delivery, bool) {
+			e := New(Settings{Publisher: pub, Logger: watermill.NopLogger{}}, 2, policy)
+			queue := []Delivery{ok, refused, rejected, invalid}
+			e.Run(context.Background(), func(context.Context) (Delivery, bool) {
 				if len(queue) == 0 {
 					return nil, false
 				}
@@ -92,7 +91,7 @@ func TestEngineTakesEachOutcomeBack(t *testing.T) {
 				queue = queue[1:]
 				return d, true
 			})
-			require.True(t, e.stop(time.Minute))
+			require.True(t, e.Stop(time.Minute))
 			outcome := func(d *testDelivery) string {
 				select {
 				case o := <-d.outcome:
@@ -105,14 +104,14 @@ func TestEngineTakesEachOutcomeBack(t *testing.T) {
 			require.Equal(t, "unsent", outcome(refused))
 			require.Equal(t, "failed", outcome(rejected))
 			if up {
-				require.Equal(t, decision{reason: "rejected", attempts: 2, counted: true, wait: 2 * time.Second}, rejected.dec)
+				require.Equal(t, Decision{Reason: "rejected", Attempts: 2, Counted: true, Wait: 2 * time.Second}, rejected.dec)
 			} else {
-				require.Equal(t, decision{reason: "rejected", attempts: 1, wait: time.Second}, rejected.dec,
+				require.Equal(t, Decision{Reason: "rejected", Attempts: 1, Wait: time.Second}, rejected.dec,
 					"an outage: not counted")
 			}
 			require.Equal(t, "failed", outcome(invalid))
-			require.Equal(t, decision{deadLetter: true, reason: "refused for good: invalid topic",
-				class: metrics.ReasonPermanent, attempts: 1, counted: true}, invalid.dec, "permanent, broker up or not")
+			require.Equal(t, Decision{DeadLetter: true, Reason: "refused for good: invalid topic",
+				Class: metrics.ReasonPermanent, Attempts: 1, Counted: true}, invalid.dec, "permanent, broker up or not")
 		})
 	}
 }
