@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,7 +83,8 @@ func payloadSchema(e *Event, v *Version) jsonObject {
 	}
 	s := objectSchema(ds)
 	s["title"] = fmt.Sprintf("%s v%d", e.Name, v.Number)
-	desc := fmt.Sprintf("Payload of version %d of event %q (Go type %s), topic %q, aggregate %s.",
+	desc := fmt.Sprintf("Payload of version %d of event %q (Go type %s), topic %q, aggregate %s. "+
+		"Objects, at every depth, may hold keys this version does not declare (later versions add them): readers ignore them.",
 		v.Number, e.Name, v.TypeName, e.Topic, e.Aggregate)
 	if e.Comment != "" {
 		desc = e.Comment + "\n\n" + desc
@@ -92,8 +94,10 @@ func payloadSchema(e *Event, v *Version) jsonObject {
 }
 
 // objectSchema is the schema of a JSON object holding fields, the payload
-// or a nested object. Keys it does not declare are refused: every version
-// lists all of its fields, at every depth.
+// or a nested object. It is open: a key it does not declare is allowed, at
+// every depth, and the generated handlers ignore it, so that a consumer of
+// a version reads the payloads of later versions that the lock records as
+// forward compatible (they add fields), whichever validator it uses.
 func objectSchema(fields []*field.Descriptor) jsonObject {
 	props := jsonObject{}
 	required := []string{}
@@ -104,7 +108,7 @@ func objectSchema(fields []*field.Descriptor) jsonObject {
 		}
 	}
 	slices.Sort(required)
-	return jsonObject{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+	return jsonObject{"type": "object", "properties": props, "required": required}
 }
 
 // requiredKey tells whether the key must be in every payload. An optional
@@ -113,11 +117,29 @@ func objectSchema(fields []*field.Descriptor) jsonObject {
 // the default in.
 func requiredKey(d *field.Descriptor) bool { return !d.Optional && d.Default == nil }
 
+// emptyRefused tells whether a string or enum field refuses "": when it
+// is required, and when Emit writes its default for "" (a field with a
+// default that is not a pointer), so that "" never stands for the default.
+func emptyRefused(d *field.Descriptor) bool {
+	return !d.Nillable && (!d.Optional || d.Default != nil)
+}
+
 // zeroTime and nilUUID are what the zero values encode to; a required time
 // or UUID field refuses them, as Validate does.
 const (
 	zeroTime = "0001-01-01T00:00:00Z"
 	nilUUID  = "00000000-0000-0000-0000-000000000000"
+)
+
+// The patterns of the values whose format a validator may take as a mere
+// annotation (JSON Schema's default): they assert what the generated code
+// writes and reads. A time is RFC 3339 as Go parses it (an upper-case T
+// and Z, no leap second), a UUID has its dashes (no braces, no urn:), bytes
+// are padded standard base64 without line breaks.
+const (
+	timePattern   = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
+	uuidPattern   = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
+	base64Pattern = `^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$`
 )
 
 // fieldSchema is the schema of one field's value, or of every element of
@@ -139,15 +161,16 @@ func fieldSchema(d *field.Descriptor) jsonObject {
 	}
 	// What Validate asks of a field it requires (a default or Optional lets
 	// the zero value through).
-	if !d.Optional && d.Default == nil {
+	if requiredKey(d) {
 		switch d.Kind {
-		case field.KindString, field.KindEnum:
-			s["minLength"] = 1
 		case field.KindTime:
 			s["not"] = jsonObject{"const": zeroTime}
 		case field.KindUUID:
 			s["not"] = jsonObject{"const": nilUUID}
 		}
+	}
+	if (d.Kind == field.KindString || d.Kind == field.KindEnum) && emptyRefused(d) {
+		s["minLength"] = 1
 	}
 	if d.Kind == field.KindEnum {
 		s["enum"] = slices.Clone(d.Enum)
@@ -159,10 +182,11 @@ func fieldSchema(d *field.Descriptor) jsonObject {
 	if d.Positive {
 		s["exclusiveMinimum"] = 0
 	}
-	if d.Min != nil {
+	// The declared bounds replace the kind's where they are tighter.
+	if d.Min != nil && (s["minimum"] == nil || *d.Min > asFloat(s["minimum"])) {
 		s["minimum"] = *d.Min
 	}
-	if d.Max != nil {
+	if d.Max != nil && (s["maximum"] == nil || *d.Max < asFloat(s["maximum"])) {
 		s["maximum"] = *d.Max
 	}
 	if d.Default != nil {
@@ -171,8 +195,10 @@ func fieldSchema(d *field.Descriptor) jsonObject {
 	if d.Comment != "" {
 		s["description"] = d.Comment
 	}
-	if d.Nillable {
-		// A nil pointer is left out, and null decodes to one.
+	if d.Nillable && d.Default == nil {
+		// A nil pointer is left out, and null decodes to one. With a
+		// default, Emit writes the default for nil, and null is refused as
+		// it would not be read as the default elsewhere.
 		if t, ok := s["type"].(string); ok {
 			s["type"] = []string{t, "null"}
 		}
@@ -200,7 +226,9 @@ func anySlice(ss []string) []any {
 	return out
 }
 
-// kindSchema is the type of a kind's JSON values.
+// kindSchema is the type of a kind's JSON values. Numbers are bounded by
+// what their Go type holds, so that a value the schema takes always
+// decodes.
 func kindSchema(k field.Kind) jsonObject {
 	switch k {
 	case field.KindString, field.KindEnum:
@@ -208,27 +236,48 @@ func kindSchema(k field.Kind) jsonObject {
 	case field.KindBool:
 		return jsonObject{"type": "boolean"}
 	case field.KindInt, field.KindInt64:
-		return jsonObject{"type": "integer", "format": "int64"}
+		return int64Schema()
 	case field.KindInt32:
-		return jsonObject{"type": "integer", "format": "int32", "minimum": -1 << 31, "maximum": 1<<31 - 1}
+		return jsonObject{"type": "integer", "format": "int32", "minimum": math.MinInt32, "maximum": math.MaxInt32}
 	case field.KindFloat64:
-		return jsonObject{"type": "number", "format": "double"}
+		return float64Schema()
 	case field.KindTime:
-		return jsonObject{"type": "string", "format": "date-time"}
+		return jsonObject{"type": "string", "format": "date-time", "pattern": timePattern}
 	case field.KindUUID:
-		return jsonObject{"type": "string", "format": "uuid"}
+		return jsonObject{"type": "string", "format": "uuid", "pattern": uuidPattern}
 	case field.KindBytes:
-		return jsonObject{"type": "string", "contentEncoding": "base64"}
+		return jsonObject{"type": "string", "contentEncoding": "base64", "pattern": base64Pattern}
 	case field.KindJSON:
 		return jsonObject{"description": "any JSON value"}
 	case field.KindStrings:
 		return listSchema(jsonObject{"type": "string"})
 	case field.KindInts, field.KindInt64s:
-		return listSchema(jsonObject{"type": "integer", "format": "int64"})
+		return listSchema(int64Schema())
 	case field.KindFloat64s:
-		return listSchema(jsonObject{"type": "number", "format": "double"})
+		return listSchema(float64Schema())
 	}
 	return jsonObject{}
+}
+
+func int64Schema() jsonObject {
+	return jsonObject{"type": "integer", "format": "int64", "minimum": int64(math.MinInt64), "maximum": int64(math.MaxInt64)}
+}
+
+func float64Schema() jsonObject {
+	return jsonObject{"type": "number", "format": "double", "minimum": -math.MaxFloat64, "maximum": math.MaxFloat64}
+}
+
+// asFloat is a bound of kindSchema or a declared one, as a float64.
+func asFloat(v any) float64 {
+	switch n := v.(type) {
+	case int:
+		return float64(n)
+	case int64:
+		return float64(n)
+	case float64:
+		return n
+	}
+	return 0
 }
 
 func listSchema(items jsonObject) jsonObject { return jsonObject{"type": "array", "items": items} }

@@ -11,6 +11,9 @@ var funcs = template.FuncMap{
 	"outboxComment": comment,
 	"outboxQuote":   strconv.Quote,
 	"outboxModel":   model,
+	// The path of a version's JSON Schema in the ent package, for the
+	// generated handlers' embed.
+	"outboxSchemaFile": func(name string, version int) string { return ContractDir + "/" + SchemaPath(name, version) },
 }
 
 // comment renders text as // lines, one per line of text.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/entoutbox/entoutbox/events/field"
 )
@@ -172,8 +173,9 @@ func valueChecks(f *Field, sel string, optional bool) []*Check {
 		add(fmt.Sprintf("len(%s) > 0 && !json.Valid(%s)", sel, sel), `"is not valid JSON"`)
 	}
 	if d.MaxLen > 0 {
-		add(fmt.Sprintf("%slen(%s) > %d", guard, val, d.MaxLen),
-			fmt.Sprintf(`fmt.Sprintf("is %%d bytes long, more than the maximum %d", len(%s))`, d.MaxLen, val))
+		// In characters, as JSON Schema's maxLength counts.
+		add(fmt.Sprintf("%sutf8.RuneCountInString(%s) > %d", guard, val, d.MaxLen),
+			fmt.Sprintf(`fmt.Sprintf("is %%d characters long, more than the maximum %d", utf8.RuneCountInString(%s))`, d.MaxLen, val))
 	}
 	if d.Positive {
 		add(fmt.Sprintf("%s%s <= 0", guard, val), fmt.Sprintf(`fmt.Sprintf("value %%v is not positive", %s)`, val))
@@ -299,7 +301,7 @@ func checkOptions(d *field.Descriptor) error {
 			if seen[v] {
 				return fmt.Errorf("enum value %q is listed twice", v)
 			}
-			if d.MaxLen > 0 && len(v) > d.MaxLen {
+			if d.MaxLen > 0 && utf8.RuneCountInString(v) > d.MaxLen {
 				return fmt.Errorf("enum value %q is longer than MaxLen %d, so it could never be emitted", v, d.MaxLen)
 			}
 			seen[v] = true
@@ -336,7 +338,7 @@ func checkOptions(d *field.Descriptor) error {
 		if d.Kind == field.KindEnum && !slices.Contains(d.Enum, v) {
 			return fmt.Errorf("default %q is not one of the enum values %v", v, d.Enum)
 		}
-		if d.MaxLen > 0 && len(v) > d.MaxLen {
+		if d.MaxLen > 0 && utf8.RuneCountInString(v) > d.MaxLen {
 			return fmt.Errorf("default %q is longer than MaxLen %d", v, d.MaxLen)
 		}
 		if v == "" {

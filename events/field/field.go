@@ -292,7 +292,8 @@ func (b *Builder[T]) Max(v float64) *Builder[T] { b.desc.Max = &v; return b }
 // Positive requires a numeric field to be greater than zero.
 func (b *Builder[T]) Positive() *Builder[T] { b.desc.Positive = true; return b }
 
-// MaxLen bounds the length of a string field.
+// MaxLen bounds the length of a string field, in characters (Unicode code
+// points), as JSON Schema's maxLength counts them.
 func (b *Builder[T]) MaxLen(n int) *Builder[T] { b.desc.MaxLen = n; return b }
 
 // Descriptor returns the declaration built so far.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
@@ -628,8 +629,8 @@ func (e *OrderPlacedAttribute) Validate() error {
 	if e.Value == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: "is required"}
 	}
-	if len(e.Value) > 16 {
-		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 16", len(e.Value))}
+	if utf8.RuneCountInString(e.Value) > 16 {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "value", Reason: fmt.Sprintf("is %d characters long, more than the maximum 16", utf8.RuneCountInString(e.Value))}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ package testent
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"fmt"
 
@@ -65,6 +66,26 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
 	{Name: "shipment.booked", Topic: "shipments", Latest: 2, Decode: outboxDecodeShipmentBooked},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/order.paid.v1.json
+//go:embed entoutbox/schemas/order.paid.v2.json
+//go:embed entoutbox/schemas/profile.updated.v1.json
+//go:embed entoutbox/schemas/price.changed.v1.json
+//go:embed entoutbox/schemas/price.changed.v2.json
+//go:embed entoutbox/schemas/price.changed.v3.json
+//go:embed entoutbox/schemas/order.placed.v1.json
+//go:embed entoutbox/schemas/order.placed.v2.json
+//go:embed entoutbox/schemas/cart.changed.v1.json
+//go:embed entoutbox/schemas/cart.changed.v2.json
+//go:embed entoutbox/schemas/cart.changed.v3.json
+//go:embed entoutbox/schemas/shipment.booked.v1.json
+//go:embed entoutbox/schemas/shipment.booked.v2.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -151,19 +172,30 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 	}
 }
 
-// outboxDecodeOrderPaid turns a payload of any declared version into the latest.
+// outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
+var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
+}
+
+// outboxDecodeOrderPaid turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.paid", version, 2)
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.paid", version, err)
+	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -240,17 +272,20 @@ func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUp
 	}
 }
 
-// outboxDecodeProfileUpdated turns a payload of any declared version into the latest.
+// outboxProfileUpdatedSchemas are the schemas of the versions of "profile.updated", from version 1.
+var outboxProfileUpdatedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1),
+}
+
+// outboxDecodeProfileUpdated turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "profile.updated", version, 1)
 	}
 	e := &ProfileUpdated{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "profile.updated", version, err)
-	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 1, err)
+	if err := outboxProfileUpdatedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -327,15 +362,25 @@ func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChange
 	}
 }
 
-// outboxDecodePriceChanged turns a payload of any declared version into the latest.
+// outboxPriceChangedSchemas are the schemas of the versions of "price.changed", from version 1.
+var outboxPriceChangedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3),
+}
+
+// outboxDecodePriceChanged turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "price.changed", version, 3)
 	}
+	e := &PriceChanged{}
+	e.outboxPrefill()
 	if version <= 2 {
-		fields, err := consumer.DecodeFields(payload)
+		fields, err := outboxPriceChangedSchemas[version-1].Fields(payload)
 		if err != nil {
-			return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+			return nil, err
 		}
 		for v := version; v < 3; v++ {
 			switch v {
@@ -347,18 +392,23 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 				}
 			}
 		}
-		if payload, err = json.Marshal(fields); err != nil {
+		upcast, err := json.Marshal(fields)
+		if err != nil {
 			return nil, fmt.Errorf("encoding upcast %q payload: %w", "price.changed", err)
 		}
-	}
-	e := &PriceChanged{}
-	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "price.changed", version, 3, err)
+		}
+	} else if err := outboxPriceChangedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 3, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 3 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 3, err)
+		}
 	}
 	return e, nil
 }
@@ -435,19 +485,30 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 	}
 }
 
-// outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
+// outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
+var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2),
+}
+
+// outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.placed", version, 2)
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.placed", version, err)
+	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -524,15 +585,24 @@ func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedB
 	}
 }
 
-// outboxDecodeCartChanged turns a payload of any declared version into the latest.
+// outboxCartChangedSchemas are the schemas of the versions of "cart.changed", from version 1.
+var outboxCartChangedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3),
+}
+
+// outboxDecodeCartChanged turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "cart.changed", version, 3)
 	}
+	e := &CartChanged{}
 	if version <= 2 {
-		fields, err := consumer.DecodeFields(payload)
+		fields, err := outboxCartChangedSchemas[version-1].Fields(payload)
 		if err != nil {
-			return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+			return nil, err
 		}
 		for v := version; v < 3; v++ {
 			switch v {
@@ -550,17 +620,23 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 				}
 			}
 		}
-		if payload, err = json.Marshal(fields); err != nil {
+		upcast, err := json.Marshal(fields)
+		if err != nil {
 			return nil, fmt.Errorf("encoding upcast %q payload: %w", "cart.changed", err)
 		}
-	}
-	e := &CartChanged{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "cart.changed", version, 3, err)
+		}
+	} else if err := outboxCartChangedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 3, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 3 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 3, err)
+		}
 	}
 	return e, nil
 }
@@ -637,15 +713,23 @@ func (h *OutboxHandlers) OnShipmentBookedBatch(consumerName string, fn ShipmentB
 	}
 }
 
-// outboxDecodeShipmentBooked turns a payload of any declared version into the latest.
+// outboxShipmentBookedSchemas are the schemas of the versions of "shipment.booked", from version 1.
+var outboxShipmentBookedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v1.json", "shipment.booked", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v2.json", "shipment.booked", 2),
+}
+
+// outboxDecodeShipmentBooked turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeShipmentBooked(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "shipment.booked", version, 2)
 	}
+	e := &ShipmentBooked{}
 	if version <= 1 {
-		fields, err := consumer.DecodeFields(payload)
+		fields, err := outboxShipmentBookedSchemas[version-1].Fields(payload)
 		if err != nil {
-			return nil, fmt.Errorf("decoding %q version %d payload: %w", "shipment.booked", version, err)
+			return nil, err
 		}
 		for v := version; v < 2; v++ {
 			switch v {
@@ -655,16 +739,22 @@ func outboxDecodeShipmentBooked(version int, payload []byte) (any, error) {
 				}
 			}
 		}
-		if payload, err = json.Marshal(fields); err != nil {
+		upcast, err := json.Marshal(fields)
+		if err != nil {
 			return nil, fmt.Errorf("encoding upcast %q payload: %w", "shipment.booked", err)
 		}
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "shipment.booked", version, 2, err)
+		}
+	} else if err := outboxShipmentBookedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	e := &ShipmentBooked{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "shipment.booked", version, err)
-	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -46,8 +47,8 @@ func (e *OrderPlaced) Validate() error {
 		if v1 == "" {
 			return &events.ValidationError{Event: "order.placed", Version: 1, Field: fmt.Sprintf("attributes[%q]", k1), Reason: "is required"}
 		}
-		if len(v1) > 200 {
-			return &events.ValidationError{Event: "order.placed", Version: 1, Field: fmt.Sprintf("attributes[%q]", k1), Reason: fmt.Sprintf("is %d bytes long, more than the maximum 200", len(v1))}
+		if utf8.RuneCountInString(v1) > 200 {
+			return &events.ValidationError{Event: "order.placed", Version: 1, Field: fmt.Sprintf("attributes[%q]", k1), Reason: fmt.Sprintf("is %d characters long, more than the maximum 200", utf8.RuneCountInString(v1))}
 		}
 	}
 	return nil
@@ -84,8 +85,8 @@ func (e *OrderPlacedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: "is required"}
 	}
-	if len(e.Sku) > 64 {
-		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 64", len(e.Sku))}
+	if utf8.RuneCountInString(e.Sku) > 64 {
+		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "sku", Reason: fmt.Sprintf("is %d characters long, more than the maximum 64", utf8.RuneCountInString(e.Sku))}
 	}
 	if e.Qty < 1 {
 		return &events.ValidationError{Event: "order.placed", Version: 1, Field: "qty", Reason: fmt.Sprintf("value %v is below the minimum 1", e.Qty)}
@@ -361,8 +362,8 @@ type OrderCancelled struct {
 // Validate reports the first field of e that breaks the declaration of
 // "order.cancelled" version 1.
 func (e *OrderCancelled) Validate() error {
-	if e.Reason != "" && len(e.Reason) > 500 {
-		return &events.ValidationError{Event: "order.cancelled", Version: 1, Field: "reason", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 500", len(e.Reason))}
+	if e.Reason != "" && utf8.RuneCountInString(e.Reason) > 500 {
+		return &events.ValidationError{Event: "order.cancelled", Version: 1, Field: "reason", Reason: fmt.Sprintf("is %d characters long, more than the maximum 500", utf8.RuneCountInString(e.Reason))}
 	}
 	if e.CancelledAt.IsZero() {
 		return &events.ValidationError{Event: "order.cancelled", Version: 1, Field: "cancelled_at", Reason: "is required"}

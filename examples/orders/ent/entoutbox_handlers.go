@@ -4,7 +4,7 @@ package ent
 
 import (
 	"context"
-	"encoding/json"
+	"embed"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -61,6 +61,17 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "order.paid", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPaid},
 	{Name: "order.cancelled", Topic: "orders", Latest: 1, Decode: outboxDecodeOrderCancelled},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/order.placed.v1.json
+//go:embed entoutbox/schemas/order.paid.v1.json
+//go:embed entoutbox/schemas/order.paid.v2.json
+//go:embed entoutbox/schemas/order.cancelled.v1.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -147,20 +158,23 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 	}
 }
 
-// outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
+// outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
+var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
+}
+
+// outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.placed", version, 1)
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.placed", version, err)
+	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 1, err)
-	}
 	return e, nil
 }
 
@@ -236,19 +250,30 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 	}
 }
 
-// outboxDecodeOrderPaid turns a payload of any declared version into the latest.
+// outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
+var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
+}
+
+// outboxDecodeOrderPaid turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.paid", version, 2)
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.paid", version, err)
+	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -325,17 +350,20 @@ func (h *OutboxHandlers) OnOrderCancelledBatch(consumerName string, fn OrderCanc
 	}
 }
 
-// outboxDecodeOrderCancelled turns a payload of any declared version into the latest.
+// outboxOrderCancelledSchemas are the schemas of the versions of "order.cancelled", from version 1.
+var outboxOrderCancelledSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.cancelled.v1.json", "order.cancelled", 1),
+}
+
+// outboxDecodeOrderCancelled turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.cancelled", version, 1)
 	}
 	e := &OrderCancelled{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.cancelled", version, err)
-	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 1, err)
+	if err := outboxOrderCancelledSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
@@ -53,8 +54,8 @@ func (e *ProfileUpdated) Validate() error {
 	if e.DisplayName == "" {
 		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "display_name", Reason: "is required"}
 	}
-	if len(e.DisplayName) > 64 {
-		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "display_name", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 64", len(e.DisplayName))}
+	if utf8.RuneCountInString(e.DisplayName) > 64 {
+		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "display_name", Reason: fmt.Sprintf("is %d characters long, more than the maximum 64", utf8.RuneCountInString(e.DisplayName))}
 	}
 	if e.Age < 0 {
 		return &events.ValidationError{Event: "profile.updated", Version: 1, Field: "age", Reason: fmt.Sprintf("value %v is below the minimum 0", e.Age)}

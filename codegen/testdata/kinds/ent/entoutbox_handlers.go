@@ -4,7 +4,7 @@ package ent
 
 import (
 	"context"
-	"encoding/json"
+	"embed"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -59,6 +59,14 @@ func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
 var outboxEventTypes = []consumer.EventType{
 	{Name: "profile.updated", Topic: "profiles", Latest: 1, Decode: outboxDecodeProfileUpdated},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/profile.updated.v1.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -145,20 +153,23 @@ func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUp
 	}
 }
 
-// outboxDecodeProfileUpdated turns a payload of any declared version into the latest.
+// outboxProfileUpdatedSchemas are the schemas of the versions of "profile.updated", from version 1.
+var outboxProfileUpdatedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1),
+}
+
+// outboxDecodeProfileUpdated turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "profile.updated", version, 1)
 	}
 	e := &ProfileUpdated{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "profile.updated", version, err)
+	if err := outboxProfileUpdatedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 1, err)
-	}
 	return e, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -130,8 +131,8 @@ func (e *OrderPlaced) Validate() error {
 		if v1 == "" {
 			return &events.ValidationError{Event: "order.placed", Version: 2, Field: fmt.Sprintf("attributes[%q]", k1), Reason: "is required"}
 		}
-		if len(v1) > 64 {
-			return &events.ValidationError{Event: "order.placed", Version: 2, Field: fmt.Sprintf("attributes[%q]", k1), Reason: fmt.Sprintf("is %d bytes long, more than the maximum 64", len(v1))}
+		if utf8.RuneCountInString(v1) > 64 {
+			return &events.ValidationError{Event: "order.placed", Version: 2, Field: fmt.Sprintf("attributes[%q]", k1), Reason: fmt.Sprintf("is %d characters long, more than the maximum 64", utf8.RuneCountInString(v1))}
 		}
 	}
 	for _, k1 := range slices.Sorted(maps.Keys(e.Stock)) {
@@ -220,8 +221,8 @@ func (e *OrderPlacedLine) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: "is required"}
 	}
-	if len(e.Sku) > 32 {
-		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 32", len(e.Sku))}
+	if utf8.RuneCountInString(e.Sku) > 32 {
+		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d characters long, more than the maximum 32", utf8.RuneCountInString(e.Sku))}
 	}
 	if e.Qty < 1 {
 		return &events.ValidationError{Event: "order.placed", Version: 2, Field: "qty", Reason: fmt.Sprintf("value %v is below the minimum 1", e.Qty)}

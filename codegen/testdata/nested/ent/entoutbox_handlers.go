@@ -4,7 +4,7 @@ package ent
 
 import (
 	"context"
-	"encoding/json"
+	"embed"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -59,6 +59,15 @@ func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
 var outboxEventTypes = []consumer.EventType{
 	{Name: "order.placed", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPlaced},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/order.placed.v1.json
+//go:embed entoutbox/schemas/order.placed.v2.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -145,19 +154,30 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 	}
 }
 
-// outboxDecodeOrderPlaced turns a payload of any declared version into the latest.
+// outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
+var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2),
+}
+
+// outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.placed", version, 2)
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.placed", version, err)
+	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }

@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"fmt"
 
@@ -60,6 +61,16 @@ func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
 var outboxEventTypes = []consumer.EventType{
 	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/cart.changed.v1.json
+//go:embed entoutbox/schemas/cart.changed.v2.json
+//go:embed entoutbox/schemas/cart.changed.v3.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -146,15 +157,24 @@ func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedB
 	}
 }
 
-// outboxDecodeCartChanged turns a payload of any declared version into the latest.
+// outboxCartChangedSchemas are the schemas of the versions of "cart.changed", from version 1.
+var outboxCartChangedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3),
+}
+
+// outboxDecodeCartChanged turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "cart.changed", version, 3)
 	}
+	e := &CartChanged{}
 	if version <= 2 {
-		fields, err := consumer.DecodeFields(payload)
+		fields, err := outboxCartChangedSchemas[version-1].Fields(payload)
 		if err != nil {
-			return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+			return nil, err
 		}
 		for v := version; v < 3; v++ {
 			switch v {
@@ -172,17 +192,23 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 				}
 			}
 		}
-		if payload, err = json.Marshal(fields); err != nil {
+		upcast, err := json.Marshal(fields)
+		if err != nil {
 			return nil, fmt.Errorf("encoding upcast %q payload: %w", "cart.changed", err)
 		}
-	}
-	e := &CartChanged{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "cart.changed", version, err)
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "cart.changed", version, 3, err)
+		}
+	} else if err := outboxCartChangedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 3, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 3 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 3, err)
+		}
 	}
 	return e, nil
 }

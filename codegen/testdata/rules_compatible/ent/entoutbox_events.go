@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -375,8 +376,8 @@ func (e *BoundsLoosenV1) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "bounds_loosen", Version: 1, Field: "sku", Reason: "is required"}
 	}
-	if len(e.Sku) > 8 {
-		return &events.ValidationError{Event: "bounds_loosen", Version: 1, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 8", len(e.Sku))}
+	if utf8.RuneCountInString(e.Sku) > 8 {
+		return &events.ValidationError{Event: "bounds_loosen", Version: 1, Field: "sku", Reason: fmt.Sprintf("is %d characters long, more than the maximum 8", utf8.RuneCountInString(e.Sku))}
 	}
 	return nil
 }
@@ -405,8 +406,8 @@ func (e *BoundsLoosen) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "bounds_loosen", Version: 2, Field: "sku", Reason: "is required"}
 	}
-	if len(e.Sku) > 16 {
-		return &events.ValidationError{Event: "bounds_loosen", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 16", len(e.Sku))}
+	if utf8.RuneCountInString(e.Sku) > 16 {
+		return &events.ValidationError{Event: "bounds_loosen", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d characters long, more than the maximum 16", utf8.RuneCountInString(e.Sku))}
 	}
 	return nil
 }
@@ -518,8 +519,8 @@ func (e *BoundsTighten) Validate() error {
 	if e.Sku == "" {
 		return &events.ValidationError{Event: "bounds_tighten", Version: 2, Field: "sku", Reason: "is required"}
 	}
-	if len(e.Sku) > 8 {
-		return &events.ValidationError{Event: "bounds_tighten", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d bytes long, more than the maximum 8", len(e.Sku))}
+	if utf8.RuneCountInString(e.Sku) > 8 {
+		return &events.ValidationError{Event: "bounds_tighten", Version: 2, Field: "sku", Reason: fmt.Sprintf("is %d characters long, more than the maximum 8", utf8.RuneCountInString(e.Sku))}
 	}
 	return nil
 }

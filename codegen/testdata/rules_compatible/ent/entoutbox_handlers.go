@@ -4,7 +4,7 @@ package ent
 
 import (
 	"context"
-	"encoding/json"
+	"embed"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -68,6 +68,27 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "field_kind_to_float", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindToFloat},
 	{Name: "drafted", Topic: "rules", Latest: 2, Decode: outboxDecodeDrafted},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/field_add_optional.v1.json
+//go:embed entoutbox/schemas/field_add_optional.v2.json
+//go:embed entoutbox/schemas/field_relax.v1.json
+//go:embed entoutbox/schemas/field_relax.v2.json
+//go:embed entoutbox/schemas/enum_value_add.v1.json
+//go:embed entoutbox/schemas/enum_value_add.v2.json
+//go:embed entoutbox/schemas/bounds_loosen.v1.json
+//go:embed entoutbox/schemas/bounds_loosen.v2.json
+//go:embed entoutbox/schemas/bounds_tighten.v1.json
+//go:embed entoutbox/schemas/bounds_tighten.v2.json
+//go:embed entoutbox/schemas/default_change.v1.json
+//go:embed entoutbox/schemas/default_change.v2.json
+//go:embed entoutbox/schemas/drafted.v1.json
+//go:embed entoutbox/schemas/drafted.v2.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -154,19 +175,30 @@ func (h *OutboxHandlers) OnFieldAddOptionalBatch(consumerName string, fn FieldAd
 	}
 }
 
-// outboxDecodeFieldAddOptional turns a payload of any declared version into the latest.
+// outboxFieldAddOptionalSchemas are the schemas of the versions of "field_add_optional", from version 1.
+var outboxFieldAddOptionalSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v1.json", "field_add_optional", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v2.json", "field_add_optional", 2),
+}
+
+// outboxDecodeFieldAddOptional turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeFieldAddOptional(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_add_optional", version, 2)
 	}
 	e := &FieldAddOptional{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_add_optional", version, err)
+	if err := outboxFieldAddOptionalSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -243,17 +275,28 @@ func (h *OutboxHandlers) OnFieldRelaxBatch(consumerName string, fn FieldRelaxBat
 	}
 }
 
-// outboxDecodeFieldRelax turns a payload of any declared version into the latest.
+// outboxFieldRelaxSchemas are the schemas of the versions of "field_relax", from version 1.
+var outboxFieldRelaxSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v1.json", "field_relax", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v2.json", "field_relax", 2),
+}
+
+// outboxDecodeFieldRelax turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeFieldRelax(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_relax", version, 2)
 	}
 	e := &FieldRelax{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_relax", version, err)
+	if err := outboxFieldRelaxSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -330,17 +373,28 @@ func (h *OutboxHandlers) OnEnumValueAddBatch(consumerName string, fn EnumValueAd
 	}
 }
 
-// outboxDecodeEnumValueAdd turns a payload of any declared version into the latest.
+// outboxEnumValueAddSchemas are the schemas of the versions of "enum_value_add", from version 1.
+var outboxEnumValueAddSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v1.json", "enum_value_add", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v2.json", "enum_value_add", 2),
+}
+
+// outboxDecodeEnumValueAdd turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeEnumValueAdd(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "enum_value_add", version, 2)
 	}
 	e := &EnumValueAdd{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "enum_value_add", version, err)
+	if err := outboxEnumValueAddSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -417,17 +471,28 @@ func (h *OutboxHandlers) OnBoundsLoosenBatch(consumerName string, fn BoundsLoose
 	}
 }
 
-// outboxDecodeBoundsLoosen turns a payload of any declared version into the latest.
+// outboxBoundsLoosenSchemas are the schemas of the versions of "bounds_loosen", from version 1.
+var outboxBoundsLoosenSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v1.json", "bounds_loosen", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v2.json", "bounds_loosen", 2),
+}
+
+// outboxDecodeBoundsLoosen turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeBoundsLoosen(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "bounds_loosen", version, 2)
 	}
 	e := &BoundsLoosen{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "bounds_loosen", version, err)
+	if err := outboxBoundsLoosenSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -504,17 +569,28 @@ func (h *OutboxHandlers) OnBoundsTightenBatch(consumerName string, fn BoundsTigh
 	}
 }
 
-// outboxDecodeBoundsTighten turns a payload of any declared version into the latest.
+// outboxBoundsTightenSchemas are the schemas of the versions of "bounds_tighten", from version 1.
+var outboxBoundsTightenSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v1.json", "bounds_tighten", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v2.json", "bounds_tighten", 2),
+}
+
+// outboxDecodeBoundsTighten turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeBoundsTighten(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "bounds_tighten", version, 2)
 	}
 	e := &BoundsTighten{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "bounds_tighten", version, err)
+	if err := outboxBoundsTightenSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -591,19 +667,30 @@ func (h *OutboxHandlers) OnDefaultChangeBatch(consumerName string, fn DefaultCha
 	}
 }
 
-// outboxDecodeDefaultChange turns a payload of any declared version into the latest.
+// outboxDefaultChangeSchemas are the schemas of the versions of "default_change", from version 1.
+var outboxDefaultChangeSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v1.json", "default_change", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v2.json", "default_change", 2),
+}
+
+// outboxDecodeDefaultChange turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeDefaultChange(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "default_change", version, 2)
 	}
 	e := &DefaultChange{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "default_change", version, err)
+	if err := outboxDefaultChangeSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -941,17 +1028,28 @@ func (h *OutboxHandlers) OnDraftedBatch(consumerName string, fn DraftedBatchHand
 	}
 }
 
-// outboxDecodeDrafted turns a payload of any declared version into the latest.
+// outboxDraftedSchemas are the schemas of the versions of "drafted", from version 1.
+var outboxDraftedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v1.json", "drafted", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v2.json", "drafted", 2),
+}
+
+// outboxDecodeDrafted turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeDrafted(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "drafted", version, 2)
 	}
 	e := &Drafted{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "drafted", version, err)
+	if err := outboxDraftedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }

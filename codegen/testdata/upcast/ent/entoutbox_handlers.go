@@ -4,6 +4,7 @@ package ent
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"fmt"
 
@@ -60,6 +61,16 @@ func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
 var outboxEventTypes = []consumer.EventType{
 	{Name: "price.changed", Topic: "catalog", Latest: 3, Decode: outboxDecodePriceChanged},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/price.changed.v1.json
+//go:embed entoutbox/schemas/price.changed.v2.json
+//go:embed entoutbox/schemas/price.changed.v3.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -146,15 +157,25 @@ func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChange
 	}
 }
 
-// outboxDecodePriceChanged turns a payload of any declared version into the latest.
+// outboxPriceChangedSchemas are the schemas of the versions of "price.changed", from version 1.
+var outboxPriceChangedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3),
+}
+
+// outboxDecodePriceChanged turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "price.changed", version, 3)
 	}
+	e := &PriceChanged{}
+	e.outboxPrefill()
 	if version <= 2 {
-		fields, err := consumer.DecodeFields(payload)
+		fields, err := outboxPriceChangedSchemas[version-1].Fields(payload)
 		if err != nil {
-			return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+			return nil, err
 		}
 		for v := version; v < 3; v++ {
 			switch v {
@@ -166,18 +187,23 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 				}
 			}
 		}
-		if payload, err = json.Marshal(fields); err != nil {
+		upcast, err := json.Marshal(fields)
+		if err != nil {
 			return nil, fmt.Errorf("encoding upcast %q payload: %w", "price.changed", err)
 		}
-	}
-	e := &PriceChanged{}
-	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "price.changed", version, err)
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "price.changed", version, 3, err)
+		}
+	} else if err := outboxPriceChangedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 3, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 3 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 3, err)
+		}
 	}
 	return e, nil
 }

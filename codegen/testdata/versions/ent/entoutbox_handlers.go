@@ -4,7 +4,7 @@ package ent
 
 import (
 	"context"
-	"encoding/json"
+	"embed"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -60,6 +60,17 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "order.paid", Topic: "orders", Latest: 3, Decode: outboxDecodeOrderPaid},
 	{Name: "order.shipped", Topic: "orders", Latest: 1, Decode: outboxDecodeOrderShipped},
 }
+
+// outboxSchemaFiles are the JSON Schemas go generate published for every
+// event version, next to this file: each payload is held to the schema of
+// its version, so that a handler accepts what other readers of the schema
+// accept.
+//
+//go:embed entoutbox/schemas/order.paid.v1.json
+//go:embed entoutbox/schemas/order.paid.v2.json
+//go:embed entoutbox/schemas/order.paid.v3.json
+//go:embed entoutbox/schemas/order.shipped.v1.json
+var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
 // newSubscriber returns the subscriber of one consumer name (its consumer
@@ -146,19 +157,31 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 	}
 }
 
-// outboxDecodeOrderPaid turns a payload of any declared version into the latest.
+// outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
+var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v3.json", "order.paid", 3),
+}
+
+// outboxDecodeOrderPaid turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	if version < 1 || version > 3 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.paid", version, 3)
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.paid", version, err)
+	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	e.outboxSetDefaults()
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 3, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 3 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 3, err)
+		}
 	}
 	return e, nil
 }
@@ -235,17 +258,20 @@ func (h *OutboxHandlers) OnOrderShippedBatch(consumerName string, fn OrderShippe
 	}
 }
 
-// outboxDecodeOrderShipped turns a payload of any declared version into the latest.
+// outboxOrderShippedSchemas are the schemas of the versions of "order.shipped", from version 1.
+var outboxOrderShippedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.shipped.v1.json", "order.shipped", 1),
+}
+
+// outboxDecodeOrderShipped turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeOrderShipped(version int, payload []byte) (any, error) {
 	if version < 1 || version > 1 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.shipped", version, 1)
 	}
 	e := &OrderShipped{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "order.shipped", version, err)
-	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 1, err)
+	if err := outboxOrderShippedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -1,0 +1,341 @@
+package consumer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// For generated code. PayloadSchema holds the payloads of one event version
+// to the JSON Schema go generate publishes for that version (the generated
+// handlers embed the file), so that a handler accepts exactly what a team
+// validating with the schema accepts, and reads it as they do:
+// encoding/json alone would read a missing number as 0, null as the zero
+// value and "S" into field "s", and would refuse 1.0 for an integer. Keys
+// the schema does not declare are ignored at every depth (later compatible
+// versions add them). The schema is compiled at its first use.
+type PayloadSchema struct {
+	event   string
+	version int
+	path    string
+	schema  func() (*jsonschema.Schema, error)
+}
+
+// For generated code. NewPayloadSchema returns the schema of version of
+// event, the file at path in fsys.
+func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
+	s := &PayloadSchema{event: event, version: version, path: path}
+	s.schema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+		sch, err := compilePayloadSchema(fsys, path)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: the JSON Schema of %q version %d (%s): %w", event, version, path, err)
+		}
+		return sch, nil
+	})
+	return s
+}
+
+func compilePayloadSchema(fsys fs.FS, path string) (*jsonschema.Schema, error) {
+	b, err := fs.ReadFile(fsys, path)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	c.UseLoader(noLoader{}) // the dialect's meta-schema is built in; nothing else is loaded
+	url := "file:///" + strings.TrimPrefix(path, "/")
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
+}
+
+type noLoader struct{}
+
+func (noLoader) Load(string) (any, error) { return nil, os.ErrNotExist }
+
+// Decode checks payload against the schema and decodes it into v, the
+// struct of the version or of a later one (whose defaults, set in v
+// before, then fill in what the version lacks). A refusal is an
+// *events.ValidationError naming each field the schema refuses by its path
+// (lines[0].sku, attributes["gift"].value).
+func (s *PayloadSchema) Decode(payload []byte, v any) error {
+	doc, clean, err := s.check(payload)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(clean, v); err == nil {
+		return nil
+	}
+	// A key given twice decodes as its last value in the schema's reading
+	// and fails in encoding/json's when the first one is of another type:
+	// the checked document has one of each.
+	if clean, err = encodeDocument(doc); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(clean, v); err != nil {
+		return fmt.Errorf("decoding %q version %d payload: %w", s.event, s.version, err)
+	}
+	return nil
+}
+
+// Fields checks payload against the schema and returns its fields for an
+// upcaster, as DecodeFields does: numbers are json.Number, and keys the
+// schema does not declare are left out.
+func (s *PayloadSchema) Fields(payload []byte) (map[string]any, error) {
+	doc, _, err := s.check(payload)
+	if err != nil {
+		return nil, err
+	}
+	fields, ok := doc.(map[string]any)
+	if !ok { // the schema of a payload takes objects only
+		return nil, s.invalid([]failure{{reason: "is not a JSON object"}})
+	}
+	return fields, nil
+}
+
+// check validates payload and returns it as a document and as JSON that
+// encoding/json reads as the schema does: payload itself, or, when it has
+// keys the schema does not declare or integers written as 1.0 or 1e3, the
+// document without them.
+func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
+	sch, err := s.schema()
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	if err != nil {
+		return nil, nil, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
+	}
+	if err := sch.Validate(doc); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, nil, fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
+		}
+		return nil, nil, s.invalid(failures(ve, sch, doc))
+	}
+	doc, changed := normalize(doc, sch)
+	if !changed {
+		return doc, payload, nil
+	}
+	clean, err := encodeDocument(doc)
+	return doc, clean, err
+}
+
+func encodeDocument(doc any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("consumer: encoding a checked payload: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// normalize drops from doc the keys of objects that sch does not declare
+// and writes the integers it holds as integers, and reports whether it
+// changed anything. doc has been validated against sch.
+func normalize(doc any, sch *jsonschema.Schema) (any, bool) {
+	switch v := doc.(type) {
+	case map[string]any:
+		changed := false
+		switch {
+		case sch.Properties != nil: // an object of declared fields
+			for k, val := range v {
+				sub, ok := sch.Properties[k]
+				if !ok {
+					delete(v, k)
+					changed = true
+					continue
+				}
+				if nv, c := normalize(val, sub); c {
+					v[k], changed = nv, true
+				}
+			}
+		case schemaOf(sch.AdditionalProperties) != nil: // a map
+			sub := schemaOf(sch.AdditionalProperties)
+			for k, val := range v {
+				if nv, c := normalize(val, sub); c {
+					v[k], changed = nv, true
+				}
+			}
+		}
+		return v, changed
+	case []any:
+		changed := false
+		if sch.Items2020 != nil {
+			for i, val := range v {
+				if nv, c := normalize(val, sch.Items2020); c {
+					v[i], changed = nv, true
+				}
+			}
+		}
+		return v, changed
+	case json.Number:
+		// 1.0 and 1e3 are integers to the schema, not to encoding/json.
+		if !strings.ContainsAny(string(v), ".eE") || sch.Types == nil || !slices.Contains(sch.Types.ToStrings(), "integer") {
+			return v, false
+		}
+		r, ok := new(big.Rat).SetString(string(v))
+		if !ok || !r.IsInt() {
+			return v, false
+		}
+		return json.Number(r.Num().String()), true
+	}
+	return doc, false
+}
+
+func schemaOf(v any) *jsonschema.Schema {
+	s, _ := v.(*jsonschema.Schema)
+	return s
+}
+
+// failure is one refusal of the schema: the field's path and why.
+type failure struct{ path, reason string }
+
+// Refusals listed in a dead letter's reason, and the length of each.
+const (
+	maxFailures      = 5
+	maxFailureReason = 200
+)
+
+// invalid is the error of a payload the schema refuses.
+func (s *PayloadSchema) invalid(fs []failure) error {
+	slices.SortStableFunc(fs, func(a, b failure) int { return strings.Compare(a.path, b.path) })
+	fs = slices.CompactFunc(fs, func(a, b failure) bool { return a == b })
+	first := fs[0]
+	var more []string
+	for i, f := range fs[1:] {
+		if i == maxFailures-1 {
+			more = append(more, fmt.Sprintf("%d more", len(fs)-maxFailures))
+			break
+		}
+		if f.path == "" {
+			more = append(more, "the payload "+f.reason)
+		} else {
+			more = append(more, fmt.Sprintf("field %q %s", f.path, f.reason))
+		}
+	}
+	reason := first.reason
+	if first.path == "" {
+		reason = "the payload " + reason
+	}
+	if len(more) > 0 {
+		reason += "; " + strings.Join(more, "; ")
+	}
+	return &events.ValidationError{Event: s.event, Version: s.version, Field: first.path,
+		Reason: reason + " (JSON Schema " + s.path + ")"}
+}
+
+var printer = message.NewPrinter(language.English)
+
+// failures lists the leaves of a validation error with the path of their
+// field, found by following sch and doc along its instance location.
+func failures(ve *jsonschema.ValidationError, sch *jsonschema.Schema, doc any) []failure {
+	var out []failure
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		path, value := fieldPath(e.InstanceLocation, sch, doc)
+		switch k := e.ErrorKind.(type) {
+		case *kind.Required:
+			for _, name := range k.Missing {
+				p := name
+				if path != "" {
+					p = path + "." + name
+				}
+				out = append(out, failure{p, "is missing"})
+			}
+		case *kind.Not:
+			// The schemas say "not" only of a required value's zero value.
+			b, _ := json.Marshal(value)
+			out = append(out, failure{path, "is required: " + shorten(string(b)) + " is the zero value"})
+		case *kind.Type:
+			if k.Got == "null" {
+				out = append(out, failure{path, "is null, which the schema refuses (want " + strings.Join(k.Want, " or ") + ")"})
+				break
+			}
+			out = append(out, failure{path, shorten(k.LocalizedString(printer))})
+		default:
+			out = append(out, failure{path, shorten(e.ErrorKind.LocalizedString(printer))})
+		}
+	}
+	walk(ve)
+	if len(out) == 0 {
+		out = append(out, failure{reason: shorten(ve.Error())})
+	}
+	return out
+}
+
+// fieldPath renders an instance location as the generated Validate names
+// fields: address.city, lines[0].sku, attributes["gift"].value; it also
+// returns the value there.
+func fieldPath(loc []string, sch *jsonschema.Schema, doc any) (string, any) {
+	var b strings.Builder
+	for _, tok := range loc {
+		switch v := doc.(type) {
+		case []any:
+			i, _ := strconv.Atoi(tok)
+			fmt.Fprintf(&b, "[%d]", i)
+			if i >= 0 && i < len(v) {
+				doc = v[i]
+			}
+			if sch != nil {
+				sch = sch.Items2020
+			}
+		case map[string]any:
+			doc = v[tok]
+			if sch != nil && sch.Properties != nil {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(tok)
+				sch = sch.Properties[tok]
+				continue
+			}
+			fmt.Fprintf(&b, "[%s]", strconv.Quote(tok))
+			if sch != nil {
+				sch = schemaOf(sch.AdditionalProperties)
+			}
+		default:
+			return b.String(), doc
+		}
+	}
+	return b.String(), doc
+}
+
+func shorten(s string) string {
+	if len(s) <= maxFailureReason {
+		return s
+	}
+	cut := maxFailureReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
