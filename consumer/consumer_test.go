@@ -237,8 +237,8 @@ func TestUnhandleableMessagesAreDeadLettered(t *testing.T) {
 		"1": "event \"order.paid\" version 3 is newer than the newest this code knows (2) and not readable as version 2; " +
 			"deploy the consumer that knows it, then `entoutbox dead-letters retry`",
 		"2": `unknown event "order.refunded" (version 2): this code declares no such event`,
-		"3": `decoding "order.paid" version 2 payload: invalid character 'o' in literal null (expecting 'u')`,
-		"4": `events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
+		"3": `events: invalid "order.paid" v2 event: the payload is not JSON: invalid character 'o' in literal null (expecting 'u') (JSON Schema entoutbox/schemas/order.paid.v2.json)`,
+		"4": `events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive (JSON Schema entoutbox/schemas/order.paid.v2.json)`,
 		"5": `malformed message: message UUID "not-a-uuid" is not an event id`,
 		"6": `version 1 payload upcast to version 2: events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`,
 	}, reasons)
@@ -316,8 +316,9 @@ func TestDeadLettersAlsoGoToABrokerTopic(t *testing.T) {
 }
 
 // Versions 1 and 2 reach a v3 handler: the automatic step fills the
-// default, the declared upcaster turns cents into an amount; an upcaster
-// error dead-letters the event with it.
+// default, the declared upcaster turns cents into an amount; a payload its
+// version's schema refuses is dead-lettered before any upcaster sees it,
+// so an upcaster gets the kinds its version declares.
 func TestDeclaredUpcaster(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -341,7 +342,7 @@ func TestDeclaredUpcaster(t *testing.T) {
 	bad.Payload = []byte(`{"sku": "d", "cents": "twelve"}`)
 	require.NoError(t, h.Handle(ctx, "catalog", bad))
 	require.NotContains(t, got, "d")
-	require.Equal(t, `upcasting "price.changed" from version 2: cents is string, not a number`,
+	require.Equal(t, `events: invalid "price.changed" v2 payload: field "cents" is a string, want integer (JSON Schema entoutbox/schemas/price.changed.v2.json)`,
 		b.client.DeadLetter.Query().OnlyX(ctx).Reason)
 }
 

@@ -14,8 +14,8 @@ import (
 // Upcasting reaches nested objects: the automatic step from version 1 fills
 // version 2's default inside each line (not version 3's), the declared
 // Upcast maps each line from version 2 to 3, the latest version's nested
-// defaults fill what is still absent, and an upcaster's error about a line,
-// or a line that breaks its declaration, is the dead letter's reason.
+// defaults fill what is still absent, and a line that its version's schema
+// refuses is the dead letter's reason, with the line's path.
 func TestUpcastReachesNestedObjects(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -32,7 +32,7 @@ func TestUpcastReachesNestedObjects(t *testing.T) {
 	require.NoError(t, h.Handle(ctx, "pricing", outboxtest.Message(t,
 		testent.CartChangedV2{Lines: []testent.CartChangedV2Line{{Sku: "c", Cents: 500, Currency: "GBP"}}}, "v2")))
 	v3 := outboxtest.Message(t, testent.CartChanged{Lines: []testent.CartChangedLine{{Sku: "d", Amount: 1.5}}}, "v3")
-	require.JSONEq(t, `{"lines": [{"sku": "d", "amount": 1.5, "currency": ""}]}`, string(v3.Payload))
+	require.JSONEq(t, `{"lines": [{"sku": "d", "amount": 1.5, "currency": "USD"}]}`, string(v3.Payload), "the default, as Emit writes it")
 	require.NoError(t, h.Handle(ctx, "pricing", v3))
 	require.Equal(t, map[string]testent.CartChanged{
 		"v1": {Lines: []testent.CartChangedLine{{Sku: "a", Amount: 19.99, Currency: "EUR"}, {Sku: "b", Amount: 0.05, Currency: "EUR"}}},
@@ -53,7 +53,7 @@ func TestUpcastReachesNestedObjects(t *testing.T) {
 		reasons[dl.AggregateID] = dl.Reason
 	}
 	require.Equal(t, map[string]string{
-		"bad":     `upcasting "cart.changed" from version 2: lines[1].cents is string, not a number`,
-		"invalid": `events: invalid "cart.changed" v3 payload: field "lines[1].sku" is required`,
+		"bad":     `events: invalid "cart.changed" v2 payload: field "lines[1].cents" is a string, want integer (JSON Schema entoutbox/schemas/cart.changed.v2.json)`,
+		"invalid": `events: invalid "cart.changed" v3 payload: field "lines[1].sku" is missing (JSON Schema entoutbox/schemas/cart.changed.v3.json)`,
 	}, reasons)
 }

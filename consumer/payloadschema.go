@@ -250,7 +250,8 @@ func (s *PayloadSchema) invalid(fs []failure) error {
 var printer = message.NewPrinter(language.English)
 
 // failures lists the leaves of a validation error with the path of their
-// field, found by following sch and doc along its instance location.
+// field, found by following sch and doc along its instance location, in
+// the words of the generated Validate where it says the same.
 func failures(ve *jsonschema.ValidationError, sch *jsonschema.Schema, doc any) []failure {
 	var out []failure
 	var walk func(e *jsonschema.ValidationError)
@@ -261,9 +262,8 @@ func failures(ve *jsonschema.ValidationError, sch *jsonschema.Schema, doc any) [
 			}
 			return
 		}
-		path, value := fieldPath(e.InstanceLocation, sch, doc)
-		switch k := e.ErrorKind.(type) {
-		case *kind.Required:
+		path, at, value := fieldPath(e.InstanceLocation, sch, doc)
+		if k, ok := e.ErrorKind.(*kind.Required); ok {
 			for _, name := range k.Missing {
 				p := name
 				if path != "" {
@@ -271,19 +271,9 @@ func failures(ve *jsonschema.ValidationError, sch *jsonschema.Schema, doc any) [
 				}
 				out = append(out, failure{p, "is missing"})
 			}
-		case *kind.Not:
-			// The schemas say "not" only of a required value's zero value.
-			b, _ := json.Marshal(value)
-			out = append(out, failure{path, "is required: " + shorten(string(b)) + " is the zero value"})
-		case *kind.Type:
-			if k.Got == "null" {
-				out = append(out, failure{path, "is null, which the schema refuses (want " + strings.Join(k.Want, " or ") + ")"})
-				break
-			}
-			out = append(out, failure{path, shorten(k.LocalizedString(printer))})
-		default:
-			out = append(out, failure{path, shorten(e.ErrorKind.LocalizedString(printer))})
+			return
 		}
+		out = append(out, failure{path, shorten(refusal(e.ErrorKind, at, value))})
 	}
 	walk(ve)
 	if len(out) == 0 {
@@ -292,10 +282,76 @@ func failures(ve *jsonschema.ValidationError, sch *jsonschema.Schema, doc any) [
 	return out
 }
 
+// refusal says why the schema at refuses value.
+func refusal(k jsonschema.ErrorKind, at *jsonschema.Schema, value any) string {
+	shown := func() string { b, _ := json.Marshal(value); return string(b) }
+	switch k := k.(type) {
+	case *kind.Type:
+		if k.Got == "null" {
+			return "is null, which the schema refuses (want " + strings.Join(k.Want, " or ") + ")"
+		}
+		return fmt.Sprintf("is %s %s, want %s", article(k.Got), k.Got, strings.Join(k.Want, " or "))
+	case *kind.Not:
+		// The schemas say "not" only of a required value's zero value.
+		return "is required: " + shown() + " is the zero value"
+	case *kind.Enum:
+		return fmt.Sprintf("value %s is not one of %s", shown(), jsonList(k.Want))
+	case *kind.MinLength:
+		if k.Want == 1 {
+			return `is "", which the schema refuses (it is required, or "" would stand for its default)`
+		}
+		return fmt.Sprintf("is %d characters long, less than the minimum %d", k.Got, k.Want)
+	case *kind.MaxLength:
+		return fmt.Sprintf("is %d characters long, more than the maximum %d", k.Got, k.Want)
+	case *kind.Minimum:
+		return fmt.Sprintf("value %s is below the minimum %s", shown(), ratString(k.Want))
+	case *kind.Maximum:
+		return fmt.Sprintf("value %s is above the maximum %s", shown(), ratString(k.Want))
+	case *kind.ExclusiveMinimum:
+		if k.Want.Sign() == 0 {
+			return fmt.Sprintf("value %s is not positive", shown())
+		}
+		return fmt.Sprintf("value %s is not above %s", shown(), ratString(k.Want))
+	case *kind.Format, *kind.Pattern:
+		if at != nil && at.Format != nil {
+			switch at.Format.Name {
+			case "uuid":
+				return shown() + " is not a UUID in its canonical form (8-4-4-4-12 hex digits)"
+			case "date-time":
+				return shown() + " is not an RFC 3339 time (upper-case T and Z, seconds up to 59)"
+			}
+		}
+		if at != nil && at.ContentEncoding != nil {
+			return shown() + " is not padded standard base64"
+		}
+	}
+	return k.LocalizedString(printer)
+}
+
+func article(typ string) string {
+	if strings.ContainsRune("aeiou", rune(typ[0])) {
+		return "an"
+	}
+	return "a"
+}
+
+func jsonList(vs []any) string {
+	b, _ := json.Marshal(vs)
+	return string(b)
+}
+
+func ratString(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
 // fieldPath renders an instance location as the generated Validate names
 // fields: address.city, lines[0].sku, attributes["gift"].value; it also
-// returns the value there.
-func fieldPath(loc []string, sch *jsonschema.Schema, doc any) (string, any) {
+// returns the schema and the value there.
+func fieldPath(loc []string, sch *jsonschema.Schema, doc any) (string, *jsonschema.Schema, any) {
 	var b strings.Builder
 	for _, tok := range loc {
 		switch v := doc.(type) {
@@ -323,10 +379,10 @@ func fieldPath(loc []string, sch *jsonschema.Schema, doc any) (string, any) {
 				sch = schemaOf(sch.AdditionalProperties)
 			}
 		default:
-			return b.String(), doc
+			return b.String(), nil, doc
 		}
 	}
-	return b.String(), doc
+	return b.String(), sch, doc
 }
 
 func shorten(s string) string {

@@ -71,7 +71,7 @@ func TestNewerVersionReadableAsLatestIsHandled(t *testing.T) {
 	require.NoError(t, h.Handle(ctx, "billing", invalid))
 	require.Len(t, got, 2)
 	dl := b.client.DeadLetter.Query().OnlyX(ctx)
-	require.Equal(t, `event "order.paid" version 3 read as version 2: events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive`, dl.Reason)
+	require.Equal(t, `event "order.paid" version 3 read as version 2: events: invalid "order.paid" v2 payload: field "amount_cents" value -1 is not positive (JSON Schema entoutbox/schemas/order.paid.v2.json)`, dl.Reason)
 	require.Equal(t, 3, dl.EventVersion)
 }
 

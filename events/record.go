@@ -24,3 +24,14 @@ type Record struct {
 type Payload interface {
 	OutboxEvent() (name string, version int)
 }
+
+// Defaulter is implemented by the pointer to a generated payload struct
+// whose version declares defaults: OutboxSetDefaults sets them where the
+// struct holds no value (a nil pointer, an empty string), as Emit does
+// before writing it. A payload's JSON Schema refuses "" and null where
+// they would stand for a default, so outboxtest.Message calls it to build
+// what a producer writes.
+type Defaulter interface {
+	Payload
+	OutboxSetDefaults()
+}

@@ -47,6 +47,7 @@ package outboxtest
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -127,13 +128,26 @@ func decode[T events.Payload](t testing.TB, rec events.Record, name string, vers
 
 // Message builds the message the relay would publish for payload about
 // aggregateID (as Emit takes it: events.AggregateID), as a consumer
-// receives it.
+// receives it: its declared defaults set where it holds no value, as Emit
+// sets them (events.Defaulter).
 func Message(t testing.TB, payload events.Payload, aggregateID events.AggregateID, opts ...events.EmitOption) *message.Message {
 	t.Helper()
 	name, version := payload.OutboxEvent()
 	id, err := outbox.AggregateIDOf(name, version, aggregateID)
 	if err != nil {
 		t.Fatalf("outboxtest: %v", err)
+	}
+	v := reflect.ValueOf(payload)
+	if v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if v.Kind() == reflect.Struct {
+		p := reflect.New(v.Type()) // a copy: the caller's value stays as it was
+		p.Elem().Set(v)
+		if d, ok := p.Interface().(events.Defaulter); ok {
+			d.OutboxSetDefaults()
+			payload = d
+		}
 	}
 	b, err := json.Marshal(payload)
 	if err != nil {

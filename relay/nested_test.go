@@ -48,7 +48,7 @@ func TestNestedPayloadEndToEnd(t *testing.T) {
 			{testent.OrderPlaced{OrderID: 1, Lines: []testent.OrderPlacedLine{{Sku: "a", Qty: 1}},
 				Address:    testent.OrderPlacedAddress{Street: "1 rue", City: "Lyon"},
 				Attributes: map[string]testent.OrderPlacedAttribute{"gift": {Value: "yes"}, "note": {Value: "far too long for sixteen"}}},
-				`attributes["note"].value`, `events: invalid "order.placed" v2 payload: field "attributes[\"note\"].value" is 24 bytes long, more than the maximum 16`},
+				`attributes["note"].value`, `events: invalid "order.placed" v2 payload: field "attributes[\"note\"].value" is 24 characters long, more than the maximum 16`},
 		}
 		for _, c := range bad {
 			err := tx.Outbox.EmitOrderPlaced(ctx, "1", c.payload)

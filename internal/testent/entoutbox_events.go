@@ -69,6 +69,11 @@ func (e *OrderPaid) outboxSetDefaults() {
 	}
 }
 
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *OrderPaid) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *OrderPaid) outboxPrefill() {
@@ -316,6 +321,19 @@ func (PriceChangedV2) OutboxEvent() (name string, version int) {
 	return "price.changed", 2
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *PriceChangedV2) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *PriceChangedV2) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // PriceChanged is the payload of version 3 of event "price.changed", the version producers emit.
 type PriceChanged struct {
 	Sku      string  `json:"sku"`
@@ -344,6 +362,11 @@ func (e *PriceChanged) outboxSetDefaults() {
 		e.Currency = "USD"
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *PriceChanged) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
@@ -522,6 +545,11 @@ func (e *OrderPlaced) outboxSetDefaults() {
 	}
 	e.Address.outboxSetDefaults()
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *OrderPlaced) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
@@ -792,6 +820,19 @@ func (CartChangedV2) OutboxEvent() (name string, version int) {
 	return "cart.changed", 2
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChangedV2) outboxSetDefaults() {
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *CartChangedV2) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // CartChangedV2Line is field "lines[]" of version 2 of event "cart.changed".
 type CartChangedV2Line struct {
 	Sku      string `json:"sku"`
@@ -807,6 +848,14 @@ func (e *CartChangedV2Line) Validate() error {
 		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "sku", Reason: "is required"}
 	}
 	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChangedV2Line) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
 }
 
 // CartChanged is the payload of version 3 of event "cart.changed", the version producers emit.
@@ -840,6 +889,11 @@ func (e *CartChanged) outboxSetDefaults() {
 		e.Lines[i1].outboxSetDefaults()
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *CartChanged) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // CartChangedLine is field "lines[]" of version 3 of event "cart.changed".
 type CartChangedLine struct {
