@@ -124,11 +124,14 @@ func emptyRefused(d *field.Descriptor) bool {
 	return !d.Nillable && (!d.Optional || d.Default != nil)
 }
 
-// zeroTime and nilUUID are what the zero values encode to; a required time
-// or UUID field refuses them, as Validate does.
+// zeroTimePattern and nilUUID are the zero values, which a required time or
+// UUID field refuses, as Validate does: the zero time as Go writes it and in
+// the other spellings of UTC. (The same instant with another offset,
+// 0001-01-01T01:00:00+01:00, passes the schema, which cannot compute
+// instants; Validate refuses it in a payload upcast from an older version.)
 const (
-	zeroTime = "0001-01-01T00:00:00Z"
-	nilUUID  = "00000000-0000-0000-0000-000000000000"
+	zeroTimePattern = `^0001-01-01T00:00:00(\.0+)?(Z|[+-]00:00)$`
+	nilUUID         = "00000000-0000-0000-0000-000000000000"
 )
 
 // The patterns of the values whose format a validator may take as a mere
@@ -164,7 +167,7 @@ func fieldSchema(d *field.Descriptor) jsonObject {
 	if requiredKey(d) {
 		switch d.Kind {
 		case field.KindTime:
-			s["not"] = jsonObject{"const": zeroTime}
+			s["not"] = jsonObject{"pattern": zeroTimePattern}
 		case field.KindUUID:
 			s["not"] = jsonObject{"const": nilUUID}
 		}

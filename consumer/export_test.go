@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"fmt"
 	"reflect"
 	"time"
 	"unsafe"
@@ -28,4 +29,15 @@ func PendingInBatches(h any) int {
 // delivery waiting for its turn: long ones leave only a wake to end them.
 func WithGapPauses(pause, behind time.Duration) Option {
 	return func(c *Config) { c.gapPauses = gapPauses{min: pause, max: pause, behind: behind} }
+}
+
+// DecodePayload decodes payload as the handler set of h, generated
+// handlers, decodes a message of event name at version (at most its
+// latest).
+func DecodePayload(h any, name string, version int, payload []byte) (any, error) {
+	typ, ok := setOf(h).types[name]
+	if !ok {
+		return nil, fmt.Errorf("no event %q", name)
+	}
+	return typ.Decode(version, payload)
 }

@@ -1147,6 +1147,668 @@ func outboxReadBackShipmentBooked(n int, payload []byte) ([]byte, error) {
 	return json.Marshal(e)
 }
 
+// AllKindsV1 is the payload of version 1 of event "all.kinds".
+type AllKindsV1 struct {
+	S         string                    `json:"s"`
+	Note      string                    `json:"note,omitzero"`
+	Locale    string                    `json:"locale"`
+	Label     string                    `json:"label,omitzero"`
+	Nick      *string                   `json:"nick,omitzero"`
+	B         bool                      `json:"b"`
+	Flag      *bool                     `json:"flag,omitzero"`
+	I         int                       `json:"i"`
+	I32       int32                     `json:"i32,omitzero"`
+	I64       int64                     `json:"i64"`
+	Ref       *int64                    `json:"ref,omitzero"`
+	Level     int                       `json:"level"`
+	F         float64                   `json:"f"`
+	Ratio     float64                   `json:"ratio,omitzero"`
+	At        time.Time                 `json:"at"`
+	DeletedAt *time.Time                `json:"deleted_at,omitzero"`
+	ID        uuid.UUID                 `json:"id"`
+	OtherID   uuid.UUID                 `json:"other_id,omitzero"`
+	Plan      string                    `json:"plan"`
+	Theme     *string                   `json:"theme,omitzero"`
+	Size      string                    `json:"size"`
+	Sig       []byte                    `json:"sig"`
+	Avatar    []byte                    `json:"avatar,omitzero"`
+	Settings  json.RawMessage           `json:"settings"`
+	Extra     json.RawMessage           `json:"extra,omitzero"`
+	Tags      []string                  `json:"tags"`
+	Lucky     []int                     `json:"lucky,omitzero"`
+	Friends   []int64                   `json:"friends"`
+	Coords    []float64                 `json:"coords,omitzero"`
+	Address   AllKindsV1Address         `json:"address"`
+	Billing   *AllKindsV1Billing        `json:"billing,omitzero"`
+	Lines     []AllKindsV1Line          `json:"lines"`
+	Grid      [][]int                   `json:"grid,omitzero"`
+	Stock     map[string]int64          `json:"stock"`
+	Attrs     map[string]AllKindsV1Attr `json:"attrs,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "all.kinds" version 1.
+func (e *AllKindsV1) Validate() error {
+	if e.S == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "s", Reason: "is required"}
+	}
+	if utf8.RuneCountInString(e.S) > 8 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "s", Reason: fmt.Sprintf("is %d characters long, more than the maximum 8", utf8.RuneCountInString(e.S))}
+	}
+	if e.I < 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "i", Reason: fmt.Sprintf("value %v is below the minimum 0", e.I)}
+	}
+	if e.I > 150 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "i", Reason: fmt.Sprintf("value %v is above the maximum 150", e.I)}
+	}
+	if e.I32 != 0 && e.I32 <= 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "i32", Reason: fmt.Sprintf("value %v is not positive", e.I32)}
+	}
+	if e.F < -1000.5 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "f", Reason: fmt.Sprintf("value %v is below the minimum -1000.5", e.F)}
+	}
+	if e.Ratio != 0 && e.Ratio > 1 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "ratio", Reason: fmt.Sprintf("value %v is above the maximum 1", e.Ratio)}
+	}
+	if e.At.IsZero() {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "at", Reason: "is required"}
+	}
+	if e.ID == uuid.Nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "id", Reason: "is required"}
+	}
+	if e.Plan != "" && !(e.Plan == "free" || e.Plan == "pro") {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "plan", Reason: fmt.Sprintf("value %q is not one of [free pro]", e.Plan)}
+	}
+	if e.Theme != nil && !(*e.Theme == "light" || *e.Theme == "dark") {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "theme", Reason: fmt.Sprintf("value %q is not one of [light dark]", *e.Theme)}
+	}
+	if e.Size == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "size", Reason: "is required"}
+	}
+	if !(e.Size == "S" || e.Size == "M") {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "size", Reason: fmt.Sprintf("value %q is not one of [S M]", e.Size)}
+	}
+	if e.Sig == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "sig", Reason: "is required"}
+	}
+	if len(e.Settings) == 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "settings", Reason: "is required"}
+	}
+	if len(e.Settings) > 0 && !json.Valid(e.Settings) {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "settings", Reason: "is not valid JSON"}
+	}
+	if len(e.Extra) > 0 && !json.Valid(e.Extra) {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "extra", Reason: "is not valid JSON"}
+	}
+	if e.Tags == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "tags", Reason: "is required (nil; give an empty list for none)"}
+	}
+	if e.Friends == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "friends", Reason: "is required (nil; give an empty list for none)"}
+	}
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	if e.Billing != nil {
+		if err := e.Billing.Validate(); err != nil {
+			return outboxNestedError("billing", err)
+		}
+	}
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	for i1, v1 := range e.Grid {
+		if v1 == nil {
+			return &events.ValidationError{Event: "all.kinds", Version: 1, Field: fmt.Sprintf("grid[%d]", i1), Reason: "is required (nil; give an empty list for none)"}
+		}
+		for i2, v2 := range v1 {
+			if v2 > 9 {
+				return &events.ValidationError{Event: "all.kinds", Version: 1, Field: fmt.Sprintf("grid[%d][%d]", i1, i2), Reason: fmt.Sprintf("value %v is above the maximum 9", v2)}
+			}
+		}
+	}
+	if e.Stock == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "stock", Reason: "is required (nil; give an empty map for none)"}
+	}
+	for _, k1 := range slices.Sorted(maps.Keys(e.Attrs)) {
+		v1 := e.Attrs[k1]
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("attrs[%q]", k1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version AllKindsV1 is the payload of.
+func (AllKindsV1) OutboxEvent() (name string, version int) {
+	return "all.kinds", 1
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKindsV1) outboxSetDefaults() {
+	if e.Locale == "" {
+		e.Locale = "en"
+	}
+	if e.Label == "" {
+		e.Label = "none"
+	}
+	if e.Flag == nil {
+		v := bool(true)
+		e.Flag = &v
+	}
+	if e.Plan == "" {
+		e.Plan = "free"
+	}
+	e.Address.outboxSetDefaults()
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *AllKindsV1) OutboxSetDefaults() { e.outboxSetDefaults() }
+
+// AllKindsV1Address is field "address" of version 1 of event "all.kinds".
+type AllKindsV1Address struct {
+	City    string `json:"city"`
+	Zip     string `json:"zip,omitzero"`
+	Country string `json:"country"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "all.kinds" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsV1Address) Validate() error {
+	if e.City == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "city", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKindsV1Address) outboxSetDefaults() {
+	if e.Country == "" {
+		e.Country = "FR"
+	}
+}
+
+// AllKindsV1Billing is field "billing" of version 1 of event "all.kinds".
+type AllKindsV1Billing struct {
+	Vat string `json:"vat"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "billing" in "all.kinds" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsV1Billing) Validate() error {
+	if e.Vat == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "vat", Reason: "is required"}
+	}
+	return nil
+}
+
+// AllKindsV1Line is field "lines[]" of version 1 of event "all.kinds".
+type AllKindsV1Line struct {
+	Sku  string `json:"sku"`
+	Qty  int32  `json:"qty"`
+	Unit string `json:"unit"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "all.kinds" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsV1Line) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "sku", Reason: "is required"}
+	}
+	if e.Qty <= 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "qty", Reason: fmt.Sprintf("value %v is not positive", e.Qty)}
+	}
+	if e.Unit != "" && !(e.Unit == "piece" || e.Unit == "kg") {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "unit", Reason: fmt.Sprintf("value %q is not one of [piece kg]", e.Unit)}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKindsV1Line) outboxSetDefaults() {
+	if e.Unit == "" {
+		e.Unit = "piece"
+	}
+}
+
+// AllKindsV1Attr is field "attrs{}" of version 1 of event "all.kinds".
+type AllKindsV1Attr struct {
+	Value string    `json:"value"`
+	At    time.Time `json:"at,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "attrs{}" in "all.kinds" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsV1Attr) Validate() error {
+	if e.Value == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "value", Reason: "is required"}
+	}
+	if utf8.RuneCountInString(e.Value) > 4 {
+		return &events.ValidationError{Event: "all.kinds", Version: 1, Field: "value", Reason: fmt.Sprintf("is %d characters long, more than the maximum 4", utf8.RuneCountInString(e.Value))}
+	}
+	return nil
+}
+
+// AllKinds is the payload of version 2 of event "all.kinds", the version producers emit.
+type AllKinds struct {
+	S         string                  `json:"s"`
+	Note      string                  `json:"note,omitzero"`
+	Locale    string                  `json:"locale"`
+	Label     string                  `json:"label,omitzero"`
+	Nick      *string                 `json:"nick,omitzero"`
+	B         bool                    `json:"b"`
+	Flag      *bool                   `json:"flag,omitzero"`
+	I         int                     `json:"i"`
+	I32       int32                   `json:"i32,omitzero"`
+	I64       int64                   `json:"i64"`
+	Ref       *int64                  `json:"ref,omitzero"`
+	Level     int                     `json:"level"`
+	F         float64                 `json:"f"`
+	Ratio     float64                 `json:"ratio,omitzero"`
+	At        time.Time               `json:"at"`
+	DeletedAt *time.Time              `json:"deleted_at,omitzero"`
+	ID        uuid.UUID               `json:"id"`
+	OtherID   uuid.UUID               `json:"other_id,omitzero"`
+	Plan      string                  `json:"plan"`
+	Theme     *string                 `json:"theme,omitzero"`
+	Size      string                  `json:"size"`
+	Sig       []byte                  `json:"sig"`
+	Avatar    []byte                  `json:"avatar,omitzero"`
+	Settings  json.RawMessage         `json:"settings"`
+	Extra     json.RawMessage         `json:"extra,omitzero"`
+	Tags      []string                `json:"tags"`
+	Lucky     []int                   `json:"lucky,omitzero"`
+	Friends   []int64                 `json:"friends"`
+	Coords    []float64               `json:"coords,omitzero"`
+	Channel   string                  `json:"channel,omitzero"`
+	Address   AllKindsAddress         `json:"address"`
+	Billing   *AllKindsBilling        `json:"billing,omitzero"`
+	Lines     []AllKindsLine          `json:"lines"`
+	Grid      [][]int                 `json:"grid,omitzero"`
+	Stock     map[string]int64        `json:"stock"`
+	Attrs     map[string]AllKindsAttr `json:"attrs,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "all.kinds" version 2.
+func (e *AllKinds) Validate() error {
+	if e.S == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "s", Reason: "is required"}
+	}
+	if utf8.RuneCountInString(e.S) > 8 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "s", Reason: fmt.Sprintf("is %d characters long, more than the maximum 8", utf8.RuneCountInString(e.S))}
+	}
+	if e.I < 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "i", Reason: fmt.Sprintf("value %v is below the minimum 0", e.I)}
+	}
+	if e.I > 150 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "i", Reason: fmt.Sprintf("value %v is above the maximum 150", e.I)}
+	}
+	if e.I32 != 0 && e.I32 <= 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "i32", Reason: fmt.Sprintf("value %v is not positive", e.I32)}
+	}
+	if e.F < -1000.5 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "f", Reason: fmt.Sprintf("value %v is below the minimum -1000.5", e.F)}
+	}
+	if e.Ratio != 0 && e.Ratio > 1 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "ratio", Reason: fmt.Sprintf("value %v is above the maximum 1", e.Ratio)}
+	}
+	if e.At.IsZero() {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "at", Reason: "is required"}
+	}
+	if e.ID == uuid.Nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "id", Reason: "is required"}
+	}
+	if e.Plan != "" && !(e.Plan == "free" || e.Plan == "pro") {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "plan", Reason: fmt.Sprintf("value %q is not one of [free pro]", e.Plan)}
+	}
+	if e.Theme != nil && !(*e.Theme == "light" || *e.Theme == "dark") {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "theme", Reason: fmt.Sprintf("value %q is not one of [light dark]", *e.Theme)}
+	}
+	if e.Size == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "size", Reason: "is required"}
+	}
+	if !(e.Size == "S" || e.Size == "M") {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "size", Reason: fmt.Sprintf("value %q is not one of [S M]", e.Size)}
+	}
+	if e.Sig == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "sig", Reason: "is required"}
+	}
+	if len(e.Settings) == 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "settings", Reason: "is required"}
+	}
+	if len(e.Settings) > 0 && !json.Valid(e.Settings) {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "settings", Reason: "is not valid JSON"}
+	}
+	if len(e.Extra) > 0 && !json.Valid(e.Extra) {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "extra", Reason: "is not valid JSON"}
+	}
+	if e.Tags == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "tags", Reason: "is required (nil; give an empty list for none)"}
+	}
+	if e.Friends == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "friends", Reason: "is required (nil; give an empty list for none)"}
+	}
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	if e.Billing != nil {
+		if err := e.Billing.Validate(); err != nil {
+			return outboxNestedError("billing", err)
+		}
+	}
+	if e.Lines == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "lines", Reason: "is required (nil; give an empty list for none)"}
+	}
+	for i1, v1 := range e.Lines {
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("lines[%d]", i1), err)
+		}
+	}
+	for i1, v1 := range e.Grid {
+		if v1 == nil {
+			return &events.ValidationError{Event: "all.kinds", Version: 2, Field: fmt.Sprintf("grid[%d]", i1), Reason: "is required (nil; give an empty list for none)"}
+		}
+		for i2, v2 := range v1 {
+			if v2 > 9 {
+				return &events.ValidationError{Event: "all.kinds", Version: 2, Field: fmt.Sprintf("grid[%d][%d]", i1, i2), Reason: fmt.Sprintf("value %v is above the maximum 9", v2)}
+			}
+		}
+	}
+	if e.Stock == nil {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "stock", Reason: "is required (nil; give an empty map for none)"}
+	}
+	for _, k1 := range slices.Sorted(maps.Keys(e.Attrs)) {
+		v1 := e.Attrs[k1]
+		if err := v1.Validate(); err != nil {
+			return outboxNestedError(fmt.Sprintf("attrs[%q]", k1), err)
+		}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version AllKinds is the payload of.
+func (AllKinds) OutboxEvent() (name string, version int) {
+	return "all.kinds", 2
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKinds) outboxSetDefaults() {
+	if e.Locale == "" {
+		e.Locale = "en"
+	}
+	if e.Label == "" {
+		e.Label = "none"
+	}
+	if e.Flag == nil {
+		v := bool(true)
+		e.Flag = &v
+	}
+	if e.Plan == "" {
+		e.Plan = "free"
+	}
+	e.Address.outboxSetDefaults()
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *AllKinds) OutboxSetDefaults() { e.outboxSetDefaults() }
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *AllKinds) outboxPrefill() {
+	e.Locale = "en"
+	e.Label = "none"
+	{
+		v := bool(true)
+		e.Flag = &v
+	}
+	e.Level = 3
+	e.Plan = "free"
+	e.Address.outboxPrefill()
+}
+
+// AllKindsAddress is field "address" of version 2 of event "all.kinds".
+type AllKindsAddress struct {
+	City    string `json:"city"`
+	Zip     string `json:"zip,omitzero"`
+	Country string `json:"country"`
+	Street  string `json:"street,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "all.kinds" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsAddress) Validate() error {
+	if e.City == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "city", Reason: "is required"}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKindsAddress) outboxSetDefaults() {
+	if e.Country == "" {
+		e.Country = "FR"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *AllKindsAddress) outboxPrefill() {
+	e.Country = "FR"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *AllKindsAddress) UnmarshalJSON(b []byte) error {
+	type plain AllKindsAddress // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// AllKindsBilling is field "billing" of version 2 of event "all.kinds".
+type AllKindsBilling struct {
+	Vat string `json:"vat"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "billing" in "all.kinds" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsBilling) Validate() error {
+	if e.Vat == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "vat", Reason: "is required"}
+	}
+	return nil
+}
+
+// AllKindsLine is field "lines[]" of version 2 of event "all.kinds".
+type AllKindsLine struct {
+	Sku      string  `json:"sku"`
+	Qty      int32   `json:"qty"`
+	Unit     string  `json:"unit"`
+	Discount float64 `json:"discount,omitzero"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "lines[]" in "all.kinds" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsLine) Validate() error {
+	if e.Sku == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "sku", Reason: "is required"}
+	}
+	if e.Qty <= 0 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "qty", Reason: fmt.Sprintf("value %v is not positive", e.Qty)}
+	}
+	if e.Unit != "" && !(e.Unit == "piece" || e.Unit == "kg") {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "unit", Reason: fmt.Sprintf("value %q is not one of [piece kg]", e.Unit)}
+	}
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *AllKindsLine) outboxSetDefaults() {
+	if e.Unit == "" {
+		e.Unit = "piece"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *AllKindsLine) outboxPrefill() {
+	e.Unit = "piece"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *AllKindsLine) UnmarshalJSON(b []byte) error {
+	type plain AllKindsLine // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// AllKindsAttr is field "attrs{}" of version 2 of event "all.kinds".
+type AllKindsAttr struct {
+	Value string    `json:"value"`
+	At    time.Time `json:"at,omitzero"`
+	Shown bool      `json:"shown"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "attrs{}" in "all.kinds" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *AllKindsAttr) Validate() error {
+	if e.Value == "" {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "value", Reason: "is required"}
+	}
+	if utf8.RuneCountInString(e.Value) > 4 {
+		return &events.ValidationError{Event: "all.kinds", Version: 2, Field: "value", Reason: fmt.Sprintf("is %d characters long, more than the maximum 4", utf8.RuneCountInString(e.Value))}
+	}
+	return nil
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *AllKindsAttr) outboxPrefill() {
+	e.Shown = true
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *AllKindsAttr) UnmarshalJSON(b []byte) error {
+	type plain AllKindsAttr // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// EmitAllKinds writes event "all.kinds" (version 2, topic
+// "samples") about the Sample aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event.
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or the header or aggregate id that no broker can
+// carry (see events.CheckHeader); none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitAllKinds(ctx context.Context, aggregateID string, e AllKinds, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "all.kinds", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastAllKinds(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "all.kinds",
+		Version:       version,
+		Topic:         "samples",
+		AggregateType: "Sample",
+		AggregateID:   aggregateID,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+	}, cfg)
+}
+
+// outboxDowncastAllKinds turns an encoded latest "all.kinds" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastAllKinds(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &AllKindsV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "all.kinds", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "all.kinds", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "all.kinds", n, err)
+		}
+		readBack, err := outboxReadBackAllKinds(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "all.kinds", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("all.kinds", n, 2, payload, readBack, "stock", "attrs"); err != nil {
+			return nil, 0, err
+		}
+		return b, 1, nil
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "all.kinds", n, 2)
+}
+
+// outboxReadBackAllKinds decodes a version n payload of "all.kinds" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackAllKinds(n int, payload []byte) ([]byte, error) {
+	e := &AllKinds{}
+	e.outboxPrefill()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
+	}
+	e.outboxSetDefaults()
+	return json.Marshal(e)
+}
+
 // outboxNestedError puts the path of a nested object before the field its
 // Validate names: "lines[2]" and "sku" make "lines[2].sku".
 func outboxNestedError(at string, err error) error {

@@ -65,6 +65,7 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "order.placed", Topic: "orders", Latest: 2, Decode: outboxDecodeOrderPlaced},
 	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
 	{Name: "shipment.booked", Topic: "shipments", Latest: 2, Decode: outboxDecodeShipmentBooked},
+	{Name: "all.kinds", Topic: "samples", Latest: 2, Decode: outboxDecodeAllKinds},
 }
 
 // outboxSchemaFiles are the JSON Schemas go generate published for every
@@ -85,6 +86,8 @@ var outboxEventTypes = []consumer.EventType{
 //go:embed entoutbox/schemas/cart.changed.v3.json
 //go:embed entoutbox/schemas/shipment.booked.v1.json
 //go:embed entoutbox/schemas/shipment.booked.v2.json
+//go:embed entoutbox/schemas/all.kinds.v1.json
+//go:embed entoutbox/schemas/all.kinds.v2.json
 var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -749,6 +752,106 @@ func outboxDecodeShipmentBooked(version int, payload []byte) (any, error) {
 	} else if err := outboxShipmentBookedSchemas[version-1].Decode(payload, e); err != nil {
 		return nil, err
 	}
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
+	}
+	return e, nil
+}
+
+// AllKindsHandler handles event "all.kinds". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type AllKindsHandler func(ctx context.Context, tx *Tx, e *AllKinds, m events.Meta) error
+
+// RegisterAllKinds registers fn as consumerName's handler of "all.kinds".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnAllKinds panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterAllKinds(consumerName string, fn AllKindsHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*AllKinds), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "all.kinds", run)
+}
+
+// OnAllKinds is RegisterAllKinds that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnAllKinds(consumerName string, fn AllKindsHandler) {
+	if err := h.RegisterAllKinds(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// AllKindsDelivery is one event of a batch given to a AllKindsBatchHandler:
+// the latest version, and its metadata.
+type AllKindsDelivery struct {
+	Event *AllKinds
+	Meta  events.Meta
+}
+
+// AllKindsBatchHandler handles many "all.kinds" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type AllKindsBatchHandler func(ctx context.Context, tx *Tx, batch []AllKindsDelivery) error
+
+// RegisterAllKindsBatch registers fn as consumerName's handler of "all.kinds",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnAllKindsBatch panics instead.
+func (h *OutboxHandlers) RegisterAllKindsBatch(consumerName string, fn AllKindsBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]AllKindsDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = AllKindsDelivery{Event: p.(*AllKinds), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "all.kinds", run)
+}
+
+// OnAllKindsBatch is RegisterAllKindsBatch that panics on an error.
+func (h *OutboxHandlers) OnAllKindsBatch(consumerName string, fn AllKindsBatchHandler) {
+	if err := h.RegisterAllKindsBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxAllKindsSchemas are the schemas of the versions of "all.kinds", from version 1.
+var outboxAllKindsSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v1.json", "all.kinds", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v2.json", "all.kinds", 2),
+}
+
+// outboxDecodeAllKinds turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
+func outboxDecodeAllKinds(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "all.kinds", version, 2)
+	}
+	e := &AllKinds{}
+	e.outboxPrefill()
+	if err := outboxAllKindsSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
+	}
+	e.outboxSetDefaults()
 	// A payload of the latest version (or of a later one read as it) is
 	// what its schema accepts; an older one must also be a valid latest one.
 	if version < 2 {

@@ -4,6 +4,7 @@ package testevents
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
@@ -48,7 +49,7 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}, ShipmentBooked{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}, ShipmentBooked{}, AllKinds{}}
 
 // OrderPlaced nests: line items, an address, a map of attributes. Version
 // 2 adds defaulted fields inside the lines and the address, so a version 1
@@ -185,4 +186,68 @@ func (ShipmentBooked) Upcast(from int, fields map[string]any) (map[string]any, e
 	}
 	fields["service"] = "standard"
 	return fields, nil
+}
+
+// AllKinds has a field of every kind, each presence (required, optional,
+// nillable, defaulted) and nested objects, lists and maps, for the tests
+// that hold the generated handlers to the published JSON Schema. Version 2
+// adds fields at every depth, forward compatible: consumers of version 1
+// read its payloads.
+type AllKinds struct{ events.Schema }
+
+func (AllKinds) Name() string      { return "all.kinds" }
+func (AllKinds) Topic() string     { return "samples" }
+func (AllKinds) Aggregate() string { return "Sample" }
+func (AllKinds) Versions() []events.Version {
+	v1 := []field.Field{
+		field.String("s").MaxLen(8),
+		field.String("note").Optional(),
+		field.String("locale").Default("en"),
+		field.String("label").Optional().Default("none"),
+		field.String("nick").Nillable(),
+		field.Bool("b"),
+		field.Bool("flag").Nillable().Default(true),
+		field.Int("i").Min(0).Max(150),
+		field.Int32("i32").Optional().Positive(),
+		field.Int64("i64"),
+		field.Int64("ref").Nillable(),
+		field.Int("level").Default(3),
+		field.Float64("f").Min(-1000.5),
+		field.Float64("ratio").Optional().Max(1),
+		field.Time("at"),
+		field.Time("deleted_at").Nillable(),
+		field.UUID("id"),
+		field.UUID("other_id").Optional(),
+		field.Enum("plan").Values("free", "pro").Default("free"),
+		field.Enum("theme").Values("light", "dark").Nillable(),
+		field.Enum("size").Values("S", "M"),
+		field.Bytes("sig"),
+		field.Bytes("avatar").Optional(),
+		field.JSON("settings"),
+		field.JSON("extra").Optional(),
+		field.Strings("tags"),
+		field.Ints("lucky").Optional(),
+		field.Int64s("friends"),
+		field.Float64s("coords").Nillable(),
+		field.Object("address", field.String("city"), field.String("zip").Optional(), field.String("country").Default("FR")),
+		field.Object("billing", field.String("vat")).Optional(),
+		field.Objects("lines", field.String("sku"), field.Int32("qty").Positive(),
+			field.Enum("unit").Values("piece", "kg").Default("piece")),
+		field.List("grid", field.List("", field.Int("").Max(9))).Optional(),
+		field.Map("stock", field.Int64("")),
+		field.Map("attrs", field.Object("", field.String("value").MaxLen(4), field.Time("at").Optional())).Optional(),
+	}
+	v2 := append(slices.Clone(v1[:len(v1)-6]),
+		field.String("channel").Optional(),
+		field.Object("address", field.String("city"), field.String("zip").Optional(), field.String("country").Default("FR"),
+			field.String("street").Optional()),
+		field.Object("billing", field.String("vat")).Optional(),
+		field.Objects("lines", field.String("sku"), field.Int32("qty").Positive(),
+			field.Enum("unit").Values("piece", "kg").Default("piece"), field.Float64("discount").Optional()),
+		field.List("grid", field.List("", field.Int("").Max(9))).Optional(),
+		field.Map("stock", field.Int64("")),
+		field.Map("attrs", field.Object("", field.String("value").MaxLen(4), field.Time("at").Optional(),
+			field.Bool("shown").Default(true))).Optional(),
+	)
+	return []events.Version{events.V(1, v1...), events.V(2, v2...)}
 }
