@@ -122,7 +122,9 @@ func (n node) enum() []any {
 
 // isMap: an object without declared fields, whose values are
 // additionalProperties.
-func (n node) isMap() bool { return n.is("object") && n.props() == nil && n.sub("additionalProperties") != nil }
+func (n node) isMap() bool {
+	return n.is("object") && n.props() == nil && n.sub("additionalProperties") != nil
+}
 
 func sortedKeys(m map[string]any) []string {
 	keys := make([]string, 0, len(m))
