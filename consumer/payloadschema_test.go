@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,6 +19,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/schematest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/outboxtest"
 )
 
 // testentContract is where go generate published internal/testent's
@@ -211,5 +214,66 @@ func collectKinds(n map[string]any, kinds map[string]bool) {
 	}
 	if items, ok := n["items"].(map[string]any); ok {
 		collectKinds(items, kinds)
+	}
+}
+
+// What the published schema refuses reaches the dead letters through a
+// handler set, its reason naming the field (a missing number, null, a key
+// in another case, "" for a default, a UUID without dashes, at any depth);
+// what it accepts is handled, read as the schema reads it (1.0 and 5e2 as
+// integers, keys no version declares ignored).
+func TestSchemaRefusalsAreDeadLetteredWithTheirField(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	var calls atomic.Int64
+	var got []testent.OrderPaid
+	h := testent.NewOutboxHandlers(b.client, fast()...)
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+		got = append(got, *e)
+		return invoiceHandler(&calls)(ctx, tx, e, m)
+	})
+	h.OnAllKinds("billing", func(context.Context, *testent.Tx, *testent.AllKinds, events.Meta) error { return nil })
+	sample := schematest.Load(t, filepath.Join(testentContract, "schemas", "all.kinds.v2.json"))
+	kinds := func(change func(map[string]any)) string {
+		b, err := json.Marshal(schematest.Sample(sample.Doc))
+		require.NoError(t, err)
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(b, &p))
+		change(p)
+		b, err = json.Marshal(p)
+		require.NoError(t, err)
+		return string(b)
+	}
+	refused := map[string]struct{ event, payload, reason string }{
+		"missing": {"order.paid", `{"order_id": 1}`, `field "amount_cents" is missing`},
+		"null":    {"order.paid", `{"order_id": 2, "amount_cents": null}`, `field "amount_cents" is null`},
+		"case":    {"order.paid", `{"order_id": 3, "Amount_Cents": 5}`, `field "amount_cents" is missing`},
+		"empty":   {"order.paid", `{"order_id": 4, "amount_cents": 5, "currency": ""}`, `field "currency" value "" is not one of ["EUR","USD"]`},
+		"uuid": {"all.kinds", kinds(func(p map[string]any) { p["id"] = "6f1c2a8e1d2b4c3d9e4f5a6b7c8d9e0f" }),
+			`field "id" "6f1c2a8e1d2b4c3d9e4f5a6b7c8d9e0f" is not a UUID in its canonical form`},
+		"nested": {"all.kinds", kinds(func(p map[string]any) { p["lines"].([]any)[0].(map[string]any)["qty"] = "1" }),
+			`field "lines[0].qty" is a string, want integer`},
+		"map": {"all.kinds", kinds(func(p map[string]any) { p["attrs"].(map[string]any)["k1"].(map[string]any)["value"] = nil }),
+			`field "attrs[\"k1\"].value" is null`},
+	}
+	for id, c := range refused {
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 9, AmountCents: 9}, id)
+		msg.Metadata.Set(events.MetaEventName, c.event)
+		msg.Payload = []byte(c.payload)
+		require.NoError(t, h.Handle(ctx, "billing", msg))
+	}
+	accepted := outboxtest.Message(t, testent.OrderPaid{OrderID: 9, AmountCents: 9}, "accepted")
+	accepted.Payload = []byte(`{"order_id": 7.0, "amount_cents": 5e2, "note": {"deep": [null]}, "CURRENCY": "USD"}`)
+	require.NoError(t, h.Handle(ctx, "billing", accepted))
+	require.Equal(t, []testent.OrderPaid{{OrderID: 7, AmountCents: 500, Currency: "EUR"}}, got)
+
+	reasons := map[string]string{}
+	for _, dl := range b.client.DeadLetter.Query().AllX(ctx) {
+		reasons[dl.AggregateID] = dl.Reason
+	}
+	require.Len(t, reasons, len(refused))
+	for id, c := range refused {
+		require.Contains(t, reasons[id], c.reason, id)
 	}
 }
