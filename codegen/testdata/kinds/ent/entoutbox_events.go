@@ -125,6 +125,11 @@ func (e *ProfileUpdated) outboxSetDefaults() {
 	}
 }
 
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *ProfileUpdated) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *ProfileUpdated) outboxPrefill() {

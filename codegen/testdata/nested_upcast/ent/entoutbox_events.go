@@ -78,6 +78,19 @@ func (CartChangedV2) OutboxEvent() (name string, version int) {
 	return "cart.changed", 2
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChangedV2) outboxSetDefaults() {
+	for i1 := range e.Lines {
+		e.Lines[i1].outboxSetDefaults()
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *CartChangedV2) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // CartChangedV2Line is field "lines[]" of version 2 of event "cart.changed".
 type CartChangedV2Line struct {
 	Sku      string `json:"sku"`
@@ -93,6 +106,14 @@ func (e *CartChangedV2Line) Validate() error {
 		return &events.ValidationError{Event: "cart.changed", Version: 2, Field: "sku", Reason: "is required"}
 	}
 	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *CartChangedV2Line) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
 }
 
 // CartChanged is the payload of version 3 of event "cart.changed", the version producers emit.
@@ -126,6 +147,11 @@ func (e *CartChanged) outboxSetDefaults() {
 		e.Lines[i1].outboxSetDefaults()
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *CartChanged) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // CartChangedLine is field "lines[]" of version 3 of event "cart.changed".
 type CartChangedLine struct {

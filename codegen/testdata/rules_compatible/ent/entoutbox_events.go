@@ -57,6 +57,11 @@ func (e *FieldAddOptional) outboxSetDefaults() {
 	}
 }
 
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *FieldAddOptional) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
 func (e *FieldAddOptional) outboxPrefill() {
@@ -637,6 +642,19 @@ func (DefaultChangeV1) OutboxEvent() (name string, version int) {
 	return "default_change", 1
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *DefaultChangeV1) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *DefaultChangeV1) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // DefaultChange is the payload of version 2 of event "default_change", the version producers emit.
 type DefaultChange struct {
 	ID       int64  `json:"id"`
@@ -661,6 +679,11 @@ func (e *DefaultChange) outboxSetDefaults() {
 		e.Currency = "USD"
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *DefaultChange) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.

@@ -86,6 +86,12 @@ var outboxEventTypes = []consumer.EventType{
 //go:embed entoutbox/schemas/bounds_tighten.v2.json
 //go:embed entoutbox/schemas/default_change.v1.json
 //go:embed entoutbox/schemas/default_change.v2.json
+//go:embed entoutbox/schemas/field_kind_same_wire.v1.json
+//go:embed entoutbox/schemas/field_kind_same_wire.v2.json
+//go:embed entoutbox/schemas/field_kind_widen.v1.json
+//go:embed entoutbox/schemas/field_kind_widen.v2.json
+//go:embed entoutbox/schemas/field_kind_to_float.v1.json
+//go:embed entoutbox/schemas/field_kind_to_float.v2.json
 //go:embed entoutbox/schemas/drafted.v1.json
 //go:embed entoutbox/schemas/drafted.v2.json
 var outboxSchemaFiles embed.FS
@@ -767,17 +773,28 @@ func (h *OutboxHandlers) OnFieldKindSameWireBatch(consumerName string, fn FieldK
 	}
 }
 
-// outboxDecodeFieldKindSameWire turns a payload of any declared version into the latest.
+// outboxFieldKindSameWireSchemas are the schemas of the versions of "field_kind_same_wire", from version 1.
+var outboxFieldKindSameWireSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v1.json", "field_kind_same_wire", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v2.json", "field_kind_same_wire", 2),
+}
+
+// outboxDecodeFieldKindSameWire turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeFieldKindSameWire(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_same_wire", version, 2)
 	}
 	e := &FieldKindSameWire{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_same_wire", version, err)
+	if err := outboxFieldKindSameWireSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -854,17 +871,28 @@ func (h *OutboxHandlers) OnFieldKindWidenBatch(consumerName string, fn FieldKind
 	}
 }
 
-// outboxDecodeFieldKindWiden turns a payload of any declared version into the latest.
+// outboxFieldKindWidenSchemas are the schemas of the versions of "field_kind_widen", from version 1.
+var outboxFieldKindWidenSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v1.json", "field_kind_widen", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v2.json", "field_kind_widen", 2),
+}
+
+// outboxDecodeFieldKindWiden turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeFieldKindWiden(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_widen", version, 2)
 	}
 	e := &FieldKindWiden{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_widen", version, err)
+	if err := outboxFieldKindWidenSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }
@@ -941,17 +969,28 @@ func (h *OutboxHandlers) OnFieldKindToFloatBatch(consumerName string, fn FieldKi
 	}
 }
 
-// outboxDecodeFieldKindToFloat turns a payload of any declared version into the latest.
+// outboxFieldKindToFloatSchemas are the schemas of the versions of "field_kind_to_float", from version 1.
+var outboxFieldKindToFloatSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v1.json", "field_kind_to_float", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v2.json", "field_kind_to_float", 2),
+}
+
+// outboxDecodeFieldKindToFloat turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
 func outboxDecodeFieldKindToFloat(version int, payload []byte) (any, error) {
 	if version < 1 || version > 2 {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_to_float", version, 2)
 	}
 	e := &FieldKindToFloat{}
-	if err := json.Unmarshal(payload, e); err != nil {
-		return nil, fmt.Errorf("decoding %q version %d payload: %w", "field_kind_to_float", version, err)
+	if err := outboxFieldKindToFloatSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
-	if err := e.Validate(); err != nil {
-		return nil, consumer.InvalidPayload(version, 2, err)
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
 	}
 	return e, nil
 }

@@ -55,6 +55,19 @@ func (PriceChangedV2) OutboxEvent() (name string, version int) {
 	return "price.changed", 2
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *PriceChangedV2) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *PriceChangedV2) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // PriceChanged is the payload of version 3 of event "price.changed", the version producers emit.
 type PriceChanged struct {
 	Sku      string  `json:"sku"`
@@ -83,6 +96,11 @@ func (e *PriceChanged) outboxSetDefaults() {
 		e.Currency = "EUR"
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *PriceChanged) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.

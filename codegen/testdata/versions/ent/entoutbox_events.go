@@ -49,6 +49,19 @@ func (OrderPaidV2) OutboxEvent() (name string, version int) {
 	return "order.paid", 2
 }
 
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *OrderPaidV2) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *OrderPaidV2) OutboxSetDefaults() { e.outboxSetDefaults() }
+
 // OrderPaid is the payload of version 3 of event "order.paid", the version producers emit.
 type OrderPaid struct {
 	OrderID      int64  `json:"order_id"`
@@ -75,6 +88,11 @@ func (e *OrderPaid) outboxSetDefaults() {
 		e.Currency = "EUR"
 	}
 }
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *OrderPaid) OutboxSetDefaults() { e.outboxSetDefaults() }
 
 // outboxPrefill sets every declared default before a payload is decoded
 // into e, so that fields an older version lacks get them.
