@@ -106,6 +106,16 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 			func() error {
 				return tx.Outbox.EmitShipmentBooked(ctx, "s-1", testent.ShipmentBooked{OrderID: 5, Carrier: "ups", Service: "express"})
 			},
+			func() error {
+				nick, ref, theme := "ada", int64(-7), "dark"
+				return tx.Outbox.EmitAllKinds(ctx, "k-1", testent.AllKinds{S: "été", Nick: &nick, B: true, I: 150, I32: 1,
+					I64: -1 << 63, Ref: &ref, F: -1000.5, Ratio: 0.5, At: time.Now(), DeletedAt: &deleted, ID: uuid.New(),
+					Size: "M", Sig: []byte{}, Avatar: []byte{0xff}, Settings: json.RawMessage(`{"a":[1,null]}`), Theme: &theme,
+					Tags: []string{}, Lucky: []int{7}, Friends: []int64{1 << 62}, Coords: []float64{1.5}, Channel: "web",
+					Address: testent.AllKindsAddress{City: "Lyon"}, Billing: &testent.AllKindsBilling{Vat: "FR1"},
+					Lines: []testent.AllKindsLine{{Sku: "a", Qty: 2}}, Grid: [][]int{{9}}, Stock: map[string]int64{},
+					Attrs: map[string]testent.AllKindsAttr{"k": {Value: "ünï", At: time.Now()}}})
+			},
 		} {
 			if err := emit(); err != nil {
 				return err
@@ -128,7 +138,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		n++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 9, n)
+	require.Equal(t, 10, n)
 
 	// Older versions, as rows written before a deploy carry them.
 	for _, p := range []events.Payload{
@@ -140,6 +150,9 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		testent.OrderPlacedV1{OrderID: 1, Lines: []testent.OrderPlacedV1Line{{Sku: "a", Qty: 1}},
 			Address: testent.OrderPlacedV1Address{Street: "s", City: "c"}},
 		testent.ShipmentBookedV1{OrderID: 1, Carrier: "ups"},
+		testent.AllKindsV1{S: "s", At: time.Now(), ID: uuid.New(), Size: "S", Sig: []byte{1}, Settings: json.RawMessage(`null`),
+			Tags: []string{"t"}, Friends: []int64{}, Address: testent.AllKindsV1Address{City: "c"},
+			Lines: []testent.AllKindsV1Line{}, Stock: map[string]int64{"x": 1}},
 	} {
 		msg := outboxtest.Message(t, p, "agg-1")
 		name, version := p.OutboxEvent()
