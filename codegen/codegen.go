@@ -40,6 +40,18 @@
 // outbox_handlers.go) are removed after a successful generation when that
 // header, or ent's with an import of package events, says they are ours.
 //
+// It also writes the contract for other teams into the ent package's
+// entoutbox directory: a JSON Schema (2020-12) per event version and an
+// AsyncAPI document. The contract and the generated code mean the same:
+// the handlers embed the schema files and accept exactly what the schema
+// of a payload's version accepts (every required key, null only where it
+// is taken, keys in their exact case, UUIDs, times and base64 in the form
+// the schema's patterns give), refusing the rest into the dead letters
+// with the path of each field. Objects are open at every depth: a key a
+// version does not declare is allowed and ignored, so that a step the lock
+// records forward compatible lets consumers of the older version, in Go or
+// validating with its schema, read the newer payloads.
+//
 // Errors start with "entoutbox: ", as does the refusal, which the user's
 // entc.go prints among ent's messages: "codegen" would not say which
 // generator refused. So do the errors the generated code makes itself (an
