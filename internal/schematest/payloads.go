@@ -479,16 +479,37 @@ func valueChanges(n node) []change {
 	return out
 }
 
-// other is a value of another JSON text than v, among those that replace
-// one of schema n.
+// other is a value of the same JSON kind as v, of another text, among
+// those that replace one of schema n (or, failing that, of another kind):
+// a key in another case holding it would be misread silently.
 func other(n node, v any) any {
 	was, _ := json.Marshal(v)
+	var fallback any = "other"
 	for _, c := range valueChanges(n) {
-		if b, _ := json.Marshal(c.value); !c.beyondJS && !bytes.Equal(b, was) {
+		b, _ := json.Marshal(c.value)
+		if c.beyondJS || bytes.Equal(b, was) {
+			continue
+		}
+		if jsonKind(b) == jsonKind(was) {
 			return c.value
 		}
+		fallback = c.value
 	}
-	return "other"
+	return fallback
+}
+
+func jsonKind(b []byte) byte {
+	if len(b) == 0 {
+		return 0
+	}
+	switch c := b[0]; {
+	case c == '-' || c >= '0' && c <= '9':
+		return '0'
+	case c == 't' || c == 'f':
+		return 't'
+	default:
+		return c
+	}
 }
 
 func deepCopy(v any) any {
