@@ -1725,12 +1725,14 @@ func (e *AllKindsAttr) UnmarshalJSON(b []byte) error {
 // EmitAllKinds writes event "all.kinds" (version 2, topic
 // "samples") about the Sample aggregateID to the outbox, in the
 // transaction c belongs to. The event is relayed only after the transaction
-// commits; if the transaction rolls back, so does the event.
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
 // transaction, and with an *events.ValidationError naming the field when e
-// breaks its declaration, or the header or aggregate id that no broker can
-// carry (see events.CheckHeader); none sends anything to the database.
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
 //
 // Consumers of version 1 and later read what it writes.
@@ -1738,7 +1740,7 @@ func (e *AllKindsAttr) UnmarshalJSON(b []byte) error {
 // (held back while consumers are deployed), when consumers of version 2
 // read the same event from it (else *events.LossError names the field); another
 // n fails with events.ErrVersionNotWritable.
-func (c *OutboxClient) EmitAllKinds(ctx context.Context, aggregateID string, e AllKinds, opts ...events.EmitOption) error {
+func (c *OutboxClient) EmitAllKinds(ctx context.Context, aggregateID events.AggregateID, e AllKinds, opts ...events.EmitOption) error {
 	e.outboxSetDefaults()
 	if err := e.Validate(); err != nil {
 		return err
@@ -1755,12 +1757,16 @@ func (c *OutboxClient) EmitAllKinds(ctx context.Context, aggregateID string, e A
 		}
 		version = cfg.Version
 	}
+	id, err := outbox.AggregateIDOf("all.kinds", version, aggregateID)
+	if err != nil {
+		return err
+	}
 	return c.outboxEmit(ctx, outbox.Event{
 		Name:          "all.kinds",
 		Version:       version,
 		Topic:         "samples",
 		AggregateType: "Sample",
-		AggregateID:   aggregateID,
+		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
 	}, cfg)
