@@ -69,9 +69,12 @@
 //	go r.Run(ctx)
 //
 // The relay's topic prefix (relay.Config.TopicPrefix) and the consumers'
-// (consumer.WithTopicPrefix) must match. README.md has the full guide:
-// field kinds, options, what Emit and the handlers guarantee, the relay's
-// flags. examples/orders runs the whole path.
+// (consumer.WithTopicPrefix) must match. docs/getting-started.md goes from
+// an empty folder to a first handled event. README.md is the guide: field
+// kinds, options, what Emit and the handlers guarantee; docs/operations.md
+// runs it (the relay's flags, status, dead letters, metrics) and
+// docs/reference.md holds every setting and rule. examples/orders runs the
+// whole path.
 //
 // # Packages
 //

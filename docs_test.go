@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 
@@ -149,4 +154,253 @@ func goCommand(t *testing.T, dir string, args ...string) []byte {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Run(), "go %s in the page's module:\n%s", strings.Join(args, " "), out.Bytes())
 	return out.Bytes()
+}
+
+// guidePages are the pages whose Go blocks TestGuideSnippetsCompile builds.
+var guidePages = []string{"README.md", "docs/operations.md", "docs/reference.md"}
+
+// preludes are what a fragment marked "go: body NAME" or "go: decl NAME"
+// compiles with: the imports it may use and the variables it finds in
+// scope. The examples' ent package stands in for the reader's.
+var preludes = map[string]struct{ imports, decls string }{
+	"orders": {
+		imports: `
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"entgo.io/ent/entc"
+	"entgo.io/ent/entc/gen"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/codegen"
+	"github.com/entoutbox/entoutbox/console"
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/examples/orders/ent"
+	"github.com/entoutbox/entoutbox/examples/orders/orderevents"
+	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/outboxtest"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/tracing"
+`,
+		decls: `
+var (
+	ctx    context.Context
+	client *ent.Client
+	tx     *ent.Tx
+	db     *sql.DB
+	b      broker.Broker
+	router *message.Router
+	h      *ent.OutboxHandlers
+	t      *testing.T
+	mux    *http.ServeMux
+	logger watermill.LoggerAdapter
+)
+`,
+	},
+}
+
+// TestGuideSnippetsCompile builds every Go block of the guide's pages: each
+// one is marked with what it is (see package mdcode), so that a snippet
+// that stops compiling fails here, at its page's line. Fragments compile
+// with a prelude, where a variable declared and not used, or an import of
+// the prelude a fragment does not use, is not an error.
+func TestGuideSnippetsCompile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	newModule(t, dir, "example.com/snippets")
+	snippets := 0
+	for _, name := range guidePages {
+		p := readPage(t, name)
+		for _, blk := range p.blocks {
+			where := fmt.Sprintf("%s:%d", p.name, blk.Line)
+			if blk.Lang == "" {
+				t.Errorf("%s: a code block without a language; say what it is (go, sh, sql, json, text)", where)
+				continue
+			}
+			if blk.Lang != "go" {
+				continue
+			}
+			m := blk.Marker
+			if m == nil {
+				t.Errorf("%s: a Go block without a marker: put <!-- go: file -->, <!-- go: body orders -->, <!-- go: decl orders --> or <!-- not compiled: why --> on the line before it", where)
+				continue
+			}
+			if m.Kind == "not compiled" {
+				continue
+			}
+			if m.Kind != "go" {
+				t.Errorf("%s: marker %q does not belong on a guide page", where, m.Kind)
+				continue
+			}
+			src, err := snippetFile(p.name, blk)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			pkg := filepath.Join(dir, fmt.Sprintf("%s_%d", strings.NewReplacer("/", "_", ".", "_").Replace(p.name), blk.Line))
+			require.NoError(t, os.MkdirAll(pkg, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(pkg, "snippet.go"), []byte(src), 0o644))
+			if kind, name, _ := strings.Cut(m.Arg, " "); kind != "file" {
+				pre := preludes[name]
+				prelude := "package snippet\n\nimport (" + pre.imports + ")\n" + pre.decls
+				require.NoError(t, os.WriteFile(filepath.Join(pkg, "prelude.go"), []byte(prelude), 0o644))
+			}
+			snippets++
+		}
+	}
+	require.NotZero(t, snippets)
+
+	cmd := exec.Command("go", "build", "-gcflags=-e", "./...")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"), "GOWORK=off")
+	out, _ := cmd.CombinedOutput()
+	var failures []string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case line == "", strings.HasPrefix(line, "# "),
+			strings.Contains(line, "declared and not used"), strings.Contains(line, "imported and not used"):
+		default:
+			failures = append(failures, line)
+		}
+	}
+	require.Empty(t, failures, "the guide's Go blocks do not compile:\n%s", strings.Join(failures, "\n"))
+}
+
+// snippetFile is the Go file a marked block compiles as; a //line comment
+// makes the compiler name the page's lines.
+func snippetFile(page string, blk mdcode.Block) (string, error) {
+	kind, name, _ := strings.Cut(blk.Marker.Arg, " ")
+	at := fmt.Sprintf("//line %s:%d\n", page, blk.Line)
+	if kind == "file" {
+		return at + blk.Text, nil
+	}
+	pre, ok := preludes[name]
+	if !ok {
+		return "", fmt.Errorf("no prelude %q (the test's preludes say what a fragment compiles with)", name)
+	}
+	if kind == "decl" {
+		return "package snippet\n\n" + at + blk.Text, nil
+	}
+	// A body may start with imports of its own: they join the prelude's.
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package snippet\n"+blk.Text, parser.ImportsOnly)
+	if err != nil {
+		return "", fmt.Errorf("reading the block's imports: %v", err)
+	}
+	imports, body := pre.imports, blk.Text
+	if len(f.Imports) > 0 {
+		var own strings.Builder
+		for _, spec := range f.Imports {
+			switch {
+			case spec.Name != nil:
+				own.WriteString("\t" + spec.Name.Name + " " + spec.Path.Value + "\n")
+			case !strings.Contains(pre.imports, "\t"+spec.Path.Value+"\n"):
+				own.WriteString("\t" + spec.Path.Value + "\n")
+			}
+		}
+		imports += own.String()
+		end := int(f.Decls[len(f.Decls)-1].End()) - 1 - len("package snippet\n")
+		lines := strings.Count(blk.Text[:end], "\n")
+		body = strings.Repeat("\n", lines) + blk.Text[end:]
+	}
+	return "package snippet\n\nimport (" + imports + ")\n\nfunc _() error {\n" + at + body + "\treturn nil\n}\n", nil
+}
+
+// TestDocLinks checks the links between the repository's pages: every
+// relative link names a file that exists and, with a #fragment, a heading
+// of that page.
+func TestDocLinks(t *testing.T) {
+	pages, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	pages = append(pages, "README.md", "deploy/README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, name := range pages {
+		p := readPage(t, filepath.ToSlash(name))
+		for n, line := range strings.Split(withoutCode(p.text), "\n") {
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				file, fragment, _ := strings.Cut(target, "#")
+				path := name
+				if file != "" {
+					path = filepath.Join(filepath.Dir(name), filepath.FromSlash(file))
+				}
+				where := fmt.Sprintf("%s:%d: link %s", name, n+1, target)
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s: %v", where, err)
+					continue
+				}
+				if fragment == "" {
+					continue
+				}
+				text, err := os.ReadFile(path)
+				require.NoError(t, err)
+				if !slices.Contains(headingAnchors(string(text)), fragment) {
+					t.Errorf("%s: %s has no heading #%s", where, path, fragment)
+				}
+			}
+		}
+	}
+}
+
+// withoutCode blanks the lines of code blocks, keeping the line count.
+func withoutCode(text string) string {
+	lines := strings.Split(text, "\n")
+	in := ""
+	for i, l := range lines {
+		trimmed := strings.TrimLeft(l, " ")
+		if in == "" && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")) {
+			in = trimmed[:3]
+			lines[i] = ""
+			continue
+		}
+		if in != "" {
+			if strings.HasPrefix(trimmed, in) {
+				in = ""
+			}
+			lines[i] = ""
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// headingAnchors are the anchors GitHub gives a page's headings.
+func headingAnchors(text string) []string {
+	var anchors []string
+	seen := map[string]int{}
+	for _, line := range strings.Split(withoutCode(text), "\n") {
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if !ok || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		var slug strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(title)) {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		a := slug.String()
+		if n := seen[a]; n > 0 {
+			anchors = append(anchors, fmt.Sprintf("%s-%d", a, n))
+		} else {
+			anchors = append(anchors, a)
+		}
+		seen[a]++
+	}
+	return anchors
 }

@@ -19,7 +19,7 @@ import (
 // LockFile is the name of the lock go generate writes into the ent package,
 // next to the generated code: the wire shape of every event version it
 // generated, to be committed. A version the lock holds as released may not
-// change its shape; see the rules table in the README.
+// change its shape; see the rules table in docs/reference.md.
 const LockFile = "entoutbox.lock.json"
 
 // lockFormat is the version of the lock's own layout.

@@ -8,7 +8,7 @@ import (
 	"github.com/entoutbox/entoutbox/events/field"
 )
 
-// The rule ids, as the refusals and the README's table name them (in the
+// The rule ids, as the refusals and the reference's table name them (in the
 // manner of buf breaking's rule ids).
 const (
 	RuleFieldAddOptional    = "FIELD_ADD_OPTIONAL"
@@ -61,7 +61,7 @@ type Rule struct {
 	Case   string // the golden case under codegen/testdata that shows it
 }
 
-// Rules is the compatibility table, in the README's order.
+// Rules is the compatibility table, in docs/reference.md's order.
 var Rules = []Rule{
 	{RuleFieldAddOptional, "a field is added, optional or with a default", LevelFull,
 		"fills it in from its default (or leaves it absent) on older payloads", "rules_compatible"},
@@ -369,7 +369,7 @@ func checkNameReuse(where string, e *Event, fail func(string, ...any)) {
 	}
 }
 
-// RulesTable renders Rules as the README's Markdown table.
+// RulesTable renders Rules as docs/reference.md's Markdown table.
 func RulesTable() string {
 	var b strings.Builder
 	b.WriteString("| rule | change | level | the generator | golden case |\n| --- | --- | --- | --- | --- |\n")

@@ -166,11 +166,12 @@ func TestEveryRuleHasAGoldenCase(t *testing.T) {
 	}
 }
 
-// TestReadmeHasTheRulesTable keeps the README's table the same as Rules.
-func TestReadmeHasTheRulesTable(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+// TestReferenceHasTheRulesTable keeps the reference's table the same as
+// Rules.
+func TestReferenceHasTheRulesTable(t *testing.T) {
+	reference, err := os.ReadFile(filepath.Join("..", "docs", "reference.md"))
 	require.NoError(t, err)
-	require.True(t, strings.Contains(string(readme), RulesTable()), "README.md must hold the rules table as codegen.RulesTable renders it:\n%s", RulesTable())
+	require.True(t, strings.Contains(string(reference), RulesTable()), "docs/reference.md must hold the rules table as codegen.RulesTable renders it:\n%s", RulesTable())
 }
 
 // TestReadLockRefusesWhatItCannotRead: a lock that does not parse, or of a

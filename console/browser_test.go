@@ -268,7 +268,7 @@ func TestBrowserActionWithoutCSRFIsRefused(t *testing.T) {
 	assert.Equal(t, admin.StateOpen, e.reload(t, d.ID).State())
 }
 
-// The README's screenshots: go test ./console -run Screenshots -update-screenshots
+// The screenshots of docs/operations.md: go test ./console -run Screenshots -update-screenshots
 // rewrites them; otherwise they are taken and thrown away.
 func TestScreenshots(t *testing.T) {
 	e := setup(t, console.Config{Refresh: -1})

@@ -18,7 +18,7 @@ import (
 )
 
 // TestSearchQueryPlans checks which index serves each of the console's
-// queries on a table of delivered rows, as the README states. Set
+// queries on a table of delivered rows, as docs/operations.md states. Set
 // CONSOLE_PLAN_ROWS (say 2000000) to time them on a bigger table.
 func TestSearchQueryPlans(t *testing.T) {
 	t.Parallel()

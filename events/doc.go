@@ -45,7 +45,7 @@
 //
 //	events.V(3, field.Int64("order_id"), field.String("note").Optional()).Draft()
 //
-// Remove Draft to release it. The README's rules table says which changes
+// Remove Draft to release it. The rules table of docs/reference.md says which changes
 // between consecutive versions are backward or forward compatible, which
 // need an Upcaster and which are refused.
 //
