@@ -12,6 +12,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
+	"github.com/entoutbox/entoutbox/relay/internal/walpath"
 )
 
 // Path is how the relay reads committed rows.
@@ -63,8 +64,8 @@ type Relay struct {
 	tracer *tracing.Tracer
 	// fast is the fast path's source while it runs.
 	fast atomic.Pointer[fastSource]
-	// wal is the WAL path's status while it runs.
-	wal atomic.Pointer[walState]
+	// wal is the WAL path's source while it runs.
+	wal atomic.Pointer[walpath.Source]
 	// hooks go to its fast source and its WAL source; zero outside this
 	// package's tests.
 	hooks testHooks

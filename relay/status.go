@@ -130,3 +130,18 @@ func ReadPendingByTopic(ctx context.Context, db *sql.DB, table string) ([]TopicP
 	}
 	return out, nil
 }
+
+// ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable
+// when empty): those that ever streamed it, from its progress table,
+// whatever their publication is named.
+func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, error) {
+	slots, err := outboxdb.ReadSlots(ctx, db, outboxdb.New(table, ""))
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	var out []WALSlot
+	for _, s := range slots {
+		out = append(out, WALSlot(s))
+	}
+	return out, nil
+}

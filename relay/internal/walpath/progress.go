@@ -1,4 +1,4 @@
-package relay
+package walpath
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
 // recordSlotCreated stores the snapshot a new slot exported as the slot's
 // start, and forgets what was delivered through an earlier slot of the
 // name, once it is marked delivered.
-func (w *walSource) recordSlotCreated(ctx context.Context, snapshotName string) error {
+func (w *Source) recordSlotCreated(ctx context.Context, snapshotName string) error {
 	tx, err := w.cfg.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return err
@@ -70,20 +70,20 @@ func (w *walSource) recordSlotCreated(ctx context.Context, snapshotName string) 
 	snap = normalSnapshot(snap)
 	// What an earlier slot of the name delivered is marked so before it is
 	// forgotten: the new slot's start would take it for pending, and send
-	// it again (see wal_catchup.go).
+	// it again (see catchup.go).
 	t := outboxdb.New(w.cfg.Table, "")
 	ptx, err := w.cfg.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = ptx.Rollback() }()
-	if _, err := t.MarkWALDelivered(ctx, ptx, w.cfg.WAL.Slot); err != nil {
+	if _, err := t.MarkWALDelivered(ctx, ptx, w.cfg.Slot); err != nil {
 		return err
 	}
 	_, err = ptx.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.WALProgress())+`
 		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
 		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
-			updated_at = now()`, w.cfg.WAL.Slot, snap)
+			updated_at = now()`, w.cfg.Slot, snap)
 	if err != nil {
 		return err
 	}
@@ -109,8 +109,8 @@ func normalSnapshot(s string) string {
 
 // recordWALProgress stores, every ProgressInterval while the relay streams
 // and delivers, a snapshot whose transactions are all delivered.
-func (w *walSource) recordWALProgress(ctx context.Context, stat *walState) {
-	t := time.NewTicker(w.cfg.WAL.ProgressInterval)
+func (w *Source) recordWALProgress(ctx context.Context, stat *walState) {
+	t := time.NewTicker(w.cfg.ProgressInterval)
 	defer t.Stop()
 	var (
 		candidate     string // a snapshot taken, stored once the position passes at
@@ -142,7 +142,7 @@ func (w *walSource) recordWALProgress(ctx context.Context, stat *walState) {
 		}
 		if err != nil && ctx.Err() == nil && !failing {
 			w.cfg.Logger.Error("Recording the delivered transactions failed; trying again", err,
-				watermill.LogFields{"slot": w.cfg.WAL.Slot})
+				watermill.LogFields{"slot": w.cfg.Slot})
 		}
 		failing = err != nil
 	}
@@ -162,30 +162,15 @@ func takeSnapshot(ctx context.Context, db *sql.DB) (string, pglogrepl.LSN, error
 	return snap, lsn, nil
 }
 
-func (w *walSource) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
+func (w *Source) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
 	_, err := w.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(w.cfg.Table, "").WALProgress())+`
 		(slot, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, $3::pg_lsn, now())
 		ON CONFLICT (slot) DO UPDATE SET delivered = EXCLUDED.delivered, confirmed_lsn = EXCLUDED.confirmed_lsn,
-			updated_at = now()`, w.cfg.WAL.Slot, snap, pos.String())
+			updated_at = now()`, w.cfg.Slot, snap, pos.String())
 	if err != nil {
 		return fmt.Errorf("relay: storing the delivered transactions: %w", err)
 	}
 	return nil
-}
-
-// ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable
-// when empty): those that ever streamed it, from its progress table,
-// whatever their publication is named.
-func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, error) {
-	slots, err := outboxdb.ReadSlots(ctx, db, outboxdb.New(table, ""))
-	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	var out []WALSlot
-	for _, s := range slots {
-		out = append(out, WALSlot(s))
-	}
-	return out, nil
 }
 
 // registerSlot makes the slot known to status before anything is
@@ -198,47 +183,4 @@ func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
 		return fmt.Errorf("relay: registering slot %q in %s: %w", slot, progress, err)
 	}
 	return nil
-}
-
-// Querier is what WALDelivered and WALDeliveredSQL read through: a
-// *sql.DB, a *sql.Tx, or an ent client or transaction.
-//
-// Deprecated: it serves only WALDelivered and WALDeliveredSQL, which are
-// deprecated.
-type Querier = outboxdb.Querier
-
-// WALDelivered tells whether the WAL read path delivered the outbox row id
-// of table (schema.OutboxTable when empty). Rows it delivered keep
-// delivered_at NULL: what tells them is the snapshots the WAL relay
-// recorded. False when no WAL relay ever ran on table.
-//
-// Deprecated: the relay's own bookkeeping, not for applications: admin's
-// retry and replay and the status read it for you. It stays for one
-// release.
-func WALDelivered(ctx context.Context, q Querier, table string, id int64) (bool, error) {
-	delivered, err := outboxdb.New(table, "").WALDelivered(ctx, q, id)
-	if err != nil {
-		return false, fmt.Errorf("relay: %w", err)
-	}
-	return delivered, nil
-}
-
-// WALDeliveredSQL returns, for the outbox table (schema.OutboxTable when
-// empty), a function giving the SQL condition that the row of alias (as
-// written in the query, e.g. "outbox_events" or "o") was delivered by the
-// WAL path; nil when no WAL relay ever ran on table. Its range on
-// transaction_id lets the (transaction_id, id) index serve it.
-//
-// Deprecated: the relay's own bookkeeping, not for applications: admin's
-// retry and replay and the status read it for you. It stays for one
-// release.
-func WALDeliveredSQL(ctx context.Context, q Querier, table string) (func(alias string) string, error) {
-	d, err := outboxdb.New(table, "").ReadDelivery(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	if !d.WAL() {
-		return nil, nil
-	}
-	return d.ByWAL, nil
 }

@@ -1,4 +1,4 @@
-package relay
+package walpath
 
 import "testing"
 

@@ -1,4 +1,4 @@
-package relay
+package walpath
 
 import (
 	"context"
@@ -54,9 +54,9 @@ func classifyWAL(err error) error {
 
 // replicationConfig is the replication connection's settings: ReplicationURL's,
 // or else those of DB's own connections, with replication=database.
-func (w *walSource) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
+func (w *Source) replicationConfig(ctx context.Context) (*pgconn.Config, error) {
 	var cfg *pgconn.Config
-	if u := w.cfg.WAL.ReplicationURL; u != "" {
+	if u := w.cfg.ReplicationURL; u != "" {
 		c, err := pgconn.ParseConfig(u)
 		if err != nil {
 			return nil, walFatal{fmt.Errorf("relay: Config.WAL.ReplicationURL: %w", err)}
@@ -91,8 +91,7 @@ func (w *walSource) replicationConfig(ctx context.Context) (*pgconn.Config, erro
 // walSession is one replication connection streaming the slot, and the
 // rows it read.
 type walSession struct {
-	src  *walSource
-	cfg  WALConfig
+	src  *Source
 	e    *engine.Engine
 	conn *pgconn.PgConn
 	w    *walWindow
@@ -105,7 +104,7 @@ type walSession struct {
 	out  *sync.WaitGroup // publishes and dead letters under way
 	stat *walState
 	// drain: next reports nothing more once every row of w is settled
-	// (the catch-up's batches, see wal_catchup.go), instead of waiting for
+	// (the catch-up's batches, see catchup.go), instead of waiting for
 	// the stream's next.
 	drain bool
 }
@@ -113,8 +112,8 @@ type walSession struct {
 // streamWAL runs one session: it connects, makes sure of the slot, streams
 // it until ctx ends or the connection fails, and returns why it ended
 // (nil when ctx ended).
-func (w *walSource) streamWAL(ctx context.Context, e *engine.Engine, stat *walState) error {
-	cfg := w.cfg.WAL
+func (w *Source) streamWAL(ctx context.Context, e *engine.Engine, stat *walState) error {
+	cfg := &w.cfg
 	pcfg, err := w.replicationConfig(ctx)
 	if err != nil {
 		return err
@@ -143,9 +142,9 @@ func (w *walSource) streamWAL(ctx context.Context, e *engine.Engine, stat *walSt
 		return fmt.Errorf("relay: reading the position of slot %q: %w", cfg.Slot, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &walSession{src: w, cfg: cfg, e: e, conn: conn, w: newWALWindow(confirmed),
+	s := &walSession{src: w, e: e, conn: conn, w: newWALWindow(confirmed),
 		relations: map[uint32]*walRelation{}, metrics: w.cfg.Metrics, ctx: sctx, out: &sync.WaitGroup{}, stat: stat}
-	stat.set(WALActive, confirmed, s.w)
+	stat.set(Active, confirmed, s.w)
 	w.cfg.Logger.Info("Streaming the replication slot", watermill.LogFields{"slot": cfg.Slot,
 		"publication": cfg.Publication, "confirmed": confirmed.String()})
 	dispatched := make(chan struct{})
@@ -163,7 +162,7 @@ func (w *walSource) streamWAL(ctx context.Context, e *engine.Engine, stat *walSt
 		// closes. (A failed connection is being closed by pgconn.)
 		_ = s.sendStatus(false)
 	}
-	stat.set(walStopped, s.w.position(), nil)
+	stat.set(Stopped, s.w.position(), nil)
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -190,7 +189,7 @@ func (s *walSession) read(ctx context.Context) error {
 			if err := s.sendStatus(false); err != nil {
 				return err
 			}
-			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+			nextStatus = time.Now().Add(s.src.cfg.StatusInterval)
 			continue
 		}
 		if !mayRead {
@@ -220,7 +219,7 @@ func (s *walSession) read(ctx context.Context) error {
 				if err := s.sendStatus(false); err != nil {
 					return err
 				}
-				nextStatus = time.Now().Add(s.cfg.StatusInterval)
+				nextStatus = time.Now().Add(s.src.cfg.StatusInterval)
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("relay: the replication stream ended: %w", pgconn.ErrorResponseToPgError(msg))
@@ -329,7 +328,7 @@ func (s *walSession) take(m pglogrepl.Message) error {
 func (s *walSession) relation(m *pglogrepl.RelationMessage) *walRelation {
 	if m.RelationName != s.src.cfg.Table {
 		s.src.cfg.Logger.Info("The publication holds another table; its rows are not relayed", watermill.LogFields{
-			"publication": s.cfg.Publication, "table": m.Namespace + "." + m.RelationName})
+			"publication": s.src.cfg.Publication, "table": m.Namespace + "." + m.RelationName})
 		return nil
 	}
 	rel := &walRelation{cols: map[string]int{}}
@@ -430,16 +429,16 @@ func (s *walSession) deadLetter(r *walRow, d engine.Decision) {
 		for failures := 1; ; failures++ {
 			err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.Reason, d.Attempts)
 			if err == nil {
-				engine.DeadLettered(s.metrics, s.src.cfg.Logger, string(PathWAL), s.cfg.Slot, &r.Row, d)
+				engine.DeadLettered(s.metrics, s.src.cfg.Logger, pathName, s.src.cfg.Slot, &r.Row, d)
 				s.settle(r)
 				return
 			}
 			if failures <= 3 {
 				s.src.cfg.Logger.Error("Moving a row to the dead letters failed; trying again", err,
-					watermill.LogFields{"event_id": r.EventID.String(), "relay": s.cfg.Slot})
+					watermill.LogFields{"event_id": r.EventID.String(), "relay": s.src.cfg.Slot})
 			}
 			select {
-			case <-time.After(s.src.cfg.backoff(failures)):
+			case <-time.After(s.src.cfg.Backoff(failures)):
 			case <-s.ctx.Done():
 				return // the next session reads it again
 			}
@@ -456,7 +455,7 @@ func (s *walSession) deadLetter(r *walRow, d engine.Decision) {
 // leaves the running ones a moment later): a move that finds nothing is
 // tried again once the transaction is visible, and only then is the row
 // taken for gone.
-func (w *walSource) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
+func (w *Source) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
 	t := outboxdb.New(w.cfg.Table, w.cfg.DeadLetterTable)
 	moved, err := t.MoveToDeadLetters(ctx, w.cfg.DB, row.ID, reason, attempts)
 	if err != nil || moved {
@@ -491,7 +490,7 @@ const walVisibleWait = 10 * time.Second
 
 // waitVisible waits until the transaction of row, committed in the stream,
 // is visible to a new snapshot of the database's connections.
-func (w *walSource) waitVisible(ctx context.Context, row *walRow) error {
+func (w *Source) waitVisible(ctx context.Context, row *walRow) error {
 	// The stream numbers transactions in 32 bits; the database compares
 	// them in 64 (with the epoch): widen it next to a recent one.
 	var next uint64
@@ -531,8 +530,8 @@ func fullXID(xid uint32, next uint64) uint64 {
 // ensureSlot creates the slot when absent, and records the boundary of
 // what it streams (see recordSlotCreated). Creating a slot waits for the
 // transactions running on the server to end.
-func (w *walSource) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
-	slot := w.cfg.WAL.Slot
+func (w *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
+	slot := w.cfg.Slot
 	var plugin, database string
 	err := w.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots
 		WHERE slot_name = $1`, slot).Scan(&plugin, &database)
@@ -552,8 +551,8 @@ func (w *walSource) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	}
 	w.cfg.Logger.Info("Creating the replication slot (this waits for the transactions running on the server to end)",
 		watermill.LogFields{"slot": slot})
-	if w.slotCreating != nil {
-		w.slotCreating()
+	if w.cfg.SlotCreating != nil {
+		w.cfg.SlotCreating()
 	}
 	// A stop asked for meanwhile waits, for a minute at most, until the
 	// slot exists and its start is recorded: a stop in between could leave

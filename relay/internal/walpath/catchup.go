@@ -1,4 +1,4 @@
-package relay
+package walpath
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func preSlotPending(d outboxdb.Delivery, o, snap string) string {
 // the session may go on to the stream's (false: it ended meanwhile).
 func (s *walSession) catchUp() bool {
 	src := s.src
-	slot := s.cfg.Slot
+	slot := s.src.cfg.Slot
 	var snap sql.NullString
 	tables := outboxdb.New(src.cfg.Table, "")
 	var d outboxdb.Delivery
@@ -121,7 +121,7 @@ func (s *walSession) catchUp() bool {
 // tells whether every one was acked or dead-lettered before the session
 // ended.
 func (s *walSession) sendBatch(rows []*walRow) bool {
-	b := &walSession{src: s.src, cfg: s.cfg, e: s.e, w: newWALWindow(0), metrics: s.metrics, ctx: s.ctx,
+	b := &walSession{src: s.src, e: s.e, w: newWALWindow(0), metrics: s.metrics, ctx: s.ctx,
 		out: s.out, stat: s.stat, drain: true}
 	b.w.beginTable()
 	for _, r := range rows {
@@ -141,7 +141,7 @@ func (s *walSession) sendBatch(rows []*walRow) bool {
 // readPreSlot reads, in id order, the next batch after id after of the
 // rows written before the start of the slot that exported snap: at most
 // BatchSize rows, and no more bytes than MaxBytesInFlight past the first.
-func (w *walSource) readPreSlot(ctx context.Context, d outboxdb.Delivery, snap string, after int64) ([]*walRow, error) {
+func (w *Source) readPreSlot(ctx context.Context, d outboxdb.Delivery, snap string, after int64) ([]*walRow, error) {
 	rs, err := w.cfg.DB.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
 			o.aggregate_type, o.aggregate_id, o.payload::text, o.headers::text, o.created_at, o.attempts,
 			coalesce(o.readable_from, 0), coalesce(o.aggregate_seq, 0)
@@ -194,7 +194,7 @@ func (s *walSession) untilDone(what string, fn func(context.Context) error) bool
 		}
 		if failures <= 3 {
 			s.src.cfg.Logger.Error("Sending the rows written before the replication slot's start: "+what+
-				" failed; trying again", err, watermill.LogFields{"slot": s.cfg.Slot})
+				" failed; trying again", err, watermill.LogFields{"slot": s.src.cfg.Slot})
 		}
 		if !sleepCtx(s.ctx, backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)) {
 			return false

@@ -1,4 +1,4 @@
-package relay
+package walpath
 
 import (
 	"context"
@@ -19,50 +19,62 @@ import (
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
-// runWAL runs the WAL path: its source, fed the relay's settings, hands
-// rows out to the engine.
-func (r *Relay) runWAL(ctx context.Context) error {
-	c := r.cfg
-	w := &walSource{cfg: walSettings{DB: c.DB, Table: c.Table, DeadLetterTable: c.DeadLetterTable, WAL: c.WAL,
-		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
-		CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(), Logger: c.Logger, Metrics: c.Metrics,
-		backoff: c.backoff}, stat: &walState{slot: c.WAL.Slot, role: WALConnecting}, slotCreating: r.hooks.slotCreating}
-	r.wal.Store(w.stat)
-	e := r.newEngine(c.Concurrency, c.walFailurePolicy())
-	defer e.Stop(c.CloseTimeout)
-	return w.run(ctx, e)
-}
+// pathName is the WAL path's name in the logs (the relay's PathWAL).
+const pathName = "wal"
 
-// walSettings is what the WAL path takes of the relay's settings.
-type walSettings struct {
+// Settings is what the WAL path takes of the relay's settings, the
+// defaults filled in.
+type Settings struct {
 	DB                     *sql.DB
 	Table, DeadLetterTable string
-	WAL                    WALConfig
-	Concurrency, BatchSize int
-	MaxBytesInFlight       int64
-	CloseTimeout           time.Duration
-	Attributes             engine.Attributes // what Config.CloudEvents adds to every message
-	Logger                 watermill.LoggerAdapter
-	Metrics                *metrics.Metrics
-	backoff                func(attempt int) time.Duration // of a failed move to the dead letters
+	// Slot, Publication, ReplicationURL, StatusInterval, StandbyRetry and
+	// ProgressInterval are the relay's Config.WAL ones.
+	Slot, Publication, ReplicationURL              string
+	StatusInterval, StandbyRetry, ProgressInterval time.Duration
+	Concurrency, BatchSize                         int
+	MaxBytesInFlight                               int64
+	CloseTimeout                                   time.Duration
+	Attributes                                     engine.Attributes // what the relay's CloudEvents adds to every message
+	Logger                                         watermill.LoggerAdapter
+	Metrics                                        *metrics.Metrics // nil when off
+	// Backoff spaces the tries of a failed move to the dead letters.
+	Backoff func(attempt int) time.Duration
+	// SlotCreating, when set (by the relay's tests), runs right before the
+	// source creates its slot.
+	SlotCreating func()
 }
 
-// walSource is the WAL read path: it streams the slot, one session at a
+// OutageCap bounds the WAL path's wait after a failure in an outage.
+const OutageCap = time.Second
+
+// Policy is the WAL path's failure policy: its outages back off by their
+// own count, up to OutageCap, since it holds the row in memory while it
+// waits and wants it out soon after the broker is back.
+func Policy(maxAttempts int, backoff func(attempt int) time.Duration) engine.Policy {
+	return engine.Policy{MaxAttempts: maxAttempts, Backoff: backoff, OutageCap: OutageCap}
+}
+
+// Source is the WAL read path: it streams the slot, one session at a
 // time, and hands the rows whose turn came to the engine. It knows of the
 // relay only the settings it was given.
-type walSource struct {
-	cfg  walSettings
-	stat *walState // what it does now, for Relay.WALStatus
-	// slotCreating, when set (by this package's tests), runs right before
-	// it creates its slot.
-	slotCreating func()
+type Source struct {
+	cfg  Settings
+	stat *walState // what it does now, for Status
 }
 
-// run streams the slot until ctx ends: one session at a time, a new one
+// New is the WAL source of cfg; Run starts it.
+func New(cfg Settings) *Source {
+	return &Source{cfg: cfg, stat: &walState{slot: cfg.Slot, role: Connecting}}
+}
+
+// Status is what the source does now.
+func (w *Source) Status() Status { return w.stat.status() }
+
+// Run streams the slot until ctx ends: one session at a time, a new one
 // after the connection is lost (from the slot's confirmed position), and
 // as a standby while another relay streams the slot.
-func (w *walSource) run(ctx context.Context, e *engine.Engine) error {
-	cfg := w.cfg.WAL
+func (w *Source) Run(ctx context.Context, e *engine.Engine) error {
+	cfg := &w.cfg
 	if err := w.ensurePublication(ctx); err != nil {
 		return err
 	}
@@ -81,7 +93,7 @@ func (w *walSource) run(ctx context.Context, e *engine.Engine) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.recordWALProgress(pctx, stat) }()
 	}
-	w.cfg.Logger.Info("Relay running", map[string]any{"path": PathWAL, "table": w.cfg.Table, "slot": cfg.Slot})
+	w.cfg.Logger.Info("Relay running", map[string]any{"path": pathName, "table": w.cfg.Table, "slot": cfg.Slot})
 	failures, standby := 0, false
 	for {
 		started := time.Now()
@@ -98,7 +110,7 @@ func (w *walSource) run(ctx context.Context, e *engine.Engine) error {
 				w.cfg.Logger.Info("Another relay streams the slot; waiting as a standby", watermill.LogFields{"slot": cfg.Slot})
 				standby = true
 			}
-			stat.set(WALStandby, 0, nil)
+			stat.set(Standby, 0, nil)
 			failures = 0
 			if !sleepCtx(ctx, cfg.StandbyRetry) {
 				return nil
@@ -117,7 +129,7 @@ func (w *walSource) run(ctx context.Context, e *engine.Engine) error {
 			w.cfg.Logger.Error("The replication stream failed; reconnecting", err,
 				watermill.LogFields{"slot": cfg.Slot, "retry_in": wait.String(), "failures": failures})
 		}
-		stat.set(WALConnecting, 0, nil)
+		stat.set(Connecting, 0, nil)
 		if !sleepCtx(ctx, wait) {
 			return nil
 		}
@@ -137,8 +149,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // ensurePublication creates the publication of the table's inserts when
 // absent, and refuses one that does not publish them.
-func (w *walSource) ensurePublication(ctx context.Context) error {
-	pubName, table := w.cfg.WAL.Publication, pgsql.QuoteIdent(w.cfg.Table)
+func (w *Source) ensurePublication(ctx context.Context) error {
+	pubName, table := w.cfg.Publication, pgsql.QuoteIdent(w.cfg.Table)
 	var exists, publishes bool
 	err := w.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
 		EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $1 AND p.pubinsert AND (p.puballtables OR EXISTS (
@@ -166,30 +178,32 @@ func (w *walSource) ensurePublication(ctx context.Context) error {
 	return nil
 }
 
-// WALRole is what a WAL relay does now.
-type WALRole string
+// Role is what a WAL source does now.
+type Role string
 
+// The roles, as the relay's WALRole names them.
 const (
-	// WALConnecting: opening the replication connection, or waiting to
-	// open it again after it failed.
-	WALConnecting WALRole = "connecting"
-	// WALActive: streaming the slot.
-	WALActive WALRole = "active"
-	// WALStandby: another session streams the slot; it tries to take it
+	// Connecting: opening the replication connection, or waiting to open
+	// it again after it failed.
+	Connecting Role = "connecting"
+	// Active: streaming the slot.
+	Active Role = "active"
+	// Standby: another session streams the slot; it tries to take it
 	// every StandbyRetry.
-	WALStandby WALRole = "standby"
-	walStopped WALRole = "stopped"
+	Standby Role = "standby"
+	// Stopped: a session ended, and the next has not begun.
+	Stopped Role = "stopped"
 )
 
-// WALStatus is what a relay on the WAL path is doing.
-type WALStatus struct {
+// Status is what a WAL source is doing.
+type Status struct {
 	Slot string
-	Role WALRole
+	Role Role
 	// Confirmed is the position sent to the server as delivered.
 	Confirmed string
 	// InFlight counts the rows read and not yet acked or dead-lettered.
 	InFlight int
-	// Delivered counts the rows acked or dead-lettered since the relay
+	// Delivered counts the rows acked or dead-lettered since the source
 	// started.
 	Delivered int64
 }
@@ -198,13 +212,13 @@ type WALStatus struct {
 type walState struct {
 	mu        sync.Mutex
 	slot      string
-	role      WALRole
+	role      Role
 	confirmed pglogrepl.LSN
 	w         *walWindow
 	delivered atomic.Int64
 }
 
-func (s *walState) set(role WALRole, confirmed pglogrepl.LSN, w *walWindow) {
+func (s *walState) set(role Role, confirmed pglogrepl.LSN, w *walWindow) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.role, s.w = role, w
@@ -223,7 +237,7 @@ func (s *walState) confirm(pos pglogrepl.LSN) {
 func (s *walState) position() (pglogrepl.LSN, bool) {
 	s.mu.Lock()
 	w := s.w
-	active := s.role == WALActive
+	active := s.role == Active
 	s.mu.Unlock()
 	if !active || w == nil {
 		return 0, false
@@ -231,9 +245,9 @@ func (s *walState) position() (pglogrepl.LSN, bool) {
 	return w.position(), true
 }
 
-func (s *walState) status() WALStatus {
+func (s *walState) status() Status {
 	s.mu.Lock()
-	st := WALStatus{Slot: s.slot, Role: s.role, Confirmed: s.confirmed.String(), Delivered: s.delivered.Load()}
+	st := Status{Slot: s.slot, Role: s.role, Confirmed: s.confirmed.String(), Delivered: s.delivered.Load()}
 	w := s.w
 	s.mu.Unlock()
 	if w != nil {
@@ -241,23 +255,4 @@ func (s *walState) status() WALStatus {
 		st.Confirmed = w.position().String()
 	}
 	return st
-}
-
-// WALStatus is the WAL path's status while Run runs it; false otherwise.
-func (r *Relay) WALStatus() (WALStatus, bool) {
-	s := r.wal.Load()
-	if s == nil {
-		return WALStatus{}, false
-	}
-	st := s.status()
-	return st, true
-}
-
-// walOutageCap bounds the WAL path's wait after a failure in an outage.
-const walOutageCap = time.Second
-
-// walFailurePolicy is the WAL path's: its outages back off by their own
-// count, up to walOutageCap.
-func (c Config) walFailurePolicy() engine.Policy {
-	return engine.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.backoff, OutageCap: walOutageCap}
 }
