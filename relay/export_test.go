@@ -2,10 +2,10 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
+	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
 )
 
 // DeadLetteredLog is what every read path logs for a row it moved to the
@@ -19,21 +19,21 @@ func BytesHeld(r *Relay) (now, peak int64) {
 	if s == nil {
 		return 0, 0
 	}
-	return s.bytesHeld.Load(), s.bytesPeak.Load()
+	return s.BytesHeld()
 }
 
 // ListenerPID is the backend of the session s listens on, 0 while there is
 // none.
-func ListenerPID(s *Subscriber) uint32 { return s.src.notifier.pid.Load() }
+func ListenerPID(s *Subscriber) uint32 { return s.src.ListenerPID() }
 
 // SetRescanEvery makes s's subscriptions rescan every d instead of every
 // second; call it before Subscribe.
-func SetRescanEvery(s *Subscriber, d time.Duration) { s.src.hooks.rescanEvery = d }
+func SetRescanEvery(s *Subscriber, d time.Duration) { s.src.Hooks.RescanEvery = d }
 
 // InOwnerLock runs fn inside the ownership transaction of s's table, as a
 // rebalance does.
 func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
-	return s.src.store.inOwnerLock(ctx, func(*sql.Tx) error { fn(); return nil })
+	return s.src.InOwnerLock(ctx, fn)
 }
 
 // OnRenew makes every renewal of the leases by s's run loops call fn
@@ -41,27 +41,30 @@ func InOwnerLock(ctx context.Context, s *Subscriber, fn func()) error {
 // process or a database that hangs would: the leases run from the renewal
 // before), and an error from it fails the renewal. Set it before
 // Subscribe.
-func OnRenew(s *Subscriber, fn func(context.Context) error) { s.src.hooks.renew = fn }
+func OnRenew(s *Subscriber, fn func(context.Context) error) { s.src.Hooks.Renew = fn }
 
 // OnLivenessCheck makes every check of s's liveness sessions call fn
 // first, as OnRenew does for renewals. Set it before Subscribe.
-func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.src.hooks.liveCheck = fn }
+func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.src.Hooks.LiveCheck = fn }
 
 // SubscriberBytesHeld is what s's subscriptions hold now, as
 // MaxBytesInFlight counts it.
-func SubscriberBytesHeld(s *Subscriber) int64 { return s.src.bytesHeld.Load() }
+func SubscriberBytesHeld(s *Subscriber) int64 {
+	now, _ := s.src.BytesHeld()
+	return now
+}
 
 // LiveStale is how old a subscription's last confirmation of its liveness
 // lock may be for it to send.
-const LiveStale = liveStale
+const LiveStale = fastpath.LiveStale
 
 // OnRelayRenew is OnRenew for the fast Subscriber of r. Set it before Run.
-func OnRelayRenew(r *Relay, fn func(context.Context) error) { r.hooks.renew = fn }
+func OnRelayRenew(r *Relay, fn func(context.Context) error) { r.fastHooks.Renew = fn }
 
 // OnRelayLivenessCheck is OnLivenessCheck for the fast Subscriber of r.
 // Set it before Run.
-func OnRelayLivenessCheck(r *Relay, fn func(context.Context) error) { r.hooks.liveCheck = fn }
+func OnRelayLivenessCheck(r *Relay, fn func(context.Context) error) { r.fastHooks.LiveCheck = fn }
 
 // OnSlotCreating makes the WAL path of r call fn right before it creates
 // its slot. Set it before Run.
-func OnSlotCreating(r *Relay, fn func()) { r.hooks.slotCreating = fn }
+func OnSlotCreating(r *Relay, fn func()) { r.slotCreating = fn }

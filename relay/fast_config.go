@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
-	"github.com/entoutbox/entoutbox/relay/internal/engine"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -275,10 +274,4 @@ func (c SubscriberConfig) validate(prefix string) error {
 // backoff is the wait after the given failed attempt (1-based).
 func (c SubscriberConfig) backoff(attempt int) time.Duration {
 	return backoff.Exponential(c.InitialBackoff, c.MaxBackoff, attempt)
-}
-
-// failurePolicy is the fast path's: its outages back off by the row's
-// attempts.
-func (c SubscriberConfig) failurePolicy() engine.Policy {
-	return engine.Policy{MaxAttempts: c.MaxAttempts, Backoff: c.backoff}
 }

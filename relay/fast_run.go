@@ -2,9 +2,11 @@ package relay
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
 )
 
 // engineBuffer is the room of the fast source's channel to the engine: the
@@ -15,27 +17,27 @@ const engineBuffer = 16
 // hands out at most one row per aggregate until that one is settled, so
 // concurrency never reorders an aggregate.
 func (r *Relay) runFast(ctx context.Context) error {
-	src, err := newFastSource(r.cfg.DB, r.cfg.subscriberConfig())
+	src, err := newFastSource(r.cfg.DB, r.cfg.subscriberConfig(), r.cfg.Metrics)
 	if err != nil {
 		return err
 	}
-	defer src.close()
-	src.hooks = r.hooks
+	defer src.Close()
+	src.Hooks = r.fastHooks
 	r.fast.Store(src)
 	defer r.cfg.Metrics.WatchPartitions(func() int {
 		st, _ := r.Status()
 		return st.Partitions
 	})()
-	readCtx, stopReading := context.WithCancel(withMetrics(context.Background(), r.cfg.Metrics))
+	readCtx, stopReading := context.WithCancel(context.Background())
 	defer stopReading()
-	sub, err := src.subscribe(readCtx, AllTopics, engineBuffer)
+	sub, err := src.Subscribe(readCtx, "", engineBuffer)
 	if err != nil {
 		return err
 	}
 	r.cfg.Logger.Info("Relay running", map[string]any{"path": r.cfg.Path, "table": r.cfg.Table})
 
-	e := r.newEngine(r.cfg.Concurrency, src.cfg.failurePolicy())
-	e.Run(ctx, sub.next)
+	e := r.newEngine(r.cfg.Concurrency, src.Policy())
+	e.Run(ctx, sub.Next)
 	// Stop taking rows, let the publishes in flight finish and be
 	// recorded, then close releases everything else.
 	stopReading()
@@ -46,19 +48,29 @@ func (r *Relay) runFast(ctx context.Context) error {
 	return nil
 }
 
-// metricsKey carries the relay's *metrics.Metrics to its fast Subscriber's
-// subscriptions, on the context they run with: a Subscriber used on its
-// own reports nothing.
-type metricsKey struct{}
-
-func withMetrics(ctx context.Context, m *metrics.Metrics) context.Context {
-	if m == nil {
-		return ctx
+// Status is the fast path's status while the relay runs it; false when it
+// runs another path, or does not run.
+func (r *Relay) Status() (SubscriberStatus, bool) {
+	src := r.fast.Load()
+	if src == nil || src.IsClosed() {
+		return SubscriberStatus{}, false
 	}
-	return context.WithValue(ctx, metricsKey{}, m)
+	return SubscriberStatus(src.Status()), true
 }
 
-func metricsFrom(ctx context.Context) *metrics.Metrics {
-	m, _ := ctx.Value(metricsKey{}).(*metrics.Metrics)
-	return m
+// newFastSource checks cfg and returns a fast source on db (the pgx
+// database/sql driver) with cfg's defaults, reporting to m (nil for none).
+func newFastSource(db *sql.DB, cfg SubscriberConfig, m *metrics.Metrics) (*fastpath.Source, error) {
+	if db == nil {
+		return nil, errors.New("relay: DB is nil")
+	}
+	if err := cfg.validate("SubscriberConfig."); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return fastpath.New(db, fastpath.Settings{Table: cfg.Table, DeadLetterTable: cfg.DeadLetterTable,
+		RelayID: cfg.RelayID, BatchSize: cfg.BatchSize, MaxBytesInFlight: cfg.MaxBytesInFlight, Lease: cfg.Lease,
+		Partitions: cfg.Partitions, PollInterval: cfg.PollInterval, PollOnly: cfg.PollOnly, ListenDB: cfg.listenDB(db),
+		Delete: cfg.Delete, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.backoff, CloseTimeout: cfg.CloseTimeout,
+		Logger: cfg.Logger, Attributes: cfg.CloudEvents.attributes(), Metrics: m}), nil
 }

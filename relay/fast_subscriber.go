@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
+	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
 )
 
 // Subscriber is the fast read path as a Watermill Subscriber over the
@@ -18,7 +19,7 @@ import (
 // but at most one per aggregate at a time (the next one after the previous
 // is acked), wakes up on LISTEN/NOTIFY with polling as the fallback, and
 // records acks in batches. Several subscribers, in one process or many,
-// share a table: each owns a fair share of its partitions (see store).
+// share a table: each owns a fair share of its partitions.
 //
 // Subscribe to AllTopics to read every row, or to one destination topic.
 // An Ack records the row delivered; a Nack is a failed attempt: the row is
@@ -29,7 +30,7 @@ import (
 // too) does the work, and the Subscriber hands its rows to the consumer
 // and their acks and nacks back.
 type Subscriber struct {
-	src *fastSource
+	src *fastpath.Source
 
 	mu     sync.Mutex
 	closed bool
@@ -40,7 +41,7 @@ var _ message.Subscriber = (*Subscriber)(nil)
 
 // NewSubscriber returns a Subscriber on db (the pgx database/sql driver).
 func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
-	src, err := newFastSource(db, cfg)
+	src, err := newFastSource(db, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +58,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	sub, err := s.src.subscribe(ctx, topic, 0)
+	if topic == AllTopics {
+		topic = ""
+	}
+	sub, err := s.src.Subscribe(ctx, topic, 0)
 	if err != nil {
 		s.wg.Done()
 		return nil, err
@@ -76,7 +80,7 @@ func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	err := s.src.close()
+	err := s.src.Close()
 	s.wg.Wait()
 	return err
 }
@@ -84,7 +88,7 @@ func (s *Subscriber) Close() error {
 // Status tells how many partitions the Subscriber's subscriptions own and
 // whether they may send or wait for partitions. Safe to call at any time
 // from any goroutine.
-func (s *Subscriber) Status() SubscriberStatus { return s.src.Status() }
+func (s *Subscriber) Status() SubscriberStatus { return SubscriberStatus(s.src.Status()) }
 
 // Fail nacks msg and records why. countAttempt false means the failure is
 // not the message's own (the broker is away): it is retried without
@@ -105,12 +109,18 @@ func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool)
 
 // handOut hands the rows sub hands out to the consumer on out, one at a
 // time, as messages with ack channels, and takes each one's outcome back.
-func (s *Subscriber) handOut(ctx context.Context, sub *subscription, out chan<- *message.Message) {
+func (s *Subscriber) handOut(ctx context.Context, sub *fastpath.Subscription, out chan<- *message.Message) {
 	defer close(out)
-	for d := range sub.out {
-		msg := message.NewMessage(d.msg.UUID, d.msg.Payload)
-		msg.Metadata = d.msg.Metadata
-		msg.Metadata.Set(MetaTopic, d.r.Topic)
+	for {
+		// Until the subscription ends: it ends when ctx does.
+		d, ok := sub.Next(context.Background())
+		if !ok {
+			return
+		}
+		row := d.Message()
+		msg := message.NewMessage(row.UUID, row.Payload)
+		msg.Metadata = row.Metadata
+		msg.Metadata.Set(MetaTopic, d.Row().Topic)
 		why := &nackReason{}
 		// The message's context ends once it is acked or nacked, as
 		// Watermill subscribers do.
@@ -132,7 +142,7 @@ const offerRecheck = 100 * time.Millisecond
 // offer waits for the consumer to take msg, the message of d, and reports
 // whether it took it while d could still be handed out: the subscription
 // may lose the row's partition, or stop, while the consumer is busy.
-func (s *Subscriber) offer(ctx context.Context, d *fastDelivery, out chan<- *message.Message, msg *message.Message) bool {
+func (s *Subscriber) offer(ctx context.Context, d engine.Delivery, out chan<- *message.Message, msg *message.Message) bool {
 	select {
 	case out <- msg:
 		return true
@@ -147,7 +157,7 @@ func (s *Subscriber) offer(ctx context.Context, d *fastDelivery, out chan<- *mes
 		case <-t.C:
 		case <-ctx.Done():
 			return false
-		case <-s.src.closing:
+		case <-s.src.Closing():
 			return false
 		}
 	}
@@ -157,15 +167,15 @@ func (s *Subscriber) offer(ctx context.Context, d *fastDelivery, out chan<- *mes
 // await takes the consumer's ack or nack of msg back to the subscription:
 // an ack delivers the row; a nack is a failure the failure policy decides
 // on, as why says.
-func (s *Subscriber) await(sub *subscription, d *fastDelivery, msg *message.Message, why *nackReason,
+func (s *Subscriber) await(sub *fastpath.Subscription, d engine.Delivery, msg *message.Message, why *nackReason,
 	cancel context.CancelFunc) {
 	defer cancel()
 	select {
 	case <-msg.Acked():
 		d.Delivered()
 	case <-msg.Nacked():
-		d.Failed(s.src.cfg.failurePolicy().Decide(engine.Tries{Attempts: d.r.Attempts}, why.failure()))
-	case <-sub.done: // the partition is given up and the row will come again
+		d.Failed(s.src.Policy().Decide(engine.Tries{Attempts: d.Row().Attempts}, why.failure()))
+	case <-sub.Done(): // the partition is given up and the row will come again
 	}
 }
 
@@ -183,4 +193,18 @@ func (n *nackReason) failure() engine.Failure {
 		return *f
 	}
 	return engine.Failure{Reason: "nacked by the subscriber's consumer", Counts: true}
+}
+
+// SubscriberStatus is what the subscriptions of a fast Subscriber (or of
+// the relay's fast path) do, as their run loops last published it.
+type SubscriberStatus struct {
+	// Partitions is how many partitions its subscriptions own.
+	Partitions int
+	// Live tells that every subscription may send: it holds its liveness
+	// lock (unless PollOnly) and renewed its leases within two thirds of
+	// Lease. False while it has no subscription.
+	Live bool
+	// Waiting tells that a subscription is a member of its group short of
+	// its share, waiting for partitions another relay's lease still holds.
+	Waiting bool
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
+	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
 	"github.com/entoutbox/entoutbox/relay/internal/walpath"
 )
 
@@ -63,12 +64,13 @@ type Relay struct {
 	cfg    Config
 	tracer *tracing.Tracer
 	// fast is the fast path's source while it runs.
-	fast atomic.Pointer[fastSource]
+	fast atomic.Pointer[fastpath.Source]
 	// wal is the WAL path's source while it runs.
 	wal atomic.Pointer[walpath.Source]
-	// hooks go to its fast source and its WAL source; zero outside this
-	// package's tests.
-	hooks testHooks
+	// fastHooks go to its fast source, slotCreating to its WAL source;
+	// zero outside this package's tests (see export_test.go).
+	fastHooks    fastpath.Hooks
+	slotCreating func()
 }
 
 // New checks cfg and returns a relay; Run starts it.

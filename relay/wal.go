@@ -17,7 +17,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 		StatusInterval: c.WAL.StatusInterval, StandbyRetry: c.WAL.StandbyRetry, ProgressInterval: c.WAL.ProgressInterval,
 		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
 		CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(), Logger: c.Logger, Metrics: c.Metrics,
-		Backoff: c.backoff, SlotCreating: r.hooks.slotCreating})
+		Backoff: c.backoff, SlotCreating: r.slotCreating})
 	r.wal.Store(w)
 	e := r.newEngine(c.Concurrency, walpath.Policy(c.MaxAttempts, c.backoff))
 	defer e.Stop(c.CloseTimeout)

@@ -1,13 +1,13 @@
-package relay
+package fastpath
 
 import (
 	"sync"
 	"time"
 )
 
-// SubscriberStatus is what the subscriptions of a fast Subscriber (or of
-// the relay's fast path) do, as their run loops last published it.
-type SubscriberStatus struct {
+// Status is what the subscriptions of a fast source do, as their run
+// loops last published it (the relay's SubscriberStatus).
+type Status struct {
 	// Partitions is how many partitions its subscriptions own.
 	Partitions int
 	// Live tells that every subscription may send: it holds its liveness
@@ -32,19 +32,19 @@ type subscriptionState struct {
 // of a fast source.
 type subscriberStates struct {
 	mu     sync.Mutex
-	states map[*subscription]subscriptionState
+	states map[*Subscription]subscriptionState
 }
 
-func (st *subscriberStates) set(sub *subscription, state subscriptionState) {
+func (st *subscriberStates) set(sub *Subscription, state subscriptionState) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.states == nil {
-		st.states = map[*subscription]subscriptionState{}
+		st.states = map[*Subscription]subscriptionState{}
 	}
 	st.states[sub] = state
 }
 
-func (st *subscriberStates) drop(sub *subscription) {
+func (st *subscriberStates) drop(sub *Subscription) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.states, sub)
@@ -53,7 +53,7 @@ func (st *subscriberStates) drop(sub *subscription) {
 // publishState publishes what the subscription owns, for Status. The run
 // loop calls it after each rebalance outcome and after giving everything
 // up.
-func (sub *subscription) publishState() {
+func (sub *Subscription) publishState() {
 	sub.s.states.set(sub, subscriptionState{partitions: len(sub.parts.owned), short: sub.parts.short(),
 		renewed: sub.renewed, live: sub.live})
 }
@@ -61,10 +61,10 @@ func (sub *subscription) publishState() {
 // Status tells how many partitions the source's subscriptions own and
 // whether they may send or wait for partitions. Safe to call at any time
 // from any goroutine.
-func (s *fastSource) Status() SubscriberStatus {
+func (s *Source) Status() Status {
 	s.states.mu.Lock()
 	defer s.states.mu.Unlock()
-	out := SubscriberStatus{Live: len(s.states.states) > 0}
+	out := Status{Live: len(s.states.states) > 0}
 	now := time.Now()
 	for _, st := range s.states.states {
 		// As maySend decides: a renewal older than two thirds of the lease
@@ -75,14 +75,4 @@ func (s *fastSource) Status() SubscriberStatus {
 		out.Waiting = out.Waiting || fresh && st.short
 	}
 	return out
-}
-
-// Status is the fast path's status while the relay runs it; false when it
-// runs another path, or does not run.
-func (r *Relay) Status() (SubscriberStatus, bool) {
-	src := r.fast.Load()
-	if src == nil || src.isClosed() {
-		return SubscriberStatus{}, false
-	}
-	return src.Status(), true
 }

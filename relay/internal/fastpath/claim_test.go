@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -42,9 +42,9 @@ func goldenClaim(sh claimShape, stmt claimSQL) string {
 }
 
 // Each shape of the claim has its statement in testdata/claim: a change
-// of the SQL shows as a change of those files (go test ./relay -run
-// TestClaimSQLGolden -update rewrites them), and a file no shape writes
-// any more fails the test.
+// of the SQL shows as a change of those files (go test
+// ./relay/internal/fastpath -run TestClaimSQLGolden -update rewrites
+// them), and a file no shape writes any more fails the test.
 func TestClaimSQLGolden(t *testing.T) {
 	dir := filepath.Join("testdata", "claim")
 	stmts := claimStatements(goldenClaimTable, goldenClaimPartitions)
@@ -150,7 +150,7 @@ func TestClaimShapesReadWhatTheySay(t *testing.T) {
 	var xmax string
 	require.NoError(t, db.DB.QueryRow(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&xmax))
 
-	s := newStore(db.DB, SubscriberConfig{Table: goldenClaimTable, Partitions: goldenClaimPartitions})
+	s := newStore(db.DB, Settings{Table: goldenClaimTable, Partitions: goldenClaimPartitions})
 	cursor := all[20].id
 	late := all[6] // below the cursor, written by a "late" transaction
 	for _, sh := range claimShapes() {

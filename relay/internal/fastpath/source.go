@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
-// fastSource is the fast read path: it claims rows in batches, hands out
+// Source is the fast read path: it claims rows in batches, hands out
 // many at once but at most one per aggregate at a time (the next one after
 // the previous is settled), wakes up on LISTEN/NOTIFY with polling as the
 // fallback, and records deliveries in batches. Several sources, in one
@@ -23,10 +25,10 @@ import (
 //
 // What it hands out are fastDeliveries, each settled once: delivered,
 // unsent, or failed with the failure policy's decision. The relay's engine
-// publishes them; the public Subscriber hands them to a Watermill consumer.
-type fastSource struct {
-	cfg        SubscriberConfig
-	attrs      engine.Attributes // what cfg.CloudEvents adds to every message
+// publishes them; the relay's public Subscriber hands them to a Watermill
+// consumer.
+type Source struct {
+	cfg        Settings
 	store      *store
 	notifier   *notifier
 	live       *liveSession // holds the liveness locks of all its subscriptions
@@ -45,68 +47,83 @@ type fastSource struct {
 	bytesHeld, bytesPeak atomic.Int64
 	// states is what each subscription last published, for Status.
 	states subscriberStates
-	// hooks is zero outside this package's tests.
-	hooks testHooks
+	// Hooks is zero outside the relay's tests; set it before Subscribe.
+	Hooks Hooks
 }
 
-// testHooks are seams for this package's tests (set in export_test.go
-// before Subscribe): each, when set, runs first in what it names, and may
-// block it or fail it with an error, as a database that hangs or refuses
-// would.
-type testHooks struct {
-	renew     func(context.Context) error // a renewal of the leases by a run loop
-	liveCheck func(context.Context) error // a check that the liveness lock's session is there
-	// rescanEvery, when set, replaces the constant: for tests that tell a
-	// row woken by its notification from one the rescan found.
-	rescanEvery time.Duration
-	// slotCreating runs on the WAL path right before it creates its slot.
-	slotCreating func()
+// Settings is what the fast source takes of the relay's or the
+// Subscriber's settings, checked and with the defaults filled in.
+type Settings struct {
+	Table, DeadLetterTable string
+	// RelayID names the source's subscriptions in the partition table.
+	RelayID          string
+	BatchSize        int
+	MaxBytesInFlight int64
+	Lease            time.Duration
+	Partitions       int
+	PollInterval     time.Duration
+	// PollOnly turns off what needs a session of its own: the liveness
+	// lock and the claim's session setting.
+	PollOnly bool
+	// ListenDB is the database to LISTEN on; nil for none (it polls).
+	ListenDB *sql.DB
+	// Delete removes delivered rows instead of marking them delivered_at.
+	Delete bool
+	// MaxAttempts and Backoff are its failure policy's (see Policy).
+	// Backoff also spaces the tries of what failed in the database.
+	MaxAttempts  int
+	Backoff      func(attempt int) time.Duration
+	CloseTimeout time.Duration
+	Logger       watermill.LoggerAdapter
+	Attributes   engine.Attributes // what the CloudEvents setting adds to every message
+	// Metrics is the relay's (nil when off); a Subscriber on its own
+	// reports nothing.
+	Metrics *metrics.Metrics
 }
+
+// pathName is the fast path's name in the logs (the relay's PathFast).
+const pathName = "fast"
 
 // rescanInterval is how often a caught-up subscription rescans.
-func (s *fastSource) rescanInterval() time.Duration {
-	if s.hooks.rescanEvery > 0 {
-		return s.hooks.rescanEvery
+func (s *Source) rescanInterval() time.Duration {
+	if s.Hooks.RescanEvery > 0 {
+		return s.Hooks.RescanEvery
 	}
 	return rescanEvery
 }
 
 // newLiveness is the lock of life of the subscription named holder, on
 // the session all s's subscriptions share.
-func (s *fastSource) newLiveness(holder string) *liveness { return s.live.forHolder(holder) }
+func (s *Source) newLiveness(holder string) *liveness { return s.live.forHolder(holder) }
 
-// newFastSource returns a fast source on db (the pgx database/sql driver).
-func newFastSource(db *sql.DB, cfg SubscriberConfig) (*fastSource, error) {
-	if db == nil {
-		return nil, errors.New("relay: DB is nil")
-	}
-	if err := cfg.validate("SubscriberConfig."); err != nil {
-		return nil, err
-	}
-	cfg.setDefaults()
-	s := &fastSource{cfg: cfg, attrs: cfg.CloudEvents.attributes(), store: newStore(db, cfg), closing: make(chan struct{}),
-		instance: uuid.NewString()[:8]}
-	s.live = newLiveSession(db, cfg.Table, cfg.PollOnly, &s.hooks)
+// New returns a fast source on db (the pgx database/sql driver).
+func New(db *sql.DB, cfg Settings) *Source {
+	s := &Source{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8]}
+	s.live = newLiveSession(db, cfg.Table, cfg.PollOnly, &s.Hooks)
 	s.claims, s.stopClaims = shareClaimPool(db, cfg.PollOnly)
-	if listenDB := cfg.listenDB(db); listenDB != nil {
-		s.notifier, s.stopNote = shareListener(db, listenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
+	if cfg.ListenDB != nil {
+		s.notifier, s.stopNote = shareListener(db, cfg.ListenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
 	} else {
 		s.notifier = newNotifier(db, "entoutbox_check_"+s.instance) // never woken: it polls
 	}
-	return s, nil
+	return s
 }
 
-// subscribe starts reading the rows of topic (AllTopics for every topic).
-// The subscription's out channel, of room buffer, closes when ctx ends or
-// the source is closed.
-func (s *fastSource) subscribe(ctx context.Context, topic string, buffer int) (*subscription, error) {
+// Policy is the source's failure policy: its outages back off by the
+// row's attempts (it writes the retry in the row, with no count of
+// outages).
+func (s *Source) Policy() engine.Policy {
+	return engine.Policy{MaxAttempts: s.cfg.MaxAttempts, Backoff: s.cfg.Backoff}
+}
+
+// Subscribe starts reading the rows of topic ("" for every topic). The
+// subscription hands them out (Next) through a channel of room buffer,
+// which closes when ctx ends or the source is closed.
+func (s *Source) Subscribe(ctx context.Context, topic string, buffer int) (*Subscription, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errors.New("relay: subscriber is closed")
-	}
-	if topic == AllTopics {
-		topic = ""
 	}
 	// Before anything is created after the table's name.
 	if err := s.store.check(ctx); err != nil {
@@ -141,27 +158,27 @@ func (s *fastSource) subscribe(ctx context.Context, topic string, buffer int) (*
 }
 
 // nextSeq numbers a subscription's name.
-func (s *fastSource) nextSeq() int {
+func (s *Source) nextSeq() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.nextSeqLocked()
 }
 
-func (s *fastSource) nextSeqLocked() int {
+func (s *Source) nextSeqLocked() int {
 	s.seq++
 	return s.seq
 }
 
-// isClosed tells close was called.
-func (s *fastSource) isClosed() bool {
+// IsClosed tells Close was called.
+func (s *Source) IsClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
 }
 
-// close stops every subscription: deliveries settled so far are recorded,
+// Close stops every subscription: deliveries settled so far are recorded,
 // and every row still held is released for the next reader.
-func (s *fastSource) close() error {
+func (s *Source) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -179,9 +196,12 @@ func (s *fastSource) close() error {
 	return nil
 }
 
+// Closing is closed once Close is called.
+func (s *Source) Closing() <-chan struct{} { return s.closing }
+
 // countBytes adds delta to the bytes its subscriptions hold, and keeps
 // the peak.
-func (s *fastSource) countBytes(delta int64) {
+func (s *Source) countBytes(delta int64) {
 	held := s.bytesHeld.Add(delta)
 	for peak := s.bytesPeak.Load(); held > peak && !s.bytesPeak.CompareAndSwap(peak, held); {
 		peak = s.bytesPeak.Load()

@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -31,8 +31,8 @@ const (
 	// liveCheckEvery is how often a subscription checks that its session
 	// still holds the lock; it stops sending as soon as it does not.
 	liveCheckEvery = 200 * time.Millisecond
-	// liveStale is how old its last successful check may be for it to send.
-	liveStale = 4 * liveCheckEvery
+	// LiveStale is how old its last successful check may be for it to send.
+	LiveStale = 4 * liveCheckEvery
 	// deadGrace is how long a holder must have been seen without its lock
 	// before the others take its partitions: far longer than the holder
 	// takes to notice it lost the lock and stop sending.
@@ -53,7 +53,7 @@ type liveSession struct {
 	db       *sql.DB
 	table    string
 	disabled bool
-	hooks    *testHooks // its Subscriber's: liveCheck runs first in each check (tests only)
+	hooks    *Hooks // its Subscriber's: liveCheck runs first in each check (tests only)
 
 	// opening serializes the opening of the connection and the taking and
 	// giving back of locks on it.
@@ -74,7 +74,7 @@ type liveGen struct {
 	ended   bool          // lost or closed: no lock is taken on it any more
 }
 
-func newLiveSession(db *sql.DB, table string, disabled bool, hooks *testHooks) *liveSession {
+func newLiveSession(db *sql.DB, table string, disabled bool, hooks *Hooks) *liveSession {
 	return &liveSession{db: db, table: table, disabled: disabled, hooks: hooks}
 }
 
@@ -156,10 +156,10 @@ func (s *liveSession) watch(ctx context.Context, gen *liveGen) {
 			return
 		case <-t.C:
 		}
-		cctx, cancel := context.WithTimeout(ctx, liveStale)
+		cctx, cancel := context.WithTimeout(ctx, LiveStale)
 		var err error
-		if s.hooks.liveCheck != nil {
-			err = s.hooks.liveCheck(cctx)
+		if s.hooks.LiveCheck != nil {
+			err = s.hooks.LiveCheck(cctx)
 		}
 		if err == nil {
 			_, err = gen.conn.ExecContext(cctx, `SELECT 1`)
@@ -205,7 +205,7 @@ func (l *liveness) ok() bool {
 	}
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	return l.gen != nil && !l.gen.ended && time.Since(l.gen.lastOK) < liveStale
+	return l.gen != nil && !l.gen.ended && time.Since(l.gen.lastOK) < LiveStale
 }
 
 // lostC is closed when the session holding the lock is gone; nil while the
@@ -245,7 +245,7 @@ func (l *liveness) release() {
 		s.end(gen)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), liveStale)
+	ctx, cancel := context.WithTimeout(context.Background(), LiveStale)
 	defer cancel()
 	if _, err := gen.conn.ExecContext(ctx, `SELECT pg_advisory_unlock(`+outboxdb.LiveKey(s.table, "$1")+`)`, l.holder); err != nil {
 		s.end(gen) // the lock must not outlive the subscription

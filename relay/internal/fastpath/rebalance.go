@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 
 // startRebalance starts a rebalance beside the loop, or asks for another
 // when one runs.
-func (sub *subscription) startRebalance() {
+func (sub *Subscription) startRebalance() {
 	if sub.rebalancing {
 		sub.rebalanceAgain = true
 		return
@@ -46,7 +46,7 @@ func (sub *subscription) startRebalance() {
 // scheduleRebalance sets when the next rebalance starts: often while
 // partitions change hands, so that a relay that joins or leaves is given
 // its share within moments.
-func (sub *subscription) scheduleRebalance() {
+func (sub *Subscription) scheduleRebalance() {
 	every := sub.rebalanceEvery
 	if sub.parts.settling() || sub.renewFailing || sub.rebalanceAgain {
 		every = min(every, 100*time.Millisecond)
@@ -73,10 +73,10 @@ type rebalanceResult struct {
 // rebalance renews the subscription's partitions, gives back those of req,
 // and takes its share of the free ones. It runs beside the run loop and
 // touches none of its state.
-func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) rebalanceResult {
+func (sub *Subscription) rebalance(ctx context.Context, req rebalanceRequest) rebalanceResult {
 	s := sub.s
-	if s.hooks.renew != nil {
-		if err := s.hooks.renew(ctx); err != nil {
+	if s.Hooks.Renew != nil {
+		if err := s.Hooks.Renew(ctx); err != nil {
 			return rebalanceResult{req: req, err: err, started: time.Now()}
 		}
 	}
@@ -93,7 +93,7 @@ func (sub *subscription) rebalance(ctx context.Context, req rebalanceRequest) re
 }
 
 // rebalanceDone takes the outcome of a rebalance, and schedules the next.
-func (sub *subscription) rebalanceDone(r rebalanceResult) {
+func (sub *Subscription) rebalanceDone(r rebalanceResult) {
 	sub.rebalancing = false
 	if r.err != nil && sub.ctx.Err() == nil {
 		sub.metrics.LeaseRenewalFailed()
@@ -107,7 +107,7 @@ func (sub *subscription) rebalanceDone(r rebalanceResult) {
 
 // applyRebalance applies the outcome of a rebalance. It reports whether the
 // subscription gained partitions.
-func (sub *subscription) applyRebalance(r rebalanceResult) bool {
+func (sub *Subscription) applyRebalance(r rebalanceResult) bool {
 	switch {
 	case r.req.epoch != sub.epoch:
 		// It began before the subscription gave everything up: what it
@@ -124,7 +124,7 @@ func (sub *subscription) applyRebalance(r rebalanceResult) bool {
 // renewFailed handles a rebalance that failed: the partitions are kept
 // while their leases surely run, and given up before another relay may
 // take them.
-func (sub *subscription) renewFailed(err error) {
+func (sub *Subscription) renewFailed(err error) {
 	s := sub.s
 	if errors.Is(err, errLiveLockTaken) && len(sub.parts.owned) == 0 {
 		sub.rename()
@@ -146,7 +146,7 @@ func (sub *subscription) renewFailed(err error) {
 
 // renewSucceeded takes a rebalance that succeeded: what it took over and waits
 // for is logged, and the leases run from when it began.
-func (sub *subscription) renewSucceeded(r rebalanceResult) {
+func (sub *Subscription) renewSucceeded(r rebalanceResult) {
 	s := sub.s
 	for _, h := range r.own.takenOver {
 		s.cfg.Logger.Info("Took over the partitions of a relay whose connection is gone", watermill.LogFields{
@@ -164,7 +164,7 @@ func (sub *subscription) renewSucceeded(r rebalanceResult) {
 // liveness lock on the server, which has not noticed it is gone. The old
 // name's partitions are freed at once (nothing sends under it: the
 // subscription gave everything up when it lost the session).
-func (sub *subscription) rename() {
+func (sub *Subscription) rename() {
 	s := sub.s
 	old := sub.holder
 	sub.holder = fmt.Sprintf("%s/%s/%d", s.cfg.RelayID, uuid.NewString()[:8], s.nextSeq())
@@ -179,7 +179,7 @@ func (sub *subscription) rename() {
 
 // apply takes the outcome of a rebalance that gave back released, and
 // drops what it holds of the partitions it lost or gives back.
-func (sub *subscription) apply(own ownership, released []int) bool {
+func (sub *Subscription) apply(own ownership, released []int) bool {
 	c := sub.parts.apply(own, released)
 	if len(c.lost) > 0 {
 		sub.losses.Add(1)
@@ -202,7 +202,7 @@ func (sub *subscription) apply(own ownership, released []int) bool {
 // lostLiveness runs when the session holding its liveness lock is gone,
 // and with it the lock the others read: they may take its partitions
 // within moments. It stops at once.
-func (sub *subscription) lostLiveness() {
+func (sub *Subscription) lostLiveness() {
 	sub.s.cfg.Logger.Error("Lost the connection holding the relay's liveness lock; giving the partitions up", nil,
 		watermill.LogFields{"relay": sub.holder})
 	sub.giveUpAll()
@@ -213,7 +213,7 @@ func (sub *subscription) lostLiveness() {
 
 // giveUpAll forgets every partition and all that was claimed of them; a
 // rebalance already under way is then disregarded.
-func (sub *subscription) giveUpAll() {
+func (sub *Subscription) giveUpAll() {
 	sub.epoch++
 	sub.losses.Add(1)
 	for _, p := range sub.parts.giveUpAll() {
@@ -224,7 +224,7 @@ func (sub *subscription) giveUpAll() {
 // sayWaiting logs, once per change, who holds the partitions a
 // subscription short of its share waits for, so that an operator sees why
 // delivery of their events waits.
-func (sub *subscription) sayWaiting(own ownership) {
+func (sub *Subscription) sayWaiting(own ownership) {
 	var b strings.Builder
 	for _, h := range own.waitingOn {
 		fmt.Fprintf(&b, "%s:%d;", h.relay, h.partitions)

@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // can only be read by the owner of its partition.
 type store struct {
 	db         *sql.DB
-	cfg        SubscriberConfig
+	cfg        Settings
 	partitions string
 	members    string
 	// ownerLock serialises the changes of ownership of every relay on the
@@ -38,7 +38,7 @@ type store struct {
 	claims map[claimShape]claimSQL
 }
 
-func newStore(db *sql.DB, cfg SubscriberConfig) *store {
+func newStore(db *sql.DB, cfg Settings) *store {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
 	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
@@ -60,9 +60,11 @@ func (s *store) check(ctx context.Context) error {
 	if s.checked {
 		return nil
 	}
-	err := checkTables(ctx, s.db, s.cfg.Table, s.cfg.DeadLetterTable)
-	s.checked = err == nil
-	return err
+	if err := outboxdb.New(s.cfg.Table, s.cfg.DeadLetterTable).Check(ctx, s.db); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	s.checked = true
+	return nil
 }
 
 // init creates the ownership tables, under the lock so that relays

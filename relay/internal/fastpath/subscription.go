@@ -1,4 +1,4 @@
-package relay
+package fastpath
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 // id, by hand.
 const rescanEvery = time.Second
 
-// subscription is one subscribe call of a fast source. Its run loop owns
+// Subscription is one subscribe call of a fast source. Its run loop owns
 // all of its state and does one thing per turn: it starts a claim, a
 // recording of acks or a rebalance when one is due (each runs beside the
 // loop, one at a time), hands out the next row, or takes the outcome of
 // whatever finished. The books
 // of rows held are in q, those of partitions in parts.
-type subscription struct {
-	s       *fastSource
+type Subscription struct {
+	s       *Source
 	topic   string
 	holder  string // its name as a member of the topic's group
 	out     chan *fastDelivery
@@ -36,8 +36,8 @@ type subscription struct {
 	q     *queues
 	parts *partitionSet
 
-	// metrics is the relay's, nil when off or for a Subscriber (see
-	// withMetrics).
+	// metrics is the relay's, nil when off or for a Subscriber on its
+	// own.
 	metrics *metrics.Metrics
 
 	// Sending: the head about to be handed out, and its delivery.
@@ -132,8 +132,8 @@ const (
 // hands out in bursts while the engine publishes. A delivery waiting there
 // is in flight; the engine checks MayPublish before it publishes it,
 // however long it waited.
-func newSubscription(s *fastSource, topic, holder string, buffer int) *subscription {
-	sub := &subscription{s: s, topic: topic, holder: holder,
+func newSubscription(s *Source, topic, holder string, buffer int) *Subscription {
+	sub := &Subscription{s: s, topic: topic, holder: holder,
 		out: make(chan *fastDelivery, buffer), results: make(chan result, s.cfg.BatchSize), done: make(chan struct{}),
 		q:       newQueues(s.countBytes),
 		parts:   newPartitionSet(s.cfg.Partitions),
@@ -153,10 +153,10 @@ func stoppedTimer() *time.Timer {
 	return t
 }
 
-func (sub *subscription) run(ctx context.Context) {
+func (sub *Subscription) run(ctx context.Context) {
 	s := sub.s
 	sub.ctx = ctx
-	sub.metrics = metricsFrom(ctx)
+	sub.metrics = s.cfg.Metrics
 	defer close(sub.done)
 	wake := s.notifier.add()
 	defer s.notifier.remove(wake)
@@ -216,7 +216,7 @@ func (sub *subscription) run(ctx context.Context) {
 // of the batch has room, in rows and in bytes: so a claim is under way
 // while the previous one is being published. A row larger than the byte
 // bound is claimed only when nothing else is held.
-func (sub *subscription) maybeClaim() {
+func (sub *Subscription) maybeClaim() {
 	cfg := &sub.s.cfg
 	room, byteRoom := cfg.BatchSize-sub.q.held(), cfg.MaxBytesInFlight-sub.q.bytes
 	if sub.claiming || sub.claimPaused || !sub.wantClaim || room < max(cfg.BatchSize/4, 1) ||
@@ -262,14 +262,14 @@ func (sub *subscription) maybeClaim() {
 }
 
 // claimDone takes the outcome of a claim.
-func (sub *subscription) claimDone(c claimResult) {
+func (sub *Subscription) claimDone(c claimResult) {
 	s := sub.s
 	sub.claiming = false
 	if c.err != nil {
 		// Wait before the next claim, longer after each failure in a row: a
 		// failing claim must not spin, whatever wakes it.
 		sub.claimFailures++
-		pause := s.cfg.backoff(sub.claimFailures)
+		pause := s.cfg.Backoff(sub.claimFailures)
 		if sub.ctx.Err() == nil && sub.claimFailures <= 3 {
 			s.cfg.Logger.Error("Claiming outbox rows failed; trying again", c.err,
 				watermill.LogFields{"retry_in": pause.String(), "failures": sub.claimFailures})
@@ -326,7 +326,7 @@ func (sub *subscription) claimDone(c claimResult) {
 // add queues claimed rows. fromStart tells the claim read from the oldest
 // row, started when it began: only such a claim, begun after a block
 // ended, may unblock an aggregate.
-func (sub *subscription) add(rows []*engine.Row, fromStart bool, started time.Time) {
+func (sub *Subscription) add(rows []*engine.Row, fromStart bool, started time.Time) {
 	now := time.Now()
 	for _, r := range rows {
 		if !sub.parts.keeps(r.Partition) {
@@ -347,9 +347,9 @@ func (sub *subscription) add(rows []*engine.Row, fromStart bool, started time.Ti
 			if err := sub.s.store.deadLetter(context.Background(), r, d.Reason, d.Attempts); err != nil {
 				sub.s.cfg.Logger.Error("Setting a broken row aside failed", err,
 					watermill.LogFields{"event_id": r.EventID.String(), "relay": sub.holder})
-				sub.block(a, r.Partition, now.Add(sub.s.cfg.backoff(1)))
+				sub.block(a, r.Partition, now.Add(sub.s.cfg.Backoff(1)))
 			} else {
-				engine.DeadLettered(sub.metrics, sub.s.cfg.Logger, string(PathFast), sub.holder, r, d)
+				engine.DeadLettered(sub.metrics, sub.s.cfg.Logger, pathName, sub.holder, r, d)
 			}
 			continue
 		}
@@ -368,7 +368,7 @@ const recordDelay = 20 * time.Millisecond
 
 // maybeRecord starts recording the acks received, when no recording runs
 // and enough of them wait.
-func (sub *subscription) maybeRecord() {
+func (sub *Subscription) maybeRecord() {
 	if sub.recordDone != nil || len(sub.q.acks) == 0 {
 		return
 	}
@@ -392,7 +392,7 @@ func (sub *subscription) maybeRecord() {
 }
 
 // recorded takes the outcome of recording acks.
-func (sub *subscription) recorded(err error) {
+func (sub *Subscription) recorded(err error) {
 	sub.finishRecording(err)
 	sub.wantClaim = true // rows behind the acked ones may now be claimed
 	if len(sub.parts.drainedReleasing(sub.q)) > 0 {
@@ -400,7 +400,7 @@ func (sub *subscription) recorded(err error) {
 	}
 }
 
-func (sub *subscription) finishRecording(err error) {
+func (sub *Subscription) finishRecording(err error) {
 	if err != nil {
 		sub.s.cfg.Logger.Error("Recording delivered rows failed; they will be delivered again", err, nil)
 	}
@@ -410,13 +410,13 @@ func (sub *subscription) finishRecording(err error) {
 
 // toSend is the channel and delivery to hand out next: a nil channel when
 // nothing may be handed out now.
-func (sub *subscription) toSend() (chan *fastDelivery, *fastDelivery) {
+func (sub *Subscription) toSend() (chan *fastDelivery, *fastDelivery) {
 	head := sub.q.head()
 	if head == nil || !sub.maySend() {
 		return nil, nil
 	}
 	if head != sub.nextRow {
-		sub.nextRow, sub.nextOut = head, &fastDelivery{sub: sub, r: head, msg: head.Message(sub.s.attrs)}
+		sub.nextRow, sub.nextOut = head, &fastDelivery{sub: sub, r: head, msg: head.Message(sub.s.cfg.Attributes)}
 	}
 	// What the engine checks before it publishes it, as of now.
 	sub.nextOut.live, sub.nextOut.losses = sub.live, sub.losses.Load()
@@ -424,7 +424,7 @@ func (sub *subscription) toSend() (chan *fastDelivery, *fastDelivery) {
 }
 
 // renewedAt records that the leases were renewed at t.
-func (sub *subscription) renewedAt(t time.Time) {
+func (sub *Subscription) renewedAt(t time.Time) {
 	sub.renewed = t
 	sub.sendUntil.Store(t.Add(sub.s.cfg.Lease * 2 / 3).UnixNano())
 }
@@ -433,20 +433,20 @@ func (sub *subscription) renewedAt(t time.Time) {
 // liveness lock and its leases were renewed within two thirds of their
 // length. Checked before every send, so that a relay that was paused or
 // stalled sends nothing once it may have lost its partitions.
-func (sub *subscription) maySend() bool {
+func (sub *Subscription) maySend() bool {
 	return sub.live.ok() && time.Since(sub.renewed) < sub.s.cfg.Lease*2/3
 }
 
 // sent takes the head the receiver of out took: it is in flight until its
 // outcome comes back (see fastDelivery).
-func (sub *subscription) sent() {
+func (sub *Subscription) sent() {
 	sub.q.send()
 	sub.nextRow, sub.nextOut = nil, nil
 }
 
-// next is the next delivery the subscription hands out, for the engine:
+// Next is the next delivery the subscription hands out, for the engine:
 // false once it ended, or ctx did.
-func (sub *subscription) next(ctx context.Context) (engine.Delivery, bool) {
+func (sub *Subscription) Next(ctx context.Context) (engine.Delivery, bool) {
 	select {
 	case d, ok := <-sub.out:
 		if !ok {
@@ -458,13 +458,16 @@ func (sub *subscription) next(ctx context.Context) (engine.Delivery, bool) {
 	}
 }
 
+// Done is closed once the subscription ended: it handed its rows back.
+func (sub *Subscription) Done() <-chan struct{} { return sub.done }
+
 // burst bounds the messages sent, or the outcomes taken, in one turn of
 // the loop: a turn of the whole select per message would cost more than
 // the message, but the loop must still see to its other work.
 const burst = 64
 
 // sendMore sends on while the consumer takes messages at once.
-func (sub *subscription) sendMore() {
+func (sub *Subscription) sendMore() {
 	for range burst {
 		send, next := sub.toSend()
 		if send == nil {
@@ -480,7 +483,7 @@ func (sub *subscription) sendMore() {
 }
 
 // settleMore takes the outcomes that have come meanwhile.
-func (sub *subscription) settleMore() {
+func (sub *Subscription) settleMore() {
 	for range burst {
 		select {
 		case res := <-sub.results:
@@ -495,7 +498,7 @@ func (sub *subscription) settleMore() {
 // outcome goes back to the run loop (through results). Exactly one outcome
 // counts: the first.
 type fastDelivery struct {
-	sub     *subscription
+	sub     *Subscription
 	r       *engine.Row
 	msg     *message.Message
 	settled atomic.Bool
@@ -535,7 +538,7 @@ func (d *fastDelivery) settle(o outcome) {
 }
 
 // settled takes the outcome of a delivery in flight.
-func (sub *subscription) settled(res result) {
+func (sub *Subscription) settled(res result) {
 	r := res.d.r
 	switch res.kind {
 	case unsent:
@@ -561,17 +564,17 @@ func (sub *subscription) settled(res result) {
 // failed carries out the failure policy's decision d on r: a retry later,
 // or the dead letters. It reports whether the aggregate goes on at once
 // (the row is set aside) rather than waiting for the retry.
-func (sub *subscription) failed(r *engine.Row, d engine.Decision) bool {
+func (sub *Subscription) failed(r *engine.Row, d engine.Decision) bool {
 	s := sub.s
 	if d.DeadLetter {
 		err := s.store.deadLetter(sub.ctx, r, d.Reason, d.Attempts)
 		if err == nil {
-			engine.DeadLettered(sub.metrics, s.cfg.Logger, string(PathFast), sub.holder, r, d)
+			engine.DeadLettered(sub.metrics, s.cfg.Logger, pathName, sub.holder, r, d)
 			return true
 		}
 		s.cfg.Logger.Error("Moving a failed row to the dead letters failed; it will be tried again", err,
 			watermill.LogFields{"event_id": r.EventID})
-		sub.block(r.Aggregate(), r.Partition, time.Now().Add(s.cfg.backoff(d.Attempts)))
+		sub.block(r.Aggregate(), r.Partition, time.Now().Add(s.cfg.Backoff(d.Attempts)))
 		return false
 	}
 	if err := s.store.failed(sub.ctx, r, d); err != nil {
@@ -582,7 +585,7 @@ func (sub *subscription) failed(r *engine.Row, d engine.Decision) bool {
 }
 
 // block holds back aggregate a until the retry of its oldest row.
-func (sub *subscription) block(a engine.Aggregate, partition int, until time.Time) {
+func (sub *Subscription) block(a engine.Aggregate, partition int, until time.Time) {
 	sub.q.block(a, partition, until)
 	if sub.retryAt.IsZero() || until.Before(sub.retryAt) {
 		sub.retryAt = until
@@ -592,7 +595,7 @@ func (sub *subscription) block(a engine.Aggregate, partition int, until time.Tim
 
 // retried runs when the earliest block ends: the next claim reads from the
 // oldest row, which unblocks the aggregates whose time has come.
-func (sub *subscription) retried() {
+func (sub *Subscription) retried() {
 	sub.rescan, sub.wantClaim = true, true
 	sub.retryAt = sub.q.nextRetry(time.Now())
 	if !sub.retryAt.IsZero() {
@@ -602,7 +605,7 @@ func (sub *subscription) retried() {
 
 // shutdown records the acks already received, waits up to CloseTimeout for
 // the deliveries in flight, and gives every partition back.
-func (sub *subscription) shutdown() {
+func (sub *Subscription) shutdown() {
 	close(sub.out) // nothing more is handed out
 	// Nothing takes from out any more: what waits there comes again.
 	for d := range sub.out {
