@@ -138,12 +138,16 @@ func (r *Relay) logStart(ctx context.Context) {
 // topics of.
 const startTopicRows = 1000
 
-// newEngine is the engine of the relay's read path: its publishing
-// settings, concurrency publishes in flight at most, failures decided by
-// policy.
+// newEngine is the engine of the relay's read path: concurrency
+// publishes in flight at most, failures decided by policy.
 func (r *Relay) newEngine(concurrency int, policy engine.Policy) *engine.Engine {
-	return engine.New(engine.Settings{Publisher: r.cfg.Publisher, Logger: r.cfg.Logger, TopicPrefix: r.cfg.TopicPrefix,
-		Tracer: r.tracer, System: r.messagingSystem(), Metrics: r.cfg.Metrics}, concurrency, policy)
+	return engine.New(r.publishSettings(), concurrency, policy)
+}
+
+// publishSettings is how the relay publishes, on every path.
+func (r *Relay) publishSettings() engine.Settings {
+	return engine.Settings{Publisher: r.cfg.Publisher, Logger: r.cfg.Logger, TopicPrefix: r.cfg.TopicPrefix,
+		Tracer: r.tracer, System: r.messagingSystem(), Metrics: r.cfg.Metrics}
 }
 
 // messagingSystem is the messaging.system attribute of the send spans.

@@ -1,4 +1,4 @@
-package relay
+package compatpath
 
 import (
 	stdsql "database/sql"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -59,8 +60,12 @@ func (s outboxScan) Scan(dest ...any) error {
 // the row's topic behind the prefix. A malformed row says why under
 // MetaRowError, and its envelope gives the log what it needs back.
 func TestCompatibleEnvelopeIsTheRowsMessage(t *testing.T) {
-	ce := &CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/"}
-	adapter := SchemaAdapter{TopicPrefix: "staging_", CloudEvents: ce}
+	// What the relay's CloudEvents would add, as it adds it: to the
+	// metadata of every message.
+	attrs := func(md message.Metadata, eventID, name string, version int, _ time.Time) {
+		md["ce_type"] = fmt.Sprintf("%s.v%d", name, version)
+	}
+	adapter := SchemaAdapter{TopicPrefix: "staging_", Attributes: attrs}
 	r := engine.Row{ID: 42, EventID: uuid.New(), Name: "order.paid", Version: 2, Topic: "orders", AggregateType: "Order",
 		AggregateID: "order-7", Payload: []byte(`{"order_id":7}`), Headers: []byte(`{"correlation_id":"c-7"}`),
 		ReadableFrom: 1, AggregateSeq: 3, CreatedAt: time.Date(2026, 5, 1, 12, 0, 0, 123456000, time.UTC)}
@@ -77,10 +82,10 @@ func TestCompatibleEnvelopeIsTheRowsMessage(t *testing.T) {
 	out, env := read(r)
 	want := r
 	require.NoError(t, want.Check())
-	msg := want.Message(ce.attributes())
+	msg := want.Message(attrs)
 	require.Equal(t, map[string]string(msg.Metadata), env.Metadata)
 	require.Equal(t, "c-7", env.Metadata["correlation_id"])
-	require.Equal(t, "order.paid.v2", env.Metadata[MetaCloudEventsType])
+	require.Equal(t, "order.paid.v2", env.Metadata["ce_type"])
 	require.Equal(t, "staging_orders", env.DestinationTopic)
 	require.Equal(t, r.EventID.String(), env.UUID)
 	require.Equal(t, r.Payload, env.Payload)
