@@ -14,14 +14,16 @@
 // is taken over within seconds, through its liveness lock, unless
 // Fast.PollOnly.
 //
-// The read paths live in files named for them: fast_* (PathFast, the
-// default: claims by partition, LISTEN/NOTIFY, one message in flight per
-// aggregate), wal_* (PathWAL: logical replication) and compat_*
-// (PathCompatible: the stock watermill-sql subscriber and Watermill's
-// forwarder over SchemaAdapter). relay.go picks one. The fast and WAL paths
-// are sources that only hand rows out and take outcomes back; the engine
-// (engine.go, publish.go) publishes them and decides every failure by the
-// one failure policy (policy.go). rows.go is what every path does with a
-// row; Subscriber (fast_subscriber.go) is the fast source as a Watermill
-// Subscriber.
+// The read paths live in packages of their own under relay/internal, each
+// fed its settings by this package and knowing nothing of it: fastpath
+// (PathFast, the default: claims by partition, LISTEN/NOTIFY, one message
+// in flight per aggregate), walpath (PathWAL: logical replication) and
+// compatpath (PathCompatible: the stock watermill-sql subscriber and
+// Watermill's forwarder, behind SchemaAdapter). relay.go picks one; the
+// files named for a path (fast_*, wal_*, compat_*) hold its public
+// settings and the code that runs it. The fast and WAL paths are sources
+// that only hand rows out and take outcomes back; the engine (package
+// engine) publishes them, decides every failure by its one failure
+// policy, and turns every path's rows into messages. Subscriber
+// (fast_subscriber.go) is the fast source as a Watermill Subscriber.
 package relay
