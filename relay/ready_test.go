@@ -86,3 +86,46 @@ func TestRelayReady(t *testing.T) {
 	require.NoError(t, <-done)
 	require.EqualError(t, r.Ready(ctx), "relay: not running")
 }
+
+// A WAL relay is ready, and says so in its status, while it streams its
+// slot (active) and while it waits as the standby of another relay that
+// streams it; before it runs it is not running, and once stopped not ready.
+func TestWALRelayReadyAndStatus(t *testing.T) {
+	t.Parallel()
+	s := setupWAL(t)
+	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	ctx := context.Background()
+	start := func() (*relay.Relay, func()) {
+		r, err := relay.New(s.config(relay.Config{Publisher: pubsub}))
+		require.NoError(t, err)
+		require.EqualError(t, r.Ready(ctx), "relay: not running")
+		_, running := r.WALStatus()
+		require.False(t, running)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(runCtx) }()
+		return r, func() {
+			stop()
+			require.NoError(t, <-done)
+		}
+	}
+	role := func(r *relay.Relay, want relay.WALRole) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			st, running := r.WALStatus()
+			return running && st.Role == want && r.Ready(ctx) == nil
+		}, patience, 20*time.Millisecond, "want %s and ready", want)
+		st, _ := r.WALStatus()
+		require.Equal(t, s.slot, st.Slot)
+	}
+
+	active, stopActive := start()
+	role(active, relay.WALActive)
+	standby, stopStandby := start()
+	role(standby, relay.WALStandby)
+
+	stopStandby()
+	stopActive()
+	require.EqualError(t, active.Ready(ctx), "relay: the WAL relay neither streams slot \""+s.slot+
+		"\" nor waits as its standby (stopped)")
+}
