@@ -3,6 +3,7 @@ package outboxtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -186,6 +187,13 @@ func (e event) String() string {
 
 // look reads where the events due by deadline stand.
 func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
+	// The acknowledgements are copied before the outbox is read: a handler
+	// acknowledges after its transaction committed, so every event it
+	// emitted is then in the read. Read the other way round, a handler
+	// finishing in between looks settled while its event is not counted.
+	h.mu.Lock()
+	acked := maps.Clone(h.acked)
+	h.mu.Unlock()
 	evs, err := h.events(ctx, deadline)
 	if err != nil {
 		return state{}, err
@@ -203,7 +211,7 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 			ok := true
 			for _, c := range sortedKeys(h.subscribed[e.topic]) {
 				d := delivery{consumer: c, eventID: e.id.String()}
-				if h.acked[d] {
+				if acked[d] {
 					continue
 				}
 				ok = false
