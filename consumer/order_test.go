@@ -253,11 +253,13 @@ func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
 	logs := &captureLogger{}
 	var calls atomic.Int64
 	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(50*time.Millisecond),
-		consumer.WithStartAfter(300*time.Millisecond), consumer.WithLogger(logs))...)
+		consumer.WithStartAfter(3*time.Second), consumer.WithLogger(logs))...)
 	h.OnOrderPaid("billing", seqHandler(&calls, nil))
 
 	// 5 and 6 wait once and are nacked; 7 keeps trying, so it is the one
 	// that finds StartAfter past, and it starts the aggregate at 5.
+	// StartAfter is far longer than one nacked try (GapWait) so that a
+	// busy machine does not let 5's first try find it past already.
 	five, six, seven := seqMessage(t, 1, 5), seqMessage(t, 1, 6), seqMessage(t, 1, 7)
 	require.Error(t, h.Handle(context.Background(), "billing", five.Copy()))
 	require.Error(t, h.Handle(context.Background(), "billing", six.Copy()))
