@@ -33,6 +33,7 @@
 //	type DeadLetter struct{ schema.DeadLetter }
 //	type AggregateSequence struct{ schema.AggregateSequence }
 //	type ConsumerPosition struct{ schema.ConsumerPosition }
+//	type ScheduledEvent struct{ schema.ScheduledEvent }
 //
 // 3. Register the extension in ent/entc.go, a program with the ignore
 // build tag, run from a go:generate line in your ent package:

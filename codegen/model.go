@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"entgo.io/ent/entc/gen"
@@ -26,8 +27,11 @@ type Model struct {
 	// ConsumerPosition (consumers then keep no per-aggregate order).
 	SequenceTable string
 	PositionTable string
-	Events        []*Event
-	declImports   []DeclImport
+	// ScheduledTable is "" when the schema has no ScheduledEvent: Emit
+	// then refuses events.DeliverAt and DeliverAfter, naming the schema.
+	ScheduledTable string
+	Events         []*Event
+	declImports    []DeclImport
 }
 
 // DeclImport is a declaration package the generated code imports to call
@@ -75,7 +79,28 @@ type Event struct {
 	DeclAlias     string // import name of DeclPkg in generated code
 
 	missingUpcasts []missingUpcast // steps that need an upcaster the declaration lacks
+
+	// MaxDelay is how far ahead the event may be scheduled, in
+	// nanoseconds (the declaration's MaxDelay); not positive: never.
+	MaxDelay int64
 }
+
+// MaxDelayExpr is MaxDelay as a Go expression of type time.Duration.
+func (e *Event) MaxDelayExpr() string {
+	d := time.Duration(e.MaxDelay)
+	switch {
+	case d <= 0:
+		return "0"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d * time.Hour", d/time.Hour)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d * time.Second", d/time.Second)
+	}
+	return fmt.Sprintf("%d", d)
+}
+
+// MaxDelayText is MaxDelay for a reader: "366 days", "36h0m0s".
+func (e *Event) MaxDelayText() string { return events.FormatDelay(time.Duration(e.MaxDelay)) }
 
 // LastManualStep is the highest version whose step to the next one calls
 // Upcast; payloads up to it go through the JSON upcast path.
@@ -277,6 +302,8 @@ var (
 	sequenceFields   = []string{"topic", "aggregate_type", "aggregate_id", "last_seq"}
 	positionFields   = []string{"consumer", "topic", "aggregate_type", "aggregate_id", "last_seq", "held_seq",
 		"held_event_id", "held_at", "waiting_since"}
+	scheduledFields = []string{"event_id", "event_name", "event_version", "topic", "aggregate_type", "aggregate_id",
+		"payload", "headers", "readable_from", "deliver_at", "cancelled_at"}
 )
 
 // entSuffixes are the names ent derives from a schema type; an event type
@@ -303,6 +330,9 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	}
 	if n := ourNode(g, "ConsumerPosition", positionFields, false, fail); n != nil {
 		m.PositionTable = n.Table()
+	}
+	if n := ourNode(g, "ScheduledEvent", scheduledFields, false, fail); n != nil {
+		m.ScheduledTable = n.Table()
 	}
 	// The consumer side is generated when both of its tables are there.
 	processed := ourNode(g, "ProcessedEvent", processedFields, false, fail)
@@ -412,7 +442,10 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 		t = t.Elem()
 	}
 	e := &Event{GoName: t.Name(), Name: ev.Name(), Topic: ev.Topic(), Aggregate: ev.Aggregate(), Comment: ev.Comment(),
-		DeclPkg: t.PkgPath(), DeclType: t.Name()}
+		DeclPkg: t.PkgPath(), DeclType: t.Name(), MaxDelay: int64(events.DefaultMaxDelay)}
+	if d, ok := ev.(interface{ MaxDelay() time.Duration }); ok {
+		e.MaxDelay = int64(max(d.MaxDelay(), 0))
+	}
 	if !goExport.MatchString(e.GoName) {
 		fail("event %q: Go type %q must be a named, exported type", e.Name, t.String())
 		return nil

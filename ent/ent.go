@@ -17,6 +17,7 @@ import (
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	"github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/ent/processedevent"
+	"github.com/entoutbox/entoutbox/ent/scheduledevent"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -82,6 +83,7 @@ func checkColumn(t, c string) error {
 			deadletter.Table:        deadletter.ValidColumn,
 			outbox.Table:            outbox.ValidColumn,
 			processedevent.Table:    processedevent.ValidColumn,
+			scheduledevent.Table:    scheduledevent.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -26,6 +27,13 @@ type EmitConfig struct {
 	// Version, when not zero, is the version Emit writes instead of the
 	// latest (see AsVersion).
 	Version int
+	// Scheduled holds the event back until DeliverAt or, when that is
+	// zero, the database's time at the Emit plus DeliverAfter (see
+	// DeliverAt and DeliverAfter).
+	Scheduled    bool
+	DeliverAt    time.Time
+	DeliverAfter time.Duration
+	atGiven      bool // DeliverAt was given, a zero time too (refused)
 }
 
 // NewEmitConfig applies opts in order.

@@ -34,6 +34,12 @@ const (
 	// RabbitMQ only says whether the message was delivered before ("2"
 	// then: at least twice). Other brokers leave it unset.
 	MetaDeliveryCount = "outbox_delivery_count"
+	// MetaDeliverAt is set on a scheduled event (DeliverAt, DeliverAfter):
+	// the time it was due, by the database's clock, in RFC 3339 with
+	// microseconds, UTC. The relay writes it into the row's headers when
+	// the event becomes due; its lateness is the time from it to the
+	// publish.
+	MetaDeliverAt = "outbox_deliver_at"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

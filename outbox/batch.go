@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"entgo.io/ent/dialect"
@@ -33,6 +34,9 @@ type Batch struct {
 	// seqTable holds the aggregates' counters that number the events
 	// (schema.AggregateSequence); "" numbers none.
 	seqTable string
+	// scheduledTable holds the events scheduled for later
+	// (schema.ScheduledEvent); "" refuses them.
+	scheduledTable string
 	// metrics counts the events written once Committed is called; nil
 	// (SetMetrics not called) counts nothing.
 	metrics *metrics.Metrics
@@ -60,6 +64,22 @@ func NewNumberedBatch(drv dialect.ExecQuerier, table, seqTable string) *Batch {
 	return &Batch{drv: drv, table: table, seqTable: seqTable, metrics: emitMetrics.Load()}
 }
 
+// Tables names the tables a Batch writes to: the outbox, and the optional
+// ones ("" for none): the aggregates' counters that number the events
+// (schema.AggregateSequence) and the events scheduled for later
+// (schema.ScheduledEvent).
+type Tables struct {
+	Outbox, Sequence, Scheduled string
+}
+
+// NewBatchFor returns a Batch writing to t's tables through drv, the
+// driver of an ent transaction: NewNumberedBatch when t has a Sequence
+// table, and events.DeliverAt and DeliverAfter accepted when it has a
+// Scheduled one.
+func NewBatchFor(drv dialect.ExecQuerier, t Tables) *Batch {
+	return &Batch{drv: drv, table: t.Outbox, seqTable: t.Sequence, scheduledTable: t.Scheduled, metrics: emitMetrics.Load()}
+}
+
 // Add checks ev and holds it until the next flush, or writes it at once
 // when cfg gives it an id. The id is chosen here, so cfg.IDTo learns it
 // without a write.
@@ -82,6 +102,11 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 	if err != nil {
 		return err
 	}
+	if r.Scheduled && b.scheduledTable == "" {
+		return &events.ValidationError{Event: ev.Name, Version: ev.Version, Reason: "DeliverAt and DeliverAfter need the " +
+			"scheduled events' table: add type ScheduledEvent struct{ schema.ScheduledEvent } to your ent schema, " +
+			"run go generate and migrate"}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !given {
@@ -90,7 +115,7 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 		if err := b.flushLocked(ctx); err != nil {
 			return err
 		}
-		if err := insert(ctx, b.drv, b.table, b.seqTable, []Row{r}); err != nil {
+		if err := b.write(ctx, []Row{r}); err != nil {
 			return err
 		}
 		b.wroteLocked([]Row{r})
@@ -114,7 +139,7 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 	b.held = nil
 	for len(held) > 0 {
 		n := min(len(held), maxBatchRows)
-		if err := insert(ctx, b.drv, b.table, b.seqTable, held[:n]); err != nil {
+		if err := b.write(ctx, held[:n]); err != nil {
 			return err
 		}
 		b.wroteLocked(held[:n])
@@ -144,4 +169,29 @@ func (b *Batch) Committed() {
 		b.metrics.Emitted(name, n)
 	}
 	b.written = nil
+}
+
+// write inserts rows: those to send now into the outbox, then those
+// scheduled for later into the scheduled events, each in their order.
+func (b *Batch) write(ctx context.Context, rows []Row) error {
+	now, later := rows, []Row(nil)
+	if slices.ContainsFunc(rows, func(r Row) bool { return r.Scheduled }) {
+		now = nil
+		for _, r := range rows {
+			if r.Scheduled {
+				later = append(later, r)
+			} else {
+				now = append(now, r)
+			}
+		}
+	}
+	if len(now) > 0 {
+		if err := insert(ctx, b.drv, b.table, b.seqTable, now); err != nil {
+			return err
+		}
+	}
+	if len(later) > 0 {
+		return insertScheduled(ctx, b.drv, b.table, b.seqTable, b.scheduledTable, later)
+	}
+	return nil
 }

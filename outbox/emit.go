@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -23,6 +24,9 @@ type Event struct {
 	// as theirs (every step from it to Version is forward compatible); 0 or
 	// Version when only consumers of Version can. The generator computes it.
 	ReadableFrom int
+	// MaxDelay is how far ahead the event may be scheduled (the
+	// declaration's MaxDelay); 0 when it may not be.
+	MaxDelay time.Duration
 }
 
 // Row is an outbox row as the writer inserts it: an event, its id, and the
@@ -36,6 +40,12 @@ type Row struct {
 	// topic when it is written again with the number it had (a dead
 	// letter retried); 0 when it has none, or a sequenced Batch numbers it.
 	AggregateSeq int64
+	// Scheduled rows go to the scheduled events until they are due: at
+	// DeliverAt, or when it is zero at the database's time of the write
+	// plus DeliverAfter.
+	Scheduled    bool
+	DeliverAt    time.Time
+	DeliverAfter time.Duration
 }
 
 // newRow checks ev and cfg, whose EventID is set, and builds their row.
@@ -56,7 +66,11 @@ func newRow(ev Event, cfg events.EmitConfig) (Row, error) {
 	if err := events.CheckHeaders(cfg.Headers); err != nil { // the reserved prefix included
 		return Row{}, invalid(reason(err))
 	}
-	return Row{EventID: cfg.EventID, Event: ev, Headers: cfg.Headers}, nil
+	if err := events.CheckSchedule(cfg, ev.MaxDelay, time.Now()); err != nil {
+		return Row{}, invalid(reason(err))
+	}
+	return Row{EventID: cfg.EventID, Event: ev, Headers: cfg.Headers,
+		Scheduled: cfg.Scheduled, DeliverAt: cfg.DeliverAt, DeliverAfter: cfg.DeliverAfter}, nil
 }
 
 // For generated code. AggregateIDOf is id as Emit of event name (version)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -88,5 +89,16 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("outbox: headers are not a JSON object of strings: %w", err)
 	}
-	return h, events.CheckHeaders(h)
+	at, scheduled := h[events.MetaDeliverAt]
+	if !scheduled {
+		return h, events.CheckHeaders(h)
+	}
+	// The one reserved key a row holds: the relay wrote it when the
+	// scheduled event became due.
+	if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+		return nil, fmt.Errorf("outbox: header %s is not an RFC 3339 time: %q", events.MetaDeliverAt, at)
+	}
+	given := maps.Clone(h)
+	delete(given, events.MetaDeliverAt)
+	return h, events.CheckHeaders(given)
 }

@@ -6,6 +6,7 @@
 //	type DeadLetter struct{ schema.DeadLetter }
 //	type AggregateSequence struct{ schema.AggregateSequence }
 //	type ConsumerPosition struct{ schema.ConsumerPosition }
+//	type ScheduledEvent struct{ schema.ScheduledEvent }
 //
 // The type names must stay Outbox, ProcessedEvent and DeadLetter: the
 // generated code hangs its methods on *OutboxClient and friends.

@@ -173,6 +173,47 @@ var (
 			},
 		},
 	}
+	// OutboxScheduledEventsColumns holds the columns for the "outbox_scheduled_events" table.
+	OutboxScheduledEventsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt64, Increment: true},
+		{Name: "event_id", Type: field.TypeUUID, Unique: true},
+		{Name: "event_name", Type: field.TypeString},
+		{Name: "event_version", Type: field.TypeInt},
+		{Name: "topic", Type: field.TypeString},
+		{Name: "aggregate_type", Type: field.TypeString},
+		{Name: "aggregate_id", Type: field.TypeString},
+		{Name: "payload", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "jsonb"}},
+		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
+		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
+		{Name: "deliver_at", Type: field.TypeTime},
+		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
+		{Name: "cancelled_at", Type: field.TypeTime, Nullable: true},
+	}
+	// OutboxScheduledEventsTable holds the schema information for the "outbox_scheduled_events" table.
+	OutboxScheduledEventsTable = &schema.Table{
+		Name:       "outbox_scheduled_events",
+		Columns:    OutboxScheduledEventsColumns,
+		PrimaryKey: []*schema.Column{OutboxScheduledEventsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "outbox_scheduled_events_due",
+				Unique:  false,
+				Columns: []*schema.Column{OutboxScheduledEventsColumns[10], OutboxScheduledEventsColumns[0]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "cancelled_at IS NULL",
+				},
+			},
+			{
+				Name:    "outbox_scheduled_events_cancelled",
+				Unique:  false,
+				Columns: []*schema.Column{OutboxScheduledEventsColumns[13]},
+				Annotation: &entsql.IndexAnnotation{
+					Where: "cancelled_at IS NOT NULL",
+				},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		OutboxAggregateSequencesTable,
@@ -180,6 +221,7 @@ var (
 		OutboxDeadLettersTable,
 		OutboxEventsTable,
 		OutboxProcessedEventsTable,
+		OutboxScheduledEventsTable,
 	}
 )
 
@@ -198,5 +240,8 @@ func init() {
 	}
 	OutboxProcessedEventsTable.Annotation = &entsql.Annotation{
 		Table: "outbox_processed_events",
+	}
+	OutboxScheduledEventsTable.Annotation = &entsql.Annotation{
+		Table: "outbox_scheduled_events",
 	}
 }

@@ -20,3 +20,6 @@ type Outbox func(*sql.Selector)
 
 // ProcessedEvent is the predicate function for processedevent builders.
 type ProcessedEvent func(*sql.Selector)
+
+// ScheduledEvent is the predicate function for scheduledevent builders.
+type ScheduledEvent func(*sql.Selector)

@@ -20,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/order"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
+	"github.com/entoutbox/entoutbox/internal/testent/scheduledevent"
 
 	"entgo.io/ent"
 )
@@ -43,6 +44,8 @@ type Client struct {
 	Outbox *OutboxClient
 	// ProcessedEvent is the client for interacting with the ProcessedEvent builders.
 	ProcessedEvent *ProcessedEventClient
+	// ScheduledEvent is the client for interacting with the ScheduledEvent builders.
+	ScheduledEvent *ScheduledEventClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -61,6 +64,7 @@ func (c *Client) init() {
 	c.Order = NewOrderClient(c.config)
 	c.Outbox = NewOutboxClient(c.config)
 	c.ProcessedEvent = NewProcessedEventClient(c.config)
+	c.ScheduledEvent = NewScheduledEventClient(c.config)
 }
 
 type (
@@ -160,6 +164,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Order:             NewOrderClient(cfg),
 		Outbox:            NewOutboxClient(cfg),
 		ProcessedEvent:    NewProcessedEventClient(cfg),
+		ScheduledEvent:    NewScheduledEventClient(cfg),
 	}, nil
 }
 
@@ -186,6 +191,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Order:             NewOrderClient(cfg),
 		Outbox:            NewOutboxClient(cfg),
 		ProcessedEvent:    NewProcessedEventClient(cfg),
+		ScheduledEvent:    NewScheduledEventClient(cfg),
 	}, nil
 }
 
@@ -216,7 +222,7 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.AggregateSequence, c.ConsumerPosition, c.DeadLetter, c.Invoice, c.Order,
-		c.Outbox, c.ProcessedEvent,
+		c.Outbox, c.ProcessedEvent, c.ScheduledEvent,
 	} {
 		n.Use(hooks...)
 	}
@@ -227,7 +233,7 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.AggregateSequence, c.ConsumerPosition, c.DeadLetter, c.Invoice, c.Order,
-		c.Outbox, c.ProcessedEvent,
+		c.Outbox, c.ProcessedEvent, c.ScheduledEvent,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -250,6 +256,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Outbox.mutate(ctx, m)
 	case *ProcessedEventMutation:
 		return c.ProcessedEvent.mutate(ctx, m)
+	case *ScheduledEventMutation:
+		return c.ScheduledEvent.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("testent: unknown mutation type %T", m)
 	}
@@ -1186,14 +1194,147 @@ func (c *ProcessedEventClient) mutate(ctx context.Context, m *ProcessedEventMuta
 	}
 }
 
+// ScheduledEventClient is a client for the ScheduledEvent schema.
+type ScheduledEventClient struct {
+	config
+}
+
+// NewScheduledEventClient returns a client for the ScheduledEvent from the given config.
+func NewScheduledEventClient(c config) *ScheduledEventClient {
+	return &ScheduledEventClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `scheduledevent.Hooks(f(g(h())))`.
+func (c *ScheduledEventClient) Use(hooks ...Hook) {
+	c.hooks.ScheduledEvent = append(c.hooks.ScheduledEvent, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `scheduledevent.Intercept(f(g(h())))`.
+func (c *ScheduledEventClient) Intercept(interceptors ...Interceptor) {
+	c.inters.ScheduledEvent = append(c.inters.ScheduledEvent, interceptors...)
+}
+
+// Create returns a builder for creating a ScheduledEvent entity.
+func (c *ScheduledEventClient) Create() *ScheduledEventCreate {
+	mutation := newScheduledEventMutation(c.config, OpCreate)
+	return &ScheduledEventCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of ScheduledEvent entities.
+func (c *ScheduledEventClient) CreateBulk(builders ...*ScheduledEventCreate) *ScheduledEventCreateBulk {
+	return &ScheduledEventCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *ScheduledEventClient) MapCreateBulk(slice any, setFunc func(*ScheduledEventCreate, int)) *ScheduledEventCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &ScheduledEventCreateBulk{err: fmt.Errorf("calling to ScheduledEventClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*ScheduledEventCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &ScheduledEventCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for ScheduledEvent.
+func (c *ScheduledEventClient) Update() *ScheduledEventUpdate {
+	mutation := newScheduledEventMutation(c.config, OpUpdate)
+	return &ScheduledEventUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *ScheduledEventClient) UpdateOne(_m *ScheduledEvent) *ScheduledEventUpdateOne {
+	mutation := newScheduledEventMutation(c.config, OpUpdateOne, withScheduledEvent(_m))
+	return &ScheduledEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *ScheduledEventClient) UpdateOneID(id int64) *ScheduledEventUpdateOne {
+	mutation := newScheduledEventMutation(c.config, OpUpdateOne, withScheduledEventID(id))
+	return &ScheduledEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for ScheduledEvent.
+func (c *ScheduledEventClient) Delete() *ScheduledEventDelete {
+	mutation := newScheduledEventMutation(c.config, OpDelete)
+	return &ScheduledEventDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *ScheduledEventClient) DeleteOne(_m *ScheduledEvent) *ScheduledEventDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *ScheduledEventClient) DeleteOneID(id int64) *ScheduledEventDeleteOne {
+	builder := c.Delete().Where(scheduledevent.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &ScheduledEventDeleteOne{builder}
+}
+
+// Query returns a query builder for ScheduledEvent.
+func (c *ScheduledEventClient) Query() *ScheduledEventQuery {
+	return &ScheduledEventQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeScheduledEvent},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a ScheduledEvent entity by its id.
+func (c *ScheduledEventClient) Get(ctx context.Context, id int64) (*ScheduledEvent, error) {
+	return c.Query().Where(scheduledevent.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *ScheduledEventClient) GetX(ctx context.Context, id int64) *ScheduledEvent {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *ScheduledEventClient) Hooks() []Hook {
+	return c.hooks.ScheduledEvent
+}
+
+// Interceptors returns the client interceptors.
+func (c *ScheduledEventClient) Interceptors() []Interceptor {
+	return c.inters.ScheduledEvent
+}
+
+func (c *ScheduledEventClient) mutate(ctx context.Context, m *ScheduledEventMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&ScheduledEventCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&ScheduledEventUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&ScheduledEventUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&ScheduledEventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("testent: unknown ScheduledEvent mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
 		AggregateSequence, ConsumerPosition, DeadLetter, Invoice, Order, Outbox,
-		ProcessedEvent []ent.Hook
+		ProcessedEvent, ScheduledEvent []ent.Hook
 	}
 	inters struct {
 		AggregateSequence, ConsumerPosition, DeadLetter, Invoice, Order, Outbox,
-		ProcessedEvent []ent.Interceptor
+		ProcessedEvent, ScheduledEvent []ent.Interceptor
 	}
 )

@@ -19,6 +19,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/order"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
+	"github.com/entoutbox/entoutbox/internal/testent/scheduledevent"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -86,6 +87,7 @@ func checkColumn(t, c string) error {
 			order.Table:             order.ValidColumn,
 			outbox.Table:            outbox.ValidColumn,
 			processedevent.Table:    processedevent.ValidColumn,
+			scheduledevent.Table:    scheduledevent.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

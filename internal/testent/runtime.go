@@ -10,6 +10,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
 	"github.com/entoutbox/entoutbox/internal/testent/outbox"
 	"github.com/entoutbox/entoutbox/internal/testent/processedevent"
+	"github.com/entoutbox/entoutbox/internal/testent/scheduledevent"
 	"github.com/entoutbox/entoutbox/internal/testent/schema"
 )
 
@@ -91,4 +92,18 @@ func init() {
 	processedeventDescProcessedAt := processedeventFields[5].Descriptor()
 	// processedevent.DefaultProcessedAt holds the default value on creation for the processed_at field.
 	processedevent.DefaultProcessedAt = processedeventDescProcessedAt.Default.(func() time.Time)
+	scheduledeventFields := schema.ScheduledEvent{}.Fields()
+	_ = scheduledeventFields
+	// scheduledeventDescEventVersion is the schema descriptor for event_version field.
+	scheduledeventDescEventVersion := scheduledeventFields[3].Descriptor()
+	// scheduledevent.EventVersionValidator is a validator for the "event_version" field. It is called by the builders before save.
+	scheduledevent.EventVersionValidator = scheduledeventDescEventVersion.Validators[0].(func(int) error)
+	// scheduledeventDescReadableFrom is the schema descriptor for readable_from field.
+	scheduledeventDescReadableFrom := scheduledeventFields[9].Descriptor()
+	// scheduledevent.ReadableFromValidator is a validator for the "readable_from" field. It is called by the builders before save.
+	scheduledevent.ReadableFromValidator = scheduledeventDescReadableFrom.Validators[0].(func(int) error)
+	// scheduledeventDescCreatedAt is the schema descriptor for created_at field.
+	scheduledeventDescCreatedAt := scheduledeventFields[11].Descriptor()
+	// scheduledevent.DefaultCreatedAt holds the default value on creation for the created_at field.
+	scheduledevent.DefaultCreatedAt = scheduledeventDescCreatedAt.Default.(func() time.Time)
 }

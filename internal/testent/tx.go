@@ -26,6 +26,8 @@ type Tx struct {
 	Outbox *OutboxClient
 	// ProcessedEvent is the client for interacting with the ProcessedEvent builders.
 	ProcessedEvent *ProcessedEventClient
+	// ScheduledEvent is the client for interacting with the ScheduledEvent builders.
+	ScheduledEvent *ScheduledEventClient
 
 	// lazily loaded.
 	client     *Client
@@ -164,6 +166,7 @@ func (tx *Tx) init() {
 	tx.Order = NewOrderClient(tx.config)
 	tx.Outbox = NewOutboxClient(tx.config)
 	tx.ProcessedEvent = NewProcessedEventClient(tx.config)
+	tx.ScheduledEvent = NewScheduledEventClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/outbox"
@@ -160,6 +161,8 @@ func (e *OrderPlacedShipTo) UnmarshalJSON(b []byte) error {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter hold it back until a time, up to 366 days ahead;
+// Cancel stops it while it waits.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -192,6 +195,7 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -281,6 +285,8 @@ func (e *OrderPaid) outboxPrefill() {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter hold it back until a time, up to 366 days ahead;
+// Cancel stops it while it waits.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -316,6 +322,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.Agg
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -398,6 +405,8 @@ func (OrderCancelled) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter hold it back until a time, up to 366 days ahead;
+// Cancel stops it while it waits.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -429,6 +438,7 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -476,7 +486,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	if b, ok := outboxBatches.Load(txd); ok {
 		return b.(*outbox.Batch), nil
 	}
-	b := outbox.NewNumberedBatch(txd, "outbox_events", "outbox_aggregate_sequences")
+	b := outbox.NewBatchFor(txd, outbox.Tables{
+		Outbox:    "outbox_events",
+		Sequence:  "outbox_aggregate_sequences",
+		Scheduled: "outbox_scheduled_events",
+	})
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}
@@ -536,6 +550,41 @@ func (c *OutboxClient) EmittedX(ctx context.Context) []*Outbox {
 		panic(err)
 	}
 	return rows
+}
+
+// Cancel stops event id, scheduled with events.DeliverAt or DeliverAfter,
+// in the transaction c belongs to (or at once, on a client outside one):
+// events.Cancelled when it was still waiting for its time (it is never sent;
+// a rollback undoes the Cancel), events.AlreadyCancelled, events.TooLate
+// when it is due and in the outbox (or was never scheduled), and
+// events.ErrEventNotFound when there is no such event. Events emitted
+// earlier in the transaction are written first, so one can be cancelled in
+// the transaction that scheduled it.
+func (c *OutboxClient) Cancel(ctx context.Context, id uuid.UUID) (events.CancelResult, error) {
+	if _, ok := c.driver.(*txDriver); ok {
+		if err := c.Flush(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return outbox.Cancel(ctx, c.driver, "outbox_events", "outbox_scheduled_events", id)
+}
+
+// Scheduled returns the events scheduled in c's transaction (events.DeliverAt,
+// DeliverAfter), in emit order, after writing those still held: what tests
+// assert on, with the time each is due.
+func (c *OutboxClient) Scheduled(ctx context.Context) ([]*ScheduledEvent, error) {
+	if err := c.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return c.scheduledEvents().Query().
+		Where(func(s *sql.Selector) { s.Where(sql.ExprP(s.C("transaction_id") + " = pg_current_xact_id()")) }).
+		Order(func(s *sql.Selector) { s.OrderBy(s.C("id")) }).
+		All(ctx)
+}
+
+// scheduledEvents is the client of the scheduled events in c's transaction.
+func (c *OutboxClient) scheduledEvents() *ScheduledEventClient {
+	return NewScheduledEventClient(c.config)
 }
 
 // OutboxRecord returns the row as an events.Record, for tests and tools.

@@ -20,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/predicate"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/processedevent"
+	"github.com/entoutbox/entoutbox/examples/orders/ent/scheduledevent"
 	"github.com/google/uuid"
 )
 
@@ -39,6 +40,7 @@ const (
 	TypeOrder             = "Order"
 	TypeOutbox            = "Outbox"
 	TypeProcessedEvent    = "ProcessedEvent"
+	TypeScheduledEvent    = "ScheduledEvent"
 )
 
 // AggregateSequenceMutation represents an operation that mutates the AggregateSequence nodes in the graph.
@@ -6219,4 +6221,1183 @@ func (m *ProcessedEventMutation) ClearEdge(name string) error {
 // It returns an error if the edge is not defined in the schema.
 func (m *ProcessedEventMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown ProcessedEvent edge %s", name)
+}
+
+// ScheduledEventMutation represents an operation that mutates the ScheduledEvent nodes in the graph.
+type ScheduledEventMutation struct {
+	config
+	op                Op
+	typ               string
+	id                *int64
+	event_id          *uuid.UUID
+	event_name        *string
+	event_version     *int
+	addevent_version  *int
+	topic             *string
+	aggregate_type    *string
+	aggregate_id      *string
+	payload           *json.RawMessage
+	appendpayload     json.RawMessage
+	headers           *map[string]string
+	readable_from     *int
+	addreadable_from  *int
+	deliver_at        *time.Time
+	created_at        *time.Time
+	transaction_id    *uint64
+	addtransaction_id *int64
+	cancelled_at      *time.Time
+	clearedFields     map[string]struct{}
+	done              bool
+	oldValue          func(context.Context) (*ScheduledEvent, error)
+	predicates        []predicate.ScheduledEvent
+}
+
+var _ ent.Mutation = (*ScheduledEventMutation)(nil)
+
+// scheduledeventOption allows management of the mutation configuration using functional options.
+type scheduledeventOption func(*ScheduledEventMutation)
+
+// newScheduledEventMutation creates new mutation for the ScheduledEvent entity.
+func newScheduledEventMutation(c config, op Op, opts ...scheduledeventOption) *ScheduledEventMutation {
+	m := &ScheduledEventMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeScheduledEvent,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withScheduledEventID sets the ID field of the mutation.
+func withScheduledEventID(id int64) scheduledeventOption {
+	return func(m *ScheduledEventMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *ScheduledEvent
+		)
+		m.oldValue = func(ctx context.Context) (*ScheduledEvent, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().ScheduledEvent.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withScheduledEvent sets the old ScheduledEvent of the mutation.
+func withScheduledEvent(node *ScheduledEvent) scheduledeventOption {
+	return func(m *ScheduledEventMutation) {
+		m.oldValue = func(context.Context) (*ScheduledEvent, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m ScheduledEventMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m ScheduledEventMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// SetID sets the value of the id field. Note that this
+// operation is only accepted on creation of ScheduledEvent entities.
+func (m *ScheduledEventMutation) SetID(id int64) {
+	m.id = &id
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *ScheduledEventMutation) ID() (id int64, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *ScheduledEventMutation) IDs(ctx context.Context) ([]int64, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int64{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().ScheduledEvent.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetEventID sets the "event_id" field.
+func (m *ScheduledEventMutation) SetEventID(u uuid.UUID) {
+	m.event_id = &u
+}
+
+// EventID returns the value of the "event_id" field in the mutation.
+func (m *ScheduledEventMutation) EventID() (r uuid.UUID, exists bool) {
+	v := m.event_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEventID returns the old "event_id" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldEventID(ctx context.Context) (v uuid.UUID, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEventID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEventID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEventID: %w", err)
+	}
+	return oldValue.EventID, nil
+}
+
+// ResetEventID resets all changes to the "event_id" field.
+func (m *ScheduledEventMutation) ResetEventID() {
+	m.event_id = nil
+}
+
+// SetEventName sets the "event_name" field.
+func (m *ScheduledEventMutation) SetEventName(s string) {
+	m.event_name = &s
+}
+
+// EventName returns the value of the "event_name" field in the mutation.
+func (m *ScheduledEventMutation) EventName() (r string, exists bool) {
+	v := m.event_name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEventName returns the old "event_name" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldEventName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEventName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEventName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEventName: %w", err)
+	}
+	return oldValue.EventName, nil
+}
+
+// ResetEventName resets all changes to the "event_name" field.
+func (m *ScheduledEventMutation) ResetEventName() {
+	m.event_name = nil
+}
+
+// SetEventVersion sets the "event_version" field.
+func (m *ScheduledEventMutation) SetEventVersion(i int) {
+	m.event_version = &i
+	m.addevent_version = nil
+}
+
+// EventVersion returns the value of the "event_version" field in the mutation.
+func (m *ScheduledEventMutation) EventVersion() (r int, exists bool) {
+	v := m.event_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldEventVersion returns the old "event_version" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldEventVersion(ctx context.Context) (v int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldEventVersion is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldEventVersion requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldEventVersion: %w", err)
+	}
+	return oldValue.EventVersion, nil
+}
+
+// AddEventVersion adds i to the "event_version" field.
+func (m *ScheduledEventMutation) AddEventVersion(i int) {
+	if m.addevent_version != nil {
+		*m.addevent_version += i
+	} else {
+		m.addevent_version = &i
+	}
+}
+
+// AddedEventVersion returns the value that was added to the "event_version" field in this mutation.
+func (m *ScheduledEventMutation) AddedEventVersion() (r int, exists bool) {
+	v := m.addevent_version
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ResetEventVersion resets all changes to the "event_version" field.
+func (m *ScheduledEventMutation) ResetEventVersion() {
+	m.event_version = nil
+	m.addevent_version = nil
+}
+
+// SetTopic sets the "topic" field.
+func (m *ScheduledEventMutation) SetTopic(s string) {
+	m.topic = &s
+}
+
+// Topic returns the value of the "topic" field in the mutation.
+func (m *ScheduledEventMutation) Topic() (r string, exists bool) {
+	v := m.topic
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTopic returns the old "topic" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldTopic(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTopic is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTopic requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTopic: %w", err)
+	}
+	return oldValue.Topic, nil
+}
+
+// ResetTopic resets all changes to the "topic" field.
+func (m *ScheduledEventMutation) ResetTopic() {
+	m.topic = nil
+}
+
+// SetAggregateType sets the "aggregate_type" field.
+func (m *ScheduledEventMutation) SetAggregateType(s string) {
+	m.aggregate_type = &s
+}
+
+// AggregateType returns the value of the "aggregate_type" field in the mutation.
+func (m *ScheduledEventMutation) AggregateType() (r string, exists bool) {
+	v := m.aggregate_type
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateType returns the old "aggregate_type" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldAggregateType(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateType is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateType requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateType: %w", err)
+	}
+	return oldValue.AggregateType, nil
+}
+
+// ResetAggregateType resets all changes to the "aggregate_type" field.
+func (m *ScheduledEventMutation) ResetAggregateType() {
+	m.aggregate_type = nil
+}
+
+// SetAggregateID sets the "aggregate_id" field.
+func (m *ScheduledEventMutation) SetAggregateID(s string) {
+	m.aggregate_id = &s
+}
+
+// AggregateID returns the value of the "aggregate_id" field in the mutation.
+func (m *ScheduledEventMutation) AggregateID() (r string, exists bool) {
+	v := m.aggregate_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAggregateID returns the old "aggregate_id" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldAggregateID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAggregateID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAggregateID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAggregateID: %w", err)
+	}
+	return oldValue.AggregateID, nil
+}
+
+// ResetAggregateID resets all changes to the "aggregate_id" field.
+func (m *ScheduledEventMutation) ResetAggregateID() {
+	m.aggregate_id = nil
+}
+
+// SetPayload sets the "payload" field.
+func (m *ScheduledEventMutation) SetPayload(jm json.RawMessage) {
+	m.payload = &jm
+	m.appendpayload = nil
+}
+
+// Payload returns the value of the "payload" field in the mutation.
+func (m *ScheduledEventMutation) Payload() (r json.RawMessage, exists bool) {
+	v := m.payload
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldPayload returns the old "payload" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldPayload(ctx context.Context) (v json.RawMessage, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldPayload is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldPayload requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldPayload: %w", err)
+	}
+	return oldValue.Payload, nil
+}
+
+// AppendPayload adds jm to the "payload" field.
+func (m *ScheduledEventMutation) AppendPayload(jm json.RawMessage) {
+	m.appendpayload = append(m.appendpayload, jm...)
+}
+
+// AppendedPayload returns the list of values that were appended to the "payload" field in this mutation.
+func (m *ScheduledEventMutation) AppendedPayload() (json.RawMessage, bool) {
+	if len(m.appendpayload) == 0 {
+		return nil, false
+	}
+	return m.appendpayload, true
+}
+
+// ResetPayload resets all changes to the "payload" field.
+func (m *ScheduledEventMutation) ResetPayload() {
+	m.payload = nil
+	m.appendpayload = nil
+}
+
+// SetHeaders sets the "headers" field.
+func (m *ScheduledEventMutation) SetHeaders(value map[string]string) {
+	m.headers = &value
+}
+
+// Headers returns the value of the "headers" field in the mutation.
+func (m *ScheduledEventMutation) Headers() (r map[string]string, exists bool) {
+	v := m.headers
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldHeaders returns the old "headers" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldHeaders(ctx context.Context) (v map[string]string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldHeaders is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldHeaders requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldHeaders: %w", err)
+	}
+	return oldValue.Headers, nil
+}
+
+// ClearHeaders clears the value of the "headers" field.
+func (m *ScheduledEventMutation) ClearHeaders() {
+	m.headers = nil
+	m.clearedFields[scheduledevent.FieldHeaders] = struct{}{}
+}
+
+// HeadersCleared returns if the "headers" field was cleared in this mutation.
+func (m *ScheduledEventMutation) HeadersCleared() bool {
+	_, ok := m.clearedFields[scheduledevent.FieldHeaders]
+	return ok
+}
+
+// ResetHeaders resets all changes to the "headers" field.
+func (m *ScheduledEventMutation) ResetHeaders() {
+	m.headers = nil
+	delete(m.clearedFields, scheduledevent.FieldHeaders)
+}
+
+// SetReadableFrom sets the "readable_from" field.
+func (m *ScheduledEventMutation) SetReadableFrom(i int) {
+	m.readable_from = &i
+	m.addreadable_from = nil
+}
+
+// ReadableFrom returns the value of the "readable_from" field in the mutation.
+func (m *ScheduledEventMutation) ReadableFrom() (r int, exists bool) {
+	v := m.readable_from
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReadableFrom returns the old "readable_from" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldReadableFrom(ctx context.Context) (v *int, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReadableFrom is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReadableFrom requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReadableFrom: %w", err)
+	}
+	return oldValue.ReadableFrom, nil
+}
+
+// AddReadableFrom adds i to the "readable_from" field.
+func (m *ScheduledEventMutation) AddReadableFrom(i int) {
+	if m.addreadable_from != nil {
+		*m.addreadable_from += i
+	} else {
+		m.addreadable_from = &i
+	}
+}
+
+// AddedReadableFrom returns the value that was added to the "readable_from" field in this mutation.
+func (m *ScheduledEventMutation) AddedReadableFrom() (r int, exists bool) {
+	v := m.addreadable_from
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearReadableFrom clears the value of the "readable_from" field.
+func (m *ScheduledEventMutation) ClearReadableFrom() {
+	m.readable_from = nil
+	m.addreadable_from = nil
+	m.clearedFields[scheduledevent.FieldReadableFrom] = struct{}{}
+}
+
+// ReadableFromCleared returns if the "readable_from" field was cleared in this mutation.
+func (m *ScheduledEventMutation) ReadableFromCleared() bool {
+	_, ok := m.clearedFields[scheduledevent.FieldReadableFrom]
+	return ok
+}
+
+// ResetReadableFrom resets all changes to the "readable_from" field.
+func (m *ScheduledEventMutation) ResetReadableFrom() {
+	m.readable_from = nil
+	m.addreadable_from = nil
+	delete(m.clearedFields, scheduledevent.FieldReadableFrom)
+}
+
+// SetDeliverAt sets the "deliver_at" field.
+func (m *ScheduledEventMutation) SetDeliverAt(t time.Time) {
+	m.deliver_at = &t
+}
+
+// DeliverAt returns the value of the "deliver_at" field in the mutation.
+func (m *ScheduledEventMutation) DeliverAt() (r time.Time, exists bool) {
+	v := m.deliver_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeliverAt returns the old "deliver_at" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldDeliverAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeliverAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeliverAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeliverAt: %w", err)
+	}
+	return oldValue.DeliverAt, nil
+}
+
+// ResetDeliverAt resets all changes to the "deliver_at" field.
+func (m *ScheduledEventMutation) ResetDeliverAt() {
+	m.deliver_at = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *ScheduledEventMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *ScheduledEventMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *ScheduledEventMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetTransactionID sets the "transaction_id" field.
+func (m *ScheduledEventMutation) SetTransactionID(u uint64) {
+	m.transaction_id = &u
+	m.addtransaction_id = nil
+}
+
+// TransactionID returns the value of the "transaction_id" field in the mutation.
+func (m *ScheduledEventMutation) TransactionID() (r uint64, exists bool) {
+	v := m.transaction_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTransactionID returns the old "transaction_id" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldTransactionID(ctx context.Context) (v uint64, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTransactionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTransactionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTransactionID: %w", err)
+	}
+	return oldValue.TransactionID, nil
+}
+
+// AddTransactionID adds u to the "transaction_id" field.
+func (m *ScheduledEventMutation) AddTransactionID(u int64) {
+	if m.addtransaction_id != nil {
+		*m.addtransaction_id += u
+	} else {
+		m.addtransaction_id = &u
+	}
+}
+
+// AddedTransactionID returns the value that was added to the "transaction_id" field in this mutation.
+func (m *ScheduledEventMutation) AddedTransactionID() (r int64, exists bool) {
+	v := m.addtransaction_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// ClearTransactionID clears the value of the "transaction_id" field.
+func (m *ScheduledEventMutation) ClearTransactionID() {
+	m.transaction_id = nil
+	m.addtransaction_id = nil
+	m.clearedFields[scheduledevent.FieldTransactionID] = struct{}{}
+}
+
+// TransactionIDCleared returns if the "transaction_id" field was cleared in this mutation.
+func (m *ScheduledEventMutation) TransactionIDCleared() bool {
+	_, ok := m.clearedFields[scheduledevent.FieldTransactionID]
+	return ok
+}
+
+// ResetTransactionID resets all changes to the "transaction_id" field.
+func (m *ScheduledEventMutation) ResetTransactionID() {
+	m.transaction_id = nil
+	m.addtransaction_id = nil
+	delete(m.clearedFields, scheduledevent.FieldTransactionID)
+}
+
+// SetCancelledAt sets the "cancelled_at" field.
+func (m *ScheduledEventMutation) SetCancelledAt(t time.Time) {
+	m.cancelled_at = &t
+}
+
+// CancelledAt returns the value of the "cancelled_at" field in the mutation.
+func (m *ScheduledEventMutation) CancelledAt() (r time.Time, exists bool) {
+	v := m.cancelled_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCancelledAt returns the old "cancelled_at" field's value of the ScheduledEvent entity.
+// If the ScheduledEvent object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *ScheduledEventMutation) OldCancelledAt(ctx context.Context) (v *time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCancelledAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCancelledAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCancelledAt: %w", err)
+	}
+	return oldValue.CancelledAt, nil
+}
+
+// ClearCancelledAt clears the value of the "cancelled_at" field.
+func (m *ScheduledEventMutation) ClearCancelledAt() {
+	m.cancelled_at = nil
+	m.clearedFields[scheduledevent.FieldCancelledAt] = struct{}{}
+}
+
+// CancelledAtCleared returns if the "cancelled_at" field was cleared in this mutation.
+func (m *ScheduledEventMutation) CancelledAtCleared() bool {
+	_, ok := m.clearedFields[scheduledevent.FieldCancelledAt]
+	return ok
+}
+
+// ResetCancelledAt resets all changes to the "cancelled_at" field.
+func (m *ScheduledEventMutation) ResetCancelledAt() {
+	m.cancelled_at = nil
+	delete(m.clearedFields, scheduledevent.FieldCancelledAt)
+}
+
+// Where appends a list predicates to the ScheduledEventMutation builder.
+func (m *ScheduledEventMutation) Where(ps ...predicate.ScheduledEvent) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the ScheduledEventMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *ScheduledEventMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.ScheduledEvent, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *ScheduledEventMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *ScheduledEventMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (ScheduledEvent).
+func (m *ScheduledEventMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *ScheduledEventMutation) Fields() []string {
+	fields := make([]string, 0, 13)
+	if m.event_id != nil {
+		fields = append(fields, scheduledevent.FieldEventID)
+	}
+	if m.event_name != nil {
+		fields = append(fields, scheduledevent.FieldEventName)
+	}
+	if m.event_version != nil {
+		fields = append(fields, scheduledevent.FieldEventVersion)
+	}
+	if m.topic != nil {
+		fields = append(fields, scheduledevent.FieldTopic)
+	}
+	if m.aggregate_type != nil {
+		fields = append(fields, scheduledevent.FieldAggregateType)
+	}
+	if m.aggregate_id != nil {
+		fields = append(fields, scheduledevent.FieldAggregateID)
+	}
+	if m.payload != nil {
+		fields = append(fields, scheduledevent.FieldPayload)
+	}
+	if m.headers != nil {
+		fields = append(fields, scheduledevent.FieldHeaders)
+	}
+	if m.readable_from != nil {
+		fields = append(fields, scheduledevent.FieldReadableFrom)
+	}
+	if m.deliver_at != nil {
+		fields = append(fields, scheduledevent.FieldDeliverAt)
+	}
+	if m.created_at != nil {
+		fields = append(fields, scheduledevent.FieldCreatedAt)
+	}
+	if m.transaction_id != nil {
+		fields = append(fields, scheduledevent.FieldTransactionID)
+	}
+	if m.cancelled_at != nil {
+		fields = append(fields, scheduledevent.FieldCancelledAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *ScheduledEventMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case scheduledevent.FieldEventID:
+		return m.EventID()
+	case scheduledevent.FieldEventName:
+		return m.EventName()
+	case scheduledevent.FieldEventVersion:
+		return m.EventVersion()
+	case scheduledevent.FieldTopic:
+		return m.Topic()
+	case scheduledevent.FieldAggregateType:
+		return m.AggregateType()
+	case scheduledevent.FieldAggregateID:
+		return m.AggregateID()
+	case scheduledevent.FieldPayload:
+		return m.Payload()
+	case scheduledevent.FieldHeaders:
+		return m.Headers()
+	case scheduledevent.FieldReadableFrom:
+		return m.ReadableFrom()
+	case scheduledevent.FieldDeliverAt:
+		return m.DeliverAt()
+	case scheduledevent.FieldCreatedAt:
+		return m.CreatedAt()
+	case scheduledevent.FieldTransactionID:
+		return m.TransactionID()
+	case scheduledevent.FieldCancelledAt:
+		return m.CancelledAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *ScheduledEventMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case scheduledevent.FieldEventID:
+		return m.OldEventID(ctx)
+	case scheduledevent.FieldEventName:
+		return m.OldEventName(ctx)
+	case scheduledevent.FieldEventVersion:
+		return m.OldEventVersion(ctx)
+	case scheduledevent.FieldTopic:
+		return m.OldTopic(ctx)
+	case scheduledevent.FieldAggregateType:
+		return m.OldAggregateType(ctx)
+	case scheduledevent.FieldAggregateID:
+		return m.OldAggregateID(ctx)
+	case scheduledevent.FieldPayload:
+		return m.OldPayload(ctx)
+	case scheduledevent.FieldHeaders:
+		return m.OldHeaders(ctx)
+	case scheduledevent.FieldReadableFrom:
+		return m.OldReadableFrom(ctx)
+	case scheduledevent.FieldDeliverAt:
+		return m.OldDeliverAt(ctx)
+	case scheduledevent.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case scheduledevent.FieldTransactionID:
+		return m.OldTransactionID(ctx)
+	case scheduledevent.FieldCancelledAt:
+		return m.OldCancelledAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown ScheduledEvent field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduledEventMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case scheduledevent.FieldEventID:
+		v, ok := value.(uuid.UUID)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEventID(v)
+		return nil
+	case scheduledevent.FieldEventName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEventName(v)
+		return nil
+	case scheduledevent.FieldEventVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetEventVersion(v)
+		return nil
+	case scheduledevent.FieldTopic:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTopic(v)
+		return nil
+	case scheduledevent.FieldAggregateType:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateType(v)
+		return nil
+	case scheduledevent.FieldAggregateID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAggregateID(v)
+		return nil
+	case scheduledevent.FieldPayload:
+		v, ok := value.(json.RawMessage)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetPayload(v)
+		return nil
+	case scheduledevent.FieldHeaders:
+		v, ok := value.(map[string]string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetHeaders(v)
+		return nil
+	case scheduledevent.FieldReadableFrom:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReadableFrom(v)
+		return nil
+	case scheduledevent.FieldDeliverAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeliverAt(v)
+		return nil
+	case scheduledevent.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case scheduledevent.FieldTransactionID:
+		v, ok := value.(uint64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTransactionID(v)
+		return nil
+	case scheduledevent.FieldCancelledAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCancelledAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduledEvent field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *ScheduledEventMutation) AddedFields() []string {
+	var fields []string
+	if m.addevent_version != nil {
+		fields = append(fields, scheduledevent.FieldEventVersion)
+	}
+	if m.addreadable_from != nil {
+		fields = append(fields, scheduledevent.FieldReadableFrom)
+	}
+	if m.addtransaction_id != nil {
+		fields = append(fields, scheduledevent.FieldTransactionID)
+	}
+	return fields
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *ScheduledEventMutation) AddedField(name string) (ent.Value, bool) {
+	switch name {
+	case scheduledevent.FieldEventVersion:
+		return m.AddedEventVersion()
+	case scheduledevent.FieldReadableFrom:
+		return m.AddedReadableFrom()
+	case scheduledevent.FieldTransactionID:
+		return m.AddedTransactionID()
+	}
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *ScheduledEventMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	case scheduledevent.FieldEventVersion:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddEventVersion(v)
+		return nil
+	case scheduledevent.FieldReadableFrom:
+		v, ok := value.(int)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddReadableFrom(v)
+		return nil
+	case scheduledevent.FieldTransactionID:
+		v, ok := value.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.AddTransactionID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduledEvent numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *ScheduledEventMutation) ClearedFields() []string {
+	var fields []string
+	if m.FieldCleared(scheduledevent.FieldHeaders) {
+		fields = append(fields, scheduledevent.FieldHeaders)
+	}
+	if m.FieldCleared(scheduledevent.FieldReadableFrom) {
+		fields = append(fields, scheduledevent.FieldReadableFrom)
+	}
+	if m.FieldCleared(scheduledevent.FieldTransactionID) {
+		fields = append(fields, scheduledevent.FieldTransactionID)
+	}
+	if m.FieldCleared(scheduledevent.FieldCancelledAt) {
+		fields = append(fields, scheduledevent.FieldCancelledAt)
+	}
+	return fields
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *ScheduledEventMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *ScheduledEventMutation) ClearField(name string) error {
+	switch name {
+	case scheduledevent.FieldHeaders:
+		m.ClearHeaders()
+		return nil
+	case scheduledevent.FieldReadableFrom:
+		m.ClearReadableFrom()
+		return nil
+	case scheduledevent.FieldTransactionID:
+		m.ClearTransactionID()
+		return nil
+	case scheduledevent.FieldCancelledAt:
+		m.ClearCancelledAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduledEvent nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *ScheduledEventMutation) ResetField(name string) error {
+	switch name {
+	case scheduledevent.FieldEventID:
+		m.ResetEventID()
+		return nil
+	case scheduledevent.FieldEventName:
+		m.ResetEventName()
+		return nil
+	case scheduledevent.FieldEventVersion:
+		m.ResetEventVersion()
+		return nil
+	case scheduledevent.FieldTopic:
+		m.ResetTopic()
+		return nil
+	case scheduledevent.FieldAggregateType:
+		m.ResetAggregateType()
+		return nil
+	case scheduledevent.FieldAggregateID:
+		m.ResetAggregateID()
+		return nil
+	case scheduledevent.FieldPayload:
+		m.ResetPayload()
+		return nil
+	case scheduledevent.FieldHeaders:
+		m.ResetHeaders()
+		return nil
+	case scheduledevent.FieldReadableFrom:
+		m.ResetReadableFrom()
+		return nil
+	case scheduledevent.FieldDeliverAt:
+		m.ResetDeliverAt()
+		return nil
+	case scheduledevent.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case scheduledevent.FieldTransactionID:
+		m.ResetTransactionID()
+		return nil
+	case scheduledevent.FieldCancelledAt:
+		m.ResetCancelledAt()
+		return nil
+	}
+	return fmt.Errorf("unknown ScheduledEvent field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *ScheduledEventMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *ScheduledEventMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *ScheduledEventMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *ScheduledEventMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *ScheduledEventMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *ScheduledEventMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *ScheduledEventMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown ScheduledEvent unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *ScheduledEventMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown ScheduledEvent edge %s", name)
 }

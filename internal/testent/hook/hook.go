@@ -93,6 +93,18 @@ func (f ProcessedEventFunc) Mutate(ctx context.Context, m testent.Mutation) (tes
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.ProcessedEventMutation", m)
 }
 
+// The ScheduledEventFunc type is an adapter to allow the use of ordinary
+// function as ScheduledEvent mutator.
+type ScheduledEventFunc func(context.Context, *testent.ScheduledEventMutation) (testent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f ScheduledEventFunc) Mutate(ctx context.Context, m testent.Mutation) (testent.Value, error) {
+	if mv, ok := m.(*testent.ScheduledEventMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *testent.ScheduledEventMutation", m)
+}
+
 // Condition is a hook condition function.
 type Condition func(context.Context, testent.Mutation) bool
 

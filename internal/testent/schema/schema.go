@@ -23,6 +23,7 @@ type (
 	DeadLetter        struct{ schema.DeadLetter }
 	AggregateSequence struct{ schema.AggregateSequence }
 	ConsumerPosition  struct{ schema.ConsumerPosition }
+	ScheduledEvent    struct{ schema.ScheduledEvent }
 )
 
 // Invoice is the effect the consumer tests write.

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
@@ -455,6 +456,7 @@ func (e *OrderPlacedSlot) UnmarshalJSON(b []byte) error {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -490,6 +492,7 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -571,7 +574,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	if b, ok := outboxBatches.Load(txd); ok {
 		return b.(*outbox.Batch), nil
 	}
-	b := outbox.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatchFor(txd, outbox.Tables{
+		Outbox:    "outbox_events",
+		Sequence:  "",
+		Scheduled: "",
+	})
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"entgo.io/ent/dialect/sql"
@@ -80,6 +81,7 @@ func (e *FieldAddOptional) outboxPrefill() {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -115,6 +117,7 @@ func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID eve
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -210,6 +213,7 @@ func (FieldRelax) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -241,6 +245,7 @@ func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID events.Ag
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -315,6 +320,7 @@ func (EnumValueAdd) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -346,6 +352,7 @@ func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -434,6 +441,7 @@ func (BoundsLoosen) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -465,6 +473,7 @@ func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -547,6 +556,7 @@ func (BoundsTighten) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -581,6 +591,7 @@ func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID events
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -703,6 +714,7 @@ func (e *DefaultChange) outboxPrefill() {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -738,6 +750,7 @@ func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID events
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -838,6 +851,7 @@ func (FieldKindSameWire) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -872,6 +886,7 @@ func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID ev
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -972,6 +987,7 @@ func (FieldKindWiden) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -1003,6 +1019,7 @@ func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -1073,6 +1090,7 @@ func (FieldKindToFloat) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 2 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -1104,6 +1122,7 @@ func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID eve
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -1165,6 +1184,7 @@ func (Drafted) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 2
@@ -1199,6 +1219,7 @@ func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID events.Aggre
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -1266,7 +1287,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	if b, ok := outboxBatches.Load(txd); ok {
 		return b.(*outbox.Batch), nil
 	}
-	b := outbox.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatchFor(txd, outbox.Tables{
+		Outbox:    "outbox_events",
+		Sequence:  "",
+		Scheduled: "",
+	})
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}

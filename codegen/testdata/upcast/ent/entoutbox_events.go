@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -120,6 +121,7 @@ func (e *PriceChanged) outboxPrefill() {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 3 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -152,6 +154,7 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -191,7 +194,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	if b, ok := outboxBatches.Load(txd); ok {
 		return b.(*outbox.Batch), nil
 	}
-	b := outbox.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatchFor(txd, outbox.Tables{
+		Outbox:    "outbox_events",
+		Sequence:  "",
+		Scheduled: "",
+	})
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"entgo.io/ent/dialect/sql"
 
@@ -113,6 +114,7 @@ func (e *OrderPaid) outboxPrefill() {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Consumers of version 1 and later read what it writes.
 // events.AsVersion(n) writes version n instead, for n from 1 to 3
@@ -148,6 +150,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.Agg
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -246,6 +249,7 @@ func (OrderShipped) OutboxEvent() (name string, version int) {
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
 // events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
 //
 // Only consumers of version 1 read what it writes: events.AsVersion of
 // another version fails with events.ErrVersionNotWritable.
@@ -277,6 +281,7 @@ func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
+		MaxDelay:      8784 * time.Hour,
 	}, cfg)
 }
 
@@ -312,7 +317,11 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	if b, ok := outboxBatches.Load(txd); ok {
 		return b.(*outbox.Batch), nil
 	}
-	b := outbox.NewBatch(txd, "outbox_events")
+	b := outbox.NewBatchFor(txd, outbox.Tables{
+		Outbox:    "outbox_events",
+		Sequence:  "",
+		Scheduled: "",
+	})
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}

@@ -27,6 +27,7 @@ type (
 	DeadLetter        struct{ schema.DeadLetter }
 	AggregateSequence struct{ schema.AggregateSequence }
 	ConsumerPosition  struct{ schema.ConsumerPosition }
+	ScheduledEvent    struct{ schema.ScheduledEvent }
 )
 
 // Invoice is the billing consumer's effect: one per paid order.

@@ -1,0 +1,169 @@
+package outbox
+
+import (
+	"cmp"
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+// ScheduledChannel is the LISTEN/NOTIFY channel of a scheduled events
+// table: Emit notifies it at commit when it scheduled an event, so that
+// the relay looks again for the next one due (it may be due sooner than
+// the one it waits for).
+func ScheduledChannel(table string) string { return table }
+
+// InsertScheduledQuery builds the INSERT of scheduled rows into
+// scheduledTable, in their order. Each is due at its DeliverAt, or at the
+// database's clock plus DeliverAfter. A row whose event id is already
+// scheduled or in outboxTable is skipped; the statement returns one row per
+// row inserted, and notifies ScheduledChannel(scheduledTable) at commit.
+//
+// With seqTable, the counters of the rows' aggregates are locked (created
+// at 0 when new) without taking a number: the aggregate's other writers
+// wait until the transaction ends, so that the ids, which order events due
+// at the same time, follow commit order within an aggregate. The number
+// is taken when the event is due.
+func InsertScheduledQuery(outboxTable, seqTable, scheduledTable string, rows []Row) (string, []any, error) {
+	var (
+		q    strings.Builder
+		args []any
+	)
+	q.WriteString("WITH ")
+	if seqTable != "" {
+		keys := make([]aggregateKey, 0, len(rows))
+		for _, r := range rows {
+			k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b aggregateKey) int {
+			return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id))
+		})
+		q.WriteString("locked AS (INSERT INTO " + pgsql.QuoteIdent(seqTable) + " AS s (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
+		for i, k := range keys {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			fmt.Fprintf(&q, "($%d::text,$%d::text,$%d::text,0)", len(args)+1, len(args)+2, len(args)+3)
+			args = append(args, k.topic, k.typ, k.id)
+		}
+		q.WriteString(" ON CONFLICT (topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq RETURNING 1), ")
+	}
+	q.WriteString("inserted AS (INSERT INTO " + pgsql.QuoteIdent(scheduledTable) +
+		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, deliver_at)" +
+		" SELECT v.event_id, v.event_name, v.event_version, v.topic, v.aggregate_type, v.aggregate_id, v.payload, v.headers," +
+		" v.readable_from, COALESCE(v.deliver_at, clock_timestamp() + v.deliver_after * interval '1 microsecond') FROM (VALUES ")
+	for i, r := range rows {
+		headers, err := encodeHeaders(r.Headers)
+		if err != nil {
+			return "", nil, fmt.Errorf("outbox: event %s: %w", r.EventID, err)
+		}
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		n := len(args)
+		fmt.Fprintf(&q, "($%d::uuid,$%d::text,$%d::int,$%d::text,$%d::text,$%d::text,$%d::jsonb,$%d::jsonb,$%d::int,$%d::timestamptz,$%d::bigint,$%d::int)",
+			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n+11, n+12)
+		var at any
+		if !r.DeliverAt.IsZero() {
+			at = r.DeliverAt
+		}
+		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
+			string(r.Payload), headers, readableFromColumn(r.Event), at, r.DeliverAfter.Microseconds(), i)
+	}
+	q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
+		" readable_from, deliver_at, deliver_after, ord) WHERE NOT EXISTS (SELECT 1 FROM " + pgsql.QuoteIdent(outboxTable) +
+		" o WHERE o.event_id = v.event_id) ORDER BY v.ord ON CONFLICT (event_id) DO NOTHING RETURNING 1)" +
+		" SELECT pg_notify(" + pgsql.QuoteLiteral(ScheduledChannel(scheduledTable)) + ", '') FROM inserted")
+	return q.String(), args, nil
+}
+
+// insertScheduled writes scheduled rows in one statement, as insert does
+// the others.
+func insertScheduled(ctx context.Context, drv dialect.ExecQuerier, outboxTable, seqTable, scheduledTable string, rows []Row) error {
+	query, args, err := InsertScheduledQuery(outboxTable, seqTable, scheduledTable, rows)
+	if err != nil {
+		return err
+	}
+	var res stdsql.Result
+	if err := drv.Exec(ctx, query, args, &res); err != nil {
+		if len(rows) == 1 {
+			return fmt.Errorf("outbox: scheduling %q event %s: %w", rows[0].Name, rows[0].EventID, err)
+		}
+		return fmt.Errorf("outbox: scheduling %d events: %w", len(rows), err)
+	}
+	if res == nil {
+		return errors.New("outbox: the driver returned no result")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("outbox: counting the rows written: %w", err)
+	}
+	if int(n) == len(rows) {
+		return nil
+	}
+	if len(rows) == 1 {
+		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
+	}
+	return fmt.Errorf("%w: %d of %d events were already scheduled or in the outbox", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
+}
+
+// Cancel stops the scheduled event id, in the transaction (or on the
+// connection) of drv: events.Cancelled when it was waiting,
+// events.AlreadyCancelled, events.TooLate when it is in the outbox
+// (due, or never scheduled), and events.ErrEventNotFound when it is in
+// neither table. A Cancel that meets the relay moving the event into the
+// outbox waits for it (row lock) and then finds it too late; the relay
+// skips an event whose Cancel has not ended, and moves it once that
+// transaction rolls back.
+func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduledTable string, id uuid.UUID) (events.CancelResult, error) {
+	if scheduledTable == "" {
+		return 0, errors.New("outbox: Cancel needs the scheduled events' table: add type ScheduledEvent struct{ schema.ScheduledEvent } " +
+			"to your ent schema, run go generate and migrate")
+	}
+	s := pgsql.QuoteIdent(scheduledTable)
+	var res stdsql.Result
+	if err := drv.Exec(ctx, `UPDATE `+s+` SET cancelled_at = clock_timestamp() WHERE event_id = $1 AND cancelled_at IS NULL`,
+		[]any{id.String()}, &res); err != nil {
+		return 0, fmt.Errorf("outbox: cancelling event %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, fmt.Errorf("outbox: cancelling event %s: %w", id, err)
+	} else if n == 1 {
+		return events.Cancelled, nil
+	}
+	// A statement of its own: in READ COMMITTED it sees what the relay
+	// committed while the UPDATE waited for its lock.
+	var rows entsql.Rows
+	if err := drv.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+s+` WHERE event_id = $1), EXISTS (SELECT 1 FROM `+
+		pgsql.QuoteIdent(outboxTable)+` WHERE event_id = $1)`, []any{id.String()}, &rows); err != nil {
+		return 0, fmt.Errorf("outbox: looking for event %s: %w", id, err)
+	}
+	defer rows.Close()
+	var cancelled, sent bool
+	if !rows.Next() {
+		return 0, fmt.Errorf("outbox: looking for event %s: no row", id)
+	}
+	if err := rows.Scan(&cancelled, &sent); err != nil {
+		return 0, fmt.Errorf("outbox: looking for event %s: %w", id, err)
+	}
+	switch {
+	case cancelled:
+		return events.AlreadyCancelled, nil
+	case sent:
+		return events.TooLate, nil
+	}
+	return 0, fmt.Errorf("%w: %s", events.ErrEventNotFound, id)
+}
