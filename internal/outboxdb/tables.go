@@ -7,11 +7,14 @@ import (
 )
 
 // Tables names the tables of one outbox: the outbox table, the tables the
-// relay names after it (the methods), the dead-letter table, and the
-// consumers' tables.
+// relay names after it (the methods), the dead-letter table, the
+// scheduled events' table, and the consumers' tables.
 type Tables struct {
 	Outbox      string
 	DeadLetters string
+	// Scheduled holds the events emitted for a later time until they are
+	// due (schema.ScheduledEvent); it may not exist.
+	Scheduled string
 	// The consumers' tables: processed events (dedupe), positions and
 	// the aggregates' counters.
 	Processed, Positions, Sequences string
@@ -19,7 +22,7 @@ type Tables struct {
 
 // New names the tables of the outbox table outbox and the dead-letter
 // table deadLetters; the schema package's defaults for those empty and
-// for the consumers' tables.
+// for the scheduled events' and the consumers' tables.
 func New(outbox, deadLetters string) Tables {
 	if outbox == "" {
 		outbox = schema.OutboxTable
@@ -27,7 +30,7 @@ func New(outbox, deadLetters string) Tables {
 	if deadLetters == "" {
 		deadLetters = schema.DeadLetterTable
 	}
-	return Tables{Outbox: outbox, DeadLetters: deadLetters, Processed: schema.ProcessedEventTable,
+	return Tables{Outbox: outbox, DeadLetters: deadLetters, Scheduled: schema.ScheduledEventTable, Processed: schema.ProcessedEventTable,
 		Positions: schema.ConsumerPositionTable, Sequences: schema.AggregateSequenceTable}
 }
 
