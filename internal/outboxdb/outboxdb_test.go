@@ -80,7 +80,7 @@ const progressDDL = `CREATE TABLE outbox_events_wal_progress (slot text PRIMARY 
 
 func TestTablesAreNamedAfterTheOutboxTable(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, outboxdb.Tables{Outbox: "outbox_events", DeadLetters: "outbox_dead_letters",
+	require.Equal(t, outboxdb.Tables{Outbox: "outbox_events", DeadLetters: "outbox_dead_letters", Scheduled: "outbox_scheduled_events",
 		Processed: "outbox_processed_events", Positions: "outbox_consumer_positions", Sequences: "outbox_aggregate_sequences"},
 		outboxdb.New("", ""))
 	tables := outboxdb.New("billing_outbox", "billing_letters")
