@@ -28,6 +28,8 @@
 //     and purges (package admin), and an event's letters.
 //   - rows.go: an event's outbox row, and the delivered rows a replay
 //     reads, each delivered by whichever path did.
+//   - scheduled.go: the scheduled events waiting, overdue and cancelled,
+//     counted up to a bound, and an event's scheduled row.
 //   - consumers.go: the aggregates consumers hold behind a dead letter.
 //   - relays.go: the fast relays' shares of the partitions, and their
 //     liveness locks.
