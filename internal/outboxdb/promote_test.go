@@ -1,0 +1,155 @@
+package outboxdb_test
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/outbox"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata/ from the code")
+
+// TestPromoteQueryGolden holds the promotion statement, with and without
+// a sequence table, to its committed text: a change to it is seen in
+// review. go test ./internal/outboxdb -run TestPromoteQueryGolden -update
+// rewrites them.
+func TestPromoteQueryGolden(t *testing.T) {
+	require.Equal(t, outbox.NotifyChannel("t"), outboxdb.NotifyChannel("t"))
+	numbered := outboxdb.New("", "")
+	unnumbered := numbered
+	unnumbered.Sequences = ""
+	for name, tables := range map[string]outboxdb.Tables{"promote.sql": numbered, "promote-unnumbered.sql": unnumbered} {
+		got := "-- The promotion of " + tables.Scheduled + " into " + tables.Outbox + ", sequence table \"" +
+			tables.Sequences + "\".\n" + tables.PromoteQuery() + "\n"
+		path := filepath.Join("testdata", name)
+		if *update {
+			require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+			continue
+		}
+		want, err := os.ReadFile(path)
+		require.NoError(t, err, "no golden file %s: run with -update", path)
+		require.Equal(t, string(want), got, "the promotion differs from %s: run with -update if the change is meant", path)
+	}
+}
+
+// scheduleOne writes a pending scheduled event of aggregate id due in (by
+// the database's clock) and returns its row id.
+func scheduleOne(t *testing.T, db *sql.DB, aggregate string, in time.Duration, headers string) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.QueryRow(`INSERT INTO outbox_scheduled_events (event_id, event_name, event_version, topic,
+		aggregate_type, aggregate_id, payload, headers, deliver_at) VALUES (gen_random_uuid(), 'order.paid', 1, 'orders',
+		'Order', $1, '{}', NULLIF($3, '')::jsonb, clock_timestamp() + $2 * interval '1 microsecond') RETURNING id`,
+		aggregate, in.Microseconds(), headers).Scan(&id))
+	return id
+}
+
+func TestPromote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	// Aggregate A has a number already: its events follow it.
+	_, err := db.Exec(`INSERT INTO outbox_aggregate_sequences (topic, aggregate_type, aggregate_id, last_seq)
+		VALUES ('orders', 'Order', 'A', 7)`)
+	require.NoError(t, err)
+	a1 := scheduleOne(t, db, "A", -2*time.Second, `{"k":"v"}`)
+	b1 := scheduleOne(t, db, "B", -time.Second, ``)
+	a2 := scheduleOne(t, db, "A", -3*time.Second, `null`) // due before a1: numbered before it
+	cancelled := scheduleOne(t, db, "A", -time.Second, `{}`)
+	_, err = db.Exec(`UPDATE outbox_scheduled_events SET cancelled_at = clock_timestamp() WHERE id = $1`, cancelled)
+	require.NoError(t, err)
+	later := scheduleOne(t, db, "A", time.Hour, `{}`)
+
+	moved, locked, err := tables.Promote(ctx, db, 2)
+	require.NoError(t, err)
+	require.True(t, locked)
+	require.Equal(t, 2, moved, "bounded by the limit")
+	moved, _, err = tables.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+
+	rows, err := db.Query(`SELECT aggregate_id, aggregate_seq, headers, headers->>$1 FROM outbox_events ORDER BY id`,
+		events.MetaDeliverAt)
+	require.NoError(t, err)
+	defer rows.Close()
+	type got struct {
+		agg  string
+		seq  int64
+		hdr  string
+		when string
+	}
+	var all []got
+	for rows.Next() {
+		var g got
+		require.NoError(t, rows.Scan(&g.agg, &g.seq, &g.hdr, &g.when))
+		h, err := outbox.DecodeHeaders([]byte(g.hdr))
+		require.NoError(t, err, "the relay reads the headers it wrote")
+		require.Equal(t, g.when, h[events.MetaDeliverAt])
+		_, err = time.Parse(time.RFC3339Nano, g.when)
+		require.NoError(t, err)
+		require.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`, g.when)
+		all = append(all, g)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, all, 3)
+	require.Equal(t, []string{"A", "A", "B"}, []string{all[0].agg, all[1].agg, all[2].agg}, "inserted by deliver_at, id")
+	require.Equal(t, []int64{8, 9, 1}, []int64{all[0].seq, all[1].seq, all[2].seq}, "numbered after the counter")
+	require.Contains(t, all[1].hdr, `"k": "v"`, "the event's headers stay")
+
+	var left []int64
+	rows2, err := db.Query(`SELECT id FROM outbox_scheduled_events ORDER BY id`)
+	require.NoError(t, err)
+	defer rows2.Close()
+	for rows2.Next() {
+		var id int64
+		require.NoError(t, rows2.Scan(&id))
+		left = append(left, id)
+	}
+	require.Equal(t, []int64{cancelled, later}, left, "promoted rows leave the table, %d %d %d", a1, a2, b1)
+
+	next, ok, err := tables.NextDue(ctx, db)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.InDelta(t, time.Hour.Seconds(), next.Seconds(), 60)
+
+	// Another promotion holds the lock: this one moves nothing.
+	scheduleOne(t, db, "C", -time.Second, `{}`)
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.Exec(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, outboxdb.PromoteLockKey(tables.Scheduled))
+	require.NoError(t, err)
+	moved, locked, err = tables.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.False(t, locked)
+	require.Zero(t, moved)
+	require.NoError(t, tx.Rollback())
+	moved, locked, err = tables.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.True(t, locked)
+	require.Equal(t, 1, moved)
+	next, ok, err = tables.NextDue(ctx, db)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Greater(t, next, 59*time.Minute)
+
+	// Without a sequence table, no numbers.
+	unnumbered := tables
+	unnumbered.Sequences = ""
+	scheduleOne(t, db, "D", -time.Second, `{}`)
+	moved, _, err = unnumbered.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	var seq sql.NullInt64
+	require.NoError(t, db.QueryRow(`SELECT aggregate_seq FROM outbox_events WHERE aggregate_id = 'D'`).Scan(&seq))
+	require.False(t, seq.Valid)
+}
