@@ -30,6 +30,8 @@
 //     reads, each delivered by whichever path did.
 //   - scheduled.go: the scheduled events waiting, overdue and cancelled,
 //     counted up to a bound, and an event's scheduled row.
+//   - promote.go: the due scheduled events moved into the outbox in one
+//     statement, one promotion at a time, and when the next is due.
 //   - consumers.go: the aggregates consumers hold behind a dead letter.
 //   - relays.go: the fast relays' shares of the partitions, and their
 //     liveness locks.
