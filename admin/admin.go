@@ -17,6 +17,7 @@ import (
 type Tables struct {
 	Outbox      string // the outbox table; schema.OutboxTable when empty
 	DeadLetters string // the dead-letter table; schema.DeadLetterTable when empty
+	Scheduled   string // the scheduled events' table; schema.ScheduledEventTable when empty
 }
 
 // Admin repairs the outbox tables of one database.
@@ -57,6 +58,9 @@ func Open(db *sql.DB, t Tables) (*Admin, error) {
 
 func tablesOf(t Tables) (outboxdb.Tables, error) {
 	tables := outboxdb.New(t.Outbox, t.DeadLetters)
+	if t.Scheduled != "" {
+		tables.Scheduled = t.Scheduled
+	}
 	if err := outboxdb.CheckName(tables.Outbox); err != nil {
 		return outboxdb.Tables{}, fmt.Errorf("admin: %w", err)
 	}

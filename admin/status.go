@@ -41,6 +41,86 @@ type Status struct {
 	// oldest (see ConsumerLag). A consumer that never applied an event has
 	// no positions, and no lag here.
 	Lag []ConsumerLag `json:"lag"`
+	// Scheduled is the events emitted for a later time (events.DeliverAt):
+	// waiting, overdue and cancelled.
+	Scheduled ScheduledSummary `json:"scheduled"`
+}
+
+// ScheduledSummary is the scheduled events' table at one time of the
+// database's clock, each count up to outboxdb.DefaultMaxRows (its Capped
+// flag set there: at least that many).
+type ScheduledSummary struct {
+	// Table tells the scheduled events' table exists; without it nothing
+	// is scheduled.
+	Table bool `json:"table"`
+	// Waiting counts the events not yet moved to the outbox and not
+	// cancelled, the overdue ones included.
+	Waiting       int64 `json:"waiting"`
+	WaitingCapped bool  `json:"waiting_capped"`
+	// NextDue is when the earliest of them is due (zero for none; JSON
+	// null), and NextDueInSeconds how long until then by the database's
+	// clock: negative once it is due and not yet moved.
+	NextDue          time.Time `json:"next_due"`
+	NextDueInSeconds float64   `json:"next_due_in_seconds"`
+	// Overdue counts the waiting events already due by the database's
+	// clock: the relay moves them to the outbox within moments, so a count
+	// above 0 for long tells no relay promotes them (stopped, or stuck).
+	// OverdueSeconds is how long the earliest has been due.
+	Overdue        int64   `json:"overdue"`
+	OverdueCapped  bool    `json:"overdue_capped"`
+	OverdueSeconds float64 `json:"overdue_seconds"`
+	// Cancelled counts the cancelled events, kept until cleanup removes
+	// them with the delivered ones.
+	Cancelled       int64 `json:"cancelled"`
+	CancelledCapped bool  `json:"cancelled_capped"`
+	// Topics splits the waiting events by topic, the earliest due first.
+	Topics []ScheduledTopic `json:"topics"`
+}
+
+// ScheduledTopic is the waiting scheduled events of one topic.
+type ScheduledTopic struct {
+	Topic   string    `json:"topic"`
+	Waiting int64     `json:"waiting"`
+	Overdue int64     `json:"overdue"`
+	NextDue time.Time `json:"next_due"`
+}
+
+// MarshalJSON writes s with NextDue null when nothing waits.
+func (s ScheduledSummary) MarshalJSON() ([]byte, error) {
+	type fields ScheduledSummary // without this method
+	return json.Marshal(struct {
+		fields
+		NextDue *time.Time `json:"next_due"`
+	}{fields(s), timeOrNil(s.NextDue)})
+}
+
+// NextDueIn is how long until the earliest waiting event is due, by the
+// database's clock; negative when it is overdue.
+func (s ScheduledSummary) NextDueIn() time.Duration {
+	return time.Duration(s.NextDueInSeconds * float64(time.Second))
+}
+
+// OverdueBy is how long the earliest waiting event has been due.
+func (s ScheduledSummary) OverdueBy() time.Duration {
+	return time.Duration(s.OverdueSeconds * float64(time.Second))
+}
+
+// readScheduled reads the scheduled events of t.
+func readScheduled(ctx context.Context, db outboxdb.Querier, t outboxdb.Tables) (ScheduledSummary, error) {
+	s, err := outboxdb.ReadScheduled(ctx, db, t, 0)
+	if err != nil {
+		return ScheduledSummary{}, fmt.Errorf("admin: %w", err)
+	}
+	sum := ScheduledSummary{Table: s.Exists, Waiting: s.Waiting, WaitingCapped: s.WaitingCapped, NextDue: s.NextDue,
+		Overdue: s.Overdue, OverdueCapped: s.OverdueCapped, OverdueSeconds: s.OverdueBy().Seconds(),
+		Cancelled: s.Cancelled, CancelledCapped: s.CancelledCapped, Topics: make([]ScheduledTopic, 0, len(s.Topics))}
+	if !s.NextDue.IsZero() {
+		sum.NextDueInSeconds = s.NextDue.Sub(s.At).Seconds()
+	}
+	for _, tp := range s.Topics {
+		sum.Topics = append(sum.Topics, ScheduledTopic(tp))
+	}
+	return sum, nil
 }
 
 // ConsumerLag is how far one consumer name is behind on one topic.
@@ -223,10 +303,20 @@ type ReasonCount struct {
 const maxReasons = 10
 
 // ReadStatus reads the status of the outbox table and its dead-letter
-// table (schema.OutboxTable and schema.DeadLetterTable when empty). It
-// counts at most outboxdb.DefaultMaxRows pending events (PendingCapped).
+// table (schema.OutboxTable and schema.DeadLetterTable when empty), with
+// the scheduled events' table of the default name. It counts at most
+// outboxdb.DefaultMaxRows pending events (PendingCapped).
 func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) (Status, error) {
-	t := outboxdb.New(table, deadLetterTable)
+	return ReadTablesStatus(ctx, db, Tables{Outbox: table, DeadLetters: deadLetterTable})
+}
+
+// ReadTablesStatus reads the status of the tables tables names, as
+// ReadStatus does.
+func ReadTablesStatus(ctx context.Context, db *sql.DB, tables Tables) (Status, error) {
+	t, err := tablesOf(tables)
+	if err != nil {
+		return Status{}, err
+	}
 	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
 		return Status{}, fmt.Errorf("admin: %w", err)
@@ -275,6 +365,9 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 		return Status{}, err
 	}
 	if st.Lag, err = readLag(ctx, db, t.Outbox); err != nil {
+		return Status{}, err
+	}
+	if st.Scheduled, err = readScheduled(ctx, db, t); err != nil {
 		return Status{}, err
 	}
 	return st, nil
@@ -345,6 +438,9 @@ func readDeadLetterSummary(ctx context.Context, db *sql.DB, t outboxdb.Tables) (
 type Thresholds struct {
 	MaxAge         time.Duration // oldest pending event; 0 for no limit
 	MaxDeadLetters int64         // open dead letters; negative for no limit
+	// MaxOverdue is how long a scheduled event may stay due without being
+	// moved to the outbox; 0 for no limit.
+	MaxOverdue time.Duration
 }
 
 // Check says, one sentence each, which thresholds st passes; none when it
@@ -358,6 +454,10 @@ func (st Status) Check(th Thresholds) []string {
 	if th.MaxDeadLetters >= 0 && st.DeadLetters.Open > th.MaxDeadLetters {
 		over = append(over, fmt.Sprintf("%d open dead letters, more than the maximum %d",
 			st.DeadLetters.Open, th.MaxDeadLetters))
+	}
+	if by := st.Scheduled.OverdueBy(); th.MaxOverdue > 0 && by > th.MaxOverdue {
+		over = append(over, fmt.Sprintf("a scheduled event has been due for %s without being sent, more than the maximum %s "+
+			"(%d overdue: is a relay running?)", by.Round(time.Millisecond), th.MaxOverdue, st.Scheduled.Overdue))
 	}
 	return over
 }

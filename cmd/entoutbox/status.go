@@ -22,6 +22,7 @@ import (
 // statusOptions are the status command's flags.
 type statusOptions struct {
 	databaseURL, table, deadLetterTable string
+	scheduledTable                      string
 	asJSON                              bool
 	th                                  admin.Thresholds
 }
@@ -40,16 +41,21 @@ events it has not handled yet and the age of the oldest (consumers whose
 positions are in this database; the count reads every aggregate's counter
 and position).
 
+Scheduled events (events.DeliverAt) are counted apart: those waiting, when
+the next is due by the database's clock, those overdue (due but not yet
+moved to the outbox by a relay: a count that stays above 0 tells no relay
+promotes them) and those cancelled (kept until cleanup removes them).
+
 Dead letters are listed by source, "relay" first, then each consumer, and
 under each its ten most frequent reasons, with the ids, numbers and quoted
 values in them replaced by placeholders (<uuid>, <id>, <n>, "…"), so that
 the letters of one cause are one line whatever order each names; an example
 as written follows each.
 
-With --max-age or --max-dead-letters it exits with status 1 when a threshold
+With --max-age, --max-dead-letters or --max-overdue it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.`,
 		Example: `  entoutbox status --json
-  entoutbox status --max-age 5m --max-dead-letters 0`,
+  entoutbox status --max-age 5m --max-dead-letters 0 --max-overdue 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
 	}
@@ -59,6 +65,9 @@ is passed, saying which (after printing the status), for a cron job or a probe.`
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.DurationVar(&o.th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")
 	f.Int64Var(&o.th.MaxDeadLetters, "max-dead-letters", -1, "exit 1 when there are more open dead letters (-1: no limit)")
+	f.StringVar(&o.scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
+	f.DurationVar(&o.th.MaxOverdue, "max-overdue", 0,
+		"exit 1 when a scheduled event has been due longer without being sent (0: no limit)")
 	return cmd
 }
 
@@ -72,7 +81,8 @@ func (o *statusOptions) run(ctx context.Context, out io.Writer) error {
 	if err := checkTables(ctx, db, o.table, o.deadLetterTable); err != nil {
 		return err
 	}
-	st, err := admin.ReadStatus(ctx, db, o.table, o.deadLetterTable)
+	st, err := admin.ReadTablesStatus(ctx, db, admin.Tables{Outbox: o.table, DeadLetters: o.deadLetterTable,
+		Scheduled: o.scheduledTable})
 	if err != nil {
 		return err
 	}
@@ -149,6 +159,7 @@ func writeStatus(out io.Writer, st admin.Status) {
 	if dl.Retried > 0 || dl.Discarded > 0 {
 		fmt.Fprintf(out, "settled letters:     %d retried, %d discarded\n", dl.Retried, dl.Discarded)
 	}
+	writeScheduled(out, st.Scheduled)
 	writeHeld(out, st)
 	writeLag(out, st)
 	if st.Partitions > 0 {
@@ -175,6 +186,40 @@ func writeStatus(out io.Writer, st admin.Status) {
 		}
 	}
 	writeWALSlots(out, st.WAL)
+}
+
+// writeScheduled prints the scheduled events: how many wait, when the
+// next is due by the database's clock, how many are overdue and
+// cancelled. Nothing without the table.
+func writeScheduled(out io.Writer, s admin.ScheduledSummary) {
+	if !s.Table {
+		return
+	}
+	atLeast := func(n int64, capped bool) string {
+		if capped {
+			return fmt.Sprintf("at least %d", n)
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	fmt.Fprintf(out, "scheduled events:    %s waiting", atLeast(s.Waiting, s.WaitingCapped))
+	if s.Waiting > 0 && s.Overdue == 0 {
+		fmt.Fprintf(out, ", the next due %s (in %s)", s.NextDue.UTC().Format(time.RFC3339), s.NextDueIn().Round(time.Second))
+	}
+	fmt.Fprintf(out, ", %s cancelled\n", atLeast(s.Cancelled, s.CancelledCapped))
+	if s.Overdue > 0 {
+		fmt.Fprintf(out, "  OVERDUE: %s due and not sent yet, the earliest due %s (%s ago): "+
+			"a relay moves them to the outbox when due; is one running?\n",
+			atLeast(s.Overdue, s.OverdueCapped), s.NextDue.UTC().Format(time.RFC3339), s.OverdueBy().Round(time.Millisecond))
+	}
+	if len(s.Topics) > 1 {
+		for _, t := range s.Topics {
+			fmt.Fprintf(out, "  %s: %d, the next due %s", t.Topic, t.Waiting, t.NextDue.UTC().Format(time.RFC3339))
+			if t.Overdue > 0 {
+				fmt.Fprintf(out, ", %d overdue", t.Overdue)
+			}
+			fmt.Fprintln(out)
+		}
+	}
 }
 
 // writeLetterReasons prints the open dead letters by source, "relay"
