@@ -126,7 +126,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // With a baseline command, each relay row runs twice, the baseline build
 // just before this one, so that the two are side by side in the table.
 func TestBaselineRowsComeBeforeTheirRow(t *testing.T) {
-	specs, err := rowSpecs([]string{"fast", "wal"})
+	specs, err := rowSpecs([]string{"fast", "wal"}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +147,80 @@ func TestBaselineRowsComeBeforeTheirRow(t *testing.T) {
 	}
 	if same := withBaseline(specs, ""); len(same) != len(specs) {
 		t.Errorf("without a baseline the rows are %d, want %d", len(same), len(specs))
+	}
+}
+
+// --scheduled-waiting reaches every relay row; the scheduled section's key
+// stands for fast and WAL rows, each without and then with the section's
+// events waiting, measuring lateness.
+func TestScheduledRowSpecs(t *testing.T) {
+	specs, err := rowSpecs([]string{"fast", "scheduled", "compatible"}, 7, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name, path string
+		waiting    int
+		lateness   bool
+	}{
+		{"entoutbox fast, 1 replica", "fast", 7, false},
+		{"entoutbox fast, 1 replica", "fast", 0, true},
+		{"entoutbox fast, 1 replica, 1,000 waiting", "fast", 1000, true},
+		{"entoutbox WAL (logical replication)", "wal", 0, true},
+		{"entoutbox WAL (logical replication), 1,000 waiting", "wal", 1000, true},
+		{"stock watermill-sql + forwarder", "compatible", 7, false},
+	}
+	if len(specs) != len(want) {
+		t.Fatalf("rows = %d, want %d: %+v", len(specs), len(want), specs)
+	}
+	keys := map[string]bool{}
+	for i, w := range want {
+		g := specs[i]
+		if g.name != w.name || g.path != w.path || g.waiting != w.waiting || g.lateness != w.lateness {
+			t.Errorf("row %d = %+v, want %+v", i, g, w)
+		}
+		if keys[g.key] { // names the relay's profile file
+			t.Errorf("row %d: key %q repeats", i, g.key)
+		}
+		keys[g.key] = true
+	}
+	if _, err := rowSpecs([]string{"later"}, 0, 0); err == nil || !strings.Contains(err.Error(), `"later"`) {
+		t.Errorf("an unknown row: err = %v, want one naming it", err)
+	}
+}
+
+// The scheduled events the section keeps waiting are pending, of the
+// measured payload's size, and none is due for a day.
+func TestFillScheduled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes to PostgreSQL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	requireServices(ctx, t)
+	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	s, err := newSandbox(ctx, &env{cfg: config{DatabaseURL: pgtest.ServerURL()}, admin: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if err := s.fillScheduled(ctx, 1000, 10); err != nil {
+		t.Fatal(err)
+	}
+	var n, aggregates, small int
+	var soonest time.Duration
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT aggregate_id),
+			count(*) FILTER (WHERE octet_length(payload::text) < $1),
+			(extract(epoch FROM min(deliver_at) - now()) * 1e9)::bigint
+		FROM outbox_scheduled_events WHERE cancelled_at IS NULL`, payloadSize).Scan(&n, &aggregates, &small, &soonest); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1000 || aggregates != 10 || small != 0 || soonest < 23*time.Hour {
+		t.Errorf("pending = %d over %d aggregates, %d payloads under %d bytes, the first due in %s; want 1000 over 10, 0, over 23h",
+			n, aggregates, small, payloadSize, soonest)
 	}
 }

@@ -101,9 +101,9 @@ loop:
 	return ids, err
 }
 
-func emitOne(ctx context.Context, tx *testent.Tx, id string, i, aggregates int) error {
+func emitOne(ctx context.Context, tx *testent.Tx, id string, i, aggregates int, opts ...events.EmitOption) error {
 	return tx.Outbox.EmitProfileUpdated(ctx, aggregateID(i, aggregates), payload,
-		events.WithEventID(uuid.MustParse(id)))
+		append(opts, events.WithEventID(uuid.MustParse(id)))...)
 }
 
 // pacedLoad is what a paced emitter committed: the id and the wall-clock
@@ -112,32 +112,47 @@ func emitOne(ctx context.Context, tx *testent.Tx, id string, i, aggregates int) 
 type pacedLoad struct {
 	ids       []string
 	committed map[string]time.Time
+	// due is the time each scheduled event was emitted for (DeliverAt);
+	// nil unless the load schedules its events.
+	due map[string]time.Time
 	// span is how long handing out the ticks took, plus one interval:
 	// longer than asked when the emitters could not keep up.
 	span time.Duration
 	err  error // the first failed transaction, if any
 }
 
-// runPaced commits events at rate events/s for d, perTx of them per
+// runPaced commits events at p.rate events/s for d, p.perTx of them per
 // transaction (each of its own aggregate). A scheduler hands out ticks at
 // their due time and workers commit them, so one slow commit does not
 // delay the next events; ticks that fall behind are sent as soon as a
-// worker is free.
-func runPaced(ctx context.Context, client *testent.Client, rate int, d time.Duration, aggregates, perTx, workers int) *pacedLoad {
+// worker is free. With p.lead, each event is scheduled (events.DeliverAt)
+// for its tick's time plus p.lead: an emitter that falls behind commits it
+// later, but it stays due at that time.
+func runPaced(ctx context.Context, client *testent.Client, p paced, d time.Duration, aggregates int) *pacedLoad {
 	l := &pacedLoad{committed: make(map[string]time.Time)}
+	if p.lead > 0 {
+		l.due = make(map[string]time.Time)
+	}
+	interval := time.Second * time.Duration(p.perTx) / time.Duration(p.rate)
+	start := time.Now()
 	var mu sync.Mutex
-	ticks := make(chan int, workers)
+	ticks := make(chan int, p.workers)
 	var wg sync.WaitGroup
-	for range workers {
+	for range p.workers {
 		wg.Go(func() {
-			ids := make([]string, perTx)
+			ids := make([]string, p.perTx)
 			for i := range ticks {
 				for k := range ids {
 					ids[k] = uuid.Must(uuid.NewV7()).String()
 				}
+				var opts []events.EmitOption
+				due := start.Add(time.Duration(i)*interval + p.lead)
+				if p.lead > 0 {
+					opts = append(opts, events.DeliverAt(due))
+				}
 				err := client.WithTx(ctx, func(tx *testent.Tx) error {
 					for k, id := range ids {
-						if err := emitOne(ctx, tx, id, i*perTx+k, aggregates); err != nil {
+						if err := emitOne(ctx, tx, id, i*p.perTx+k, aggregates, opts...); err != nil {
 							return err
 						}
 					}
@@ -151,14 +166,15 @@ func runPaced(ctx context.Context, client *testent.Client, rate int, d time.Dura
 					for _, id := range ids {
 						l.ids = append(l.ids, id)
 						l.committed[id] = at
+						if l.due != nil {
+							l.due[id] = due
+						}
 					}
 				}
 				mu.Unlock()
 			}
 		})
 	}
-	interval := time.Second * time.Duration(perTx) / time.Duration(rate)
-	start := time.Now()
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
 		if due.Sub(start) >= d {

@@ -4,6 +4,7 @@
 //	go run ./bench                       # every row, default sizes
 //	go run ./bench --paths compatible --events 5000 --latency-duration 5s --hold 5s
 //	go run ./bench --baseline-bin /path/to/old-entoutbox   # each row before and after a change
+//	go run ./bench --paths scheduled --emit-tx 0 --consumer-events 0   # the scheduled events' section alone
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -45,14 +47,19 @@ type config struct {
 	Hold            time.Duration // paced load while transactions are held open
 	EmitTx          int           // transactions per variant of the emit cost
 	Retained        int           // delivered rows present before the drain
-	Aggregates      int           // distinct aggregate ids
-	PollInterval    time.Duration // passed to the relay when non-zero
-	BatchSize       int           // passed to the relay when non-zero
-	NearLimit       float64       // the near-limit load's rate, as a fraction of the drain rate; 0 skips it
-	Timeout         time.Duration // longest wait for events to arrive, per phase
-	RelayProfile    string        // where to write a CPU profile of the first relay's drain; "" for none
-	ConsumerProfile string        // where to write a CPU profile of each consumer row's drain; "" for none
-	ProfileFor      time.Duration // how long that profile runs
+	// ScheduledWaiting is how many scheduled events, due days ahead, wait
+	// in every relay row; the scheduled section (Paths "scheduled") runs
+	// its rows without and with ScheduledSectionWaiting of them.
+	ScheduledWaiting        int
+	ScheduledSectionWaiting int
+	Aggregates              int           // distinct aggregate ids
+	PollInterval            time.Duration // passed to the relay when non-zero
+	BatchSize               int           // passed to the relay when non-zero
+	NearLimit               float64       // the near-limit load's rate, as a fraction of the drain rate; 0 skips it
+	Timeout                 time.Duration // longest wait for events to arrive, per phase
+	RelayProfile            string        // where to write a CPU profile of the first relay's drain; "" for none
+	ConsumerProfile         string        // where to write a CPU profile of each consumer row's drain; "" for none
+	ProfileFor              time.Duration // how long that profile runs
 	// The consumer section (see consumers.go); ConsumerEvents 0 skips it.
 	ConsumerEvents     int       // the backlog every consumer row drains
 	ConsumerAggregates int       // distinct aggregate ids of that backlog
@@ -71,13 +78,15 @@ func main() {
 	var paths string
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
-	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical); empty for none")
+	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
 	flag.IntVar(&cfg.Events, "events", 20000, "events emitted before the relay starts, for the drain throughput")
 	flag.IntVar(&cfg.Rate, "rate", 500, "events/s of the paced load (one event per transaction)")
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "how long the paced load runs for the latency columns")
 	flag.DurationVar(&cfg.Hold, "hold", 10*time.Second, "how long other transactions are held open during the paced load")
 	flag.IntVar(&cfg.EmitTx, "emit-tx", 2000, "transactions per variant when measuring the emit cost (0 skips it)")
 	flag.IntVar(&cfg.Retained, "retained", 0, "already-delivered rows inserted before the drain of each row")
+	flag.IntVar(&cfg.ScheduledWaiting, "scheduled-waiting", 0, "scheduled events, due days ahead, waiting in the scheduled table during every relay row")
+	flag.IntVar(&cfg.ScheduledSectionWaiting, "scheduled-section-waiting", 1_000_000, "scheduled events waiting in the second row of each path of the scheduled section")
 	flag.IntVar(&cfg.Aggregates, "aggregates", 1000, "distinct aggregate ids the events are spread over")
 	flag.DurationVar(&cfg.PollInterval, "poll-interval", 0, "relay --poll-interval (default: the relay's own)")
 	flag.IntVar(&cfg.BatchSize, "batch-size", 0, "relay --batch-size (default: the relay's own)")
@@ -115,7 +124,7 @@ func splitList(s string) []string {
 // run measures every row of cfg.Paths, then the emit cost, then the
 // consumers, and prints the environment line and the tables to out.
 func run(ctx context.Context, out io.Writer, cfg config) error {
-	specs, err := rowSpecs(cfg.Paths)
+	specs, err := rowSpecs(cfg.Paths, cfg.ScheduledWaiting, cfg.ScheduledSectionWaiting)
 	if err != nil {
 		return err
 	}
@@ -156,11 +165,21 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's subject)\n",
 		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker))
 	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
-	if len(results) > 0 {
-		if err := printTable(out, results); err != nil {
+	relays, scheduled := splitScheduled(results)
+	if len(relays) > 0 {
+		if err := printTable(out, relays); err != nil {
 			return err
 		}
-		printDrainCPU(out, results)
+		printDrainCPU(out, relays)
+	}
+	if len(scheduled) > 0 {
+		if len(relays) > 0 {
+			fmt.Fprintln(out)
+		}
+		if err := printScheduledTable(out, scheduled); err != nil {
+			return err
+		}
+		printDrainCPU(out, scheduled)
 	}
 	if emitLine != "" {
 		fmt.Fprintln(out, emitLine)
@@ -195,6 +214,8 @@ func (c config) check() error {
 		return errors.New("nothing to run: no --paths, --emit-tx 0 and --consumer-events 0")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
+	case c.ScheduledWaiting < 0 || c.ScheduledSectionWaiting < 0:
+		return errors.New("--scheduled-waiting and --scheduled-section-waiting must not be negative")
 	}
 	return nil
 }
@@ -202,6 +223,12 @@ func (c config) check() error {
 func (c config) describe() string {
 	s := fmt.Sprintf("paths=%s events=%d rate=%d/s latency-duration=%s hold=%s emit-tx=%d retained=%d aggregates=%d payload=%dB",
 		strings.Join(c.Paths, ","), c.Events, c.Rate, c.LatencyDuration, c.Hold, c.EmitTx, c.Retained, c.Aggregates, payloadSize)
+	if c.ScheduledWaiting > 0 {
+		s += fmt.Sprintf(" scheduled-waiting=%d", c.ScheduledWaiting)
+	}
+	if slices.Contains(c.Paths, scheduledSection) {
+		s += fmt.Sprintf(" scheduled-section-waiting=%d", c.ScheduledSectionWaiting)
+	}
 	if c.PollInterval > 0 {
 		s += fmt.Sprintf(" poll-interval=%s", c.PollInterval)
 	}

@@ -21,6 +21,12 @@ type rowSpec struct {
 	path     string
 	replicas int
 	bin      string // the entoutbox command its relays run; "" for the env's
+	// waiting is how many scheduled events, due days ahead, wait in the
+	// scheduled table while the row runs (--scheduled-waiting).
+	waiting int
+	// lateness makes the row of the scheduled section: after the drain,
+	// the lateness of scheduled deliveries instead of the latency loads.
+	lateness bool
 }
 
 // withBaseline puts before each row the same row run by the baseline
@@ -40,20 +46,32 @@ func withBaseline(specs []rowSpec, baseline string) []rowSpec {
 }
 
 var knownRows = []rowSpec{
-	{"compatible", "stock watermill-sql + forwarder", "compatible", 1, ""},
-	{"fast", "entoutbox fast, 1 replica", "fast", 1, ""},
-	{"fast3", "entoutbox fast, 3 replicas", "fast", 3, ""},
-	{"wal", "entoutbox WAL (logical replication)", "wal", 1, ""},
+	{key: "compatible", name: "stock watermill-sql + forwarder", path: "compatible", replicas: 1},
+	{key: "fast", name: "entoutbox fast, 1 replica", path: "fast", replicas: 1},
+	{key: "fast3", name: "entoutbox fast, 3 replicas", path: "fast", replicas: 3},
+	{key: "wal", name: "entoutbox WAL (logical replication)", path: "wal", replicas: 1},
 }
 
-func rowSpecs(keys []string) ([]rowSpec, error) {
+// scheduledSection is the --paths key of the scheduled section.
+const scheduledSection = "scheduled"
+
+// rowSpecs is the rows keys name, each with waiting scheduled events
+// waiting; the scheduled section's key stands for its rows (see
+// scheduledSpecs), which wait sectionWaiting in their second row.
+func rowSpecs(keys []string, waiting, sectionWaiting int) ([]rowSpec, error) {
 	var out []rowSpec
 	for _, k := range keys {
+		if k == scheduledSection {
+			out = append(out, scheduledSpecs(sectionWaiting)...)
+			continue
+		}
 		i := slices.IndexFunc(knownRows, func(r rowSpec) bool { return r.key == k })
 		if i < 0 {
-			return nil, fmt.Errorf("--paths: unknown row %q (want compatible, fast, fast3 or wal)", k)
+			return nil, fmt.Errorf("--paths: unknown row %q (want compatible, fast, fast3, wal or scheduled)", k)
 		}
-		out = append(out, knownRows[i])
+		r := knownRows[i]
+		r.waiting = waiting
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -71,7 +89,9 @@ type result struct {
 	nearCPU   string  // where its CPU went, per event
 	held      stats   // paced load while transactions are held open
 	peakKB    int64
-	drainCPU  string // where the drain's CPU went, per event
+	drainCPU  string   // where the drain's CPU went, per event
+	lateness  bool     // a row of the scheduled section
+	late      lateness // its lateness of scheduled deliveries
 	notes     []string
 }
 
@@ -101,7 +121,7 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 
 // measureRow runs one row from a fresh schema to its teardown.
 func measureRow(ctx context.Context, e *env, spec rowSpec) result {
-	res := result{name: spec.name}
+	res := result{name: spec.name, lateness: spec.lateness}
 	if err := e.measure(ctx, spec, &res); err != nil {
 		res.err = err
 	}
@@ -122,6 +142,15 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	}
 	defer recv.close()
 
+	// Before the probe, so that a WAL relay's slot, made then, does not
+	// decode them: scheduled over days, they would have been decoded long
+	// before.
+	if spec.waiting > 0 {
+		e.progress("inserting %d scheduled events due days ahead", spec.waiting)
+		if err := s.fillScheduled(ctx, spec.waiting, cfg.Aggregates); err != nil {
+			return err
+		}
+	}
 	// A relay that cannot run at all (an unknown --path) exits at once: find
 	// out before spending time on emitting.
 	if err := e.probe(s, spec, prefix); err != nil {
@@ -168,6 +197,12 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		}
 	}
 
+	if spec.lateness {
+		e.progress("scheduled load: %d events/s due for %s, each emitted %s ahead", cfg.Rate, cfg.LatencyDuration, scheduledLead)
+		res.late = e.latenessPhase(ctx, s, recv, rs, res)
+		return e.finishRow(recv, rs, res, &stopped)
+	}
+
 	e.progress("paced load: %d events/s for %s", cfg.Rate, cfg.LatencyDuration)
 	res.latency = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.LatencyDuration, nil, res, "latency")
 
@@ -193,12 +228,17 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	} else {
 		res.held = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.Hold, held, res, "held-tx")
 	}
+	return e.finishRow(recv, rs, res, &stopped)
+}
 
+// finishRow records the relays' peak memory and how they ended, stops
+// them and notes duplicate deliveries.
+func (e *env) finishRow(recv *receiver, rs *relaySet, res *result, stopped *bool) error {
 	if err := rs.err(); err != nil {
 		res.note("a relay ended during the run: %s", firstLine(err))
 	}
 	res.peakKB = rs.peakKB()
-	stopped = true
+	*stopped = true
 	if err := rs.stop(); err != nil {
 		res.note("%v", err)
 	}
@@ -281,6 +321,9 @@ type paced struct {
 	rate    int // events/s
 	perTx   int // events per transaction
 	workers int // transactions committing at once
+	// lead, when positive, schedules each event (events.DeliverAt) that
+	// long after its tick: the scheduled section's lateness load.
+	lead time.Duration
 }
 
 // nearLimitLoad is the paced load at fraction of the measured drain rate.
@@ -299,7 +342,7 @@ func nearLimitLoad(drainRate, fraction float64) paced {
 // commit-to-receive latencies.
 func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, p paced, d time.Duration,
 	held *heldTxs, res *result, phase string) stats {
-	load := runPaced(ctx, s.client, p.rate, d, e.cfg.Aggregates, p.perTx, p.workers)
+	load := runPaced(ctx, s.client, p, d, e.cfg.Aggregates)
 	if held != nil {
 		if err := held.release(); err != nil {
 			res.note("%s: %v", phase, err)

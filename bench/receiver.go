@@ -11,6 +11,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/entoutbox/entoutbox/events"
 )
 
 // receiver records when each event id first arrives on the topic's subject
@@ -25,6 +27,7 @@ type receiver struct {
 
 	mu         sync.Mutex
 	got        map[string]time.Time
+	deliverAt  map[string]string // the outbox_deliver_at header of scheduled events, unparsed
 	duplicates int
 	waiting    map[string]struct{} // ids await still expects
 	allThere   chan struct{}       // closed when waiting empties
@@ -35,10 +38,12 @@ func newReceiver(_ context.Context, brokerURL, topic string) (*receiver, error) 
 	if err != nil {
 		return nil, fmt.Errorf("receiver: connecting to NATS: %w", err)
 	}
-	r := &receiver{nc: nc, brokerURL: brokerURL, topic: topic, got: make(map[string]time.Time)}
+	r := &receiver{nc: nc, brokerURL: brokerURL, topic: topic, got: make(map[string]time.Time), deliverAt: make(map[string]string)}
 	// The event id is the Watermill UUID; Nats-Msg-Id is the publish id
 	// (event id and row id), which a retry or replay changes.
-	r.sub, err = nc.Subscribe(topic, func(m *nats.Msg) { r.record(m.Header.Get(wmnats.WatermillUUIDHdr), time.Now()) })
+	r.sub, err = nc.Subscribe(topic, func(m *nats.Msg) {
+		r.record(m.Header.Get(wmnats.WatermillUUIDHdr), m.Header.Get(events.MetaDeliverAt), time.Now())
+	})
 	if err == nil {
 		err = r.sub.SetPendingLimits(-1, -1)
 	}
@@ -61,7 +66,9 @@ func natsURL(rawURL string) string {
 	return rawURL
 }
 
-func (r *receiver) record(id string, at time.Time) {
+// record notes the first arrival of id at at, and the time it was due
+// when it is a scheduled event ("" otherwise).
+func (r *receiver) record(id, deliverAt string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, seen := r.got[id]; seen {
@@ -69,6 +76,9 @@ func (r *receiver) record(id string, at time.Time) {
 		return
 	}
 	r.got[id] = at
+	if deliverAt != "" {
+		r.deliverAt[id] = deliverAt
+	}
 	if _, ok := r.waiting[id]; ok {
 		delete(r.waiting, id)
 		if len(r.waiting) == 0 {
@@ -115,6 +125,14 @@ func (r *receiver) receivedAt(id string) (time.Time, bool) {
 	defer r.mu.Unlock()
 	t, ok := r.got[id]
 	return t, ok
+}
+
+// deliverAtOf returns the outbox_deliver_at header id arrived with, "" for
+// none.
+func (r *receiver) deliverAtOf(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deliverAt[id]
 }
 
 func (r *receiver) duplicateCount() int {

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// scheduledLead is how long before its time each event of the lateness
+// load is emitted (and committed): long enough that an emitter slowed by a
+// busy machine still commits it before it is due, so that what is
+// measured is the relay's promotion and delivery, not the emitter.
+const scheduledLead = time.Second
+
+// scheduledSpecs are the rows of the scheduled section: the fast path and
+// the WAL path, each with no scheduled event waiting and then with waiting
+// of them, due days ahead, side by side. Each row drains --events as the
+// relay rows do, then measures the lateness of scheduled deliveries.
+func scheduledSpecs(waiting int) []rowSpec {
+	var out []rowSpec
+	for _, r := range []rowSpec{
+		{key: "scheduled-fast", name: "entoutbox fast, 1 replica", path: "fast", replicas: 1},
+		{key: "scheduled-wal", name: "entoutbox WAL (logical replication)", path: "wal", replicas: 1},
+	} {
+		r.lateness = true
+		w := r
+		w.key += "-waiting"
+		w.name += fmt.Sprintf(", %s waiting", thousands(int64(waiting)))
+		w.waiting = waiting
+		out = append(out, r, w)
+	}
+	return out
+}
+
+// fillScheduled inserts n pending scheduled events in one statement, as
+// an application would have scheduled them over time: the payload of the
+// measured events, over aggregates aggregates, due from one day ahead on,
+// a tenth of a second apart (a million span a little over a day), so that
+// none becomes due during the run. Vacuumed and analyzed afterwards, as
+// autovacuum would have left a table that grew over days.
+func (s *sandbox) fillScheduled(ctx context.Context, n, aggregates int) error {
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encoding the payload: %w", err)
+	}
+	table := pgsql.QuoteIdent(schema.ScheduledEventTable)
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO `+table+`
+		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at, created_at)
+		SELECT gen_random_uuid(), 'profile.updated', 1, 'profiles', 'Profile', (g % $2)::text, $1::jsonb,
+			now() + interval '1 day' + g * interval '100 milliseconds', now()
+		FROM generate_series(1, $3) g`, string(body), aggregates, n); err != nil {
+		return fmt.Errorf("inserting %d scheduled events: %w", n, err)
+	}
+	if _, err := s.db.ExecContext(ctx, `VACUUM ANALYZE `+table); err != nil {
+		return fmt.Errorf("vacuuming the scheduled events: %w", err)
+	}
+	return nil
+}
+
+// lateness summarises how long after its time each scheduled event arrived.
+type lateness struct {
+	stats
+	// early counts events received before their time: the promise is
+	// none, ever.
+	early int
+	// emittedLate counts events the emitter committed after their time
+	// (it fell behind by more than scheduledLead): their lateness is partly
+	// the emitter's.
+	emittedLate int
+	// unstamped counts events that arrived without the outbox_deliver_at
+	// header; their lateness is taken from the time they were emitted for.
+	unstamped int
+}
+
+// latenessPhase emits cfg.Rate scheduled events a second for
+// cfg.LatencyDuration, each committed scheduledLead before its time, one
+// per transaction, waits for them and measures, per event, the time from
+// its outbox_deliver_at header (the database's deliver_at) to its arrival.
+// The database and this process read the same clock: both run here.
+func (e *env) latenessPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, res *result) lateness {
+	cfg := e.cfg
+	load := runPaced(ctx, s.client, paced{rate: cfg.Rate, perTx: 1, workers: 16, lead: scheduledLead}, cfg.LatencyDuration, cfg.Aggregates)
+	if load.err != nil {
+		res.note("lateness: %v", load.err)
+	}
+	if got := float64(len(load.ids)) / load.span.Seconds(); load.span > 0 && got < 0.95*float64(cfg.Rate) {
+		res.note("lateness: emitter reached only %.0f events/s", got)
+	}
+	missing := recv.await(ctx, load.ids, cfg.Timeout, rs.failed())
+	if missing > 0 && rs.err() == nil && ctx.Err() == nil {
+		res.note("lateness: %d of %d events missing after %s", missing, len(load.ids), cfg.Timeout)
+	}
+	var l lateness
+	ds := make([]time.Duration, 0, len(load.ids))
+	for _, id := range load.ids {
+		at, ok := recv.receivedAt(id)
+		if !ok {
+			continue
+		}
+		due := load.due[id]
+		if h := recv.deliverAtOf(id); h == "" {
+			l.unstamped++
+		} else if t, err := time.Parse(time.RFC3339Nano, h); err == nil {
+			due = t
+		} else {
+			res.note("lateness: event %s: %v", id, err)
+		}
+		if load.committed[id].After(due) {
+			l.emittedLate++
+		}
+		d := at.Sub(due)
+		if d < 0 {
+			l.early++
+		}
+		ds = append(ds, d)
+	}
+	l.stats = summarize(ds)
+	if l.emittedLate > 0 {
+		res.note("lateness: %d events committed after their time (the emitter fell behind by over %s)", l.emittedLate, scheduledLead)
+	}
+	if l.unstamped > 0 {
+		res.note("lateness: %d events arrived without the outbox_deliver_at header", l.unstamped)
+	}
+	return l
+}
+
+// printScheduledTable writes the scheduled section's table: the drain and
+// memory with and without events waiting, and the lateness.
+func printScheduledTable(out io.Writer, results []result) error {
+	fmt.Fprintln(out, "scheduled events: the drain with scheduled events waiting (due days ahead), then the lateness of scheduled deliveries (arrival - outbox_deliver_at) at --rate:")
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "relay\tdrain ev/s\tpeak RSS\tlate p50\tp99\tmax\tearly\tnotes")
+	for _, r := range results {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", r.name, strings.Repeat("\tn/a", 6), firstLine(r.err))
+			continue
+		}
+		drain := "-"
+		if r.drainRate > 0 {
+			drain = thousands(int64(r.drainRate + 0.5))
+		}
+		rss := "-"
+		if r.peakKB > 0 {
+			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
+		}
+		early := "-"
+		if r.late.n > 0 {
+			early = thousands(int64(r.late.early))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain, rss,
+			fmtLate(r.late.p50, r.late.n), fmtLate(r.late.p99, r.late.n), fmtLate(r.late.max, r.late.n), early,
+			strings.Join(r.notes, "; "))
+	}
+	return tw.Flush()
+}
+
+// fmtLate is fmtDur for a lateness, which is negative for an event that
+// arrived early.
+func fmtLate(d time.Duration, n int) string {
+	if d < 0 && n > 0 {
+		return "-" + fmtDur(-d, n)
+	}
+	return fmtDur(d, n)
+}
+
+// splitScheduled separates the scheduled section's rows from the relay
+// rows, each in run order.
+func splitScheduled(results []result) (relays, scheduled []result) {
+	for _, r := range results {
+		if r.lateness {
+			scheduled = append(scheduled, r)
+		} else {
+			relays = append(relays, r)
+		}
+	}
+	return relays, scheduled
+}
