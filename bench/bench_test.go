@@ -224,3 +224,34 @@ func TestFillScheduled(t *testing.T) {
 			n, aggregates, small, payloadSize, soonest)
 	}
 }
+
+// Lateness is measured from the outbox_deliver_at header the event arrived
+// with, and an event that arrived before it counts as early, so that the
+// section shows a promoter that sends early.
+func TestLatenessOf(t *testing.T) {
+	due := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	stamp := func(d time.Duration) string { return due.Add(d).Format("2006-01-02T15:04:05.000000Z07:00") }
+	load := &pacedLoad{ids: []string{"on-time", "early", "unstamped", "emitted-late", "bad-stamp", "missing"},
+		committed: map[string]time.Time{}, due: map[string]time.Time{}}
+	for _, id := range load.ids {
+		load.committed[id], load.due[id] = due.Add(-time.Second), due
+	}
+	load.committed["emitted-late"] = due.Add(time.Second)
+	r := &receiver{got: map[string]time.Time{}, deliverAt: map[string]string{}}
+	r.record("on-time", stamp(0), due.Add(10*time.Millisecond))
+	// Due by the database 50 ms after the time the bench asked for, and
+	// received 20 ms before that: early, though late by the bench's time.
+	r.record("early", stamp(50*time.Millisecond), due.Add(30*time.Millisecond))
+	r.record("unstamped", "", due.Add(40*time.Millisecond))
+	r.record("emitted-late", stamp(0), due.Add(time.Second+5*time.Millisecond))
+	r.record("bad-stamp", "yesterday", due.Add(20*time.Millisecond))
+	r.record("on-time", stamp(0), due.Add(time.Hour)) // a duplicate: the first arrival counts
+
+	l := latenessOf(load, r)
+	if l.n != 5 || l.early != 1 || l.unstamped != 2 || l.emittedLate != 1 || !strings.Contains(l.badStamp, `"yesterday"`) {
+		t.Errorf("lateness = %+v, want 5 measured, 1 early, 2 unstamped, 1 emitted late, the bad stamp named", l)
+	}
+	if l.p50 != 20*time.Millisecond || l.max != time.Second+5*time.Millisecond {
+		t.Errorf("p50 = %s, max = %s; want 20ms, 1.005s", l.p50, l.max)
+	}
+}

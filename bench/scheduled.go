@@ -74,9 +74,11 @@ type lateness struct {
 	// (it fell behind by more than scheduledLead): their lateness is partly
 	// the emitter's.
 	emittedLate int
-	// unstamped counts events that arrived without the outbox_deliver_at
-	// header; their lateness is taken from the time they were emitted for.
+	// unstamped counts events that arrived without a readable
+	// outbox_deliver_at header; their lateness is taken from the time they
+	// were emitted for. badStamp describes the first unreadable one.
 	unstamped int
+	badStamp  string
 }
 
 // latenessPhase emits cfg.Rate scheduled events a second for
@@ -97,6 +99,23 @@ func (e *env) latenessPhase(ctx context.Context, s *sandbox, recv *receiver, rs 
 	if missing > 0 && rs.err() == nil && ctx.Err() == nil {
 		res.note("lateness: %d of %d events missing after %s", missing, len(load.ids), cfg.Timeout)
 	}
+	l := latenessOf(load, recv)
+	if l.emittedLate > 0 {
+		res.note("lateness: %d events committed after their time (the emitter fell behind by over %s)", l.emittedLate, scheduledLead)
+	}
+	if l.unstamped > 0 {
+		res.note("lateness: %d events arrived without the outbox_deliver_at header", l.unstamped)
+	}
+	if l.badStamp != "" {
+		res.note("lateness: %s", l.badStamp)
+	}
+	return l
+}
+
+// latenessOf measures each event of load that recv received against the
+// time it was due: its outbox_deliver_at header, or, without one, the
+// time it was emitted for.
+func latenessOf(load *pacedLoad, recv *receiver) lateness {
 	var l lateness
 	ds := make([]time.Duration, 0, len(load.ids))
 	for _, id := range load.ids {
@@ -107,10 +126,13 @@ func (e *env) latenessPhase(ctx context.Context, s *sandbox, recv *receiver, rs 
 		due := load.due[id]
 		if h := recv.deliverAtOf(id); h == "" {
 			l.unstamped++
-		} else if t, err := time.Parse(time.RFC3339Nano, h); err == nil {
-			due = t
+		} else if t, err := time.Parse(time.RFC3339Nano, h); err != nil {
+			l.unstamped++
+			if l.badStamp == "" {
+				l.badStamp = fmt.Sprintf("event %s: outbox_deliver_at %q is not an RFC 3339 time", id, h)
+			}
 		} else {
-			res.note("lateness: event %s: %v", id, err)
+			due = t
 		}
 		if load.committed[id].After(due) {
 			l.emittedLate++
@@ -122,12 +144,6 @@ func (e *env) latenessPhase(ctx context.Context, s *sandbox, recv *receiver, rs 
 		ds = append(ds, d)
 	}
 	l.stats = summarize(ds)
-	if l.emittedLate > 0 {
-		res.note("lateness: %d events committed after their time (the emitter fell behind by over %s)", l.emittedLate, scheduledLead)
-	}
-	if l.unstamped > 0 {
-		res.note("lateness: %d events arrived without the outbox_deliver_at header", l.unstamped)
-	}
 	return l
 }
 
