@@ -26,6 +26,10 @@ type BacklogConfig struct {
 	// when empty), it gives the consumer lag; a database without either
 	// reports none.
 	PositionTable, SequenceTable string
+	// ScheduledTable names the scheduled events (schema.ScheduledEvent),
+	// "outbox_scheduled_events" when empty; a database without it reports
+	// no scheduled gauges.
+	ScheduledTable string
 	// MinInterval is the least time between two samples: scrapes in
 	// between see the last one. DefaultBacklogInterval when zero.
 	MinInterval time.Duration
@@ -50,7 +54,9 @@ const (
 
 // WatchBacklog makes the backlog gauges (entoutbox_outbox_pending_events,
 // entoutbox_outbox_oldest_pending_age_seconds, entoutbox_dead_letters,
-// entoutbox_relays_holding_partitions) sample db on scrape, at most once
+// entoutbox_relays_holding_partitions, and the scheduled events' gauges
+// entoutbox_scheduled_waiting_events, _overdue_events, _overdue_seconds
+// and _cancelled_events) sample db on scrape, at most once
 // per MinInterval. Each sample is a few index-backed queries whose cost is
 // bounded by MaxCount: the first MaxCount pending rows are counted, and
 // the oldest of them found, over the outbox's partial index of undelivered
@@ -83,6 +89,9 @@ func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	cfg.Table, cfg.DeadLetterTable = defaults.Outbox, defaults.DeadLetters
 	if cfg.PositionTable == "" {
 		cfg.PositionTable = defaults.Positions
+	}
+	if cfg.ScheduledTable == "" {
+		cfg.ScheduledTable = defaults.Scheduled
 	}
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = DefaultBacklogInterval
@@ -122,6 +131,7 @@ type backlog struct {
 	slots       []walSlot        // the WAL relays' replication slots
 	held        map[string]int64 // aggregates held behind a dead letter, by consumer
 	at          time.Time        // when the database said so
+	scheduled   outboxdb.Scheduled
 }
 
 // walSlot is a WAL relay's replication slot as sampled.
@@ -135,6 +145,9 @@ type backlogCollector struct {
 	pendingDesc, ageDesc, deadDesc, relaysDesc *prometheus.Desc
 	walRetainedDesc, walActiveDesc             *prometheus.Desc
 	heldDesc                                   *prometheus.Desc
+	scheduledWaitingDesc, scheduledOverdueDesc *prometheus.Desc
+	scheduledOverdueAgeDesc                    *prometheus.Desc
+	scheduledCancelledDesc                     *prometheus.Desc
 	sampleAgeDesc, sampleErrorsDesc            *prometheus.Desc
 
 	mu      sync.Mutex
@@ -172,6 +185,17 @@ func newBacklogCollector() *backlogCollector {
 		heldDesc: prometheus.NewDesc("entoutbox_consumer_held_aggregates",
 			"Aggregates a consumer holds behind a dead letter: their later events wait for its repair, by consumer "+
 				"(sampled; stops at the sample's MaxCount).", []string{"consumer"}, nil),
+		scheduledWaitingDesc: prometheus.NewDesc("entoutbox_scheduled_waiting_events",
+			"Scheduled events (events.DeliverAt) not yet moved to the outbox nor cancelled, the overdue ones included "+
+				"(sampled; stops at the sample's MaxCount).", nil, nil),
+		scheduledOverdueDesc: prometheus.NewDesc("entoutbox_scheduled_overdue_events",
+			"Scheduled events due by the database's clock and not yet moved to the outbox: a relay moves them within "+
+				"moments, so a count that stays above 0 tells none does (sampled; stops at the sample's MaxCount).", nil, nil),
+		scheduledOverdueAgeDesc: prometheus.NewDesc("entoutbox_scheduled_overdue_seconds",
+			"How long the earliest scheduled event not yet moved to the outbox has been due, by the database's clock; "+
+				"0 when none is due (sampled).", nil, nil),
+		scheduledCancelledDesc: prometheus.NewDesc("entoutbox_scheduled_cancelled_events",
+			"Cancelled scheduled events, kept until cleanup removes them (sampled; stops at the sample's MaxCount).", nil, nil),
 		sampleAgeDesc: prometheus.NewDesc("entoutbox_backlog_sample_age_seconds",
 			"Seconds since the backlog gauges were last read from the database (since the watch started while no read "+
 				"worked). It grows while the database cannot be read, and the backlog gauges are then absent.", nil, nil),
@@ -195,6 +219,10 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.walRetainedDesc
 	ch <- c.walActiveDesc
 	ch <- c.heldDesc
+	ch <- c.scheduledWaitingDesc
+	ch <- c.scheduledOverdueDesc
+	ch <- c.scheduledOverdueAgeDesc
+	ch <- c.scheduledCancelledDesc
 	ch <- c.sampleAgeDesc
 	ch <- c.sampleErrorsDesc
 }
@@ -262,6 +290,12 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	for consumer, n := range b.held {
 		ch <- prometheus.MustNewConstMetric(c.heldDesc, prometheus.GaugeValue, float64(n), consumer)
 	}
+	if s := b.scheduled; s.Exists {
+		ch <- prometheus.MustNewConstMetric(c.scheduledWaitingDesc, prometheus.GaugeValue, float64(s.Waiting))
+		ch <- prometheus.MustNewConstMetric(c.scheduledOverdueDesc, prometheus.GaugeValue, float64(s.Overdue))
+		ch <- prometheus.MustNewConstMetric(c.scheduledOverdueAgeDesc, prometheus.GaugeValue, s.OverdueBy().Seconds())
+		ch <- prometheus.MustNewConstMetric(c.scheduledCancelledDesc, prometheus.GaugeValue, float64(s.Cancelled))
+	}
 }
 
 // sampleBacklog reads one sample: the pending rows through the outbox's
@@ -306,6 +340,10 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 	}
 	if b.held, err = sampleHeld(ctx, db, t.Positions, cfg.MaxCount); err != nil {
 		return backlog{}, err
+	}
+	t.Scheduled = cfg.ScheduledTable
+	if b.scheduled, err = outboxdb.ReadScheduled(ctx, db, t, cfg.MaxCount); err != nil {
+		return backlog{}, fmt.Errorf("metrics: %w", err)
 	}
 	return b, nil
 }

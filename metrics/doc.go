@@ -25,6 +25,10 @@
 //	entoutbox_consumer_held_aggregates{consumer}          gauge, aggregates held behind a dead letter
 //	entoutbox_consumer_lag_events{consumer,topic}         gauge, numbered events the consumer has not handled
 //	entoutbox_consumer_lag_oldest_seconds{consumer,topic} gauge, age of the oldest of them; 0 when none
+//	entoutbox_scheduled_waiting_events                    gauge, scheduled events not moved to the outbox nor cancelled
+//	entoutbox_scheduled_overdue_events                    gauge, those of them due and not moved yet
+//	entoutbox_scheduled_overdue_seconds                   gauge, how long the earliest has been due; 0 when none
+//	entoutbox_scheduled_cancelled_events                  gauge, cancelled, kept until cleanup
 //	entoutbox_backlog_sample_age_seconds                  gauge, seconds since the last sample that worked
 //	entoutbox_backlog_sample_errors_total                 counter, samples that failed
 //
@@ -42,6 +46,11 @@
 // MaxCount newest rows, and absent while none is found (see
 // docs/consumer-order.md).
 //
+// The scheduled gauges read the scheduled events' table
+// (BacklogConfig.ScheduledTable) by the database's clock, and are absent
+// without it. A relay moves a due event into the outbox within moments:
+// an overdue count or age that stays above 0 tells no relay promotes them.
+//
 // The WAL gauges appear once a WAL relay ran on the table; rows the WAL
 // path delivered (delivered_at stays NULL) are not counted as pending.
 // While no relay streams a slot, its retained bytes grow without bound:
@@ -52,6 +61,7 @@
 //	entoutbox_relay_published_total{topic,result="ok"|"error"}     counter
 //	entoutbox_relay_publish_duration_seconds{topic}                histogram
 //	entoutbox_relay_delivery_lag_seconds{topic}                    histogram, row created_at to broker ack
+//	entoutbox_scheduled_lateness_seconds{topic}                    histogram, a scheduled event's due time to broker ack
 //	entoutbox_relay_retries_total{topic}                           counter, failed publishes tried again
 //	entoutbox_relay_dead_lettered_total{reason="max_attempts"|"permanent"|"malformed"}  counter
 //	entoutbox_relay_claim_duration_seconds                         histogram (fast path)

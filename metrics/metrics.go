@@ -40,6 +40,7 @@ type Metrics struct {
 	relayPublished            *prometheus.CounterVec   // topic, result
 	relayPublishDuration      *prometheus.HistogramVec // topic
 	relayDeliveryLag          *prometheus.HistogramVec // topic
+	scheduledLateness         *prometheus.HistogramVec // topic
 	relayRetries              *prometheus.CounterVec   // topic
 	relayDeadLettered         *prometheus.CounterVec   // reason
 	relayClaimDuration        prometheus.Histogram
@@ -69,6 +70,10 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 // delivery or handling: 5 ms to 1 h.
 var lagBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
+// latenessBuckets suit how late a scheduled event is sent: 1 ms (on
+// time) to 1 h (no relay ran meanwhile).
+var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
 // New creates the collectors and registers them on reg. Nothing is
 // registered anywhere else: pass prometheus.DefaultRegisterer to use the
 // default registry. The backlog gauges report nothing until WatchBacklog
@@ -91,6 +96,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:    "entoutbox_relay_delivery_lag_seconds",
 			Help:    "Time from an event's write (its row's created_at) to the broker's acknowledgement, by outbox topic.",
 			Buckets: lagBuckets,
+		}, []string{"topic"}),
+		scheduledLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "entoutbox_scheduled_lateness_seconds",
+			Help: "Time from a scheduled event's due time (events.DeliverAt, by the database's clock) to the broker's " +
+				"acknowledgement (by the relay's clock), by outbox topic.",
+			Buckets: latenessBuckets,
 		}, []string{"topic"}),
 		relayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_relay_retries_total",
@@ -160,7 +171,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Partitions the fast relays of this process own.",
 	}, m.partitionsOwned)
 	for _, c := range []prometheus.Collector{
-		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.relayRetries, m.relayDeadLettered,
+		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.scheduledLateness, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
 		m.consumerDeliveries, m.consumerDeadLettered, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
 		m.consumerGapWaits, m.consumerBatchEvents, m.emitEvents, m.backlog,
@@ -225,6 +236,17 @@ func (m *Metrics) Delivered(topic string, created time.Time) {
 		return
 	}
 	m.relayDeliveryLag.WithLabelValues(topic).Observe(max(time.Since(created).Seconds(), 0))
+}
+
+// ScheduledDelivered records the lateness of a scheduled event of topic
+// due at deliverAt, acknowledged now; nothing for a zero deliverAt (an
+// event sent when emitted). A clock of the relay's behind the database's
+// shows as early: it counts as 0.
+func (m *Metrics) ScheduledDelivered(topic string, deliverAt time.Time) {
+	if m == nil || deliverAt.IsZero() {
+		return
+	}
+	m.scheduledLateness.WithLabelValues(topic).Observe(max(time.Since(deliverAt).Seconds(), 0))
 }
 
 // Retried records a failed publish of topic that will be tried again.

@@ -66,6 +66,11 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_relay_published_total",
 		"entoutbox_relay_retries_total",
 		"entoutbox_relays_holding_partitions",
+		"entoutbox_scheduled_cancelled_events",
+		"entoutbox_scheduled_lateness_seconds",
+		"entoutbox_scheduled_overdue_events",
+		"entoutbox_scheduled_overdue_seconds",
+		"entoutbox_scheduled_waiting_events",
 		"entoutbox_wal_slot_active",
 		"entoutbox_wal_slot_retained_bytes",
 	}, r.names)
@@ -84,6 +89,7 @@ func TestNilMetricsIsOff(t *testing.T) {
 	var m *metrics.Metrics
 	m.Published("t", time.Second, nil)
 	m.Delivered("t", time.Now())
+	m.ScheduledDelivered("t", time.Now())
 	m.Retried("t")
 	m.DeadLettered(metrics.ReasonMalformed)
 	m.Claimed(1, time.Second)

@@ -183,6 +183,7 @@ func (s sending) finish(err error) {
 		m.Published(s.rowTopic, time.Since(s.started), err)
 		if err == nil {
 			m.Delivered(s.rowTopic, CreatedAt(s.out.Metadata))
+			m.ScheduledDelivered(s.rowTopic, DeliverAt(s.out.Metadata))
 		}
 	}
 	if s.span != nil {

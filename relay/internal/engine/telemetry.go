@@ -24,6 +24,18 @@ func CreatedAt(md message.Metadata) time.Time {
 	return t
 }
 
+// DeliverAt is when the scheduled event of msg was due (the header the
+// relay wrote when it moved the event to the outbox), zero for an event
+// that was not scheduled.
+func DeliverAt(md message.Metadata) time.Time {
+	at := md.Get(events.MetaDeliverAt)
+	if at == "" {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, at)
+	return t
+}
+
 // StartSend starts the producer span of publishing out to topic, as a
 // child of the span the event was emitted in (its headers carry it), and
 // puts the span's own context in out's metadata for the consumer's span.
