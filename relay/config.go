@@ -33,6 +33,18 @@ type Config struct {
 	// defaults when empty.
 	Table           string
 	DeadLetterTable string
+	// ScheduledTable holds the events emitted for a later time
+	// (events.DeliverAt, events.DeliverAfter; schema.ScheduledEvent): the
+	// relay moves each into the outbox once it is due by the database's
+	// clock, and the read path delivers it from there. Every path;
+	// schema.ScheduledEventTable when empty; nothing is moved when the
+	// table does not exist.
+	ScheduledTable string
+	// SequenceTable holds the aggregates' counters a promoted event takes
+	// its aggregate_seq from, as Emit numbers the others (schema.
+	// AggregateSequence). Every path; schema.AggregateSequenceTable when
+	// empty; no numbers when the table does not exist.
+	SequenceTable string
 	// TopicPrefix is prepended to every destination topic, e.g. to keep
 	// the environments that share a broker apart ("staging_").
 	TopicPrefix string
@@ -226,6 +238,9 @@ func (c Config) Validate() error {
 	if err := checkTableName(table); err != nil {
 		return err
 	}
+	if err := checkIdentifiers("Config.", c.ScheduledTable, c.SequenceTable); err != nil {
+		return err
+	}
 	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
 		return err
 	}
@@ -254,6 +269,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.DeadLetterTable == "" {
 		c.DeadLetterTable = schema.DeadLetterTable
+	}
+	if c.ScheduledTable == "" {
+		c.ScheduledTable = schema.ScheduledEventTable
+	}
+	if c.SequenceTable == "" {
+		c.SequenceTable = schema.AggregateSequenceTable
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = DefaultCloseTimeout

@@ -115,6 +115,15 @@ type SubscriberConfig struct {
 	// defaults when empty.
 	Table           string
 	DeadLetterTable string
+	// ScheduledTable and SequenceTable name the tables of the events
+	// emitted for a later time and of the aggregates' counters: the
+	// Subscriber moves each scheduled event into the outbox once it is
+	// due by the database's clock, numbered from its aggregate's counter,
+	// as the relay does (Config.ScheduledTable). Several Subscribers of a
+	// table do it one at a time. The schema package's defaults when empty;
+	// nothing is moved when the scheduled table does not exist, no number
+	// taken when the sequence table does not.
+	ScheduledTable, SequenceTable string
 	// RelayID names this instance in the partition table; random when
 	// empty.
 	RelayID string
@@ -186,6 +195,12 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.DeadLetterTable == "" {
 		c.DeadLetterTable = schema.DeadLetterTable
+	}
+	if c.ScheduledTable == "" {
+		c.ScheduledTable = schema.ScheduledEventTable
+	}
+	if c.SequenceTable == "" {
+		c.SequenceTable = schema.AggregateSequenceTable
 	}
 	if c.RelayID == "" {
 		c.RelayID = "relay-" + uuid.NewString()[:8]
@@ -267,6 +282,9 @@ func (c SubscriberConfig) validate(prefix string) error {
 		return fmt.Errorf("relay: %sMaxBackoff (%s) must not be below InitialBackoff (%s)", prefix, c.MaxBackoff, c.InitialBackoff)
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("relay: %sCloseTimeout must not be negative, not %s", prefix, c.CloseTimeout)
+	}
+	if err := checkIdentifiers(prefix, c.ScheduledTable, c.SequenceTable); err != nil {
+		return err
 	}
 	return checkTableName(c.Table)
 }

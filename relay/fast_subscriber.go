@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
 )
@@ -26,11 +27,20 @@ import (
 // tried again after a backoff, and goes to the dead letters after
 // MaxAttempts. A message's context ends once it is acked or nacked.
 //
+// It also moves the scheduled events into the outbox when they are due
+// (SubscriberConfig.ScheduledTable), from its first Subscribe until Close,
+// as the relay does: a program that relays through a Subscriber of its own
+// would otherwise never send them, and nothing would say so.
+//
 // It is a thin adapter: the fast source (which the relay's fast path runs
 // too) does the work, and the Subscriber hands its rows to the consumer
 // and their acks and nacks back.
 type Subscriber struct {
 	src *fastpath.Source
+	// promote starts the promoter once; stopPromoting stops it at Close.
+	promote       sync.Once
+	startPromoter func()
+	stopPromoting func()
 
 	mu     sync.Mutex
 	closed bool
@@ -45,7 +55,19 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Subscriber{src: src}, nil
+	cfg.setDefaults()
+	tables := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
+	tables.Scheduled, tables.Sequences = cfg.ScheduledTable, cfg.SequenceTable
+	s := &Subscriber{src: src, stopPromoting: func() {}}
+	s.startPromoter = func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := startPromoter(ctx, db, cfg.listenDB(db), tables, cfg.Logger)
+		s.stopPromoting = func() {
+			cancel()
+			<-stopped
+		}
+	}
+	return s, nil
 }
 
 // Subscribe starts reading the rows of topic (AllTopics for every topic).
@@ -57,6 +79,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("relay: subscriber is closed")
 	}
 	s.wg.Add(1)
+	s.promote.Do(s.startPromoter)
 	s.mu.Unlock()
 	if topic == AllTopics {
 		topic = ""
@@ -79,7 +102,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	stopPromoting := s.stopPromoting
 	s.mu.Unlock()
+	stopPromoting()
 	err := s.src.Close()
 	s.wg.Wait()
 	return err

@@ -13,6 +13,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/tracing"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 	"github.com/entoutbox/entoutbox/relay/internal/fastpath"
+	"github.com/entoutbox/entoutbox/relay/internal/schedule"
 	"github.com/entoutbox/entoutbox/relay/internal/walpath"
 )
 
@@ -44,6 +45,21 @@ func checkTableName(table string) error {
 	}
 	return nil
 }
+
+// checkIdentifiers refuses a scheduled or sequence table name (fields
+// ScheduledTable and SequenceTable after prefix) PostgreSQL would cut.
+func checkIdentifiers(prefix, scheduled, sequence string) error {
+	for _, n := range []struct{ field, name string }{{"ScheduledTable", scheduled}, {"SequenceTable", sequence}} {
+		if len(n.name) > maxIdentifier {
+			return fmt.Errorf("relay: %s%s %q is %d bytes, at most %d (PostgreSQL identifiers hold 63 bytes)",
+				prefix, n.field, n.name, len(n.name), maxIdentifier)
+		}
+	}
+	return nil
+}
+
+// maxIdentifier is the longest name PostgreSQL keeps whole.
+const maxIdentifier = 63
 
 // checkTables refuses an outbox table that does not exist or is not one,
 // and a dead-letter table that does not exist or lacks a column the relay
@@ -99,8 +115,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	r.logStart(ctx)
-	var err error
+	tables, promoting, err := schedule.Check(ctx, r.cfg.DB, r.cfg.scheduledTables())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("relay: %w", err)
+	}
+	r.logStart(ctx, promoting)
+	if promoting {
+		pctx, stopPromoting := context.WithCancel(ctx)
+		stopped := startPromoter(pctx, r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger)
+		defer func() {
+			stopPromoting()
+			<-stopped
+		}()
+	}
 	switch r.cfg.Path {
 	case PathCompatible:
 		err = r.runCompatible(ctx)
@@ -119,9 +149,12 @@ func (r *Relay) Run(ctx context.Context) error {
 // consumer given another topic prefix reads topics no one publishes to,
 // and its own start line ("Consumer subscribing") next to this one shows
 // it. Topics are known as rows come; those of the last rows are named.
-func (r *Relay) logStart(ctx context.Context) {
+// It says whether the relay moves scheduled events into the outbox when
+// they are due (promoting: their table exists).
+func (r *Relay) logStart(ctx context.Context, promoting bool) {
 	fields := watermill.LogFields{"path": r.cfg.Path, "table": r.cfg.Table, "topic_prefix": r.cfg.TopicPrefix,
-		"publishes_to": r.cfg.TopicPrefix + "<the event's topic>"}
+		"publishes_to": r.cfg.TopicPrefix + "<the event's topic>", "scheduled_table": r.cfg.ScheduledTable,
+		"promotes_scheduled": promoting}
 	topics, err := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable).RecentTopics(ctx, r.cfg.DB, startTopicRows)
 	if err != nil {
 		fields["recent_topics_error"] = err.Error()

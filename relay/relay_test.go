@@ -3,6 +3,7 @@ package relay_test
 import (
 	"cmp"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,6 +252,10 @@ func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 		{relay.Config{Compatible: relay.CompatibleConfig{PollInterval: -time.Second}},
 			"relay: Config.Compatible.PollInterval must not be negative, not -1s"},
 		{relay.Config{CloseTimeout: -time.Second}, "relay: Config.CloseTimeout must not be negative, not -1s"},
+		{relay.Config{ScheduledTable: strings.Repeat("s", 64)}, `relay: Config.ScheduledTable "` + strings.Repeat("s", 64) +
+			`" is 64 bytes, at most 63 (PostgreSQL identifiers hold 63 bytes)`},
+		{relay.Config{SequenceTable: strings.Repeat("q", 64)}, `relay: Config.SequenceTable "` + strings.Repeat("q", 64) +
+			`" is 64 bytes, at most 63 (PostgreSQL identifiers hold 63 bytes)`},
 	} {
 		c.cfg.DB, c.cfg.Publisher = b.db.DB, pub
 		_, err := relay.New(c.cfg)
@@ -260,4 +265,7 @@ func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 	require.EqualError(t, err, "relay: Config.DB is nil")
 	_, err = relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{BatchSize: -1})
 	require.EqualError(t, err, "relay: SubscriberConfig.BatchSize must not be negative, not -1")
+	_, err = relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{ScheduledTable: strings.Repeat("s", 64)})
+	require.EqualError(t, err, `relay: SubscriberConfig.ScheduledTable "`+strings.Repeat("s", 64)+
+		`" is 64 bytes, at most 63 (PostgreSQL identifiers hold 63 bytes)`)
 }

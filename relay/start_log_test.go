@@ -40,5 +40,6 @@ func TestRelayLogsItsTopicsAtStart(t *testing.T) {
 	started := logsOf(logs, watermill.InfoLogLevel, "Relay starting")
 	require.Len(t, started, 1)
 	require.Equal(t, watermill.LogFields{"path": relay.PathFast, "table": "outbox_events", "topic_prefix": "prod.",
-		"publishes_to": "prod.<the event's topic>", "recent_topics": "prod.catalog,prod.orders"}, started[0].Fields)
+		"publishes_to": "prod.<the event's topic>", "recent_topics": "prod.catalog,prod.orders",
+		"scheduled_table": "outbox_scheduled_events", "promotes_scheduled": true}, started[0].Fields)
 }

@@ -107,6 +107,10 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION)")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	f.StringVar(&cfg.ScheduledTable, "scheduled-table", "", "table of the events emitted for a later time, moved into the outbox "+
+		"when due by the database's clock; none moved when it does not exist (default outbox_scheduled_events)")
+	f.StringVar(&cfg.SequenceTable, "sequence-table", "", "table of the aggregates' counters a due scheduled event is numbered from; "+
+		"no numbers when it does not exist (default outbox_aggregate_sequences)")
 	f.DurationVar(&cfg.CloseTimeout, "close-timeout", relay.DefaultCloseTimeout, "how long shutdown waits for in-flight publishes")
 
 	f.IntVar(&cfg.BatchSize, "batch-size", 0, fmt.Sprintf("rows held at once (default %d; %d on the compatible path)",

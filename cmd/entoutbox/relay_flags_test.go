@@ -41,7 +41,7 @@ func TestRelayRefusesAFlagOfAnotherPath(t *testing.T) {
 // relaySettingSamples is a value for each flag of a relay setting. A flag
 // added without one fails the test below, which then checks its paths.
 var relaySettingSamples = map[string]string{
-	"topic-prefix": "staging_", "dead-letter-table": "letters", "close-timeout": "5s", "batch-size": "10",
+	"topic-prefix": "staging_", "dead-letter-table": "letters", "scheduled-table": "later", "sequence-table": "seqs", "close-timeout": "5s", "batch-size": "10",
 	"retry-interval": "1s", "poll-interval": "1s", "concurrency": "3", "max-bytes-in-flight": "1MiB", "max-attempts": "3",
 	"lease": "5s", "partitions": "8", "poll-only": "true", "delete-delivered": "true", "relay-id": "r1",
 	"listen-database-url": "postgres://127.0.0.1/app", "consumer-group": "billing", "slot": "orders_wal",
@@ -98,8 +98,10 @@ func TestRelayFlagsPathsAgreeWithValidate(t *testing.T) {
 // the fields not given stay zero, for the relay's defaults of its path.
 func TestRelayFlagsMapToConfig(t *testing.T) {
 	common := []string{"--table", "orders_outbox", "--dead-letter-table", "orders_letters", "--topic-prefix", "staging_",
-		"--close-timeout", "5s", "--batch-size", "10", "--retry-interval", "2s"}
+		"--close-timeout", "5s", "--batch-size", "10", "--retry-interval", "2s", "--scheduled-table", "orders_later",
+		"--sequence-table", "orders_seqs"}
 	base := relay.Config{Table: "orders_outbox", DeadLetterTable: "orders_letters", TopicPrefix: "staging_",
+		ScheduledTable: "orders_later", SequenceTable: "orders_seqs",
 		CloseTimeout: 5 * time.Second, BatchSize: 10, RetryInterval: 2 * time.Second}
 	for _, tc := range []struct {
 		args []string
