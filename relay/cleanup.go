@@ -12,7 +12,8 @@ import (
 
 // CleanupDelivered deletes outbox rows delivered more than retain ago, in
 // batches of batch rows (1000 when zero). Undelivered rows are never
-// touched. table is schema.OutboxTable when empty.
+// touched. table is schema.OutboxTable when empty. Cancelled scheduled
+// events are removed by CleanupCancelled.
 //
 // Rows the WAL path delivered keep delivered_at NULL; they are deleted when
 // written more than retain ago and their transaction is in the last
@@ -34,4 +35,24 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 		return n + viaWAL, fmt.Errorf("relay: %w", err)
 	}
 	return n + viaWAL, nil
+}
+
+// CleanupCancelled deletes the scheduled events cancelled more than retain
+// ago (events.Cancel keeps them to be seen), in batches of batch rows
+// (1000 when zero), as CleanupDelivered deletes delivered rows: run both
+// with one retention. Waiting events are never touched. table is
+// schema.ScheduledEventTable when empty; without it nothing is deleted.
+func CleanupCancelled(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
+	if retain < 0 {
+		return 0, fmt.Errorf("relay: cancelled retention must not be negative, not %s", retain)
+	}
+	t := outboxdb.New("", "")
+	if table != "" {
+		t.Scheduled = table
+	}
+	n, err := t.DeleteCancelled(ctx, db, time.Now().Add(-retain), batch)
+	if err != nil {
+		return n, fmt.Errorf("relay: %w", err)
+	}
+	return n, nil
 }

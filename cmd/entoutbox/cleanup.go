@@ -16,6 +16,7 @@ import (
 // cleanupOptions are the cleanup command's flags.
 type cleanupOptions struct {
 	databaseURL, table, processedTable string
+	scheduledTable                     string
 	processedRetention, deliveredRet   time.Duration
 	settledRet                         time.Duration
 	batch                              int
@@ -32,9 +33,12 @@ func newCleanupCommand() *cobra.Command {
   - outbox rows delivered longer than --delivered-retention ago (0 keeps them);
     rows the wal path delivered (their delivered_at stays empty) when written
     longer ago and recorded as delivered by the WAL relay;
+  - scheduled events cancelled longer than --delivered-retention ago, kept
+    until then to be seen (entoutbox status, the console);
   - dead letters an operator retried or discarded longer than
     --settled-dead-letter-retention ago (0 keeps them; see dead-letters purge).
-Undelivered outbox rows and open dead letters are never deleted.`,
+Undelivered outbox rows, scheduled events still waiting and open dead
+letters are never deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
 	}
@@ -45,6 +49,7 @@ Undelivered outbox rows and open dead letters are never deleted.`,
 	f.DurationVar(&o.deliveredRet, "delivered-retention", 0, "keep delivered outbox rows this long; 0 keeps them all")
 	f.DurationVar(&o.settledRet, "settled-dead-letter-retention", 0,
 		"keep dead letters this long after they were retried or discarded; 0 keeps them all")
+	f.StringVar(&o.scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
 	f.IntVar(&o.batch, "batch-size", 1000, "rows deleted per statement")
 	return cmd
 }
@@ -86,6 +91,11 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "deleted %d outbox rows delivered more than %s ago\n", n, o.deliveredRet)
+		n, err = relay.CleanupCancelled(ctx, db, o.scheduledTable, o.deliveredRet, o.batch)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "deleted %d scheduled events cancelled more than %s ago\n", n, o.deliveredRet)
 	}
 	if o.settledRet > 0 {
 		n, err := admin.PurgeSettled(ctx, db, o.settledRet, o.batch)

@@ -71,3 +71,28 @@ func TestCleanupPurgesSettledDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "dead letters", "0 keeps them all")
 }
+
+// cleanup removes scheduled events cancelled longer ago than
+// --delivered-retention, and never a waiting one.
+func TestCleanupRemovesCancelledScheduledEvents(t *testing.T) {
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	pgtest.Migrate(t, client.Schema.Create)
+	_, err := db.DB.Exec(`INSERT INTO outbox_scheduled_events
+		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at, created_at, cancelled_at)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() + interval '1 day',
+			now() - interval '60 days', CASE WHEN g <= 3 THEN now() - interval '30 days' WHEN g = 4 THEN now() END
+		FROM generate_series(1, 6) g`)
+	require.NoError(t, err)
+	out, err := run(t, nil, "cleanup", "--database-url", db.URL, "--batch-size", "2")
+	require.NoError(t, err)
+	require.NotContains(t, out, "scheduled", "0 keeps them, as it keeps delivered rows")
+	out, err = run(t, nil, "cleanup", "--database-url", db.URL, "--delivered-retention", "168h", "--batch-size", "2")
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 3 scheduled events cancelled more than 168h0m0s ago\n")
+	var cancelled, waiting int
+	require.NoError(t, db.DB.QueryRow(`SELECT count(*) FILTER (WHERE cancelled_at IS NOT NULL),
+		count(*) FILTER (WHERE cancelled_at IS NULL) FROM outbox_scheduled_events`).Scan(&cancelled, &waiting))
+	require.Equal(t, 1, cancelled)
+	require.Equal(t, 2, waiting)
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/retention"
 )
 
 // Scheduled is the events of a scheduled events' table at one time of the
@@ -164,4 +165,28 @@ func (t Tables) ReadScheduledOfEvent(ctx context.Context, q Querier, id uuid.UUI
 		r.Headers = []byte(headers.String)
 	}
 	return r, rows.Close()
+}
+
+// DeleteCancelled deletes the scheduled events cancelled before cutoff, in
+// batches of batch rows (1000 when not positive), through the partial index
+// on cancelled_at: a waiting event is never touched. No table deletes
+// nothing.
+func (t Tables) DeleteCancelled(ctx context.Context, db interface {
+	Querier
+	Execer
+}, cutoff time.Time, batch int) (int64, error) {
+	exists, err := TableExists(ctx, db, t.Scheduled)
+	if err != nil || !exists {
+		return 0, err
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	s := pgsql.QuoteIdent(t.Scheduled)
+	n, err := retention.InBatches(ctx, db, `DELETE FROM `+s+` WHERE id IN (SELECT id FROM `+s+`
+		WHERE cancelled_at < $1 ORDER BY cancelled_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("deleting the cancelled events of %s: %w", t.Scheduled, err)
+	}
+	return n, nil
 }
