@@ -116,6 +116,12 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 					Lines: []testent.AllKindsLine{{Sku: "a", Qty: 2}}, Grid: [][]int{{9}}, Stock: map[string]int64{},
 					Attrs: map[string]testent.AllKindsAttr{"k": {Value: "ünï", At: time.Now()}}})
 			},
+			func() error {
+				return tx.Outbox.EmitPaymentReminder(ctx, 6, testent.PaymentReminder{OrderID: 6})
+			},
+			func() error {
+				return tx.Outbox.EmitAuditRecorded(ctx, "a-1", testent.AuditRecorded{Action: "login"})
+			},
 		} {
 			if err := emit(); err != nil {
 				return err
@@ -138,7 +144,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 		n++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 10, n)
+	require.Equal(t, 12, n)
 
 	// Older versions, as rows written before a deploy carry them.
 	for _, p := range []events.Payload{

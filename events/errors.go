@@ -12,9 +12,10 @@ var (
 	ErrNotInTransaction = errors.New("events: emit needs a transactional client (use tx.Outbox from client.Tx)")
 
 	// ErrDuplicateEventID is returned by Emit when an event with the same id
-	// is already in the outbox. Nothing is written and the transaction stays
+	// is already in the outbox or scheduled (DeliverAt, DeliverAfter), to be
+	// sent now or later alike. Nothing is written and the transaction stays
 	// usable.
-	ErrDuplicateEventID = errors.New("events: an event with this id is already in the outbox")
+	ErrDuplicateEventID = errors.New("events: an event with this id is already in the outbox or scheduled")
 )
 
 // ValidationError reports a payload that breaks its declaration, or a

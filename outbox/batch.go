@@ -186,7 +186,7 @@ func (b *Batch) write(ctx context.Context, rows []Row) error {
 		}
 	}
 	if len(now) > 0 {
-		if err := insert(ctx, b.drv, b.table, b.seqTable, now); err != nil {
+		if err := insert(ctx, b.drv, b.table, b.seqTable, b.scheduledTable, now); err != nil {
 			return err
 		}
 	}

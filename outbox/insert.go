@@ -33,12 +33,26 @@ const insertColumns = 10
 // aggregate_seq they carry (Row.AggregateSeq; NULL for 0): it numbers
 // none (see InsertNumberedQuery).
 func InsertQuery(table string, rows []Row) (string, []any, error) {
+	return insertQuery(table, "", rows)
+}
+
+// insertQuery is InsertQuery that also skips a row whose event id is
+// waiting in scheduledTable ("" for none).
+func insertQuery(table, scheduledTable string, rows []Row) (string, []any, error) {
 	var (
 		q    strings.Builder
 		args = make([]any, 0, insertColumns*len(rows))
 	)
 	q.WriteString("WITH inserted AS (INSERT INTO " + pgsql.QuoteIdent(table) +
-		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq) VALUES ")
+		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq) ")
+	cell := "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb,$%d::bigint,$%d::bigint)"
+	if scheduledTable == "" {
+		q.WriteString("VALUES ")
+	} else {
+		// Typed: the VALUES are read by a SELECT, not by the INSERT.
+		cell = "($%d::uuid,$%d::text,$%d::int,$%d::text,$%d::text,$%d::text,$%d::jsonb,$%d::jsonb,$%d::int,$%d::bigint)"
+		q.WriteString("SELECT * FROM (VALUES ")
+	}
 	for i, r := range rows {
 		headers, err := encodeHeaders(r.Headers)
 		if err != nil {
@@ -48,14 +62,17 @@ func InsertQuery(table string, rows []Row) (string, []any, error) {
 			q.WriteByte(',')
 		}
 		n := i * insertColumns
-		fmt.Fprintf(&q, "($%d,$%d,$%d,$%d,$%d,$%d,$%d::jsonb,$%d::jsonb,$%d::bigint,$%d::bigint)",
-			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
+		fmt.Fprintf(&q, cell, n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10)
 		var seq any
 		if r.AggregateSeq > 0 {
 			seq = r.AggregateSeq
 		}
 		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
 			string(r.Payload), headers, readableFromColumn(r.Event), seq)
+	}
+	if scheduledTable != "" {
+		q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
+			" readable_from, aggregate_seq) WHERE " + notScheduled(scheduledTable))
 	}
 	// One statement: the insert, and a notification the fast relay gets
 	// at commit. It returns one row per inserted row, so the rows affected
@@ -79,6 +96,18 @@ type aggregateKey struct{ topic, typ, id string }
 // Rows are inserted in their order, after the numbers are taken, so an
 // aggregate's ids follow its numbers too.
 func InsertNumberedQuery(table, seqTable string, rows []Row) (string, []any, error) {
+	return insertNumberedQuery(table, seqTable, "", rows)
+}
+
+// notScheduled is the condition that the row v's event id is not waiting
+// in scheduledTable: an id is one event, sent now or later, never both.
+func notScheduled(scheduledTable string) string {
+	return "NOT EXISTS (SELECT 1 FROM " + pgsql.QuoteIdent(scheduledTable) + " s WHERE s.event_id = v.event_id)"
+}
+
+// insertNumberedQuery is InsertNumberedQuery that also skips a row whose
+// event id is waiting in scheduledTable ("" for none).
+func insertNumberedQuery(table, seqTable, scheduledTable string, rows []Row) (string, []any, error) {
 	counts := map[aggregateKey]int64{}
 	for _, r := range rows {
 		counts[aggregateKey{r.Topic, r.AggregateType, r.AggregateID}]++
@@ -129,19 +158,23 @@ func InsertNumberedQuery(table, seqTable string, rows []Row) (string, []any, err
 			string(r.Payload), headers, readableFromColumn(r.Event), later[k], i)
 	}
 	q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
-		" readable_from, back, ord) JOIN numbered n USING (topic, aggregate_type, aggregate_id) ORDER BY v.ord" +
+		" readable_from, back, ord) JOIN numbered n USING (topic, aggregate_type, aggregate_id)")
+	if scheduledTable != "" {
+		q.WriteString(" WHERE " + notScheduled(scheduledTable))
+	}
+	q.WriteString(" ORDER BY v.ord" +
 		" ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify(" +
 		pgsql.QuoteLiteral(NotifyChannel(table)) + ", '') FROM inserted")
 	return q.String(), args, nil
 }
 
 // insert writes rows in one statement. A row whose event id is already in
-// the outbox fails it with events.ErrDuplicateEventID, the transaction
-// still usable.
-func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable string, rows []Row) error {
-	query, args, err := InsertQuery(table, rows)
+// the outbox, or waiting in scheduledTable ("" for none), fails it with
+// events.ErrDuplicateEventID, the transaction still usable.
+func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, scheduledTable string, rows []Row) error {
+	query, args, err := insertQuery(table, scheduledTable, rows)
 	if seqTable != "" {
-		query, args, err = InsertNumberedQuery(table, seqTable, rows)
+		query, args, err = insertNumberedQuery(table, seqTable, scheduledTable, rows)
 	}
 	if err != nil {
 		return err
@@ -176,5 +209,5 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable string
 		}
 		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
 	}
-	return fmt.Errorf("%w: %d of %d events were already in the outbox", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
+	return fmt.Errorf("%w: %d of %d events were already in the outbox or scheduled", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
 }

@@ -1836,6 +1836,163 @@ func outboxReadBackAllKinds(n int, payload []byte) ([]byte, error) {
 	return json.Marshal(e)
 }
 
+// PaymentReminder is the payload of version 1 of event "payment.reminder", the version producers emit.
+type PaymentReminder struct {
+	OrderID int64 `json:"order_id"`
+	Attempt int   `json:"attempt"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "payment.reminder" version 1.
+func (e *PaymentReminder) Validate() error {
+	return nil
+}
+
+// OutboxEvent names the event and version PaymentReminder is the payload of.
+func (PaymentReminder) OutboxEvent() (name string, version int) {
+	return "payment.reminder", 1
+}
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *PaymentReminder) outboxPrefill() {
+	e.Attempt = 1
+}
+
+// EmitPaymentReminder writes event "payment.reminder" (version 1, topic
+// "reminders") about the Order aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter hold it back until a time, up to 30 days ahead;
+// Cancel stops it while it waits.
+//
+// Only consumers of version 1 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitPaymentReminder(ctx context.Context, aggregateID events.AggregateID, e PaymentReminder, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "payment.reminder", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 1, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastPaymentReminder(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	id, err := outbox.AggregateIDOf("payment.reminder", version, aggregateID)
+	if err != nil {
+		return err
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "payment.reminder",
+		Version:       version,
+		Topic:         "reminders",
+		AggregateType: "Order",
+		AggregateID:   id,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+		MaxDelay:      720 * time.Hour,
+	}, cfg)
+}
+
+// outboxDowncastPaymentReminder turns an encoded latest "payment.reminder" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastPaymentReminder(n int, payload []byte) ([]byte, int, error) {
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "payment.reminder", n, 1)
+}
+
+// AuditRecorded is the payload of version 1 of event "audit.recorded", the version producers emit.
+type AuditRecorded struct {
+	Action string `json:"action"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "audit.recorded" version 1.
+func (e *AuditRecorded) Validate() error {
+	if e.Action == "" {
+		return &events.ValidationError{Event: "audit.recorded", Version: 1, Field: "action", Reason: "is required"}
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version AuditRecorded is the payload of.
+func (AuditRecorded) OutboxEvent() (name string, version int) {
+	return "audit.recorded", 1
+}
+
+// EmitAuditRecorded writes event "audit.recorded" (version 1, topic
+// "audits") about the Account aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+// It is never scheduled: events.DeliverAt and DeliverAfter are refused.
+//
+// Only consumers of version 1 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitAuditRecorded(ctx context.Context, aggregateID events.AggregateID, e AuditRecorded, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "audit.recorded", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 1, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastAuditRecorded(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	id, err := outbox.AggregateIDOf("audit.recorded", version, aggregateID)
+	if err != nil {
+		return err
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "audit.recorded",
+		Version:       version,
+		Topic:         "audits",
+		AggregateType: "Account",
+		AggregateID:   id,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+		MaxDelay:      0,
+	}, cfg)
+}
+
+// outboxDowncastAuditRecorded turns an encoded latest "audit.recorded" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastAuditRecorded(n int, payload []byte) ([]byte, int, error) {
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "audit.recorded", n, 1)
+}
+
 // outboxNestedError puts the path of a nested object before the field its
 // Validate names: "lines[2]" and "sku" make "lines[2].sku".
 func outboxNestedError(at string, err error) error {

@@ -66,6 +66,8 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "cart.changed", Topic: "carts", Latest: 3, Decode: outboxDecodeCartChanged},
 	{Name: "shipment.booked", Topic: "shipments", Latest: 2, Decode: outboxDecodeShipmentBooked},
 	{Name: "all.kinds", Topic: "samples", Latest: 2, Decode: outboxDecodeAllKinds},
+	{Name: "payment.reminder", Topic: "reminders", Latest: 1, Decode: outboxDecodePaymentReminder},
+	{Name: "audit.recorded", Topic: "audits", Latest: 1, Decode: outboxDecodeAuditRecorded},
 }
 
 // outboxSchemaFiles are the JSON Schemas go generate published for every
@@ -88,6 +90,8 @@ var outboxEventTypes = []consumer.EventType{
 //go:embed entoutbox/schemas/shipment.booked.v2.json
 //go:embed entoutbox/schemas/all.kinds.v1.json
 //go:embed entoutbox/schemas/all.kinds.v2.json
+//go:embed entoutbox/schemas/payment.reminder.v1.json
+//go:embed entoutbox/schemas/audit.recorded.v1.json
 var outboxSchemaFiles embed.FS
 
 // AddToRouter adds a Watermill handler per consumer name and topic to r.
@@ -858,6 +862,187 @@ func outboxDecodeAllKinds(version int, payload []byte) (any, error) {
 		if err := e.Validate(); err != nil {
 			return nil, consumer.InvalidPayload(version, 2, err)
 		}
+	}
+	return e, nil
+}
+
+// PaymentReminderHandler handles event "payment.reminder". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type PaymentReminderHandler func(ctx context.Context, tx *Tx, e *PaymentReminder, m events.Meta) error
+
+// RegisterPaymentReminder registers fn as consumerName's handler of "payment.reminder".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnPaymentReminder panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterPaymentReminder(consumerName string, fn PaymentReminderHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*PaymentReminder), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "payment.reminder", run)
+}
+
+// OnPaymentReminder is RegisterPaymentReminder that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnPaymentReminder(consumerName string, fn PaymentReminderHandler) {
+	if err := h.RegisterPaymentReminder(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// PaymentReminderDelivery is one event of a batch given to a PaymentReminderBatchHandler:
+// the latest version, and its metadata.
+type PaymentReminderDelivery struct {
+	Event *PaymentReminder
+	Meta  events.Meta
+}
+
+// PaymentReminderBatchHandler handles many "payment.reminder" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type PaymentReminderBatchHandler func(ctx context.Context, tx *Tx, batch []PaymentReminderDelivery) error
+
+// RegisterPaymentReminderBatch registers fn as consumerName's handler of "payment.reminder",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnPaymentReminderBatch panics instead.
+func (h *OutboxHandlers) RegisterPaymentReminderBatch(consumerName string, fn PaymentReminderBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]PaymentReminderDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = PaymentReminderDelivery{Event: p.(*PaymentReminder), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "payment.reminder", run)
+}
+
+// OnPaymentReminderBatch is RegisterPaymentReminderBatch that panics on an error.
+func (h *OutboxHandlers) OnPaymentReminderBatch(consumerName string, fn PaymentReminderBatchHandler) {
+	if err := h.RegisterPaymentReminderBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxPaymentReminderSchemas are the schemas of the versions of "payment.reminder", from version 1.
+var outboxPaymentReminderSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/payment.reminder.v1.json", "payment.reminder", 1),
+}
+
+// outboxDecodePaymentReminder turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
+func outboxDecodePaymentReminder(version int, payload []byte) (any, error) {
+	if version < 1 || version > 1 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "payment.reminder", version, 1)
+	}
+	e := &PaymentReminder{}
+	e.outboxPrefill()
+	if err := outboxPaymentReminderSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// AuditRecordedHandler handles event "audit.recorded". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type AuditRecordedHandler func(ctx context.Context, tx *Tx, e *AuditRecorded, m events.Meta) error
+
+// RegisterAuditRecorded registers fn as consumerName's handler of "audit.recorded".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnAuditRecorded panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterAuditRecorded(consumerName string, fn AuditRecordedHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*AuditRecorded), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "audit.recorded", run)
+}
+
+// OnAuditRecorded is RegisterAuditRecorded that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnAuditRecorded(consumerName string, fn AuditRecordedHandler) {
+	if err := h.RegisterAuditRecorded(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// AuditRecordedDelivery is one event of a batch given to a AuditRecordedBatchHandler:
+// the latest version, and its metadata.
+type AuditRecordedDelivery struct {
+	Event *AuditRecorded
+	Meta  events.Meta
+}
+
+// AuditRecordedBatchHandler handles many "audit.recorded" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type AuditRecordedBatchHandler func(ctx context.Context, tx *Tx, batch []AuditRecordedDelivery) error
+
+// RegisterAuditRecordedBatch registers fn as consumerName's handler of "audit.recorded",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnAuditRecordedBatch panics instead.
+func (h *OutboxHandlers) RegisterAuditRecordedBatch(consumerName string, fn AuditRecordedBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]AuditRecordedDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = AuditRecordedDelivery{Event: p.(*AuditRecorded), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "audit.recorded", run)
+}
+
+// OnAuditRecordedBatch is RegisterAuditRecordedBatch that panics on an error.
+func (h *OutboxHandlers) OnAuditRecordedBatch(consumerName string, fn AuditRecordedBatchHandler) {
+	if err := h.RegisterAuditRecordedBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxAuditRecordedSchemas are the schemas of the versions of "audit.recorded", from version 1.
+var outboxAuditRecordedSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/audit.recorded.v1.json", "audit.recorded", 1),
+}
+
+// outboxDecodeAuditRecorded turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
+func outboxDecodeAuditRecorded(version int, payload []byte) (any, error) {
+	if version < 1 || version > 1 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "audit.recorded", version, 1)
+	}
+	e := &AuditRecorded{}
+	if err := outboxAuditRecordedSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
@@ -49,7 +50,32 @@ func (ProfileUpdated) Versions() []events.Version {
 }
 
 // All lists the test events.
-var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}, ShipmentBooked{}, AllKinds{}}
+var All = []events.Interface{OrderPaid{}, ProfileUpdated{}, PriceChanged{}, OrderPlaced{}, CartChanged{}, ShipmentBooked{}, AllKinds{},
+	PaymentReminder{}, AuditRecorded{}}
+
+// PaymentReminder is scheduled (events.DeliverAfter) when an order is
+// placed, and cancelled when it is paid; it may wait up to 30 days.
+type PaymentReminder struct{ events.Schema }
+
+func (PaymentReminder) Name() string            { return "payment.reminder" }
+func (PaymentReminder) Topic() string           { return "reminders" }
+func (PaymentReminder) Aggregate() string       { return "Order" }
+func (PaymentReminder) MaxDelay() time.Duration { return 30 * 24 * time.Hour }
+func (PaymentReminder) Versions() []events.Version {
+	return []events.Version{events.V(1, field.Int64("order_id"), field.Int("attempt").Default(1))}
+}
+
+// AuditRecorded records what happened when it happened: it is never
+// scheduled (MaxDelay 0).
+type AuditRecorded struct{ events.Schema }
+
+func (AuditRecorded) Name() string            { return "audit.recorded" }
+func (AuditRecorded) Topic() string           { return "audits" }
+func (AuditRecorded) Aggregate() string       { return "Account" }
+func (AuditRecorded) MaxDelay() time.Duration { return 0 }
+func (AuditRecorded) Versions() []events.Version {
+	return []events.Version{events.V(1, field.String("action"))}
+}
 
 // OrderPlaced nests: line items, an address, a map of attributes. Version
 // 2 adds defaulted fields inside the lines and the address, so a version 1
