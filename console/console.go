@@ -34,6 +34,10 @@ type Config struct {
 	// DeadLetterTable is the dead-letter table; schema.DeadLetterTable
 	// when empty.
 	DeadLetterTable string
+	// ScheduledTable is the scheduled events' table;
+	// schema.ScheduledEventTable when empty. Without it the console shows
+	// no scheduled events.
+	ScheduledTable string
 	// Token, when set, is required of every request (Bearer, basic auth
 	// password or the login form). Empty: only loopback hosts are served.
 	Token string
@@ -96,11 +100,16 @@ func New(cfg Config) (*Console, error) {
 	if cfg.LoginAttempts == 0 {
 		cfg.LoginAttempts = defaultLoginAttempts
 	}
-	a, err := admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable})
+	a, err := admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable,
+		Scheduled: cfg.ScheduledTable})
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	c := &Console{cfg: cfg, admin: a, tables: outboxdb.New(cfg.Table, cfg.DeadLetterTable), log: cfg.Logger,
+	tables := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
+	if cfg.ScheduledTable != "" {
+		tables.Scheduled = cfg.ScheduledTable
+	}
+	c := &Console{cfg: cfg, admin: a, tables: tables, log: cfg.Logger,
 		logins: newLoginLimit(cfg.LoginAttempts), scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err

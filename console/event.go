@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -19,6 +21,13 @@ import (
 type eventPage struct {
 	EventID     uuid.UUID
 	Row         *outboxdb.Row // nil when the outbox no longer holds it
+	// Scheduled is the event's row in the scheduled events' table, while
+	// it waits to be due or once cancelled; nil otherwise.
+	Scheduled *outboxdb.ScheduledRow
+	// DueAt is when a scheduled event was due: its scheduled row's
+	// deliver_at, or the header the relay wrote when it moved it to the
+	// outbox; zero for an event sent when emitted.
+	DueAt time.Time
 	Letters     []admin.DeadLetter
 	Processed   []processedBy
 	Story       []storyStep
@@ -59,8 +68,8 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	if p.Row == nil && len(p.Letters) == 0 && len(p.Processed) == 0 {
-		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no event %s: not in the outbox (a relay with --delete-delivered, or retention, removes delivered rows), the dead letters or the processed events", id))
+	if p.Row == nil && p.Scheduled == nil && len(p.Letters) == 0 && len(p.Processed) == 0 {
+		c.fail(w, r, http.StatusNotFound, fmt.Errorf("no event %s: not in the outbox (a relay with --delete-delivered, or retention, removes delivered rows), the scheduled events, the dead letters or the processed events", id))
 		return
 	}
 	c.renderView(w, r, "event", http.StatusOK, view{Title: "event " + id.String(), Nav: "search", Data: p})
@@ -85,6 +94,17 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 	default:
 		p.Row = &row
 	}
+	if p.Row == nil {
+		// Not in the outbox: it may wait to be due, or be cancelled.
+		sr, err := c.tables.ReadScheduledOfEvent(ctx, c.cfg.DB, id)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return p, fmt.Errorf("console: %w", err)
+		default:
+			p.Scheduled, p.DueAt = &sr, sr.DeliverAt
+		}
+	}
 	letters, err := c.tables.ReadLettersOfEvent(ctx, c.cfg.DB, id)
 	if err != nil {
 		return p, fmt.Errorf("console: %w", err)
@@ -100,10 +120,17 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 	case p.Row != nil:
 		payload, headers = p.Row.Payload, p.Row.Headers
 		p.Name, p.Version, p.Topic, p.Aggregate = p.Row.EventName, p.Row.EventVersion, p.Row.Topic, p.Row.AggregateType+" "+p.Row.AggregateID
+	case p.Scheduled != nil:
+		sr := p.Scheduled
+		payload, headers = sr.Payload, sr.Headers
+		p.Name, p.Version, p.Topic, p.Aggregate = sr.EventName, sr.EventVersion, sr.Topic, sr.AggregateType+" "+sr.AggregateID
 	case len(p.Letters) > 0:
 		d := p.Letters[len(p.Letters)-1]
 		payload, headers = d.Payload, d.Headers
 		p.Name, p.Version, p.Topic, p.Aggregate = d.EventName, d.EventVersion, d.Topic, d.AggregateType+" "+d.AggregateID
+	}
+	if p.DueAt.IsZero() {
+		p.DueAt = dueAt(headers)
 	}
 	p.Payload, p.PayloadJSON = prettyJSON(payload)
 	p.Headers, _ = prettyJSON(headers)
@@ -128,11 +155,36 @@ func (c *Console) processedBy(ctx context.Context, id uuid.UUID) ([]processedBy,
 	return out, rows.Err()
 }
 
+// dueAt is the due time the relay wrote into the headers of a scheduled
+// event it moved to the outbox; zero for none, or one it cannot read.
+func dueAt(headers []byte) time.Time {
+	var h map[string]string
+	if json.Unmarshal(headers, &h) != nil {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, h[events.MetaDeliverAt])
+	return t
+}
+
 // story puts what happened to the event in time order, and says where it
 // stands.
 func story(p eventPage) ([]storyStep, string) {
 	var s []storyStep
 	state := "unknown"
+	if sr := p.Scheduled; sr != nil {
+		s = append(s, storyStep{At: sr.CreatedAt, What: "emitted for later", Detail: "scheduled for " + when(sr.DeliverAt)})
+		if sr.CancelledAt != nil {
+			s = append(s, storyStep{At: *sr.CancelledAt, What: "cancelled", Detail: "it will never be sent"})
+			state = "cancelled at " + when(*sr.CancelledAt) + " (was scheduled for " + when(sr.DeliverAt) + ")"
+		} else {
+			state = "scheduled for " + when(sr.DeliverAt)
+		}
+	}
+	if o := p.Row; o != nil && !p.DueAt.IsZero() {
+		// Its row was written when it became due, not when it was emitted.
+		s = append(s, storyStep{At: p.DueAt, What: "due", Detail: "scheduled for this time; moved to the outbox as row " +
+			fmt.Sprint(o.ID)})
+	}
 	if o := p.Row; o != nil {
 		s = append(s, storyStep{At: o.CreatedAt, What: "emitted", Detail: fmt.Sprintf("outbox row %d", o.ID)})
 		switch {
@@ -190,4 +242,13 @@ func processedByQuery(t outboxdb.Tables) string {
 		SELECT consumer, processed_at, attempts FROM ` + processed + `
 		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
 		ORDER BY processed_at`
+}
+
+// Late is how long after its due time a scheduled event was delivered
+// (the fast path's delivered_at); 0 when either is unknown.
+func (p eventPage) Late() time.Duration {
+	if p.Row == nil || p.Row.DeliveredAt == nil || p.DueAt.IsZero() {
+		return 0
+	}
+	return max(p.Row.DeliveredAt.Sub(p.DueAt), 0)
 }

@@ -50,7 +50,8 @@ func letterSources(dl admin.DeadLetterSummary) []letterSource {
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	st, err := admin.ReadStatus(ctx, c.cfg.DB, c.tables.Outbox, c.tables.DeadLetters)
+	st, err := admin.ReadTablesStatus(ctx, c.cfg.DB, admin.Tables{Outbox: c.tables.Outbox,
+		DeadLetters: c.tables.DeadLetters, Scheduled: c.tables.Scheduled})
 	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return

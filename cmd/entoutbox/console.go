@@ -17,6 +17,7 @@ func newConsoleCommand() *cobra.Command {
 	var (
 		databaseURL, addr, token string
 		table, deadLetterTable   string
+		scheduledTable           string
 		readOnly                 bool
 		refresh                  time.Duration
 		loginAttempts            int
@@ -49,7 +50,8 @@ carrying a CSRF token. --read-only hides and refuses retry and discard.`,
 			if err := checkTables(cmd.Context(), db, table, deadLetterTable); err != nil {
 				return err
 			}
-			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable, Token: token,
+			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable,
+				ScheduledTable: scheduledTable, Token: token,
 				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts})
 			if err != nil {
 				return err
@@ -78,6 +80,7 @@ carrying a CSRF token. --read-only hides and refuses retry and discard.`,
 	addDatabaseFlags(cmd, &databaseURL, &table)
 	f := cmd.Flags()
 	f.StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
+	f.StringVar(&scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs --token")
 	f.StringVar(&token, "token", "", "token every request must carry (Bearer, basic auth password, or the login page); env ENTOUTBOX_TOKEN")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse retry and discard")
