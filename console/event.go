@@ -19,15 +19,15 @@ import (
 )
 
 type eventPage struct {
-	EventID     uuid.UUID
-	Row         *outboxdb.Row // nil when the outbox no longer holds it
+	EventID uuid.UUID
+	Row     *outboxdb.Row // nil when the outbox no longer holds it
 	// Scheduled is the event's row in the scheduled events' table, while
 	// it waits to be due or once cancelled; nil otherwise.
 	Scheduled *outboxdb.ScheduledRow
 	// DueAt is when a scheduled event was due: its scheduled row's
 	// deliver_at, or the header the relay wrote when it moved it to the
 	// outbox; zero for an event sent when emitted.
-	DueAt time.Time
+	DueAt       time.Time
 	Letters     []admin.DeadLetter
 	Processed   []processedBy
 	Story       []storyStep
