@@ -161,7 +161,7 @@ const eventIDHeader = "_watermill_message_uuid"
 // event id, the outbox keys the relay always sets, the CloudEvents
 // attributes (with cePrefix) when the relay adds them, and the emitter's
 // own headers, all strings.
-func headersSchema(e *Event, v *Version, cePrefix string) jsonObject {
+func headersSchema(e *Event, v *Version, cePrefix string, schedulable bool) jsonObject {
 	str := func(desc string) jsonObject { return jsonObject{"type": "string", "description": desc} }
 	props := jsonObject{
 		eventIDHeader: jsonObject{"type": "string", "format": "uuid", "description": "the event id, the same on every delivery and " +
@@ -178,6 +178,11 @@ func headersSchema(e *Event, v *Version, cePrefix string) jsonObject {
 	if v.ReadableFrom > 0 && v.ReadableFrom < v.Number {
 		props[events.MetaReadableFrom] = jsonObject{"type": "string", "const": strconv.Itoa(v.ReadableFrom),
 			"description": "the oldest version whose consumers can read this one (rolling deploys)"}
+	}
+	if schedulable {
+		props[events.MetaDeliverAt] = jsonObject{"type": "string", "format": "date-time", "description": "set only when the " +
+			"producer scheduled the event (events.DeliverAt, DeliverAfter): the time it was due, by the producer's database clock " +
+			"(RFC 3339, UTC, microseconds); it was published at that time or after, never before"}
 	}
 	ce := map[string]jsonObject{
 		"id":              str("CloudEvents id: the event id"),
@@ -201,6 +206,25 @@ func headersSchema(e *Event, v *Version, cePrefix string) jsonObject {
 		"properties": props, "required": required,
 		"additionalProperties": jsonObject{"type": "string"},
 	}
+}
+
+// schedulable reports whether the producer may schedule e: its
+// declaration allows it and the schema has the scheduled events' table.
+func schedulable(m *Model, e *Event) bool { return m.ScheduledTable != "" && e.MaxDelay > 0 }
+
+// scheduling says whether and how far ahead e may be scheduled, and what
+// a consumer sees of it.
+func scheduling(m *Model, e *Event) string {
+	switch {
+	case e.MaxDelay <= 0:
+		return "Never scheduled: its declaration's MaxDelay is not positive, so it is published once its transaction commits."
+	case m.ScheduledTable == "":
+		return "Never scheduled: the producer's schema has no scheduled events' table, so it is published once its transaction commits."
+	}
+	return fmt.Sprintf("May be scheduled up to %s ahead (events.DeliverAt, DeliverAfter) and cancelled until then: it is "+
+		"published once due by the producer's database clock, never before, with header %s holding the time it was due. "+
+		"It takes its place in its aggregate's order when due, after the aggregate's events published before then; "+
+		"events of an aggregate due at the same time keep their commit order.", e.MaxDelayText(), events.MetaDeliverAt)
 }
 
 // messageKey names a version's message in the AsyncAPI document.
@@ -250,8 +274,9 @@ func asyncAPI(m *Model, title string, cfg *asyncAPIConfig) jsonObject {
 				"name":        key,
 				"title":       fmt.Sprintf("%s v%d", e.GoName, v.Number),
 				"contentType": "application/json",
-				"headers":     headersSchema(e, v, cePrefix),
+				"headers":     headersSchema(e, v, cePrefix, schedulable(m, e)),
 				"payload":     jsonObject{"$ref": "#/components/schemas/" + key},
+				"description": scheduling(m, e),
 			}
 			if e.Comment != "" {
 				msg["summary"] = e.Comment
@@ -260,7 +285,8 @@ func asyncAPI(m *Model, title string, cfg *asyncAPIConfig) jsonObject {
 		}
 		channel := jsonObject{"$ref": "#/channels/" + e.Topic}
 		operations["send"+e.GoName] = jsonObject{"action": "send", "channel": channel, "messages": refs,
-			"summary": fmt.Sprintf("Emit%s writes %q to the outbox; the relay publishes it.", e.GoName, e.Name)}
+			"summary":     fmt.Sprintf("Emit%s writes %q to the outbox; the relay publishes it.", e.GoName, e.Name),
+			"description": scheduling(m, e)}
 		if m.HasConsumers() {
 			operations["receive"+e.GoName] = jsonObject{"action": "receive", "channel": channel, "messages": refs,
 				"summary": fmt.Sprintf("Handlers registered with Register%s (or On%s) receive %q, older versions upcast.", e.GoName, e.GoName, e.Name)}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,4 +181,67 @@ func TestAsyncAPIParser(t *testing.T) {
 	}
 	require.NoError(t, sc.Err())
 	require.Equal(t, len(docs), parsed, "a result per document: %s", strings.TrimSpace(stderr.String()))
+}
+
+// TestAsyncAPIScheduling: the document says of each event whether and how
+// far ahead it may be scheduled, and names the header of the time it was
+// due on the messages of those that may be, only those.
+func TestAsyncAPIScheduling(t *testing.T) {
+	type doc struct {
+		Operations map[string]struct{ Description string }
+		Components struct {
+			Messages map[string]struct {
+				Description string
+				Headers     struct{ Properties map[string]any }
+			}
+		}
+	}
+	read := func(name string) doc {
+		out := t.TempDir()
+		require.NoError(t, generate(t, caseNamed(t, name), out))
+		b, err := os.ReadFile(filepath.Join(out, codegen.ContractDir, codegen.AsyncAPIFile))
+		require.NoError(t, err)
+		var d doc
+		require.NoError(t, json.Unmarshal(b, &d))
+		return d
+	}
+	const (
+		may = "May be scheduled up to %s ahead (events.DeliverAt, DeliverAfter) and cancelled until then: it is published " +
+			"once due by the producer's database clock, never before, with header outbox_deliver_at holding the time it was due. " +
+			"It takes its place in its aggregate's order when due, after the aggregate's events published before then; " +
+			"events of an aggregate due at the same time keep their commit order."
+		never   = "Never scheduled: its declaration's MaxDelay is not positive, so it is published once its transaction commits."
+		noTable = "Never scheduled: the producer's schema has no scheduled events' table, so it is published once its transaction commits."
+	)
+	for _, c := range []struct {
+		name string
+		want map[string]string // operation → description
+	}{
+		{"scheduled", map[string]string{
+			"sendPaymentReminder": fmt.Sprintf(may, "2 days"), "sendHoldExpired": fmt.Sprintf(may, "36h30m0.5s"),
+			"sendOrderPlaced": fmt.Sprintf(may, "366 days"), "sendAuditRecorded": never, "sendLedgerClosed": never,
+		}},
+		{"scheduled_no_table", map[string]string{
+			"sendPaymentReminder": noTable, "sendHoldExpired": noTable, "sendOrderPlaced": noTable,
+			"sendAuditRecorded": never, "sendLedgerClosed": never,
+		}},
+	} {
+		d := read(c.name)
+		for op, want := range c.want {
+			require.Equal(t, want, d.Operations[op].Description, "%s: %s", c.name, op)
+		}
+		require.NotEmpty(t, d.Components.Messages)
+		for key, msg := range d.Components.Messages {
+			op := ""
+			for o := range c.want {
+				if strings.EqualFold(strings.ReplaceAll(strings.TrimSuffix(key, ".v1"), ".", ""), strings.TrimPrefix(o, "send")) {
+					op = o
+				}
+			}
+			require.NotEmpty(t, op, "%s: message %s", c.name, key)
+			require.Equal(t, c.want[op], msg.Description, "%s: message %s", c.name, key)
+			_, named := msg.Headers.Properties["outbox_deliver_at"]
+			require.Equal(t, strings.HasPrefix(c.want[op], "May"), named, "%s: message %s names outbox_deliver_at", c.name, key)
+		}
+	}
 }

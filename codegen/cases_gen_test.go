@@ -33,6 +33,9 @@ import (
 	case_rule_version_frozen "github.com/entoutbox/entoutbox/codegen/testdata/rule_version_frozen/events"
 	case_rule_version_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_version_kept/events"
 	case_rules_compatible "github.com/entoutbox/entoutbox/codegen/testdata/rules_compatible/events"
+	schema_schedschema "github.com/entoutbox/entoutbox/codegen/testdata/schedschema"
+	case_scheduled "github.com/entoutbox/entoutbox/codegen/testdata/scheduled/events"
+	case_scheduled_no_table "github.com/entoutbox/entoutbox/codegen/testdata/scheduled_no_table/events"
 	schema_schema "github.com/entoutbox/entoutbox/codegen/testdata/schema"
 	case_type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
 	case_upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
@@ -72,6 +75,8 @@ var cases = []goldenCase{
 	{name: "rule_version_frozen", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_version_frozen.All},
 	{name: "rule_version_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_version_kept.All},
 	{name: "rules_compatible", schemaPkg: "schema", schemas: schema_schema.All, events: case_rules_compatible.All},
+	{name: "scheduled", schemaPkg: "schedschema", schemas: schema_schedschema.All, events: case_scheduled.All},
+	{name: "scheduled_no_table", schemaPkg: "schema", schemas: schema_schema.All, events: case_scheduled_no_table.All},
 	{name: "type_collision", schemaPkg: "schema", schemas: schema_schema.All, events: case_type_collision.All},
 	{name: "upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast.All},
 	{name: "version_numbering", schemaPkg: "schema", schemas: schema_schema.All, events: case_version_numbering.All},

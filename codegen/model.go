@@ -88,13 +88,19 @@ type Event struct {
 // MaxDelayExpr is MaxDelay as a Go expression of type time.Duration.
 func (e *Event) MaxDelayExpr() string {
 	d := time.Duration(e.MaxDelay)
-	switch {
-	case d <= 0:
+	if d <= 0 {
 		return "0"
-	case d%time.Hour == 0:
-		return fmt.Sprintf("%d * time.Hour", d/time.Hour)
-	case d%time.Second == 0:
-		return fmt.Sprintf("%d * time.Second", d/time.Second)
+	}
+	if d%(24*time.Hour) == 0 && d > 3*24*time.Hour { // "30 * 24 * time.Hour", "48 * time.Hour"
+		return fmt.Sprintf("%d * 24 * time.Hour", d/(24*time.Hour))
+	}
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "Hour"}, {time.Minute, "Minute"}, {time.Second, "Second"}, {time.Millisecond, "Millisecond"}, {time.Microsecond, "Microsecond"}} {
+		if d%u.d == 0 {
+			return fmt.Sprintf("%d * time.%s", d/u.d, u.name)
+		}
 	}
 	return fmt.Sprintf("%d", d)
 }

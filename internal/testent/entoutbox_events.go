@@ -129,7 +129,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.Agg
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -273,7 +273,7 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -426,7 +426,7 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -721,7 +721,7 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -991,7 +991,7 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1103,7 +1103,7 @@ func (c *OutboxClient) EmitShipmentBooked(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1789,7 +1789,7 @@ func (c *OutboxClient) EmitAllKinds(ctx context.Context, aggregateID events.Aggr
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1904,7 +1904,7 @@ func (c *OutboxClient) EmitPaymentReminder(ctx context.Context, aggregateID even
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      720 * time.Hour,
+		MaxDelay:      30 * 24 * time.Hour,
 	}, cfg)
 }
 

@@ -195,7 +195,7 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -322,7 +322,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.Agg
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -438,7 +438,7 @@ func (c *OutboxClient) EmitOrderCancelled(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

@@ -186,7 +186,7 @@ func (c *OutboxClient) EmitProfileUpdated(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

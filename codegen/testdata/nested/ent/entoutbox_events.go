@@ -492,7 +492,7 @@ func (c *OutboxClient) EmitOrderPlaced(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

@@ -237,7 +237,7 @@ func (c *OutboxClient) EmitCartChanged(ctx context.Context, aggregateID events.A
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

@@ -117,7 +117,7 @@ func (c *OutboxClient) EmitFieldAddOptional(ctx context.Context, aggregateID eve
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -245,7 +245,7 @@ func (c *OutboxClient) EmitFieldRelax(ctx context.Context, aggregateID events.Ag
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -352,7 +352,7 @@ func (c *OutboxClient) EmitEnumValueAdd(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -473,7 +473,7 @@ func (c *OutboxClient) EmitBoundsLoosen(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -591,7 +591,7 @@ func (c *OutboxClient) EmitBoundsTighten(ctx context.Context, aggregateID events
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -750,7 +750,7 @@ func (c *OutboxClient) EmitDefaultChange(ctx context.Context, aggregateID events
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -886,7 +886,7 @@ func (c *OutboxClient) EmitFieldKindSameWire(ctx context.Context, aggregateID ev
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1019,7 +1019,7 @@ func (c *OutboxClient) EmitFieldKindWiden(ctx context.Context, aggregateID event
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1122,7 +1122,7 @@ func (c *OutboxClient) EmitFieldKindToFloat(ctx context.Context, aggregateID eve
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -1219,7 +1219,7 @@ func (c *OutboxClient) EmitDrafted(ctx context.Context, aggregateID events.Aggre
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

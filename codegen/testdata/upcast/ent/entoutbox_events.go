@@ -154,7 +154,7 @@ func (c *OutboxClient) EmitPriceChanged(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 

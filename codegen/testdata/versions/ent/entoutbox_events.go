@@ -150,7 +150,7 @@ func (c *OutboxClient) EmitOrderPaid(ctx context.Context, aggregateID events.Agg
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
@@ -281,7 +281,7 @@ func (c *OutboxClient) EmitOrderShipped(ctx context.Context, aggregateID events.
 		AggregateID:   id,
 		Payload:       payload,
 		ReadableFrom:  readableFrom,
-		MaxDelay:      8784 * time.Hour,
+		MaxDelay:      366 * 24 * time.Hour,
 	}, cfg)
 }
 
