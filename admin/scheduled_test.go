@@ -1,0 +1,155 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/admin"
+	"github.com/entoutbox/entoutbox/consumer"
+	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/testent"
+)
+
+// emitScheduled emits an order.paid due a second ago: Emit writes it to
+// the scheduled events, and it reaches the outbox when promoted.
+func (e *env) emitScheduled(t *testing.T, aggregate string, p testent.OrderPaid) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	var id uuid.UUID
+	require.NoError(t, e.client.WithTx(ctx, func(tx *testent.Tx) error {
+		return tx.Outbox.EmitOrderPaid(ctx, aggregate, p, events.DeliverAt(time.Now().Add(-time.Second)),
+			events.ReturnEventID(&id))
+	}))
+	require.Zero(t, e.ent.Outbox.Query().CountX(ctx), "a scheduled event waits apart from the outbox")
+	return id
+}
+
+// promote moves the due scheduled events to the outbox as the relay's
+// promotion does (one statement: deleted there, numbered in their
+// aggregate, written to the outbox with their due time in the headers),
+// unless a promoter in the relay already did, and waits until event id is
+// in the outbox.
+func (e *env) promote(t *testing.T, id uuid.UUID) {
+	t.Helper()
+	_, err := e.db.DB.Exec(`WITH moved AS (
+			DELETE FROM outbox_scheduled_events WHERE id IN (SELECT id FROM outbox_scheduled_events
+				WHERE cancelled_at IS NULL AND deliver_at <= clock_timestamp() ORDER BY deliver_at, id LIMIT 1
+				FOR UPDATE SKIP LOCKED)
+			RETURNING *
+		), numbered AS (
+			INSERT INTO outbox_aggregate_sequences AS s (topic, aggregate_type, aggregate_id, last_seq)
+			SELECT topic, aggregate_type, aggregate_id, 1 FROM moved
+			ON CONFLICT (topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq + 1
+			RETURNING last_seq
+		)
+		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
+			headers, readable_from, aggregate_seq, created_at)
+		SELECT m.event_id, m.event_name, m.event_version, m.topic, m.aggregate_type, m.aggregate_id, m.payload,
+			coalesce(m.headers, '{}') || jsonb_build_object('`+events.MetaDeliverAt+`',
+				to_char(m.deliver_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+			m.readable_from, n.last_seq, m.created_at
+		FROM moved m, numbered n`)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		return e.ent.Outbox.Query().Where(outboxrow.EventID(id)).ExistX(ctx)
+	}, patience, 20*time.Millisecond, "the scheduled event reaches the outbox")
+}
+
+// A scheduled event the relay gave up on, once due and moved to the
+// outbox, is retried like any: it goes out again with its original id and
+// its due time, once.
+func TestRetryRelayDeadLetterOfAScheduledEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var (
+		mu  sync.Mutex
+		ids []uuid.UUID
+	)
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ids = append(ids, m.EventID)
+		return nil
+	})
+	e.consume(t, h)
+	var broken atomic.Bool
+	broken.Store(true)
+	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+
+	id := e.emitScheduled(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
+	e.promote(t, id)
+	d := e.letter(t, "relay")
+	require.Equal(t, id, d.EventID)
+	var headers map[string]string
+	require.NoError(t, json.Unmarshal(d.Headers, &headers))
+	require.Contains(t, headers, events.MetaDeliverAt, "the letter keeps the due time")
+
+	broken.Store(false)
+	rs, err := e.admin.RetryMatching(ctx, admin.Filter{Source: "relay", Event: "order.paid"})
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
+	e.deliveredOnce(t, id)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == 1 }, patience, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []uuid.UUID{id}, ids, "delivered once, with its original id")
+	row := e.ent.Outbox.Query().OnlyX(ctx)
+	require.Equal(t, headers[events.MetaDeliverAt], row.Headers[events.MetaDeliverAt], "and its due time")
+}
+
+// A scheduled event delivered once it was due replays like any delivered
+// event: a fresh consumer gets it with its original id.
+func TestReplayOfAScheduledEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var billing atomic.Int64
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	h.OnOrderPaid("billing", func(context.Context, *testent.Tx, *testent.OrderPaid, events.Meta) error {
+		billing.Add(1)
+		return nil
+	})
+	e.consume(t, h)
+	e.relay(t, e.broker.Publisher())
+
+	id := e.emitScheduled(t, "3", testent.OrderPaid{OrderID: 3, AmountCents: 300})
+	e.promote(t, id)
+	e.deliveredOnce(t, id)
+	require.Eventually(t, func() bool { return billing.Load() == 1 }, patience, 10*time.Millisecond)
+
+	var (
+		mu  sync.Mutex
+		got []uuid.UUID
+	)
+	fresh := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	fresh.OnOrderPaid("read-model", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, m.EventID)
+		return nil
+	})
+	e.consume(t, fresh)
+	n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"},
+		Since: time.Now().Add(-time.Hour)}, admin.ReplayOptions{TopicPrefix: e.prefix})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 }, patience, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []uuid.UUID{id}, got, "the replay reaches the fresh consumer, with the original id")
+	require.Equal(t, int64(1), billing.Load(), "the consumer that handled it skips it")
+	require.Empty(t, e.ent.DeadLetter.Query().AllX(ctx), "no consumer refused it")
+}
