@@ -53,7 +53,7 @@ func (e *env) promote(t *testing.T, id uuid.UUID) {
 		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
 			headers, readable_from, aggregate_seq, created_at)
 		SELECT m.event_id, m.event_name, m.event_version, m.topic, m.aggregate_type, m.aggregate_id, m.payload,
-			coalesce(m.headers, '{}') || jsonb_build_object('`+events.MetaDeliverAt+`',
+			coalesce(m.headers, '{}') || jsonb_build_object('` + events.MetaDeliverAt + `',
 				to_char(m.deliver_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
 			m.readable_from, n.last_seq, m.created_at
 		FROM moved m, numbered n`)
