@@ -17,13 +17,15 @@ import (
 // process share one LISTEN connection and a few claim connections: a
 // program that subscribes per topic, as Watermill programs do, does not
 // hold connections per topic. Thirteen subscriptions of two Subscribers
-// work on a pool of 8 connections (they used to hold two each).
+// work on a pool of 9 connections (they used to hold two each).
 func TestSubscribersShareTheirConnections(t *testing.T) {
 	b := setupEmit(t)
 	db, err := sql.Open("pgx", b.db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(8) // 2 liveness sessions, 1 LISTEN, up to 4 claims, 1 for the rest
+	// 2 liveness sessions, 1 LISTEN, up to 4 claims, 1 for the rest, and
+	// the scheduled events' promoter's LISTEN, which the two share too.
+	db.SetMaxOpenConns(9)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -58,7 +60,7 @@ func TestSubscribersShareTheirConnections(t *testing.T) {
 	select {
 	case <-subscribed:
 	case <-time.After(patience):
-		t.Fatalf("%d subscriptions on a pool of 8 connections did not all start", topics+1)
+		t.Fatalf("%d subscriptions on a pool of 9 connections did not all start", topics+1)
 	}
 
 	// Each subscription holds its lock under its own name: 13 locks, on

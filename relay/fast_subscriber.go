@@ -30,7 +30,8 @@ import (
 // It also moves the scheduled events into the outbox when they are due
 // (SubscriberConfig.ScheduledTable), from its first Subscribe until Close,
 // as the relay does: a program that relays through a Subscriber of its own
-// would otherwise never send them, and nothing would say so.
+// would otherwise never send them, and nothing would say so. The
+// Subscribers and relays of a process on the same tables share that work.
 //
 // It is a thin adapter: the fast source (which the relay's fast path runs
 // too) does the work, and the Subscriber hands its rows to the consumer
@@ -59,14 +60,7 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	tables := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	tables.Scheduled, tables.Sequences = cfg.ScheduledTable, cfg.SequenceTable
 	s := &Subscriber{src: src, stopPromoting: func() {}}
-	s.startPromoter = func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		stopped := startPromoter(ctx, db, cfg.listenDB(db), tables, cfg.Logger)
-		s.stopPromoting = func() {
-			cancel()
-			<-stopped
-		}
-	}
+	s.startPromoter = func() { s.stopPromoting = sharePromoter(db, cfg.listenDB(db), tables, cfg.Logger) }
 	return s, nil
 }
 

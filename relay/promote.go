@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -10,18 +11,62 @@ import (
 	"github.com/entoutbox/entoutbox/relay/internal/schedule"
 )
 
-// startPromoter runs, until ctx ends, the promoter that moves the due
-// scheduled events of tables into the outbox, on every read path: the
-// path delivers them from there like any row, never before they are due.
-// The channel closes once it has stopped.
-func startPromoter(ctx context.Context, db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter) <-chan struct{} {
-	done := make(chan struct{})
-	p := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger})
-	go func() {
-		defer close(done)
-		_ = p.Run(ctx) // it logs and retries its failures
-	}()
-	return done
+// sharePromoter runs the promoter that moves the due scheduled events of
+// tables into the outbox, on every read path (the path delivers them from
+// there like any row, never before they are due), and returns the
+// function that lets go of it. The relays and Subscribers of a process
+// that share the databases and tables share one promoter (whose logger is
+// the first one's): another would hold a LISTEN connection for nothing,
+// and only one promotion runs at a time anyway. It stops when the last
+// lets go.
+func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter) (release func()) {
+	key := promoterKey{db: db, listen: listen, tables: tables}
+	promoters.Lock()
+	defer promoters.Unlock()
+	p, ok := promoters.m[key]
+	if !ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		run := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger})
+		go func() {
+			defer close(done)
+			_ = run.Run(ctx) // it logs and retries its failures
+		}()
+		p = &sharedPromoter{stop: func() { cancel(); <-done }}
+		promoters.m[key] = p
+	}
+	p.users++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			promoters.Lock()
+			p.users--
+			last := p.users == 0
+			if last {
+				delete(promoters.m, key)
+			}
+			promoters.Unlock()
+			if last {
+				p.stop()
+			}
+		})
+	}
+}
+
+// promoters are the promoters running in the process.
+var promoters = struct {
+	sync.Mutex
+	m map[promoterKey]*sharedPromoter
+}{m: map[promoterKey]*sharedPromoter{}}
+
+type promoterKey struct {
+	db, listen *sql.DB
+	tables     outboxdb.Tables
+}
+
+type sharedPromoter struct {
+	users int
+	stop  func()
 }
 
 // scheduledTables names the relay's tables for its promoter.

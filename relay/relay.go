@@ -124,12 +124,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.logStart(ctx, promoting)
 	if promoting {
-		pctx, stopPromoting := context.WithCancel(ctx)
-		stopped := startPromoter(pctx, r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger)
-		defer func() {
-			stopPromoting()
-			<-stopped
-		}()
+		defer sharePromoter(r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger)()
 	}
 	switch r.cfg.Path {
 	case PathCompatible:
