@@ -39,6 +39,9 @@ func metaOf(msg *message.Message) (events.Meta, error) {
 	if t, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(events.MetaCreatedAt)); err == nil {
 		m.CreatedAt = t
 	}
+	if t, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(events.MetaDeliverAt)); err == nil {
+		m.DeliverAt = t
+	}
 	var errs []string
 	if why := msg.Metadata.Get(MetaMalformed); why != "" {
 		errs = append(errs, why)

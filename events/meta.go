@@ -18,9 +18,12 @@ type Meta struct {
 	// its topic (1, 2, 3...); 0 when its producer does not number them.
 	AggregateSeq int64
 	CreatedAt    time.Time // when the event was written; zero if the message did not say
-	Headers      map[string]string
-	Consumer     string // the consumer name the handler is registered under
-	Attempt      int    // 1 for the first try of this delivery
+	// DeliverAt is when a scheduled event (DeliverAt, DeliverAfter) was
+	// due, by the database's clock; zero for an event sent at once.
+	DeliverAt time.Time
+	Headers   map[string]string
+	Consumer  string // the consumer name the handler is registered under
+	Attempt   int    // 1 for the first try of this delivery
 }
 
 // Upcaster is implemented by an event declaration whose versions cannot all

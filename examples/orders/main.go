@@ -5,7 +5,9 @@
 // item is refused with its path, relays the committed events to a broker,
 // and consumes them with generated, typed handlers: one ships each order,
 // one writes one invoice per order, even when the broker delivers an event
-// twice.
+// twice. An unpaid order is cancelled by an event scheduled for its payment
+// deadline, delivered when it is due; the deadline of an order paid in time
+// is called off before it comes.
 //
 //	go run ./examples/orders                                # embedded NATS, nothing to install
 //	go run ./examples/orders --broker amqp://guest:guest@127.0.0.1:5672/
@@ -33,6 +35,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/entoutbox/entoutbox/broker"
@@ -106,6 +109,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		skipped     = 0
 		deliveries  = map[string]int{}
 		lostAckOnce = ""
+		expired     = map[int64]bool{}
 	)
 	handlers := ent.NewOutboxHandlers(client)
 	handlers.OnOrderPaid("billing", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPaid, m events.Meta) error {
@@ -128,6 +132,20 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 			e.OrderID, items, len(e.Lines), e.ShipTo.Name, e.ShipTo.City, e.ShipTo.Country, m.EventID, m.Version)
 		mu.Lock()
 		shipped[e.OrderID] = true
+		mu.Unlock()
+		return nil
+	})
+	// A scheduled event arrives once it is due, never before: its payment
+	// deadline passed, the order is cancelled.
+	handlers.OnOrderCancelled("expiry", func(ctx context.Context, tx *ent.Tx, e *ent.OrderCancelled, m events.Meta) error {
+		if err := tx.Order.UpdateOneID(e.OrderID).Where(order.StatusEQ(order.StatusPENDING)).
+			SetStatus(order.StatusCANCELLED).Exec(ctx); err != nil && !ent.IsNotFound(err) {
+			return err
+		}
+		fmt.Fprintf(out, "expiry: order %d cancelled: %s (due %s, handled %s after)\n", e.OrderID, e.Reason,
+			m.DeliverAt.Local().Format("15:04:05.000"), time.Since(m.DeliverAt).Round(time.Millisecond))
+		mu.Lock()
+		expired[e.OrderID] = true
 		mu.Unlock()
 		return nil
 	})
@@ -183,11 +201,14 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	if err := placeOrders(ctx, out, client, cfg.Orders); err != nil {
 		return err
 	}
+	if err := scheduleDeadlines(ctx, out, client); err != nil {
+		return err
+	}
 
 	done := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(invoiced) == cfg.Orders && len(shipped) == cfg.Orders && skipped > 0
+		return len(invoiced) == cfg.Orders && len(shipped) == cfg.Orders && skipped > 0 && len(expired) == 1
 	}
 	deadline := time.Now().Add(cfg.Timeout)
 	for !done() {
@@ -219,8 +240,58 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each\n",
-		cfg.Orders, 2*cfg.Orders, backlog.Pending, len(shipped), invoices)
+	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each, %d unpaid order cancelled when its deadline came\n",
+		cfg.Orders, 2*cfg.Orders+len(expired), backlog.Pending, len(shipped), invoices, len(expired))
+	return nil
+}
+
+// paymentDeadline is how long the example's unpaid orders wait for their
+// payment: a day in a shop, a second here.
+const paymentDeadline = time.Second
+
+// scheduleDeadlines places two unpaid orders, each with an order.cancelled
+// scheduled for its payment deadline in the same transaction; the second
+// is paid in time, and its deadline is called off (Cancel).
+func scheduleDeadlines(ctx context.Context, out io.Writer, client *ent.Client) error {
+	place := func(customer string) (*ent.Order, uuid.UUID, error) {
+		var (
+			o        *ent.Order
+			deadline uuid.UUID
+		)
+		err := client.WithTx(ctx, func(tx *ent.Tx) error {
+			var err error
+			if o, err = tx.Order.Create().SetCustomer(customer).SetAmountCents(1500).Save(ctx); err != nil {
+				return err
+			}
+			due := time.Now().Add(paymentDeadline)
+			return tx.Outbox.EmitOrderCancelled(ctx, o.ID,
+				ent.OrderCancelled{OrderID: o.ID, Reason: "not paid within " + paymentDeadline.String(), CancelledAt: due},
+				events.DeliverAt(due), events.ReturnEventID(&deadline))
+		})
+		return o, deadline, err
+	}
+	o, _, err := place("customer-unpaid")
+	if err != nil {
+		return fmt.Errorf("placing an unpaid order: %w", err)
+	}
+	fmt.Fprintf(out, "placed order %d unpaid, with order.cancelled scheduled for its payment deadline, in %s\n", o.ID, paymentDeadline)
+
+	o, deadline, err := place("customer-pays")
+	if err != nil {
+		return fmt.Errorf("placing an order paid in time: %w", err)
+	}
+	var result events.CancelResult
+	err = client.WithTx(ctx, func(tx *ent.Tx) error {
+		if err := tx.Order.UpdateOneID(o.ID).SetStatus(order.StatusPAID).Exec(ctx); err != nil {
+			return err
+		}
+		result, err = tx.Outbox.Cancel(ctx, deadline)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("calling off the deadline of order %d: %w", o.ID, err)
+	}
+	fmt.Fprintf(out, "order %d paid in time: its scheduled order.cancelled is %s\n", o.ID, result)
 	return nil
 }
 

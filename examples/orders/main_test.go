@@ -36,7 +36,10 @@ func TestExampleRunsEndToEnd(t *testing.T) {
 	}
 	require.NotContains(t, got, "invoiced order 4", "the rolled-back order's event must not be relayed")
 	require.Contains(t, got, "delivered again, skipped: already processed")
-	require.Contains(t, got, "done: 3 orders placed and paid, 6 events relayed (pending in the outbox: 0), 3 shipped, 3 invoices written once each")
+	require.Contains(t, got, "order 6 paid in time: its scheduled order.cancelled is cancelled")
+	require.Equal(t, 1, strings.Count(got, "expiry: order 5 cancelled: not paid within 1s (due "), "the unpaid order's deadline came once")
+	require.NotContains(t, got, "expiry: order 6", "a deadline called off is never delivered")
+	require.Contains(t, got, "done: 3 orders placed and paid, 7 events relayed (pending in the outbox: 0), 3 shipped, 3 invoices written once each, 1 unpaid order cancelled when its deadline came")
 }
 
 // The application binary must not carry the code generator.
