@@ -2,12 +2,14 @@ package events
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
 
-// Record is an outbox row as tests and tools see it. The generated
-// (*ent.Outbox).OutboxRecord returns one.
+// Record is an outbox row, or a scheduled event's, as tests and tools see
+// it. The generated (*ent.Outbox).OutboxRecord returns one, and
+// (*ent.ScheduledEvent).OutboxRecord with the time it is due.
 type Record struct {
 	EventID       uuid.UUID
 	Name          string
@@ -17,6 +19,13 @@ type Record struct {
 	AggregateID   string
 	Payload       json.RawMessage
 	Headers       map[string]string
+	// DeliverAt is when a scheduled event is due (DeliverAt,
+	// DeliverAfter), by the database's clock; zero for an event sent
+	// at once.
+	DeliverAt time.Time
+	// CancelledAt is when Cancel stopped the scheduled event; nil when
+	// it was not cancelled.
+	CancelledAt *time.Time
 }
 
 // Payload is implemented by every generated payload struct: it names the

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
 	ent "github.com/entoutbox/entoutbox/internal/testent"
@@ -53,4 +56,54 @@ func Example() {
 	// Output:
 	// order.paid handled by billing
 	// invoice: 4200 cents EUR
+}
+
+// placeOrder is the code under test: it places an order and schedules its
+// payment reminder for a day later.
+func placeOrder(ctx context.Context, tx *ent.Tx, amount int64) (*ent.Order, uuid.UUID, error) {
+	var reminder uuid.UUID
+	o, err := tx.Order.Create().SetCustomer("ada").SetAmountCents(amount).Save(ctx)
+	if err != nil {
+		return nil, reminder, err
+	}
+	err = tx.Outbox.EmitPaymentReminder(ctx, o.ID, ent.PaymentReminder{OrderID: o.ID},
+		events.DeliverAfter(24*time.Hour), events.ReturnEventID(&reminder))
+	return o, reminder, err
+}
+
+// testReminder asserts what a transaction scheduled and for when, as func
+// TestReminder(t *testing.T) would: the database's clock decides when the
+// reminder is due, so the time is checked give or take a minute.
+func testReminder(t testing.TB) {
+	h := outboxtest.New(t)
+	client := ent.NewClient(ent.Driver(h.Driver()))
+	h.Migrate(client.Schema.Create)
+
+	ctx := context.Background()
+	tx, err := client.Tx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	o, reminder, err := placeOrder(ctx, tx, 4200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := outboxtest.RequireScheduled[ent.PaymentReminder](t, tx.Outbox.ScheduledX(ctx), time.Now().Add(24*time.Hour), time.Minute)
+	fmt.Printf("reminder for order %d scheduled\n", r.OrderID)
+
+	// Paid before the day is out: the reminder is cancelled.
+	res, err := tx.Outbox.Cancel(ctx, reminder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outboxtest.RequireNotScheduled[ent.PaymentReminder](t, tx.Outbox.ScheduledX(ctx))
+	fmt.Printf("order %d paid: reminder %s\n", o.ID, res)
+}
+
+func ExampleRequireScheduled() {
+	runTest("reminder", testReminder)
+	// Output:
+	// reminder for order 1 scheduled
+	// order 1 paid: reminder cancelled
 }

@@ -54,9 +54,10 @@ type Harness struct {
 	quiet   watermill.LoggerAdapter // on log: the router's and the broker's, from warn
 
 	// Set by Start.
-	stop    func()
-	stopped chan struct{} // closed when the relay or the router stopped
-	stopErr error         // why, read once stopped is closed
+	scheduled bool // the schema has the scheduled events' table
+	stop      func()
+	stopped   chan struct{} // closed when the relay or the router stopped
+	stopErr   error         // why, read once stopped is closed
 
 	mu         sync.Mutex
 	subscribed map[string]map[string]bool // full topic → consumer names reading it
@@ -158,6 +159,10 @@ func (h *Harness) Start(handlers ...Handlers) {
 	if err := outboxdb.New("", "").Check(ctx, h.db); err != nil {
 		cancel()
 		h.t.Fatalf("outboxtest: Start before the migration: %v; in a test, h.Migrate(client.Schema.Create) runs it", err)
+	}
+	if err := h.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, scheduledTable).Scan(&h.scheduled); err != nil {
+		cancel()
+		h.t.Fatalf("outboxtest: looking for the scheduled events' table: %v", err)
 	}
 	b, err := broker.Open(ctx, "mem://", broker.Options{Logger: h.quiet})
 	if err != nil {

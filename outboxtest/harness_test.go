@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/internal/testent/scheduledevent"
 	"github.com/entoutbox/entoutbox/outboxtest"
 )
 
@@ -306,4 +308,61 @@ func TestHarnessWithoutPostgreSQL(t *testing.T) {
 	failed := r.fails(func() { outboxtest.New(r) })
 	require.Regexp(t, `^outboxtest: PostgreSQL at postgres://postgres@127.0.0.1:1/test\?sslmode=disable&connect_timeout=5 `+
 		`is not reachable \(.*\); under CI=true that fails the test$`, failed)
+}
+
+// TestHarnessWaitsForScheduledEventsDueBeforeItsTimeout: an event due in a
+// few seconds is waited for until the relay moved it into the outbox and
+// the handler got it, with the time it was due, not before; one due after
+// the timeout, or cancelled, is not waited for.
+func TestHarnessWaitsForScheduledEventsDueBeforeItsTimeout(t *testing.T) {
+	t.Parallel()
+	h, client := setup(t)
+	var (
+		mu  sync.Mutex
+		got []events.Meta
+	)
+	handlers := testent.NewOutboxHandlers(client)
+	handlers.OnPaymentReminder("mailer", func(ctx context.Context, tx *testent.Tx, e *testent.PaymentReminder, m events.Meta) error {
+		var now time.Time
+		if err := h.DB.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			return err
+		}
+		if now.Before(m.DeliverAt) {
+			return fmt.Errorf("reminder %d handled at %s, before it was due at %s", e.OrderID, now, m.DeliverAt)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, m)
+		return nil
+	})
+	h.Start(handlers)
+
+	ctx := context.Background()
+	var soon, later, cancelled uuid.UUID
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error {
+		if err := tx.Outbox.EmitPaymentReminder(ctx, 1, testent.PaymentReminder{OrderID: 1},
+			events.DeliverAfter(2*time.Second), events.ReturnEventID(&soon)); err != nil {
+			return err
+		}
+		if err := tx.Outbox.EmitPaymentReminder(ctx, 2, testent.PaymentReminder{OrderID: 2},
+			events.DeliverAfter(24*time.Hour), events.ReturnEventID(&later)); err != nil {
+			return err
+		}
+		return tx.Outbox.EmitPaymentReminder(ctx, 3, testent.PaymentReminder{OrderID: 3},
+			events.DeliverAfter(time.Second), events.ReturnEventID(&cancelled))
+	}))
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error {
+		_, err := tx.Outbox.Cancel(ctx, cancelled)
+		return err
+	}))
+	due := client.ScheduledEvent.Query().Where(scheduledevent.EventID(soon)).OnlyX(ctx).DeliverAt
+
+	outcomes := h.RequireHandled()
+	require.Len(t, outcomes, 1)
+	require.Equal(t, soon, outcomes[0].EventID)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 1)
+	require.True(t, due.Equal(got[0].DeliverAt), "the handler saw it due at %s, want %s", got[0].DeliverAt, due)
+	require.Equal(t, 1, client.ScheduledEvent.Query().Where(scheduledevent.EventID(later)).CountX(ctx), "still waiting")
 }

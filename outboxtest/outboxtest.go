@@ -39,6 +39,15 @@
 //	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.EmittedX(ctx))
 //	require.Equal(t, int64(4200), paid.AmountCents)
 //
+// or that it scheduled one (events.DeliverAt, DeliverAfter) and for when,
+// give or take a tolerance (the database's clock decides):
+//
+//	r := outboxtest.RequireScheduled[ent.PaymentReminder](t, tx.Outbox.ScheduledX(ctx), time.Now().Add(24*time.Hour), time.Minute)
+//
+// A Harness's Wait waits for a scheduled event due before its timeout,
+// until the relay sends it and the handlers settle it; one due later is
+// not waited for.
+//
 // Run a handler against an event, through the same dedupe, retries and dead
 // letters as a broker delivery:
 //

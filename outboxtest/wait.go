@@ -51,7 +51,10 @@ func (o Outcome) String() string {
 // written, each event's by consumer name. It fails the test when the
 // events do not settle within the timeout (DefaultTimeout, or
 // WithTimeout's), saying where each one stands, or when the relay or the
-// handlers stopped. An event scheduled after the timeout is not waited for.
+// handlers stopped. An event due after the timeout is not waited for: one
+// scheduled with events.DeliverAt or DeliverAfter (not cancelled) is
+// waited for when it is due before, until the relay has moved it into the
+// outbox and it settled.
 func (h *Harness) Wait() []Outcome {
 	h.t.Helper()
 	if h.stop == nil {
@@ -167,7 +170,12 @@ type state struct {
 	outcomes  []Outcome
 }
 
-// event is an outbox row, or a relay dead letter.
+// scheduledTable holds the events scheduled for later, when the schema
+// has it: Wait waits for those due before its timeout.
+const scheduledTable = schema.ScheduledEventTable
+
+// event is an outbox row, a scheduled event due before the deadline, or
+// a relay dead letter.
 type event struct {
 	id          uuid.UUID
 	name        string
@@ -178,7 +186,8 @@ type event struct {
 	attempts    int
 	lastError   string
 	availableAt time.Time
-	relayLetter string // the reason the relay gave up, for a relay dead letter
+	relayLetter string    // the reason the relay gave up, for a relay dead letter
+	dueAt       time.Time // when a scheduled event is due, until the relay moves it into the outbox
 }
 
 func (e event) String() string {
@@ -205,6 +214,9 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 		switch {
 		case e.relayLetter != "":
 			settled = append(settled, e)
+		case !e.dueAt.IsZero():
+			st.unsettled = append(st.unsettled, fmt.Sprintf("%s: scheduled for %s, not yet moved into the outbox by the relay",
+				e, e.dueAt.UTC().Format(time.RFC3339Nano)))
 		case !e.delivered:
 			st.unsettled = append(st.unsettled, e.String()+": "+notPublished(e))
 		default:
@@ -244,10 +256,31 @@ func notPublished(e event) string {
 	return "not published yet"
 }
 
-// events reads the outbox rows due by deadline (or tried already, or
-// delivered), then the relay's dead letters, in the order they were
-// written.
+// events reads the scheduled events due by deadline and not cancelled,
+// the outbox rows due by deadline (or tried already, or delivered), then
+// the relay's dead letters, in the order they were written. The scheduled
+// events are read first: one the relay moves in between is then read
+// twice, unsettled, never missed.
 func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, error) {
+	var evs []event
+	if h.scheduled {
+		rows, err := h.db.QueryContext(ctx, `SELECT event_id, event_name, event_version, topic, aggregate_id, deliver_at
+			FROM `+scheduledTable+` WHERE cancelled_at IS NULL AND deliver_at <= $1 ORDER BY id`, deadline)
+		if err != nil {
+			return nil, fmt.Errorf("reading the scheduled events: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e event
+			if err := rows.Scan(&e.id, &e.name, &e.version, &e.topic, &e.aggregateID, &e.dueAt); err != nil {
+				return nil, fmt.Errorf("reading the scheduled events: %w", err)
+			}
+			evs = append(evs, e)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("reading the scheduled events: %w", err)
+		}
+	}
 	rows, err := h.db.QueryContext(ctx, `SELECT event_id, event_name, event_version, topic, aggregate_id,
 			delivered_at IS NOT NULL, attempts, COALESCE(last_error, ''), available_at
 		FROM `+schema.OutboxTable+` WHERE delivered_at IS NOT NULL OR attempts > 0 OR available_at <= $1 ORDER BY id`, deadline)
@@ -255,7 +288,6 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
 	defer rows.Close()
-	var evs []event
 	for rows.Next() {
 		var e event
 		if err := rows.Scan(&e.id, &e.name, &e.version, &e.topic, &e.aggregateID, &e.delivered, &e.attempts,

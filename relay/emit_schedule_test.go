@@ -49,7 +49,7 @@ func (b *emitBundle) dbNow(t *testing.T) time.Time {
 }
 
 func reminder(order int64) testent.PaymentReminder {
-	return testent.PaymentReminder{OrderID: order, Attempt: 1}
+	return testent.PaymentReminder{OrderID: order}
 }
 
 // TestEmitDeliverAtWritesTheScheduledRow: DeliverAt writes the event into

@@ -1839,7 +1839,6 @@ func outboxReadBackAllKinds(n int, payload []byte) ([]byte, error) {
 // PaymentReminder is the payload of version 1 of event "payment.reminder", the version producers emit.
 type PaymentReminder struct {
 	OrderID int64 `json:"order_id"`
-	Attempt int   `json:"attempt"`
 }
 
 // Validate reports the first field of e that breaks the declaration of
@@ -1851,12 +1850,6 @@ func (e *PaymentReminder) Validate() error {
 // OutboxEvent names the event and version PaymentReminder is the payload of.
 func (PaymentReminder) OutboxEvent() (name string, version int) {
 	return "payment.reminder", 1
-}
-
-// outboxPrefill sets every declared default before a payload is decoded
-// into e, so that fields an older version lacks get them.
-func (e *PaymentReminder) outboxPrefill() {
-	e.Attempt = 1
 }
 
 // EmitPaymentReminder writes event "payment.reminder" (version 1, topic
@@ -2124,9 +2117,26 @@ func (c *OutboxClient) Scheduled(ctx context.Context) ([]*ScheduledEvent, error)
 		All(ctx)
 }
 
+// ScheduledX is Scheduled that panics on an error.
+func (c *OutboxClient) ScheduledX(ctx context.Context) []*ScheduledEvent {
+	rows, err := c.Scheduled(ctx)
+	if err != nil {
+		panic(err)
+	}
+	return rows
+}
+
 // scheduledEvents is the client of the scheduled events in c's transaction.
 func (c *OutboxClient) scheduledEvents() *ScheduledEventClient {
 	return NewScheduledEventClient(c.config)
+}
+
+// OutboxRecord returns the scheduled event as an events.Record, with the
+// time it is due, for tests (outboxtest.RequireScheduled) and tools.
+func (s *ScheduledEvent) OutboxRecord() events.Record {
+	return events.Record{EventID: s.EventID, Name: s.EventName, Version: s.EventVersion, Topic: s.Topic,
+		AggregateType: s.AggregateType, AggregateID: s.AggregateID, Payload: s.Payload, Headers: s.Headers,
+		DeliverAt: s.DeliverAt, CancelledAt: s.CancelledAt}
 }
 
 // OutboxRecord returns the row as an events.Record, for tests and tools.

@@ -950,7 +950,6 @@ func outboxDecodePaymentReminder(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "payment.reminder", version, 1)
 	}
 	e := &PaymentReminder{}
-	e.outboxPrefill()
 	if err := outboxPaymentReminderSchemas[version-1].Decode(payload, e); err != nil {
 		return nil, err
 	}

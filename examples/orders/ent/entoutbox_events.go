@@ -582,9 +582,26 @@ func (c *OutboxClient) Scheduled(ctx context.Context) ([]*ScheduledEvent, error)
 		All(ctx)
 }
 
+// ScheduledX is Scheduled that panics on an error.
+func (c *OutboxClient) ScheduledX(ctx context.Context) []*ScheduledEvent {
+	rows, err := c.Scheduled(ctx)
+	if err != nil {
+		panic(err)
+	}
+	return rows
+}
+
 // scheduledEvents is the client of the scheduled events in c's transaction.
 func (c *OutboxClient) scheduledEvents() *ScheduledEventClient {
 	return NewScheduledEventClient(c.config)
+}
+
+// OutboxRecord returns the scheduled event as an events.Record, with the
+// time it is due, for tests (outboxtest.RequireScheduled) and tools.
+func (s *ScheduledEvent) OutboxRecord() events.Record {
+	return events.Record{EventID: s.EventID, Name: s.EventName, Version: s.EventVersion, Topic: s.Topic,
+		AggregateType: s.AggregateType, AggregateID: s.AggregateID, Payload: s.Payload, Headers: s.Headers,
+		DeliverAt: s.DeliverAt, CancelledAt: s.CancelledAt}
 }
 
 // OutboxRecord returns the row as an events.Record, for tests and tools.

@@ -62,7 +62,7 @@ func (PaymentReminder) Topic() string           { return "reminders" }
 func (PaymentReminder) Aggregate() string       { return "Order" }
 func (PaymentReminder) MaxDelay() time.Duration { return 30 * 24 * time.Hour }
 func (PaymentReminder) Versions() []events.Version {
-	return []events.Version{events.V(1, field.Int64("order_id"), field.Int("attempt").Default(1))}
+	return []events.Version{events.V(1, field.Int64("order_id"))}
 }
 
 // AuditRecorded records what happened when it happened: it is never
