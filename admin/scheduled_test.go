@@ -153,3 +153,36 @@ func TestReplayOfAScheduledEvent(t *testing.T) {
 	require.Equal(t, int64(1), billing.Load(), "the consumer that handled it skips it")
 	require.Empty(t, e.ent.DeadLetter.Query().AllX(ctx), "no consumer refused it")
 }
+
+// A scheduled event a consumer gave up on, once due and delivered, is
+// retried like any: the consumer handles it once, with its original id.
+func TestRetryConsumerDeadLetterOfAScheduledEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, true)
+	ctx := context.Background()
+	var calls atomic.Int64
+	var broken atomic.Bool
+	broken.Store(true)
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
+		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
+	h.OnOrderPaid("billing", invoiceHandler(&calls, &broken))
+	e.consume(t, h)
+	e.relay(t, e.broker.Publisher())
+
+	id := e.emitScheduled(t, "5", testent.OrderPaid{OrderID: 5, AmountCents: 500})
+	e.promote(t, id)
+	d := e.letter(t, "billing")
+	require.Equal(t, id, d.EventID)
+	e.deliveredOnce(t, id)
+
+	broken.Store(false)
+	rs, err := e.admin.Retry(ctx, d.ID)
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "billing", Outcome: admin.Requeued}}, rs)
+	require.Eventually(t, func() bool { return e.invoices("billing") == 1 }, patience, 10*time.Millisecond)
+	e.deliveredOnce(t, id)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 1, e.invoices("billing"), "handled once")
+	row := e.ent.Outbox.Query().OnlyX(ctx)
+	require.Contains(t, row.Headers, events.MetaDeliverAt, "the requeued row keeps its due time")
+}
