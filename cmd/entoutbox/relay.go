@@ -277,7 +277,8 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	var reg *prometheus.Registry
 	if o.metricsAddr != "" {
 		reg = prometheus.NewRegistry()
-		if cfg.Metrics, err = newMetrics(reg, db, o.table, cfg.DeadLetterTable); err != nil {
+		if cfg.Metrics, err = newMetrics(reg, db, metrics.BacklogConfig{Table: o.table, DeadLetterTable: cfg.DeadLetterTable,
+			ScheduledTable: cfg.ScheduledTable}); err != nil {
 			return err
 		}
 	}
@@ -331,7 +332,7 @@ func tuneGC(maxBytes int64) {
 
 // newMetrics registers on reg the Go runtime's and the process's
 // collectors and the library's metrics, whose backlog gauges sample db.
-func newMetrics(reg *prometheus.Registry, db *sql.DB, table, deadLetterTable string) (*metrics.Metrics, error) {
+func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogConfig) (*metrics.Metrics, error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
@@ -342,7 +343,7 @@ func newMetrics(reg *prometheus.Registry, db *sql.DB, table, deadLetterTable str
 	if err != nil {
 		return nil, err
 	}
-	if err := m.WatchBacklog(db, metrics.BacklogConfig{Table: table, DeadLetterTable: deadLetterTable}); err != nil {
+	if err := m.WatchBacklog(db, backlog); err != nil {
 		return nil, err
 	}
 	return m, nil
