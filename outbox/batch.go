@@ -115,7 +115,7 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 		if err := b.flushLocked(ctx); err != nil {
 			return err
 		}
-		if err := b.write(ctx, []Row{r}); err != nil {
+		if err := b.write(ctx, []Row{r}, true); err != nil {
 			return err
 		}
 		b.wroteLocked([]Row{r})
@@ -139,7 +139,7 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 	b.held = nil
 	for len(held) > 0 {
 		n := min(len(held), maxBatchRows)
-		if err := b.write(ctx, held[:n]); err != nil {
+		if err := b.write(ctx, held[:n], false); err != nil {
 			return err
 		}
 		b.wroteLocked(held[:n])
@@ -173,7 +173,9 @@ func (b *Batch) Committed() {
 
 // write inserts rows: those to send now into the outbox, then those
 // scheduled for later into the scheduled events, each in their order.
-func (b *Batch) write(ctx context.Context, rows []Row) error {
+// given says the caller chose the ids: only then may one to send now be
+// waiting among the scheduled events (ids the Batch chose are new).
+func (b *Batch) write(ctx context.Context, rows []Row, given bool) error {
 	now, later := rows, []Row(nil)
 	if slices.ContainsFunc(rows, func(r Row) bool { return r.Scheduled }) {
 		now = nil
@@ -186,7 +188,11 @@ func (b *Batch) write(ctx context.Context, rows []Row) error {
 		}
 	}
 	if len(now) > 0 {
-		if err := insert(ctx, b.drv, b.table, b.seqTable, b.scheduledTable, now); err != nil {
+		scheduled := ""
+		if given {
+			scheduled = b.scheduledTable
+		}
+		if err := insert(ctx, b.drv, b.table, b.seqTable, scheduled, now); err != nil {
 			return err
 		}
 	}
