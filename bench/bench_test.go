@@ -255,3 +255,63 @@ func TestLatenessOf(t *testing.T) {
 		t.Errorf("p50 = %s, max = %s; want 20ms, 1.005s", l.p50, l.max)
 	}
 }
+
+// The scheduled section at a tiny size: every row drains, and every
+// scheduled event arrives with its outbox_deliver_at header, none early.
+// Its numbers are not checked.
+func TestScheduledSectionRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench's scheduled section (at a tiny size), relay processes included")
+	}
+	ctx := context.Background()
+	requireServices(ctx, t)
+	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.RequireLogical(t, admin) // the section's WAL rows
+	admin.Close()
+	bin := filepath.Join(t.TempDir(), "entoutbox")
+	if err := buildCommand(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
+	defer cancel()
+
+	var out bytes.Buffer
+	err = run(ctx, &out, config{
+		DatabaseURL:             pgtest.ServerURL(),
+		Broker:                  testBroker,
+		Paths:                   []string{"scheduled"},
+		ScheduledSectionWaiting: 1000,
+		Events:                  300,
+		Rate:                    100,
+		LatencyDuration:         time.Second,
+		Hold:                    time.Second,
+		Aggregates:              50,
+		Timeout:                 time.Minute, // per phase, a liveness bound: events missing then fail the test below
+		Progress:                tWriter{t},
+		Bin:                     bin,
+	})
+	t.Logf("output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !strings.Contains(out.String(), "late p50") {
+		t.Errorf("output lacks the scheduled section's table")
+	}
+	for _, row := range []string{"entoutbox fast, 1 replica", "entoutbox fast, 1 replica, 1,000 waiting",
+		"entoutbox WAL (logical replication)", "entoutbox WAL (logical replication), 1,000 waiting"} {
+		line := tableLine(out.String(), row+"   ") // the name ends where the columns begin
+		// drain, peak RSS (2 fields), late p50, p99, max, early
+		f := strings.Fields(strings.TrimPrefix(line, row))
+		switch {
+		case line == "":
+			t.Errorf("the scheduled section lacks the row %q", row)
+		case strings.Contains(line, "n/a") || strings.Contains(line, "missing") || strings.Contains(line, "header"):
+			t.Errorf("scheduled row did not work: %s", line)
+		case len(f) < 7 || f[6] != "0":
+			t.Errorf("scheduled row %q: early is not 0: %s", row, line)
+		}
+	}
+}
