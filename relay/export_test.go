@@ -68,3 +68,7 @@ func OnRelayLivenessCheck(r *Relay, fn func(context.Context) error) { r.fastHook
 // OnSlotCreating makes the WAL path of r call fn right before it creates
 // its slot. Set it before Run.
 func OnSlotCreating(r *Relay, fn func()) { r.slotCreating = fn }
+
+// SetPromoteBatch bounds the events one promotion of r's moves; call it
+// before Run.
+func SetPromoteBatch(r *Relay, n int) { r.promoteBatch = n }

@@ -18,8 +18,8 @@ import (
 // that share the databases and tables share one promoter (whose logger is
 // the first one's): another would hold a LISTEN connection for nothing,
 // and only one promotion runs at a time anyway. It stops when the last
-// lets go.
-func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter) (release func()) {
+// lets go. batch bounds a promotion; zero for the default.
+func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter, batch int) (release func()) {
 	key := promoterKey{db: db, listen: listen, tables: tables}
 	promoters.Lock()
 	defer promoters.Unlock()
@@ -27,7 +27,8 @@ func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.
 	if !ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		run := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger})
+		run := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger,
+			BatchSize: batch})
 		go func() {
 			defer close(done)
 			_ = run.Run(ctx) // it logs and retries its failures

@@ -87,6 +87,9 @@ type Relay struct {
 	// zero outside this package's tests (see export_test.go).
 	fastHooks    fastpath.Hooks
 	slotCreating func()
+	// promoteBatch bounds its promotions (zero: the default); set by
+	// this package's tests.
+	promoteBatch int
 }
 
 // New checks cfg and returns a relay; Run starts it.
@@ -124,7 +127,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.logStart(ctx, promoting)
 	if promoting {
-		defer sharePromoter(r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger)()
+		defer sharePromoter(r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger, r.promoteBatch)()
 	}
 	switch r.cfg.Path {
 	case PathCompatible:

@@ -138,3 +138,20 @@ func TestPromoterMovesAManyDueInBatches(t *testing.T) {
 		(PARTITION BY aggregate_id ORDER BY id) AS step FROM outbox_events) s WHERE step <> 1`).Scan(&gaps))
 	require.Zero(t, gaps, "each aggregate numbered 1, 2, 3... in id order")
 }
+
+// The wait comes from the database: an event due in a second, with no
+// notification and the longest wait ten minutes, is moved when due, not
+// at the longest wait; and not before (it is due by the database's clock
+// when the outbox row is written).
+func TestPromoterWakesWhenTheNextIsDue(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	scheduleIn(t, db, time.Second, false)
+	run(t, schedule.Settings{DB: db, Tables: outboxdb.New("", ""), MaxSleep: 10 * time.Minute})
+	require.Eventually(t, func() bool { return outboxRows(t, db) == 1 }, patience, 10*time.Millisecond,
+		"the promoter did not wake when the event was due")
+	var early bool
+	require.NoError(t, db.QueryRow(`SELECT (o.headers->>'outbox_deliver_at')::timestamptz > o.created_at + interval '1 millisecond'
+		FROM outbox_events o`).Scan(&early))
+	require.False(t, early, "moved before it was due")
+}
