@@ -180,13 +180,15 @@ func story(p eventPage) ([]storyStep, string) {
 			state = "scheduled for " + when(sr.DeliverAt)
 		}
 	}
-	if o := p.Row; o != nil && !p.DueAt.IsZero() {
-		// Its row was written when it became due, not when it was emitted.
-		s = append(s, storyStep{At: p.DueAt, What: "due", Detail: "scheduled for this time; moved to the outbox as row " +
-			fmt.Sprint(o.ID)})
-	}
 	if o := p.Row; o != nil {
-		s = append(s, storyStep{At: o.CreatedAt, What: "emitted", Detail: fmt.Sprintf("outbox row %d", o.ID)})
+		if p.DueAt.IsZero() {
+			s = append(s, storyStep{At: o.CreatedAt, What: "emitted", Detail: fmt.Sprintf("outbox row %d", o.ID)})
+		} else {
+			// Emitted earlier, for later: its row was written when the relay
+			// moved it, once due.
+			s = append(s, storyStep{At: p.DueAt, What: "due", Detail: "the time it was scheduled for"},
+				storyStep{At: o.CreatedAt, What: "moved to the outbox", Detail: fmt.Sprintf("outbox row %d", o.ID)})
+		}
 		switch {
 		case o.DeliveredAt != nil:
 			s = append(s, storyStep{At: *o.DeliveredAt, What: "delivered to the broker", Detail: fmt.Sprintf("after %d failed attempts", o.Attempts)})

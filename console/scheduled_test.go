@@ -79,6 +79,8 @@ func TestEventPageOfAScheduledEvent(t *testing.T) {
 	require.Contains(t, body, `<dd id="state">delivered</dd>`)
 	require.Contains(t, body, `<dd id="due">2026-03-04 05:06:07.250 UTC (delivered 250ms after)</dd>`)
 	require.Contains(t, body, `<span class="at">2026-03-04 05:06:07.250 UTC</span> <strong>due</strong>`)
+	require.Contains(t, body, "<strong>moved to the outbox</strong>")
+	require.NotContains(t, body, "<strong>emitted</strong>", "it was emitted earlier, for later: its row is not when")
 
 	status, _ = get(t, c, e.srv.URL+"/events/"+uuid.NewString())
 	require.Equal(t, http.StatusNotFound, status)

@@ -72,6 +72,12 @@
 // The compatible path reports published_total, publish_duration_seconds
 // and dead_lettered_total{reason="malformed"}.
 //
+// scheduled_lateness_seconds counts from the due time the promotion wrote
+// into the row's headers (events.MetaDeliverAt), which a retried dead
+// letter keeps: its retry counts as late as it went. The relay's clock
+// reads the acknowledgement and the database's wrote the due time; a
+// relay's clock behind the database's counts as 0.
+//
 // Consumers:
 //
 //	entoutbox_consumer_deliveries_total{consumer,event,result="handled"|"duplicate"|"retried"|"dead_lettered"}  counter
