@@ -26,4 +26,9 @@
 // engine) publishes them, decides every failure by its one failure
 // policy, and turns every path's rows into messages. Subscriber
 // (fast_subscriber.go) is the fast source as a Watermill Subscriber.
+//
+// Next to every path, and in Subscriber, a promoter (package schedule,
+// started in promote.go) moves the scheduled events (events.DeliverAt,
+// events.DeliverAfter) into the outbox when they are due by the
+// database's clock; the path then delivers them like any row.
 package relay
