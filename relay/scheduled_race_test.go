@@ -168,3 +168,49 @@ func TestScheduledEventsAppliedInOrderByConsumers(t *testing.T) {
 		require.Equal(t, pair, order, "aggregate %s: events due together applied in commit order", agg)
 	}
 }
+
+// A Subscriber moves the scheduled events into the outbox when due, as the
+// relay does, from its first Subscribe until Close: a program relaying
+// through its own router needs nothing more.
+func TestSubscriberPromotesScheduledEvents(t *testing.T) {
+	t.Parallel()
+	p := setupPath(t, relay.PathFast)
+	sub, err := relay.NewSubscriber(p.db.DB, relay.SubscriberConfig{PollInterval: 20 * time.Millisecond,
+		Logger: watermill.NopLogger{}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, err := sub.Subscribe(ctx, relay.AllTopics)
+	require.NoError(t, err)
+	type arrived struct {
+		id, deliverAt string
+		at            time.Time
+	}
+	got := make(chan arrived, 10)
+	go func() {
+		for msg := range msgs {
+			a := arrived{id: msg.UUID, deliverAt: msg.Metadata.Get(events.MetaDeliverAt)}
+			if err := p.db.DB.QueryRow(`SELECT clock_timestamp()`).Scan(&a.at); err != nil {
+				t.Errorf("reading the database's clock: %v", err)
+			}
+			msg.Ack()
+			got <- a
+		}
+	}()
+	id := emitOne(t, p.client, "sub", events.DeliverAfter(500*time.Millisecond))
+	select {
+	case a := <-got:
+		require.Equal(t, id, a.id)
+		due, err := time.Parse(time.RFC3339Nano, a.deliverAt)
+		require.NoError(t, err)
+		require.False(t, a.at.Before(due), "arrived at %s, due at %s", a.at, due)
+	case <-time.After(patience):
+		t.Fatal("the scheduled event did not arrive")
+	}
+	require.NoError(t, sub.Close())
+	emitOne(t, p.client, "sub", events.DeliverAfter(0))
+	time.Sleep(time.Second)
+	var waiting int
+	require.NoError(t, p.db.DB.QueryRow(`SELECT count(*) FROM outbox_scheduled_events`).Scan(&waiting))
+	require.Equal(t, 1, waiting, "a closed Subscriber still promotes")
+}

@@ -143,9 +143,10 @@ func cancelEvent(t *testing.T, client *testent.Client, id string) (events.Cancel
 
 // requireNeverEarly checks every scheduled event of want arrived at or
 // after its deliver_at by the database's clock, and within late of it
-// (0: no bound).
-func requireNeverEarly(t *testing.T, byID map[string]arrival, scheduled []string, late time.Duration) {
+// (0: no bound), and returns the latest arrival's lateness.
+func requireNeverEarly(t *testing.T, byID map[string]arrival, scheduled []string, late time.Duration) time.Duration {
 	t.Helper()
+	var latest time.Duration
 	for _, id := range scheduled {
 		a, ok := byID[id]
 		require.True(t, ok, "scheduled event %s did not arrive", id)
@@ -155,7 +156,9 @@ func requireNeverEarly(t *testing.T, byID map[string]arrival, scheduled []string
 		if late > 0 {
 			require.Less(t, a.at.Sub(a.deliverAt), late, "scheduled event %s arrived %s after it was due", id, a.at.Sub(a.deliverAt))
 		}
+		latest = max(latest, a.at.Sub(a.deliverAt))
 	}
+	return latest
 }
 
 // Scheduled events on every read path, to NATS JetStream: each arrives
@@ -215,7 +218,7 @@ func testScheduledEventsArriveWhenDue(t *testing.T, p *onPath) {
 	if p.path != relay.PathCompatible {
 		late = 30 * time.Second // a liveness bound on a loaded machine, not a speed claim
 	}
-	requireNeverEarly(t, byID, scheduled, late)
+	t.Logf("latest arrival %s after its due time", requireNeverEarly(t, byID, scheduled, late))
 	for name, a := range aggs {
 		for _, id := range a.atDue {
 			require.True(t, byID[id].deliverAt.Equal(due.Truncate(time.Microsecond)), "event %s: %s %s, want %s",
