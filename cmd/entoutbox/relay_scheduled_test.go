@@ -2,8 +2,11 @@ package main
 
 import (
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +53,23 @@ func TestRelayServesScheduledMetrics(t *testing.T) {
 	}, patience, 50*time.Millisecond, "the two waiting, read from --scheduled-table")
 	require.Zero(t, value(body, "entoutbox_scheduled_overdue_events"))
 	require.NoError(t, r.stop())
+	checkMetrics(t, body)
+}
+
+// checkMetrics runs promtool check metrics (its linter) over a scrape:
+// skipped without promtool, failed under CI=true.
+func checkMetrics(t *testing.T, scrape string) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("promtool is required under CI=true: %v", err)
+		}
+		t.Logf("not linting the metrics: no promtool (%v)", err)
+		return
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = strings.NewReader(scrape)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "promtool check metrics:\n%s", out)
 }
