@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
@@ -109,4 +110,33 @@ func TestConsoleReadsTheConfiguredScheduledTable(t *testing.T) {
 	status, body := get(t, c, e.srv.URL+"/")
 	require.Equal(t, http.StatusOK, status)
 	require.NotContains(t, body, `id="scheduled"`)
+}
+
+// In a browser: the overview counts the scheduled event, and the search by
+// its id leads to its page, which says when it is due; cancelled, it says
+// so.
+func TestBrowserFindsAScheduledEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, console.Config{Refresh: -1})
+	id := uuid.New()
+	_, err := e.db.DB.Exec(`INSERT INTO outbox_scheduled_events
+		(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at)
+		VALUES ($1, 'order.reminded', 1, 'orders', 'Order', '7', '{"order_id":7}', '2030-01-02 03:04:05.678+00')`, id)
+	require.NoError(t, err)
+	ctx := tab(t)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#scheduled-waiting"))))
+	require.Equal(t, "1", text(t, ctx, "#scheduled-waiting"))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/events"),
+		chromedp.SetValue(chromedp.CSS(`input[name=event_id]`), id.String()),
+		chromedp.Click(chromedp.CSS(`#search button`))))
+	waitFor(t, ctx, "#state")
+	require.Equal(t, "scheduled for 2030-01-02 03:04:05.678 UTC", text(t, ctx, "#state"))
+	require.Contains(t, text(t, ctx, "#payload"), `"order_id": 7`)
+
+	_, err = e.db.DB.Exec(`UPDATE outbox_scheduled_events SET cancelled_at = '2029-12-31 23:00:00+00' WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Reload()))
+	waitFor(t, ctx, "#state")
+	require.Equal(t, "cancelled at 2029-12-31 23:00:00.000 UTC (was scheduled for 2030-01-02 03:04:05.678 UTC)",
+		text(t, ctx, "#state"))
 }
