@@ -94,13 +94,16 @@ func TestRelayCommandExportsTraces(t *testing.T) {
 			require.Equal(t, request.SpanContext().SpanID().String(), send.parentID, "the request's child")
 			require.Equal(t, c.wantService, send.service)
 
+			// The handler signals before its span ends.
 			var process sdktrace.ReadOnlySpan
-			for _, s := range inProcess.GetSpans().Snapshots() {
-				if s.Name() == "process orders" {
-					process = s
+			require.Eventually(t, func() bool {
+				for _, s := range inProcess.GetSpans().Snapshots() {
+					if s.Name() == "process orders" {
+						process = s
+					}
 				}
-			}
-			require.NotNil(t, process, "no process span in the consumer")
+				return process != nil
+			}, patience, 10*time.Millisecond, "no process span in the consumer")
 			require.Equal(t, send.traceID, process.SpanContext().TraceID().String())
 			require.Equal(t, send.spanID, process.Parent().SpanID().String(), "the handler's span is the send span's child")
 		})
