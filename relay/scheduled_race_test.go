@@ -214,3 +214,36 @@ func TestSubscriberPromotesScheduledEvents(t *testing.T) {
 	require.NoError(t, p.db.DB.QueryRow(`SELECT count(*) FROM outbox_scheduled_events`).Scan(&waiting))
 	require.Equal(t, 1, waiting, "a closed Subscriber still promotes")
 }
+
+// A transaction that emitted an event of an aggregate and stays open (its
+// counter held) holds back no other aggregate's due event, and cancels
+// its own aggregate's due event without a deadlock: the promotion skips
+// that aggregate until the transaction ends.
+func TestOpenEmitHoldsBackNoOtherAggregatesPromotion(t *testing.T) {
+	t.Parallel()
+	p := setupPath(t, relay.PathFast)
+	b := openBroker(t, "mem://", "")
+	prefix := uniquePrefix()
+	got := receiveTimed(t, b, p.db.DB, prefix)
+	due := dbNow(t, p.db.DB).Add(time.Second)
+	held := emitOne(t, p.client, "held", events.DeliverAt(due))
+	other := emitOne(t, p.client, "other", events.DeliverAt(due))
+	runRelay(t, p.config(relay.Config{Publisher: b.Publisher(), TopicPrefix: prefix}))
+
+	ctx := context.Background()
+	tx, err := p.client.Tx(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	now := uuid.New()
+	require.NoError(t, tx.Outbox.EmitOrderPaid(ctx, "held", testent.OrderPaid{OrderID: 1, AmountCents: 1}, events.WithEventID(now)))
+	got.waitFor(t, []string{other}, 30*time.Second)
+	res, err := tx.Outbox.Cancel(ctx, uuid.MustParse(held))
+	require.NoError(t, err)
+	require.Equal(t, events.Cancelled, res)
+	require.NoError(t, tx.Commit())
+
+	got.waitFor(t, []string{now.String()}, patience)
+	waitDelivered(t, p.emitBundle, 0)
+	byID, _ := got.first()
+	require.NotContains(t, byID, held, "a cancelled event arrived")
+}

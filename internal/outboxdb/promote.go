@@ -29,9 +29,13 @@ func PromoteLockKey(scheduled string) string { return "entoutbox_promote:" + sch
 // Cancel in progress are skipped, as are those whose event id the outbox
 // already holds (they would fail every promotion; they stay to be seen).
 // Each aggregate's counter in the sequence table (none when it is empty:
-// aggregate_seq NULL, as Emit does) is raised once by its count, the
-// counters in key order like Emit; within an aggregate the rows are
-// numbered by (deliver_at, id), and inserted in that order. The headers
+// aggregate_seq NULL, as Emit does) is raised once by its count; within an
+// aggregate the rows are numbered by (deliver_at, id), and inserted in
+// that order. The events of an aggregate whose counter another
+// transaction holds (an Emit of it not yet committed) wait for the next
+// promotion: waiting for the counter would hold back every other
+// aggregate's events as long as that transaction lasts, and deadlock if it
+// cancels one of the events locked here. The headers
 // gain events.MetaDeliverAt. It notifies the outbox's channel so the fast
 // relay wakes.
 //
@@ -41,17 +45,27 @@ func (t Tables) PromoteQuery() string {
 	s, o := pgsql.QuoteIdent(t.Scheduled), pgsql.QuoteIdent(t.Outbox)
 	lock := pgsql.QuoteLiteral(PromoteLockKey(t.Scheduled))
 	q := `WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended(` + lock + `, 0)) AS got),
-due AS (SELECT s.id FROM ` + s + ` s WHERE (SELECT got FROM lock) AND s.cancelled_at IS NULL
-	AND s.deliver_at <= (SELECT clock_timestamp())
+due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM ` + s + ` s WHERE (SELECT got FROM lock)
+	AND s.cancelled_at IS NULL AND s.deliver_at <= (SELECT clock_timestamp())
 	AND NOT EXISTS (SELECT 1 FROM ` + o + ` o WHERE o.event_id = s.event_id)
 	ORDER BY s.deliver_at, s.id LIMIT $1 FOR UPDATE OF s SKIP LOCKED),
-moved AS (DELETE FROM ` + s + ` s USING due WHERE s.id = due.id RETURNING s.*),
 `
 	seq := "NULL::bigint"
 	from := "moved m"
-	if t.Sequences != "" {
-		q += `counts AS (SELECT topic, aggregate_type, aggregate_id, count(*) AS n FROM moved GROUP BY 1, 2, 3),
-numbered AS (INSERT INTO ` + pgsql.QuoteIdent(t.Sequences) + ` AS c (topic, aggregate_type, aggregate_id, last_seq)
+	if t.Sequences == "" {
+		q += `moved AS (DELETE FROM ` + s + ` s USING due d WHERE s.id = d.id RETURNING s.*),
+`
+	} else {
+		seqs := pgsql.QuoteIdent(t.Sequences)
+		q += `free AS (SELECT c.topic, c.aggregate_type, c.aggregate_id FROM ` + seqs + ` c
+	WHERE (c.topic, c.aggregate_type, c.aggregate_id) IN (SELECT topic, aggregate_type, aggregate_id FROM due)
+	FOR UPDATE SKIP LOCKED),
+moved AS (DELETE FROM ` + s + ` s USING due d WHERE s.id = d.id
+	AND (EXISTS (SELECT 1 FROM free f WHERE (f.topic, f.aggregate_type, f.aggregate_id) = (d.topic, d.aggregate_type, d.aggregate_id))
+		OR NOT EXISTS (SELECT 1 FROM ` + seqs + ` c WHERE (c.topic, c.aggregate_type, c.aggregate_id) = (d.topic, d.aggregate_type, d.aggregate_id)))
+	RETURNING s.*),
+counts AS (SELECT topic, aggregate_type, aggregate_id, count(*) AS n FROM moved GROUP BY 1, 2, 3),
+numbered AS (INSERT INTO ` + seqs + ` AS c (topic, aggregate_type, aggregate_id, last_seq)
 	SELECT topic, aggregate_type, aggregate_id, n FROM counts ORDER BY 1, 2, 3
 	ON CONFLICT (topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq
 	RETURNING topic, aggregate_type, aggregate_id, last_seq),

@@ -153,3 +153,42 @@ func TestPromote(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT aggregate_seq FROM outbox_events WHERE aggregate_id = 'D'`).Scan(&seq))
 	require.False(t, seq.Valid)
 }
+
+// A transaction holding an aggregate's counter (an Emit of it not yet
+// committed) holds back the promotion of none of the other aggregates'
+// events: the promotion skips the aggregate rather than wait for it, and
+// takes its events once the counter is free. (Waiting would also deadlock
+// with that transaction cancelling one of the events it had locked.)
+func TestPromoteSkipsAggregatesWhoseCounterIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	_, err := db.Exec(`INSERT INTO outbox_aggregate_sequences (topic, aggregate_type, aggregate_id, last_seq)
+		VALUES ('orders', 'Order', 'A', 0), ('orders', 'Order', 'B', 0)`)
+	require.NoError(t, err)
+	scheduleOne(t, db, "A", -2*time.Second, `{}`)
+	scheduleOne(t, db, "B", -time.Second, `{}`)
+	held, err := db.Begin()
+	require.NoError(t, err)
+	defer func() { _ = held.Rollback() }()
+	_, err = held.Exec(`UPDATE outbox_aggregate_sequences SET last_seq = last_seq WHERE aggregate_id = 'A'`)
+	require.NoError(t, err)
+
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	moved, locked, err := tables.Promote(tctx, db, 10)
+	require.NoError(t, err, "the promotion waited for the held counter")
+	require.True(t, locked)
+	require.Equal(t, 1, moved, "B's event, not A's")
+	var agg string
+	require.NoError(t, db.QueryRow(`SELECT aggregate_id FROM outbox_events`).Scan(&agg))
+	require.Equal(t, "B", agg)
+
+	require.NoError(t, held.Commit())
+	moved, _, err = tables.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved, "A's event once its counter is free")
+	var seq int64
+	require.NoError(t, db.QueryRow(`SELECT aggregate_seq FROM outbox_events WHERE aggregate_id = 'A'`).Scan(&seq))
+	require.EqualValues(t, 1, seq)
+}

@@ -1,10 +1,10 @@
 -- The promotion of outbox_scheduled_events into outbox_events, sequence table "".
 WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended('entoutbox_promote:outbox_scheduled_events', 0)) AS got),
-due AS (SELECT s.id FROM "outbox_scheduled_events" s WHERE (SELECT got FROM lock) AND s.cancelled_at IS NULL
-	AND s.deliver_at <= (SELECT clock_timestamp())
+due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM "outbox_scheduled_events" s WHERE (SELECT got FROM lock)
+	AND s.cancelled_at IS NULL AND s.deliver_at <= (SELECT clock_timestamp())
 	AND NOT EXISTS (SELECT 1 FROM "outbox_events" o WHERE o.event_id = s.event_id)
 	ORDER BY s.deliver_at, s.id LIMIT $1 FOR UPDATE OF s SKIP LOCKED),
-moved AS (DELETE FROM "outbox_scheduled_events" s USING due WHERE s.id = due.id RETURNING s.*),
+moved AS (DELETE FROM "outbox_scheduled_events" s USING due d WHERE s.id = d.id RETURNING s.*),
 inserted AS (INSERT INTO "outbox_events" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
 		payload, headers, readable_from, aggregate_seq)
 	SELECT m.event_id, m.event_name, m.event_version, m.topic, m.aggregate_type, m.aggregate_id, m.payload,

@@ -1,10 +1,16 @@
 -- The promotion of outbox_scheduled_events into outbox_events, sequence table "outbox_aggregate_sequences".
 WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended('entoutbox_promote:outbox_scheduled_events', 0)) AS got),
-due AS (SELECT s.id FROM "outbox_scheduled_events" s WHERE (SELECT got FROM lock) AND s.cancelled_at IS NULL
-	AND s.deliver_at <= (SELECT clock_timestamp())
+due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM "outbox_scheduled_events" s WHERE (SELECT got FROM lock)
+	AND s.cancelled_at IS NULL AND s.deliver_at <= (SELECT clock_timestamp())
 	AND NOT EXISTS (SELECT 1 FROM "outbox_events" o WHERE o.event_id = s.event_id)
 	ORDER BY s.deliver_at, s.id LIMIT $1 FOR UPDATE OF s SKIP LOCKED),
-moved AS (DELETE FROM "outbox_scheduled_events" s USING due WHERE s.id = due.id RETURNING s.*),
+free AS (SELECT c.topic, c.aggregate_type, c.aggregate_id FROM "outbox_aggregate_sequences" c
+	WHERE (c.topic, c.aggregate_type, c.aggregate_id) IN (SELECT topic, aggregate_type, aggregate_id FROM due)
+	FOR UPDATE SKIP LOCKED),
+moved AS (DELETE FROM "outbox_scheduled_events" s USING due d WHERE s.id = d.id
+	AND (EXISTS (SELECT 1 FROM free f WHERE (f.topic, f.aggregate_type, f.aggregate_id) = (d.topic, d.aggregate_type, d.aggregate_id))
+		OR NOT EXISTS (SELECT 1 FROM "outbox_aggregate_sequences" c WHERE (c.topic, c.aggregate_type, c.aggregate_id) = (d.topic, d.aggregate_type, d.aggregate_id)))
+	RETURNING s.*),
 counts AS (SELECT topic, aggregate_type, aggregate_id, count(*) AS n FROM moved GROUP BY 1, 2, 3),
 numbered AS (INSERT INTO "outbox_aggregate_sequences" AS c (topic, aggregate_type, aggregate_id, last_seq)
 	SELECT topic, aggregate_type, aggregate_id, n FROM counts ORDER BY 1, 2, 3
