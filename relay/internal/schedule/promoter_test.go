@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"database/sql"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +155,27 @@ func TestPromoterWakesWhenTheNextIsDue(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT (o.headers->>'outbox_deliver_at')::timestamptz > o.created_at + interval '1 millisecond'
 		FROM outbox_events o`).Scan(&early))
 	require.False(t, early, "moved before it was due")
+}
+
+// A promotion that fails is logged and tried again after a wait that
+// doubles: no spin, and no end to the promoter.
+func TestPromoterRetriesFailuresWithBackoff(t *testing.T) {
+	t.Parallel()
+	db := setup(t)
+	_, err := db.Exec(`ALTER TABLE outbox_events DROP COLUMN readable_from`)
+	require.NoError(t, err)
+	scheduleIn(t, db, -time.Second, false)
+	logs := watermill.NewCaptureLogger()
+	var failed atomic.Int64
+	run(t, schedule.Settings{DB: db, Tables: outboxdb.New("", ""), Logger: logs, RetryInterval: 50 * time.Millisecond,
+		Metrics: schedule.Metrics{Failed: func(error) { failed.Add(1) }}})
+	time.Sleep(2 * time.Second)
+	// 50 ms doubling: about 6 tries in 2 s; a spin would be thousands.
+	n := failed.Load()
+	require.GreaterOrEqual(t, n, int64(2))
+	require.LessOrEqual(t, n, int64(10))
+	errs := logs.Captured()[watermill.ErrorLogLevel]
+	require.NotEmpty(t, errs)
+	require.Equal(t, "Could not promote the due scheduled events; retrying", errs[0].Msg)
+	require.ErrorContains(t, errs[0].Err, "readable_from")
 }
