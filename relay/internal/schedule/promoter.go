@@ -24,8 +24,9 @@ const (
 )
 
 // skippedFirst is the first wait when an event is due and none moved: a
-// Cancel in progress holds it (skipped, not waited for). It doubles up to
-// MaxSleep, so that a long Cancel costs no spin.
+// Cancel in progress holds it, or an Emit in progress its aggregate's
+// counter (skipped, not waited for). It doubles up to MaxSleep, so that a
+// long transaction costs no spin.
 const skippedFirst = 10 * time.Millisecond
 
 // Settings is what a Promoter takes of the relay.
@@ -218,7 +219,8 @@ func (p *Promoter) step(ctx context.Context, skipped *int) (time.Duration, error
 		p.s.Metrics.Promoted(moved)
 		return 0, nil
 	}
-	// Due, and none moved: a Cancel in progress holds them.
+	// Due, and none moved: transactions in progress hold them or their
+	// aggregates' counters.
 	*skipped++
 	return backoff.Exponential(skippedFirst, p.s.MaxSleep, *skipped), nil
 }
