@@ -62,6 +62,8 @@
 //	entoutbox_relay_publish_duration_seconds{topic}                histogram
 //	entoutbox_relay_delivery_lag_seconds{topic}                    histogram, row created_at to broker ack
 //	entoutbox_scheduled_lateness_seconds{topic}                    histogram, a scheduled event's due time to broker ack
+//	entoutbox_scheduled_promoted_total                             counter, scheduled events moved into the outbox once due
+//	entoutbox_scheduled_promote_failures_total                     counter, failed moves (retried with backoff)
 //	entoutbox_relay_retries_total{topic}                           counter, failed publishes tried again
 //	entoutbox_relay_dead_lettered_total{reason="max_attempts"|"permanent"|"malformed"}  counter
 //	entoutbox_relay_claim_duration_seconds                         histogram (fast path)

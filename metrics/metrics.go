@@ -41,8 +41,10 @@ type Metrics struct {
 	relayPublishDuration      *prometheus.HistogramVec // topic
 	relayDeliveryLag          *prometheus.HistogramVec // topic
 	scheduledLateness         *prometheus.HistogramVec // topic
-	relayRetries              *prometheus.CounterVec   // topic
-	relayDeadLettered         *prometheus.CounterVec   // reason
+	scheduledPromoted         prometheus.Counter
+	scheduledPromoteFailures  prometheus.Counter
+	relayRetries              *prometheus.CounterVec // topic
+	relayDeadLettered         *prometheus.CounterVec // reason
 	relayClaimDuration        prometheus.Histogram
 	relayClaimRows            prometheus.Histogram
 	relayLeaseRenewalFailures prometheus.Counter
@@ -103,6 +105,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 				"acknowledgement (by the relay's clock), by outbox topic.",
 			Buckets: latenessBuckets,
 		}, []string{"topic"}),
+		scheduledPromoted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "entoutbox_scheduled_promoted_total",
+			Help: "Scheduled events this process's relay moved into the outbox once due, where they take their place in their aggregate's order.",
+		}),
+		scheduledPromoteFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "entoutbox_scheduled_promote_failures_total",
+			Help: "Failed attempts of this process's relay to move due scheduled events into the outbox (retried with backoff).",
+		}),
 		relayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "entoutbox_relay_retries_total",
 			Help: "Failed publishes that will be tried again, by outbox topic.",
@@ -171,7 +181,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Partitions the fast relays of this process own.",
 	}, m.partitionsOwned)
 	for _, c := range []prometheus.Collector{
-		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.scheduledLateness, m.relayRetries, m.relayDeadLettered,
+		m.relayPublished, m.relayPublishDuration, m.relayDeliveryLag, m.scheduledLateness, m.scheduledPromoted,
+		m.scheduledPromoteFailures, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
 		m.consumerDeliveries, m.consumerDeadLettered, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
 		m.consumerGapWaits, m.consumerBatchEvents, m.emitEvents, m.backlog,
@@ -247,6 +258,23 @@ func (m *Metrics) ScheduledDelivered(topic string, deliverAt time.Time) {
 		return
 	}
 	m.scheduledLateness.WithLabelValues(topic).Observe(max(time.Since(deliverAt).Seconds(), 0))
+}
+
+// ScheduledPromoted records n scheduled events moved into the outbox as due.
+func (m *Metrics) ScheduledPromoted(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.scheduledPromoted.Add(float64(n))
+}
+
+// ScheduledPromoteFailed records a failed attempt to move due scheduled
+// events into the outbox.
+func (m *Metrics) ScheduledPromoteFailed() {
+	if m == nil {
+		return
+	}
+	m.scheduledPromoteFailures.Inc()
 }
 
 // Retried records a failed publish of topic that will be tried again.

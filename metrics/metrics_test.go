@@ -70,6 +70,8 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_scheduled_lateness_seconds",
 		"entoutbox_scheduled_overdue_events",
 		"entoutbox_scheduled_overdue_seconds",
+		"entoutbox_scheduled_promote_failures_total",
+		"entoutbox_scheduled_promoted_total",
 		"entoutbox_scheduled_waiting_events",
 		"entoutbox_wal_slot_active",
 		"entoutbox_wal_slot_retained_bytes",

@@ -60,7 +60,7 @@ func NewSubscriber(db *sql.DB, cfg SubscriberConfig) (*Subscriber, error) {
 	tables := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	tables.Scheduled, tables.Sequences = cfg.ScheduledTable, cfg.SequenceTable
 	s := &Subscriber{src: src, stopPromoting: func() {}}
-	s.startPromoter = func() { s.stopPromoting = sharePromoter(db, cfg.listenDB(db), tables, cfg.Logger, 0) }
+	s.startPromoter = func() { s.stopPromoting = sharePromoter(db, cfg.listenDB(db), tables, cfg.Logger, nil, 0) }
 	return s, nil
 }
 

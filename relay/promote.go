@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay/internal/schedule"
 )
 
@@ -18,8 +19,9 @@ import (
 // that share the databases and tables share one promoter (whose logger is
 // the first one's): another would hold a LISTEN connection for nothing,
 // and only one promotion runs at a time anyway. It stops when the last
-// lets go. batch bounds a promotion; zero for the default.
-func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter, batch int) (release func()) {
+// lets go. batch bounds a promotion; zero for the default. m (the first
+// one's; nil for none) counts the events moved and the failures.
+func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.LoggerAdapter, m *metrics.Metrics, batch int) (release func()) {
 	key := promoterKey{db: db, listen: listen, tables: tables}
 	promoters.Lock()
 	defer promoters.Unlock()
@@ -28,7 +30,10 @@ func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		run := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger,
-			BatchSize: batch})
+			BatchSize: batch, Metrics: schedule.Metrics{
+				Promoted: m.ScheduledPromoted,
+				Failed:   func(error) { m.ScheduledPromoteFailed() },
+			}})
 		go func() {
 			defer close(done)
 			_ = run.Run(ctx) // it logs and retries its failures

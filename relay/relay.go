@@ -127,7 +127,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.logStart(ctx, promoting)
 	if promoting {
-		defer sharePromoter(r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger, r.promoteBatch)()
+		defer sharePromoter(r.cfg.DB, r.cfg.promoterListenDB(), tables, r.cfg.Logger, r.cfg.Metrics, r.promoteBatch)()
 	}
 	switch r.cfg.Path {
 	case PathCompatible:

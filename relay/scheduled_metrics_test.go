@@ -1,12 +1,14 @@
 package relay_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
@@ -46,4 +48,26 @@ func testScheduledLatenessIsObserved(t *testing.T, p *onPath) {
 		"the two scheduled events only")
 	require.GreaterOrEqual(t, promtest.Sum(t, reg, "entoutbox_scheduled_lateness_seconds", "topic", "orders"), 4.0,
 		"each sent at least 2 s after its time")
+}
+
+// The relay counts the scheduled events its promoter moved into the
+// outbox once due.
+func TestScheduledPromotionsAreCounted(t *testing.T) {
+	t.Parallel()
+	forPathsOf(t, []relay.Path{relay.PathFast}, func(t *testing.T, p *onPath) {
+		pubsub, got := receiveInProcess(t, "orders")
+		reg := prometheus.NewPedanticRegistry()
+		m, err := metrics.New(reg)
+		require.NoError(t, err)
+		for i := range 3 {
+			emitOne(t, p.client, fmt.Sprintf("counted-%d", i), events.DeliverAfter(0))
+		}
+		emitOne(t, p.client, "counted-later", events.DeliverAfter(time.Hour))
+		stop := runRelay(t, p.config(relay.Config{Publisher: pubsub, Metrics: m}))
+		require.Eventually(t, func() bool { return got.distinct() == 3 }, patience, 10*time.Millisecond)
+		require.NoError(t, stop())
+		require.Equal(t, 3.0, promtest.Value(t, reg, "entoutbox_scheduled_promoted_total"),
+			"the three due, not the one due in an hour")
+		require.Equal(t, 0.0, promtest.Value(t, reg, "entoutbox_scheduled_promote_failures_total"))
+	})
 }
