@@ -15,10 +15,14 @@ import (
 // them equal).
 func NotifyChannel(table string) string { return table }
 
-// PromoteLockKey is the text whose hash keys the advisory lock one
+// PromoteLockKey is the SQL expression keying the advisory lock one
 // promotion of scheduled table holds: one promotion at a time, across
-// relays.
-func PromoteLockKey(scheduled string) string { return "entoutbox_promote:" + scheduled }
+// relays. It hashes the table's oid, not its name, since advisory locks
+// are the database's: the same name in another schema is another table,
+// whose promotions must not hold back this one's.
+func PromoteLockKey(scheduled string) string {
+	return `hashtextextended('entoutbox_promote:' || to_regclass(` + pgsql.QuoteLiteral(pgsql.QuoteIdent(scheduled)) + `)::oid::text, 0)`
+}
 
 // PromoteQuery is the statement that moves up to $1 due events of the
 // scheduled table into the outbox, in one transaction of its own: the
@@ -43,8 +47,7 @@ func PromoteLockKey(scheduled string) string { return "entoutbox_promote:" + sch
 // one row, whether it got the lock and how many events it moved.
 func (t Tables) PromoteQuery() string {
 	s, o := pgsql.QuoteIdent(t.Scheduled), pgsql.QuoteIdent(t.Outbox)
-	lock := pgsql.QuoteLiteral(PromoteLockKey(t.Scheduled))
-	q := `WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended(` + lock + `, 0)) AS got),
+	q := `WITH lock AS (SELECT pg_try_advisory_xact_lock(` + PromoteLockKey(t.Scheduled) + `) AS got),
 due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM ` + s + ` s WHERE (SELECT got FROM lock)
 	AND s.cancelled_at IS NULL AND s.deliver_at <= (SELECT clock_timestamp())
 	AND NOT EXISTS (SELECT 1 FROM ` + o + ` o WHERE o.event_id = s.event_id)

@@ -126,7 +126,7 @@ func TestPromote(t *testing.T) {
 	tx, err := db.Begin()
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	_, err = tx.Exec(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, outboxdb.PromoteLockKey(tables.Scheduled))
+	_, err = tx.Exec(`SELECT pg_advisory_xact_lock(` + outboxdb.PromoteLockKey(tables.Scheduled) + `)`)
 	require.NoError(t, err)
 	moved, locked, err = tables.Promote(ctx, db, 10)
 	require.NoError(t, err)

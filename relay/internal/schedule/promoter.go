@@ -204,23 +204,19 @@ func (p *Promoter) step(ctx context.Context, skipped *int) (time.Duration, error
 		// A millisecond past it, so that the wake-up finds it due.
 		return min(next+time.Millisecond, p.s.MaxSleep), nil
 	}
-	moved, locked, err := p.s.Tables.Promote(ctx, p.s.DB, p.s.BatchSize)
+	moved, _, err := p.s.Tables.Promote(ctx, p.s.DB, p.s.BatchSize)
 	if err != nil {
 		return 0, err
 	}
-	switch {
-	case !locked:
-		// Another relay promotes; it goes on until none is due. Its
-		// death releases the lock: this one takes over within MaxSleep.
-		*skipped = 0
-		return p.s.MaxSleep, nil
-	case moved > 0:
+	if moved > 0 {
 		*skipped = 0
 		p.s.Metrics.Promoted(moved)
 		return 0, nil
 	}
-	// Due, and none moved: transactions in progress hold them or their
-	// aggregates' counters.
+	// Due, and none moved: another relay's promotion holds the lock (it
+	// may be its last: the relay may be stopping), or transactions in
+	// progress hold the events or their aggregates' counters. Look again
+	// soon, less often while it lasts.
 	*skipped++
 	return backoff.Exponential(skippedFirst, p.s.MaxSleep, *skipped), nil
 }
