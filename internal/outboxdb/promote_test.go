@@ -192,3 +192,24 @@ func TestPromoteSkipsAggregatesWhoseCounterIsHeld(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT aggregate_seq FROM outbox_events WHERE aggregate_id = 'A'`).Scan(&seq))
 	require.EqualValues(t, 1, seq)
 }
+
+// Advisory locks belong to the whole database: the promotion of a table
+// of the same name in another schema (another application, another test)
+// must not hold back this one's.
+func TestPromoteLockIsTheTablesOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	other, _ := setup(t) // another schema, the same table names
+	scheduleOne(t, db, "A", -time.Second, `{}`)
+
+	tx, err := other.Begin()
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.Exec(`SELECT pg_advisory_xact_lock(` + outboxdb.PromoteLockKey(tables.Scheduled) + `)`)
+	require.NoError(t, err)
+	moved, locked, err := tables.Promote(ctx, db, 10)
+	require.NoError(t, err)
+	require.True(t, locked, "the other schema's promotion holds its own lock")
+	require.Equal(t, 1, moved)
+}
