@@ -108,17 +108,7 @@ func notScheduled(scheduledTable string) string {
 // insertNumberedQuery is InsertNumberedQuery that also skips a row whose
 // event id is waiting in scheduledTable ("" for none).
 func insertNumberedQuery(table, seqTable, scheduledTable string, rows []Row) (string, []any, error) {
-	counts := map[aggregateKey]int64{}
-	for _, r := range rows {
-		counts[aggregateKey{r.Topic, r.AggregateType, r.AggregateID}]++
-	}
-	keys := make([]aggregateKey, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b aggregateKey) int {
-		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id))
-	})
+	keys, counts := countByAggregate(rows)
 	const rowColumns = 11
 	var (
 		q    strings.Builder
@@ -179,28 +169,16 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 	if err != nil {
 		return err
 	}
-	var res stdsql.Result
-	if err := drv.Exec(ctx, query, args, &res); err != nil {
-		if len(rows) == 1 {
-			return fmt.Errorf("outbox: writing %q event %s: %w", rows[0].Name, rows[0].EventID, err)
-		}
-		return fmt.Errorf("outbox: writing %d events: %w", len(rows), err)
-	}
-	if res == nil {
-		return errors.New("outbox: the driver returned no result")
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("outbox: counting the rows written: %w", err)
-	}
-	if int(n) == len(rows) {
-		return nil
+	n, err := execWrite(ctx, drv, query, args, "writing", rows)
+	if err != nil || n == len(rows) {
+		return err
 	}
 	if len(rows) == 1 {
 		if seqTable != "" {
 			// The transaction goes on: give back the number the duplicate
 			// took (the counter is still locked by it).
 			r := rows[0]
+			var res stdsql.Result
 			if err := drv.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(seqTable)+` SET last_seq = last_seq - 1
 				WHERE topic = $1 AND aggregate_type = $2 AND aggregate_id = $3`,
 				[]any{r.Topic, r.AggregateType, r.AggregateID}, &res); err != nil {
@@ -209,5 +187,41 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 		}
 		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
 	}
-	return fmt.Errorf("%w: %d of %d events were already in the outbox or scheduled", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
+	return fmt.Errorf("%w: %d of %d events were already in the outbox or scheduled", events.ErrDuplicateEventID, len(rows)-n, len(rows))
+}
+
+// execWrite runs query, a write of rows that returns one row per row
+// written, and returns how many it wrote; doing ("writing", "scheduling")
+// names the write in its errors.
+func execWrite(ctx context.Context, drv dialect.ExecQuerier, query string, args []any, doing string, rows []Row) (int, error) {
+	var res stdsql.Result
+	if err := drv.Exec(ctx, query, args, &res); err != nil {
+		if len(rows) == 1 {
+			return 0, fmt.Errorf("outbox: %s %q event %s: %w", doing, rows[0].Name, rows[0].EventID, err)
+		}
+		return 0, fmt.Errorf("outbox: %s %d events: %w", doing, len(rows), err)
+	}
+	if res == nil {
+		return 0, errors.New("outbox: the driver returned no result")
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("outbox: counting the rows written: %w", err)
+	}
+	return int(n), nil
+}
+
+// countByAggregate counts rows by aggregate, and returns the aggregates in
+// key order: the order their counters are locked in, so that two
+// transactions writing the same aggregates never wait on each other in a
+// cycle within a statement.
+func countByAggregate(rows []Row) ([]aggregateKey, map[aggregateKey]int64) {
+	counts := map[aggregateKey]int64{}
+	for _, r := range rows {
+		counts[aggregateKey{r.Topic, r.AggregateType, r.AggregateID}]++
+	}
+	keys := slices.SortedFunc(maps.Keys(counts), func(a, b aggregateKey) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id))
+	})
+	return keys, counts
 }

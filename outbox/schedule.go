@@ -1,12 +1,10 @@
 package outbox
 
 import (
-	"cmp"
 	"context"
 	stdsql "database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"entgo.io/ent/dialect"
@@ -41,16 +39,7 @@ func InsertScheduledQuery(outboxTable, seqTable, scheduledTable string, rows []R
 	)
 	q.WriteString("WITH ")
 	if seqTable != "" {
-		keys := make([]aggregateKey, 0, len(rows))
-		for _, r := range rows {
-			k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
-			if !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
-		}
-		slices.SortFunc(keys, func(a, b aggregateKey) int {
-			return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.typ, b.typ), cmp.Compare(a.id, b.id))
-		})
+		keys, _ := countByAggregate(rows)
 		q.WriteString("locked AS (INSERT INTO " + pgsql.QuoteIdent(seqTable) + " AS s (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
 		for i, k := range keys {
 			if i > 0 {
@@ -97,27 +86,14 @@ func insertScheduled(ctx context.Context, drv dialect.ExecQuerier, outboxTable, 
 	if err != nil {
 		return err
 	}
-	var res stdsql.Result
-	if err := drv.Exec(ctx, query, args, &res); err != nil {
-		if len(rows) == 1 {
-			return fmt.Errorf("outbox: scheduling %q event %s: %w", rows[0].Name, rows[0].EventID, err)
-		}
-		return fmt.Errorf("outbox: scheduling %d events: %w", len(rows), err)
-	}
-	if res == nil {
-		return errors.New("outbox: the driver returned no result")
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("outbox: counting the rows written: %w", err)
-	}
-	if int(n) == len(rows) {
-		return nil
+	n, err := execWrite(ctx, drv, query, args, "scheduling", rows)
+	if err != nil || n == len(rows) {
+		return err
 	}
 	if len(rows) == 1 {
 		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
 	}
-	return fmt.Errorf("%w: %d of %d events were already scheduled or in the outbox", events.ErrDuplicateEventID, len(rows)-int(n), len(rows))
+	return fmt.Errorf("%w: %d of %d events were already scheduled or in the outbox", events.ErrDuplicateEventID, len(rows)-n, len(rows))
 }
 
 // Cancel stops the scheduled event id, in the transaction (or on the
