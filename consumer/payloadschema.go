@@ -80,17 +80,8 @@ func (noLoader) Load(string) (any, error) { return nil, os.ErrNotExist }
 // *events.ValidationError naming each field the schema refuses by its path
 // (lines[0].sku, attributes["gift"].value).
 func (s *PayloadSchema) Decode(payload []byte, v any) error {
-	doc, clean, err := s.check(payload)
+	_, clean, err := s.check(payload)
 	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(clean, v); err == nil {
-		return nil
-	}
-	// A key given twice decodes as its last value in the schema's reading
-	// and fails in encoding/json's when the first one is of another type:
-	// the checked document has one of each.
-	if clean, err = encodeDocument(doc); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(clean, v); err != nil {
@@ -116,8 +107,9 @@ func (s *PayloadSchema) Fields(payload []byte) (map[string]any, error) {
 
 // check validates payload and returns it as a document and as JSON that
 // encoding/json reads as the schema does: payload itself, or, when it has
-// keys the schema does not declare or integers written as 1.0 or 1e3, the
-// document without them.
+// keys the schema does not declare, a key given twice or integers written
+// as 1.0 or 1e3, the document re-encoded (without the undeclared keys, each
+// key once, integers as integers).
 func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 	sch, err := s.schema()
 	if err != nil {
@@ -134,12 +126,52 @@ func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 		}
 		return nil, nil, s.invalid(failures(ve, sch, doc))
 	}
+	// A key given twice counts once, with its last value, in the schema's
+	// reading (and JSON.parse's); encoding/json would merge two objects
+	// given for one key, reading keys the schema never saw.
+	twice := keysWritten(payload) != keysIn(doc)
 	doc, changed := normalize(doc, sch)
-	if !changed {
+	if !changed && !twice {
 		return doc, payload, nil
 	}
 	clean, err := encodeDocument(doc)
 	return doc, clean, err
+}
+
+// keysWritten counts the keys of the objects in payload, valid JSON, at
+// every depth: the colons outside its strings.
+func keysWritten(payload []byte) int {
+	n, inString, escaped := 0, false, false
+	for _, c := range payload {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case c == ':' && !inString:
+			n++
+		}
+	}
+	return n
+}
+
+// keysIn counts the keys of the objects in doc at every depth.
+func keysIn(doc any) int {
+	n := 0
+	switch v := doc.(type) {
+	case map[string]any:
+		n += len(v)
+		for _, val := range v {
+			n += keysIn(val)
+		}
+	case []any:
+		for _, val := range v {
+			n += keysIn(val)
+		}
+	}
+	return n
 }
 
 func encodeDocument(doc any) ([]byte, error) {

@@ -28,6 +28,9 @@ type Payload struct {
 type Object struct {
 	Keys []string
 	Vals map[string]any
+	// Before holds values given for a key before its own, the key then
+	// written twice: every reader of the schema takes the last.
+	Before map[string]any
 }
 
 func newObject() *Object { return &Object{Vals: map[string]any{}} }
@@ -38,6 +41,13 @@ func (o *Object) Set(k string, v any) {
 		o.Keys = append(o.Keys, k)
 	}
 	o.Vals[k] = v
+}
+
+func (o *Object) setBefore(k string, v any) {
+	if o.Before == nil {
+		o.Before = map[string]any{}
+	}
+	o.Before[k] = v
 }
 
 // Delete removes key k.
@@ -55,6 +65,16 @@ func (o *Object) MarshalJSON() ([]byte, error) {
 			b.WriteByte(',')
 		}
 		kb, _ := json.Marshal(k)
+		if first, ok := o.Before[k]; ok {
+			fb, err := json.Marshal(first)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(kb)
+			b.WriteByte(':')
+			b.Write(fb)
+			b.WriteByte(',')
+		}
 		vb, err := json.Marshal(o.Vals[k])
 		if err != nil {
 			return nil, err
@@ -212,8 +232,10 @@ func decimal(r *big.Rat) string {
 // value replaced by values of each kind near and across what the schema
 // allows (bounds and one, 1.0 for an integer, times, UUIDs and base64 in
 // other forms, "", long strings of characters of two bytes, enum values in
-// another case); keys no version declares at every object; every list and
-// map empty, longer, and their elements changed alike. Whether the schema
+// another case); keys no version declares at every object; an object, list
+// or map given twice under its key, the first holding what the second
+// leaves out; every list and map empty, longer, and their elements changed
+// alike. Whether the schema
 // takes each is for a validator to say.
 func Variants(doc map[string]any) []Payload {
 	base := sample(node(doc))
@@ -338,6 +360,14 @@ func visit(n node, value any, l loc, path string, emit emit) {
 					return root
 				}, false)
 			}
+			if first, last, ok := givenTwice(sub, value.(*Object).Vals[k]); ok {
+				emit(p+" given twice, first holding what the second leaves out", p, func(root any) any {
+					o := l.get(root).(*Object)
+					o.setBefore(k, first)
+					o.Set(k, last)
+					return root
+				}, false)
+			}
 			visit(sub, value.(*Object).Vals[k], append(slices.Clip(l), k), p, emit)
 		}
 	case n.isMap():
@@ -358,6 +388,59 @@ func visit(n node, value any, l loc, path string, emit emit) {
 		emit(p+" = null", p, func(root any) any { l.get(root).([]any)[0] = nil; return root }, false)
 		visit(items, value.([]any)[0], append(slices.Clip(l), 0), p, emit)
 	}
+}
+
+// givenTwice returns two values of schema n for one key given twice, the
+// first holding what the last leaves out: the optional keys of an object
+// (of every object of a list), another key of a map. A reader that merged
+// them instead of taking the last would read what the last does not hold.
+func givenTwice(n node, v any) (first, last any, ok bool) {
+	thin := func(n node, v any) (any, bool) {
+		o, isObject := v.(*Object)
+		if n.props() == nil || !isObject {
+			return nil, false
+		}
+		required, _ := n["required"].([]any)
+		t, thinner := deepCopy(o).(*Object), false
+		for _, k := range o.Keys {
+			if !slices.Contains(required, any(k)) {
+				t.Delete(k)
+				thinner = true
+			}
+		}
+		return t, thinner
+	}
+	switch {
+	case n.props() != nil:
+		if t, ok := thin(n, v); ok {
+			return deepCopy(v), t, true
+		}
+	case n.isMap():
+		o, isObject := v.(*Object)
+		if !isObject {
+			return nil, nil, false
+		}
+		f := newObject()
+		f.Set("zz_first", sample(n.sub("additionalProperties")))
+		return f, deepCopy(o), true
+	case n.is("array") && n.sub("items") != nil:
+		list, isList := v.([]any)
+		if !isList {
+			return nil, nil, false
+		}
+		thinned, changed := make([]any, len(list)), false
+		for i, e := range list {
+			t, ok := thin(n.sub("items"), e)
+			if !ok {
+				t = deepCopy(e)
+			}
+			thinned[i], changed = t, changed || ok
+		}
+		if changed {
+			return deepCopy(v), thinned, true
+		}
+	}
+	return nil, nil, false
 }
 
 type change struct {
@@ -518,6 +601,9 @@ func deepCopy(v any) any {
 		o := newObject()
 		for _, k := range x.Keys {
 			o.Set(k, deepCopy(x.Vals[k]))
+		}
+		for k, v := range x.Before {
+			o.setBefore(k, deepCopy(v))
 		}
 		return o
 	case []any:
