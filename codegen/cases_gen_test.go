@@ -28,6 +28,7 @@ import (
 	case_rule_event_route_kept "github.com/entoutbox/entoutbox/codegen/testdata/rule_event_route_kept/events"
 	case_rule_field_name_reuse "github.com/entoutbox/entoutbox/codegen/testdata/rule_field_name_reuse/events"
 	case_rule_frozen_before_upcaster "github.com/entoutbox/entoutbox/codegen/testdata/rule_frozen_before_upcaster/events"
+	case_rule_kind_narrow "github.com/entoutbox/entoutbox/codegen/testdata/rule_kind_narrow/events"
 	case_rule_no_redraft "github.com/entoutbox/entoutbox/codegen/testdata/rule_no_redraft/events"
 	case_rule_remove_optional "github.com/entoutbox/entoutbox/codegen/testdata/rule_remove_optional/events"
 	case_rule_version_frozen "github.com/entoutbox/entoutbox/codegen/testdata/rule_version_frozen/events"
@@ -70,6 +71,7 @@ var cases = []goldenCase{
 	{name: "rule_event_route_kept", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_event_route_kept.All},
 	{name: "rule_field_name_reuse", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_field_name_reuse.All},
 	{name: "rule_frozen_before_upcaster", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_frozen_before_upcaster.All},
+	{name: "rule_kind_narrow", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_kind_narrow.All},
 	{name: "rule_no_redraft", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_no_redraft.All},
 	{name: "rule_remove_optional", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_remove_optional.All},
 	{name: "rule_version_frozen", schemaPkg: "schema", schemas: schema_schema.All, events: case_rule_version_frozen.All},

@@ -19,6 +19,7 @@ const (
 	RuleFieldKindSameWire   = "FIELD_KIND_SAME_WIRE"
 	RuleFieldKindWiden      = "FIELD_KIND_WIDEN"
 	RuleFieldKindToFloat    = "FIELD_KIND_TO_FLOAT"
+	RuleFieldKindNarrow     = "FIELD_KIND_NARROW"
 	RuleFieldRequire        = "FIELD_REQUIRE"
 	RuleFieldRelax          = "FIELD_RELAX"
 	RuleEnumValueAdd        = "ENUM_VALUE_ADD"
@@ -71,7 +72,7 @@ var Rules = []Rule{
 		"requires an upcaster (say where the value went, or drop it)", "rule_remove_optional"},
 	{RuleFieldRemoveRequired, "a required field is removed", LevelNone,
 		"requires an upcaster; not forward: older consumers miss it", "removed_field"},
-	{RuleFieldKindChange, "a field changes kind (but as the three rules below)", LevelNone,
+	{RuleFieldKindChange, "a field changes kind (but as the four rules below)", LevelNone,
 		"requires an upcaster", "missing_upcaster"},
 	{RuleFieldKindSameWire, "a field changes to a kind of the same wire shape: `int` and `int64`, `ints` and `int64s`", LevelFull,
 		"nothing to do: the JSON and its schema stay the same; only the Go type changes", "rules_compatible"},
@@ -79,6 +80,8 @@ var Rules = []Rule{
 		"nothing to do; not forward: older consumers refuse values beyond `int32`", "rules_compatible"},
 	{RuleFieldKindToFloat, "an `int` or `int64` field (or list) becomes `float64` (`float64s`)", LevelBackward,
 		"nothing to do; not forward: older consumers refuse fractions. Integers beyond 2^53 lose precision as `float64`", "rules_compatible"},
+	{RuleFieldKindNarrow, "a number field (or list) narrows: `float64` becomes an integer kind, `int` or `int64` becomes `int32`", LevelForward,
+		"requires an upcaster (older payloads may hold fractions or values beyond the new kind); forward: older consumers read every narrower value, an older `float64` rounding integers beyond 2^53", "rule_kind_narrow"},
 	{RuleFieldRequire, "an optional field becomes required without a default", LevelForward,
 		"requires an upcaster", "missing_upcaster"},
 	{RuleFieldRelax, "a required field becomes optional without a default", LevelBackward,
@@ -231,7 +234,11 @@ func stepField(path string, o, n *field.Descriptor) []stepChange {
 }
 
 // kindChangeRule classifies a change of kind from o to n: the same wire
-// shape, a widening of numbers (exact, or to float64), or any other.
+// shape, a widening of numbers (exact, or to float64), a narrowing of
+// numbers, or any other. As Confluent Schema Registry classifies the JSON
+// Schemas (integer to number is TYPE_EXTENDED, wider integer bounds are
+// MAXIMUM_INCREASED and MINIMUM_DECREASED): a widening is backward
+// compatible, a narrowing forward compatible.
 func kindChangeRule(o, n field.Kind) string {
 	type change struct{ from, to field.Kind }
 	switch (change{o, n}) {
@@ -244,15 +251,24 @@ func kindChangeRule(o, n field.Kind) string {
 	case change{field.KindInt, field.KindFloat64}, change{field.KindInt64, field.KindFloat64},
 		change{field.KindInts, field.KindFloat64s}, change{field.KindInt64s, field.KindFloat64s}:
 		return RuleFieldKindToFloat
+	case change{field.KindFloat64, field.KindInt}, change{field.KindFloat64, field.KindInt64},
+		change{field.KindFloat64, field.KindInt32}, change{field.KindInt, field.KindInt32},
+		change{field.KindInt64, field.KindInt32},
+		change{field.KindFloat64s, field.KindInts}, change{field.KindFloat64s, field.KindInt64s}:
+		return RuleFieldKindNarrow
 	}
 	return RuleFieldKindChange
 }
 
 // readsKind tells whether a reader of kind n decodes every value written
 // as kind o without an upcaster: the same kind, the same wire shape, or a
-// widening.
+// widening (not a narrowing).
 func readsKind(o, n field.Kind) bool {
-	return o == n || kindChangeRule(o, n) != RuleFieldKindChange
+	if o == n {
+		return true
+	}
+	rule := kindChangeRule(o, n)
+	return rule != RuleFieldKindChange && rule != RuleFieldKindNarrow
 }
 
 // missing lists the values of a that b lacks.

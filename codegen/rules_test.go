@@ -58,8 +58,15 @@ func TestStepRules(t *testing.T) {
 		{"int32 to int64", descs(field.Int32("q")), descs(field.Int64("q")), []string{"FIELD_KIND_WIDEN q"}, false},
 		{"int32 to float64", descs(field.Int32("q")), descs(field.Float64("q")), []string{"FIELD_KIND_WIDEN q"}, false},
 		{"int to float64", descs(field.Int("q")), descs(field.Float64("q")), []string{"FIELD_KIND_TO_FLOAT q"}, false},
-		{"int64 to int32", descs(field.Int64("q")), descs(field.Int32("q")), []string{"FIELD_KIND_CHANGE q"}, false},
-		{"float64 to int", descs(field.Float64("q")), descs(field.Int("q")), []string{"FIELD_KIND_CHANGE q"}, false},
+		{"int64 to int32", descs(field.Int64("q")), descs(field.Int32("q")), []string{"FIELD_KIND_NARROW q"}, true},
+		{"int to int32", descs(field.Int("q")), descs(field.Int32("q")), []string{"FIELD_KIND_NARROW q"}, true},
+		{"float64 to int", descs(field.Float64("q")), descs(field.Int("q")), []string{"FIELD_KIND_NARROW q"}, true},
+		{"float64 to int32", descs(field.Float64("q")), descs(field.Int32("q")), []string{"FIELD_KIND_NARROW q"}, true},
+		{"float64s to int64s", descs(field.Float64s("q")), descs(field.Int64s("q")), []string{"FIELD_KIND_NARROW q"}, true},
+		{"list element narrowed", descs(field.List("sizes", field.Float64(""))),
+			descs(field.List("sizes", field.Int(""))), []string{"FIELD_KIND_NARROW sizes[]"}, true},
+		{"int to string", descs(field.Int("q")), descs(field.String("q")), []string{"FIELD_KIND_CHANGE q"}, false},
+		{"float64 to string", descs(field.Float64("q")), descs(field.String("q")), []string{"FIELD_KIND_CHANGE q"}, false},
 		{"widened and relaxed", descs(field.Int32("q")), descs(field.Int64("q").Optional().Max(5)),
 			[]string{"FIELD_KIND_WIDEN q", "FIELD_RELAX q", "BOUNDS_TIGHTEN q"}, false},
 		{"same", descs(id(), field.String("c").Comment("x")), descs(id(), field.String("c").Comment("y")), nil, true},
@@ -141,6 +148,7 @@ func TestEveryRuleHasAGoldenCase(t *testing.T) {
 		RuleFieldRequire:        `field "currency" was optional and is now required`,
 		RuleEnumValueRemove:     `field "tier" dropped enum values [c]`,
 		RuleDefaultRemove:       `field "currency" lost its default "EUR"`,
+		RuleFieldKindNarrow:     `field "price" changed kind from float64 to int`,
 	}
 	lock, err := os.ReadFile(filepath.Join("testdata", "rules_compatible", "ent", LockFile))
 	require.NoError(t, err)
@@ -155,6 +163,11 @@ func TestEveryRuleHasAGoldenCase(t *testing.T) {
 			require.Equal(t, r.Level == LevelFull || r.Level == LevelForward, *e.ForwardCompatible, "rule %s: forward compatible", r.ID)
 			require.Equal(t, r.Level == LevelFull || r.Level == LevelBackward, *e.BackwardCompatible, "rule %s: backward compatible", r.ID)
 			continue
+		}
+		if e := l.Entry(strings.ToLower(r.ID), 2); e != nil {
+			// A rule that requires an upcaster shows its levels there too.
+			require.Equal(t, r.Level == LevelFull || r.Level == LevelForward, *e.ForwardCompatible, "rule %s: forward compatible", r.ID)
+			require.Equal(t, r.Level == LevelFull || r.Level == LevelBackward, *e.BackwardCompatible, "rule %s: backward compatible", r.ID)
 		}
 		stderr, err := os.ReadFile(filepath.Join(dir, "stderr.txt"))
 		require.NoError(t, err, "rule %s", r.ID)

@@ -12,6 +12,7 @@ import (
 
 	"entgo.io/ent/dialect/sql"
 
+	outboxdecl1 "github.com/entoutbox/entoutbox/codegen/testdata/rules_compatible/events"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/outbox"
 )
@@ -1137,6 +1138,151 @@ func outboxDowncastFieldKindToFloat(n int, payload []byte) ([]byte, int, error) 
 			events.ErrVersionNotWritable, "field_kind_to_float", n, 2, "the step from version 1 to 2 is not forward compatible: field \"price\" changed kind from int to float64 (rule FIELD_KIND_TO_FLOAT)", 2, n)
 	}
 	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_to_float", n, 2)
+}
+
+// FieldKindNarrowV1 is the payload of version 1 of event "field_kind_narrow".
+type FieldKindNarrowV1 struct {
+	ID    int64   `json:"id"`
+	Price float64 `json:"price"`
+	Stock int64   `json:"stock"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_narrow" version 1.
+func (e *FieldKindNarrowV1) Validate() error {
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindNarrowV1 is the payload of.
+func (FieldKindNarrowV1) OutboxEvent() (name string, version int) {
+	return "field_kind_narrow", 1
+}
+
+// FieldKindNarrow is the payload of version 2 of event "field_kind_narrow", the version producers emit.
+type FieldKindNarrow struct {
+	ID    int64 `json:"id"`
+	Price int   `json:"price"`
+	Stock int32 `json:"stock"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_kind_narrow" version 2.
+func (e *FieldKindNarrow) Validate() error {
+	return nil
+}
+
+// OutboxEvent names the event and version FieldKindNarrow is the payload of.
+func (FieldKindNarrow) OutboxEvent() (name string, version int) {
+	return "field_kind_narrow", 2
+}
+
+// EmitFieldKindNarrow writes event "field_kind_narrow" (version 2, topic
+// "rules") about the Rule aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
+//
+// Consumers of version 1 and later read what it writes.
+// events.AsVersion(n) writes version n instead, for n from 1 to 2
+// (held back while consumers are deployed), when consumers of version 2
+// read the same event from it (else *events.LossError names the field); another
+// n fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitFieldKindNarrow(ctx context.Context, aggregateID events.AggregateID, e FieldKindNarrow, opts ...events.EmitOption) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_kind_narrow", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 1
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldKindNarrow(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	id, err := outbox.AggregateIDOf("field_kind_narrow", version, aggregateID)
+	if err != nil {
+		return err
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "field_kind_narrow",
+		Version:       version,
+		Topic:         "rules",
+		AggregateType: "Rule",
+		AggregateID:   id,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+		MaxDelay:      366 * 24 * time.Hour,
+	}, cfg)
+}
+
+// outboxDowncastFieldKindNarrow turns an encoded latest "field_kind_narrow" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastFieldKindNarrow(n int, payload []byte) ([]byte, int, error) {
+	switch n {
+	case 1:
+		old := &FieldKindNarrowV1{}
+		if err := json.Unmarshal(payload, old); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_kind_narrow", n, err)
+		}
+		if err := old.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: downcasting %q to version %d: %w", "field_kind_narrow", n, err)
+		}
+		b, err := json.Marshal(old)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: encoding %q version %d payload: %w", "field_kind_narrow", n, err)
+		}
+		readBack, err := outboxReadBackFieldKindNarrow(n, b)
+		if err != nil {
+			return nil, 0, fmt.Errorf("entoutbox: reading %q version %d back as version %d: %w", "field_kind_narrow", n, 2, err)
+		}
+		if err := outbox.CheckDowncast("field_kind_narrow", n, 2, payload, readBack); err != nil {
+			return nil, 0, err
+		}
+		return b, 1, nil
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_kind_narrow", n, 2)
+}
+
+// outboxReadBackFieldKindNarrow decodes a version n payload of "field_kind_narrow" as a
+// consumer of version 2 does (upcast, defaults) and encodes what it reads.
+func outboxReadBackFieldKindNarrow(n int, payload []byte) ([]byte, error) {
+	if n <= 1 {
+		fields, err := outbox.DecodeFields(payload)
+		if err != nil {
+			return nil, err
+		}
+		for v := n; v < 2; v++ {
+			switch v {
+			case 1:
+				if fields, err = (outboxdecl1.FieldKindNarrow{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting from version %d: %w", v, err)
+				}
+			}
+		}
+		if payload, err = json.Marshal(fields); err != nil {
+			return nil, err
+		}
+	}
+	e := &FieldKindNarrow{}
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
 }
 
 // DraftedV1 is the payload of version 1 of event "drafted".

@@ -5,11 +5,13 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	outboxdecl1 "github.com/entoutbox/entoutbox/codegen/testdata/rules_compatible/events"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 )
@@ -66,6 +68,7 @@ var outboxEventTypes = []consumer.EventType{
 	{Name: "field_kind_same_wire", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindSameWire},
 	{Name: "field_kind_widen", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindWiden},
 	{Name: "field_kind_to_float", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindToFloat},
+	{Name: "field_kind_narrow", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldKindNarrow},
 	{Name: "drafted", Topic: "rules", Latest: 2, Decode: outboxDecodeDrafted},
 }
 
@@ -92,6 +95,8 @@ var outboxEventTypes = []consumer.EventType{
 //go:embed entoutbox/schemas/field_kind_widen.v2.json
 //go:embed entoutbox/schemas/field_kind_to_float.v1.json
 //go:embed entoutbox/schemas/field_kind_to_float.v2.json
+//go:embed entoutbox/schemas/field_kind_narrow.v1.json
+//go:embed entoutbox/schemas/field_kind_narrow.v2.json
 //go:embed entoutbox/schemas/drafted.v1.json
 //go:embed entoutbox/schemas/drafted.v2.json
 var outboxSchemaFiles embed.FS
@@ -983,6 +988,124 @@ func outboxDecodeFieldKindToFloat(version int, payload []byte) (any, error) {
 	}
 	e := &FieldKindToFloat{}
 	if err := outboxFieldKindToFloatSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
+	}
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
+	}
+	return e, nil
+}
+
+// FieldKindNarrowHandler handles event "field_kind_narrow". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type FieldKindNarrowHandler func(ctx context.Context, tx *Tx, e *FieldKindNarrow, m events.Meta) error
+
+// RegisterFieldKindNarrow registers fn as consumerName's handler of "field_kind_narrow".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnFieldKindNarrow panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterFieldKindNarrow(consumerName string, fn FieldKindNarrowHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldKindNarrow), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "field_kind_narrow", run)
+}
+
+// OnFieldKindNarrow is RegisterFieldKindNarrow that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnFieldKindNarrow(consumerName string, fn FieldKindNarrowHandler) {
+	if err := h.RegisterFieldKindNarrow(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldKindNarrowDelivery is one event of a batch given to a FieldKindNarrowBatchHandler:
+// the latest version, and its metadata.
+type FieldKindNarrowDelivery struct {
+	Event *FieldKindNarrow
+	Meta  events.Meta
+}
+
+// FieldKindNarrowBatchHandler handles many "field_kind_narrow" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldKindNarrowBatchHandler func(ctx context.Context, tx *Tx, batch []FieldKindNarrowDelivery) error
+
+// RegisterFieldKindNarrowBatch registers fn as consumerName's handler of "field_kind_narrow",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldKindNarrowBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldKindNarrowBatch(consumerName string, fn FieldKindNarrowBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldKindNarrowDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldKindNarrowDelivery{Event: p.(*FieldKindNarrow), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_kind_narrow", run)
+}
+
+// OnFieldKindNarrowBatch is RegisterFieldKindNarrowBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldKindNarrowBatch(consumerName string, fn FieldKindNarrowBatchHandler) {
+	if err := h.RegisterFieldKindNarrowBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxFieldKindNarrowSchemas are the schemas of the versions of "field_kind_narrow", from version 1.
+var outboxFieldKindNarrowSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v1.json", "field_kind_narrow", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v2.json", "field_kind_narrow", 2),
+}
+
+// outboxDecodeFieldKindNarrow turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
+func outboxDecodeFieldKindNarrow(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_narrow", version, 2)
+	}
+	e := &FieldKindNarrow{}
+	if version <= 1 {
+		fields, err := outboxFieldKindNarrowSchemas[version-1].Fields(payload)
+		if err != nil {
+			return nil, err
+		}
+		for v := version; v < 2; v++ {
+			switch v {
+			case 1:
+				if fields, err = (outboxdecl1.FieldKindNarrow{}).Upcast(v, fields); err != nil {
+					return nil, fmt.Errorf("upcasting %q from version %d: %w", "field_kind_narrow", v, err)
+				}
+			}
+		}
+		upcast, err := json.Marshal(fields)
+		if err != nil {
+			return nil, fmt.Errorf("encoding upcast %q payload: %w", "field_kind_narrow", err)
+		}
+		if err := json.Unmarshal(upcast, e); err != nil {
+			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "field_kind_narrow", version, 2, err)
+		}
+	} else if err := outboxFieldKindNarrowSchemas[version-1].Decode(payload, e); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is

@@ -6,6 +6,9 @@
 package events
 
 import (
+	"encoding/json"
+	"math"
+
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
 )
@@ -117,6 +120,34 @@ func (FieldKindToFloat) Versions() []events.Version {
 	}
 }
 
+// FieldKindNarrow narrows numbers: forward compatible (consumers of
+// version 1 read every value of version 2), with the upcaster version 2's
+// consumers need for version 1's fractions and values beyond int32.
+type FieldKindNarrow struct{ rule }
+
+func (FieldKindNarrow) Name() string { return "field_kind_narrow" }
+func (FieldKindNarrow) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.Float64("price"), field.Int64("stock")),
+		events.V(2, field.Int64("id"), field.Int("price"), field.Int32("stock")),
+	}
+}
+
+// Upcast rounds version 1's price to a whole number and caps its stock at
+// the largest int32.
+func (FieldKindNarrow) Upcast(from int, fields map[string]any) (map[string]any, error) {
+	price, err := fields["price"].(json.Number).Float64()
+	if err != nil {
+		return nil, err
+	}
+	stock, err := fields["stock"].(json.Number).Int64()
+	if err != nil {
+		return nil, err
+	}
+	fields["price"], fields["stock"] = int64(math.Round(price)), min(stock, math.MaxInt32)
+	return fields, nil
+}
+
 // Drafted has a version not released yet, whose shape changed since the
 // lock was written.
 type Drafted struct{ rule }
@@ -130,4 +161,4 @@ func (Drafted) Versions() []events.Version {
 }
 
 var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{},
-	FieldKindSameWire{}, FieldKindWiden{}, FieldKindToFloat{}, Drafted{}}
+	FieldKindSameWire{}, FieldKindWiden{}, FieldKindToFloat{}, FieldKindNarrow{}, Drafted{}}
