@@ -1,7 +1,9 @@
 package relay_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -167,4 +170,65 @@ func TestEmitAsVersionLosesNothing(t *testing.T) {
 		}),
 		"booked": testent.ShipmentBooked{OrderID: 9, Carrier: "ups", Service: "standard"},
 	}, got, "consumers of the latest version read what the producer gave")
+}
+
+// events.AsVersion refuses a value in each field version 1 of all.kinds
+// lacks, at every depth (a top-level optional field, an optional field of
+// an object, of a list element, and a defaulted field of a map value), and
+// of a field version 1 has whose value it cannot carry; it writes the event
+// as version 1 when each holds what consumers of version 2 read, and
+// nothing when it refuses.
+func TestEmitAsVersionAtEveryDepth(t *testing.T) {
+	t.Parallel()
+	b := setupEmit(t)
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	kinds := func(edit func(*testent.AllKinds)) testent.AllKinds {
+		nick, ref := "ada", int64(-7)
+		e := testent.AllKinds{S: "s", Nick: &nick, B: true, I: 1, I64: 2, Ref: &ref, F: 1.5, At: at, ID: uuid.New(),
+			Size: "M", Sig: []byte{1}, Settings: json.RawMessage(`{}`), Tags: []string{"t"}, Friends: []int64{3},
+			Address: testent.AllKindsAddress{City: "Lyon"}, Billing: &testent.AllKindsBilling{Vat: "FR1"},
+			Lines: []testent.AllKindsLine{{Sku: "a", Qty: 1}, {Sku: "b", Qty: 2}}, Stock: map[string]int64{"a": 1},
+			Attrs: map[string]testent.AllKindsAttr{"j": {Value: "x", Shown: true}, "k": {Value: "y", Shown: true}}}
+		if edit != nil {
+			edit(&e)
+		}
+		return e
+	}
+	refused := map[string]func(*testent.AllKinds){
+		"channel":              func(e *testent.AllKinds) { e.Channel = "web" },
+		"address.street":       func(e *testent.AllKinds) { e.Address.Street = "1 rue Haute" },
+		"lines[1].discount":    func(e *testent.AllKinds) { e.Lines[1].Discount = 0.5 },
+		`attrs["k"].shown`:     func(e *testent.AllKinds) { e.Attrs["k"] = testent.AllKindsAttr{Value: "y"} },
+		`attrs["j"].shown`:     func(e *testent.AllKinds) { e.Attrs["j"] = testent.AllKindsAttr{Value: "x", At: at} },
+		"lines[0].discount, 0": func(e *testent.AllKinds) { e.Lines[0].Discount = 1e-300 },
+	}
+	want := map[string]string{"lines[0].discount, 0": "lines[0].discount", `attrs["j"].shown`: `attrs["j"].shown`}
+	for name, edit := range refused {
+		require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
+			err := tx.Outbox.EmitAllKinds(ctx, "refused", kinds(edit), events.AsVersion(1))
+			var loss *events.LossError
+			require.ErrorAs(t, err, &loss, name)
+			require.Equal(t, cmp.Or(want[name], name), loss.Field, name)
+			require.Equal(t, 1, loss.Version)
+			require.Equal(t, 2, loss.Latest)
+			return nil // committed: the refused event was never written
+		}))
+	}
+	var n int
+	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events`).Scan(&n))
+	require.Zero(t, n, "a refused downcast writes nothing")
+
+	require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
+		return tx.Outbox.EmitAllKinds(ctx, "kept", kinds(nil), events.AsVersion(1))
+	}))
+	var (
+		version int
+		payload []byte
+	)
+	require.NoError(t, b.db.DB.QueryRow(`SELECT event_version, payload FROM outbox_events`).Scan(&version, &payload))
+	require.Equal(t, 1, version)
+	var v1 testent.AllKindsV1
+	require.NoError(t, json.Unmarshal(payload, &v1))
+	require.Equal(t, map[string]testent.AllKindsV1Attr{"j": {Value: "x"}, "k": {Value: "y"}}, v1.Attrs)
 }
