@@ -383,8 +383,9 @@ func refuseGone(m *Model, entries []*LockEntry, old *Lock, fail func(string, ...
 	o := entries[0]
 	for _, d := range m.Events {
 		if d.GoName == o.GoType {
-			fail("%s: its wire name was %q in %s, where version %d is released; a wire name never changes (rule %s): declare Name() %q again, or a new event for the new name",
-				eventWhere(d), o.Event, LockFile, o.Version, RuleEventNameKept, o.Event)
+			fail("%s: its wire name was %q in %s, where version %d is released; a wire name never changes (rule %s): declare Name() %q again, and a new event for the new name; "+
+				"or, to replace the event once its rows are delivered and handled, retire %q by adding \"retired\": true to each of its entries in %s, in a reviewed change",
+				eventWhere(d), o.Event, LockFile, o.Version, RuleEventNameKept, o.Event, o.Event, LockFile)
 			return
 		}
 	}
