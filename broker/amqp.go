@@ -101,8 +101,14 @@ func amqpConfig(conn wmamqp.ConnectionConfig, queueName wmamqp.QueueNameGenerato
 
 // amqpMarshaler is the module's DefaultMarshaler (UUID and metadata as
 // headers) that also sets the standard message-id property to the UUID, for
-// consumers and tools that do not know Watermill's header.
+// consumers and tools that do not know Watermill's header, and sends the
+// metadata key content-type as the content-type property: where the
+// CloudEvents AMQP binding puts datacontenttype in binary mode (section
+// 3.1.1; the relay's CloudEvents attributes set the key).
 type amqpMarshaler struct{ wmamqp.DefaultMarshaler }
+
+// amqpContentType is the metadata key sent as the content-type property.
+const amqpContentType = "content-type"
 
 func (m amqpMarshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 	p, err := m.DefaultMarshaler.Marshal(msg)
@@ -110,16 +116,24 @@ func (m amqpMarshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 		return p, err
 	}
 	p.MessageId = msg.UUID
+	if ct, ok := p.Headers[amqpContentType].(string); ok {
+		p.ContentType = ct
+		delete(p.Headers, amqpContentType)
+	}
 	return p, nil
 }
 
-// Unmarshal is the module's, plus events.MetaDeliveryCount: RabbitMQ says
+// Unmarshal is the module's, plus the content-type property as the
+// metadata key content-type, and events.MetaDeliveryCount: RabbitMQ says
 // only whether the message was delivered before, so "2" stands for two or
 // more.
 func (m amqpMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 	msg, err := m.DefaultMarshaler.Unmarshal(d)
 	if err != nil {
 		return nil, err
+	}
+	if d.ContentType != "" && msg.Metadata.Get(amqpContentType) == "" {
+		msg.Metadata.Set(amqpContentType, d.ContentType)
 	}
 	count := "1"
 	if d.Redelivered {

@@ -77,6 +77,9 @@ func newMessages(n int) []sentMessage {
 			metadata: map[string]string{
 				events.MetaAggregateID: fmt.Sprintf("agg-%d", i%5),
 				"correlation_id":       fmt.Sprintf("corr-%d", i),
+				// The CloudEvents datacontenttype, which RabbitMQ
+				// carries as the content-type property.
+				"content-type": "application/json",
 			},
 		}
 	}

@@ -23,9 +23,15 @@ import (
 //	source           Source
 //	time             when the event was written (RFC 3339)
 //	specversion      1.0
-//	datacontenttype  application/json
+//	datacontenttype  application/json (see below)
 //	dataschema       DataSchemaBase + the version's schema path
 //	                 (schemas/order.paid.v2.json), when DataSchemaBase is set
+//
+// datacontenttype is where the binding puts it in binary mode: the
+// content-type header on Kafka (and with the default prefix), the AMQP
+// content-type property on AMQP (the metadata key content-type, which
+// package broker's AMQP publisher sends as that property), ce-datacontenttype
+// on NATS, whose binding has no exception for it.
 //
 // The outbox metadata stays as it was: entoutbox consumers ignore these
 // keys.
@@ -79,13 +85,17 @@ func CloudEventsPrefixFor(scheme string) string {
 // The CloudEvents attributes, as metadata keys with the default prefix
 // (CloudEventsPrefixKafka).
 const (
-	MetaCloudEventsID              = "ce_id"
-	MetaCloudEventsType            = "ce_type"
-	MetaCloudEventsSource          = "ce_source"
-	MetaCloudEventsTime            = "ce_time"
-	MetaCloudEventsSpecVersion     = "ce_specversion"
-	MetaCloudEventsDataContentType = "ce_datacontenttype"
-	MetaCloudEventsDataSchema      = "ce_dataschema"
+	MetaCloudEventsID          = "ce_id"
+	MetaCloudEventsType        = "ce_type"
+	MetaCloudEventsSource      = "ce_source"
+	MetaCloudEventsTime        = "ce_time"
+	MetaCloudEventsSpecVersion = "ce_specversion"
+	MetaCloudEventsDataSchema  = "ce_dataschema"
+	// MetaCloudEventsDataContentType holds datacontenttype with every
+	// prefix but NATS's: the Kafka binding maps it to the content-type
+	// header, the AMQP binding to the content-type property (section
+	// 3.2.1 and 3.1.1 of each), not to a prefixed key.
+	MetaCloudEventsDataContentType = "content-type"
 )
 
 // validate says what makes ce unusable, naming the field after prefix.
@@ -156,7 +166,11 @@ func (ce *CloudEvents) set(md message.Metadata, eventID, name string, version in
 	md[p+"source"] = ce.Source
 	md[p+"time"] = createdAt.UTC().Format(time.RFC3339Nano)
 	md[p+"specversion"] = "1.0"
-	md[p+"datacontenttype"] = "application/json"
+	if p == CloudEventsPrefixNATS {
+		md[p+"datacontenttype"] = "application/json"
+	} else {
+		md[MetaCloudEventsDataContentType] = "application/json"
+	}
 	if s := ce.DataSchema(name, version); s != "" {
 		md[p+"dataschema"] = s
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+	cekafka "github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
 	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
@@ -148,6 +151,10 @@ func testCloudEventsOnAMQP(t *testing.T, cePrefix string) {
 	for k, v := range d.Headers {
 		headers[k] = fmt.Sprint(v)
 	}
+	require.Equal(t, "application/json", d.ContentType, "datacontenttype is the AMQP content-type property (section 3.1.1)")
+	require.NotContains(t, headers, "cloudEvents"+sep+"datacontenttype",
+		"all attributes but datacontenttype are application properties (section 3.1.3)")
+	require.NotContains(t, headers, "content-type", "the property, not a header")
 	require.Equal(t, id.String(), headers["cloudEvents"+sep+"id"])
 	require.Equal(t, "1.0", headers["cloudEvents"+sep+"specversion"])
 	require.NotEmpty(t, headers["cloudEvents"+sep+"time"])
@@ -156,5 +163,60 @@ func testCloudEventsOnAMQP(t *testing.T, cePrefix string) {
 		require.NotContains(t, k, "cloudEvents"+other, "one separator per message")
 		require.NotContains(t, k, "ce_", "no Kafka-style key")
 	}
-	requireOrderPaidEvent(t, ceMessage{headers: headers, payload: d.Body, specs: spec.WithPrefix(cePrefix)}, id)
+	requireOrderPaidEvent(t, ceMessage{headers: headers, contentType: d.ContentType, payload: d.Body, specs: spec.WithPrefix(cePrefix)}, id)
+}
+
+// TestCloudEventsOnKafkaReadBySDK relays an event to Kafka (kfake, in
+// process) with the default prefix and reads the record with the
+// CloudEvents Go SDK's Kafka binding (protocol/kafka_sarama), as a consumer
+// outside entoutbox would: binary mode, every attribute and the data. The
+// binding maps datacontenttype to the content-type header ("For the binary
+// mode, the header content-type property MUST be mapped directly to the
+// CloudEvents datacontenttype attribute", section 3.2.1), not to a ce_ key.
+func TestCloudEventsOnKafkaReadBySDK(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	b := setupEmit(t)
+	br := openBroker(t, "kafka://"+strings.Join(c.ListenAddrs(), ","), "")
+	prefix := uniquePrefix()
+	got := receiveOn(t, br, prefix)
+	id := emitOnePaid(t, b.client)
+	ce := &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/",
+		Prefix: relay.CloudEventsPrefixFor("kafka")}
+	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: br.Publisher(), TopicPrefix: prefix, CloudEvents: ce}))
+	got.waitFor(t, emitted{ids: map[string]bool{id.String(): true}}, patience)
+	require.NoError(t, stop())
+
+	consumer, err := sarama.NewConsumer(c.ListenAddrs(), sarama.NewConfig())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = consumer.Close() })
+	partitions, err := consumer.Partitions(prefix + "orders")
+	require.NoError(t, err)
+	records := make(chan *sarama.ConsumerMessage, 1)
+	for _, p := range partitions {
+		pc, err := consumer.ConsumePartition(prefix+"orders", p, sarama.OffsetOldest)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = pc.Close() })
+		go func() {
+			for m := range pc.Messages() {
+				records <- m
+			}
+		}()
+	}
+	var rec *sarama.ConsumerMessage
+	select {
+	case rec = <-records:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no record on the topic")
+	}
+	headers := map[string]string{}
+	for _, h := range rec.Headers {
+		headers[string(h.Key)] = string(h.Value)
+	}
+	require.Equal(t, id.String(), headers["ce_id"], "the Kafka binding's header name")
+	require.Equal(t, "application/json", headers["content-type"], "datacontenttype is the content-type header")
+	require.NotContains(t, headers, "ce_datacontenttype", "datacontenttype is no ce_ header")
+	requireOrderPaidEvent(t, cekafka.NewMessageFromConsumerMessage(rec), id)
 }

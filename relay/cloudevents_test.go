@@ -21,17 +21,21 @@ import (
 )
 
 // ceMessage reads message headers as a CloudEvents binary-mode message
-// whose attributes are prefixed keys (spec.WithPrefix), as the SDK's
-// bindings read their brokers' headers.
+// whose attributes are prefixed keys (spec.WithPrefix) and whose
+// datacontenttype is the protocol's content type, as the SDK's Kafka and
+// AMQP bindings read their brokers' messages.
 type ceMessage struct {
-	headers map[string]string
-	payload []byte
-	specs   *spec.Versions
+	headers     map[string]string
+	contentType string
+	payload     []byte
+	specs       *spec.Versions
 }
 
-// kafkaStyle reads a Watermill message with the default prefix, ce_.
+// kafkaStyle reads a Watermill message with the default prefix, ce_, and
+// datacontenttype in the content-type key.
 func kafkaStyle(msg *message.Message) ceMessage {
-	return ceMessage{headers: msg.Metadata, payload: msg.Payload, specs: spec.WithPrefix(relay.CloudEventsPrefixKafka)}
+	return ceMessage{headers: msg.Metadata, contentType: msg.Metadata.Get("content-type"), payload: msg.Payload,
+		specs: spec.WithPrefix(relay.CloudEventsPrefixKafka)}
 }
 
 func (m ceMessage) version() spec.Version {
@@ -52,6 +56,11 @@ func (m ceMessage) ReadStructured(context.Context, binding.StructuredWriter) err
 func (m ceMessage) ReadBinary(_ context.Context, w binding.BinaryWriter) error {
 	v := m.version()
 	prefix := strings.TrimSuffix(m.specs.PrefixedSpecVersionName(), "specversion")
+	if m.contentType != "" {
+		if err := w.SetAttribute(v.AttributeFromKind(spec.DataContentType), m.contentType); err != nil {
+			return err
+		}
+	}
 	for k, val := range m.headers {
 		if a := v.Attribute(k); a != nil {
 			if err := w.SetAttribute(a, val); err != nil {
@@ -74,6 +83,9 @@ func (m ceMessage) GetAttribute(k spec.Kind) (spec.Attribute, any) {
 	a := m.version().AttributeFromKind(k)
 	if a == nil {
 		return nil, nil
+	}
+	if k == spec.DataContentType && m.contentType != "" {
+		return a, m.contentType
 	}
 	if v, ok := m.headers[a.PrefixedName()]; ok {
 		return a, v
@@ -127,6 +139,8 @@ func testRelayedMessagesAreCloudEvents(t *testing.T, p *onPath) {
 	require.Equal(t, "urn:shop:orders", ev.Source())
 	require.True(t, createdAt.Equal(ev.Time()), "ce_time %s is the row's created_at %s", ev.Time(), createdAt)
 	require.Equal(t, "application/json", ev.DataContentType())
+	require.Equal(t, "application/json", msg.Metadata.Get(relay.MetaCloudEventsDataContentType), "the Kafka binding's content-type header")
+	require.NotContains(t, msg.Metadata, "ce_datacontenttype", "datacontenttype is no ce_ key")
 	require.Equal(t, "https://contracts.example.com/orders/schemas/order.paid.v2.json", ev.DataSchema())
 	var data testent.OrderPaid
 	require.NoError(t, ev.DataAs(&data))
