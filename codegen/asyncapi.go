@@ -149,8 +149,24 @@ func cloudEventsPrefix(scheme string) string {
 	return "ce_"
 }
 
+// cloudEventsKey is the header of a CloudEvents attribute with prefix, as
+// the relay sets it: the binding's prefix and the name, but datacontenttype,
+// which the Kafka binding maps to the content-type header and the AMQP
+// binding to the content-type property ("", no header); the NATS binding
+// has no exception.
+func cloudEventsKey(prefix, attribute string) string {
+	if attribute != "datacontenttype" || prefix == "ce-" {
+		return prefix + attribute
+	}
+	if strings.HasPrefix(prefix, "cloudEvents") {
+		return ""
+	}
+	return "content-type"
+}
+
 // The CloudEvents attributes the relay can add (relay.CloudEvents), in
-// binary content mode: each a header, the binding's prefix and the name.
+// binary content mode: each a header, the binding's prefix and the name
+// (cloudEventsKey).
 var cloudEventAttributes = []string{"id", "source", "specversion", "type", "time", "datacontenttype", "dataschema"}
 
 // eventIDHeader is the header (Watermill's message UUID) that carries the
@@ -185,16 +201,19 @@ func headersSchema(e *Event, v *Version, cePrefix string, schedulable bool) json
 			"(RFC 3339, UTC, microseconds); it was published at that time or after, never before"}
 	}
 	ce := map[string]jsonObject{
-		"id":              str("CloudEvents id: the event id"),
-		"source":          {"type": "string", "format": "uri-reference", "description": "CloudEvents source"},
-		"specversion":     {"type": "string", "const": "1.0", "description": "CloudEvents spec version"},
-		"type":            {"type": "string", "const": fmt.Sprintf("%s.v%d", e.Name, v.Number), "description": "CloudEvents type: wire name and version"},
-		"time":            {"type": "string", "format": "date-time", "description": "CloudEvents time: when the event was written"},
-		"datacontenttype": {"type": "string", "const": "application/json", "description": "CloudEvents datacontenttype"},
-		"dataschema":      {"type": "string", "format": "uri", "description": "CloudEvents dataschema: this version's JSON Schema, " + SchemaPath(e.Name, v.Number) + " under the relay's base URI"},
+		"id":          str("CloudEvents id: the event id"),
+		"source":      {"type": "string", "format": "uri-reference", "description": "CloudEvents source"},
+		"specversion": {"type": "string", "const": "1.0", "description": "CloudEvents spec version"},
+		"type":        {"type": "string", "const": fmt.Sprintf("%s.v%d", e.Name, v.Number), "description": "CloudEvents type: wire name and version"},
+		"time":        {"type": "string", "format": "date-time", "description": "CloudEvents time: when the event was written"},
+		"datacontenttype": {"type": "string", "const": "application/json", "description": "CloudEvents datacontenttype (binary mode: " +
+			"the content-type header on Kafka, ce-datacontenttype on NATS; on RabbitMQ the content-type property, no header)"},
+		"dataschema": {"type": "string", "format": "uri", "description": "CloudEvents dataschema: this version's JSON Schema, " + SchemaPath(e.Name, v.Number) + " under the relay's base URI"},
 	}
 	for _, k := range cloudEventAttributes {
-		props[cePrefix+k] = ce[k]
+		if key := cloudEventsKey(cePrefix, k); key != "" { // not AMQP's datacontenttype, the message's contentType
+			props[key] = ce[k]
+		}
 	}
 	required := []string{eventIDHeader, events.MetaAggregateID, events.MetaAggregateType, events.MetaCreatedAt, events.MetaEventName, events.MetaEventVersion}
 	return jsonObject{
@@ -202,7 +221,8 @@ func headersSchema(e *Event, v *Version, cePrefix string, schedulable bool) json
 		"description": "Message metadata. " + eventIDHeader + " is the event id, to dedupe on. The " + cePrefix + " attributes are there " +
 			"when the relay adds CloudEvents attributes (binary content mode), prefixed as the broker's CloudEvents binding names " +
 			"them: ce_ on Kafka (and brokers without a binding), ce- on NATS, cloudEvents_ (or cloudEvents:, as the relay is told) " +
-			"on RabbitMQ. The emitter's headers (events.WithHeader) are strings too.",
+			"on RabbitMQ; datacontenttype is where the binding puts it: the content-type header on Kafka, the content-type " +
+			"property on RabbitMQ, ce-datacontenttype on NATS. The emitter's headers (events.WithHeader) are strings too.",
 		"properties": props, "required": required,
 		"additionalProperties": jsonObject{"type": "string"},
 	}

@@ -92,6 +92,79 @@ func TestAsyncAPIOptions(t *testing.T) {
 	}
 }
 
+// brokerDocuments are documents generated for one broker each, with a
+// topic prefix: the CloudEvents headers each names, as the broker's
+// binding names them (datacontenttype: Kafka's content-type header,
+// AMQP's content-type property, which is no header, NATS's
+// ce-datacontenttype).
+var brokerDocuments = []struct {
+	url         string
+	has, hasNot []string
+}{
+	{"nats://nats.example.com:4222", []string{"ce-id", "ce-specversion", "ce-datacontenttype"},
+		[]string{"ce_id", "content-type", "cloudEvents_id"}},
+	{"kafka://kafka-1.example.com:9092", []string{"ce_id", "ce_specversion", "content-type"},
+		[]string{"ce_datacontenttype", "ce-id", "cloudEvents_id"}},
+	{"amqp://rabbit.example.com/shop", []string{"cloudEvents_id", "cloudEvents_specversion"},
+		[]string{"cloudEvents_datacontenttype", "content-type", "ce_id"}},
+}
+
+// generateForBroker generates case versions for the broker at url with
+// the topic prefix "prod_" and returns its AsyncAPI document's path.
+func generateForBroker(t *testing.T, url string) string {
+	t.Helper()
+	out := t.TempDir()
+	require.NoError(t, generate(t, caseNamed(t, "versions"), out, codegen.Server("production", url), codegen.TopicPrefix("prod_")))
+	return filepath.Join(out, codegen.ContractDir, codegen.AsyncAPIFile)
+}
+
+// TestAsyncAPIPerBroker: with a server of each broker and a topic prefix,
+// the document lists the server, every address starts with the prefix,
+// every message requires the event id header and says outbox_publish_id
+// is not for dedupe, and the CloudEvents headers are the broker binding's.
+func TestAsyncAPIPerBroker(t *testing.T) {
+	for _, c := range brokerDocuments {
+		t.Run(c.url, func(t *testing.T) {
+			var doc struct {
+				Servers    map[string]struct{ Host, Protocol string }
+				Channels   map[string]struct{ Address string }
+				Components struct {
+					Messages map[string]struct {
+						ContentType string
+						Headers     struct {
+							Required   []string
+							Properties map[string]struct{ Description string }
+						}
+					}
+				}
+			}
+			b, err := os.ReadFile(generateForBroker(t, c.url))
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &doc))
+			require.Len(t, doc.Servers, 1)
+			require.Equal(t, strings.SplitN(c.url, "/", 4)[2], doc.Servers["production"].Host)
+			require.Equal(t, strings.SplitN(c.url, ":", 2)[0], doc.Servers["production"].Protocol)
+			require.NotEmpty(t, doc.Channels)
+			for topic, ch := range doc.Channels {
+				require.Equal(t, "prod_"+topic, ch.Address)
+			}
+			require.NotEmpty(t, doc.Components.Messages)
+			for key, msg := range doc.Components.Messages {
+				require.Equal(t, "application/json", msg.ContentType, key)
+				require.Contains(t, msg.Headers.Required, "_watermill_message_uuid", key)
+				require.Contains(t, msg.Headers.Properties["_watermill_message_uuid"].Description, "dedupe on it", key)
+				require.Contains(t, msg.Headers.Properties["outbox_publish_id"].Description, "not for dedupe", key)
+				for _, h := range c.has {
+					require.Contains(t, msg.Headers.Properties, h, key)
+				}
+				for _, h := range c.hasNot {
+					require.NotContains(t, msg.Headers.Properties, h, key)
+				}
+			}
+		})
+	}
+}
+
 // TestAsyncAPIOptionsRefused: options the document cannot honour refuse
 // the generation, each named with what is wrong (a password shown
 // redacted), and nothing is written.
@@ -146,6 +219,9 @@ func TestAsyncAPIParser(t *testing.T) {
 		docs = append(docs, filepath.Join(d, codegen.AsyncAPIFile))
 	}
 	docs = append(docs, filepath.Join(generateWithOptions(t), codegen.AsyncAPIFile))
+	for _, c := range brokerDocuments {
+		docs = append(docs, generateForBroker(t, c.url))
+	}
 	for i, d := range docs {
 		abs, err := filepath.Abs(d)
 		require.NoError(t, err)
