@@ -84,7 +84,7 @@ var Rules = []Rule{
 		"requires an upcaster (older payloads may hold fractions or values beyond the new kind); forward: older consumers read every narrower value, an older `float64` rounding integers beyond 2^53", "rule_kind_narrow"},
 	{RuleFieldRequire, "an optional field becomes required without a default", LevelForward,
 		"requires an upcaster", "missing_upcaster"},
-	{RuleFieldRelax, "a required field becomes optional without a default", LevelBackward,
+	{RuleFieldRelax, "a required field becomes optional, or gets a default (its schema no longer requires the key)", LevelBackward,
 		"nothing to do; not forward: older consumers require it", "rules_compatible"},
 	{RuleEnumValueAdd, "an enum gains values", LevelBackward,
 		"nothing to do; not forward: older consumers refuse the new values", "rules_compatible"},
@@ -203,6 +203,10 @@ func stepField(path string, o, n *field.Descriptor) []stepChange {
 		out = append(out, stepChange{RuleFieldRequire, path, "was optional and is now required"})
 	case !o.Optional && n.Optional && n.Default == nil:
 		out = append(out, stepChange{RuleFieldRelax, path, "was required and is now optional"})
+	case !o.Optional && o.Default == nil && n.Default != nil:
+		// A payload of the newer version may lack the key, which the
+		// older version's schema and consumers require.
+		out = append(out, stepChange{RuleFieldRelax, path, fmt.Sprintf("was required and now has the default %#v", n.Default)})
 	case o.Default != nil && n.Default == nil && !n.Optional:
 		out = append(out, stepChange{RuleDefaultRemove, path, fmt.Sprintf("lost its default %#v", o.Default)})
 	}

@@ -263,6 +263,182 @@ func outboxDowncastFieldRelax(n int, payload []byte) ([]byte, int, error) {
 	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_relax", n, 2)
 }
 
+// FieldRelaxDefaultV1 is the payload of version 1 of event "field_relax_default".
+type FieldRelaxDefaultV1 struct {
+	ID       int64                      `json:"id"`
+	Currency string                     `json:"currency"`
+	Address  FieldRelaxDefaultV1Address `json:"address"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_relax_default" version 1.
+func (e *FieldRelaxDefaultV1) Validate() error {
+	if e.Currency == "" {
+		return &events.ValidationError{Event: "field_relax_default", Version: 1, Field: "currency", Reason: "is required"}
+	}
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldRelaxDefaultV1 is the payload of.
+func (FieldRelaxDefaultV1) OutboxEvent() (name string, version int) {
+	return "field_relax_default", 1
+}
+
+// FieldRelaxDefaultV1Address is field "address" of version 1 of event "field_relax_default".
+type FieldRelaxDefaultV1Address struct {
+	Country string `json:"country"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "field_relax_default" version 1. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *FieldRelaxDefaultV1Address) Validate() error {
+	if e.Country == "" {
+		return &events.ValidationError{Event: "field_relax_default", Version: 1, Field: "country", Reason: "is required"}
+	}
+	return nil
+}
+
+// FieldRelaxDefault is the payload of version 2 of event "field_relax_default", the version producers emit.
+type FieldRelaxDefault struct {
+	ID       int64                    `json:"id"`
+	Currency string                   `json:"currency"`
+	Address  FieldRelaxDefaultAddress `json:"address"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "field_relax_default" version 2.
+func (e *FieldRelaxDefault) Validate() error {
+	if err := e.Address.Validate(); err != nil {
+		return outboxNestedError("address", err)
+	}
+	return nil
+}
+
+// OutboxEvent names the event and version FieldRelaxDefault is the payload of.
+func (FieldRelaxDefault) OutboxEvent() (name string, version int) {
+	return "field_relax_default", 2
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *FieldRelaxDefault) outboxSetDefaults() {
+	if e.Currency == "" {
+		e.Currency = "EUR"
+	}
+	e.Address.outboxSetDefaults()
+}
+
+// OutboxSetDefaults sets the declared defaults where e holds no value (a
+// nil pointer, an empty string), as Emit does before writing it
+// (events.Defaulter).
+func (e *FieldRelaxDefault) OutboxSetDefaults() { e.outboxSetDefaults() }
+
+// outboxPrefill sets every declared default before a payload is decoded
+// into e, so that fields an older version lacks get them.
+func (e *FieldRelaxDefault) outboxPrefill() {
+	e.Currency = "EUR"
+	e.Address.outboxPrefill()
+}
+
+// FieldRelaxDefaultAddress is field "address" of version 2 of event "field_relax_default".
+type FieldRelaxDefaultAddress struct {
+	Country string `json:"country"`
+}
+
+// Validate reports the first field of e that breaks the declaration of
+// "address" in "field_relax_default" version 2. The error names the
+// field within the object; the payload's Validate puts the path before it.
+func (e *FieldRelaxDefaultAddress) Validate() error {
+	return nil
+}
+
+// outboxSetDefaults replaces absent values (nil pointers, empty strings) by
+// their declared defaults.
+func (e *FieldRelaxDefaultAddress) outboxSetDefaults() {
+	if e.Country == "" {
+		e.Country = "FR"
+	}
+}
+
+// outboxPrefill sets every declared default of e.
+func (e *FieldRelaxDefaultAddress) outboxPrefill() {
+	e.Country = "FR"
+}
+
+// UnmarshalJSON sets the declared defaults before decoding, so that the
+// fields an older version's payload lacks get them, in lists and maps too.
+func (e *FieldRelaxDefaultAddress) UnmarshalJSON(b []byte) error {
+	type plain FieldRelaxDefaultAddress // without this method
+	e.outboxPrefill()
+	return json.Unmarshal(b, (*plain)(e))
+}
+
+// EmitFieldRelaxDefault writes event "field_relax_default" (version 2, topic
+// "rules") about the Rule aggregateID to the outbox, in the
+// transaction c belongs to. The event is relayed only after the transaction
+// commits; if the transaction rolls back, so does the event. aggregateID is
+// the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
+//
+// It fails with events.ErrNotInTransaction on a client that is not part of a
+// transaction, and with an *events.ValidationError naming the field when e
+// breaks its declaration, or naming an aggregate id of another type, or the
+// header or aggregate id that no broker can carry (see events.CheckHeader);
+// none sends anything to the database.
+// events.ReturnEventID learns the event's id without writing it early.
+// events.DeliverAt and DeliverAfter are refused: the schema has no ScheduledEvent.
+//
+// Only consumers of version 2 read what it writes: events.AsVersion of
+// another version fails with events.ErrVersionNotWritable.
+func (c *OutboxClient) EmitFieldRelaxDefault(ctx context.Context, aggregateID events.AggregateID, e FieldRelaxDefault, opts ...events.EmitOption) error {
+	e.outboxSetDefaults()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(&e)
+	if err != nil {
+		return fmt.Errorf("entoutbox: encoding %q payload: %w", "field_relax_default", err)
+	}
+	cfg := events.NewEmitConfig(opts...)
+	version, readableFrom := 2, 2
+	if cfg.Version != 0 && cfg.Version != version {
+		if payload, readableFrom, err = outboxDowncastFieldRelaxDefault(cfg.Version, payload); err != nil {
+			return err
+		}
+		version = cfg.Version
+	}
+	id, err := outbox.AggregateIDOf("field_relax_default", version, aggregateID)
+	if err != nil {
+		return err
+	}
+	return c.outboxEmit(ctx, outbox.Event{
+		Name:          "field_relax_default",
+		Version:       version,
+		Topic:         "rules",
+		AggregateType: "Rule",
+		AggregateID:   id,
+		Payload:       payload,
+		ReadableFrom:  readableFrom,
+		MaxDelay:      366 * 24 * time.Hour,
+	}, cfg)
+}
+
+// outboxDowncastFieldRelaxDefault turns an encoded latest "field_relax_default" payload into
+// version n's, for events.AsVersion, and returns the oldest version whose
+// consumers read that. Only versions whose consumers read the latest are
+// allowed, and only payloads that consumers of the latest read back as they
+// are: a field version n lacks holds what they fill in.
+func outboxDowncastFieldRelaxDefault(n int, payload []byte) ([]byte, int, error) {
+	if n >= 1 && n < 2 {
+		return nil, 0, fmt.Errorf("%w: %q version %d: its consumers cannot read version %d, as %s; deploy the consumers of version %d first, then emit the latest; until then, keep emitting version %d from a build whose latest version it is",
+			events.ErrVersionNotWritable, "field_relax_default", n, 2, "the step from version 1 to 2 is not forward compatible: field \"currency\" was required and now has the default \"EUR\" (rule FIELD_RELAX)", 2, n)
+	}
+	return nil, 0, fmt.Errorf("%w: %q version %d is not declared (versions 1 to %d)", events.ErrVersionNotWritable, "field_relax_default", n, 2)
+}
+
 // EnumValueAddV1 is the payload of version 1 of event "enum_value_add".
 type EnumValueAddV1 struct {
 	ID   int64  `json:"id"`
@@ -1408,6 +1584,18 @@ func outboxReadBackDrafted(n int, payload []byte) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(e)
+}
+
+// outboxNestedError puts the path of a nested object before the field its
+// Validate names: "lines[2]" and "sku" make "lines[2].sku".
+func outboxNestedError(at string, err error) error {
+	ve, ok := err.(*events.ValidationError)
+	if !ok {
+		return err
+	}
+	nested := *ve
+	nested.Field = at + "." + ve.Field
+	return &nested
 }
 
 // outboxEmit holds an encoded event in the transaction's batch.

@@ -61,6 +61,7 @@ func (h *OutboxHandlers) outboxBegin(ctx context.Context) (consumer.Tx, error) {
 var outboxEventTypes = []consumer.EventType{
 	{Name: "field_add_optional", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldAddOptional},
 	{Name: "field_relax", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldRelax},
+	{Name: "field_relax_default", Topic: "rules", Latest: 2, Decode: outboxDecodeFieldRelaxDefault},
 	{Name: "enum_value_add", Topic: "rules", Latest: 2, Decode: outboxDecodeEnumValueAdd},
 	{Name: "bounds_loosen", Topic: "rules", Latest: 2, Decode: outboxDecodeBoundsLoosen},
 	{Name: "bounds_tighten", Topic: "rules", Latest: 2, Decode: outboxDecodeBoundsTighten},
@@ -81,6 +82,8 @@ var outboxEventTypes = []consumer.EventType{
 //go:embed entoutbox/schemas/field_add_optional.v2.json
 //go:embed entoutbox/schemas/field_relax.v1.json
 //go:embed entoutbox/schemas/field_relax.v2.json
+//go:embed entoutbox/schemas/field_relax_default.v1.json
+//go:embed entoutbox/schemas/field_relax_default.v2.json
 //go:embed entoutbox/schemas/enum_value_add.v1.json
 //go:embed entoutbox/schemas/enum_value_add.v2.json
 //go:embed entoutbox/schemas/bounds_loosen.v1.json
@@ -302,6 +305,106 @@ func outboxDecodeFieldRelax(version int, payload []byte) (any, error) {
 	if err := outboxFieldRelaxSchemas[version-1].Decode(payload, e); err != nil {
 		return nil, err
 	}
+	// A payload of the latest version (or of a later one read as it) is
+	// what its schema accepts; an older one must also be a valid latest one.
+	if version < 2 {
+		if err := e.Validate(); err != nil {
+			return nil, consumer.InvalidPayload(version, 2, err)
+		}
+	}
+	return e, nil
+}
+
+// FieldRelaxDefaultHandler handles event "field_relax_default". e is the latest version;
+// older ones arrive upcast, and newer ones that their producer marks
+// readable as it (outbox_readable_from, during a rolling deploy) arrive
+// decoded as it, m.Version telling the version emitted. Write the effect
+// with tx: it commits together with the record that the event was
+// processed (and, in a batch, with other events' effects).
+type FieldRelaxDefaultHandler func(ctx context.Context, tx *Tx, e *FieldRelaxDefault, m events.Meta) error
+
+// RegisterFieldRelaxDefault registers fn as consumerName's handler of "field_relax_default".
+// It returns an error, naming the event and the consumer, when consumerName
+// is empty, fn is nil or consumerName has a handler of the event already;
+// OnFieldRelaxDefault panics instead. AddToRouter subscribes the handlers
+// registered before it is called.
+func (h *OutboxHandlers) RegisterFieldRelaxDefault(consumerName string, fn FieldRelaxDefaultHandler) error {
+	var run consumer.TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payload any, m events.Meta) error {
+			return fn(ctx, tx.(outboxTx).Tx, payload.(*FieldRelaxDefault), m)
+		}
+	}
+	return h.set.RegisterInTx(consumerName, "field_relax_default", run)
+}
+
+// OnFieldRelaxDefault is RegisterFieldRelaxDefault that panics on an error, for handlers
+// registered once at start-up, where a mistake is the program's.
+func (h *OutboxHandlers) OnFieldRelaxDefault(consumerName string, fn FieldRelaxDefaultHandler) {
+	if err := h.RegisterFieldRelaxDefault(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// FieldRelaxDefaultDelivery is one event of a batch given to a FieldRelaxDefaultBatchHandler:
+// the latest version, and its metadata.
+type FieldRelaxDefaultDelivery struct {
+	Event *FieldRelaxDefault
+	Meta  events.Meta
+}
+
+// FieldRelaxDefaultBatchHandler handles many "field_relax_default" events at once, for one
+// statement for all of them (a bulk insert: tx.X.CreateBulk). batch holds no two events
+// of one aggregate; an aggregate's next event comes in a later call. Write the effects
+// with tx: they commit together with the records that the events were processed. An
+// error rolls the whole batch back, and each event is then given alone, in a
+// transaction of its own, with its retries and dead letters.
+type FieldRelaxDefaultBatchHandler func(ctx context.Context, tx *Tx, batch []FieldRelaxDefaultDelivery) error
+
+// RegisterFieldRelaxDefaultBatch registers fn as consumerName's handler of "field_relax_default",
+// given the events of a shared transaction (consumer.WithBatchSize) at once. It
+// returns an error, naming the event and the consumer, when consumerName is empty,
+// fn is nil or consumerName has a handler of the event already;
+// OnFieldRelaxDefaultBatch panics instead.
+func (h *OutboxHandlers) RegisterFieldRelaxDefaultBatch(consumerName string, fn FieldRelaxDefaultBatchHandler) error {
+	var run consumer.TxBatchHandlerFunc // nil for a nil fn, which RegisterBatchInTx refuses
+	if fn != nil {
+		run = func(ctx context.Context, tx consumer.Tx, payloads []any, metas []events.Meta) error {
+			batch := make([]FieldRelaxDefaultDelivery, len(payloads))
+			for i, p := range payloads {
+				batch[i] = FieldRelaxDefaultDelivery{Event: p.(*FieldRelaxDefault), Meta: metas[i]}
+			}
+			return fn(ctx, tx.(outboxTx).Tx, batch)
+		}
+	}
+	return h.set.RegisterBatchInTx(consumerName, "field_relax_default", run)
+}
+
+// OnFieldRelaxDefaultBatch is RegisterFieldRelaxDefaultBatch that panics on an error.
+func (h *OutboxHandlers) OnFieldRelaxDefaultBatch(consumerName string, fn FieldRelaxDefaultBatchHandler) {
+	if err := h.RegisterFieldRelaxDefaultBatch(consumerName, fn); err != nil {
+		panic(err)
+	}
+}
+
+// outboxFieldRelaxDefaultSchemas are the schemas of the versions of "field_relax_default", from version 1.
+var outboxFieldRelaxDefaultSchemas = [...]*consumer.PayloadSchema{
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v1.json", "field_relax_default", 1),
+	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v2.json", "field_relax_default", 2),
+}
+
+// outboxDecodeFieldRelaxDefault turns a payload of any declared version into the latest,
+// once the schema of its version accepts it.
+func outboxDecodeFieldRelaxDefault(version int, payload []byte) (any, error) {
+	if version < 1 || version > 2 {
+		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_relax_default", version, 2)
+	}
+	e := &FieldRelaxDefault{}
+	e.outboxPrefill()
+	if err := outboxFieldRelaxDefaultSchemas[version-1].Decode(payload, e); err != nil {
+		return nil, err
+	}
+	e.outboxSetDefaults()
 	// A payload of the latest version (or of a later one read as it) is
 	// what its schema accepts; an older one must also be a valid latest one.
 	if version < 2 {

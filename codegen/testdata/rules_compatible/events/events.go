@@ -40,6 +40,20 @@ func (FieldRelax) Versions() []events.Version {
 	}
 }
 
+// FieldRelaxDefault gives a required field a default, at the top and
+// nested: the schema no longer requires the key, which consumers of
+// version 1 do.
+type FieldRelaxDefault struct{ rule }
+
+func (FieldRelaxDefault) Name() string { return "field_relax_default" }
+func (FieldRelaxDefault) Versions() []events.Version {
+	return []events.Version{
+		events.V(1, field.Int64("id"), field.String("currency"), field.Object("address", field.String("country"))),
+		events.V(2, field.Int64("id"), field.String("currency").Default("EUR"),
+			field.Object("address", field.String("country").Default("FR"))),
+	}
+}
+
 // EnumValueAdd adds an enum value.
 type EnumValueAdd struct{ rule }
 
@@ -160,5 +174,5 @@ func (Drafted) Versions() []events.Version {
 	}
 }
 
-var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{},
+var All = []events.Interface{FieldAddOptional{}, FieldRelax{}, FieldRelaxDefault{}, EnumValueAdd{}, BoundsLoosen{}, BoundsTighten{}, DefaultChange{},
 	FieldKindSameWire{}, FieldKindWiden{}, FieldKindToFloat{}, FieldKindNarrow{}, Drafted{}}
