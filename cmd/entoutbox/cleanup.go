@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"time"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/schema"
 )
 
 // cleanupOptions are the cleanup command's flags.
@@ -80,6 +84,9 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer db.Close()
+	if err := o.checkTables(ctx, db); err != nil {
+		return err
+	}
 	n, err := consumer.CleanupProcessed(ctx, db, o.processedTable, o.processedRetention, o.batch)
 	if err != nil {
 		return err
@@ -103,6 +110,31 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "deleted %d dead letters retried or discarded more than %s ago\n", n, o.settledRet)
+	}
+	return nil
+}
+
+// checkTables says what to run, as the other commands do, when a table
+// this cleanup deletes from does not exist (a database not migrated, or
+// the wrong one), rather than a bare "relation does not exist". The
+// scheduled events' table is optional: without it there is nothing to
+// delete.
+func (o *cleanupOptions) checkTables(ctx context.Context, db *sql.DB) error {
+	tables := []string{cmp.Or(o.processedTable, schema.ProcessedEventTable)}
+	if o.deliveredRet > 0 {
+		tables = append(tables, cmp.Or(o.table, schema.OutboxTable))
+	}
+	if o.settledRet > 0 {
+		tables = append(tables, schema.DeadLetterTable)
+	}
+	for _, table := range tables {
+		exists, err := outboxdb.TableExists(ctx, db, table)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("table %q does not exist (run the ent migration first: client.Schema.Create)", table)
+		}
 	}
 	return nil
 }

@@ -115,8 +115,21 @@ func TestCommandsOnADatabaseWithoutTheTables(t *testing.T) {
 		require.EqualError(t, err, hint, strings.Join(args, " "))
 	}
 
+	// cleanup names the first table it would delete from.
+	for args, table := range map[string]string{
+		"":                               "outbox_processed_events",
+		"--processed-table my_processed": "my_processed",
+	} {
+		_, err := run(t, nil, append([]string{"cleanup", "--database-url", db.URL}, strings.Fields(args)...)...)
+		require.EqualError(t, err, `table "`+table+`" does not exist (run the ent migration first: client.Schema.Create)`, args)
+	}
+	_, err := db.DB.Exec(`CREATE TABLE outbox_processed_events (id bigint)`)
+	require.NoError(t, err)
+	_, err = run(t, nil, "cleanup", "--database-url", db.URL, "--delivered-retention", "1h")
+	require.EqualError(t, err, `table "outbox_events" does not exist (run the ent migration first: client.Schema.Create)`)
+
 	// A dead-letter table missing is named too.
-	_, err := db.DB.Exec(`CREATE TABLE outbox_events (id bigint)`)
+	_, err = db.DB.Exec(`CREATE TABLE outbox_events (id bigint)`)
 	require.NoError(t, err)
 	_, err = run(t, nil, "status", "--database-url", db.URL)
 	require.EqualError(t, err, `table "outbox_events" is not an outbox table: it lacks the columns event_id, event_name, `+
