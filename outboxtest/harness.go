@@ -48,6 +48,7 @@ type Harness struct {
 
 	t       testing.TB
 	timeout time.Duration
+	prefix  string  // the relay's topic prefix (WithTopicPrefix)
 	db      *sql.DB // the relay's and Wait's own, which the test's client does not close
 	log     *testLog
 	logger  watermill.LoggerAdapter // on log: the relay's, from info
@@ -73,6 +74,12 @@ type Option func(*Harness)
 
 // WithTimeout sets how long Wait waits for the events to settle.
 func WithTimeout(d time.Duration) Option { return func(h *Harness) { h.timeout = d } }
+
+// WithTopicPrefix has the relay publish each event to prefix + its topic,
+// as the relay's --topic-prefix does: give it the prefix your handlers are
+// built with (consumer.WithTopicPrefix), so that a test wires them as your
+// application does.
+func WithTopicPrefix(prefix string) Option { return func(h *Harness) { h.prefix = prefix } }
 
 // New creates a schema for t on the PostgreSQL server at DATABASE_URL
 // (DefaultURL when unset) and drops it, with everything in it, when t
@@ -147,9 +154,10 @@ type Handlers interface {
 
 // Start runs the relay and the handlers until the test ends: the relay
 // publishes the committed events to an in-memory broker of the harness's
-// own, without a topic prefix (build the handlers without
-// consumer.WithTopicPrefix), and the handlers consume from it. Migrate
-// first. Start only once; with no handlers, Wait waits for the relay alone.
+// own, without a topic prefix unless WithTopicPrefix gives one (the
+// handlers' consumer.WithTopicPrefix must be the same), and the handlers
+// consume from it. Migrate first. Start only once; with no handlers, Wait
+// waits for the relay alone.
 func (h *Harness) Start(handlers ...Handlers) {
 	h.t.Helper()
 	if h.stop != nil {
@@ -183,7 +191,8 @@ func (h *Harness) Start(handlers ...Handlers) {
 			h.t.Fatalf("outboxtest: adding the handlers: %v", err)
 		}
 	}
-	r, err := relay.New(relay.Config{DB: h.db, Publisher: b.Publisher(), PollInterval: 50 * time.Millisecond, Logger: h.logger})
+	r, err := relay.New(relay.Config{DB: h.db, Publisher: b.Publisher(), TopicPrefix: h.prefix,
+		PollInterval: 50 * time.Millisecond, Logger: h.logger})
 	if err != nil {
 		cancel()
 		b.Close()

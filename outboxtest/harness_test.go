@@ -232,9 +232,36 @@ func TestHarnessSaysWhyNothingWasHandled(t *testing.T) {
 
 	pay(t, client, 4200)
 	require.Equal(t, `outboxtest: no event was handled: events published: 1 to "orders"; topics read: "prod.orders" by billing; `+
-		`the handlers of a consumer reading the topic must be registered for the event, without a topic prefix`,
+		`the handlers of a consumer reading the topic must be registered for the event, without a topic prefix `+
+		`(or give the harness theirs: WithTopicPrefix)`,
 		r.fails(func() { h.RequireHandled() }))
 	require.Empty(t, h.Wait(), "an event no consumer reads has no outcome")
+}
+
+// Handlers built with a topic prefix, as the application wires them, are
+// tested with the harness given the same prefix: the relay publishes
+// under it. Given another, the failure names both.
+func TestHarnessWithTheHandlersTopicPrefix(t *testing.T) {
+	t.Parallel()
+	h, client := setup(t, outboxtest.WithTopicPrefix("prod."))
+	handlers := testent.NewOutboxHandlers(client, consumer.WithTopicPrefix("prod."))
+	handlers.OnOrderPaid("billing", invoice)
+	h.Start(handlers)
+	pay(t, client, 4200)
+	outcomes := h.RequireHandled()
+	require.Len(t, outcomes, 1)
+	require.Equal(t, "billing", outcomes[0].Consumer)
+	require.Equal(t, 1, client.Invoice.Query().CountX(context.Background()))
+
+	r := &harnessTB{TB: t}
+	h, client = setup(r, outboxtest.WithTopicPrefix("staging."))
+	handlers = testent.NewOutboxHandlers(client, consumer.WithTopicPrefix("prod."))
+	handlers.OnOrderPaid("billing", invoice)
+	h.Start(handlers)
+	pay(t, client, 4200)
+	require.Equal(t, `outboxtest: no event was handled: events published: 1 to "staging.orders"; topics read: "prod.orders" by billing; `+
+		`the handlers of a consumer reading the topic must be registered for the event, with the harness's topic prefix "staging."`,
+		r.fails(func() { h.RequireHandled() }))
 }
 
 func TestHarnessNeedsStartAndTheMigration(t *testing.T) {

@@ -30,6 +30,9 @@
 // the relay's last error), or which consumer has not received it or not
 // finished it. When the test ends the harness stops the relay and the
 // handlers and drops the schema, dedupe records and dead letters with it.
+// Handlers built with consumer.WithTopicPrefix, as your application wires
+// them, need the relay to publish under the same prefix:
+// New(t, WithTopicPrefix(prefix)).
 //
 // # One transaction, one message
 //

@@ -144,7 +144,7 @@ func (h *Harness) nothingHandled() string {
 	}
 	topics := map[string]int{}
 	for _, e := range evs {
-		topics[e.topic]++
+		topics[h.prefix+e.topic]++
 	}
 	var published []string
 	for _, t := range sortedKeys(topics) {
@@ -159,8 +159,12 @@ func (h *Harness) nothingHandled() string {
 	if len(read) == 0 {
 		read = []string{"none (no handler set was given to Start)"}
 	}
+	prefix := "without a topic prefix (or give the harness theirs: WithTopicPrefix)"
+	if h.prefix != "" {
+		prefix = fmt.Sprintf("with the harness's topic prefix %q", h.prefix)
+	}
 	return fmt.Sprintf("events published: %s; topics read: %s; the handlers of a consumer reading the topic "+
-		"must be registered for the event, without a topic prefix", strings.Join(published, ", "), strings.Join(read, "; "))
+		"must be registered for the event, %s", strings.Join(published, ", "), strings.Join(read, "; "), prefix)
 }
 
 // state is where the events stand.
@@ -221,7 +225,7 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 			st.unsettled = append(st.unsettled, e.String()+": "+notPublished(e))
 		default:
 			ok := true
-			for _, c := range sortedKeys(h.subscribed[e.topic]) {
+			for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
 				d := delivery{consumer: c, eventID: e.id.String()}
 				if acked[d] {
 					continue
@@ -359,7 +363,7 @@ func (h *Harness) outcomes(ctx context.Context, settled []event) ([]Outcome, err
 			out = append(out, o)
 			continue
 		}
-		for _, c := range sortedKeys(h.subscribed[e.topic]) {
+		for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
 			r, ok := results[delivery{consumer: c, eventID: e.id.String()}]
 			if !ok {
 				continue // no handler of c's for it: passed over
