@@ -17,6 +17,7 @@ import (
 	"entgo.io/ent/dialect/sql/schema"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/entoutbox/entoutbox/broker"
@@ -84,7 +85,8 @@ func WithTopicPrefix(prefix string) Option { return func(h *Harness) { h.prefix 
 // New creates a schema for t on the PostgreSQL server at DATABASE_URL
 // (DefaultURL when unset) and drops it, with everything in it, when t
 // ends. Without a server to reach, it skips t, saying why; under CI=true
-// it fails t instead.
+// it fails t instead. A server that answers but refuses the connection
+// (no such database, a wrong password) fails t: a skip would hide it.
 func New(t testing.TB, opts ...Option) *Harness {
 	t.Helper()
 	serverURL := os.Getenv("DATABASE_URL")
@@ -94,6 +96,13 @@ func New(t testing.TB, opts ...Option) *Harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := pgschema.Ping(ctx, serverURL); err != nil {
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+			// The server is there and refused: no database of that name,
+			// a password it does not take. A skip would hide that the
+			// test never ran.
+			t.Fatalf("outboxtest: PostgreSQL at %s answered: %v; set DATABASE_URL to a database that exists, "+
+				"e.g. the server's postgres database: postgres://USER@HOST:5432/postgres", broker.Redacted(serverURL), err)
+		}
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("outboxtest: PostgreSQL at %s is not reachable (%v); under CI=true that fails the test",
 				broker.Redacted(serverURL), err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -335,6 +336,22 @@ func TestHarnessWithoutPostgreSQL(t *testing.T) {
 	failed := r.fails(func() { outboxtest.New(r) })
 	require.Regexp(t, `^outboxtest: PostgreSQL at postgres://postgres@127.0.0.1:1/test\?sslmode=disable&connect_timeout=5 `+
 		`is not reachable \(.*\); under CI=true that fails the test$`, failed)
+}
+
+// A server that is there without the database (a fresh server has only
+// postgres) fails the test, CI or not: a skip would pass unseen.
+func TestHarnessOnAServerWithoutTheDatabase(t *testing.T) {
+	pgtest.New(t) // skips without a server
+	u, err := url.Parse(pgtest.ServerURL())
+	require.NoError(t, err)
+	u.Path = "/outboxtest_no_such_database"
+	t.Setenv("DATABASE_URL", u.String())
+	t.Setenv("CI", "")
+	r := &harnessTB{TB: t}
+	failed := r.fails(func() { outboxtest.New(r) })
+	require.Regexp(t, `^outboxtest: PostgreSQL at .*/outboxtest_no_such_database.* answered: .*`+
+		`database "outboxtest_no_such_database" does not exist.*; set DATABASE_URL to a database that exists, `+
+		`e.g. the server's postgres database: postgres://USER@HOST:5432/postgres$`, failed)
 }
 
 // TestHarnessWaitsForScheduledEventsDueBeforeItsTimeout: an event due in a
