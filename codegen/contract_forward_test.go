@@ -93,11 +93,14 @@ func TestForwardCompatibleMeansTheSameToEveryReader(t *testing.T) {
 
 // TestSchemasOpenEveryObject: no object of a published schema closes its
 // keys, at any depth (what makes the test above hold for fields a later
-// version adds).
+// version adds), in the schema files and in the AsyncAPI document's copies
+// of them, which code generators for other languages read.
 func TestSchemasOpenEveryObject(t *testing.T) {
 	for name, dir := range contractDirs(t) {
 		files, err := filepath.Glob(filepath.Join(dir, "schemas", "*.json"))
 		require.NoError(t, err)
+		require.FileExists(t, filepath.Join(dir, "asyncapi.json"))
+		files = append(files, filepath.Join(dir, "asyncapi.json"))
 		for _, f := range files {
 			b, err := os.ReadFile(f)
 			require.NoError(t, err)

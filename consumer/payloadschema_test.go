@@ -218,10 +218,12 @@ func collectKinds(n map[string]any, kinds map[string]bool) {
 }
 
 // What the published schema refuses reaches the dead letters through a
-// handler set, its reason naming the field (a missing number, null, a key
-// in another case, "" for a default, a UUID without dashes, at any depth);
-// what it accepts is handled, read as the schema reads it (1.0 and 5e2 as
-// integers, keys no version declares ignored).
+// handler set, its reason naming the field (a missing number or bool,
+// null, a key in another case, "" for a default, a UUID without dashes or
+// in braces, bytes that are not base64, at any depth) or saying the
+// payload is no object; what it accepts is handled, read as the schema
+// reads it (1.0 and 5e2 as integers, keys no version declares ignored, a
+// key given twice read with its last value).
 func TestSchemaRefusalsAreDeadLetteredWithTheirField(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -256,6 +258,10 @@ func TestSchemaRefusalsAreDeadLetteredWithTheirField(t *testing.T) {
 			`field "sig" "_-8=" is not padded standard base64`},
 		"float": {"all.kinds", strings.Replace(kinds(func(p map[string]any) { p["f"] = json.Number("1") }), `"f":1`, `"f":1e400`, 1),
 			`field "f" value 1e400 is above the maximum 1.7976931348623157e+308`},
+		"bool": {"all.kinds", kinds(func(p map[string]any) { delete(p, "b") }), `field "b" is missing`},
+		"braces": {"all.kinds", kinds(func(p map[string]any) { p["id"] = "{6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f}" }),
+			`field "id" "{6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f}" is not a UUID in its canonical form`},
+		"array": {"order.paid", `[{"order_id": 5, "amount_cents": 5}]`, `the payload is an array, want object`},
 		"nested": {"all.kinds", kinds(func(p map[string]any) { p["lines"].([]any)[0].(map[string]any)["qty"] = "1" }),
 			`field "lines[0].qty" is a string, want integer`},
 		"map": {"all.kinds", kinds(func(p map[string]any) { p["attrs"].(map[string]any)["k1"].(map[string]any)["value"] = nil }),
@@ -270,7 +276,10 @@ func TestSchemaRefusalsAreDeadLetteredWithTheirField(t *testing.T) {
 	accepted := outboxtest.Message(t, testent.OrderPaid{OrderID: 9, AmountCents: 9}, "accepted")
 	accepted.Payload = []byte(`{"order_id": 7.0, "amount_cents": 5e2, "note": {"deep": [null]}, "CURRENCY": "USD"}`)
 	require.NoError(t, h.Handle(ctx, "billing", accepted))
-	require.Equal(t, []testent.OrderPaid{{OrderID: 7, AmountCents: 500, Currency: "EUR"}}, got)
+	twice := outboxtest.Message(t, testent.OrderPaid{OrderID: 9, AmountCents: 9}, "twice")
+	twice.Payload = []byte(`{"order_id": "x", "order_id": 8, "amount_cents": 6, "currency": "USD"}`)
+	require.NoError(t, h.Handle(ctx, "billing", twice))
+	require.Equal(t, []testent.OrderPaid{{OrderID: 7, AmountCents: 500, Currency: "EUR"}, {OrderID: 8, AmountCents: 6, Currency: "USD"}}, got)
 
 	reasons := map[string]string{}
 	for _, dl := range b.client.DeadLetter.Query().AllX(ctx) {
