@@ -58,13 +58,24 @@ func requireOrderPaidEvent(t *testing.T, msg binding.Message, id uuid.UUID) {
 // CloudEvents Go SDK's JetStream binding, as a consumer outside entoutbox
 // would: binary mode, every attribute and the data. With the Kafka
 // binding's ce_ keys the same binding takes the payload for a structured
-// event and fails, which is why NATS needs its own prefix.
+// event and fails, which is why NATS needs its own prefix. A core-NATS
+// subscription to the subject gets the same message, which the same
+// binding reads as well. The binding puts datacontenttype under the prefix
+// too (ce-datacontenttype; the NATS binding has no exception for it) and
+// the message has no Content-Type header, which would mean structured mode
+// when it says application/cloudevents.
 func TestCloudEventsOnNATSReadBySDK(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	br := openBroker(t, "nats://127.0.0.1:4222", "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
 	got := receiveOn(t, br, prefix)
+	core, err := nats.Connect("nats://127.0.0.1:4222")
+	require.NoError(t, err)
+	t.Cleanup(core.Close)
+	coreSub, err := core.SubscribeSync(prefix + "orders")
+	require.NoError(t, err)
+	require.NoError(t, core.Flush())
 	id := emitOnePaid(t, b.client)
 	ce := &relay.CloudEvents{Source: "urn:shop:orders", DataSchemaBase: "https://contracts.example.com/orders/",
 		Prefix: relay.CloudEventsPrefixFor("nats")}
@@ -72,10 +83,7 @@ func TestCloudEventsOnNATSReadBySDK(t *testing.T) {
 	got.waitFor(t, emitted{ids: map[string]bool{id.String(): true}}, patience)
 	require.NoError(t, stop())
 
-	nc, err := nats.Connect("nats://127.0.0.1:4222")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := nc.JetStream()
+	js, err := core.JetStream()
 	require.NoError(t, err)
 	sub, err := js.SubscribeSync(prefix+"orders", nats.OrderedConsumer())
 	require.NoError(t, err)
@@ -84,7 +92,14 @@ func TestCloudEventsOnNATSReadBySDK(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, id.String(), msg.Header.Get("ce-id"), "the NATS binding's header name")
+	require.Equal(t, "application/json", msg.Header.Get("ce-datacontenttype"), "the NATS binding's datacontenttype")
+	for k := range msg.Header {
+		require.NotEqual(t, "content-type", strings.ToLower(k), "no Content-Type header on NATS")
+	}
 	requireOrderPaidEvent(t, cejs.NewMessage(msg), id)
+	coreMsg, err := coreSub.NextMsg(30 * time.Second)
+	require.NoError(t, err)
+	requireOrderPaidEvent(t, cejs.NewMessage(coreMsg), id)
 
 	kafkaStyle := nats.NewMsg(msg.Subject)
 	kafkaStyle.Data = msg.Data
