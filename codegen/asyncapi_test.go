@@ -190,11 +190,24 @@ func TestAsyncAPIOptionsRefused(t *testing.T) {
 }
 
 // TestAsyncAPICloudEventsPrefixIsTheRelays: the document names the
-// CloudEvents headers of a broker as the relay adds them there.
+// CloudEvents headers of a broker as the relay adds them there, and
+// datacontenttype where the relay puts it (relay.MetaCloudEventsDataContentType
+// but on NATS; on AMQP the key becomes the content-type property, no header).
 func TestAsyncAPICloudEventsPrefixIsTheRelays(t *testing.T) {
 	for _, scheme := range []string{"nats", "amqp", "amqps", "kafka", "redis", "rediss", "postgres", "postgresql"} {
-		require.Equal(t, relay.CloudEventsPrefixFor(scheme), codegen.CloudEventsPrefix(scheme), scheme)
+		prefix := relay.CloudEventsPrefixFor(scheme)
+		require.Equal(t, prefix, codegen.CloudEventsPrefix(scheme), scheme)
+		want := relay.MetaCloudEventsDataContentType // the Kafka binding's content-type header
+		switch scheme {
+		case "nats":
+			want = "ce-datacontenttype"
+		case "amqp", "amqps":
+			want = "" // the content-type property
+		}
+		require.Equal(t, want, codegen.CloudEventsKey(prefix, "datacontenttype"), scheme)
+		require.Equal(t, prefix+"id", codegen.CloudEventsKey(prefix, "id"), scheme)
 	}
+	require.Empty(t, codegen.CloudEventsKey(relay.CloudEventsPrefixAMQPColon, "datacontenttype"))
 }
 
 // TestAsyncAPIParser parses every generated AsyncAPI document (the golden

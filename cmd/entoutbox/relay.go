@@ -149,12 +149,13 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --metrics-addr (for measuring; keep the address private)")
-	f.StringVar(&o.cloudEventsSource, "cloudevents-source", "", "make every message a CloudEvents 1.0 event in binary mode (ce_ metadata) "+
-		"with this ce_source, e.g. urn:shop:orders (off when empty)")
+	f.StringVar(&o.cloudEventsSource, "cloudevents-source", "", "make every message a CloudEvents 1.0 event in binary mode (headers named as "+
+		"the broker's binding names them, see --cloudevents-prefix) with this source, e.g. urn:shop:orders (off when empty)")
 	f.StringVar(&o.cloudEventsDataSchemaBase, "cloudevents-dataschema-base", "", "URI the generated JSON Schemas (the ent package's entoutbox/) "+
-		"are published under; ce_dataschema is it joined with schemas/<event>.v<N>.json (with --cloudevents-source)")
+		"are published under; the dataschema attribute is it joined with schemas/<event>.v<N>.json (with --cloudevents-source)")
 	f.StringVar(&o.cloudEventsPrefix, "cloudevents-prefix", "", "prefix of the CloudEvents attribute keys: ce_ (Kafka), ce- (NATS), "+
-		"cloudEvents_ or cloudEvents: (AMQP) (default the --broker's binding: ce- on nats, cloudEvents_ on amqp, else ce_; with --cloudevents-source)")
+		"cloudEvents_ or cloudEvents: (AMQP) (default the --broker's binding: ce- on nats, cloudEvents_ on amqp, else ce_; with --cloudevents-source); "+
+		"datacontenttype is the content-type header on Kafka, the content-type property on AMQP, ce-datacontenttype on NATS")
 
 	for name, paths := range pathFlags {
 		fl := f.Lookup(name)
