@@ -159,7 +159,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if n := consumer.FastCheckDisagreements(); n > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the fast schema check disagreed with the library %d times (see above)\n", n)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // runChild is a consumer process: it handles OrderPaid for "billing",

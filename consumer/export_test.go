@@ -2,10 +2,28 @@ package consumer
 
 import (
 	"fmt"
+	"os"
 	"reflect"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
+
+// Every payload the package's tests check runs through both the fast check
+// and the library's Validate (with keysIn and normalize); TestMain fails
+// the run if they ever disagree.
+func init() {
+	crossCheckFast = func(d string) {
+		fastCheckDisagreements.Add(1)
+		fmt.Fprintln(os.Stderr, "consumer: the fast schema check disagrees with the library:", d)
+	}
+}
+
+var fastCheckDisagreements atomic.Int64
+
+// FastCheckDisagreements is how many times the fast schema check and the
+// library disagreed.
+func FastCheckDisagreements() int64 { return fastCheckDisagreements.Load() }
 
 // Listening reports whether the handler set of h, generated handlers,
 // listens for other instances' moves of its positions (wake.go).
@@ -40,4 +58,12 @@ func DecodePayload(h any, name string, version int, payload []byte) (any, error)
 		return nil, fmt.Errorf("no event %q", name)
 	}
 	return typ.Decode(version, payload)
+}
+
+// WithoutFastCrossCheck runs the fast schema check alone until the end of
+// tb, as outside tests (for benchmarks).
+func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
+	saved := crossCheckFast
+	crossCheckFast = nil
+	tb.Cleanup(func() { crossCheckFast = saved })
 }

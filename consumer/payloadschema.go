@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/big"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,19 +35,24 @@ type PayloadSchema struct {
 	event   string
 	version int
 	path    string
-	schema  func() (*jsonschema.Schema, error)
+	schema  func() (*compiledSchema, error)
+}
+
+type compiledSchema struct {
+	sch  *jsonschema.Schema
+	fast *fastNode // nil: the library validates alone
 }
 
 // For generated code. NewPayloadSchema returns the schema of version of
 // event, the file at path in fsys.
 func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
 	s := &PayloadSchema{event: event, version: version, path: path}
-	s.schema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	s.schema = sync.OnceValues(func() (*compiledSchema, error) {
 		sch, err := compilePayloadSchema(fsys, path)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: the JSON Schema of %q version %d (%s): %w", event, version, path, err)
 		}
-		return sch, nil
+		return &compiledSchema{sch: sch, fast: compileFast(sch)}, nil
 	})
 	return s
 }
@@ -109,28 +115,64 @@ func (s *PayloadSchema) Fields(payload []byte) (map[string]any, error) {
 // encoding/json reads as the schema does: payload itself, or, when it has
 // keys the schema does not declare, a key given twice or integers written
 // as 1.0 or 1e3, the document re-encoded (without the undeclared keys, each
-// key once, integers as integers).
+// key once, integers as integers). Plain payloads are read by parseFast
+// and checked by the fast check (fastcheck.go); the library reads and
+// validates the rest, and words every refusal.
 func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
-	sch, err := s.schema()
+	c, err := s.schema()
 	if err != nil {
 		return nil, nil, err
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
-	if err != nil {
-		return nil, nil, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
-	}
-	if err := sch.Validate(doc); err != nil {
-		var ve *jsonschema.ValidationError
-		if !errors.As(err, &ve) {
-			return nil, nil, fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
+	sch := c.sch
+	doc, written, parsed := parseFast(payload)
+	if crossCheckFast != nil && parsed {
+		if lib, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload)); err != nil || !reflect.DeepEqual(lib, doc) || keysWritten(payload) != written {
+			crossCheckFast(fmt.Sprintf("%s: parseFast reads %#v (%d keys), encoding/json %#v (%d keys, %v): %s",
+				s.path, doc, written, lib, keysWritten(payload), err, payload))
 		}
-		return nil, nil, s.invalid(failures(ve, sch, doc))
+	}
+	if !parsed {
+		doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+		if err != nil {
+			return nil, nil, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
+		}
+		written = keysWritten(payload)
+	}
+	// The fast check's "valid" spares the library's Validate; what it
+	// finds invalid, the library validates again and words the refusal.
+	w := fastWalk{counting: true}
+	fast := c.fast != nil && w.valid(c.fast, doc)
+	if !fast || crossCheckFast != nil {
+		if err := sch.Validate(doc); err != nil {
+			if fast {
+				crossCheckFast(fmt.Sprintf("%s: the fast check accepts what the library refuses: %s", s.path, payload))
+			}
+			var ve *jsonschema.ValidationError
+			if !errors.As(err, &ve) {
+				return nil, nil, fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
+			}
+			return nil, nil, s.invalid(failures(ve, sch, doc))
+		}
+		if !fast && c.fast != nil && crossCheckFast != nil {
+			crossCheckFast(fmt.Sprintf("%s: the fast check refuses what the library accepts: %s", s.path, payload))
+		}
+	}
+	if !fast {
+		w = fastWalk{keys: keysIn(doc), normalize: true}
+	} else if crossCheckFast != nil && w.keys != keysIn(doc) {
+		crossCheckFast(fmt.Sprintf("%s: the fast check counts %d keys, keysIn %d: %s", s.path, w.keys, keysIn(doc), payload))
 	}
 	// A key given twice counts once, with its last value, in the schema's
 	// reading (and JSON.parse's); encoding/json would merge two objects
 	// given for one key, reading keys the schema never saw.
-	twice := keysWritten(payload) != keysIn(doc)
-	doc, changed := normalize(doc, sch)
+	twice := written != w.keys
+	changed := false
+	if w.normalize || crossCheckFast != nil {
+		doc, changed = normalize(doc, sch)
+		if changed && !w.normalize {
+			crossCheckFast(fmt.Sprintf("%s: normalize changed what the fast check left alone: %s", s.path, payload))
+		}
+	}
 	if !changed && !twice {
 		return doc, payload, nil
 	}
@@ -138,20 +180,37 @@ func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 	return doc, clean, err
 }
 
+// crossCheckFast, set by the package's tests, makes check run the
+// library's Validate, keysIn and normalize beside the fast check, and is
+// called with what they disagree on.
+var crossCheckFast func(disagreement string)
+
 // keysWritten counts the keys of the objects in payload, valid JSON, at
 // every depth: the colons outside its strings.
 func keysWritten(payload []byte) int {
-	n, inString, escaped := 0, false, false
-	for _, c := range payload {
-		switch {
-		case escaped:
-			escaped = false
-		case inString && c == '\\':
-			escaped = true
-		case c == '"':
-			inString = !inString
-		case c == ':' && !inString:
+	n := 0
+	for i := 0; i < len(payload); i++ {
+		switch payload[i] {
+		case ':':
 			n++
+		case '"': // to the quote that ends the string: one after an even run of backslashes
+			j := i + 1
+			for {
+				k := bytes.IndexByte(payload[j:], '"')
+				if k < 0 {
+					return n
+				}
+				j += k
+				escapes := 0
+				for p := j - 1; p > i && payload[p] == '\\'; p-- {
+					escapes++
+				}
+				if escapes%2 == 0 {
+					break
+				}
+				j++
+			}
+			i = j
 		}
 	}
 	return n
