@@ -101,18 +101,8 @@ func (p *fastParser) object(depth int) (any, bool) {
 			return nil, false
 		}
 		obj[k.(string)] = v
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return obj, true
-		default:
-			return nil, false
+		if end, ok := p.separator('}'); !ok || end {
+			return obj, ok
 		}
 	}
 }
@@ -131,20 +121,28 @@ func (p *fastParser) array(depth int) (any, bool) {
 			return nil, false
 		}
 		arr = append(arr, v)
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			return arr, true
-		default:
-			return nil, false
+		if end, ok := p.separator(']'); !ok || end {
+			return arr, ok
 		}
 	}
+}
+
+// separator reads what follows a member or an element: a comma (end
+// false), the closing byte (end true), or anything else (ok false).
+func (p *fastParser) separator(closing byte) (end, ok bool) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return false, true
+	case closing:
+		p.i++
+		return true, true
+	}
+	return false, false
 }
 
 // string reads a string without escapes, of valid UTF-8 and no control
