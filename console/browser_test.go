@@ -98,11 +98,21 @@ func tab(t *testing.T) context.Context {
 	return ctx
 }
 
+// text reads the visible text of sel, looking again until the page has
+// it: the overview reloads itself, and a read that meets the reload (the
+// document it started in is gone) is tried on the new one, as an eye
+// would.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	require.NoError(t, err, "reading %s", sel)
-	return s
+	var s *string
+	var err error
+	ok := assert.Eventually(t, func() bool {
+		s, err = chromedp.Run(ctx, chromedp.Evaluate[*string](`(() => { const e = document.readyState === "complete" && `+
+			`document.querySelector(`+strconv.Quote(sel)+`); return e ? e.innerText : null })()`))
+		return err == nil && s != nil
+	}, patience, 30*time.Millisecond)
+	require.True(t, ok, "reading %s: %v", sel, err)
+	return *s
 }
 
 // waitFor waits until the page, the one a click led to, has sel: it asks
