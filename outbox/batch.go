@@ -2,11 +2,14 @@ package outbox
 
 import (
 	"context"
+	stdsql "database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
 	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -27,6 +30,10 @@ import (
 //
 // Until a flush, held events are not in the table: queries in the same
 // transaction do not see them (generated code's Emitted flushes first).
+// A Batch ends with its transaction (Close at commit, Discard at
+// rollback): then Add, Flush and Cancel fail with ErrTxEnded instead of
+// holding an event that no commit would ever write.
+//
 // A Batch is safe for concurrent use.
 type Batch struct {
 	drv   dialect.ExecQuerier
@@ -44,7 +51,23 @@ type Batch struct {
 	mu      sync.Mutex
 	held    []Row
 	written map[string]int // events written by name, while metrics is set
+	// ended is set once the transaction commits or rolls back: checked
+	// under mu, which every write takes anyway, so it costs Add nothing.
+	ended bool
 }
+
+// ErrTxEnded is the cause of the error of Emit, Cancel or Flush on a
+// transaction that has already committed or rolled back ("outbox: emitting
+// order.placed: the transaction has already been committed or rolled
+// back"): the event would be in no transaction, so it is refused rather
+// than dropped. errors.Is(err, sql.ErrTxDone) holds too, as for ent's own
+// calls on that transaction.
+var ErrTxEnded error = txEnded{}
+
+type txEnded struct{}
+
+func (txEnded) Error() string { return "the transaction has already been committed or rolled back" }
+func (txEnded) Unwrap() error { return stdsql.ErrTxDone }
 
 // maxBatchRows bounds the rows of one INSERT: PostgreSQL takes at most
 // 65535 parameters in a statement, and each row has insertColumns.
@@ -109,6 +132,9 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.ended {
+		return fmt.Errorf("outbox: emitting %s: %w", ev.Name, ErrTxEnded)
+	}
 	if !given {
 		b.held = append(b.held, r)
 	} else {
@@ -131,7 +157,78 @@ func (b *Batch) Add(ctx context.Context, ev Event, cfg events.EmitConfig) error 
 func (b *Batch) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.ended {
+		return fmt.Errorf("outbox: writing the events emitted: %w", ErrTxEnded)
+	}
 	return b.flushLocked(ctx)
+}
+
+// Close writes every event held and ends the Batch: generated code calls
+// it from the transaction's commit hook, right before the commit. Ending
+// it in the same critical section as the last write leaves no moment in
+// which an Add could hold an event that the commit would not carry. On an
+// error the transaction must roll back.
+func (b *Batch) Close(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return fmt.Errorf("outbox: writing the events emitted: %w", ErrTxEnded)
+	}
+	b.ended = true
+	return b.flushLocked(ctx)
+}
+
+// Discard drops the events held and ends the Batch: generated code calls
+// it when the transaction rolls back, or on a Batch made for a transaction
+// that had already ended (TxDone).
+func (b *Batch) Discard() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ended = true
+	b.held = nil
+	b.written = nil
+}
+
+// Cancel is the package's Cancel in the Batch's transaction, after writing
+// the events held, so that one emitted earlier in the transaction can be
+// cancelled; it fails with ErrTxEnded once the transaction has ended.
+func (b *Batch) Cancel(ctx context.Context, id uuid.UUID) (events.CancelResult, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return 0, fmt.Errorf("outbox: cancelling event %s: %w", id, ErrTxEnded)
+	}
+	if err := b.flushLocked(ctx); err != nil {
+		return 0, err
+	}
+	return Cancel(ctx, b.drv, b.table, b.scheduledTable, id)
+}
+
+// TxDone tells whether tx, the driver of an ent transaction, has already
+// committed or rolled back, without a round trip to the database. For
+// generated code, which asks once per transaction, when its first event
+// makes a Batch: a transaction that ended before would run no commit hook
+// to write it. It knows database/sql's transactions, under ent's SQL
+// driver and dialect.Debug; of any other it says false.
+func TxDone(tx dialect.Tx) bool {
+	for {
+		switch t := tx.(type) {
+		case *dialect.DebugTx:
+			tx = t.Tx
+		case *entsql.Tx:
+			st, ok := t.Tx.(*stdsql.Tx)
+			if !ok {
+				return false
+			}
+			// database/sql has no "done" accessor. StmtContext checks the
+			// transaction first (ErrTxDone once it ended) and then refuses
+			// a statement of no database, before using the connection:
+			// neither answer reaches the server.
+			return errors.Is(st.StmtContext(context.Background(), new(stdsql.Stmt)).Close(), stdsql.ErrTxDone)
+		default:
+			return false
+		}
+	}
 }
 
 func (b *Batch) flushLocked(ctx context.Context) error {

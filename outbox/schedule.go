@@ -113,6 +113,9 @@ func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduled
 	var res stdsql.Result
 	if err := drv.Exec(ctx, `UPDATE `+s+` SET cancelled_at = clock_timestamp() WHERE event_id = $1 AND cancelled_at IS NULL`,
 		[]any{id.String()}, &res); err != nil {
+		if errors.Is(err, stdsql.ErrTxDone) {
+			err = ErrTxEnded
+		}
 		return 0, fmt.Errorf("outbox: cancelling event %s: %w", id, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {

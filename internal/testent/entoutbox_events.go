@@ -87,7 +87,8 @@ func (e *OrderPaid) outboxPrefill() {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -235,7 +236,8 @@ func (ProfileUpdated) OutboxEvent() (name string, version int) {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -387,7 +389,8 @@ func (e *PriceChanged) outboxPrefill() {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -679,7 +682,8 @@ func (e *OrderPlacedAttribute) Validate() error {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -952,7 +956,8 @@ func (e *CartChangedLine) UnmarshalJSON(b []byte) error {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -1062,7 +1067,8 @@ func (ShipmentBooked) OutboxEvent() (name string, version int) {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -1747,7 +1753,8 @@ func (e *AllKindsAttr) UnmarshalJSON(b []byte) error {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -1859,7 +1866,8 @@ func (PaymentReminder) OutboxEvent() (name string, version int) {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -1936,7 +1944,8 @@ func (AuditRecorded) OutboxEvent() (name string, version int) {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -2011,8 +2020,9 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg even
 var outboxBatches sync.Map // *txDriver -> *outbox.Batch
 
 // outboxBatch returns the batch of c's transaction, creating it on the
-// first emit with the hooks that write it at commit and forget it at
-// rollback.
+// first emit with the hooks that write it at commit and drop it at
+// rollback. A transaction that has ended gets an ended batch, which
+// refuses events (outbox.ErrTxEnded): no hook of it would run again.
 func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	txd, ok := c.driver.(*txDriver)
 	if !ok {
@@ -2026,15 +2036,21 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 		Sequence:  "outbox_aggregate_sequences",
 		Scheduled: "outbox_scheduled_events",
 	})
+	if outbox.TxDone(txd.tx) {
+		b.Discard()
+		return b, nil
+	}
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}
 	txd.mu.Lock()
 	defer txd.mu.Unlock()
+	// The batch is forgotten only once the transaction has ended, so that
+	// an emit racing the commit finds it ended rather than making another.
 	txd.onCommit = append(txd.onCommit, func(next Committer) Committer {
 		return CommitFunc(func(ctx context.Context, tx *Tx) error {
 			defer outboxBatches.Delete(txd)
-			if err := b.Flush(ctx); err != nil {
+			if err := b.Close(ctx); err != nil {
 				// Nothing is committed without its events.
 				_ = txd.tx.Rollback()
 				return err
@@ -2048,7 +2064,8 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	})
 	txd.onRollback = append(txd.onRollback, func(next Rollbacker) Rollbacker {
 		return RollbackFunc(func(ctx context.Context, tx *Tx) error {
-			outboxBatches.Delete(txd)
+			defer outboxBatches.Delete(txd)
+			b.Discard()
 			return next.Rollback(ctx, tx)
 		})
 	})
@@ -2094,12 +2111,15 @@ func (c *OutboxClient) EmittedX(ctx context.Context) []*Outbox {
 // when it is due and in the outbox (or was never scheduled), and
 // events.ErrEventNotFound when there is no such event. Events emitted
 // earlier in the transaction are written first, so one can be cancelled in
-// the transaction that scheduled it.
+// the transaction that scheduled it. On a transaction that has already
+// committed or rolled back it fails with outbox.ErrTxEnded (and sql.ErrTxDone).
 func (c *OutboxClient) Cancel(ctx context.Context, id uuid.UUID) (events.CancelResult, error) {
 	if _, ok := c.driver.(*txDriver); ok {
-		if err := c.Flush(ctx); err != nil {
+		b, err := c.outboxBatch()
+		if err != nil {
 			return 0, err
 		}
+		return b.Cancel(ctx, id)
 	}
 	return outbox.Cancel(ctx, c.driver, "outbox_events", "outbox_scheduled_events", id)
 }
