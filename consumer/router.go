@@ -1,14 +1,21 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // For generated code. AddToRouter adds Watermill handlers for each consumer
@@ -23,12 +30,21 @@ import (
 // nothing keeps an aggregate's effects in order across instances: it says
 // so at error level, and handles one message at a time per consumer name
 // and topic, as before.
-
+//
+// It refuses, adding nothing, when a table the handlers write is missing
+// (processed events, dead letters, and positions when the schema has
+// them), naming it and what to run, as the relay does at start: else each
+// message would fail on it, again and again.
 func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string) (message.Subscriber, error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.handlers) == 0 {
 		return errors.New("consumer: no handler registered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
+	defer cancel()
+	if err := s.checkSchema(ctx); err != nil {
+		return err
 	}
 	concurrency := s.cfg.Concurrency
 	if s.tables.Positions == "" {
@@ -71,6 +87,47 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 }
 
 var errNoPositions = errors.New("the schema has no consumer positions")
+
+// schemaCheckTimeout bounds the look for the tables at AddToRouter, which
+// takes no context: a database that does not answer fails the start
+// rather than hanging it.
+const schemaCheckTimeout = time.Minute
+
+// checkSchema returns an error naming the tables of s that do not exist in
+// its database; nil for a set without one (NewSet), which writes none.
+func (s *Set) checkSchema(ctx context.Context) error {
+	if s.db == nil {
+		return nil
+	}
+	var missing []string
+	for _, t := range []struct{ what, name string }{
+		{"processed-events", s.tables.Processed},
+		{"dead-letter", s.tables.DeadLetters},
+		{"consumer positions", s.tables.Positions},
+	} {
+		if t.name == "" {
+			continue
+		}
+		var rows entsql.Rows
+		if err := s.db.Query(ctx, `SELECT to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(t.name)}, &rows); err != nil {
+			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
+		}
+		exists, err := scanBool(&rows)
+		if err != nil {
+			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
+		}
+		if !exists {
+			missing = append(missing, fmt.Sprintf("%s table %q", t.what, t.name))
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("consumer: the %s does not exist (%s)", missing[0], outboxdb.MigrateHint)
+	}
+	return fmt.Errorf("consumer: the %s do not exist (%s)", strings.Join(missing, ", "), outboxdb.MigrateHint)
+}
 
 // subscribers returns up to n subscribers of consumer's group, fewer when
 // newSubscriber hands out the same one again, and one when it hands out

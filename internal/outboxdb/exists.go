@@ -36,6 +36,10 @@ func queryRow(ctx context.Context, q Querier, query string, args []any, dst ...a
 	return rows.Close()
 }
 
+// MigrateHint is what to run when a table is missing, as the relay and
+// the consumers say it when they refuse to start.
+const MigrateHint = "run the ent migration first: client.Schema.Create"
+
 // TableExists tells whether table name exists (on the search path).
 func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var exists bool
@@ -82,7 +86,7 @@ var deadLetterColumns = []string{"aggregate_seq"}
 // dead-letter table that does not exist or lacks a column the relay
 // writes, saying what to run.
 func (t Tables) Check(ctx context.Context, q Querier) error {
-	const migrate = "run the ent migration first: client.Schema.Create"
+	const migrate = MigrateHint
 	exists, missing, err := missingColumns(ctx, q, t.Outbox, outboxColumns)
 	if err != nil {
 		return err
