@@ -89,7 +89,8 @@ type Config struct {
 	// which traces nothing until the application sets one.
 	TracerProvider trace.TracerProvider
 
-	gapPauses gapPauses // wait.go; tests lengthen them
+	gapPauses    gapPauses    // wait.go; tests lengthen them
+	outagePauses outagePauses // outage.go; tests shorten them
 }
 
 // Option changes a Config.
@@ -184,6 +185,9 @@ func newConfig(opts []Option) Config {
 	}
 	if c.gapPauses == (gapPauses{}) {
 		c.gapPauses = defaultGapPauses
+	}
+	if c.outagePauses == (outagePauses{}) {
+		c.outagePauses = defaultOutagePauses
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NewSlogLogger(slog.Default())

@@ -67,3 +67,13 @@ func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
 	crossCheckFast = nil
 	tb.Cleanup(func() { crossCheckFast = saved })
 }
+
+// WithOutagePauses sets how long a delivery waits for an outage to end
+// before it is nacked, and the longest pause between two probes of the
+// database.
+func WithOutagePauses(hold, probes time.Duration) Option {
+	return func(c *Config) {
+		c.outagePauses = defaultOutagePauses
+		c.outagePauses.hold, c.outagePauses.probes = hold, probes
+	}
+}

@@ -33,8 +33,37 @@ import (
 // The handler's ctx carries the event (events.WithCause), so that the
 // events it emits carry causation and correlation ids, and, while tracing
 // is on, the delivery's consumer span.
+//
+// A failure to reach the consumer's database is not the event's: it
+// counts no attempt and writes no dead letter; the set pauses until the
+// database answers (outage.go), and the delivery waits, then runs again,
+// or is nacked with an *OutageError after a while, for the broker to
+// deliver it again.
+func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) error {
+	var waited time.Duration // in this delivery, for outages to end
+	var cause error
+	for {
+		if err := s.breaker.wait(ctx, consumer, &waited, cause); err != nil {
+			return err
+		}
+		err := s.handle(ctx, consumer, msg)
+		var outage *OutageError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &outage):
+			cause = outage.Err
+		case s.breaker.outage(err):
+			cause = err
+		default:
+			return err
+		}
+	}
+}
 
-func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
+// handle is one run of Handle, until an outage stops it: an
+// *OutageError when a try of the handler met one.
+func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
 	m, metaErr := metaOf(msg)
 	m.Consumer = consumer
 	if n, _ := strconv.Atoi(msg.Metadata.Get(events.MetaDeliveryCount)); n > 1 {
@@ -175,6 +204,9 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 			}
 			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
 			return nil
+		}
+		if s.breaker.outage(err) {
+			return &OutageError{Consumer: consumer, Err: err} // not an attempt: Handle waits for the database
 		}
 		if attempt >= s.cfg.MaxAttempts {
 			return setAside(metrics.ReasonMaxAttempts, err.Error(), attempt, took, s.letterOrder())

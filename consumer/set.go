@@ -28,6 +28,7 @@ type Set struct {
 	batch      *batcher // nil: one event per transaction
 	turns      turns    // wakes deliveries waiting for an aggregate's previous event
 	wake       *waker   // and when another instance applies one
+	breaker    *breaker // pauses the set while its database cannot be reached (outage.go)
 	// slots bounds the set's own transactions and statements outside
 	// batches to Concurrency at once (Set.own).
 	slots chan struct{}
@@ -68,6 +69,7 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 		s.types[t.Name] = t
 	}
 	s.wake = newWaker(db, tables, &s.turns, cfg.Logger)
+	s.breaker = newBreaker(db, cfg.outagePauses, cfg.Logger)
 	return s
 }
 

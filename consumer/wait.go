@@ -98,10 +98,13 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		if gap.Want > w.want {
 			w.moved, w.want = time.Now(), gap.Want
 		}
-		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter {
+		// An outage stopped the missing events from being applied: the
+		// aggregate waits as long again once the database is back.
+		up := s.breaker.upFor()
+		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter && up >= s.cfg.StartAfter {
 			return s.startAggregate(ctx, m, gap)
 		}
-		if gap.Waited >= s.cfg.MaxGap {
+		if gap.Waited >= s.cfg.MaxGap && up >= s.cfg.MaxGap {
 			return &missingError{gap: gap}
 		}
 		// A gap older than GapWait is not one another instance is about to
