@@ -136,4 +136,3 @@ func invoiceHandlerOnly(ctx context.Context, tx *testent.Tx, e *testent.OrderPai
 	return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).
 		SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
 }
-
