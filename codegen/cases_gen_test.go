@@ -40,6 +40,9 @@ import (
 	schema_schema "github.com/entoutbox/entoutbox/codegen/testdata/schema"
 	case_type_collision "github.com/entoutbox/entoutbox/codegen/testdata/type_collision/events"
 	case_upcast "github.com/entoutbox/entoutbox/codegen/testdata/upcast/events"
+	case_upcast_steps "github.com/entoutbox/entoutbox/codegen/testdata/upcast_steps/events"
+	case_upcast_steps_bare "github.com/entoutbox/entoutbox/codegen/testdata/upcast_steps_bare/events"
+	case_upcast_steps_uncovered "github.com/entoutbox/entoutbox/codegen/testdata/upcast_steps_uncovered/events"
 	case_version_numbering "github.com/entoutbox/entoutbox/codegen/testdata/version_numbering/events"
 	case_versions "github.com/entoutbox/entoutbox/codegen/testdata/versions/events"
 )
@@ -81,6 +84,9 @@ var cases = []goldenCase{
 	{name: "scheduled_no_table", schemaPkg: "schema", schemas: schema_schema.All, events: case_scheduled_no_table.All},
 	{name: "type_collision", schemaPkg: "schema", schemas: schema_schema.All, events: case_type_collision.All},
 	{name: "upcast", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast.All},
+	{name: "upcast_steps", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast_steps.All},
+	{name: "upcast_steps_bare", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast_steps_bare.All},
+	{name: "upcast_steps_uncovered", schemaPkg: "schema", schemas: schema_schema.All, events: case_upcast_steps_uncovered.All},
 	{name: "version_numbering", schemaPkg: "schema", schemas: schema_schema.All, events: case_version_numbering.All},
 	{name: "versions", schemaPkg: "schema", schemas: schema_schema.All, events: case_versions.All},
 }

@@ -78,7 +78,8 @@ type Event struct {
 	DeclType      string
 	DeclAlias     string // import name of DeclPkg in generated code
 
-	missingUpcasts []missingUpcast // steps that need an upcaster the declaration lacks
+	upcaster    upcaster     // what the declaration says of its Upcast
+	manualSteps []manualStep // the steps that need its Upcast
 
 	// MaxDelay is how far ahead the event may be scheduled, in
 	// nanoseconds (the declaration's MaxDelay); not positive: never.
@@ -497,8 +498,7 @@ func buildEvent(ev events.Interface, fail func(string, ...any)) *Event {
 		e.Versions = nil
 		return e
 	}
-	_, hasUpcaster := ev.(events.Upcaster)
-	planUpcasts(where, e, hasUpcaster)
+	planUpcasts(e, ev)
 	return e
 }
 

@@ -3,8 +3,10 @@ package codegen
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/events/field"
 )
 
@@ -94,9 +96,14 @@ func shape(f *Field) string {
 }
 
 // planUpcasts marks the version steps that need the declaration's Upcast
-// and records those it needs but lacks (Event.missingUpcasts): they are
-// refused last, after the lock's refusals (upcasterRefusals).
-func planUpcasts(where string, e *Event, hasUpcaster bool) {
+// and records them (Event.manualSteps), with what the declaration says of
+// its Upcast: whether Upcast handles them is checked last, after the
+// lock's refusals (upcasterRefusals).
+func planUpcasts(e *Event, ev events.Interface) {
+	_, e.upcaster.has = ev.(events.Upcaster)
+	if d, ok := ev.(interface{ UpcastSteps() []int }); ok {
+		e.upcaster.declared, e.upcaster.steps = true, d.UpcastSteps()
+	}
 	for i := 1; i < len(e.Versions); i++ {
 		prev, next := e.Versions[i-1], e.Versions[i]
 		gaps := upcastGaps(prev, next)
@@ -108,36 +115,122 @@ func planUpcasts(where string, e *Event, hasUpcaster bool) {
 		}
 		prev.UpcastManually = true
 		e.NeedsUpcaster = true
-		if !hasUpcaster {
-			e.missingUpcasts = append(e.missingUpcasts, missingUpcast{from: prev.Number, to: next.Number,
-				refusal: fmt.Sprintf("%s: versions %d -> %d need an upcaster: %s; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
-					where, prev.Number, next.Number, strings.Join(gaps, "; "), e.GoName, e.GoName)})
-		}
+		e.manualSteps = append(e.manualSteps, manualStep{from: prev.Number, to: next.Number, gaps: gaps})
 	}
 }
 
-// missingUpcast is a version step that needs the declaration's Upcast,
-// which it lacks.
-type missingUpcast struct {
+// upcaster is what a declaration says of its Upcast.
+type upcaster struct {
+	has      bool  // it implements events.Upcaster
+	declared bool  // it implements UpcastSteps (events.UpcastStepper)
+	steps    []int // what UpcastSteps lists: the versions Upcast upcasts from
+}
+
+// manualStep is a version step that needs the declaration's Upcast, and
+// why (upcastGaps).
+type manualStep struct {
 	from, to int
-	refusal  string
+	gaps     []string
 }
 
 // upcasterRefusals refuses the steps that need an upcaster the declaration
-// lacks, but those from or to a version in frozen (by entryKey): a released
-// version whose shape changed. The gaps of such a step come from the
-// change the lock refuses, and restoring the version is the fix, not an
-// upcaster.
+// does not have for them: it has no Upcast, or its UpcastSteps does not
+// list the step, or it does not declare UpcastSteps while more than one
+// step needs Upcast (a bare Upcast is taken to handle a single step, as
+// it was written for one). A listed step that is not one of these is
+// refused too: Upcast is never called for it. Steps from or to a version
+// in frozen (by entryKey) are left out: a released version whose shape
+// changed. The gaps of such a step come from the change the lock refuses,
+// and restoring the version is the fix, not an upcaster.
 func (m *Model) upcasterRefusals(frozen map[string]bool) []string {
 	var out []string
 	for _, e := range m.Events {
-		for _, s := range e.missingUpcasts {
-			if !frozen[entryKey(e.Name, s.from)] && !frozen[entryKey(e.Name, s.to)] {
-				out = append(out, s.refusal)
+		out = append(out, e.upcasterRefusals(frozen)...)
+	}
+	return out
+}
+
+func (e *Event) upcasterRefusals(frozen map[string]bool) []string {
+	where := eventWhere(e)
+	touchesFrozen := func(from int) bool {
+		return frozen[entryKey(e.Name, from)] || frozen[entryKey(e.Name, from+1)]
+	}
+	var needed []int
+	for _, s := range e.manualSteps {
+		needed = append(needed, s.from)
+	}
+	declare := fmt.Sprintf("func (%s) UpcastSteps() []int { return %s }", e.GoName, intsLiteral(needed))
+	redeclare := "declare " + declare
+	if len(needed) == 0 {
+		redeclare = "remove UpcastSteps, as no step needs an upcaster"
+	}
+	var out []string
+	for _, s := range e.manualSteps {
+		if touchesFrozen(s.from) {
+			continue
+		}
+		step := fmt.Sprintf("%s: versions %d -> %d need an upcaster: %s", where, s.from, s.to, strings.Join(s.gaps, "; "))
+		switch {
+		case !e.upcaster.has:
+			fix := fmt.Sprintf("; implement events.Upcaster on %s: func (%s) Upcast(from int, fields map[string]any) (map[string]any, error)",
+				e.GoName, e.GoName)
+			if len(needed) > 1 {
+				fix += fmt.Sprintf(", handling each of the %d steps (%s), and declare them: %s", len(needed), stepList(needed), declare)
 			}
+			out = append(out, step+fix)
+		case e.upcaster.declared && !slices.Contains(e.upcaster.steps, s.from):
+			out = append(out, fmt.Sprintf("%s; %s's Upcast handles %s (UpcastSteps): handle from == %d in Upcast, and declare it: %s",
+				step, e.GoName, handledList(e.upcaster.steps), s.from, declare))
+		case !e.upcaster.declared && len(needed) > 1:
+			out = append(out, fmt.Sprintf("%s; %s's Upcast does not say which steps it handles, and %d steps need one (%s): handle each in Upcast and declare them: %s",
+				step, e.GoName, len(needed), stepList(needed), declare))
+		}
+	}
+	listed := map[int]bool{}
+	for _, from := range e.upcaster.steps {
+		if listed[from] {
+			continue
+		}
+		listed[from] = true
+		switch {
+		case from < 1 || from >= len(e.Versions):
+			out = append(out, fmt.Sprintf("%s: UpcastSteps lists %d, but there is no step %d -> %d (its versions are 1 to %d); it lists the versions Upcast upcasts from, 1 for 1 -> 2: %s",
+				where, from, from, from+1, len(e.Versions), redeclare))
+		case !slices.Contains(needed, from) && !touchesFrozen(from):
+			out = append(out, fmt.Sprintf("%s: UpcastSteps lists %d, but versions %d -> %d need no upcaster (defaults fill older payloads in), so Upcast is never called for them: %s",
+				where, from, from, from+1, redeclare))
 		}
 	}
 	return out
+}
+
+// stepList names steps by the versions they upcast from: "1 -> 2, 2 -> 3".
+func stepList(froms []int) string {
+	parts := make([]string, len(froms))
+	for i, f := range froms {
+		parts[i] = fmt.Sprintf("%d -> %d", f, f+1)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// handledList says which steps an UpcastSteps lists.
+func handledList(froms []int) string {
+	switch len(froms) {
+	case 0:
+		return "no step"
+	case 1:
+		return stepList(froms) + " only"
+	}
+	return stepList(slices.Sorted(slices.Values(froms)))
+}
+
+// intsLiteral is froms as a Go []int literal.
+func intsLiteral(froms []int) string {
+	parts := make([]string, len(froms))
+	for i, f := range froms {
+		parts[i] = strconv.Itoa(f)
+	}
+	return "[]int{" + strings.Join(parts, ", ") + "}"
 }
 
 // defaultsLiteral is a Go map literal of the declared defaults of fs by

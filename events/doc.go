@@ -38,6 +38,13 @@
 //		return fields, nil
 //	}
 //
+// Upcast alone is taken to handle the one step that needs it. Once a
+// second step needs an upcaster, declare the steps Upcast handles by the
+// versions it upcasts from (UpcastStepper); go generate refuses a step that
+// needs an upcaster and is not listed, naming it:
+//
+//	func (PriceChanged) UpcastSteps() []int { return []int{2, 3} } // 2 -> 3 and 3 -> 4
+//
 // go generate records the wire shape of every version in the ent
 // package's entoutbox.lock.json (commit it) and from then on refuses a
 // change to a released version; declare the change as a new version. While

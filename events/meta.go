@@ -31,6 +31,23 @@ type Meta struct {
 // new required field without a default). Upcast turns the decoded JSON
 // fields of version from into those of version from+1. The generator
 // refuses a declaration that needs an upcaster and has none.
+//
+// Upcast alone handles one step: once a second step needs an upcaster,
+// the declaration says which steps Upcast handles with UpcastSteps
+// (UpcastStepper), and the generator refuses a step it does not list.
 type Upcaster interface {
 	Upcast(from int, fields map[string]any) (map[string]any, error)
+}
+
+// UpcastStepper is an Upcaster that declares the steps its Upcast handles:
+// UpcastSteps lists the versions it upcasts from, 1 for 1 -> 2. go generate
+// checks the list against the steps that need an upcaster, both ways: a
+// step that needs one and is not listed is refused, naming the step and
+// what needs it, and so is a listed step that defaults fill in (Upcast is
+// never called for it). Declare it when a new version adds a step:
+//
+//	func (PriceChanged) UpcastSteps() []int { return []int{1, 2} } // 1 -> 2 and 2 -> 3
+type UpcastStepper interface {
+	Upcaster
+	UpcastSteps() []int
 }

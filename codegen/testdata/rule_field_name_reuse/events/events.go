@@ -25,4 +25,6 @@ func (CouponUsed) Upcast(from int, fields map[string]any) (map[string]any, error
 	return fields, nil
 }
 
+func (CouponUsed) UpcastSteps() []int { return []int{1, 2} }
+
 var All = []events.Interface{CouponUsed{}}
