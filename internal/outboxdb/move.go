@@ -13,7 +13,9 @@ import (
 // MoveToDeadLetters moves outbox row id to the dead-letter table with
 // reason and at least attempts attempts, in one statement: the row is
 // never in both tables, nor in neither. It tells whether the row was
-// there to move.
+// there to move. A row moves once: a second move of it, after a crash or
+// by another relay, finds nothing and writes nothing (and the outbox
+// holds one row per event id).
 func (t Tables) MoveToDeadLetters(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
 	res, err := e.ExecContext(ctx, `WITH moved AS (DELETE FROM `+pgsql.QuoteIdent(t.Outbox)+` WHERE id = $1 RETURNING *)
 		INSERT INTO `+pgsql.QuoteIdent(t.DeadLetters)+` (event_id, source, event_name, event_version, topic,
@@ -47,8 +49,27 @@ type CarriedRow struct {
 // WriteDeadLetter writes the dead letter of row, which the outbox table no
 // longer holds (deleted by hand), from what the read path carried: a row
 // read is never skipped without a letter. A zero EventID, empty Headers
-// and a zero AggregateSeq are written as NULL.
-func (t Tables) WriteDeadLetter(ctx context.Context, e Execer, row CarriedRow, reason string, attempts int) error {
+// and a zero AggregateSeq are written as NULL. It tells whether it wrote
+// one.
+//
+// It writes nothing when the relay's letter of the event exists, open,
+// discarded or retried: a read path that reads a row again after a crash
+// (the WAL path streams what its slot did not confirm) finds it gone
+// because it moved it itself, and the event has its letter. One letter
+// per event and cause, as the consumers write theirs: an advisory lock on
+// the event makes two writers of one letter wait for each other, the
+// second seeing the first's row. No unique index does it instead, because
+// tables written by earlier versions may hold duplicates, which would
+// fail its creation.
+func (t Tables) WriteDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow, reason string, attempts int) (bool, error) {
+	written, err := t.writeDeadLetter(ctx, db, row, reason, attempts)
+	if err != nil {
+		return false, fmt.Errorf("writing the dead letter of row %d: %w", row.ID, err)
+	}
+	return written, nil
+}
+
+func (t Tables) writeDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow, reason string, attempts int) (bool, error) {
 	var eventID any
 	if row.EventID != uuid.Nil {
 		eventID = row.EventID
@@ -57,13 +78,31 @@ func (t Tables) WriteDeadLetter(ctx context.Context, e Execer, row CarriedRow, r
 	if len(row.Headers) > 0 {
 		headers = string(row.Headers)
 	}
-	_, err := e.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.DeadLetters)+` (event_id, source, event_name,
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if eventID != nil {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`,
+			t.DeadLetters+"/relay/"+row.EventID.String()); err != nil {
+			return false, err
+		}
+	}
+	letters := pgsql.QuoteIdent(t.DeadLetters)
+	res, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id, source, event_name,
 		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
-		VALUES ($1, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now())`,
+		SELECT $1::uuid, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now()
+		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+letters+`
+			WHERE (event_id = $1::uuid OR retried_event_id = $1::uuid) AND source = 'relay')`,
 		eventID, row.Name, row.Version, row.Topic, row.AggregateType, row.AggregateID, row.Payload, headers,
 		reason, attempts, sql.NullInt64{Int64: row.AggregateSeq, Valid: row.AggregateSeq > 0})
 	if err != nil {
-		return fmt.Errorf("writing the dead letter of row %d: %w", row.ID, err)
+		return false, err
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n > 0, tx.Commit()
 }

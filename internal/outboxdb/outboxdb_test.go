@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,11 +444,15 @@ func TestWriteDeadLetterFromACarriedRow(t *testing.T) {
 	ctx := context.Background()
 	db, tables := setup(t)
 	id := uuid.New()
-	require.NoError(t, tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 5, EventID: id, Name: "order.paid",
+	written, err := tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 5, EventID: id, Name: "order.paid",
 		Version: 2, Topic: "orders", AggregateType: "Order", AggregateID: "o-1", AggregateSeq: 3,
-		Payload: []byte(`{"a":1}`), Headers: []byte(`{"k":"v"}`)}, "gone", 1))
-	require.NoError(t, tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 6, Name: "order.paid", Version: 1,
-		Topic: "orders", AggregateType: "Order", AggregateID: "o-2", Payload: []byte(`not json`)}, "gone too", 0))
+		Payload: []byte(`{"a":1}`), Headers: []byte(`{"k":"v"}`)}, "gone", 1)
+	require.NoError(t, err)
+	require.True(t, written)
+	written, err = tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 6, Name: "order.paid", Version: 1,
+		Topic: "orders", AggregateType: "Order", AggregateID: "o-2", Payload: []byte(`not json`)}, "gone too", 0)
+	require.NoError(t, err)
+	require.True(t, written)
 	require.Equal(t, []letter{
 		{eventID: sql.NullString{String: id.String(), Valid: true}, source: "relay", name: "order.paid", version: 2,
 			topic: "orders", aggType: "Order", aggID: "o-1", seq: sql.NullInt64{Int64: 3, Valid: true}, payload: `{"a":1}`,
@@ -455,4 +460,103 @@ func TestWriteDeadLetterFromACarriedRow(t *testing.T) {
 		{source: "relay", name: "order.paid", version: 1, topic: "orders", aggType: "Order", aggID: "o-2",
 			payload: "not json", reason: "gone too"},
 	}, readLetters(t, db))
+}
+
+// A row read again after its move (a WAL relay killed before its slot
+// confirmed the row) finds it gone: its letter is not written again, nor
+// by writers racing each other, nor once the letter was retried. Another
+// source's letter of the event, and a row without an event id, do not
+// stand in the way.
+func TestWriteDeadLetterOncePerEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, tables := setup(t)
+	var (
+		rowID int64
+		id    uuid.UUID
+	)
+	require.NoError(t, db.QueryRow(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload) VALUES (gen_random_uuid(), 'order.paid', 1, '', 'Order', 'o-1', '{}')
+		RETURNING id, event_id`).Scan(&rowID, &id))
+	moved, err := tables.MoveToDeadLetters(ctx, db, rowID, "topic is empty", 0)
+	require.NoError(t, err)
+	require.True(t, moved)
+	carried := outboxdb.CarriedRow{ID: rowID, EventID: id, Name: "order.paid", Version: 1, AggregateType: "Order",
+		AggregateID: "o-1", Payload: []byte(`{}`)}
+	countOf := func(id uuid.UUID) int {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM outbox_dead_letters WHERE event_id = $1 OR retried_event_id = $1`,
+			id).Scan(&n))
+		return n
+	}
+
+	written, err := tables.WriteDeadLetter(ctx, db, carried, "topic is empty (gone)", 0)
+	require.NoError(t, err)
+	require.False(t, written, "the moved row has its letter")
+	require.Equal(t, 1, countOf(id))
+
+	// Racing writers of one letter, on connections already open and let
+	// go at once, round after round: the lock lets one write it.
+	const writers, rounds = 8, 20
+	db.SetMaxIdleConns(writers)
+	var conns []*sql.Conn
+	for range writers {
+		c, err := db.Conn(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	for round := range rounds {
+		racing := carried
+		racing.EventID = uuid.New()
+		start := make(chan struct{})
+		results := make(chan error, writers)
+		var wrote atomic.Int32
+		for range writers {
+			go func() {
+				<-start
+				w, err := tables.WriteDeadLetter(ctx, db, racing, "gone", 0)
+				if w {
+					wrote.Add(1)
+				}
+				results <- err
+			}()
+		}
+		close(start)
+		for range writers {
+			require.NoError(t, <-results)
+		}
+		require.Equal(t, int32(1), wrote.Load(), "round %d: writers that wrote", round)
+		require.Equal(t, 1, countOf(racing.EventID), "round %d", round)
+	}
+
+	// Retried, the event went back to the outbox: a stale row of it
+	// writes nothing either.
+	_, err = db.Exec(`UPDATE outbox_dead_letters SET retried_at = now(), retried_event_id = event_id, event_id = NULL
+		WHERE event_id = $1`, id)
+	require.NoError(t, err)
+	written, err = tables.WriteDeadLetter(ctx, db, carried, "topic is empty (gone)", 0)
+	require.NoError(t, err)
+	require.False(t, written, "the retried letter stands for the event")
+	require.Equal(t, 1, countOf(id))
+
+	// A consumer's letter is another cause.
+	other := carried
+	other.EventID = uuid.New()
+	_, err = db.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts) VALUES ($1, 'billing', 'failed', 5)`,
+		other.EventID)
+	require.NoError(t, err)
+	written, err = tables.WriteDeadLetter(ctx, db, other, "gone", 0)
+	require.NoError(t, err)
+	require.True(t, written, "the consumer's letter is not the relay's")
+	require.Equal(t, 2, countOf(other.EventID))
+
+	// Without an event id nothing tells two rows apart: each is written.
+	for range 2 {
+		written, err = tables.WriteDeadLetter(ctx, db, outboxdb.CarriedRow{ID: 9, Name: "order.paid", Version: 1}, "gone", 0)
+		require.NoError(t, err)
+		require.True(t, written)
+	}
 }

@@ -427,9 +427,14 @@ func (s *walSession) deadLetter(r *walRow, d engine.Decision) {
 	go func() {
 		defer s.out.Done()
 		for failures := 1; ; failures++ {
-			err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.Reason, d.Attempts)
+			written, err := s.src.moveToDeadLetters(context.WithoutCancel(s.ctx), r, d.Reason, d.Attempts)
 			if err == nil {
-				engine.DeadLettered(s.metrics, s.src.cfg.Logger, pathName, s.src.cfg.Slot, &r.Row, d)
+				if written {
+					engine.DeadLettered(s.metrics, s.src.cfg.Logger, pathName, s.src.cfg.Slot, &r.Row, d)
+				} else {
+					s.src.cfg.Logger.Info("A row streamed again already has its dead letter", watermill.LogFields{
+						"event_id": r.EventID.String(), "row_id": r.ID, "relay": s.src.cfg.Slot})
+				}
 				s.settle(r)
 				return
 			}
@@ -446,33 +451,37 @@ func (s *walSession) deadLetter(r *walRow, d engine.Decision) {
 	}()
 }
 
-// moveToDeadLetters moves r's row to the dead letters by id; when the row
-// is gone from the table (deleted by hand), the letter is written from what
-// the stream carried, so nothing is skipped without one.
+// moveToDeadLetters moves r's row to the dead letters by id, and tells
+// whether a letter was written. When the row is gone from the table, the
+// letter is written from what the stream carried, so nothing is skipped
+// without one, unless the event has its letter already: a session killed
+// after a move and before the slot confirmed the row's transaction has
+// the next session stream the row again, gone because it was moved.
 //
 // The stream can show a transaction's commit before the snapshots of other
 // connections see it (the server sends what is in the WAL; the transaction
 // leaves the running ones a moment later): a move that finds nothing is
 // tried again once the transaction is visible, and only then is the row
 // taken for gone.
-func (w *Source) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) error {
+func (w *Source) moveToDeadLetters(ctx context.Context, row *walRow, reason string, attempts int) (bool, error) {
 	t := outboxdb.New(w.cfg.Table, w.cfg.DeadLetterTable)
 	moved, err := t.MoveToDeadLetters(ctx, w.cfg.DB, row.ID, reason, attempts)
 	if err != nil || moved {
-		return wrapRelay(err)
+		return moved, wrapRelay(err)
 	}
 	if row.tx != nil && !row.tx.table {
 		if err := w.waitVisible(ctx, row); err != nil {
-			return err
+			return false, err
 		}
 		if moved, err = t.MoveToDeadLetters(ctx, w.cfg.DB, row.ID, reason, attempts); err != nil || moved {
-			return wrapRelay(err)
+			return moved, wrapRelay(err)
 		}
 	}
-	return wrapRelay(t.WriteDeadLetter(ctx, w.cfg.DB, outboxdb.CarriedRow{ID: row.ID, EventID: row.EventID,
+	written, err := t.WriteDeadLetter(ctx, w.cfg.DB, outboxdb.CarriedRow{ID: row.ID, EventID: row.EventID,
 		Name: row.Name, Version: row.Version, Topic: row.Topic, AggregateType: row.AggregateType,
 		AggregateID: row.AggregateID, AggregateSeq: row.AggregateSeq, Payload: row.Payload, Headers: row.Headers},
-		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts))
+		reason+" (the row was gone from the outbox table; written from the replication stream)", attempts)
+	return written, wrapRelay(err)
 }
 
 // wrapRelay says err, when there is one, is the relay's.
