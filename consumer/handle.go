@@ -197,7 +197,17 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 			mayGo = true
 			continue // not an attempt: the handler did not run
 		case errors.As(err, &held):
-			return setAside(metrics.ReasonHeld, held.Error(), 0, took, letterFollows)
+			back, err := s.heldComesBack(ctx, m, held)
+			if err != nil {
+				return err
+			}
+			if !back {
+				return setAside(metrics.ReasonHeld, held.Error(), 0, took, letterFollows)
+			}
+			if err := s.waitRelease(ctx, m, held); err != nil {
+				return err
+			}
+			continue // not an attempt: the handler did not run
 		case errors.Is(err, errLetteredNext):
 			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
 				return err

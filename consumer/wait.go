@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // Waiting for an aggregate's previous event (a gap). The previous event is
@@ -225,4 +228,72 @@ func inTx(ctx context.Context, db dialect.ExecQuerier, f func(context.Context, d
 		return err
 	}
 	return tx.Commit()
+}
+
+// heldComesBack tells whether the event m's aggregate is held at was
+// retried from this consumer's dead letters (`entoutbox dead-letters
+// retry`) within MaxGap and is not in them again: it is on its way back,
+// and m waits for it rather than going to the dead letters behind it. A
+// retry of an aggregate's letters, with consumers running, otherwise sets
+// a later event aside anew whenever it comes before the held one is
+// applied, and the events after it wait for it in vain.
+func (s *Set) heldComesBack(ctx context.Context, m events.Meta, held *HeldError) (bool, error) {
+	if held.HeldEventID == uuid.Nil {
+		return false, nil
+	}
+	var back bool
+	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
+		var rows entsql.Rows
+		letters := pgsql.QuoteIdent(t.DeadLetters)
+		if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND retried_event_id = $2
+				AND retried_at > now() - make_interval(secs => $3))
+			AND NOT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND event_id = $2)`,
+			[]any{m.Consumer, held.HeldEventID, s.cfg.MaxGap.Seconds()}, &rows); err != nil {
+			return fmt.Errorf("consumer: reading whether event %s of %q was retried: %w", held.HeldEventID, m.Consumer, err)
+		}
+		var err error
+		back, err = scanBool(&rows)
+		return err
+	})
+	return back, err
+}
+
+// waitRelease waits until m's aggregate is no longer held at the seq held
+// says (its event, retried, was applied or set aside again), woken by
+// this set's applies or after a pause; after GapWait the delivery is
+// nacked, to come again.
+func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) error {
+	tw := s.turns.join(m)
+	defer tw.leave()
+	began := time.Now()
+	for {
+		woken, _ := tw.next()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consumer: %q stopped while event %s waited for its retried seq %d: %w", m.Consumer, m.EventID, held.HeldSeq, ctx.Err())
+		case <-woken:
+		case <-time.After(s.cfg.gapPauses.max):
+		}
+		var still bool
+		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
+			var rows entsql.Rows
+			if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Positions)+`
+				WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 AND held_seq = $5)`,
+				[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, held.HeldSeq}, &rows); err != nil {
+				return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+			}
+			var err error
+			still, err = scanBool(&rows)
+			return err
+		})
+		switch {
+		case err != nil:
+			return err
+		case !still:
+			return nil
+		case time.Since(began) >= s.cfg.GapWait:
+			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s for its retried seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, held.HeldSeq)
+		}
+	}
 }
