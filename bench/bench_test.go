@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
@@ -100,7 +100,7 @@ func tableLine(out, prefix string) string {
 func requireServices(ctx context.Context, t *testing.T) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("pgx", pgtest.ServerURL())
+	db, err := pgschema.Open(pgtest.ServerURL())
 	if err == nil {
 		err = db.PingContext(pctx)
 		db.Close()
@@ -198,7 +198,7 @@ func TestFillScheduled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	requireServices(ctx, t)
-	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	admin, err := pgschema.Open(pgtest.ServerURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestScheduledSectionRuns(t *testing.T) {
 	}
 	ctx := context.Background()
 	requireServices(ctx, t)
-	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	admin, err := pgschema.Open(pgtest.ServerURL())
 	if err != nil {
 		t.Fatal(err)
 	}

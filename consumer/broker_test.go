@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outboxtest"
@@ -173,7 +173,7 @@ func TestMain(m *testing.M) {
 func runChild() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	db, err := sql.Open("pgx", os.Getenv("CHILD_DATABASE_URL"))
+	db, err := pgschema.Open(os.Getenv("CHILD_DATABASE_URL"))
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -21,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
@@ -378,7 +378,7 @@ func postgresDeath(t *testing.T, url string) (string, func()) {
 		sep = "&"
 	}
 	return url + sep + "application_name=" + name, func() {
-		db, err := sql.Open("pgx", url)
+		db, err := pgschema.Open(url)
 		require.NoError(t, err)
 		defer db.Close()
 		_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, name)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/tcpproxy"
@@ -49,7 +50,7 @@ func TestBacklogGaugesGoWhileTheDatabaseCannotBeRead(t *testing.T) {
 	require.NoError(t, err)
 	proxy := tcpproxy.Start(t, u.Host)
 	u.Host = proxy.Addr
-	via, err := sql.Open("pgx", u.String())
+	via, err := pgschema.Open(u.String())
 	require.NoError(t, err)
 	t.Cleanup(func() { via.Close() })
 

@@ -93,7 +93,9 @@ func New(t testing.TB, opts ...Option) *Harness {
 	if serverURL == "" {
 		serverURL = DefaultURL
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A server at its max_connections is waited for (pgschema.ConnectWait);
+	// one that is not there answers at once.
+	ctx, cancel := context.WithTimeout(context.Background(), pgschema.ConnectWait+10*time.Second)
 	defer cancel()
 	if err := pgschema.Ping(ctx, serverURL); err != nil {
 		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
@@ -119,7 +121,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 	for _, opt := range opts {
 		opt(h)
 	}
-	h.db, err = sql.Open("pgx", s.URL)
+	h.db, err = pgschema.Open(s.URL)
 	if err != nil {
 		t.Fatalf("outboxtest: opening %s: %v", broker.Redacted(s.URL), err)
 	}

@@ -2,13 +2,13 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -20,7 +20,7 @@ import (
 // work on a pool of 9 connections (they used to hold two each).
 func TestSubscribersShareTheirConnections(t *testing.T) {
 	b := setupEmit(t)
-	db, err := sql.Open("pgx", b.db.URL)
+	db, err := pgschema.Open(b.db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	// 2 liveness sessions, 1 LISTEN, up to 4 claims, 1 for the rest, and

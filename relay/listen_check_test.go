@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -40,7 +41,7 @@ func logsStarting(l *captureLogs, level watermill.LogLevel, prefix string) []wat
 // database), as a LISTEN connection to the wrong place would be.
 func otherDatabase(t *testing.T) *sql.DB {
 	t.Helper()
-	admin, err := sql.Open("pgx", pgtest.ServerURL())
+	admin, err := pgschema.Open(pgtest.ServerURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { admin.Close() })
 	suffix := make([]byte, 4)
@@ -51,7 +52,7 @@ func otherDatabase(t *testing.T) *sql.DB {
 	u, err := url.Parse(pgtest.ServerURL())
 	require.NoError(t, err)
 	u.Path = "/" + name
-	db, err := sql.Open("pgx", u.String())
+	db, err := pgschema.Open(u.String())
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		db.Close()
@@ -97,7 +98,7 @@ func TestListenCheckDetectsLostNotifications(t *testing.T) {
 func TestListenDBDeliversNotificationsWithPollOnly(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
-	listen, err := sql.Open("pgx", b.db.URL)
+	listen, err := pgschema.Open(b.db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { listen.Close() })
 	logs := newCaptureLogs()

@@ -4,7 +4,6 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -100,7 +100,7 @@ ignore_startup_parameters = extra_float_digits,search_path
 func TestListenBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
-	pooled, err := sql.Open("pgx", startPgBouncer(t, b))
+	pooled, err := pgschema.Open(startPgBouncer(t, b))
 	require.NoError(t, err)
 	t.Cleanup(func() { pooled.Close() })
 

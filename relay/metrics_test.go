@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"net/url"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/metrics"
@@ -176,7 +176,7 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 	require.NoError(t, err)
 	proxy := tcpproxy.Start(t, u.Host)
 	u.Host = proxy.Addr
-	db, err := sql.Open("pgx", u.String())
+	db, err := pgschema.Open(u.String())
 	require.NoError(t, err)
 	defer db.Close()
 	reg := prometheus.NewPedanticRegistry()

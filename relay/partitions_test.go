@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -189,7 +189,7 @@ func TestRelayCutOffFromTheDatabaseStopsSending(t *testing.T) {
 	require.NoError(t, err)
 	proxy := tcpproxy.Start(t, u.Host)
 	u.Host = proxy.Addr
-	dbA, err := sql.Open("pgx", u.String())
+	dbA, err := pgschema.Open(u.String())
 	require.NoError(t, err)
 	defer dbA.Close()
 

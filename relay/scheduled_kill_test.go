@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -136,7 +137,7 @@ func TestTwoRelaysPromoteEachEventOnceInOrder(t *testing.T) {
 		perAgg[agg] = append(perAgg[agg], emitOne(t, p.client, agg, events.DeliverAt(due)))
 	}
 	for range 2 {
-		db, err := sql.Open("pgx", p.db.URL)
+		db, err := pgschema.Open(p.db.URL)
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		r, err := relay.New(p.config(relay.Config{DB: db, Publisher: pubsub, Logger: watermill.NopLogger{}}))

@@ -1,13 +1,13 @@
 package relay_test
 
 import (
-	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -21,7 +21,7 @@ func TestScheduledEventsBehindPgBouncer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			p := setupPath(t, relay.PathFast)
-			pooled, err := sql.Open("pgx", startPgBouncer(t, p.emitBundle))
+			pooled, err := pgschema.Open(startPgBouncer(t, p.emitBundle))
 			require.NoError(t, err)
 			t.Cleanup(func() { pooled.Close() })
 			b := openBroker(t, "mem://", "")

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
@@ -459,7 +460,7 @@ func (p jitterPublisher) Publish(topic string, msgs ...*message.Message) error {
 // New refuses WAL settings that cannot work, naming the field.
 func TestWALConfigRefusedNamingTheField(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("pgx", pgtest.ServerURL())
+	db, err := pgschema.Open(pgtest.ServerURL())
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	pub := gochannel.NewGoChannel(gochannel.Config{}, nil)

@@ -35,6 +35,7 @@ type relayOptions struct {
 	cloudEventsSource, cloudEventsDataSchemaBase           string
 	cloudEventsPrefix                                      string
 	pprof                                                  bool
+	maxConns                                               int
 	cfg                                                    relay.Config
 }
 
@@ -120,6 +121,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		relay.DefaultRetryInterval, relay.DefaultMaxBackoff, relay.DefaultCompatibleRetryInterval))
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification "+
 		"(default %s; %s on the compatible path)", relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval))
+	f.IntVar(&o.maxConns, "max-connections", defaultRelayConns, fmt.Sprintf("connections to --database-url the relay holds at most "+
+		"(at least %d): its LISTEN, its liveness lock, its claims, the scheduled events' LISTEN and its other statements", minRelayConns))
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, fmt.Sprintf("publishes in flight at once (default %d)", relay.DefaultConcurrency))
 	f.Var((*byteSize)(&cfg.MaxBytesInFlight), "max-bytes-in-flight", fmt.Sprintf("payload and header bytes held at once, "+
 		"read and not yet recorded as delivered, e.g. 64MiB; a larger row is sent alone (default %s)", byteSize(relay.DefaultMaxBytesInFlight)))
@@ -199,6 +202,8 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
 	case o.cloudEventsPrefix != "" && o.cloudEventsSource == "":
 		return errors.New("--cloudevents-prefix needs --cloudevents-source")
+	case o.maxConns < minRelayConns:
+		return fmt.Errorf("--max-connections %d: the relay needs at least %d", o.maxConns, minRelayConns)
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL:
 		return fmt.Errorf("--path %q: want %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL)
 	}
@@ -255,17 +260,20 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		logger.Info("Exporting traces as the OTEL_ environment variables say")
 	}
 	cfg := o.config()
-	db, err := openDB(o.databaseURL)
+	db, err := openServiceDB(o.databaseURL, relayApplicationName, logger, redact)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	db.SetMaxOpenConns(o.maxConns)
+	db.SetMaxIdleConns(o.maxConns) // kept, not opened and closed all the time
 	if o.listenDatabaseURL != "" {
-		listen, err := openDB(o.listenDatabaseURL)
+		listen, err := openServiceDB(o.listenDatabaseURL, relayApplicationName, logger, redact)
 		if err != nil {
 			return fmt.Errorf("--listen-database-url: %w", err)
 		}
 		defer listen.Close()
+		listen.SetMaxOpenConns(listenConns)
 		cfg.Fast.ListenDB = listen
 	}
 	b, err := broker.Open(ctx, o.brokerURL, broker.Options{Logger: wmLogger})
@@ -307,6 +315,19 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	logger.Info("Relay stopped")
 	return nil
 }
+
+// The relay's connections (docs/operations.md, Connections). Its pool on
+// --database-url holds, each for as long as it runs, the LISTEN
+// connection, the liveness lock's session, the claims' connection and the
+// scheduled events' LISTEN; its other statements (acks, lease renewals,
+// dead letters, metrics, cleanup) borrow the rest for a moment. The WAL
+// path's replication connection is outside the pool, one more.
+const (
+	relayApplicationName = "entoutbox relay"
+	defaultRelayConns    = 10
+	minRelayConns        = 6 // the four it holds and two for its statements
+	listenConns          = 2 // on --listen-database-url: the two LISTENs
+)
 
 // traceFlushTimeout bounds the sending of the last spans at shutdown.
 const traceFlushTimeout = 10 * time.Second

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgdial"
 )
 
 // statusOptions are the status command's flags.
@@ -332,11 +334,34 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
+// commandConnectWait bounds how long a command's connection waits for
+// room on a server at its max_connections: the relay waits as long as it
+// runs (openServiceDB), a command run by hand or from cron a while.
+const commandConnectWait = 2 * time.Minute
+
 func openDB(databaseURL string) (*sql.DB, error) {
+	return openDBWith(databaseURL, pgdial.Options{MaxWait: commandConnectWait, ApplicationName: "entoutbox"})
+}
+
+// openServiceDB opens the pool of a long-running command (the relay):
+// its connections are named app in pg_stat_activity, and a server with
+// no room for another (too many clients, SQLSTATE 53300) is waited for
+// as long as the command runs, said at the wait and when it ends.
+func openServiceDB(databaseURL, app string, logger *slog.Logger, redact redactor) (*sql.DB, error) {
+	return openDBWith(databaseURL, pgdial.Options{ApplicationName: app,
+		Waiting: func(err error) {
+			logger.Warn("PostgreSQL has no room for another connection; waiting for one", "error", redact.String(err.Error()))
+		},
+		Connected: func(waited time.Duration) {
+			logger.Info("PostgreSQL took the connection", "waited", waited.Round(time.Millisecond).String())
+		}})
+}
+
+func openDBWith(databaseURL string, opts pgdial.Options) (*sql.DB, error) {
 	if databaseURL == "" {
 		return nil, errors.New("no database: set --database-url or ENTOUTBOX_DATABASE_URL")
 	}
-	db, err := sql.Open("pgx", databaseURL)
+	db, err := pgdial.Open(databaseURL, opts)
 	if err != nil {
 		return nil, fmt.Errorf("opening the database: %w", err)
 	}

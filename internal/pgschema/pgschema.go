@@ -13,8 +13,9 @@ import (
 	"regexp"
 	"strings"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"time"
 
+	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -41,9 +42,26 @@ func Name(prefix, base string) string {
 	return prefix + base + "_" + hex.EncodeToString(suffix)
 }
 
+// MaxConns bounds the connections of a schema's pool: a test works on a
+// few at once (a relay holds up to seven of its own), and the tests of a
+// suite share their server with others.
+const MaxConns = 20
+
+// ConnectWait bounds how long a test's connection waits for room on a
+// server at its max_connections (SQLSTATE 53300): the server is shared
+// and its other clients let go of theirs, so it is a wait, within the
+// tests' liveness bound, not a failure.
+const ConnectWait = 2 * time.Minute
+
+// Open opens a pool on url for tests: its connections wait for room on
+// a full server for up to ConnectWait.
+func Open(url string) (*sql.DB, error) {
+	return pgdial.Open(url, pgdial.Options{MaxWait: ConnectWait})
+}
+
 // Ping tells whether the server at serverURL answers.
 func Ping(ctx context.Context, serverURL string) error {
-	db, err := sql.Open("pgx", serverURL)
+	db, err := Open(serverURL)
 	if err != nil {
 		return err
 	}
@@ -58,11 +76,12 @@ func Create(ctx context.Context, serverURL, name string) (*Schema, error) {
 		return nil, fmt.Errorf("creating schema %s: %w", name, err)
 	}
 	u := pgsql.WithSearchPath(serverURL, name)
-	db, err := sql.Open("pgx", u)
+	db, err := Open(u)
 	if err != nil {
 		_ = exec(ctx, serverURL, `DROP SCHEMA `+pgsql.QuoteIdent(name)+` CASCADE`)
 		return nil, fmt.Errorf("opening %s: %w", u, err)
 	}
+	db.SetMaxOpenConns(MaxConns)
 	return &Schema{Name: name, URL: u, DB: db, serverURL: serverURL}, nil
 }
 
@@ -76,7 +95,7 @@ func (s *Schema) Drop(ctx context.Context) error {
 }
 
 func exec(ctx context.Context, serverURL, query string) error {
-	db, err := sql.Open("pgx", serverURL)
+	db, err := Open(serverURL)
 	if err != nil {
 		return err
 	}

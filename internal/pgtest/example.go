@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"os"
@@ -42,7 +41,7 @@ func SkipExamplesUnlessReachable() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	db, err := sql.Open("pgx", ServerURL())
+	db, err := pgschema.Open(ServerURL())
 	if err == nil {
 		err = db.PingContext(ctx)
 		db.Close()

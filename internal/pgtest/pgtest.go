@@ -28,6 +28,18 @@ type DB struct {
 	dropper *pgschema.Schema // Open's, for Drop
 }
 
+// OpenDB opens a pool on url whose connections wait for room on a full
+// server (too many clients, SQLSTATE 53300) within the tests' liveness
+// bound, as every pool of the tests should: the server is shared.
+func OpenDB(t testing.TB, url string) *sql.DB {
+	t.Helper()
+	db, err := pgschema.Open(url)
+	if err != nil {
+		t.Fatalf("opening %s: %v", url, err)
+	}
+	return db
+}
+
 // ServerURL is the test server's URL.
 func ServerURL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
@@ -49,7 +61,9 @@ func Unavailable(t testing.TB, service string, err error) {
 // New creates a fresh schema for t and drops it when t ends.
 func New(t testing.TB) *DB {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// A full server is waited for (pgschema.ConnectWait); one that is not
+	// there answers at once.
+	ctx, cancel := context.WithTimeout(context.Background(), pgschema.ConnectWait+10*time.Second)
 	defer cancel()
 	if err := pgschema.Ping(ctx, ServerURL()); err != nil {
 		Unavailable(t, "PostgreSQL at "+ServerURL(), err)

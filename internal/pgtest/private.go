@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/entoutbox/entoutbox/internal/pgschema"
 )
 
 // Private is a PostgreSQL server of one test's own, in a temporary data
@@ -98,7 +100,7 @@ func (p *Private) Stop(t testing.TB, mode string) {
 // Open opens a pool on the server and waits until it answers.
 func (p *Private) Open(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", p.URL)
+	db, err := pgschema.Open(p.URL)
 	if err != nil {
 		t.Fatalf("opening %s: %v", p.URL, err)
 	}

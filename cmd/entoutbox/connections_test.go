@@ -1,0 +1,93 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/pgschema"
+)
+
+// A relay under load, its metrics scraped and its scheduled events'
+// promoter running, never holds more connections than --max-connections:
+// its LISTEN, its liveness lock, its claims, the promoter's LISTEN and
+// its other statements all come out of that pool. Counted in
+// pg_stat_activity by the application_name its URL gives it, polling
+// while it works.
+func TestRelayHoldsAtMostMaxConnections(t *testing.T) {
+	t.Parallel()
+	db := outboxDB(t)
+	name := "entoutbox relay " + db.Schema[len(db.Schema)-8:] // unique, and within its 63 bytes
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	u.RawQuery += "&application_name=" + url.PathEscape(name) // pgx reads no + as a space
+	const bound = minRelayConns
+	r := startRelay(t, "relay", "--database-url", u.String(), "--broker", "mem://", "--max-connections", "6",
+		"--metrics-addr", "127.0.0.1:0", "--poll-interval", "20ms", "--batch-size", "20", "--log-format", "json")
+
+	counter, err := pgschema.Open(db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { counter.Close() })
+	counter.SetMaxOpenConns(1)
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	counted := make(chan struct{})
+	go func() {
+		defer close(counted)
+		for {
+			var n int64
+			if err := counter.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n); err == nil &&
+				n > peak.Load() {
+				peak.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	// Scrapes, each reading the backlog, on top of the relay's own work.
+	addr := r.opsAddr(t)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	// Rows of many aggregates, committed in many transactions while the
+	// relay sends them; scheduled events due at once, for the promoter.
+	for i := range 40 {
+		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+			SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', (g % 17)::text, '{"order_id": 1}' FROM generate_series(1, 50) g;
+			INSERT INTO outbox_scheduled_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at)
+			SELECT gen_random_uuid(), 'order.paid', 2, 'later', 'Order', g::text, '{"order_id": 1}', clock_timestamp()
+			FROM generate_series(1, 5) g`)
+		require.NoError(t, err, "batch %d", i)
+	}
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, db.DB.QueryRow(`SELECT (SELECT count(*) FROM outbox_events WHERE delivered_at IS NULL) +
+			(SELECT count(*) FROM outbox_scheduled_events)`).Scan(&pending))
+		return pending == 0
+	}, patience, 20*time.Millisecond, "the relay sent every row")
+	close(stop)
+	<-counted
+	t.Logf("peak: %d connections", peak.Load())
+	require.GreaterOrEqual(t, peak.Load(), int64(3), "the count did not see the relay's connections")
+	require.LessOrEqual(t, peak.Load(), int64(bound), "the relay held more connections than --max-connections")
+}
