@@ -57,7 +57,8 @@ func TestBenchRuns(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	for _, want := range []string{"relay", "drain ev/s", "p99 held-tx", "peak RSS",
-		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost"} {
+		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost",
+		"connections at peak, per process: a relay"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

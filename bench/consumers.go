@@ -447,7 +447,7 @@ func (r *consumerResult) checkEffects(ctx context.Context, db *sql.DB, consumerN
 // once: what any consumer of the same effects pays at least.
 func floorRow(ctx context.Context, s *sandbox, name, consumerName string, ids []uuid.UUID, aggregates, conns, perTx int, multiRow bool) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
-	db, err := sql.Open("pgx", s.url)
+	db, err := sql.Open("pgx", withApplicationName(s.url, benchApplicationName))
 	if err != nil {
 		res.err = err
 		return res

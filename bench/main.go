@@ -137,6 +137,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return err
 	}
 	defer e.close()
+	conns := watchConnections(e.admin)
 
 	results := make([]result, 0, len(specs))
 	for _, s := range specs {
@@ -191,6 +192,8 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 			return err
 		}
 	}
+	fmt.Fprintln(out)
+	conns.print(out)
 	return nil
 }
 

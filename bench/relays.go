@@ -70,6 +70,8 @@ func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet
 			rs.pprofAddr = addr
 			procArgs = append(slices.Clone(args), "--metrics-addr", addr, "--pprof")
 		}
+		procArgs = slices.Clone(procArgs)
+		procArgs[2] = withApplicationName(s.url, fmt.Sprintf("entoutbox relay %d", i+1)) // --database-url
 		p := &relayProc{cmd: exec.Command(bin, procArgs...), stderr: &capBuffer{}, done: make(chan struct{})}
 		p.cmd.Stderr = p.stderr
 		if err := p.cmd.Start(); err != nil {

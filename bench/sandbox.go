@@ -40,7 +40,7 @@ func newSandbox(ctx context.Context, e *env) (_ *sandbox, err error) {
 		}
 	}()
 	s.url = pgsql.WithSearchPath(e.cfg.DatabaseURL, s.name)
-	if s.db, err = sql.Open("pgx", s.url); err != nil {
+	if s.db, err = sql.Open("pgx", withApplicationName(s.url, benchApplicationName)); err != nil {
 		return nil, fmt.Errorf("opening schema %s: %w", s.name, err)
 	}
 	// Enough for the emitters and the held transactions at once.

@@ -242,6 +242,10 @@ func (w *waker) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
 		}
 		cfg = sc.Conn().Config().Copy()
 		cfg.OnNotification = nil // the pool connection's: pgx sets this one's own
+		if cfg.RuntimeParams["application_name"] == "" {
+			// Named in pg_stat_activity, where it is one more than the pool.
+			cfg.RuntimeParams["application_name"] = "entoutbox consumer"
+		}
 		return nil
 	})
 	return cfg, err
