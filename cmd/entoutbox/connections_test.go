@@ -1,16 +1,24 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/internal/pgschema"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
 // A relay under load, its metrics scraped and its scheduled events'
@@ -90,4 +98,59 @@ func TestRelayHoldsAtMostMaxConnections(t *testing.T) {
 	t.Logf("peak: %d connections", peak.Load())
 	require.GreaterOrEqual(t, peak.Load(), int64(3), "the count did not see the relay's connections")
 	require.LessOrEqual(t, peak.Load(), int64(bound), "the relay held more connections than --max-connections")
+}
+
+// A relay started on a server with no room for another connection (too
+// many clients) waits for one, saying so, instead of ending; once a
+// connection is let go it starts and sends. On a private server: the
+// shared one is never filled.
+func TestRelayWaitsForRoomOnAFullServer(t *testing.T) {
+	t.Parallel()
+	p := pgtest.StartPrivate(t, "max_connections=10", "superuser_reserved_connections=0")
+	admin := p.Open(t)
+	_, err := admin.Exec(`CREATE DATABASE app`)
+	require.NoError(t, err)
+	appURL := strings.Replace(p.URL, "/postgres?", "/app?", 1)
+	appDB, err := pgschema.Open(appURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { appDB.Close() })
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, appDB)))
+	pgtest.Migrate(t, client.Schema.Create)
+	_, err = appDB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+		VALUES (gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', '1', '{"order_id": 1}')`)
+	require.NoError(t, err)
+
+	// Every other connection taken, but one this test reads with.
+	filler, err := sql.Open("pgx", appURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { filler.Close() })
+	filler.SetMaxIdleConns(0) // a connection let go ends
+	appDB.SetMaxOpenConns(1)
+	require.NoError(t, appDB.Ping())
+	admin.Close()
+	var held []*sql.Conn
+	for {
+		c, err := filler.Conn(context.Background())
+		if err != nil {
+			require.True(t, pgdial.TooManyClients(err), "filling the server: %v", err)
+			break
+		}
+		require.NoError(t, c.PingContext(context.Background()))
+		held = append(held, c)
+	}
+
+	r := startRelay(t, "relay", "--database-url", appURL, "--broker", "mem://", "--poll-interval", "20ms", "--max-connections", "6")
+	require.Eventually(t, func() bool {
+		return strings.Contains(r.logs.String(), "PostgreSQL has no room for another connection; waiting for one")
+	}, patience, 20*time.Millisecond, "the relay did not say it waits; logs:\n%s", r.logs)
+	// Room for the relay's pool, and the row goes.
+	for _, c := range held[:6] {
+		require.NoError(t, c.Close())
+	}
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, appDB.QueryRow(`SELECT count(*) FROM outbox_events WHERE delivered_at IS NULL`).Scan(&pending))
+		return pending == 0
+	}, patience, 20*time.Millisecond, "the relay did not send once there was room; logs:\n%s", r.logs)
+	require.Contains(t, r.logs.String(), "PostgreSQL took the connection")
 }
