@@ -23,6 +23,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 // drainBound is the stated bound within which everything committed is
@@ -121,8 +122,17 @@ func outageUnderLoad(t *testing.T, b *bundle, natsURL string, outage func() (bac
 		return br
 	}
 	prefix := uniquePrefix()
+	// Two relays that retry fast and give up after 3 attempts: an outage
+	// that counted would send rows to the dead letters within seconds.
 	for range 2 {
-		relayTo(t, ctx, b, open().Publisher(), prefix)
+		r, err := relay.New(relay.Config{DB: b.db.DB, Publisher: open().Publisher(), TopicPrefix: prefix,
+			RetryInterval: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: 3,
+			Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+		require.NoError(t, err)
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		t.Cleanup(func() { stop(); <-done })
 	}
 	for range instances {
 		br := open()
