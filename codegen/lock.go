@@ -300,8 +300,12 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		byEvent[e.Name] = e
 	}
 	next := map[string]*LockEntry{}
+	newestReleased := map[string]int{} // by wire name
 	for _, d := range declared {
 		next[entryKey(d.Event, d.Version)] = d
+		if d.Released() {
+			newestReleased[d.Event] = max(newestReleased[d.Event], d.Version)
+		}
 	}
 	gone := map[string][]*LockEntry{} // released, not retired, wire name no longer declared
 	var goneOrder []string
@@ -349,10 +353,19 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 			fail("%s: Aggregate() changed from %q to %q, but version %d is released in %s and its events are ordered by it (rule %s)",
 				where, o.Aggregate, d.Aggregate, o.Version, LockFile, RuleEventRouteKept)
 		}
+		// The lock cannot tell whether a released version was ever
+		// deployed: the first go generate releases version 1. The newest
+		// released version may become a draft again by a reviewed edit of
+		// the lock, which is the way to iterate on one never deployed.
+		redraft := ""
+		if o.Version == newestReleased[o.Event] {
+			redraft = fmt.Sprintf("; or, if version %d was never deployed, delete its entry (%q version %d) from %s and mark it Draft() while you iterate: events.V(%d, ...).Draft()",
+				o.Version, o.Event, o.Version, LockFile, o.Version)
+		}
 		for _, diff := range diffFields("", o.Fields, d.Fields) {
 			frozen[entryKey(o.Event, o.Version)] = true
-			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d",
-				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1)
+			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d%s",
+				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1, redraft)
 		}
 	}
 	for _, name := range goneOrder {
