@@ -359,7 +359,7 @@ func openServiceDB(databaseURL, app string, logger *slog.Logger, redact redactor
 
 func openDBWith(databaseURL string, opts pgdial.Options) (*sql.DB, error) {
 	if databaseURL == "" {
-		return nil, errors.New("no database: set --database-url or ENTOUTBOX_DATABASE_URL")
+		return nil, errors.New("no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the PostgreSQL URL of the database holding the outbox")
 	}
 	db, err := pgdial.Open(databaseURL, opts)
 	if err != nil {
