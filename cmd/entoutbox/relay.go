@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -308,12 +309,54 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	if o.listenDatabaseURL != "" {
 		started = append(started, "listen_database", redact.String(o.listenDatabaseURL))
 	}
-	logger.Info("Relay started", started...)
-	if err := r.Run(ctx); err != nil {
+	// "Relay started" says the relay delivers: it waits for the database
+	// and the broker to answer and the relay to run (its readiness).
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		logWhenReady(wctx, r.Ready, logger, redact, started)
+	}()
+	err = r.Run(ctx)
+	stopWatch()
+	<-watched
+	if err != nil {
 		return err
 	}
 	logger.Info("Relay stopped")
 	return nil
+}
+
+// readyPoll is how often logWhenReady asks whether the relay is ready.
+const readyPoll = 250 * time.Millisecond
+
+// logWhenReady logs "Relay started" with attrs once ready answers nil:
+// the database and the broker answered and the relay runs. Until then it
+// says, once, what it waits for. It returns once it logged, or when ctx
+// ends.
+func logWhenReady(ctx context.Context, ready func(context.Context) error, logger *slog.Logger, redact redactor, attrs []any) {
+	tick := time.NewTicker(readyPoll)
+	defer tick.Stop()
+	waiting := false
+	for {
+		err := ready(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			logger.Info("Relay started", attrs...)
+			return
+		}
+		if !waiting {
+			waiting = true
+			logger.Info("Relay waiting to start: the database and the broker must answer", "reason", redact.String(err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // The relay's connections (docs/operations.md, Connections). Its pool on

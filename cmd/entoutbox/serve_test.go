@@ -181,6 +181,9 @@ func TestRelayLogsJSONAndServesMetrics(t *testing.T) {
 
 	require.Eventually(t, func() bool { code, _ := get(t, addr, "/readyz"); return code == http.StatusOK },
 		patience, 50*time.Millisecond, "never ready; logs:\n%s", r.logs)
+	// Logged once the relay is ready, as the readiness probe sees it.
+	require.Eventually(t, func() bool { return strings.Contains(r.logs.String(), `"msg":"Relay started"`) },
+		patience, 50*time.Millisecond, "ready, but no 'Relay started' line; logs:\n%s", r.logs)
 	code, body := get(t, addr, "/healthz")
 	require.Equal(t, http.StatusOK, code, body)
 	code, body = get(t, addr, "/metrics")
