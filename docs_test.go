@@ -53,10 +53,11 @@ func TestGettingStarted(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(text), 0o644), "%s:%d", page.name, b.Line)
 		files++
 	}
-	require.Equal(t, 5, files, "%s: the page's program is five files", page.name)
+	require.Equal(t, 6, files, "%s: the page's programs are six files", page.name)
 
 	goCommand(t, dir, "generate", "./...")
 	goCommand(t, dir, "build", "-o", "shop", ".")
+	goCommand(t, dir, "build", "-o", "billing-consumer", "./billing") // the separate consumer compiles
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
