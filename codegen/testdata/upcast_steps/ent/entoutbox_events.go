@@ -78,7 +78,8 @@ func (OrderPaid) OutboxEvent() (name string, version int) {
 // the id as ent holds it: a string, an integer or a UUID (events.AggregateID).
 //
 // It fails with events.ErrNotInTransaction on a client that is not part of a
-// transaction, and with an *events.ValidationError naming the field when e
+// transaction, with outbox.ErrTxEnded (and sql.ErrTxDone) on a transaction
+// that has already committed or rolled back, and with an *events.ValidationError naming the field when e
 // breaks its declaration, or naming an aggregate id of another type, or the
 // header or aggregate id that no broker can carry (see events.CheckHeader);
 // none sends anything to the database.
@@ -201,8 +202,9 @@ func (c *OutboxClient) outboxEmit(ctx context.Context, ev outbox.Event, cfg even
 var outboxBatches sync.Map // *txDriver -> *outbox.Batch
 
 // outboxBatch returns the batch of c's transaction, creating it on the
-// first emit with the hooks that write it at commit and forget it at
-// rollback.
+// first emit with the hooks that write it at commit and drop it at
+// rollback. A transaction that has ended gets an ended batch, which
+// refuses events (outbox.ErrTxEnded): no hook of it would run again.
 func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	txd, ok := c.driver.(*txDriver)
 	if !ok {
@@ -216,15 +218,21 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 		Sequence:  "",
 		Scheduled: "",
 	})
+	if outbox.TxDone(txd.tx) {
+		b.Discard()
+		return b, nil
+	}
 	if prev, loaded := outboxBatches.LoadOrStore(txd, b); loaded {
 		return prev.(*outbox.Batch), nil
 	}
 	txd.mu.Lock()
 	defer txd.mu.Unlock()
+	// The batch is forgotten only once the transaction has ended, so that
+	// an emit racing the commit finds it ended rather than making another.
 	txd.onCommit = append(txd.onCommit, func(next Committer) Committer {
 		return CommitFunc(func(ctx context.Context, tx *Tx) error {
 			defer outboxBatches.Delete(txd)
-			if err := b.Flush(ctx); err != nil {
+			if err := b.Close(ctx); err != nil {
 				// Nothing is committed without its events.
 				_ = txd.tx.Rollback()
 				return err
@@ -238,7 +246,8 @@ func (c *OutboxClient) outboxBatch() (*outbox.Batch, error) {
 	})
 	txd.onRollback = append(txd.onRollback, func(next Rollbacker) Rollbacker {
 		return RollbackFunc(func(ctx context.Context, tx *Tx) error {
-			outboxBatches.Delete(txd)
+			defer outboxBatches.Delete(txd)
+			b.Discard()
 			return next.Rollback(ctx, tx)
 		})
 	})
