@@ -2,6 +2,14 @@
 
 package relay_test
 
-import "os/exec"
+import (
+	"os/exec"
+	"testing"
 
-func dieWithTest(*exec.Cmd) {}
+	"github.com/stretchr/testify/require"
+)
+
+func startDyingWithTest(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	require.NoError(t, cmd.Start())
+}

@@ -65,7 +65,7 @@ ignore_startup_parameters = extra_float_digits,search_path
 	require.NoError(t, os.Chmod(f.Name(), 0o644))
 
 	cmd := exec.Command(bin, f.Name())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if os.Geteuid() == 0 { // PgBouncer refuses to run as root
 		nobody, err := user.Lookup("nobody")
 		require.NoError(t, err)
@@ -75,13 +75,20 @@ ignore_startup_parameters = extra_float_digits,search_path
 	}
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
+	startDyingWithTest(t, cmd)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(listen))
 	require.Eventually(t, func() bool {
+		select {
+		case <-exited: // e.g. another process took the port first
+			require.FailNow(t, "pgbouncer exited", "%s", logs)
+		default:
+		}
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()

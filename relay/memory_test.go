@@ -51,9 +51,8 @@ func TestRelayCommandMemoryBoundedByBytes(t *testing.T) {
 	cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
-	dieWithTest(cmd)
 	started := time.Now()
-	require.NoError(t, cmd.Start())
+	startDyingWithTest(t, cmd)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	var peak int64
 	require.Eventually(t, func() bool {

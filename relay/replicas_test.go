@@ -45,8 +45,7 @@ func TestThreeReplicasWithKills(t *testing.T) {
 			"--batch-size", strconv.Itoa(batchSize), "--poll-interval", "50ms", "--retry-interval", "50ms", "--relay-id", fmt.Sprintf("replica-%d", i), "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		cmd.Stderr = os.Stderr
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		return cmd
 	}
 	replicas := []*exec.Cmd{start(0), start(1), start(2)}

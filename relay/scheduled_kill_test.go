@@ -47,8 +47,7 @@ func testScheduledEventsSurviveKilledRelays(t *testing.T, p *onPath) {
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+p.db.URL)
 		logs := &lockedBuffer{}
 		cmd.Stderr = logs
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		return cmd, logs
 	}
 	replicas := 2

@@ -40,8 +40,7 @@ func TestKilledRelayIsReplacedWithinSeconds(t *testing.T) {
 			"--poll-interval", "50ms", "--relay-id", "r1", "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		cmd.Stderr = os.Stderr
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd
 	}
@@ -243,8 +242,7 @@ func TestPausedRelayRepublishesAtMostABatch(t *testing.T) {
 			"--batch-size", fmt.Sprint(batch), "--poll-interval", "50ms", "--relay-id", id, "--log-level", "error")
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
 		cmd.Stderr = os.Stderr
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd
 	}

@@ -86,8 +86,7 @@ func TestWALKilledWhileSendingRowsWrittenBeforeTheSlot(t *testing.T) {
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+s.db.URL)
 		logs := &lockedBuffer{}
 		cmd.Stderr = logs
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		return cmd, logs
 	}
 	want := emitOrders(t, s.client, 800, 8, 9) // before the slot exists

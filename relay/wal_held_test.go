@@ -88,8 +88,7 @@ func startHeldRelay(t *testing.T, s *walSetup, h heldRelay) *exec.Cmd {
 	cmd.Env = append(os.Environ(), heldRelayEnv+"="+string(settings))
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	dieWithTest(cmd)
-	require.NoError(t, cmd.Start())
+	startDyingWithTest(t, cmd)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {

@@ -270,8 +270,7 @@ func TestWALStandbyTakesOver(t *testing.T) {
 		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+s.db.URL)
 		logs := &lockedBuffer{}
 		cmd.Stderr = logs
-		dieWithTest(cmd)
-		require.NoError(t, cmd.Start())
+		startDyingWithTest(t, cmd)
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd, logs
 	}
