@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/internal/pgschema"
@@ -314,5 +317,132 @@ func TestScheduledSectionRuns(t *testing.T) {
 		case len(f) < 7 || f[6] != "0":
 			t.Errorf("scheduled row %q: early is not 0: %s", row, line)
 		}
+	}
+}
+
+// The key-skew table at a tiny size, 2 aggregates of 50 events, with 1 and
+// 2 instances: both consumers apply every event once, and the generated
+// handlers apply each aggregate's in seq order. This checks the bench, not
+// a speed; the unordered handler's inversions are its nature.
+func TestSkewTableRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench's key-skew table (at a tiny size)")
+	}
+	ctx := context.Background()
+	requireServices(ctx, t)
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
+	defer cancel()
+	cfg := config{
+		DatabaseURL:            pgtest.ServerURL(),
+		Broker:                 testBroker,
+		Timeout:                2 * time.Minute, // per consumer, a liveness bound: events missing then fail the test below
+		Progress:               tWriter{t},
+		SkewEvents:             100,
+		SkewInstances:          []int{1, 2},
+		SkewInstanceAggregates: []int{2},
+	}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	results, err := measureSkew(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printSkewTable(&out, cfg, results); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("output:\n%s", out.String())
+	if len(results) != 2 || results[0].skewSpec != (skewSpec{2, 1}) || results[1].skewSpec != (skewSpec{2, 2}) {
+		t.Fatalf("rows = %+v, want 2 aggregates with 1 then 2 instances", results)
+	}
+	for _, r := range results {
+		if r.err != nil {
+			t.Fatalf("row %+v: %v", r.skewSpec, r.err)
+		}
+		for _, side := range []struct {
+			name string
+			s    skewSide
+		}{{"ordered", r.ordered}, {"unordered", r.unordered}} {
+			s, f := side.s, side.s.effects
+			if s.err != nil || len(s.notes) > 0 {
+				t.Errorf("%+v %s: err %v, notes %q", r.skewSpec, side.name, s.err, s.notes)
+			}
+			if s.handled != 100 || f.records != 100 || f.effects != 100 || f.distinct != 100 || f.duplicates != 0 {
+				t.Errorf("%+v %s: %d handled, effects %+v; want 100 handled, 100 records, 100 invoices of 100 events, 0 duplicates",
+					r.skewSpec, side.name, s.handled, f)
+			}
+		}
+		if n := r.ordered.effects.inversions; n != 0 {
+			t.Errorf("%+v: the generated handlers wrote %d invoices after a later one of their aggregate", r.skewSpec, n)
+		}
+	}
+}
+
+// readSkewEffects counts, per consumer, an invoice written after one of a
+// later seq of its aggregate as an inversion, and a second invoice of an
+// event as a duplicate.
+func TestReadSkewEffects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes to PostgreSQL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	requireServices(ctx, t)
+	admin, err := pgschema.Open(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	s, err := newSandbox(ctx, &env{cfg: config{DatabaseURL: pgtest.ServerURL()}, admin: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	// In insert order: aggregate 1 gets seq 1, 3, 2, 2, 4 (2 comes after 3,
+	// twice), aggregate 2 gets 1, 2; another consumer's invoices are apart.
+	for _, inv := range []struct {
+		consumer     string
+		order, seq   int64
+		deduplicated bool
+	}{
+		{"a", 1, 1, true}, {"b", 1, 5, true}, {"a", 2, 1, true}, {"a", 1, 3, true}, {"a", 1, 2, true},
+		{"a", 2, 2, true}, {"a", 1, 2, false}, {"b", 1, 1, true}, {"a", 1, 4, true},
+	} {
+		if inv.deduplicated {
+			if _, err := s.db.ExecContext(ctx, insertProcessed, inv.consumer, uuid.New(), "profile.updated"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.db.ExecContext(ctx, insertInvoice, inv.order, inv.seq, "EUR", inv.consumer); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := readSkewEffects(ctx, s.db, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (skewEffects{records: 6, effects: 7, distinct: 6, inversions: 2, duplicates: 1}); got != want {
+		t.Errorf("effects of a = %+v, want %+v", got, want)
+	}
+	got, err = readSkewEffects(ctx, s.db, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (skewEffects{records: 2, effects: 2, distinct: 2, inversions: 1}); got != want {
+		t.Errorf("effects of b = %+v, want %+v", got, want)
+	}
+}
+
+// The rows of the key-skew table: each aggregate count with one
+// instance, then, at the instance aggregate counts, each other number of
+// instances, in order of aggregates.
+func TestSkewSpecs(t *testing.T) {
+	got := skewSpecs([]int{1000, 1, 10}, []int{3, 1, 2}, []int{10, 5})
+	want := []skewSpec{{1, 1}, {5, 1}, {5, 2}, {5, 3}, {10, 1}, {10, 2}, {10, 3}, {1000, 1}}
+	if !slices.Equal(got, want) {
+		t.Errorf("skewSpecs = %v, want %v", got, want)
 	}
 }

@@ -5,6 +5,7 @@
 //	go run ./bench --paths compatible --events 5000 --latency-duration 5s --hold 5s
 //	go run ./bench --baseline-bin /path/to/old-entoutbox   # each row before and after a change
 //	go run ./bench --paths scheduled --emit-tx 0 --consumer-events 0   # the scheduled events' section alone
+//	go run ./bench --consumer-skew       # the consumers' key-skew table alone, 10,000 events a row
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
@@ -23,6 +24,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -61,13 +63,18 @@ type config struct {
 	ConsumerProfile         string        // where to write a CPU profile of each consumer row's drain; "" for none
 	ProfileFor              time.Duration // how long that profile runs
 	// The consumer section (see consumers.go); ConsumerEvents 0 skips it.
-	ConsumerEvents     int       // the backlog every consumer row drains
-	ConsumerAggregates int       // distinct aggregate ids of that backlog
-	ConsumerConns      int       // connections of the many-connection floor
-	ConsumerPerTx      int       // events per transaction of the batched floors
-	Progress           io.Writer // progress lines; nil discards them
-	Bin                string    // the entoutbox command the relays run; "" builds it from this module
-	BaselineBin        string    // an earlier build: each relay row runs with it too, just before
+	ConsumerEvents     int // the backlog every consumer row drains
+	ConsumerAggregates int // distinct aggregate ids of that backlog
+	ConsumerConns      int // connections of the many-connection floor
+	ConsumerPerTx      int // events per transaction of the batched floors
+	// The key-skew table (see skew.go); SkewEvents 0 skips it.
+	SkewEvents             int   // already in JetStream, per row
+	SkewAggregates         []int // aggregate counts of the one-instance rows
+	SkewInstances          []int // instance counts of the rows at SkewInstanceAggregates
+	SkewInstanceAggregates []int
+	Progress               io.Writer // progress lines; nil discards them
+	Bin                    string    // the entoutbox command the relays run; "" builds it from this module
+	BaselineBin            string    // an earlier build: each relay row runs with it too, just before
 }
 
 func main() {
@@ -75,7 +82,8 @@ func main() {
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = defaultDatabaseURL
 	}
-	var paths string
+	var paths, skewAggregates, skewInstances, skewInstanceAggregates string
+	var consumerSkew bool
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
 	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
@@ -98,11 +106,46 @@ func main() {
 	flag.IntVar(&cfg.ConsumerAggregates, "consumer-aggregates", 500, "distinct aggregate ids of the consumers' backlog")
 	flag.IntVar(&cfg.ConsumerConns, "consumer-conns", 8, "connections of the database floor that commits on many connections at once")
 	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")
+	flag.BoolVar(&consumerSkew, "consumer-skew", false, "run the consumers' key-skew table alone, at full size: unless given, --paths= --emit-tx 0 --consumer-events 0 --skew-events 10000")
+	flag.IntVar(&cfg.SkewEvents, "skew-events", 1000, "events already in JetStream for each row of the key-skew table (10,000 with --consumer-skew; 0 skips the table)")
+	flag.StringVar(&skewAggregates, "skew-aggregates", "1,10,100,1000,10000", "aggregate counts of the key-skew table's one-instance rows")
+	flag.StringVar(&skewInstances, "skew-instances", "1,2,3", "instance counts of the key-skew table's rows at --skew-instance-aggregates")
+	flag.StringVar(&skewInstanceAggregates, "skew-instance-aggregates", "10,1000", "aggregate counts at which the key-skew table runs each of --skew-instances")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
 	flag.Parse()
 	cfg.Paths = splitList(paths)
+	if consumerSkew {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if !given["paths"] {
+			cfg.Paths = nil
+		}
+		if !given["emit-tx"] {
+			cfg.EmitTx = 0
+		}
+		if !given["consumer-events"] {
+			cfg.ConsumerEvents = 0
+		}
+		if !given["skew-events"] {
+			cfg.SkewEvents = 10000
+		}
+	}
+	for _, l := range []struct {
+		flag string
+		in   string
+		out  *[]int
+	}{
+		{"skew-aggregates", skewAggregates, &cfg.SkewAggregates},
+		{"skew-instances", skewInstances, &cfg.SkewInstances},
+		{"skew-instance-aggregates", skewInstanceAggregates, &cfg.SkewInstanceAggregates},
+	} {
+		var err error
+		if *l.out, err = splitInts(l.in); err != nil {
+			log.Fatalf("bench: --%s: %v", l.flag, err)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -119,6 +162,19 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// splitInts reads a comma-separated list of positive numbers.
+func splitInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(strings.ReplaceAll(p, "_", ""))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // run measures every row of cfg.Paths, then the emit cost, then the
@@ -160,6 +216,12 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		e.progress("== consumers")
 		consumers, consumersErr = measureConsumers(ctx, e)
 	}
+	var skew []skewResult
+	var skewErr error
+	if cfg.SkewEvents > 0 {
+		e.progress("== consumers, key skew")
+		skew, skewErr = measureSkew(ctx, e)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -192,6 +254,13 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 			return err
 		}
 	}
+	if skewErr != nil {
+		fmt.Fprintf(out, "\nconsumers, key skew: n/a (%s)\n", firstLine(skewErr))
+	} else if len(skew) > 0 {
+		if err := printSkewTable(out, cfg, skew); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(out)
 	conns.print(out)
 	return nil
@@ -213,8 +282,14 @@ func (c config) check() error {
 		return errors.New("--consumer-events must not be negative")
 	case c.ConsumerEvents > 0 && (c.ConsumerAggregates <= 0 || c.ConsumerConns <= 0 || c.ConsumerPerTx <= 0):
 		return errors.New("--consumer-aggregates, --consumer-conns and --consumer-per-tx must be positive")
-	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0:
-		return errors.New("nothing to run: no --paths, --emit-tx 0 and --consumer-events 0")
+	case c.SkewEvents < 0:
+		return errors.New("--skew-events must not be negative")
+	case c.SkewEvents > 0 && len(c.SkewAggregates) == 0 && (len(c.SkewInstances) == 0 || len(c.SkewInstanceAggregates) == 0):
+		return errors.New("the key-skew table has no row: give --skew-aggregates, or --skew-instances and --skew-instance-aggregates")
+	case slices.ContainsFunc(slices.Concat(c.SkewAggregates, c.SkewInstances, c.SkewInstanceAggregates), func(n int) bool { return n <= 0 }):
+		return errors.New("--skew-aggregates, --skew-instances and --skew-instance-aggregates must be positive")
+	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0:
+		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0 and --skew-events 0")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
 	case c.ScheduledWaiting < 0 || c.ScheduledSectionWaiting < 0:
@@ -245,7 +320,19 @@ func (c config) describe() string {
 		s += fmt.Sprintf(" consumer-events=%d consumer-aggregates=%d consumer-conns=%d consumer-per-tx=%d",
 			c.ConsumerEvents, c.ConsumerAggregates, c.ConsumerConns, c.ConsumerPerTx)
 	}
+	if c.SkewEvents > 0 {
+		s += fmt.Sprintf(" skew-events=%d skew-aggregates=%s skew-instances=%s skew-instance-aggregates=%s",
+			c.SkewEvents, joinInts(c.SkewAggregates), joinInts(c.SkewInstances), joinInts(c.SkewInstanceAggregates))
+	}
 	return s
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
 
 // printTable writes one aligned table. Notes come last, unterminated, so

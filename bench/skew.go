@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/outbox"
+	"github.com/entoutbox/entoutbox/schema"
+)
+
+// The key-skew table: how the consumers' speed depends on how the events
+// spread over aggregates, and what order their effects land in. Each row
+// has SkewEvents events over a number of aggregates already in JetStream,
+// published straight to a stream of its own as the relay would (event
+// name, version, aggregate, created time, publish id, and the aggregate
+// seq numbered 1..n per aggregate, an aggregate's events in seq order).
+// Two consumers read the whole stream under consumer names of their own,
+// one after the other, with 1 or more instances (each a handler set, a
+// router, a broker connection and a database pool of its own, in this
+// process, sharing the consumer name): the generated handlers (ordered,
+// default settings) and a hand-written Watermill handler doing the same
+// two inserts with many messages at once and no order. Each effect (an
+// invoice) carries its event's seq in amount_cents, read back to count
+// inversions and duplicates; redeliveries are counted as the router hands
+// each message to the handlers.
+
+// skewInstancePool bounds each instance's database connections: three
+// instances and the bench's own pool stay well under a default server's
+// 100.
+const skewInstancePool = 16
+
+// skewSpec is one row: the events of aggregates, consumed by instances.
+type skewSpec struct{ aggregates, instances int }
+
+// skewSpecs orders the rows by aggregates, then instances: each aggregate
+// count in aggs with one instance, and those in instanceAggs with each
+// count of instances.
+func skewSpecs(aggs, instances, instanceAggs []int) []skewSpec {
+	all := slices.Concat(aggs, instanceAggs)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	insts := slices.Clone(instances)
+	slices.Sort(insts)
+	insts = slices.Compact(insts)
+	var specs []skewSpec
+	for _, a := range all {
+		one := slices.Contains(aggs, a)
+		if one {
+			specs = append(specs, skewSpec{a, 1})
+		}
+		if slices.Contains(instanceAggs, a) {
+			for _, i := range insts {
+				if i != 1 || !one {
+					specs = append(specs, skewSpec{a, i})
+				}
+			}
+		}
+	}
+	return specs
+}
+
+// skewSide is what one consumer did in a row.
+type skewSide struct {
+	err          error // it could not run at all
+	handled      int   // counted at commit in the measured window
+	rate         float64
+	effects      skewEffects
+	redeliveries int64 // deliveries with events.MetaDeliveryCount > 1
+	notes        []string
+}
+
+func (s *skewSide) note(format string, args ...any) {
+	s.notes = append(s.notes, fmt.Sprintf(format, args...))
+}
+
+// skewEffects is what a consumer left in the database, read back.
+type skewEffects struct {
+	records    int // dedupe records
+	effects    int // invoices
+	distinct   int // events with an invoice
+	inversions int // invoices written after one of a later seq of their aggregate
+	duplicates int // invoices beyond the first of their event
+}
+
+// skewResult is one row of the key-skew table.
+type skewResult struct {
+	skewSpec
+	events             int
+	err                error // the row could not run at all
+	ordered, unordered skewSide
+}
+
+// measureSkew runs every row of the key-skew table in one sandbox: per
+// aggregate count, one fresh stream, then each of its rows. An error
+// means the table could not run at all.
+func measureSkew(ctx context.Context, e *env) ([]skewResult, error) {
+	cfg := e.cfg
+	s, err := newSandbox(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	br, err := broker.Open(ctx, cfg.Broker, broker.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("opening the broker for the key-skew table: %w", err)
+	}
+	defer br.Close()
+
+	var results []skewResult
+	specs := skewSpecs(cfg.SkewAggregates, cfg.SkewInstances, cfg.SkewInstanceAggregates)
+	for i := 0; i < len(specs); {
+		aggs := specs[i].aggregates
+		prefix := fmt.Sprintf("%s_a%d_", s.name, aggs)
+		topic := prefix + "profiles"
+		e.progress("key skew: publishing %d events over %d aggregates to %s", cfg.SkewEvents, aggs, topic)
+		perr := publishSkewed(ctx, br, topic, cfg.SkewEvents, aggs)
+		for ; i < len(specs) && specs[i].aggregates == aggs; i++ {
+			if ctx.Err() != nil {
+				deleteNATSStream(cfg.Broker, topic)
+				return nil, ctx.Err()
+			}
+			r := skewResult{skewSpec: specs[i], events: cfg.SkewEvents, err: perr}
+			if perr == nil {
+				r = e.skewRow(ctx, s, prefix, specs[i])
+			}
+			results = append(results, r)
+		}
+		deleteNATSStream(cfg.Broker, topic)
+	}
+	return results, ctx.Err()
+}
+
+// skewRow runs the ordered consumer, then the unordered one, on the
+// stream under prefix.
+func (e *env) skewRow(ctx context.Context, s *sandbox, prefix string, spec skewSpec) skewResult {
+	r := skewResult{skewSpec: spec, events: e.cfg.SkewEvents}
+	name := fmt.Sprintf("skew_a%d_i%d", spec.aggregates, spec.instances)
+	e.progress("key skew: generated handlers, %d instance(s), %d aggregates", spec.instances, spec.aggregates)
+	r.ordered = e.skewSide(ctx, s, prefix, spec.instances, name+"_generated", true)
+	e.progress("key skew: a hand-written unordered handler, %d instance(s), %d aggregates", spec.instances, spec.aggregates)
+	r.unordered = e.skewSide(ctx, s, prefix, spec.instances, name+"_handwritten", false)
+	return r
+}
+
+// publishSkewed publishes n events over aggregates to topic: event i is
+// aggregate i % aggregates's event i/aggregates + 1. It sends in rounds,
+// each holding the next seq of every aggregate and starting once the one
+// before is confirmed, so that each aggregate's events are stored in seq
+// order (messages in flight together may be stored in any order).
+func publishSkewed(ctx context.Context, br broker.Broker, topic string, n, aggregates int) error {
+	pub, ok := br.Publisher().(broker.AsyncPublisher)
+	if !ok {
+		return fmt.Errorf("the %s publisher cannot publish asynchronously", br.Scheme())
+	}
+	body, err := json.Marshal(&payload)
+	if err != nil {
+		return fmt.Errorf("encoding the payload: %w", err)
+	}
+	created := time.Now().UTC().Format(time.RFC3339Nano)
+	for start := 0; start < n; start += aggregates {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := min(start+aggregates, n)
+		var wg sync.WaitGroup
+		errs := make(chan error, end-start)
+		for i := start; i < end; i++ {
+			id, err := uuid.NewV7()
+			if err != nil {
+				return fmt.Errorf("generating an event id: %w", err)
+			}
+			md := outbox.Metadata("profile.updated", 1, "Profile", aggregateID(i, aggregates), nil)
+			md[events.MetaCreatedAt] = created
+			md[events.MetaPublishID] = outbox.PublishID(id.String(), int64(i+1))
+			outbox.SetAggregateSeq(md, int64(i/aggregates+1))
+			wg.Add(1)
+			pub.PublishAsync(topic, &message.Message{UUID: id.String(), Payload: body, Metadata: md}, func(err error) {
+				if err != nil {
+					errs <- err
+				}
+				wg.Done()
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return fmt.Errorf("publishing event %d..%d of %d: %w", start, end, n, err)
+		}
+	}
+	return nil
+}
+
+// skewInstance is one instance of a consumer: what a process of its own
+// would hold.
+type skewInstance struct {
+	db     *sql.DB
+	br     broker.Broker
+	router *message.Router
+}
+
+func (i *skewInstance) close() {
+	if i.br != nil {
+		_ = i.br.Close()
+	}
+	if i.db != nil {
+		_ = i.db.Close()
+	}
+}
+
+// skewSide drains the stream under prefix with instances instances of
+// consumer name, the generated handlers when ordered, else the
+// hand-written handler, until every event was handled or e.cfg.Timeout
+// passed, then reads back its effects.
+func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances int, name string, ordered bool) skewSide {
+	var side skewSide
+	n := e.cfg.SkewEvents
+	clock := newHandledClock(n)
+	var redelivered atomic.Int64
+	insts := make([]*skewInstance, 0, instances)
+	defer func() {
+		for _, in := range insts {
+			in.close()
+		}
+	}()
+	for range instances {
+		in, err := e.newSkewInstance(ctx, s, prefix, name, ordered, clock, &redelivered)
+		if in != nil {
+			insts = append(insts, in)
+		}
+		if err != nil {
+			side.err = err
+			return side
+		}
+	}
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, len(insts))
+	for _, in := range insts {
+		go func() { ran <- in.router.Run(rctx) }()
+	}
+	timer := time.NewTimer(e.cfg.Timeout)
+	defer timer.Stop()
+	var runErr error
+	stopped := 0
+	select {
+	case <-clock.done:
+	case <-timer.C:
+	case <-ctx.Done():
+	case runErr = <-ran:
+		stopped++
+	}
+	side.handled, side.rate = clock.rate()
+	side.redeliveries = redelivered.Load()
+	cancel()
+	for ; stopped < len(insts); stopped++ {
+		runErr = errors.Join(runErr, <-ran)
+	}
+	if runErr != nil && ctx.Err() == nil {
+		side.note("router: %s", firstLine(runErr))
+	}
+	if side.handled < n && ctx.Err() == nil {
+		side.note("stopped after --timeout %s", e.cfg.Timeout)
+	}
+	var err error
+	if side.effects, err = readSkewEffects(ctx, s.db, name); err != nil {
+		side.note("reading the effects: %v", err)
+	}
+	return side
+}
+
+// newSkewInstance makes one instance of consumer name: a database pool, a
+// broker connection and a router with the consumer's handlers on it. What
+// it returns is to be closed even with an error.
+func (e *env) newSkewInstance(ctx context.Context, s *sandbox, prefix, name string, ordered bool,
+	clock *handledClock, redelivered *atomic.Int64) (*skewInstance, error) {
+	in := &skewInstance{}
+	var err error
+	if in.db, err = sql.Open("pgx", withApplicationName(s.url, benchApplicationName)); err != nil {
+		return in, err
+	}
+	in.db.SetMaxOpenConns(skewInstancePool)
+	in.db.SetMaxIdleConns(skewInstancePool)
+	if in.br, err = broker.Open(ctx, e.cfg.Broker, broker.Options{}); err != nil {
+		return in, fmt.Errorf("opening the broker: %w", err)
+	}
+	if in.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{}); err != nil {
+		return in, err
+	}
+	in.router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			if n, _ := strconv.Atoi(msg.Metadata.Get(events.MetaDeliveryCount)); n > 1 {
+				redelivered.Add(1)
+			}
+			return h(msg)
+		}
+	})
+	if ordered {
+		return in, addSkewGenerated(in, prefix, name, clock)
+	}
+	sub, err := in.br.Subscriber(name)
+	if err != nil {
+		return in, err
+	}
+	in.router.AddConsumerHandler(name, prefix+"profiles", sub, skewHandWritten(in.db, name, clock))
+	return in, nil
+}
+
+// addSkewGenerated puts the generated handlers on in's router, default
+// settings: each event's invoice carries its seq.
+func addSkewGenerated(in *skewInstance, prefix, name string, clock *handledClock) error {
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, in.db)))
+	h := testent.NewOutboxHandlers(client, consumer.WithTopicPrefix(prefix), consumer.WithLogger(watermill.NopLogger{}))
+	h.OnProfileUpdated(name, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
+		orderID, err := strconv.ParseInt(m.AggregateID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("aggregate id %q: %w", m.AggregateID, err)
+		}
+		tx.OnCommit(func(next testent.Committer) testent.Committer {
+			return testent.CommitFunc(func(ctx context.Context, tx *testent.Tx) error {
+				if err := next.Commit(ctx, tx); err != nil {
+					return err
+				}
+				clock.committed()
+				return nil
+			})
+		})
+		return tx.Invoice.Create().SetOrderID(orderID).SetAmountCents(m.AggregateSeq).
+			SetCurrency("EUR").SetConsumer(name).Exec(ctx)
+	})
+	return h.AddToRouter(in.router, in.br.Subscriber)
+}
+
+// skewHandWritten is what a user would write without the generator to
+// handle many messages at once: a Watermill handler that the router runs
+// on each message as the subscriber hands it out (up to its max_in_flight
+// at once), the dedupe record and the invoice in one transaction, in no
+// particular order.
+func skewHandWritten(db *sql.DB, name string, clock *handledClock) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		ctx := msg.Context()
+		id, err := uuid.Parse(msg.UUID)
+		if err != nil {
+			return fmt.Errorf("message UUID %q: %w", msg.UUID, err)
+		}
+		var ev testent.ProfileUpdated
+		if err := json.Unmarshal(msg.Payload, &ev); err != nil {
+			return fmt.Errorf("decoding event %s: %w", id, err)
+		}
+		orderID, err := strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateID), 10, 64)
+		if err != nil {
+			return fmt.Errorf("aggregate id of event %s: %w", id, err)
+		}
+		seq, err := strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateSeq), 10, 64)
+		if err != nil {
+			return fmt.Errorf("aggregate seq of event %s: %w", id, err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		r, err := tx.ExecContext(ctx, insertProcessed, name, id, msg.Metadata.Get(events.MetaEventName))
+		if err != nil {
+			return err
+		}
+		if fresh, err := r.RowsAffected(); err != nil || fresh == 0 {
+			return err // a duplicate is acknowledged
+		}
+		if _, err := tx.ExecContext(ctx, insertInvoice, orderID, seq, "EUR", name); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		clock.committed()
+		return nil
+	}
+}
+
+// readSkewEffects reads back what consumer name wrote. Invoices are
+// taken in the order they were inserted (their serial id): one whose seq
+// is below one inserted before it, of the same aggregate, is an
+// inversion.
+func readSkewEffects(ctx context.Context, db *sql.DB, name string) (skewEffects, error) {
+	var f skewEffects
+	err := db.QueryRowContext(ctx, `SELECT
+			(SELECT count(*) FROM `+pgsql.QuoteIdent(schema.ProcessedEventTable)+` WHERE consumer = $1),
+			count(*), count(DISTINCT (order_id, amount_cents)), count(*) FILTER (WHERE amount_cents < before)
+		FROM (SELECT order_id, amount_cents,
+				max(amount_cents) OVER (PARTITION BY order_id ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+			FROM invoices WHERE consumer = $1) t`, name).Scan(&f.records, &f.effects, &f.distinct, &f.inversions)
+	f.duplicates = f.effects - f.distinct
+	return f, err
+}
+
+// printSkewTable writes the key-skew table: per row, the ordered and the
+// unordered consumer side by side.
+func printSkewTable(out io.Writer, cfg config, results []skewResult) error {
+	fmt.Fprintf(out, "\nconsumers, key skew: %s events per row already in JetStream (a fresh stream per aggregate count, each aggregate's seq 1..n), payload %dB; "+
+		"each handled event writes a dedupe record and an invoice in one transaction. ordered: the generated handlers, default settings; "+
+		"unordered: a hand-written Watermill handler, as many messages at once as the subscriber hands out, no order. "+
+		"Each instance has its own router, subscriber and %d connections. Pairs read ordered / unordered\n",
+		thousands(int64(cfg.SkewEvents)), payloadSize, skewInstancePool)
+	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "aggregates\tinstances\tordered ev/s\tunordered ev/s\tratio\tinversions\tduplicates\tredeliveries\tnotes")
+	for _, r := range results {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s\t%d%s\tn/a (%s)\n", thousands(int64(r.aggregates)), r.instances, strings.Repeat("\tn/a", 6), firstLine(r.err))
+			continue
+		}
+		ratio := "-"
+		if r.ordered.rate > 0 && r.unordered.rate > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.ordered.rate/r.unordered.rate)
+		}
+		var notes []string
+		if r.events < r.aggregates {
+			notes = append(notes, fmt.Sprintf("only %s aggregates have an event", thousands(int64(r.events))))
+		}
+		for _, side := range []struct {
+			name string
+			s    skewSide
+		}{{"ordered", r.ordered}, {"unordered", r.unordered}} {
+			if n := side.s.problems(r.events); len(n) > 0 {
+				notes = append(notes, side.name+": "+strings.Join(n, ", "))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", thousands(int64(r.aggregates)), r.instances,
+			r.ordered.fmtRate(), r.unordered.fmtRate(), ratio,
+			pair(r.ordered, r.unordered, func(s skewSide) int64 { return int64(s.effects.inversions) }),
+			pair(r.ordered, r.unordered, func(s skewSide) int64 { return int64(s.effects.duplicates) }),
+			pair(r.ordered, r.unordered, func(s skewSide) int64 { return s.redeliveries }),
+			strings.Join(notes, "; "))
+	}
+	return tw.Flush()
+}
+
+// problems are the side's notes, then what its effects say is wrong: an
+// event without its invoice, a dedupe record without one or the reverse.
+func (s skewSide) problems(events int) []string {
+	if s.err != nil {
+		return []string{"n/a (" + firstLine(s.err) + ")"}
+	}
+	out := slices.Clone(s.notes)
+	if f := s.effects; f.distinct != events {
+		out = append(out, fmt.Sprintf("%s of %s events applied", thousands(int64(f.distinct)), thousands(int64(events))))
+	}
+	if f := s.effects; f.records != f.distinct {
+		out = append(out, fmt.Sprintf("%s dedupe records for %s events applied", thousands(int64(f.records)), thousands(int64(f.distinct))))
+	}
+	return out
+}
+
+func (s skewSide) fmtRate() string {
+	switch {
+	case s.err != nil:
+		return "n/a"
+	case s.rate > 0:
+		return thousands(int64(s.rate + 0.5))
+	}
+	return "-"
+}
+
+// pair prints the ordered and the unordered side's count: "0 / 1,234".
+func pair(ordered, unordered skewSide, count func(skewSide) int64) string {
+	one := func(s skewSide) string {
+		if s.err != nil {
+			return "n/a"
+		}
+		return thousands(count(s))
+	}
+	return one(ordered) + " / " + one(unordered)
+}
