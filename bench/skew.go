@@ -87,7 +87,8 @@ type skewSide struct {
 	handled      int   // counted at commit in the measured window
 	rate         float64
 	effects      skewEffects
-	redeliveries int64 // deliveries with events.MetaDeliveryCount > 1
+	redeliveries int64   // deliveries with events.MetaDeliveryCount > 1
+	split        []int64 // events each instance committed, with more than one
 	notes        []string
 }
 
@@ -215,9 +216,17 @@ func publishSkewed(ctx context.Context, br broker.Broker, topic string, n, aggre
 // skewInstance is one instance of a consumer: what a process of its own
 // would hold.
 type skewInstance struct {
-	db     *sql.DB
-	br     broker.Broker
-	router *message.Router
+	db      *sql.DB
+	br      broker.Broker
+	router  *message.Router
+	clock   *handledClock // the side's, shared
+	handled atomic.Int64  // this instance's
+}
+
+// committed counts n events this instance committed.
+func (i *skewInstance) committed(n int) {
+	i.handled.Add(int64(n))
+	i.clock.committedN(n)
 }
 
 func (i *skewInstance) close() {
@@ -274,6 +283,11 @@ func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances
 	}
 	side.handled, side.rate = clock.rate()
 	side.redeliveries = redelivered.Load()
+	if len(insts) > 1 {
+		for _, in := range insts {
+			side.split = append(side.split, in.handled.Load())
+		}
+	}
 	cancel()
 	for ; stopped < len(insts); stopped++ {
 		runErr = errors.Join(runErr, <-ran)
@@ -296,7 +310,7 @@ func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances
 // it returns is to be closed even with an error.
 func (e *env) newSkewInstance(ctx context.Context, s *sandbox, prefix, name string, ordered bool,
 	clock *handledClock, redelivered *atomic.Int64) (*skewInstance, error) {
-	in := &skewInstance{}
+	in := &skewInstance{clock: clock}
 	var err error
 	if in.db, err = sql.Open("pgx", withApplicationName(s.url, benchApplicationName)); err != nil {
 		return in, err
@@ -318,19 +332,19 @@ func (e *env) newSkewInstance(ctx context.Context, s *sandbox, prefix, name stri
 		}
 	})
 	if ordered {
-		return in, addSkewGenerated(in, prefix, name, clock)
+		return in, addSkewGenerated(in, prefix, name)
 	}
 	sub, err := in.br.Subscriber(name)
 	if err != nil {
 		return in, err
 	}
-	in.router.AddConsumerHandler(name, prefix+"profiles", sub, skewHandWritten(in.db, name, clock))
+	in.router.AddConsumerHandler(name, prefix+"profiles", sub, skewHandWritten(in, name))
 	return in, nil
 }
 
 // addSkewGenerated puts the generated handlers on in's router, default
 // settings: each event's invoice carries its seq.
-func addSkewGenerated(in *skewInstance, prefix, name string, clock *handledClock) error {
+func addSkewGenerated(in *skewInstance, prefix, name string) error {
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, in.db)))
 	h := testent.NewOutboxHandlers(client, consumer.WithTopicPrefix(prefix), consumer.WithLogger(watermill.NopLogger{}))
 	h.OnProfileUpdated(name, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
@@ -343,7 +357,7 @@ func addSkewGenerated(in *skewInstance, prefix, name string, clock *handledClock
 				if err := next.Commit(ctx, tx); err != nil {
 					return err
 				}
-				clock.committed()
+				in.committed(1)
 				return nil
 			})
 		})
@@ -358,7 +372,7 @@ func addSkewGenerated(in *skewInstance, prefix, name string, clock *handledClock
 // on each message as the subscriber hands it out (up to its max_in_flight
 // at once), the dedupe record and the invoice in one transaction, in no
 // particular order.
-func skewHandWritten(db *sql.DB, name string, clock *handledClock) message.NoPublishHandlerFunc {
+func skewHandWritten(in *skewInstance, name string) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		ctx := msg.Context()
 		id, err := uuid.Parse(msg.UUID)
@@ -377,7 +391,7 @@ func skewHandWritten(db *sql.DB, name string, clock *handledClock) message.NoPub
 		if err != nil {
 			return fmt.Errorf("aggregate seq of event %s: %w", id, err)
 		}
-		tx, err := db.BeginTx(ctx, nil)
+		tx, err := in.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
@@ -395,7 +409,7 @@ func skewHandWritten(db *sql.DB, name string, clock *handledClock) message.NoPub
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		clock.committed()
+		in.committed(1)
 		return nil
 	}
 }
@@ -463,7 +477,15 @@ func (s skewSide) problems(events int) []string {
 	if s.err != nil {
 		return []string{"n/a (" + firstLine(s.err) + ")"}
 	}
-	out := slices.Clone(s.notes)
+	var out []string
+	if len(s.split) > 0 {
+		parts := make([]string, len(s.split))
+		for i, n := range s.split {
+			parts[i] = thousands(n)
+		}
+		out = append(out, "per instance "+strings.Join(parts, "/"))
+	}
+	out = append(out, s.notes...)
 	if f := s.effects; f.distinct != events {
 		out = append(out, fmt.Sprintf("%s of %s events applied", thousands(int64(f.distinct)), thousands(int64(events))))
 	}
