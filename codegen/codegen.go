@@ -217,6 +217,10 @@ func (e *Extension) Templates() []*gen.Template {
 		gen.MustParse(gen.NewTemplate("entoutbox_handlers").Funcs(funcs).
 			SkipIf(func(g *gen.Graph) bool { m := model(g.Annotations); return m == nil || !m.HasConsumers() }).
 			ParseFS(templateFS, "template/entoutbox_header.tmpl", "template/entoutbox_handlers.tmpl")),
+		// ent's migrate/migrate.go, whose Create also installs the
+		// numbering trigger (the one template of ent's we replace).
+		gen.MustParse(gen.NewTemplate("entoutbox_migrate").Funcs(funcs).
+			ParseFS(templateFS, "template/entoutbox_migrate.tmpl")),
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/schema"
+
+	"github.com/entoutbox/entoutbox/outbox"
 )
 
 var (
@@ -46,12 +48,20 @@ func (s *Schema) Create(ctx context.Context, opts ...schema.MigrateOption) error
 }
 
 // Create creates all table resources using the given schema driver.
+// It then installs the trigger that numbers the outbox rows written without
+// Emit (outbox.Migrate), which ent's migration cannot make.
 func Create(ctx context.Context, s *Schema, tables []*schema.Table, opts ...schema.MigrateOption) error {
 	migrate, err := schema.NewMigrate(s.drv, opts...)
 	if err != nil {
 		return fmt.Errorf("ent/migrate: %w", err)
 	}
-	return migrate.Create(ctx, tables...)
+	if err := migrate.Create(ctx, tables...); err != nil {
+		return err
+	}
+	return outbox.Migrate(ctx, s.drv, outbox.Tables{
+		Outbox:   "outbox_events",
+		Sequence: "outbox_aggregate_sequences",
+	})
 }
 
 // WriteTo writes the schema changes to w instead of running them against the database.
