@@ -55,7 +55,9 @@ func (Outbox) Fields() []ent.Field {
 		// (Emit counts in the AggregateSequence table, whose row lock
 		// orders the aggregate's writers). Consumers apply an aggregate's
 		// events in this order whatever order the broker hands them out in.
-		// NULL on rows written without the sequence table.
+		// Rows written without Emit are numbered by a trigger the generated
+		// migration installs (outbox.Migrate). NULL without the sequence
+		// table.
 		field.Int64("aggregate_seq").Optional().Nillable().Immutable().Positive(),
 		field.Time("created_at").Default(time.Now).Immutable().
 			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
