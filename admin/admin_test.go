@@ -485,7 +485,10 @@ func TestReplayMessageKeepsReadableFrom(t *testing.T) {
 	t.Parallel()
 	e := setup(t, false)
 	ctx := context.Background()
-	_, err := e.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
+	// Seq 7 as its producer numbered it: the counter is there already.
+	_, err := e.db.DB.Exec(`INSERT INTO outbox_aggregate_sequences (topic, aggregate_type, aggregate_id, last_seq)
+		VALUES ('orders', 'Order', 'a', 7);
+		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type,
 		aggregate_id, payload, headers, readable_from, aggregate_seq, delivered_at) VALUES
 		(gen_random_uuid(), 'order.paid', 3, 'orders', 'Order', 'a', '{"n": 1}', '{"trace": "t1"}', 2, 7, now()),
 		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'b', '{}', NULL, NULL, NULL, now())`)

@@ -36,7 +36,9 @@ func testRollingDeployNewerVersion(t *testing.T, p *onPath) {
 		(gen_random_uuid(), 'order.paid', 4, 3, 'orders', 'Order', 'too-new', '{"order_id": 3, "amount_cents": 300, "currency": "USD", "note": "v3"}')`)
 	require.NoError(t, err)
 	require.NoError(t, b.client.WithTx(ctx, func(tx *testent.Tx) error {
-		for _, agg := range []string{"unreadable", "other"} {
+		// Not "unreadable": the database numbers the rows above, so its
+		// later events are held behind its dead letter.
+		for _, agg := range []string{"later", "other"} {
 			if err := tx.Outbox.EmitOrderPaid(ctx, agg, testent.OrderPaid{OrderID: 4, AmountCents: 400}); err != nil {
 				return err
 			}
@@ -93,9 +95,9 @@ func testRollingDeployNewerVersion(t *testing.T, p *onPath) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, map[string]int{"readable": 3, "unreadable": 2, "other": 2}, handled,
+	require.Equal(t, map[string]int{"readable": 3, "later": 2, "other": 2}, handled,
 		"version 3 readable as 2 is handled, and the aggregates keep flowing")
-	require.Equal(t, map[string]string{"readable/3": "2", "unreadable/3": "", "too-new/4": "3", "unreadable/2": "1", "other/2": "1"}, readable,
+	require.Equal(t, map[string]string{"readable/3": "2", "unreadable/3": "", "too-new/4": "3", "later/2": "1", "other/2": "1"}, readable,
 		"the relay carries readable_from (the emitted version 2 is readable from 1)")
 	reason := func(version string) string {
 		return "event \"order.paid\" version " + version + " is newer than the newest this code knows (2) and not readable as version 2; " +
