@@ -8,19 +8,24 @@ package consumer
 // batch: a transaction takes what is pending when it starts, so a lone
 // event goes alone at once, and a backlog goes a hundred at a time.
 //
-// A batch applies only the common case, in one statement for all its
-// events before their handlers (batchrecord.go: each aggregate's next
-// events, and those without a seq not seen before). Anything else (a gap, a held aggregate, a
-// duplicate whose position had moved) leaves the batch untouched and is
-// handled alone afterwards, by the full path. A handler error or panic, or
-// a failed statement or commit, rolls the whole batch back, and each of
-// its events is then handled alone, in a transaction of its own, with its
-// retries and dead letters: one bad event never rolls back or blocks the
-// others for longer than that one try.
+// An instance never waits on itself for an aggregate's order: an
+// aggregate's events are in one running batch at a time, and those that
+// come meanwhile wait in the pending list (not in the broker, not in a
+// gap wait) for the next batch, which applies them as a run: in seq
+// order, in one transaction, with one move of the position
+// (batchrecord.go). A hot aggregate thus goes a batch at a time, not an
+// event at a time.
 //
-// The events of a batch are sorted by aggregate and seq: two batches lock
-// position rows in the same order (no deadlock between them), and two
-// events of one aggregate in one batch are applied in their order.
+// A batch applies only the common case, in one statement for all its
+// events before their handlers: each aggregate's next events, and those
+// without a seq not seen before. Anything else (a gap whose predecessor
+// is not here, a held aggregate, a duplicate whose position had moved)
+// leaves the batch untouched and is handled alone afterwards, by the full
+// path. A handler error or panic, or a failed statement or commit, rolls
+// the whole batch back, and each of its events is then handled alone, in
+// a transaction of its own, with its retries and dead letters: one bad
+// event never rolls back or blocks the others for longer than that one
+// try.
 
 import (
 	"bytes"
@@ -29,6 +34,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -45,10 +51,7 @@ type batchItem struct {
 	done    chan batchResult
 	err     error // its handler's, when it is the one that failed its batch
 
-	// Set while its batch is applied (batchrecord.go).
-	res   batchResult
-	round int        // its rank among the batch's events of its aggregate
-	prev  *batchItem // the batch's event before it of its aggregate
+	res batchResult // set while its batch is applied (batchrecord.go)
 }
 
 // batchHandler is a handler of many events of one kind at once
@@ -75,9 +78,36 @@ type batcher struct {
 	applied func(n int)
 	turns   *turns // woken for each event applied
 
+	// parkFor bounds how long an event waits parked (below) before it
+	// goes alone, in case what it waits for never moves here.
+	parkFor time.Duration
+
 	mu      sync.Mutex
 	pending []*batchItem
 	running int
+	busy    map[runKey]bool // the aggregates of the running batches
+	// parked are the events a batch could not apply because an earlier
+	// event of their aggregate, handled by this set too, was not in it
+	// (waiting, arriving, retried alone): they wait here, not in a gap
+	// wait, and go back to pending when an event of their aggregate comes
+	// or leaves (parkedMoved), to go with it as a run.
+	parked map[runKey][]*batchItem
+}
+
+// runKey is what the events of one run share: their consumer's position
+// on their aggregate (an event with a seq), or their consumer's record of
+// their event id (one without, which is a run of its own). A set's batch
+// mixes its consumer names.
+type runKey struct {
+	consumer, topic, aggregateType, aggregateID string
+	event                                       uuid.UUID
+}
+
+func (b *batcher) keyOf(it *batchItem) runKey {
+	if !ordered(b.t, it.m) {
+		return runKey{consumer: it.m.Consumer, event: it.m.EventID}
+	}
+	return runKey{consumer: it.m.Consumer, topic: it.m.Topic, aggregateType: it.m.AggregateType, aggregateID: it.m.AggregateID}
 }
 
 // do applies it in a batch and returns what became of it; an item whose
@@ -86,6 +116,7 @@ func (b *batcher) do(it *batchItem) batchResult {
 	it.done = make(chan batchResult, 1)
 	b.mu.Lock()
 	b.pending = append(b.pending, it)
+	b.unparkLocked(b.keyOf(it))
 	b.startLocked()
 	b.mu.Unlock()
 	return <-it.done
@@ -96,14 +127,126 @@ func (b *batcher) do(it *batchItem) batchResult {
 // of n quarters of the size or more. Starting every transaction it may
 // would make a busy set's batches small, each commit and round trip
 // shared by few events, and the transactions many, contending for the
-// same database; what waits goes in the next batch, when one ends.
+// same database; what waits goes in the next batch, when one ends. Events
+// of an aggregate in a running batch wait for it to end.
 func (b *batcher) startLocked() {
-	for b.running < b.max && len(b.pending) > 0 && len(b.pending) >= b.fill() {
-		n := min(len(b.pending), b.size)
-		batch := slices.Clone(b.pending[:n])
-		b.pending = slices.Delete(b.pending, 0, n)
+	for b.running < b.max {
+		batch := b.takeLocked(b.fill())
+		if batch == nil {
+			return
+		}
 		b.running++
 		go b.run(batch)
+	}
+}
+
+// takeLocked takes a batch out of the pending events, nil when fewer than
+// least may go: up to size events whose aggregates are in no running
+// batch, in their order of arrival; an event of a seq the batch holds
+// already (a redelivery) waits for the next one.
+func (b *batcher) takeLocked(least int) []*batchItem {
+	if b.busy == nil {
+		b.busy = map[runKey]bool{}
+	}
+	type seqKey struct {
+		k   runKey
+		seq int64
+	}
+	taken := map[runKey]bool{}
+	seqs := map[seqKey]bool{}
+	var batch []*batchItem
+	var rest []*batchItem
+	for _, it := range b.pending {
+		k := b.keyOf(it)
+		sk := seqKey{k, it.m.AggregateSeq}
+		switch {
+		case b.busy[k], seqs[sk], len(batch) >= b.size:
+			rest = append(rest, it)
+		default:
+			taken[k], seqs[sk] = true, true
+			batch = append(batch, it)
+		}
+	}
+	if len(batch) == 0 || len(batch) < least {
+		return nil
+	}
+	for k := range taken {
+		b.busy[k] = true
+	}
+	b.pending = rest
+	return batch
+}
+
+// parkWaiting parks the events of a sorted batch that it did not apply
+// while an earlier event of their aggregate, not applied either, is
+// handled by this set (turns.covered): it is in flight here, and they go
+// with it. It returns the events to tell now: the others, and an
+// aggregate's lowest event not applied when the batch applied none of it
+// (the full path tells why: a gap, a duplicate, a held aggregate).
+func (b *batcher) parkWaiting(batch []*batchItem) (tell []*batchItem) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var key runKey
+	var from int64 // the aggregate's seq that its events after it wait for here
+	for i, it := range batch {
+		k := b.keyOf(it)
+		if i == 0 || k != key {
+			key, from = k, 0
+		}
+		switch {
+		case it.res == batchApplied:
+			from = it.m.AggregateSeq + 1
+			tell = append(tell, it)
+		case it.res != batchAlone || !ordered(b.t, it.m) || it.ctx.Err() != nil:
+			tell = append(tell, it)
+		case from == 0:
+			from = it.m.AggregateSeq // the lowest, alone: those after it wait for it
+			tell = append(tell, it)
+		case b.turns.covered(it.m, from):
+			b.parkLocked(k, it)
+		default:
+			tell = append(tell, it)
+		}
+	}
+	return tell
+}
+
+// parkLocked parks it under k, for at most parkFor.
+func (b *batcher) parkLocked(k runKey, it *batchItem) {
+	if b.parked == nil {
+		b.parked = map[runKey][]*batchItem{}
+	}
+	b.parked[k] = append(b.parked[k], it)
+	time.AfterFunc(b.parkFor, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if i := slices.Index(b.parked[k], it); i >= 0 {
+			b.parked[k] = slices.Delete(b.parked[k], i, i+1)
+			if len(b.parked[k]) == 0 {
+				delete(b.parked, k)
+			}
+			it.done <- batchAlone
+		}
+	})
+}
+
+// unparkLocked moves the events parked under k back to pending.
+func (b *batcher) unparkLocked(k runKey) {
+	if its, ok := b.parked[k]; ok {
+		delete(b.parked, k)
+		b.pending = append(b.pending, its...)
+	}
+}
+
+// parkedMoved is called when a delivery of k's aggregate leaves the set:
+// the events parked behind it go back to pending.
+func (b *batcher) parkedMoved(k turnKey) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rk := runKey{consumer: k.consumer, topic: k.topic, aggregateType: k.aggregateType, aggregateID: k.aggregateID}
+	if _, ok := b.parked[rk]; ok {
+		b.unparkLocked(rk)
+		b.startLocked()
 	}
 }
 
@@ -124,11 +267,19 @@ func (b *batcher) run(batch []*batchItem) {
 			failed.err, failed.res = err, batchFailed
 		}
 	}
+	alone := b.parkWaiting(batch)
+	b.mu.Lock()
 	for _, it := range batch {
+		delete(b.busy, b.keyOf(it))
+	}
+	b.running--
+	b.mu.Unlock()
+	// Told after its aggregates are free: an event that goes alone, or
+	// waits, must find them so.
+	for _, it := range alone {
 		it.done <- it.res
 	}
 	b.mu.Lock()
-	b.running--
 	b.startLocked()
 	b.mu.Unlock()
 }
@@ -142,25 +293,26 @@ func (b *batcher) apply(batch []*batchItem) (failed *batchItem, err error) {
 	// The transaction is the batch's, not any one delivery's: one delivery
 	// ending (its handler's ctx) fails its handler, which rolls back.
 	ctx := context.Background()
-	tx, err := b.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
 	live := make([]*batchItem, 0, len(batch))
 	for _, it := range batch {
-		it.res, it.prev = batchAlone, nil
+		it.res = batchAlone
 		if it.ctx.Err() == nil {
 			live = append(live, it) // an ended one goes alone: it fails there, and is nacked
 		}
 	}
-	// Round by round (batchrecord.go): an aggregate's event is applied
-	// after the one before it, a round's handlers before the next round.
-	for _, round := range rounds(b.t, live) {
-		if err := recordRound(ctx, tx, b.t, round); err != nil {
-			_ = tx.Rollback()
-			return nil, err
-		}
-		if failed, err := runRound(ctx, tx, round); err != nil {
+	if len(live) == 0 {
+		return nil, nil
+	}
+	tx, err := b.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := recordBatch(ctx, tx, b.t, live); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	for _, wave := range waves(b, live) {
+		if failed, err := runWave(ctx, tx, wave); err != nil {
 			_ = tx.Rollback()
 			return failed, err
 		}
@@ -181,16 +333,43 @@ func (b *batcher) apply(batch []*batchItem) (failed *batchItem, err error) {
 	return nil, nil
 }
 
-// runRound runs the handlers of the round's applied events in tx: one
-// call per event, and one per handler of many events for all of its
-// events in the round.
-func runRound(ctx context.Context, tx Tx, round []*batchItem) (failed *batchItem, err error) {
+// waves cuts the applied events of a sorted batch into the calls of their
+// handlers, in an order that keeps each aggregate's: wave w holds each
+// aggregate's w-th stretch of consecutive events that share a handler of
+// many events (or that each have a handler of one), so that a hot
+// aggregate's run given to one handler of many is one call, and the
+// stretch before it is handled in an earlier wave. An event without a
+// handler only moves the position and takes no part.
+func waves(b *batcher, batch []*batchItem) [][]*batchItem {
+	var out [][]*batchItem
+	var key runKey
+	wave, handler := -1, (*batchHandler)(nil)
+	for _, it := range batch {
+		if it.res != batchApplied || it.fn == nil && it.many == nil {
+			continue
+		}
+		if k := b.keyOf(it); k != key || wave < 0 {
+			key, wave, handler = k, 0, it.many
+		} else if it.many != handler {
+			wave, handler = wave+1, it.many
+		}
+		if wave == len(out) {
+			out = append(out, nil)
+		}
+		out[wave] = append(out[wave], it)
+	}
+	return out
+}
+
+// runWave runs the handlers of a wave's events in tx: one call per event
+// with a handler of one, and one per handler of many events for all of
+// its events in the wave (by aggregate, then seq).
+func runWave(ctx context.Context, tx Tx, wave []*batchItem) (failed *batchItem, err error) {
 	var many []*batchHandler
 	var payloads map[*batchHandler][]any
 	var metas map[*batchHandler][]events.Meta
-	for _, it := range round {
+	for _, it := range wave {
 		switch {
-		case it.res != batchApplied:
 		case it.fn != nil:
 			if err := runInTx(it, tx); err != nil {
 				return it, err

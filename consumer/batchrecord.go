@@ -1,20 +1,20 @@
 package consumer
 
-// A batch's dedupe and ordering check in one statement per round, instead
-// of one per event. A batch (sorted by aggregate and seq) is cut into
-// rounds: round 1 holds the first event of each aggregate in the batch,
-// round 2 the second, and so on; a backlog of many aggregates is one
-// round. Each round's statement does, for all its events at once, what
-// recordNext does for one: it moves each aggregate's position from seq-1
-// to seq (or makes it at 1) when the aggregate is not held and the event
-// is not in this consumer's dead letters, and inserts the dedupe records
-// of the events it moved, and of the events without a seq. An event it
-// does not move is left to the full path, alone, as before.
-//
-// Position rows are locked in key order (ORDER BY ... FOR UPDATE), so two
-// batches sharing aggregates wait on each other rather than deadlock. A
-// move of a position an event waits on wakes it, on any instance
-// (wake.go).
+// A batch's dedupe and ordering check in one statement. A batch holds at
+// most one run per aggregate (batch.go: an aggregate is in one running
+// batch at a time), its events sorted by seq. The statement locks each
+// aggregate's position (in key order, so two statements sharing
+// aggregates wait on each other rather than deadlock) and applies, per
+// aggregate, the events that continue its position without a hole: with
+// the position at L, the batch's events after L ranked 1, 2, 3... by seq
+// are applied while seq = L + rank. One update moves the position to the
+// run's last event, however long the run; an aggregate with no position
+// yet gets one at its run's end. An aggregate held behind a dead letter
+// applies nothing, and an event in this consumer's dead letters breaks
+// its run there. It inserts the dedupe records of the events it applied
+// and of those without a seq. An event it does not apply is left to the
+// full path, alone, as before. A move of a position an event waits on
+// wakes it, on any instance (wake.go).
 
 import (
 	"context"
@@ -27,44 +27,15 @@ import (
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
-// roundKey is what two events of one round must not share: their
-// consumer's position on their aggregate (an event with a seq), or their
-// consumer's record of their event id (one without, which has no position
-// to go through). A set's batch mixes its consumer names.
-type roundKey struct {
-	consumer, topic, aggregateType, aggregateID string
-	event                                       uuid.UUID
-}
-
-// rounds cuts a sorted batch into rounds, and links each event to the one
-// before it of its aggregate (item.prev).
-func rounds(t Tables, batch []*batchItem) [][]*batchItem {
-	var out [][]*batchItem
-	last := make(map[roundKey]*batchItem, len(batch))
-	for _, it := range batch {
-		k := roundKey{consumer: it.m.Consumer, topic: it.m.Topic, aggregateType: it.m.AggregateType, aggregateID: it.m.AggregateID}
-		if !ordered(t, it.m) {
-			k = roundKey{consumer: it.m.Consumer, event: it.m.EventID}
-		}
-		it.prev, it.round = last[k], 0
-		if it.prev != nil {
-			it.round = it.prev.round + 1
-		}
-		last[k] = it
-		if it.round == len(out) {
-			out = append(out, nil)
-		}
-		out[it.round] = append(out[it.round], it)
-	}
-	return out
-}
-
-// recordRound records the events of one round in tx, setting each one's
-// res: batchApplied, batchDuplicate (one without a seq handled before) or
+// recordBatch records the batch's events in tx, setting each one's res:
+// batchApplied, batchDuplicate (one without a seq handled before) or
 // batchAlone. An event whose position moved while its dedupe record was
 // there already fails the batch (errMovedDuplicate).
-func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error {
-	n := len(round)
+func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error {
+	n := len(batch)
+	if n == 0 {
+		return nil
+	}
 	idx := make([]int32, 0, n)
 	consumers := make([]string, 0, n)
 	topics := make([]string, 0, n)
@@ -74,19 +45,14 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 	ids := make([]uuid.UUID, 0, n)
 	names := make([]string, 0, n)
 	recs := make([]bool, 0, n)
-	byIndex := make([]*batchItem, 0, n)
-	for _, it := range round {
+	for i, it := range batch {
 		it.res = batchAlone
-		if it.prev != nil && it.prev.res != batchApplied {
-			continue // its predecessor in the batch was not applied: it cannot be next
-		}
 		seq := it.m.AggregateSeq
 		if !ordered(t, it.m) {
 			seq = 0
 		}
-		idx = append(idx, int32(len(byIndex)))
+		idx = append(idx, int32(i))
 		consumers = append(consumers, it.m.Consumer)
-		byIndex = append(byIndex, it)
 		topics = append(topics, it.m.Topic)
 		types = append(types, it.m.AggregateType)
 		aggs = append(aggs, it.m.AggregateID)
@@ -95,13 +61,10 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 		names = append(names, it.m.Name)
 		recs = append(recs, it.fn != nil || it.many != nil)
 	}
-	if len(byIndex) == 0 {
-		return nil
-	}
 	var rows entsql.Rows
-	err := tx.Query(ctx, recordRoundQuery(t), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs}, &rows)
+	err := tx.Query(ctx, recordBatchQuery(t), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs}, &rows)
 	if err != nil {
-		return fmt.Errorf("consumer: recording %d events as processed: %w", len(byIndex), err)
+		return fmt.Errorf("consumer: recording %d events as processed: %w", n, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -110,7 +73,7 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 		if err := rows.Scan(&i, &applied, &fresh); err != nil {
 			return err
 		}
-		it := byIndex[i]
+		it := batch[i]
 		switch {
 		case applied && fresh:
 			it.res = batchApplied
@@ -123,16 +86,18 @@ func recordRound(ctx context.Context, tx Tx, t Tables, round []*batchItem) error
 	return rows.Close()
 }
 
-// recordRoundQueries caches recordRoundQuery per tables.
-var recordRoundQueries sync.Map // Tables -> string
+// recordBatchQueries caches recordBatchQuery per tables.
+var recordBatchQueries sync.Map // Tables -> string
 
-// recordRoundQuery is recordRound's statement. Its parameters: one
-// array per column of the round's events (consumer, index, topic, aggregate type, aggregate id, seq (0 for none), event id, event
-// name, whether to insert the dedupe record). It returns, per event,
-// whether it was applied (its position moved, or it has no seq and is not
-// a dead letter) and whether its record is new (true when none is made).
-func recordRoundQuery(t Tables) string {
-	if q, ok := recordRoundQueries.Load(t); ok {
+// recordBatchQuery is recordBatch's statement. Its parameters: one array
+// per column of the batch's events (consumer, index, topic, aggregate
+// type, aggregate id, seq (0 for none), event id, event name, whether to
+// insert the dedupe record); no two events of one aggregate share a seq.
+// It returns, per event, whether it was applied (its position moved over
+// it, or it has no seq and is not a dead letter) and whether its record is
+// new (true when none is made).
+func recordBatchQuery(t Tables) string {
+	if q, ok := recordBatchQueries.Load(t); ok {
 		return q.(string)
 	}
 	processed, letters := pgsql.QuoteIdent(t.Processed), pgsql.QuoteIdent(t.DeadLetters)
@@ -142,28 +107,41 @@ func recordRoundQuery(t Tables) string {
 	applied := `applied AS (SELECT i FROM free)`
 	if t.Positions != "" {
 		positions := pgsql.QuoteIdent(t.Positions)
-		applied = `locked AS (
-			SELECT p.id, f.i, f.seq FROM ` + positions + ` p
-			JOIN free f ON p.consumer = f.consumer AND p.topic = f.topic AND p.aggregate_type = f.aggregate_type AND p.aggregate_id = f.aggregate_id
-			WHERE f.seq > 1 AND p.last_seq = f.seq - 1 AND p.held_seq IS NULL
+		same := func(a, b string) string {
+			return a + `.consumer = ` + b + `.consumer AND ` + a + `.topic = ` + b + `.topic AND ` +
+				a + `.aggregate_type = ` + b + `.aggregate_type AND ` + a + `.aggregate_id = ` + b + `.aggregate_id`
+		}
+		applied = `keys AS (SELECT DISTINCT consumer, topic, aggregate_type, aggregate_id FROM v WHERE seq > 0),
+		locked AS (
+			SELECT p.id, p.consumer, p.topic, p.aggregate_type, p.aggregate_id, p.last_seq, p.held_seq FROM ` + positions + ` p
+			JOIN keys k ON ` + same("p", "k") + `
 			ORDER BY p.consumer, p.topic, p.aggregate_type, p.aggregate_id
 			FOR UPDATE OF p),
+		run AS (
+			SELECT f.i, f.seq, l.id, l.last_seq + row_number() OVER (PARTITION BY l.id ORDER BY f.seq) AS want
+			FROM free f JOIN locked l ON ` + same("f", "l") + `
+			WHERE f.seq > l.last_seq AND l.held_seq IS NULL),
+		moving AS (SELECT i, id, seq FROM run WHERE seq = want),
 		moved AS (
-			UPDATE ` + positions + ` p SET last_seq = l.seq, ` + waitingAfterMove(t, "p", "l.seq") + `, updated_at = now()
-			FROM locked l WHERE p.id = l.id
-			RETURNING l.i),
+			UPDATE ` + positions + ` p SET last_seq = m.top, ` + waitingAfterMove(t, "p", "m.top") + `, updated_at = now()
+			FROM (SELECT id, max(seq) AS top FROM moving GROUP BY id) m WHERE p.id = m.id
+			RETURNING p.id),
+		first AS (
+			SELECT f.i, f.consumer, f.topic, f.aggregate_type, f.aggregate_id, f.seq,
+				row_number() OVER (PARTITION BY f.consumer, f.topic, f.aggregate_type, f.aggregate_id ORDER BY f.seq) AS want
+			FROM free f WHERE f.seq > 0 AND NOT EXISTS (SELECT 1 FROM locked l WHERE ` + same("l", "f") + `)),
 		made AS (
 			INSERT INTO ` + positions + ` AS p (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
-			SELECT f.consumer, f.topic, f.aggregate_type, f.aggregate_id, 1, now() FROM free f WHERE f.seq = 1
-			ORDER BY f.consumer, f.topic, f.aggregate_type, f.aggregate_id
+			SELECT consumer, topic, aggregate_type, aggregate_id, max(seq), now() FROM first WHERE seq = want
+			GROUP BY consumer, topic, aggregate_type, aggregate_id
+			ORDER BY consumer, topic, aggregate_type, aggregate_id
 			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-			SET last_seq = 1, ` + waitingAfterMove(t, "p", "1") + `, updated_at = now()
+			SET last_seq = excluded.last_seq, ` + waitingAfterMove(t, "p", "excluded.last_seq") + `, updated_at = now()
 			WHERE p.last_seq = 0 AND p.held_seq IS NULL
 			RETURNING p.consumer, p.topic, p.aggregate_type, p.aggregate_id),
 		applied AS (
-			SELECT i FROM moved
-			UNION ALL SELECT f.i FROM made m JOIN free f
-				ON f.seq = 1 AND f.consumer = m.consumer AND f.topic = m.topic AND f.aggregate_type = m.aggregate_type AND f.aggregate_id = m.aggregate_id
+			SELECT m.i FROM moving m JOIN moved USING (id)
+			UNION ALL SELECT f.i FROM made m JOIN first f ON ` + same("f", "m") + ` AND f.seq = f.want
 			UNION ALL SELECT i FROM free WHERE seq = 0)`
 	}
 	q := `WITH ` + v + `
@@ -176,6 +154,6 @@ func recordRoundQuery(t Tables) string {
 			RETURNING consumer, event_id)
 		SELECT v.i, a.i IS NOT NULL, NOT v.rec OR EXISTS (SELECT 1 FROM done d WHERE d.consumer = v.consumer AND d.event_id = v.event_id)
 		FROM v LEFT JOIN applied a ON a.i = v.i`
-	recordRoundQueries.Store(t, q)
+	recordBatchQueries.Store(t, q)
 	return q
 }

@@ -121,6 +121,9 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 		fn = s.passUnhandled // it still takes its place in its aggregate's order
 	}
 	s.warnUnordered(m)
+	if ordered(s.tables, m) {
+		defer s.turns.hold(m)()
+	}
 	var payload any
 	if !passing {
 		if payload, err = decode(typ, m, msg); err != nil {

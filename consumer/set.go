@@ -83,7 +83,8 @@ func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dia
 	s.begin = begin
 	if s.cfg.BatchSize > 1 {
 		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch,
-			turns: &s.turns}
+			turns: &s.turns, parkFor: s.cfg.GapWait}
+		s.turns.left = s.batch.parkedMoved
 	}
 	return s
 }
@@ -112,10 +113,11 @@ func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
 
 // For generated code. RegisterBatchInTx adds fn as consumer's handler of
 // the named event, given many events at once: the events of a batch
-// (Config.BatchSize) that it handles, in one call per round of the batch
-// (no two events of one aggregate in one call; an aggregate's earlier
-// event in an earlier call). An event handled alone (a retry, after its
-// batch failed) is given alone.
+// (Config.BatchSize) that it handles, sorted by aggregate, each
+// aggregate's in their order without a hole (a hot aggregate's run is one
+// call; its events of other kinds before the run are handled in an
+// earlier call). An event handled alone (a retry, after its batch failed)
+// is given alone.
 func (s *Set) RegisterBatchInTx(consumer, event string, fn TxBatchHandlerFunc) error {
 	var one TxHandlerFunc // nil for a nil fn, which RegisterInTx refuses
 	if fn != nil {

@@ -23,6 +23,59 @@ func turnKeyOf(m events.Meta) turnKey {
 type turns struct {
 	mu      sync.Mutex
 	waiting map[turnKey]*turn
+	// held counts, per aggregate, the deliveries of each seq this set
+	// handles now, waiting or not: a gap whose missing events are all
+	// here is filled here, without a look at the position.
+	held map[turnKey]map[int64]int
+	// left is told when a held delivery leaves (nil: nothing to tell).
+	left func(turnKey)
+}
+
+// hold counts m among the deliveries this set handles until release.
+func (t *turns) hold(m events.Meta) (release func()) {
+	k := turnKeyOf(m)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held == nil {
+		t.held = map[turnKey]map[int64]int{}
+	}
+	seqs := t.held[k]
+	if seqs == nil {
+		seqs = map[int64]int{}
+		t.held[k] = seqs
+	}
+	seqs[m.AggregateSeq]++
+	return func() {
+		t.mu.Lock()
+		if seqs[m.AggregateSeq]--; seqs[m.AggregateSeq] == 0 {
+			delete(seqs, m.AggregateSeq)
+		}
+		if len(seqs) == 0 { // the map is t.held[k] until it is empty
+			delete(t.held, k)
+		}
+		left := t.left
+		t.mu.Unlock()
+		if left != nil {
+			left(k)
+		}
+	}
+}
+
+// covered reports whether every seq of m's aggregate from from up to m's
+// is handled by this set now: m waits on no other instance.
+func (t *turns) covered(m events.Meta, from int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seqs := t.held[turnKeyOf(m)]
+	if from >= m.AggregateSeq || m.AggregateSeq-from > int64(len(seqs)) {
+		return from >= m.AggregateSeq
+	}
+	for seq := from; seq < m.AggregateSeq; seq++ {
+		if seqs[seq] == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 type turn struct {

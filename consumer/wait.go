@@ -80,11 +80,34 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	defer s.wake.release()
 	tw := s.turns.join(m)
 	defer tw.leave()
-	if mv := tw.moved(); mv.told && mv.last+1 > gap.Want {
-		gap.Want, gap.mark = mv.last+1, mv.mark // what the last wake here told
-	}
 	for {
 		woken, lowest := tw.next()
+		if mv := tw.moved(); mv.last+1 > gap.Want {
+			gap.Want = mv.last + 1 // what the last wake here told
+			if mv.told {
+				gap.mark = mv.mark
+			}
+		}
+		if s.turns.covered(m, gap.Want) {
+			// The events it waits for are all in this instance: it waits
+			// for them without a look at the position, and goes with
+			// those after them, in a batch, once one is applied.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
+			case <-woken:
+				return nil
+			case <-time.After(pauses.max):
+				w.moved = time.Now() // not a wait on another instance
+			}
+			if err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+				gap, err = lookAtPosition(ctx, db, t, m)
+				return err
+			}); err != nil || gap == nil {
+				return err
+			}
+			continue
+		}
 		// The lowest waiting here marks the position, for the instance
 		// that moves it to wake this one (the others are woken with it),
 		// unless an earlier event marked it (a move that clears that mark
