@@ -312,3 +312,40 @@ func TestEventsAConsumerDoesNotHandleTakeTheirPlace(t *testing.T) {
 	require.Equal(t, int64(4), b.client.ConsumerPosition.Query().OnlyX(ctx).LastSeq)
 	require.Zero(t, b.client.DeadLetter.Query().CountX(ctx))
 }
+
+// An event after a gap waits for its predecessor whether events share a
+// transaction or each has its own (WithBatchSize(1): the one-statement
+// path): seq 3 before seq 2 is nacked without its handler, and once 2 is
+// applied 3 follows. Applying 3 at once would also drop 2 as a duplicate.
+func TestAnEventAfterAGapWaitsInEveryTransactionShape(t *testing.T) {
+	t.Parallel()
+	for _, shape := range []struct {
+		name string
+		opts []consumer.Option
+	}{
+		{"batched", nil},
+		{"one event per transaction", []consumer.Option{consumer.WithBatchSize(1)}},
+	} {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			var calls atomic.Int64
+			opts := append(fast(), consumer.WithGapWait(50*time.Millisecond))
+			h := testent.NewOutboxHandlers(b.client, append(opts, shape.opts...)...)
+			h.OnOrderPaid("billing", seqHandler(&calls, nil))
+
+			require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+			third := seqMessage(t, 1, 3)
+			require.Error(t, h.Handle(ctx, "billing", third.Copy()), "seq 3 after seq 1 waits for seq 2")
+			require.Equal(t, []int64{1}, b.applied(t, "billing", 1), "seq 3 was not applied")
+			require.Equal(t, int64(1), calls.Load(), "seq 3's handler did not run")
+
+			require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 2)))
+			require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
+			require.Equal(t, []int64{1, 2, 3}, b.applied(t, "billing", 1))
+			pos := b.client.ConsumerPosition.Query().OnlyX(ctx)
+			require.Equal(t, int64(3), pos.LastSeq)
+		})
+	}
+}
