@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"entgo.io/ent/dialect"
@@ -132,7 +131,7 @@ func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m event
 // *OutOfOrderError or *HeldError for an event that must not be applied
 // now.
 func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
-	next, fresh, err := recordNext(ctx, tx, t, m, true)
+	next, fresh, err := recordNext(ctx, tx, t, m)
 	if err != nil || next {
 		return fresh, err
 	}
@@ -181,70 +180,25 @@ func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 	}
 }
 
-// recordNextQueries caches recordNext's statement per tables and variant:
-// it runs once per event, and building it is string work for nothing.
-var recordNextQueries sync.Map // recordNextKey -> string
-
-type recordNextKey struct {
-	t             Tables
-	first, record bool
-}
-
-// recordNextQuery is recordNext's statement for an aggregate's first event
-// or a later one, inserting the dedupe record or not.
-func recordNextQuery(t Tables, first, record bool) string {
-	key := recordNextKey{t, first, record}
-	if q, ok := recordNextQueries.Load(key); ok {
-		return q.(string)
-	}
-	done := `SELECT true AS fresh WHERE EXISTS (SELECT 1 FROM pos)`
-	if record {
-		done = `INSERT INTO ` + pgsql.QuoteIdent(t.Processed) + ` (consumer, event_id, event_name, attempts)
-			SELECT $1, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM pos)
-			ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1`
-	}
-	notLettered := `NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE event_id = $6::uuid AND source = $1::text)`
-	move := `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` AS p SET last_seq = $5, ` + waitingAfterMove(t, "p", "$5::bigint") + `, updated_at = now()
-			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
-				AND last_seq = $5::bigint - 1 AND held_seq IS NULL AND ` + notLettered
-	if first {
-		// The aggregate's first event: its position row is made here
-		// (usually), or was by an event that waited for this one.
-		move = `INSERT INTO ` + pgsql.QuoteIdent(t.Positions) + ` AS p (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
-			SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, now() WHERE ` + notLettered + `
-			ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-			SET last_seq = 1, ` + waitingAfterMove(t, "p", "1") + `, updated_at = now()
-			WHERE p.last_seq = 0 AND p.held_seq IS NULL`
-	}
-	q := `WITH pos AS (` + move + ` RETURNING 1),
-		done AS (` + done + `)
-		SELECT EXISTS (SELECT 1 FROM pos), EXISTS (SELECT 1 FROM done)`
-	recordNextQueries.Store(key, q)
-	return q
-}
-
-// recordNext is the common case of recordInOrder in one statement: m is
-// its aggregate's next event, the aggregate is not held, and m is not in
-// this consumer's dead letters. Then it moves the position to m and, when
-// record, inserts the dedupe record; next is true, and fresh false when the
-// record was there already (the positions were cleared, not the records:
-// the caller rolls back the move). In every other case it changes nothing
-// and next is false: the caller takes the full path (lockPosition). A
-// second delivery of the aggregate waits on the position row's lock, as
-// there.
-func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, record bool) (next, fresh bool, err error) {
-	args := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq, m.EventID}
-	if record {
-		args = append(args, m.Name, max(m.Attempt, 1))
-	}
+// recordNext is the common case of recordInOrder: m is its aggregate's
+// next event, the aggregate is not held, and m is not in this consumer's
+// dead letters. It records m as a run of one (outboxdb's RecordRunQuery,
+// the statement of a batch): next is true when the position moved to m,
+// and fresh false when m's dedupe record was there already (the positions
+// were cleared, not the records: the caller rolls back the move). In
+// every other case it changes nothing and next is false: the caller takes
+// the full path (lockPosition).
+func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
+	args := []any{[]string{m.Consumer}, []int32{0}, []string{m.Topic}, []string{m.AggregateType}, []string{m.AggregateID},
+		[]int64{m.AggregateSeq}, []uuid.UUID{m.EventID}, []string{m.Name}, []bool{true}, []int64{int64(max(m.Attempt, 1))}}
 	var rows entsql.Rows
-	err = tx.Query(ctx, recordNextQuery(t, m.AggregateSeq == 1, record), args, &rows)
-	if err != nil {
+	if err = tx.Query(ctx, dbTables(t).RecordRunQuery(), args, &rows); err != nil {
 		return false, false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
 	defer rows.Close()
 	if rows.Next() {
-		if err := rows.Scan(&next, &fresh); err != nil {
+		var i int32
+		if err := rows.Scan(&i, &next, &fresh); err != nil {
 			return false, false, err
 		}
 	}

@@ -96,9 +96,19 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			case <-ctx.Done():
 				return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
 			case <-woken:
+				if mv := tw.moved(); s.batch == nil && mv.last+1 < m.AggregateSeq {
+					// An earlier event applied here, not this one's
+					// predecessor: alone, it would only find the gap
+					// again (each of a run's waiters, at each commit).
+					// In batches, it goes to be parked with its run.
+					continue
+				}
 				return nil
 			case <-time.After(pauses.max):
 				w.moved = time.Now() // not a wait on another instance
+				if !lowest {
+					continue // the lowest looks for them all
+				}
 			}
 			if err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
 				gap, err = lookAtPosition(ctx, db, t, m)
