@@ -12,12 +12,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // Every repair of a held aggregate's dead letters, in every order tried,
@@ -247,4 +250,41 @@ func (r *repairs) requireHeld(t *testing.T, seq int64) {
 	} else {
 		require.Empty(t, st.Held[0].Oldest[0].EventID, "seq %d never arrived", seq)
 	}
+}
+
+// An event set aside before that comes again (a redelivery, a replay)
+// writes no second letter, and is neither logged nor counted as one.
+func TestAnEventSetAsideAgainIsNotLoggedOrCountedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	logs := &captureLogger{}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	var calls atomic.Int64
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(1), consumer.WithLogger(logs),
+		consumer.WithMetrics(m))...)
+	h.OnOrderPaid("billing", seqHandler(&calls, func(seq int64) bool { return seq == 2 }))
+	second, third := seqMessage(t, 1, 2), seqMessage(t, 1, 3)
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	for range 3 {
+		require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+		require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
+	}
+	require.Equal(t, 2, b.client.DeadLetter.Query().CountX(ctx), "one letter each")
+	logs.mu.Lock()
+	lettered := 0
+	for _, msg := range logs.msgs {
+		if msg.Msg == consumer.DeadLetteredLog {
+			lettered++
+		}
+	}
+	logs.mu.Unlock()
+	require.Equal(t, 2, lettered, "each letter logged once")
+	count := func(reason string) float64 {
+		return promtest.Value(t, reg, "entoutbox_consumer_dead_lettered_total", "consumer", "billing", "reason", reason)
+	}
+	require.Equal(t, 1.0, count(metrics.ReasonMaxAttempts), "seq 2")
+	require.Equal(t, 1.0, count(metrics.ReasonHeld), "seq 3, once")
 }
