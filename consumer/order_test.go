@@ -278,13 +278,19 @@ func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
 	require.Equal(t, []int64{5, 6, 7}, b.applied(t, "billing", 1))
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
-	var said []string
+	var said, waits []string
 	for _, m := range logs.msgs {
 		if strings.Contains(m.Msg, "starts aggregate") {
 			said = append(said, m.Msg)
 		}
+		if strings.Contains(m.Msg, "has applied nothing") {
+			waits = append(waits, m.Msg)
+		}
 	}
 	require.Equal(t, []string{"consumer billing starts aggregate Order/1 at seq 5: earlier events were never delivered to it"}, said)
+	require.Len(t, waits, 1, "the wait for StartAfter is said once, whatever the redeliveries")
+	require.Contains(t, waits[0], "consumer billing has applied nothing of aggregate Order/1 on orders and its first events have not come: "+
+		"it waits StartAfter (3s)")
 }
 
 // The seqs count every event of an aggregate on its topic: an event the
