@@ -32,7 +32,8 @@ import (
 // WithPassOverDeadLetters), then the steps run; seq 5 comes last, and the
 // effects must be want, in that order, with nothing held or open.
 //
-// Steps: "discard N|all", "retry N|all" (the retried events delivered
+// Steps: "discard N|all", "discard-alone N|all" (marked as an earlier
+// version did, leaving the position held), "retry N|all" (the retried events delivered
 // in seq order, as the relay sends them), "retry-only N" and "deliver N"
 // (the retried event delivered later), "replay" (seqs 1 to 3 delivered
 // again, as `entoutbox replay` sends them), "send N" (a new event), "held
@@ -70,6 +71,10 @@ func TestEveryRepairLeavesTheAggregateMoving(t *testing.T) {
 		{name: "discard all, then retry (skipped), then replay", steps: []string{"discard all", "retry all", "replay", "send 4"},
 			want: []int64{1, 4, 5}},
 		{name: "replay, then retry all", steps: []string{"replay", "retry all", "send 4"}, want: []int64{1, 2, 3, 4, 5}},
+		{name: "discarded by an earlier version, which left the position alone", steps: []string{"discard-alone all", "send 4"},
+			want: []int64{1, 4, 5}},
+		{name: "the held letter behind a retried one, discarded by an earlier version", steps: []string{"retry 2", "held 3",
+			"discard-alone 3", "send 4"}, want: []int64{1, 2, 4, 5}},
 		{name: "pass over, discard", pass: true, steps: []string{"discard 2", "send 4"}, want: []int64{1, 3, 4, 5}},
 		{name: "pass over, retry", pass: true, steps: []string{"retry 2", "send 4"}, want: []int64{1, 3, 2, 4, 5}},
 		{name: "pass over, replay, then retry", pass: true, steps: []string{"replay", "retry all", "send 4"},
@@ -161,6 +166,11 @@ func (r *repairs) run(t *testing.T, step string) {
 	case "discard":
 		_, err := r.a.Discard(ctx, "by hand", r.letters(t, arg)...)
 		require.NoError(t, err)
+	case "discard-alone": // the letters marked, the positions left as they were
+		for _, id := range r.letters(t, arg) {
+			_, err := r.b.db.DB.Exec(`UPDATE outbox_dead_letters SET discarded_at = now(), discard_note = 'by hand' WHERE id = $1`, id)
+			require.NoError(t, err)
+		}
 	case "retry", "retry-only":
 		ids := r.letters(t, arg)
 		res, err := r.a.Retry(ctx, ids...)
