@@ -42,11 +42,10 @@ import (
 func TestEveryRepairLeavesTheAggregateMoving(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name        string
-		pass, lost  bool
-		steps       []string
-		want        []int64
-		openLetters int // left open when the steps end
+		name       string
+		pass, lost bool
+		steps      []string
+		want       []int64
 	}{
 		{name: "discard all", steps: []string{"discard all", "send 4"}, want: []int64{1, 4, 5}},
 		{name: "discard the held letter", steps: []string{"discard 2", "held 3", "send 4", "held 3", "retry all"},
