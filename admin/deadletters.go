@@ -1,11 +1,14 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -512,12 +515,17 @@ func (a *Admin) discard(ctx context.Context, note string, commit bool, ids []int
 // were discarded, once all are marked, and tells each on the result of its
 // aggregate's last letter.
 func (a *Admin) settleDiscarded(ctx context.Context, tx tx, last map[aggregateKey]int, out []Result) error {
-	for k, i := range last {
+	// In key order: two discards lock the positions in the same order.
+	keys := slices.SortedFunc(maps.Keys(last), func(x, y aggregateKey) int {
+		return cmp.Or(cmp.Compare(x.source, y.source), cmp.Compare(x.topic, y.topic),
+			cmp.Compare(x.aggregateType, y.aggregateType), cmp.Compare(x.aggregateID, y.aggregateID))
+	})
+	for _, k := range keys {
 		ps, err := a.settle(ctx, tx, k)
 		if err != nil {
 			return err
 		}
-		out[i].Positions = append(out[i].Positions, ps...)
+		out[last[k]].Positions = append(out[last[k]].Positions, ps...)
 	}
 	return nil
 }
