@@ -1,11 +1,14 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -235,6 +238,9 @@ type Result struct {
 	Source  string    `json:"source"`
 	Outcome Outcome   `json:"outcome"`
 	Why     string    `json:"why,omitempty"` // for Skipped
+	// Positions are the consumers' positions on the letter's aggregate
+	// that the repair moved or held (see the package doc).
+	Positions []Position `json:"positions,omitempty"`
 }
 
 // Retry puts the events of the dead letters ids back in the outbox, pending,
@@ -338,7 +344,15 @@ func (a *Admin) retryOne(ctx context.Context, id int64, commit bool) (res Result
 			return skip(why)
 		}
 		res.Outcome = outcome
-		return commit, a.tables.MarkRetried(ctx, tx, id, time.Now())
+		if err := a.tables.MarkRetried(ctx, tx, id, time.Now()); err != nil {
+			return false, err
+		}
+		if k, ok := keyOf(d); ok {
+			if res.Positions, err = a.settle(ctx, tx, k); err != nil {
+				return false, err
+			}
+		}
+		return commit, nil
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		err = fmt.Errorf("admin: retrying dead letter %d: %w", id, err)
@@ -462,6 +476,7 @@ func (a *Admin) discard(ctx context.Context, note string, commit bool, ids []int
 		}
 		now := time.Now()
 		out = make([]Result, 0, len(ids))
+		last := map[aggregateKey]int{} // the last letter discarded of each aggregate, in out
 		for _, id := range ids {
 			d, ok := byID[id]
 			if !ok {
@@ -479,10 +494,13 @@ func (a *Admin) discard(ctx context.Context, note string, commit bool, ids []int
 				}
 				d.DiscardedAt = &now // a repeated id is then skipped
 				byID[id] = d
+				if k, ok := keyOf(d); ok {
+					last[k] = len(out)
+				}
 			}
 			out = append(out, r)
 		}
-		return commit, nil
+		return commit, a.settleDiscarded(ctx, tx, last, out)
 	})
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -491,6 +509,25 @@ func (a *Admin) discard(ctx context.Context, note string, commit bool, ids []int
 		return nil, fmt.Errorf("admin: discarding dead letters: %w", err)
 	}
 	return out, nil
+}
+
+// settleDiscarded settles the positions of the aggregates whose letters
+// were discarded, once all are marked, and tells each on the result of its
+// aggregate's last letter.
+func (a *Admin) settleDiscarded(ctx context.Context, tx tx, last map[aggregateKey]int, out []Result) error {
+	// In key order: two discards lock the positions in the same order.
+	keys := slices.SortedFunc(maps.Keys(last), func(x, y aggregateKey) int {
+		return cmp.Or(cmp.Compare(x.source, y.source), cmp.Compare(x.topic, y.topic),
+			cmp.Compare(x.aggregateType, y.aggregateType), cmp.Compare(x.aggregateID, y.aggregateID))
+	})
+	for _, k := range keys {
+		ps, err := a.settle(ctx, tx, k)
+		if err != nil {
+			return err
+		}
+		out[last[k]].Positions = append(out[last[k]].Positions, ps...)
+	}
+	return nil
 }
 
 // DiscardMatching discards the open dead letters f selects (f.State is

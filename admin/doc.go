@@ -56,7 +56,18 @@
 // # Discarding a dead letter
 //
 // Discard marks a letter (discarded_at, discard_note) and deletes nothing.
-// Its consumer keeps skipping the event, also when it is replayed. Retried
+// Its consumer keeps skipping the event, also when it is replayed.
+//
+// # Repairs and the aggregate's order
+//
+// Discarding a letter skips its event in its aggregate's order: in the
+// same transaction, the consumer's position (every consumer's, for a
+// relay letter) moves past it when the aggregate waits for it, and past
+// the discarded events after it; the aggregate is then held at its next
+// event when that one's letter is open (set aside behind the held one),
+// and goes on otherwise. A letter behind the held one is skipped when the
+// consumer reaches it. Retry settles the position the same way. Each
+// Result lists the Positions its repair moved or held. Retried
 // and discarded letters are settled: PurgeSettled deletes those settled
 // longer ago than a retention; open letters are never deleted.
 //

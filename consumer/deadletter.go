@@ -60,11 +60,18 @@ func insertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 		}
 		var res stdsql.Result
 		t := pgsql.QuoteIdent(table)
-		return db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
+		if err := db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
 		aggregate_type, aggregate_id, payload, headers, reason, attempts`+columns+`)
 		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint`+values+`
 		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+t+` WHERE event_id = $1::uuid AND source = $2::text)`,
-			args, &res)
+			args, &res); err != nil {
+			return err
+		}
+		if d.written != nil {
+			n, err := res.RowsAffected()
+			*d.written = err != nil || n > 0 // unknown counts as written, as before
+		}
+		return nil
 	}
 	var err error
 	if drv, ok := db.(dialect.Driver); ok && eventID != nil {
@@ -87,6 +94,10 @@ type DeadLetter struct {
 
 	// What the letter does to its aggregate's position (order.go).
 	order letterOrder
+	// written, when set, is told whether a row was written: false when the
+	// event had a letter of this consumer already (giveUp then logs and
+	// counts nothing).
+	written *bool
 }
 
 // escapedNote ends the reason of a dead letter some of whose text had to
@@ -181,10 +192,14 @@ func insertLocked(ctx context.Context, drv dialect.Driver, key string, insert fu
 // The broker topic comes first: once the row exists a redelivery is
 // skipped, so a topic publish that failed after it would never be made.
 // It logs the dead letter once it is stored (a failure is the nack's to
-// report), at error level: DeadLetteredLog. A letter passed over waits,
+// report), at error level: DeadLetteredLog; an event that has a letter of
+// this consumer already (set aside before, and come again) writes none,
+// and is neither logged nor counted again (written is false). A letter passed over waits,
 // like the event would (turn), until it is its aggregate's next.
-func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int, order letterOrder) error {
-	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order}
+func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int,
+	order letterOrder) (written bool, err error) {
+	written = true // a store that does not tell (a callback of its own) counts as written
+	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order, written: &written}
 	if s.cfg.DeadLetterPublisher != nil {
 		out := message.NewMessage(msg.UUID, msg.Payload)
 		out.Metadata = maps.Clone(msg.Metadata)
@@ -192,7 +207,7 @@ func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic st
 		out.Metadata.Set(MetaDeadLetterConsumer, m.Consumer)
 		out.Metadata.Set(MetaDeadLetterAttempts, strconv.Itoa(attempts))
 		if err := s.cfg.DeadLetterPublisher.Publish(s.cfg.DeadLetterTopic, out); err != nil {
-			return fmt.Errorf("consumer: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
+			return false, fmt.Errorf("consumer: publishing dead letter %s to %s: %w", msg.UUID, s.cfg.DeadLetterTopic, err)
 		}
 	}
 	for {
@@ -200,23 +215,26 @@ func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic st
 		var gap *OutOfOrderError
 		if !errors.As(err, &gap) {
 			if err != nil {
-				return err
+				return false, err
 			}
 			break
 		}
 		if err := s.waitTurn(ctx, turn, m, gap); err != nil {
 			var missing *missingError
 			if !errors.As(err, &missing) {
-				return err
+				return false, err
 			}
 			d.order, d.Reason = letterForMissing, missing.Error()+"; then: "+d.Reason
 		}
+	}
+	if !written {
+		return false, nil // set aside before: that letter was logged and counted
 	}
 	s.cfg.Logger.Error(DeadLetteredLog, errors.New(d.Reason), watermill.LogFields{
 		"event_id": msg.UUID, "consumer": m.Consumer, "topic": topic, "event_name": m.Name,
 		"event_version": m.Version, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
 		"attempts": attempts})
-	return nil
+	return true, nil
 }
 
 // DeadLetteredLog is the message a handler set logs, at error level, for

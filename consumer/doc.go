@@ -58,7 +58,10 @@
 // version too new...), the aggregate's later events go there too, at once
 // and without a try, with a reason starting "held:" that names it (a
 // *HeldError), until the held event is retried (`entoutbox dead-letters
-// retry`) and applied, or its letter discarded. WithPassOverDeadLetters
+// retry`) and applied, or its letter discarded: a discarded event is
+// skipped, the position moving past it, and the aggregate is then held at
+// its next event when that one is in the dead letters too, and goes on
+// otherwise. WithPassOverDeadLetters
 // moves the position past it instead: the aggregate goes on, and the
 // letter, once retried, is applied then, out of order. Either way the
 // dead letter keeps the event's aggregate_seq.

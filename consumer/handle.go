@@ -95,8 +95,13 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	// setAside stores a dead letter with its reason, counted under class
 	// (a metrics.Reason constant).
 	setAside := func(class, reason string, attempts int, d time.Duration, order letterOrder) error {
-		if err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order); err != nil {
+		written, err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order)
+		if err != nil {
 			return err
+		}
+		if !written { // a letter of the event was stored, logged and counted before
+			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, d)
+			return nil
 		}
 		deadLettered = reason
 		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
@@ -135,6 +140,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	// batch does not apply takes the path below, with its own transaction.
 	batched := s.batch != nil && (inTx != nil || passing)
 	mayGo := false // its wait for its turn said it may go
+	settled := 0   // positions settled past a discarded event (errSettle), a bound against a loop
 	for attempt := 1; ; {
 		m.Attempt = attempt
 		started := time.Now()
@@ -191,6 +197,10 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 			return nil
 		case errors.As(err, &gap):
 			if err := s.waitTurn(ctx, &turn, m, gap); err != nil {
+				if moved, _ := s.settle(ctx, m); moved && ctx.Err() == nil {
+					mayGo = true
+					continue // the seq it waited for was discarded: skipped
+				}
 				var missing *missingError
 				if errors.As(err, &missing) {
 					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, letterForMissing)
@@ -210,6 +220,18 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 			if err := s.waitRelease(ctx, m, held); err != nil {
 				return err
 			}
+			continue // not an attempt: the handler did not run
+		case errors.Is(err, errSettle):
+			// The event its aggregate waits for was discarded: the
+			// position moves past it, and this one tries again.
+			if settled++; settled > 3 {
+				return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s): %w; its position did not move past it; nacked, to come again",
+					consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, err)
+			}
+			if _, err := s.settle(ctx, m); err != nil {
+				return err
+			}
+			mayGo = true
 			continue // not an attempt: the handler did not run
 		case errors.Is(err, errLetteredNext):
 			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
@@ -234,6 +256,17 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 		}
 		attempt++
 	}
+}
+
+// settle moves m's aggregate's position past the events whose dead
+// letters were discarded, in a transaction of its own (order.go), and
+// tells whether it moved.
+func (s *Set) settle(ctx context.Context, m events.Meta) (moved bool, err error) {
+	err = s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
+		moved, err = settleAlone(ctx, db, t, m)
+		return err
+	})
+	return moved, err
 }
 
 // passUnhandled is the handler of an event with a seq that the consumer

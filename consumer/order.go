@@ -19,7 +19,11 @@ package consumer
 // An aggregate is held when one of its events goes to the dead letters
 // (unless WithPassOverDeadLetters), and released when that event comes
 // back (`entoutbox dead-letters retry`) and is applied, or when its letter
-// is discarded.
+// is discarded: a discarded event is skipped, the position moving past it
+// (internal/outboxdb's SettleQuery, which `dead-letters discard` and
+// `retry` run too); the aggregate is then held at its next event if that
+// one is in the dead letters too (set aside behind it), and goes on
+// otherwise.
 
 import (
 	"context"
@@ -34,6 +38,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -78,6 +83,12 @@ func (e *HeldError) Error() string {
 		e.HeldEventID, e.HeldSeq, e.AggregateType, e.AggregateID, e.Seq)
 }
 
+// errSettle is what the handler's transaction returns when the event the
+// aggregate waits for (the held one, or the next of a gap) has a
+// discarded dead letter: Handle settles the position in a transaction of
+// its own (settle) and tries the event again.
+var errSettle = errors.New("consumer: the aggregate's next event was discarded from the dead letters")
+
 // errLetteredNext is the aggregate's next event when this consumer set it
 // aside without moving the position (a letter stored before positions
 // were kept): Handle applies the dead-letter policy to the position now,
@@ -94,7 +105,10 @@ type position struct {
 	held      stdsql.NullInt64
 	heldEvent uuid.NullUUID
 	waited    stdsql.NullFloat64 // seconds since waiting_since, by the database's clock
-	lettered  bool               // this consumer has an open dead letter of the event
+	lettered  bool               // this consumer has a dead letter of the event (open or discarded)
+	// skipped: the event the aggregate waits for (held, or the next of a
+	// gap before m) was discarded from the dead letters (settle moves past it).
+	skipped bool
 }
 
 // lockPosition reads m's aggregate's position for its consumer, making the
@@ -107,8 +121,14 @@ func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m event
 		(consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES ($1, $2, $3, $4, 0, now())
 		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = p.last_seq
 		RETURNING p.id, p.last_seq, p.held_seq, p.held_event_id, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8,
-			EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $5 AND source = $1)`,
-		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.EventID}, &rows)
+			EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $5 AND source = $1),
+			CASE WHEN p.held_seq IS NOT NULL OR $6::bigint > p.last_seq + 1 THEN EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+`
+				WHERE source IN ($1, 'relay') AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
+					AND aggregate_seq = p.last_seq + 1 AND discarded_at IS NOT NULL AND retried_at IS NULL)
+				AND NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE source = $1 AND topic = $2
+					AND aggregate_type = $3 AND aggregate_id = $4 AND aggregate_seq = p.last_seq + 1
+					AND event_id IS NOT NULL AND discarded_at IS NULL AND retried_at IS NULL) ELSE false END`,
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.EventID, m.AggregateSeq}, &rows)
 	if err != nil {
 		return p, err
 	}
@@ -119,7 +139,7 @@ func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m event
 		}
 		return p, errors.New("no position row returned")
 	}
-	if err := rows.Scan(&p.id, &p.last, &p.held, &p.heldEvent, &p.waited, &p.lettered); err != nil {
+	if err := rows.Scan(&p.id, &p.last, &p.held, &p.heldEvent, &p.waited, &p.lettered, &p.skipped); err != nil {
 		return p, err
 	}
 	return p, rows.Close()
@@ -140,11 +160,8 @@ func recordInOrder(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 		return false, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}
 	s := m.AggregateSeq
-	if p.held.Valid && s > p.held.Int64 && p.heldEvent.Valid {
-		// A held letter the operator discarded holds nothing any more.
-		if p, err = releaseDiscarded(ctx, tx, t, m, p); err != nil {
-			return false, err
-		}
+	if p.skipped && s > p.last {
+		return false, errSettle // the event it waits for was discarded: skipped
 	}
 	switch {
 	case p.held.Valid && s == p.held.Int64:
@@ -233,7 +250,49 @@ func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta,
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
-	return scanBool(&rows)
+	fresh, err := scanBool(&rows)
+	if err != nil || !fresh || !p.held.Valid || p.held.Int64 != m.AggregateSeq {
+		return fresh, err
+	}
+	// The held event, applied, released the aggregate: the events set
+	// aside behind it hold it at the next one, or were discarded (skipped).
+	_, err = settle(ctx, tx, t, m)
+	return true, err
+}
+
+// settleAlone settles m's aggregate's position in a transaction of its
+// own, making the row when there is none (lockPosition), and tells
+// whether the position changed.
+func settleAlone(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
+	err = inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+		if _, err := lockPosition(ctx, tx, t, m); err != nil {
+			return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+		}
+		changed, err = settle(ctx, tx, t, m)
+		return err
+	})
+	return changed, err
+}
+
+// settle runs internal/outboxdb's SettleQuery on m's aggregate in tx, and
+// tells whether the position changed.
+func settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
+	q := outboxdb.Tables{Positions: t.Positions, DeadLetters: t.DeadLetters}.SettleQuery()
+	var rows entsql.Rows
+	if err := tx.Query(ctx, q, []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows); err != nil {
+		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	defer rows.Close()
+	var last, held int64
+	if rows.Next() {
+		if err := rows.Scan(&last, &held, &changed); err != nil {
+			return false, err
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	return changed, nil
 }
 
 // recordRetried records m as processed when it is an event this consumer
@@ -250,29 +309,6 @@ func recordRetried(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// releaseDiscarded moves the position past the held event when its letter
-// was discarded and it is the next one, and returns the position as it is
-// then. The move commits only with the event that follows it.
-func releaseDiscarded(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (position, error) {
-	var rows entsql.Rows
-	err := tx.Query(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p
-		SET last_seq = held_seq, held_seq = NULL, held_event_id = NULL, held_at = NULL, updated_at = now()
-		WHERE id = $1 AND held_seq = last_seq + 1 AND EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` d
-			WHERE d.source = $2 AND d.event_id = p.held_event_id AND d.discarded_at IS NOT NULL)
-		RETURNING last_seq`, []any{p.id, m.Consumer}, &rows)
-	if err != nil {
-		return p, fmt.Errorf("consumer: releasing aggregate %s/%s of %q from a discarded letter: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
-	}
-	defer rows.Close()
-	if rows.Next() {
-		if err := rows.Scan(&p.last); err != nil {
-			return p, err
-		}
-		p.held, p.heldEvent = stdsql.NullInt64{}, uuid.NullUUID{}
-	}
-	return p, rows.Close()
 }
 
 func scanBool(rows *entsql.Rows) (bool, error) {
@@ -360,6 +396,8 @@ func passUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 	switch {
 	case s <= p.last:
 		return false, nil
+	case p.skipped:
+		return false, errSettle
 	case p.held.Valid && s > p.held.Int64:
 		var id uuid.UUID
 		if p.heldEvent.Valid {

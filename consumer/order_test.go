@@ -202,7 +202,8 @@ func TestPassOverDeadLetters(t *testing.T) {
 // A gap that never fills (a relay dead letter never published seq 2):
 // after MaxGap the waiting event goes to the dead letters and the
 // aggregate is held at the missing seq; when seq 2 comes at last (the
-// relay's letter retried) it is applied and releases the aggregate.
+// relay's letter retried) it is applied and releases the aggregate, which
+// is then held at seq 3, set aside meanwhile, until it is retried.
 func TestAGapThatNeverFillsHoldsTheAggregate(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -238,7 +239,8 @@ func TestAGapThatNeverFillsHoldsTheAggregate(t *testing.T) {
 	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
 	pos = b.client.ConsumerPosition.Query().OnlyX(ctx)
 	require.Equal(t, int64(2), pos.LastSeq)
-	require.Nil(t, pos.HeldSeq, "released")
+	require.Equal(t, int64(3), *pos.HeldSeq, "released from seq 2, held at seq 3: its letter is open")
+	require.Equal(t, third.UUID, pos.HeldEventID.String())
 	b.retryLetter(t, third)
 	require.NoError(t, h.Handle(ctx, "billing", third.Copy()))
 	require.Equal(t, []int64{1, 2, 3}, b.applied(t, "billing", 1))
@@ -276,13 +278,19 @@ func TestAFreshConsumerStartsAnAggregateAtItsLowestWaitingEvent(t *testing.T) {
 	require.Equal(t, []int64{5, 6, 7}, b.applied(t, "billing", 1))
 	logs.mu.Lock()
 	defer logs.mu.Unlock()
-	var said []string
+	var said, waits []string
 	for _, m := range logs.msgs {
 		if strings.Contains(m.Msg, "starts aggregate") {
 			said = append(said, m.Msg)
 		}
+		if strings.Contains(m.Msg, "has applied nothing") {
+			waits = append(waits, m.Msg)
+		}
 	}
 	require.Equal(t, []string{"consumer billing starts aggregate Order/1 at seq 5: earlier events were never delivered to it"}, said)
+	require.Len(t, waits, 1, "the wait for StartAfter is said once, whatever the redeliveries")
+	require.Contains(t, waits[0], "consumer billing has applied nothing of aggregate Order/1 on orders and its first events have not come: "+
+		"it waits StartAfter (3s)")
 }
 
 // The seqs count every event of an aggregate on its topic: an event the

@@ -41,6 +41,9 @@ type Set struct {
 	manyHandlers map[string]map[string]*batchHandler
 
 	warnedUnordered atomic.Bool // said that events without a seq are not put in order
+	// startWaits holds the consumer/topic pairs for which the set said
+	// that aggregates wait StartAfter for their first events (wait.go).
+	startWaits sync.Map
 }
 
 // For generated code. NewSet returns an empty handler set for the declared

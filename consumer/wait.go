@@ -140,6 +140,9 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter && up >= s.cfg.StartAfter {
 			return s.startAggregate(ctx, m, gap)
 		}
+		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.GapWait {
+			s.sayStartWait(m, gap)
+		}
 		if gap.Waited >= s.cfg.MaxGap && up >= s.cfg.MaxGap {
 			return &missingError{gap: gap}
 		}
@@ -223,6 +226,22 @@ func (s *Set) startAggregate(ctx context.Context, m events.Meta, gap *OutOfOrder
 			"seq": at, "waited": gap.Waited.String()})
 	}
 	return nil
+}
+
+// sayStartWait says once per consumer and topic, at info, that an
+// aggregate the consumer has applied nothing of waits StartAfter for its
+// first events (a stream whose start is gone, a subscription made after
+// them), so that the wait and its redeliveries are not silent.
+func (s *Set) sayStartWait(m events.Meta, gap *OutOfOrderError) {
+	if _, said := s.startWaits.LoadOrStore(m.Consumer+"\x00"+m.Topic, true); said {
+		return
+	}
+	s.cfg.Logger.Info(fmt.Sprintf("consumer %s has applied nothing of aggregate %s/%s on %s and its first events have not come: "+
+		"it waits StartAfter (%s) for them, then starts each such aggregate at its lowest waiting event "+
+		"(said once per consumer and topic; the deliveries waiting meanwhile are nacked and come again)",
+		m.Consumer, m.AggregateType, m.AggregateID, m.Topic, s.cfg.StartAfter), map[string]any{
+		"consumer": m.Consumer, "topic": m.Topic, "aggregate_type": m.AggregateType, "aggregate_id": m.AggregateID,
+		"waiting_seq": m.AggregateSeq, "waited": gap.Waited.String(), "start_after": s.cfg.StartAfter.String()})
 }
 
 // onPositions runs f on the consumers' database, outside any handler's

@@ -34,7 +34,11 @@ and consumers dedupe by event id. Retry within the processed-events retention
 (cleanup --processed-retention), or other consumers handle the event again. A
 retry right after the first delivery reaches consumers on every broker: the
 new row has its own broker message id (on NATS JetStream the Nats-Msg-Id,
-which the stream would otherwise drop as a duplicate), the same event id.`
+which the stream would otherwise drop as a duplicate), the same event id.
+An aggregate held behind a consumer's letter stays held until the retried
+event is applied; its later events wait for it meanwhile. It is then held at
+its next event if that one's letter is still open (retry it too, or discard
+it to skip it), and goes on otherwise.`
 
 // letterTables are the flags of the dead-letter commands that find the
 // tables, named as relay's and status's.
@@ -213,6 +217,14 @@ func newDeadLettersDiscardCommand(o *letterTables) *cobra.Command {
 		Long: `discard marks dead letters discarded (discarded_at, discard_note). Nothing is
 deleted: the letter stays until purge, and its consumer keeps skipping the
 event, replayed or not.
+
+Discarding a letter skips its event in its aggregate's order: the
+consumer's position moves past it (at once when the aggregate waits for it,
+else when the aggregate reaches it), so the aggregate goes on. When the next
+event is in the dead letters too (set aside behind the held one), the
+aggregate is held at that one instead: retry it, or discard it to skip it
+too. A relay's letter discarded is skipped by every consumer. The output
+says where each position moved.
 
 --dry-run prints what it would do and changes nothing. --all without a
 filter asks before discarding every open letter; --yes does not ask. The
@@ -612,6 +624,9 @@ func writeResults(w io.Writer, verb string, rs []admin.Result, dryRun bool) {
 		}
 		done++
 		fmt.Fprintf(w, "dead letter %d (event %s, %s): %s%s\n", r.Letter, id, r.Source, would, r.Outcome)
+		for _, p := range r.Positions {
+			fmt.Fprintf(w, "  %s%s\n", would, p)
+		}
 	}
 	if dryRun {
 		fmt.Fprintf(w, "dry run: %d of %d dead letters would be %s; nothing was changed\n", done, len(rs), verb)

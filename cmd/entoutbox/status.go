@@ -260,11 +260,17 @@ func plural(n int64, one, many string) string {
 // letter, and what repairs them.
 func writeHeld(out io.Writer, st admin.Status) {
 	for _, h := range st.Held {
-		fmt.Fprintf(out, "held aggregates:     %d by consumer %s (later events wait until the letter is retried: "+
-			"entoutbox dead-letters list --consumer %s)\n", h.Count, h.Consumer, h.Consumer)
+		fmt.Fprintf(out, "held aggregates:     %d by consumer %s (later events wait until the held event is applied: "+
+			"retry its letter, or discard it to skip the event; entoutbox dead-letters list --consumer %s)\n", h.Count, h.Consumer, h.Consumer)
 		for _, a := range h.Oldest {
+			since := st.At.Sub(a.Since).Round(time.Second)
+			if a.EventID == "" {
+				fmt.Fprintf(out, "  %s %s/%s at seq %d, which never arrived (retry the relay's letter of it, or replay it: "+
+					"entoutbox replay --event <its name> --aggregate %s --broker ...), for %s\n", a.Topic, a.AggregateType, a.AggregateID, a.Seq, a.AggregateID, since)
+				continue
+			}
 			fmt.Fprintf(out, "  %s %s/%s behind event %s (seq %d), for %s\n", a.Topic, a.AggregateType, a.AggregateID,
-				a.EventID, a.Seq, st.At.Sub(a.Since).Round(time.Second))
+				a.EventID, a.Seq, since)
 		}
 	}
 }
