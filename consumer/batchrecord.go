@@ -13,7 +13,7 @@ package consumer
 import (
 	"context"
 	"fmt"
-	
+
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
