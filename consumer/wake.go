@@ -33,26 +33,16 @@ import (
 
 // wakeChannel is the channel on which the moves of t's positions wake the
 // deliveries waiting on them.
-func wakeChannel(t Tables) string { return t.Positions }
+func wakeChannel(t Tables) string { return dbTables(t).PositionsChannel() }
 
 // waitingAfterMove is the SET items of a statement that moves position
-// row (its columns as they were) to seq to: the mark stays while the
-// marked event is after to, its wait starting anew, and the handler sets
-// are told at commit when there was one.
-func waitingAfterMove(t Tables, row, to string) string {
-	mark := `CASE WHEN ` + row + `.waiting_seq > ` + to + ` THEN ` + row + `.waiting_seq END`
-	return `waiting_since = CASE WHEN ` + row + `.waiting_seq > ` + to + ` THEN now() END,
-		waiting_seq = CASE WHEN ` + row + `.waiting_seq IS NOT NULL THEN
-			(SELECT ` + mark + ` FROM ` + notifyWaiters(t, row, to, mark) + `) END`
-}
+// row to seq to (outboxdb's WaitingAfterMove).
+func waitingAfterMove(t Tables, row, to string) string { return dbTables(t).WaitingAfterMove(row, to) }
 
-// notifyWaiters calls pg_notify for the aggregate of position row, moved
-// to seq to and marked at mark after the move (SQL expressions; the mark
-// NULL for none): a moveNote.
+// notifyWaiters calls pg_notify for the aggregate of position row
+// (outboxdb's NotifyWaiters).
 func notifyWaiters(t Tables, row, to, mark string) string {
-	return `pg_notify(` + pgsql.QuoteLiteral(wakeChannel(t)) + `, json_build_object('schema', current_schema(), 'consumer', ` + row + `.consumer, 'topic', ` +
-		row + `.topic, 'aggregate_type', ` + row + `.aggregate_type, 'aggregate_id', ` + row + `.aggregate_id, 'last_seq', ` +
-		to + `, 'waiting_seq', ` + mark + `)::text)`
+	return dbTables(t).NotifyWaiters(row, to, mark)
 }
 
 // moveNote is a notification's payload: an aggregate's position moved.
