@@ -1,0 +1,21 @@
+package outboxdb_test
+
+import (
+	"testing"
+
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+)
+
+// TestRecordRunQueryGolden holds the consumers' rule of order (apply an
+// aggregate's events that continue its position, without a gap) to its
+// committed text, with positions and without (a consumer that does not
+// keep order only dedupes).
+func TestRecordRunQueryGolden(t *testing.T) {
+	tables := outboxdb.New("", "")
+	golden(t, "record-run.sql", "-- Recording a run of events: the rule of order, dedupe records, positions moved.\n"+
+		tables.RecordRunQuery()+"\n")
+	unordered := tables
+	unordered.Positions = ""
+	golden(t, "record-run-unordered.sql", "-- Recording events without positions: dedupe records only.\n"+
+		unordered.RecordRunQuery()+"\n")
+}
