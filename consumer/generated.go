@@ -10,9 +10,11 @@ import (
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 
 	"entgo.io/ent/dialect"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -168,4 +170,16 @@ func FillDefaults(fields, defaults map[string]any) {
 			fields[k] = v
 		}
 	}
+}
+
+// For generated code. PayloadSchema holds the payloads of one event
+// version to the JSON Schema go generate publishes for that version: a
+// handler accepts exactly what a team validating with the schema accepts,
+// and reads it as they do (see the payload package inside this one).
+type PayloadSchema = payload.Schema
+
+// For generated code. NewPayloadSchema returns the schema of version of
+// event, the file at path in fsys.
+func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
+	return payload.NewSchema(fsys, path, event, version)
 }
