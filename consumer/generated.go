@@ -16,7 +16,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // For generated code. EventType describes a declared event to the run time;
@@ -65,9 +65,7 @@ type TxBatchHandlerFunc func(ctx context.Context, tx Tx, payloads []any, metas [
 // which also skips an event already dead-lettered.
 func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, m events.Meta) (bool, error) {
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(table)+` (consumer, event_id, event_name, attempts)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING`,
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, outboxdb.Tables{Processed: table}.RecordProcessedQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
@@ -101,11 +99,7 @@ func RecordDelivery(ctx context.Context, tx dialect.ExecQuerier, t Tables, m eve
 		return recordInOrder(ctx, tx, t, m)
 	}
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
-		SELECT $1::text, $2::uuid, $3::text, $4::bigint
-		WHERE NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $2::uuid AND source = $1::text)
-		ON CONFLICT (consumer, event_id) DO NOTHING`,
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, dbTables(t).RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}

@@ -39,7 +39,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // OutOfOrderError is what the handler's transaction returns for an event
@@ -117,17 +116,7 @@ type position struct {
 func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (position, error) {
 	var p position
 	var rows entsql.Rows
-	err := tx.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
-		(consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES ($1, $2, $3, $4, 0, now())
-		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = p.last_seq
-		RETURNING p.id, p.last_seq, p.held_seq, p.held_event_id, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8,
-			EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $5 AND source = $1),
-			CASE WHEN p.held_seq IS NOT NULL OR $6::bigint > p.last_seq + 1 THEN EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+`
-				WHERE source IN ($1, 'relay') AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
-					AND aggregate_seq = p.last_seq + 1 AND discarded_at IS NOT NULL AND retried_at IS NULL)
-				AND NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE source = $1 AND topic = $2
-					AND aggregate_type = $3 AND aggregate_id = $4 AND aggregate_seq = p.last_seq + 1
-					AND event_id IS NOT NULL AND discarded_at IS NULL AND retried_at IS NULL) ELSE false END`,
+	err := tx.Query(ctx, dbTables(t).LockPositionQuery(),
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.EventID, m.AggregateSeq}, &rows)
 	if err != nil {
 		return p, err
@@ -237,15 +226,7 @@ func outOfOrder(m events.Meta, p position) *OutOfOrderError {
 // duplicate, and the caller's rollback leaves the position where it was.
 func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (bool, error) {
 	var rows entsql.Rows
-	err := tx.Query(ctx, `WITH done AS (
-			INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
-			VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1)
-		UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p SET last_seq = $5, `+waitingAfterMove(t, "p", "$5::bigint")+`,
-			held_event_id = CASE WHEN held_seq = $5 THEN NULL ELSE held_event_id END,
-			held_at = CASE WHEN held_seq = $5 THEN NULL ELSE held_at END,
-			held_seq = CASE WHEN held_seq = $5 THEN NULL ELSE held_seq END,
-			updated_at = now()
-		WHERE id = $6 RETURNING EXISTS (SELECT 1 FROM done)`,
+	err := tx.Query(ctx, dbTables(t).ApplyQuery(),
 		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1), m.AggregateSeq, p.id}, &rows)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
@@ -299,11 +280,7 @@ func settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 // set aside and an operator retried; it returns false otherwise.
 func recordRetried(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
-		SELECT $1::text, $2::uuid, $3::text, $4::bigint
-		WHERE EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE retried_event_id = $2::uuid AND source = $1::text)
-		ON CONFLICT (consumer, event_id) DO NOTHING`,
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, dbTables(t).RecordRetriedQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
@@ -343,11 +320,6 @@ func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 		return fmt.Errorf("reading the position of aggregate %s/%s: %w", m.AggregateType, m.AggregateID, err)
 	}
 	s := m.AggregateSeq
-	update := func(set string, args ...any) error {
-		var res stdsql.Result
-		return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET `+set+`, updated_at = now() WHERE id = $1`,
-			append([]any{p.id}, args...), &res)
-	}
 	switch order {
 	case letterFollows:
 		return nil
@@ -367,19 +339,15 @@ func holdOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 	if at <= p.last || p.held.Valid && p.held.Int64 <= at {
 		return nil // held at this one or an earlier one already
 	}
-	return update(`held_seq = $2, held_event_id = $3, held_at = now()`, at, event)
+	var res stdsql.Result
+	return tx.Exec(ctx, dbTables(t).HoldQuery(), []any{p.id, at, event}, &res)
 }
 
 // moveTo moves position p to seq, past an event not applied (passed
 // over), releasing the aggregate when it was held at seq.
 func moveTo(ctx context.Context, tx dialect.ExecQuerier, t Tables, p position, seq int64) error {
 	var res stdsql.Result
-	return tx.Exec(ctx, `UPDATE `+pgsql.QuoteIdent(t.Positions)+` AS p SET last_seq = $2, `+waitingAfterMove(t, "p", "$2::bigint")+`,
-			held_event_id = CASE WHEN held_seq = $2 THEN NULL ELSE held_event_id END,
-			held_at = CASE WHEN held_seq = $2 THEN NULL ELSE held_at END,
-			held_seq = CASE WHEN held_seq = $2 THEN NULL ELSE held_seq END,
-			updated_at = now()
-		WHERE id = $1`, []any{p.id, seq}, &res)
+	return tx.Exec(ctx, dbTables(t).MoveQuery(), []any{p.id, seq}, &res)
 }
 
 // passUnhandled moves the position past m, an event its consumer has no
@@ -417,16 +385,7 @@ func passUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 // it is now, or nil when there is none, like lookAtPosition.
 func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
 	var rows entsql.Rows
-	// Only a gap is noted: a duplicate or an event of a held aggregate
-	// waits for nothing, and must not start the clock of a later gap.
-	gap := `$5::bigint > p.last_seq + 1 AND p.held_seq IS NULL`
-	err := db.Query(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Positions)+` AS p
-		(consumer, topic, aggregate_type, aggregate_id, last_seq, waiting_since, waiting_seq, updated_at)
-		VALUES ($1, $2, $3, $4, 0, CASE WHEN $5::bigint > 1 THEN now() END, CASE WHEN $5::bigint > 1 THEN $5::bigint END, now())
-		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE
-		SET waiting_since = CASE WHEN `+gap+` THEN COALESCE(p.waiting_since, now()) ELSE p.waiting_since END,
-			waiting_seq = CASE WHEN `+gap+` THEN LEAST(p.waiting_seq, $5::bigint) ELSE p.waiting_seq END
-		RETURNING p.last_seq, p.held_seq IS NOT NULL, EXTRACT(EPOCH FROM now() - p.waiting_since)::float8, p.waiting_seq`,
+	err := db.Query(ctx, dbTables(t).NoteWaitingQuery(),
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: noting that %q waits on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
@@ -440,12 +399,7 @@ func noteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 func startAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (int64, error) {
 	var rows entsql.Rows
 	// The lowest waiting event may wait in another instance: it is woken.
-	err := db.Query(ctx, `WITH started AS (UPDATE `+pgsql.QuoteIdent(t.Positions)+` SET last_seq = waiting_seq - 1, updated_at = now()
-			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
-				AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1
-				AND waiting_since <= now() - make_interval(secs => $5)
-			RETURNING consumer, topic, aggregate_type, aggregate_id, waiting_seq)
-		SELECT waiting_seq FROM started CROSS JOIN LATERAL `+notifyWaiters(t, "started", "started.waiting_seq - 1", "started.waiting_seq")+``,
+	err := db.Query(ctx, dbTables(t).StartAggregateQuery(),
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, startAfter.Seconds()}, &rows)
 	if err != nil {
 		return 0, fmt.Errorf("consumer: starting aggregate %s/%s for %q: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
@@ -466,9 +420,7 @@ func startAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m eve
 // (the handler's path tells which).
 func lookAtPosition(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
 	var rows entsql.Rows
-	err := db.Query(ctx, `SELECT last_seq, held_seq IS NOT NULL, EXTRACT(EPOCH FROM now() - waiting_since)::float8, waiting_seq
-		FROM `+pgsql.QuoteIdent(t.Positions)+` WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4`,
-		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows)
+	err := db.Query(ctx, dbTables(t).PositionQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}

@@ -19,3 +19,23 @@ func TestRecordRunQueryGolden(t *testing.T) {
 	golden(t, "record-run-unordered.sql", "-- Recording events without positions: dedupe records only.\n"+
 		unordered.RecordRunQuery()+"\n")
 }
+
+// TestOrderQueriesGolden holds each of the consumers' statements on their
+// positions and dedupe records to its committed text (testdata/order/).
+func TestOrderQueriesGolden(t *testing.T) {
+	tables := outboxdb.New("", "")
+	for name, q := range map[string]string{
+		"record-processed": tables.RecordProcessedQuery(),
+		"record-delivery":  tables.RecordDeliveryQuery(),
+		"record-retried":   tables.RecordRetriedQuery(),
+		"lock-position":    tables.LockPositionQuery(),
+		"apply":            tables.ApplyQuery(),
+		"move":             tables.MoveQuery(),
+		"hold":             tables.HoldQuery(),
+		"note-waiting":     tables.NoteWaitingQuery(),
+		"start-aggregate":  tables.StartAggregateQuery(),
+		"position":         tables.PositionQuery(),
+	} {
+		golden(t, "order/"+name+".sql", "-- The consumers' "+name+" statement (internal/outboxdb/order.go).\n"+q+"\n")
+	}
+}
