@@ -38,6 +38,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 )
 
@@ -104,7 +105,7 @@ type runKey struct {
 }
 
 func (b *batcher) keyOf(it *batchItem) runKey {
-	if !ordered(b.t, it.m) {
+	if !ordering.Ordered(b.t, it.m) {
 		return runKey{consumer: it.m.Consumer, event: it.m.EventID}
 	}
 	return runKey{consumer: it.m.Consumer, topic: it.m.Topic, aggregateType: it.m.AggregateType, aggregateID: it.m.AggregateID}
@@ -197,7 +198,7 @@ func (b *batcher) parkWaiting(batch []*batchItem) (tell []*batchItem) {
 		case it.res == batchApplied:
 			from = it.m.AggregateSeq + 1
 			tell = append(tell, it)
-		case it.res != batchAlone || !ordered(b.t, it.m) || it.ctx.Err() != nil:
+		case it.res != batchAlone || !ordering.Ordered(b.t, it.m) || it.ctx.Err() != nil:
 			tell = append(tell, it)
 		case from == 0:
 			from = it.m.AggregateSeq // the lowest, alone: those after it wait for it

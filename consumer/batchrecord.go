@@ -6,7 +6,7 @@ package consumer
 // the position moves once to the last of them. A batch holds at most one
 // run per aggregate (batch.go: an aggregate is in one running batch at a
 // time), its events sorted by seq; an event handled alone is a run of one
-// (order.go). An event it does not apply is left to the full path, alone.
+// (internal/ordering). An event it does not apply is left to the full path, alone.
 // A move of a position an event waits on wakes it, on any instance
 // (wake.go).
 
@@ -15,9 +15,8 @@ import (
 	"fmt"
 
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/google/uuid"
-
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // recordBatch records the batch's events in tx, setting each one's res:
@@ -42,7 +41,7 @@ func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error
 	for i, it := range batch {
 		it.res = batchAlone
 		seq := it.m.AggregateSeq
-		if !ordered(t, it.m) {
+		if !ordering.Ordered(t, it.m) {
 			seq = 0
 		}
 		idx = append(idx, int32(i))
@@ -57,7 +56,7 @@ func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error
 		attempts = append(attempts, 1)
 	}
 	var rows entsql.Rows
-	err := tx.Query(ctx, dbTables(t).RecordRunQuery(), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs, attempts}, &rows)
+	err := tx.Query(ctx, t.DB().RecordRunQuery(), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs, attempts}, &rows)
 	if err != nil {
 		return fmt.Errorf("consumer: recording %d events as processed: %w", n, err)
 	}
@@ -72,16 +71,11 @@ func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error
 		switch {
 		case applied && fresh:
 			it.res = batchApplied
-		case !ordered(t, it.m):
+		case !ordering.Ordered(t, it.m):
 			it.res = batchDuplicate // in the dead letters, or handled before
 		case applied:
 			return errMovedDuplicate
 		}
 	}
 	return rows.Close()
-}
-
-// dbTables is t as the outbox's SQL names them.
-func dbTables(t Tables) outboxdb.Tables {
-	return outboxdb.Tables{Processed: t.Processed, DeadLetters: t.DeadLetters, Positions: t.Positions}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/consumer/internal/letters"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 )
 
@@ -39,8 +40,8 @@ type DeadLetter struct {
 	Reason   string
 	Attempts int
 
-	// What the letter does to its aggregate's position (order.go).
-	order letterOrder
+	// What the letter does to its aggregate's position (internal/ordering).
+	order ordering.LetterOrder
 	// written, when set, is told whether a row was written: false when the
 	// event had a letter of this consumer already (giveUp then logs and
 	// counts nothing).
@@ -57,7 +58,7 @@ type DeadLetter struct {
 // and is neither logged nor counted again (written is false). A letter passed over waits,
 // like the event would (turn), until it is its aggregate's next.
 func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int,
-	order letterOrder) (written bool, err error) {
+	order ordering.LetterOrder) (written bool, err error) {
 	written = true // a store that does not tell (a callback of its own) counts as written
 	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order, written: &written}
 	if s.cfg.DeadLetterPublisher != nil {
@@ -84,7 +85,7 @@ func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic st
 			if !errors.As(err, &missing) {
 				return false, err
 			}
-			d.order, d.Reason = letterForMissing, missing.Error()+"; then: "+d.Reason
+			d.order, d.Reason = ordering.LetterForMissing, missing.Error()+"; then: "+d.Reason
 		}
 	}
 	if !written {

@@ -14,6 +14,7 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
@@ -76,15 +77,11 @@ func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, 
 	return n == 1, nil
 }
 
-// For generated code. Tables names the tables of a generated handler set.
-type Tables struct {
-	Processed   string // the processed-events (dedupe) table
-	DeadLetters string // the dead-letter table
-	// Positions is the consumers' per-aggregate positions table
-	// (schema.ConsumerPosition); "" when the application has none, and
-	// then an aggregate's events are not put in order by the consumer.
-	Positions string
-}
+// For generated code. Tables names the tables of a generated handler set:
+// the processed-events (dedupe) table, the dead-letter table and the
+// consumers' per-aggregate positions ("" when the application has none,
+// and then an aggregate's events are not put in order by the consumer).
+type Tables = ordering.Tables
 
 // For generated code. RecordDelivery is RecordProcessed that also returns
 // false when this consumer already set the event aside as a dead letter: a
@@ -92,14 +89,14 @@ type Tables struct {
 // again. One statement, so a delivery costs no extra round trip; the
 // dead-letter check is an index lookup on event_id. When t has positions
 // and the event a seq, it also puts the event in its aggregate's order
-// (order.go): an *OutOfOrderError or a *HeldError for one that must not
+// (internal/ordering): an *OutOfOrderError or a *HeldError for one that must not
 // be applied now.
 func RecordDelivery(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
-	if ordered(t, m) {
-		return recordInOrder(ctx, tx, t, m)
+	if ordering.Ordered(t, m) {
+		return ordering.Record(ctx, tx, t, m)
 	}
 	var res stdsql.Result
-	err := tx.Exec(ctx, dbTables(t).RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, t.DB().RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
@@ -136,11 +133,11 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 // positions, and, for an event with a seq, holds its aggregate or passes
 // over it (WithPassOverDeadLetters) in the same transaction.
 func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
-	if !ordered(t, d.Meta) {
+	if !ordering.Ordered(t, d.Meta) {
 		return insertDeadLetter(ctx, db, t.DeadLetters, t.Positions != "", d, nil)
 	}
 	return insertDeadLetter(ctx, db, t.DeadLetters, true, d, func(ctx context.Context, tx dialect.ExecQuerier) error {
-		return holdOrPass(ctx, tx, t, d.Meta, d.order)
+		return ordering.HoldOrPass(ctx, tx, t, d.Meta, d.order)
 	})
 }
 

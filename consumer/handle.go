@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/metrics"
 )
@@ -94,7 +95,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	var turn gapWait // this delivery's wait for its aggregate's previous event
 	// setAside stores a dead letter with its reason, counted under class
 	// (a metrics.Reason constant).
-	setAside := func(class, reason string, attempts int, d time.Duration, order letterOrder) error {
+	setAside := func(class, reason string, attempts int, d time.Duration, order ordering.LetterOrder) error {
 		written, err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order)
 		if err != nil {
 			return err
@@ -109,7 +110,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 		return nil
 	}
 	if metaErr != nil {
-		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, letterFollows)
+		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, ordering.LetterFollows)
 	}
 	if !known {
 		return setAside(metrics.ReasonUnknownEvent, fmt.Sprintf("unknown event %q (version %d): this code declares no such event",
@@ -120,13 +121,13 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	s.mu.Unlock()
 	passing := fn == nil // an event on the topic this consumer does not handle
 	if passing {
-		if !ordered(s.tables, m) {
+		if !ordering.Ordered(s.tables, m) {
 			return nil
 		}
 		fn = s.passUnhandled // it still takes its place in its aggregate's order
 	}
 	s.warnUnordered(m)
-	if ordered(s.tables, m) {
+	if ordering.Ordered(s.tables, m) {
 		defer s.turns.hold(m)()
 	}
 	var payload any
@@ -140,7 +141,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	// batch does not apply takes the path below, with its own transaction.
 	batched := s.batch != nil && (inTx != nil || passing)
 	mayGo := false // its wait for its turn said it may go
-	settled := 0   // positions settled past a discarded event (errSettle), a bound against a loop
+	settled := 0   // positions settled past a discarded event (ordering.ErrSettle), a bound against a loop
 	for attempt := 1; ; {
 		m.Attempt = attempt
 		started := time.Now()
@@ -170,7 +171,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				// it waits for its turn. Otherwise (its batch failed, or it
 				// was refused again once its wait said it may go) it takes
 				// the path alone, which applies it or tells why not.
-				if ordered(s.tables, m) && !mayGo {
+				if ordering.Ordered(s.tables, m) && !mayGo {
 					err = s.lookForGap(ctx, m)
 				}
 				if err == nil {
@@ -203,7 +204,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				}
 				var missing *missingError
 				if errors.As(err, &missing) {
-					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, letterForMissing)
+					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, ordering.LetterForMissing)
 				}
 				return err
 			}
@@ -215,13 +216,13 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				return err
 			}
 			if !back {
-				return setAside(metrics.ReasonHeld, held.Error(), 0, took, letterFollows)
+				return setAside(metrics.ReasonHeld, held.Error(), 0, took, ordering.LetterFollows)
 			}
 			if err := s.waitRelease(ctx, m, held); err != nil {
 				return err
 			}
 			continue // not an attempt: the handler did not run
-		case errors.Is(err, errSettle):
+		case errors.Is(err, ordering.ErrSettle):
 			// The event its aggregate waits for was discarded: the
 			// position moves past it, and this one tries again.
 			if settled++; settled > 3 {
@@ -233,7 +234,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 			}
 			mayGo = true
 			continue // not an attempt: the handler did not run
-		case errors.Is(err, errLetteredNext):
+		case errors.Is(err, ordering.ErrLetteredNext):
 			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
 				return err
 			}
@@ -259,11 +260,11 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 }
 
 // settle moves m's aggregate's position past the events whose dead
-// letters were discarded, in a transaction of its own (order.go), and
+// letters were discarded, in a transaction of its own (internal/ordering), and
 // tells whether it moved.
 func (s *Set) settle(ctx context.Context, m events.Meta) (moved bool, err error) {
 	err = s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		moved, err = settleAlone(ctx, db, t, m)
+		moved, err = ordering.SettleAlone(ctx, db, t, m)
 		return err
 	})
 	return moved, err
@@ -274,8 +275,8 @@ func (s *Set) settle(ctx context.Context, m events.Meta) (moved bool, err error)
 func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 	var passed bool
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
-		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
-			passed, err = passUnhandled(ctx, tx, t, m)
+		return ordering.InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
+			passed, err = ordering.PassUnhandled(ctx, tx, t, m)
 			return err
 		})
 	})
@@ -289,13 +290,13 @@ func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 	return nil
 }
 
-// letterOrder is what a dead letter of an event of the aggregate's turn
+// ordering.LetterOrder is what a dead letter of an event of the aggregate's turn
 // does to its aggregate.
-func (s *Set) letterOrder() letterOrder {
+func (s *Set) letterOrder() ordering.LetterOrder {
 	if s.cfg.PassOverDeadLetters {
-		return letterPassed
+		return ordering.LetterPassed
 	}
-	return letterHolds
+	return ordering.LetterHolds
 }
 
 // warnUnordered says once, at error level, that a consumer with positions

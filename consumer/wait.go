@@ -9,6 +9,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -85,7 +86,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		if mv := tw.moved(); mv.last+1 > gap.Want {
 			gap.Want = mv.last + 1 // what the last wake here told
 			if mv.told {
-				gap.mark = mv.mark
+				gap.Mark = mv.mark
 			}
 		}
 		if s.turns.covered(m, gap.Want) {
@@ -111,7 +112,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 				}
 			}
 			if err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = lookAtPosition(ctx, db, t, m)
+				gap, err = ordering.LookAtPosition(ctx, db, t, m)
 				return err
 			}); err != nil || gap == nil {
 				return err
@@ -122,9 +123,9 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		// that moves it to wake this one (the others are woken with it),
 		// unless an earlier event marked it (a move that clears that mark
 		// wakes this one).
-		if lowest && (gap.mark == 0 || gap.mark > m.AggregateSeq) {
+		if lowest && (gap.Mark == 0 || gap.Mark > m.AggregateSeq) {
 			err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = noteWaiting(ctx, db, t, m)
+				gap, err = ordering.NoteWaiting(ctx, db, t, m)
 				return err
 			})
 			if err != nil || gap == nil {
@@ -178,12 +179,12 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			case mv.told && mv.last+1 > gap.Want:
 				// Another instance's notification told where the position
 				// is, and its mark: no need to look.
-				gap.Want, gap.mark, gap.Waited = mv.last+1, mv.mark, 0
+				gap.Want, gap.Mark, gap.Waited = mv.last+1, mv.mark, 0
 				continue
 			}
 		}
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-			gap, err = lookAtPosition(ctx, db, t, m)
+			gap, err = ordering.LookAtPosition(ctx, db, t, m)
 			return err
 		})
 		if err != nil || gap == nil {
@@ -197,7 +198,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 func (s *Set) lookForGap(ctx context.Context, m events.Meta) error {
 	var gap *OutOfOrderError
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		gap, err = lookAtPosition(ctx, db, t, m)
+		gap, err = ordering.LookAtPosition(ctx, db, t, m)
 		return err
 	})
 	if err != nil || gap == nil {
@@ -206,14 +207,14 @@ func (s *Set) lookForGap(ctx context.Context, m events.Meta) error {
 	return gap
 }
 
-// startAggregate starts m's aggregate at its lowest waiting event, which
+// ordering.StartAggregate starts m's aggregate at its lowest waiting event, which
 // waited StartAfter for the earlier ones: the consumer never got them. It
 // returns nil, for m to try again at once (started here or by another
 // delivery).
 func (s *Set) startAggregate(ctx context.Context, m events.Meta, gap *OutOfOrderError) error {
 	var at int64
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		at, err = startAggregate(ctx, db, t, m, s.cfg.StartAfter)
+		at, err = ordering.StartAggregate(ctx, db, t, m, s.cfg.StartAfter)
 		return err
 	})
 	if err != nil {
@@ -259,27 +260,10 @@ func (s *Set) onPositions(ctx context.Context, f func(context.Context, dialect.E
 // that is in this consumer's dead letters already.
 func (s *Set) holdOrPass(m events.Meta) func(context.Context, dialect.ExecQuerier, Tables) error {
 	return func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
-		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
-			return holdOrPass(ctx, tx, t, m, s.letterOrder())
+		return ordering.InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+			return ordering.HoldOrPass(ctx, tx, t, m, s.letterOrder())
 		})
 	}
-}
-
-// inTx runs f in a transaction of db's when db is a driver, else on db.
-func inTx(ctx context.Context, db dialect.ExecQuerier, f func(context.Context, dialect.ExecQuerier) error) error {
-	drv, ok := db.(dialect.Driver)
-	if !ok {
-		return f(ctx, db)
-	}
-	tx, err := drv.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	if err := f(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 // heldComesBack tells whether the event m's aggregate is held at was
@@ -304,7 +288,7 @@ func (s *Set) heldComesBack(ctx context.Context, m events.Meta, held *HeldError)
 			return fmt.Errorf("consumer: reading whether event %s of %q was retried: %w", held.HeldEventID, m.Consumer, err)
 		}
 		var err error
-		back, err = scanBool(&rows)
+		back, err = ordering.ScanBool(&rows)
 		return err
 	})
 	return back, err
@@ -335,7 +319,7 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 				return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 			}
 			var err error
-			still, err = scanBool(&rows)
+			still, err = ordering.ScanBool(&rows)
 			return err
 		})
 		switch {

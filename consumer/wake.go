@@ -2,7 +2,7 @@ package consumer
 
 // Waking the deliveries that wait for their aggregate's previous event
 // when another instance applies it (turns.go wakes them when this one
-// does). The lowest waiting delivery marks the position (noteWaiting:
+// does). The lowest waiting delivery marks the position (ordering.NoteWaiting:
 // waiting_seq); a statement that moves a marked position notifies the
 // positions table's channel with the aggregate, at commit, and keeps the
 // mark while the marked event still waits (outboxdb's WaitingAfterMove). A handler
@@ -33,7 +33,7 @@ import (
 
 // wakeChannel is the channel on which the moves of t's positions wake the
 // deliveries waiting on them.
-func wakeChannel(t Tables) string { return dbTables(t).PositionsChannel() }
+func wakeChannel(t Tables) string { return t.DB().PositionsChannel() }
 
 // moveNote is a notification's payload: an aggregate's position moved.
 type moveNote struct {
