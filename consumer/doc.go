@@ -23,14 +23,14 @@
 // change with the generator.
 //
 // The files: set.go is the handler set and how a handler runs alone;
-// handle.go one delivery (decode, tries, dead letters); batch.go the
-// transactions events share; wait.go the wait for an aggregate's previous
-// event, turns.go and wake.go its wake-ups, slots.go what a waiting event
-// takes from the others; router.go the subscriptions; deadletter.go and
-// message.go what their names say; generated.go the helpers the generated
-// code calls. Its own packages, in internal/: ordering is the rule of
-// order (apply, duplicate, wait, held), payload the decoding and schema
-// checks of payloads, letters the writing of dead letters; the statements
+// handle.go one delivery (decode, tries, dead letters); wait.go the wait
+// for an aggregate's previous event, turns.go and wake.go its wake-ups,
+// slots.go what a waiting event takes from the others; router.go the
+// subscriptions; deadletter.go and message.go what their names say;
+// generated.go the helpers the generated code calls. Its own packages, in internal/: ordering is the rule of
+// order (apply, duplicate, wait, held), batching the transactions events
+// share and the runs they apply, payload the decoding and schema checks
+// of payloads, letters the writing of dead letters; the statements
 // they run are internal/outboxdb's, under golden files.
 //
 // # Order

@@ -39,10 +39,7 @@ func setOf(h any) *Set {
 // of h, generated handlers (their unexported field set): a test holds a
 // batch and waits for the others to queue behind it.
 func PendingInBatches(h any) int {
-	s := setOf(h)
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return len(s.batch.pending)
+	return setOf(h).batch.Pending()
 }
 
 // WithGapPauses sets the pauses between two looks at the position of a

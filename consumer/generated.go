@@ -14,6 +14,7 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/batching"
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 	"github.com/entoutbox/entoutbox/events"
@@ -39,23 +40,19 @@ type HandlerFunc func(ctx context.Context, payload any, m events.Meta) error
 // For generated code. Tx is a transaction the set begins for handlers
 // registered with RegisterInTx: the generated code's ent transaction,
 // with its driver to write the dedupe records and positions through.
-type Tx interface {
-	dialect.ExecQuerier
-	Commit() error
-	Rollback() error
-}
+type Tx = batching.Tx
 
 // For generated code. TxHandlerFunc is one registered handler, run in tx,
 // which the set began, recorded the event in and commits: it writes the
-// event's effect. Several events' handlers may share one tx (batch.go).
-type TxHandlerFunc func(ctx context.Context, tx Tx, payload any, m events.Meta) error
+// event's effect. Several events' handlers may share one tx (a batch).
+type TxHandlerFunc = batching.TxHandlerFunc
 
 // For generated code. TxBatchHandlerFunc is a handler registered with
 // RegisterBatchInTx: it writes the effects of many events (payloads[i],
 // metas[i], in their aggregates' order) in tx. Its ctx is the batch's,
 // carrying no one event: events it emits name their cause only where it
 // passes events.WithCause(ctx, metas[i]).
-type TxBatchHandlerFunc func(ctx context.Context, tx Tx, payloads []any, metas []events.Meta) error
+type TxBatchHandlerFunc = batching.TxBatchHandlerFunc
 
 // For generated code. RecordProcessed inserts (consumer, event id) into the
 // processed-events table through the handler's transaction. It returns

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/batching"
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/metrics"
@@ -147,25 +148,25 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 		started := time.Now()
 		var err error
 		if batched && attempt == 1 {
-			it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
+			it := &batching.Item{Ctx: events.WithCause(ctx, m), Meta: m, Payload: payload, Fn: inTx}
 			if many != nil {
-				it.fn, it.many = nil, many
+				it.Fn, it.Many = nil, many
 			}
-			switch s.batch.do(it) {
-			case batchApplied:
+			switch s.batch.Do(it) {
+			case batching.Applied:
 				if !passing {
 					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
 					s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
 				}
 				return nil
-			case batchDuplicate:
+			case batching.Duplicate:
 				if !passing {
 					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
 				}
 				return nil
-			case batchFailed:
-				err = it.err
-			case batchAlone:
+			case batching.Failed:
+				err = it.Err
+			case batching.Alone:
 				// Mostly an event whose predecessor is not applied yet: a
 				// look at its position tells, without a transaction, and
 				// it waits for its turn. Otherwise (its batch failed, or it
@@ -340,8 +341,4 @@ var ErrDuplicate = errors.New("consumer: event already processed by this consume
 // PanicError is the error a handler panic turns into: the transaction rolls
 // back and the delivery is retried like any failure. errors.As finds it,
 // with the value the handler panicked with.
-type PanicError struct {
-	Value any
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+type PanicError = batching.PanicError

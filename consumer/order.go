@@ -2,7 +2,7 @@ package consumer
 
 // Each consumer name applies an aggregate's events in the order they were
 // written (internal/ordering holds the rule; wait.go, turns.go and
-// wake.go wait for an event's predecessor; batch.go applies runs).
+// wake.go wait for an event's predecessor; internal/batching applies runs).
 
 import "github.com/entoutbox/entoutbox/consumer/internal/ordering"
 
