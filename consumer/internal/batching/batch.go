@@ -1,3 +1,6 @@
+// Package batching applies the events a consumer's handler set handles at
+// the same moment in shared transactions (group commit), an aggregate's
+// events as one run.
 package batching
 
 // Batched transactions (group commit). Handlers that write through the
@@ -13,7 +16,7 @@ package batching
 // come meanwhile wait in the pending list (not in the broker, not in a
 // gap wait) for the next batch, which applies them as a run: in seq
 // order, in one transaction, with one move of the position
-// (batchrecord.go). A hot aggregate thus goes a batch at a time, not an
+// (record.go). A hot aggregate thus goes a batch at a time, not an
 // event at a time.
 //
 // A batch applies only the common case, in one statement for all its
