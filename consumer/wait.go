@@ -11,7 +11,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // Waiting for an aggregate's previous event (a gap). The previous event is
@@ -280,10 +279,7 @@ func (s *Set) heldComesBack(ctx context.Context, m events.Meta, held *HeldError)
 	var back bool
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 		var rows entsql.Rows
-		letters := pgsql.QuoteIdent(t.DeadLetters)
-		if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND retried_event_id = $2
-				AND retried_at > now() - make_interval(secs => $3))
-			AND NOT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND event_id = $2)`,
+		if err := db.Query(ctx, t.DB().RetriedBackQuery(),
 			[]any{m.Consumer, held.HeldEventID, s.cfg.MaxGap.Seconds()}, &rows); err != nil {
 			return fmt.Errorf("consumer: reading whether event %s of %q was retried: %w", held.HeldEventID, m.Consumer, err)
 		}
@@ -313,8 +309,7 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 		var still bool
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 			var rows entsql.Rows
-			if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Positions)+`
-				WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 AND held_seq = $5)`,
+			if err := db.Query(ctx, t.DB().HeldAtQuery(),
 				[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, held.HeldSeq}, &rows); err != nil {
 				return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 			}

@@ -172,3 +172,25 @@ func (t Tables) PositionQuery() string {
 		FROM ` + pgsql.QuoteIdent(t.Positions) + ` WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4`
 	})
 }
+
+// RetriedBackQuery tells whether event $2, set aside by consumer $1, was
+// retried from its dead letters within the last $3 seconds and is not in
+// them again: it is on its way back, and the events held behind it wait
+// for it rather than going to the dead letters behind it.
+func (t Tables) RetriedBackQuery() string {
+	return t.cached("retried-back", func() string {
+		letters := pgsql.QuoteIdent(t.DeadLetters)
+		return `SELECT EXISTS (SELECT 1 FROM ` + letters + ` WHERE source = $1 AND retried_event_id = $2
+				AND retried_at > now() - make_interval(secs => $3))
+			AND NOT EXISTS (SELECT 1 FROM ` + letters + ` WHERE source = $1 AND event_id = $2)`
+	})
+}
+
+// HeldAtQuery tells whether the position of consumer $1 on topic $2,
+// aggregate $3/$4, is held at seq $5.
+func (t Tables) HeldAtQuery() string {
+	return t.cached("held-at", func() string {
+		return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Positions) + `
+				WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 AND held_seq = $5)`
+	})
+}

@@ -35,6 +35,8 @@ func TestOrderQueriesGolden(t *testing.T) {
 		"note-waiting":     tables.NoteWaitingQuery(),
 		"start-aggregate":  tables.StartAggregateQuery(),
 		"position":         tables.PositionQuery(),
+		"retried-back":     tables.RetriedBackQuery(),
+		"held-at":          tables.HeldAtQuery(),
 	} {
 		golden(t, "order/"+name+".sql", "-- The consumers' "+name+" statement (internal/outboxdb/order.go).\n"+q+"\n")
 	}
