@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -283,25 +282,7 @@ func (k *killRun) waitApplied(n int, bound time.Duration, when string) {
 			k.t.Fatalf("%s: %d of %d events applied after %s %s", k.name, k.applied(), n, bound, when)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if os.Getenv("H8DEBUG") != "" && time.Now().Second()%10 == 0 {
-			k.debug()
-			time.Sleep(time.Second)
-		}
 	}
-}
-
-func (k *killRun) debug() {
-	opts, _ := redis.ParseURL("redis://127.0.0.1:6379/0")
-	c := redis.NewClient(opts)
-	defer c.Close()
-	p, err := c.XPending(context.Background(), k.prefix+"orders", "billing").Result()
-	var idle []string
-	if xs, err := c.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: k.prefix + "orders", Group: "billing", Start: "-", End: "+", Count: 100}).Result(); err == nil {
-		for _, x := range xs {
-			idle = append(idle, fmt.Sprintf("%s:%s:%s:%d", x.ID, x.Consumer[:4], x.Idle.Round(time.Second), x.RetryCount))
-		}
-	}
-	k.t.Logf("%s applied %d pending %+v %v idle %v", time.Now().Format("15:04:05"), k.applied(), p, err, idle)
 }
 
 // cleanStreams deletes the run's stream at the end where the broker keeps
