@@ -56,7 +56,9 @@ const (
 // applied once, each aggregate's in seq order, all of it within
 // killDrainBound after the last kill. One of the instances handles each
 // event alone (WithBatchSize(1)), the others in batches: both ways of
-// applying a run are under the kills.
+// applying a run are under the kills. (On Kafka the partition keeps an
+// aggregate's order and the number check sees no gap: there the test
+// guards exactly-once through rebalances; on the other three, order too.)
 func TestKilledInstancesKeepEachAggregateInOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: kills consumer instances on four brokers")
@@ -119,17 +121,22 @@ func (k *killRun) run() {
 	// Kill the hot aggregate's instance a third and two thirds of the way,
 	// or after killStep if it gets there slower: the kills happen during
 	// the run, and the test ends within its bounds either way.
+	var lastKill time.Time
 	for _, part := range []int{1, 2} {
-		k.waitApplied(killEvents*part/3, killStep, "")
+		k.waitApplied(killEvents*part/3, killStep)
 		i := k.hotHolder.Load()
 		k.t.Logf("%s: kill %d, of instance %d, at %d applied", k.name, part, i, k.applied())
+		lastKill = time.Now()
 		k.kill(k.instances[i])
 		k.instances[i] = k.start(int(i))
 	}
-	lastKill := time.Now()
 	<-emitted
 	want, total := k.committed()
-	k.waitApplied(total, killDrainBound, "after the last kill")
+	// Drained: every event applied, or every position at its aggregate's
+	// last event (an event skipped over never comes).
+	for k.applied() < total && !k.positionsAt(want) && time.Since(lastKill) < killDrainBound {
+		time.Sleep(100 * time.Millisecond)
+	}
 	drained := time.Since(lastKill)
 	time.Sleep(500 * time.Millisecond) // room for an effect too many
 
@@ -140,15 +147,23 @@ func (k *killRun) run() {
 		"%d inversions, %d duplicated, %d missing, %d dead letters; drained %s after the last kill",
 		k.name, total, hot, k.applied(), k.attempts.Load(), k.firstFailed.Load(),
 		f.inversions, f.duplicates, f.missing, letters, drained.Round(time.Millisecond))
-	require.Zero(t, f.inversions+f.duplicates+f.missing, "effects out of order, duplicated or missing; first: %s",
-		strings.Join(f.first, "; "))
+	require.Zero(t, f.inversions+f.duplicates+f.missing, "effects out of order, duplicated or missing (not applied within %s "+
+		"after the last kill); first: %s", killDrainBound, strings.Join(f.first, "; "))
 	require.Zero(t, letters, "dead letters")
 	require.Positive(t, k.firstFailed.Load(), "some first attempts failed")
-	for order, n := range want {
-		pos := k.b.client.ConsumerPosition.Query().Where(consumerposition.Consumer("billing"),
-			consumerposition.AggregateID(strconv.FormatInt(order, 10))).OnlyX(context.Background())
-		require.Equal(t, n, pos.LastSeq, "position of aggregate %d", order)
+	require.True(t, k.positionsAt(want), "every position at its aggregate's last event")
+}
+
+// positionsAt tells whether billing's position on each aggregate is at
+// want's last event.
+func (k *killRun) positionsAt(want map[int64]int64) bool {
+	at := 0
+	for _, p := range k.b.client.ConsumerPosition.Query().Where(consumerposition.Consumer("billing")).AllX(context.Background()) {
+		if order, err := strconv.ParseInt(p.AggregateID, 10, 64); err == nil && want[order] == p.LastSeq {
+			at++
+		}
 	}
+	return at == len(want)
 }
 
 func (k *killRun) open(url string) broker.Broker {
@@ -165,7 +180,8 @@ func (k *killRun) open(url string) broker.Broker {
 // start starts an instance in slot i. Its connections go through a proxy
 // that its death cuts, except on Kafka (kfake's brokers advertise their own
 // addresses, which clients dial after the first): there it dies by its
-// Broker's Close, which leaves the group without committing what it held.
+// Broker's Close, which leaves the group: what it held and had not acked
+// comes again to the member that takes its partitions.
 func (k *killRun) start(slot int) *killInstance {
 	t := k.t
 	instanceURL, die := k.url, func() {}
@@ -209,12 +225,15 @@ func (k *killRun) start(slot int) *killInstance {
 }
 
 // kill cuts the instance's connections under its handlers, acked or not,
-// then closes what is left of its Broker and stops its router.
+// then stops its router and closes what is left of its Broker. The router
+// stops first: with its server unreachable, a RabbitMQ subscriber's Close
+// waits for the end of its subscription's context (watermill-amqp's
+// reconnect loop does not watch the subscriber's closing).
 func (k *killRun) kill(in *killInstance) {
 	in.die()
-	in.subs.drop()
 	in.stop()
 	<-in.done
+	in.subs.drop()
 }
 
 // emit commits killEvents order.paid events (a few more: each writer's
@@ -270,17 +289,9 @@ func (k *killRun) applied() int {
 	return k.b.client.Invoice.Query().Where(invoice.Consumer("billing")).CountX(context.Background())
 }
 
-// waitApplied waits until n effects are applied, for bound at most; then
-// it fails the test, unless when is "".
-func (k *killRun) waitApplied(n int, bound time.Duration, when string) {
-	deadline := time.Now().Add(bound)
-	for k.applied() < n {
-		if time.Now().After(deadline) {
-			if when == "" {
-				return
-			}
-			k.t.Fatalf("%s: %d of %d events applied after %s %s", k.name, k.applied(), n, bound, when)
-		}
+// waitApplied waits until n effects are applied, for bound at most.
+func (k *killRun) waitApplied(n int, bound time.Duration) {
+	for deadline := time.Now().Add(bound); k.applied() < n && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
 }

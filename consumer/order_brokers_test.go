@@ -397,7 +397,12 @@ func billingEffects(t *testing.T, b *bundle, want map[int64]int64) effectFaults 
 			seen[seq] = true
 			top = max(top, seq)
 		}
-		f.missing += int(n) - len(seen)
+		if lost := int(n) - len(seen); lost > 0 {
+			f.missing += lost
+			if len(f.first) < 5 {
+				f.first = append(f.first, fmt.Sprintf("aggregate %d: %d of its %d events not applied", order, lost, n))
+			}
+		}
 	}
 	return f
 }
