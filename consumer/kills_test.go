@@ -40,11 +40,16 @@ const (
 	killInstances = 3
 	// killDrainBound is the stated bound within which everything is
 	// applied after the last kill: a liveness bound on a loaded 2-core
-	// machine, not a speed claim. On Redis a dead member's entries wait
-	// for the module's idle claim (60 s) before another member takes them.
+	// machine, not a speed claim.
 	killDrainBound = 3 * time.Minute
+	// killDrainBoundRedis is Redis's: a dead member's entries wait for the
+	// module's idle claim (60 s) before another member takes them, and a
+	// member hands the entries it claims over one at a time, each waiting
+	// for its predecessor before it is given back. Runs drained 2m50s
+	// after the last kill, and one had 40 of 605 events left at 3 min.
+	killDrainBoundRedis = 5 * time.Minute
 	// killStep is the longest wait for a kill's point of progress.
-	killStep = 90 * time.Second
+	killStep = time.Minute
 )
 
 // Three instances of one consumer name on each broker a group shares,
@@ -54,11 +59,12 @@ const (
 // process does (its connections cut under it, nothing acked or nacked on
 // its way out), and a new one takes its place. Every event's effect is
 // applied once, each aggregate's in seq order, all of it within
-// killDrainBound after the last kill. One of the instances handles each
-// event alone (WithBatchSize(1)), the others in batches: both ways of
-// applying a run are under the kills. (On Kafka the partition keeps an
-// aggregate's order and the number check sees no gap: there the test
-// guards exactly-once through rebalances; on the other three, order too.)
+// killDrainBound after the last kill (killDrainBoundRedis on Redis). One
+// instance handles each event alone (WithBatchSize(1)), the others in
+// batches: both ways of applying a run are under the kills. (On Kafka the
+// partition keeps an aggregate's order and the number check sees no gap:
+// there the test guards exactly-once through rebalances; on the other
+// three, order too.)
 func TestKilledInstancesKeepEachAggregateInOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: kills consumer instances on four brokers")
@@ -134,7 +140,11 @@ func (k *killRun) run() {
 	want, total := k.committed()
 	// Drained: every event applied, or every position at its aggregate's
 	// last event (an event skipped over never comes).
-	for k.applied() < total && !k.positionsAt(want) && time.Since(lastKill) < killDrainBound {
+	bound := killDrainBound
+	if k.name == "redis" {
+		bound = killDrainBoundRedis
+	}
+	for k.applied() < total && !k.positionsAt(want) && time.Since(lastKill) < bound {
 		time.Sleep(100 * time.Millisecond)
 	}
 	drained := time.Since(lastKill)
@@ -148,7 +158,7 @@ func (k *killRun) run() {
 		k.name, total, hot, k.applied(), k.attempts.Load(), k.firstFailed.Load(),
 		f.inversions, f.duplicates, f.missing, letters, drained.Round(time.Millisecond))
 	require.Zero(t, f.inversions+f.duplicates+f.missing, "effects out of order, duplicated or missing (not applied within %s "+
-		"after the last kill); first: %s", killDrainBound, strings.Join(f.first, "; "))
+		"after the last kill); first: %s", bound, strings.Join(f.first, "; "))
 	require.Zero(t, letters, "dead letters")
 	require.Positive(t, k.firstFailed.Load(), "some first attempts failed")
 	require.True(t, k.positionsAt(want), "every position at its aggregate's last event")
