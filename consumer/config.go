@@ -83,6 +83,13 @@ type Config struct {
 	// or a first event in flight there would be skipped. 2 min when zero;
 	// negative never starts late (MaxGap holds the aggregate instead).
 	StartAfter time.Duration
+	// StallAfter is how long this instance may hold events of a topic that
+	// wait for their turn without applying any event of it before it says
+	// the consumer is stalled there: one log line naming the topic and
+	// what the waiting event waits for, and the gauge
+	// entoutbox_consumer_stalled{consumer,topic} at 1 until an event of
+	// the topic is applied. 1 min when zero; negative never says so.
+	StallAfter time.Duration
 	// TracerProvider starts a consumer span "process <topic>" around each
 	// delivery, a child of the relay's send span whose context the message
 	// carries (otel.GetTextMapPropagator()). The global provider when nil,
@@ -142,6 +149,10 @@ func WithMaxGap(d time.Duration) Option { return func(c *Config) { c.MaxGap = d 
 // aggregate new to it before starting it later (Config.StartAfter).
 func WithStartAfter(d time.Duration) Option { return func(c *Config) { c.StartAfter = d } }
 
+// WithStallAfter sets how long a topic's events wait here without any
+// being applied before the consumer says it is stalled (Config.StallAfter).
+func WithStallAfter(d time.Duration) Option { return func(c *Config) { c.StallAfter = d } }
+
 // WithMetrics reports the deliveries in m.
 func WithMetrics(m *metrics.Metrics) Option { return func(c *Config) { c.Metrics = m } }
 
@@ -182,6 +193,9 @@ func newConfig(opts []Option) Config {
 	}
 	if c.StartAfter == 0 {
 		c.StartAfter = 2 * time.Minute
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = time.Minute
 	}
 	if c.gapPauses == (gapPauses{}) {
 		c.gapPauses = defaultGapPauses

@@ -25,10 +25,11 @@ type Set struct {
 	db         dialect.ExecQuerier // the consumers' database; nil without positions
 	tables     Tables              // "" names for tables the generated code does not know
 	begin      func(context.Context) (Tx, error)
-	batch      *batcher // nil: one event per transaction
-	turns      turns    // wakes deliveries waiting for an aggregate's previous event
-	wake       *waker   // and when another instance applies one
-	breaker    *breaker // pauses the set while its database cannot be reached (outage.go)
+	batch      *batcher   // nil: one event per transaction
+	turns      turns      // wakes deliveries waiting for an aggregate's previous event
+	stalls     stallWatch // says when a topic's waiting events make no progress (stall.go)
+	wake       *waker     // and when another instance applies one
+	breaker    *breaker   // pauses the set while its database cannot be reached (outage.go)
 	// slots bounds the set's own transactions and statements outside
 	// batches to Concurrency at once (Set.own).
 	slots chan struct{}
@@ -71,6 +72,7 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
+	s.turns.progressed = s.appliedOnTopic
 	s.wake = newWaker(db, tables, &s.turns, cfg.Logger)
 	s.breaker = newBreaker(db, cfg.outagePauses, cfg.Logger)
 	return s

@@ -64,3 +64,11 @@ func freeSlot(ctx context.Context) bool {
 	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
 	return s != nil && s.used.Load() < int64(s.max)
 }
+
+// fullWindow reports whether the subscription that delivered the message
+// handled with ctx holds as many messages as it may: it pulls no more
+// until one leaves.
+func fullWindow(ctx context.Context) bool {
+	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
+	return s != nil && s.used.Load() >= int64(s.max)
+}

@@ -2,11 +2,13 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -80,8 +82,16 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	defer s.wake.release()
 	tw := s.turns.join(m)
 	defer tw.leave()
+	defer s.stalls.waitBegins(m, s.cfg.GapWait)()
 	for {
 		woken, lowest := tw.next()
+		s.checkStall(m, gap.Want)
+		if fullWindow(ctx) && tw.shed(s.cfg.GapWait) {
+			s.cfg.Metrics.ShedTurn(m.Consumer)
+			return &turnNack{fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited for seq %d while its aggregate "+
+				"did not move for %s and its subscription's window was full; nacked, to come again later, so that earlier events get in",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, gap.Want, s.cfg.GapWait)}
+		}
 		if mv := tw.moved(); mv.last+1 > gap.Want {
 			gap.Want = mv.last + 1 // what the last wake here told
 			if mv.told {
@@ -154,8 +164,8 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			w.pause = pauses.max
 		}
 		if long && time.Since(w.since) >= pauses.max || time.Since(w.moved) >= s.gapWait(ctx) {
-			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
+			return &turnNack{fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)}
 		}
 		pause := w.pause
 		if !lowest {
@@ -190,6 +200,26 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			return err
 		}
 	}
+}
+
+// turnNack is a delivery nacked after it waited for its aggregate's turn:
+// normal flow, not a failure. AddToRouter logs it at debug level, and the
+// message asks the broker to deliver it again after GapWait, not at once
+// (events.MetaNackDelay), so that it does not take the slot its
+// predecessor needs.
+type turnNack struct{ err error }
+
+func (e *turnNack) Error() string { return e.err.Error() }
+func (e *turnNack) Unwrap() error { return e.err }
+
+// nackLater asks the broker, through msg's metadata, to deliver msg again
+// after GapWait when err is a turnNack, and returns err.
+func (s *Set) nackLater(ctx context.Context, msg *message.Message, err error) error {
+	var later *turnNack
+	if errors.As(err, &later) && ctx.Err() == nil {
+		msg.Metadata.Set(events.MetaNackDelay, s.cfg.GapWait.String())
+	}
+	return err
 }
 
 // lookForGap returns the gap m waits on, an *OutOfOrderError, or nil when
@@ -344,8 +374,8 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 		case !still:
 			return nil
 		case time.Since(began) >= s.cfg.GapWait:
-			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s for its retried seq %d; nacked, to come again",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, held.HeldSeq)
+			return &turnNack{fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s for its retried seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, held.HeldSeq)}
 		}
 	}
 }
