@@ -72,3 +72,10 @@ func fullWindow(ctx context.Context) bool {
 	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
 	return s != nil && s.used.Load() >= int64(s.max)
 }
+
+// slotted reports whether the message handled with ctx came from a
+// subscription that holds many messages itself.
+func slotted(ctx context.Context) bool {
+	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
+	return s != nil
+}

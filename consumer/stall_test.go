@@ -83,8 +83,12 @@ func TestHotAggregateDrainsAfterAKill(t *testing.T) {
 	start := func() *stallInstance {
 		in := &stallInstance{proxy: startNATSProxy(t, "127.0.0.1:4222")}
 		in.br = open(strings.Replace(url, "127.0.0.1:4222", in.proxy.addr(), 1))
+		var logger watermill.LoggerAdapter = watermill.NopLogger{}
+		if os.Getenv("STALL_DEBUG") != "" {
+			logger = watermill.NewStdLogger(true, false)
+		}
 		h := testent.NewOutboxHandlers(b.client, consumer.WithTopicPrefix(prefix), consumer.WithGapWait(gapWait),
-			consumer.WithLogger(watermill.NopLogger{}))
+			consumer.WithLogger(logger))
 		h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
 			return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(m.AggregateSeq).
 				SetCurrency(e.Currency).SetConsumer(m.Consumer).Exec(ctx)
