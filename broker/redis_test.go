@@ -195,6 +195,17 @@ func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
 	ch2, err := other.Subscribe(ctx, topic)
 	require.NoError(t, err)
 	assertNothingMore(t, ch2, 3*redisClaimIdle) // held three times the claim idle
+	// Nor claimed by its own member's claim round, which would deliver it
+	// to it again: still delivered once, to its member.
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	pending, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, holder.(*ownedSubscriber).Subscriber.(*redisSubscriber).client.consumer, pending[0].Consumer)
+	require.EqualValues(t, 1, pending[0].RetryCount, "times delivered")
 	held.Ack()
 	assertNothingMore(t, ch2, 2*time.Second)
 }
