@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,14 +16,17 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
+	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // One aggregate holds most of a topic's events, three instances of one
@@ -243,4 +247,55 @@ func (p *natsProxy) close() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// A topic on which the instance holds an event that waits, and applies
+// none, for StallAfter is said to be stalled, once, naming the topic, the
+// consumer and the seq it waits for, and its gauge is 1; the first event
+// applied on it says it moves again and sets the gauge back to 0. The
+// nacks of the waiting event before that are normal flow, not a stall.
+func TestAStalledTopicIsSaidOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	logs := &captureLogger{}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithGapWait(200*time.Millisecond),
+		consumer.WithMaxGap(time.Hour), consumer.WithStartAfter(-1), consumer.WithStallAfter(time.Second),
+		consumer.WithLogger(logs), consumer.WithMetrics(m))...)
+	var calls atomic.Int64
+	h.OnOrderPaid("billing", seqHandler(&calls, nil))
+	stalled := func() float64 {
+		return promtest.Value(t, reg, "entoutbox_consumer_stalled", "consumer", "billing", "topic", "orders")
+	}
+	said := func(prefix string) (n int) {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		for _, l := range logs.msgs {
+			if strings.HasPrefix(l.Msg, prefix) {
+				n++
+			}
+		}
+		return n
+	}
+
+	second := seqMessage(t, 1, 2) // seq 1 does not come yet
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		err := h.Handle(ctx, "billing", second.Copy())
+		require.ErrorContains(t, err, "nacked, to come again")
+	}
+	require.Equal(t, 1, said("consumer billing is stalled on topic orders"), "said once")
+	require.Contains(t, logs.msgs[slices.IndexFunc(logs.msgs, func(l watermill.CapturedMessage) bool {
+		return strings.HasPrefix(l.Msg, "consumer billing is stalled")
+	})].Msg, "seq 2 of aggregate Order/1 waits for seq 1")
+	require.Equal(t, 1.0, stalled())
+
+	require.NoError(t, h.Handle(ctx, "billing", seqMessage(t, 1, 1)))
+	require.Equal(t, 0.0, stalled(), "it moves again")
+	require.Equal(t, 1, said("consumer billing moves again on topic orders"))
+	require.NoError(t, h.Handle(ctx, "billing", second.Copy()))
+	require.Equal(t, []int64{1, 2}, b.applied(t, "billing", 1))
 }
