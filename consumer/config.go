@@ -63,10 +63,14 @@ type Config struct {
 	// GapWait bounds how long one delivery of an event waits, in the
 	// handler set, for its aggregate's previous event (which another
 	// instance may be handling) while the aggregate does not move; then
-	// the message is nacked, for the broker to deliver again. Four times
-	// as long while its subscription has a free slot (a NATS subscriber
-	// with fewer than max_in_flight messages): it keeps no other event
-	// out. 5 s when zero.
+	// the message is nacked, for the broker to deliver again (after
+	// GapWait, where the broker can delay it, unless it is its aggregate's
+	// lowest waiting event here: events.MetaNackDelay). Four times as long
+	// while its subscription has a free slot (a NATS subscriber with fewer
+	// than max_in_flight messages): it keeps no other event out. When
+	// every slot is taken and the aggregate has not moved for GapWait, the
+	// higher half of its waiting events leave (shed), to let its earlier
+	// ones in. 5 s when zero.
 	GapWait time.Duration
 	// MaxGap is how long an aggregate waits for a missing event before the
 	// consumer stops waiting: the waiting event goes to the dead letters
@@ -79,7 +83,7 @@ type Config struct {
 	// starts the aggregate at the lowest that waited (logged at info):
 	// a consumer whose subscription began after the aggregate's first
 	// events never gets those. Longer than any broker's redelivery of a
-	// dead instance's messages (NATS ack_wait, Redis's claim after 60 s),
+	// dead instance's messages (NATS ack_wait, Redis's claim after 6 s),
 	// or a first event in flight there would be skipped. 2 min when zero;
 	// negative never starts late (MaxGap holds the aggregate instead).
 	StartAfter time.Duration
