@@ -386,19 +386,24 @@ func (p *natsPull) hold(nm *nats.Msg, msg *message.Message) {
 	for {
 		select {
 		case <-msg.Acked():
-			p.sub.settle(natsSettling{p, nm, msg.UUID, true})
+			p.sub.settle(natsSettling{pull: p, nm: nm, uuid: msg.UUID, ack: true})
 			return
 		case <-msg.Nacked():
-			// At once: a handler that wants a pause takes it before it
-			// nacks (the consumer package does), and a nack at Close is
-			// for another member to take the message now.
-			p.sub.settle(natsSettling{p, nm, msg.UUID, false})
+			// At once, unless the handler asked for a delay
+			// (events.MetaNackDelay): the server then keeps the message
+			// back that long, and delivers others meanwhile. A nack at
+			// Close is for another member to take the message now.
+			st := natsSettling{pull: p, nm: nm, uuid: msg.UUID}
+			if closing != nil {
+				st.delay, _ = time.ParseDuration(msg.Metadata.Get(events.MetaNackDelay))
+			}
+			p.sub.settle(st)
 			return
 		case <-closing: // run cancels msgCtx
 			closing = nil
 			giveUp = time.After(p.sub.closeWait)
 		case <-giveUp:
-			p.sub.settle(natsSettling{p, nm, msg.UUID, false})
+			p.sub.settle(natsSettling{pull: p, nm: nm, uuid: msg.UUID})
 			return
 		}
 	}
@@ -411,12 +416,21 @@ var (
 	natsInProgress = []byte("+WPI")
 )
 
+// natsNakDelay is a NAK that has the server deliver the message again
+// after d, not at once (JetStream's {"delay": nanoseconds}).
+func natsNakDelay(d time.Duration) []byte {
+	return fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds())
+}
+
 // natsSettling is a held message's ack or nak, for tend to send.
 type natsSettling struct {
 	pull *natsPull
 	nm   *nats.Msg
 	uuid string
 	ack  bool // else a nak
+	// delay is how long the server keeps a nacked message back before
+	// it delivers it again; 0: at once.
+	delay time.Duration
 }
 
 func (s *natsSubscriber) settle(st natsSettling) {
@@ -486,8 +500,11 @@ func (s *natsSubscriber) tend() {
 // send sends an ack or nak and says whether it went out.
 func (s *natsSubscriber) send(st natsSettling) bool {
 	body := natsNak
-	if st.ack {
+	switch {
+	case st.ack:
 		body = natsAck
+	case st.delay > 0:
+		body = natsNakDelay(st.delay)
 	}
 	err := s.nc.Publish(st.nm.Reply, body)
 	switch {

@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/entoutbox/entoutbox/events"
 )
 
 // Redis Streams through watermill-redisstream: topic T is the stream key T
@@ -21,11 +23,20 @@ import (
 //
 // The module's subscriber reads one entry ahead of its consumer, so when a
 // member stops, the entry it had read but not handed over stays pending
-// under its name until another member claims it, after the module's idle
-// time of 60 s: it is delivered late, never lost. redisSubscriber's Close
-// gives such entries back to the group at once (a process that dies
-// without Close still leaves them for 60 s), and removes two other ways for
-// Close to strand entries like that.
+// under its name until another member claims it, once it has been idle
+// for redisClaimIdle (6 s; the module's own default is 60 s): it is
+// delivered late, never lost. redisSubscriber's Close gives such entries
+// back to the group at once, and removes two other ways for Close to
+// strand entries like that. A process that dies without Close leaves its
+// entries for redisClaimIdle: a killed instance costs seconds, not a
+// minute. So that a live member's entries are not claimed from it while
+// its handler runs or waits (an event waiting for its aggregate's previous
+// one waits up to GapWait, and more), it touches the entries it holds
+// every redisKeepAlive (XCLAIM to itself, JUSTID: their idle time starts
+// again, their delivery count stays). Members gone for redisConsumerTimeout
+// with nothing pending are removed from the group (the module's check,
+// every redisCheckConsumers): each instance's subscriber is a member of
+// its own name, and a restart leaves the old one behind.
 //
 // The module's Publisher and Subscriber each close their client on Close, so
 // each gets a client of its own, made from the same options.
@@ -42,6 +53,20 @@ import (
 // redisAckTimeout bounds how long Close waits for the module to record the
 // acks given before Close (XACK) before it stops the module regardless.
 const redisAckTimeout = 5 * time.Second
+
+const (
+	// redisClaimIdle is how long a pending entry is idle before another
+	// member claims it: a dead member's entries come back after it.
+	redisClaimIdle = 6 * time.Second
+	// redisKeepAlive is how often a member touches the entries it holds,
+	// well within redisClaimIdle.
+	redisKeepAlive = 2 * time.Second
+	// redisConsumerTimeout is how long a member with nothing pending is
+	// idle before it is removed from its group, checked every
+	// redisCheckConsumers.
+	redisConsumerTimeout = 2 * time.Minute
+	redisCheckConsumers  = 30 * time.Second
+)
 
 func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
 	opts, err := redis.ParseURL(raw)
@@ -81,14 +106,18 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 func newRedisSubscriber(opts *redis.Options, group string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	o := *opts
 	consumer := watermill.NewShortUUID()
-	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer, release: map[string]int{}}
+	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
+		release: map[string][]time.Duration{}, held: map[string]map[string]bool{}}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
 		ConsumerGroup: group,
 		// A released entry (a nack) comes back within a claim round.
-		ClaimInterval: time.Second,
-		OldestId:      "0",
+		ClaimInterval:          time.Second,
+		MaxIdleTime:            redisClaimIdle,
+		CheckConsumersInterval: redisCheckConsumers,
+		ConsumerTimeout:        redisConsumerTimeout,
+		OldestId:               "0",
 		// Otherwise the first read blocks with no timeout and Close cannot
 		// stop it.
 		DisableIndefiniteInitialBlock: true,
@@ -97,7 +126,7 @@ func newRedisSubscriber(opts *redis.Options, group string, logger watermill.Logg
 		_ = client.Close()
 		return nil, err
 	}
-	return &redisSubscriber{
+	s := &redisSubscriber{
 		opts:      opts,
 		sub:       sub,
 		client:    client,
@@ -105,39 +134,59 @@ func newRedisSubscriber(opts *redis.Options, group string, logger watermill.Logg
 		closed:    make(chan struct{}),
 		topics:    map[string]int{},
 		delivered: map[*message.Message]string{},
-	}, nil
+		logger:    logger,
+	}
+	s.keeping.Add(1)
+	go s.keepAlive()
+	return s, nil
 }
 
-// ackCountingClient counts the XACKs the module's subscriber made, and
-// turns the XACK of an entry the consumer nacked into its release to the
-// group.
+// ackCountingClient counts the XACKs the module's subscriber made, turns
+// the XACK of an entry the consumer nacked into its release to the group,
+// and keeps the ids of the entries the member holds (read or claimed, not
+// yet acked or released) for keepAlive.
 type ackCountingClient struct {
 	*redis.Client
 	group, consumer string
 	xacks           atomic.Int64
 
-	mu      sync.Mutex
-	release map[string]int // stream -> the next XACKs on it that are releases
+	mu sync.Mutex
+	// release is, per stream, the next XACKs on it that are releases, with
+	// the delay the consumer asked for each (events.MetaNackDelay).
+	release map[string][]time.Duration
+	held    map[string]map[string]bool // stream -> ids
 }
 
 // redisReleasedIdle is the idle time a released entry is given: past the
-// module's claim threshold (60 s), so that the next claim round takes it.
+// claim threshold, so that the next claim round takes it.
 const redisReleasedIdle = time.Hour
 
-// releaseNext makes the module's next XACK on stream a release. The module
-// hands over one entry of a stream at a time and XACKs it before the next,
-// so the next XACK is the nacked entry's.
-func (c *ackCountingClient) releaseNext(stream string) {
+// releaseNext makes the module's next XACK on stream a release, whose
+// entry is claimed again after delay (at the next claim round when 0,
+// after redisClaimIdle at most). The module hands over one entry of a
+// stream at a time and XACKs it before the next, so the next XACK is the
+// nacked entry's.
+func (c *ackCountingClient) releaseNext(stream string, delay time.Duration) {
 	c.mu.Lock()
-	c.release[stream]++
+	c.release[stream] = append(c.release[stream], delay)
 	c.mu.Unlock()
+}
+
+// releasedIdle is the idle time that makes a released entry claimable
+// after delay.
+func releasedIdle(delay time.Duration) time.Duration {
+	if delay <= 0 {
+		return redisReleasedIdle
+	}
+	return max(redisClaimIdle-delay, 0)
 }
 
 func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
-	release := c.release[stream] > 0
+	release := len(c.release[stream]) > 0
+	var delay time.Duration
 	if release {
-		c.release[stream]--
+		delay, c.release[stream] = c.release[stream][0], c.release[stream][1:]
 	}
 	c.mu.Unlock()
 	if release {
@@ -146,23 +195,102 @@ func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids 
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		args = append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")
+		args = append(args, "IDLE", releasedIdle(delay).Milliseconds(), "JUSTID")
 		if err := c.Client.Do(ctx, args...).Err(); err != nil {
 			cmd.SetErr(err) // the module retries, and releases on its retry
 			c.mu.Lock()
-			c.release[stream]++
+			c.release[stream] = append([]time.Duration{delay}, c.release[stream]...)
 			c.mu.Unlock()
 			return cmd
 		}
+		c.forget(stream, ids)
 		c.xacks.Add(1)
 		cmd.SetVal(int64(len(ids)))
 		return cmd
 	}
 	cmd := c.Client.XAck(ctx, stream, group, ids...)
 	if cmd.Err() == nil {
+		c.forget(stream, ids)
 		c.xacks.Add(1)
 	}
 	return cmd
+}
+
+// XReadGroup and XClaim note the entries the module takes: the member
+// holds them until it acks or releases them.
+func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+	cmd := c.Client.XReadGroup(ctx, a)
+	for _, xs := range cmd.Val() {
+		c.hold(xs.Stream, xs.Messages)
+	}
+	return cmd
+}
+
+func (c *ackCountingClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
+	cmd := c.Client.XClaim(ctx, a)
+	c.hold(a.Stream, cmd.Val())
+	return cmd
+}
+
+func (c *ackCountingClient) hold(stream string, msgs []redis.XMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[stream] == nil {
+		c.held[stream] = map[string]bool{}
+	}
+	for _, m := range msgs {
+		c.held[stream][m.ID] = true
+	}
+}
+
+func (c *ackCountingClient) forget(stream string, ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		delete(c.held[stream], id)
+	}
+}
+
+// holding returns the ids of the entries the member holds, per stream.
+func (c *ackCountingClient) holding() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]string{}
+	for stream, ids := range c.held {
+		for id := range ids {
+			out[stream] = append(out[stream], id)
+		}
+	}
+	return out
+}
+
+// keepAlive touches the entries the member holds every redisKeepAlive
+// until Close, so that no other member claims them while it lives.
+func (s *redisSubscriber) keepAlive() {
+	defer s.keeping.Done()
+	tick := time.NewTicker(redisKeepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case <-tick.C:
+		}
+		for stream, ids := range s.client.holding() {
+			ctx, cancel := context.WithTimeout(context.Background(), redisKeepAlive)
+			// JUSTID: the idle time starts again, the delivery count stays.
+			err := s.client.XClaimJustID(ctx, &redis.XClaimArgs{Stream: stream, Group: s.client.group,
+				Consumer: s.client.consumer, MinIdle: 0, Messages: ids}).Err()
+			cancel()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				s.logger.Debug("Cannot touch the Redis entries this member holds; another member may claim them",
+					watermill.LogFields{"stream": stream, "group": s.client.group, "error": err.Error()})
+			}
+		}
+	}
 }
 
 // redisSubscriber hands the module's messages over and closes it in an order
@@ -178,9 +306,11 @@ type redisSubscriber struct {
 	sub    *redisstream.Subscriber
 	client *ackCountingClient
 
+	logger     watermill.LoggerAdapter
 	stopping   chan struct{} // Close started: hand nothing more over
 	closed     chan struct{} // Close is done
 	forwarders sync.WaitGroup
+	keeping    sync.WaitGroup // keepAlive
 	closeOnce  sync.Once
 	closeErr   error
 
@@ -257,7 +387,8 @@ func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
 			m.Nack()
 			return
 		}
-		s.client.releaseNext(topic)
+		delay, _ := time.ParseDuration(c.Metadata.Get(events.MetaNackDelay))
+		s.client.releaseNext(topic, delay)
 	case <-s.closed:
 		return
 	}
@@ -283,6 +414,7 @@ func (s *redisSubscriber) Close() error {
 		s.mu.Unlock()
 		close(s.stopping)
 		s.forwarders.Wait()
+		s.keeping.Wait()
 
 		// Let the module XACK every message acked so far before it closes.
 		s.mu.Lock()

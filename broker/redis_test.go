@@ -115,3 +115,97 @@ func unacked(ctx context.Context, t *testing.T, ch <-chan *message.Message) *mes
 		return nil
 	}
 }
+
+// killRedisMember stops s as a dying process does: nothing it holds is
+// acked or given back, and it no longer touches its entries.
+func killRedisMember(s message.Subscriber) {
+	rs := s.(*ownedSubscriber).Subscriber.(*redisSubscriber)
+	rs.closeOnce.Do(func() {
+		rs.mu.Lock()
+		rs.stopped = true
+		rs.mu.Unlock()
+		close(rs.stopping)
+		rs.forwarders.Wait()
+		rs.keeping.Wait()
+		rs.closeErr = rs.sub.Close()
+		close(rs.closed)
+	})
+}
+
+// A member that dies without Close leaves what it held pending under its
+// name: another member claims it after redisClaimIdle (seconds), not after
+// the module's 60 s.
+func TestRedisKilledMemberEntriesComeBackInSeconds(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.kill." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	dying, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := dying.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(3)
+	publish(t, b, topic, sent)
+	held := unacked(ctx, t, ch)
+	require.Equal(t, sent[0].uuid, held.UUID)
+	time.Sleep(300 * time.Millisecond) // the module reads ahead
+	killRedisMember(dying)
+
+	staying, err := b.Subscriber("g")
+	require.NoError(t, err)
+	defer staying.Close()
+	ch2, err := staying.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	began := time.Now()
+	wctx, wcancel := context.WithTimeout(ctx, 40*time.Second) // the module's own claim comes after 60 s
+	defer wcancel()
+	got := receive(wctx, t, ch2, len(sent))
+	for _, m := range got {
+		m.Ack()
+	}
+	assertSame(t, sent, got, false)
+	t.Logf("the dead member's entries came back in %s", time.Since(began).Round(100*time.Millisecond))
+}
+
+// A live member's entries are not claimed from it however long its
+// handler holds them: it touches them, and their idle time never reaches
+// redisClaimIdle.
+func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.keep." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	holder, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := holder.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(1)
+	publish(t, b, topic, sent)
+	held := unacked(ctx, t, ch)
+
+	other, err := b.Subscriber("g")
+	require.NoError(t, err)
+	defer other.Close()
+	ch2, err := other.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	assertNothingMore(t, ch2, 3*redisClaimIdle) // held three times the claim idle
+	// Nor claimed by its own member's claim round, which would deliver it
+	// to it again: still delivered once, to its member.
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	pending, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, holder.(*ownedSubscriber).Subscriber.(*redisSubscriber).client.consumer, pending[0].Consumer)
+	require.EqualValues(t, 1, pending[0].RetryCount, "times delivered")
+	held.Ack()
+	assertNothingMore(t, ch2, 2*time.Second)
+}

@@ -63,10 +63,14 @@ type Config struct {
 	// GapWait bounds how long one delivery of an event waits, in the
 	// handler set, for its aggregate's previous event (which another
 	// instance may be handling) while the aggregate does not move; then
-	// the message is nacked, for the broker to deliver again. Four times
-	// as long while its subscription has a free slot (a NATS subscriber
-	// with fewer than max_in_flight messages): it keeps no other event
-	// out. 5 s when zero.
+	// the message is nacked, for the broker to deliver again (after
+	// GapWait, where the broker can delay it, unless it is its aggregate's
+	// lowest waiting event here: events.MetaNackDelay). Four times as long
+	// while its subscription has a free slot (a NATS subscriber with fewer
+	// than max_in_flight messages): it keeps no other event out. When
+	// every slot is taken and the aggregate has not moved for GapWait, the
+	// higher half of its waiting events leave (shed), to let its earlier
+	// ones in. 5 s when zero.
 	GapWait time.Duration
 	// MaxGap is how long an aggregate waits for a missing event before the
 	// consumer stops waiting: the waiting event goes to the dead letters
@@ -79,10 +83,17 @@ type Config struct {
 	// starts the aggregate at the lowest that waited (logged at info):
 	// a consumer whose subscription began after the aggregate's first
 	// events never gets those. Longer than any broker's redelivery of a
-	// dead instance's messages (NATS ack_wait, Redis's claim after 60 s),
+	// dead instance's messages (NATS ack_wait, Redis's claim after 6 s),
 	// or a first event in flight there would be skipped. 2 min when zero;
 	// negative never starts late (MaxGap holds the aggregate instead).
 	StartAfter time.Duration
+	// StallAfter is how long this instance may hold events of a topic that
+	// wait for their turn without applying any event of it before it says
+	// the consumer is stalled there: one log line naming the topic and
+	// what the waiting event waits for, and the gauge
+	// entoutbox_consumer_stalled{consumer,topic} at 1 until an event of
+	// the topic is applied. 1 min when zero; negative never says so.
+	StallAfter time.Duration
 	// TracerProvider starts a consumer span "process <topic>" around each
 	// delivery, a child of the relay's send span whose context the message
 	// carries (otel.GetTextMapPropagator()). The global provider when nil,
@@ -142,6 +153,10 @@ func WithMaxGap(d time.Duration) Option { return func(c *Config) { c.MaxGap = d 
 // aggregate new to it before starting it later (Config.StartAfter).
 func WithStartAfter(d time.Duration) Option { return func(c *Config) { c.StartAfter = d } }
 
+// WithStallAfter sets how long a topic's events wait here without any
+// being applied before the consumer says it is stalled (Config.StallAfter).
+func WithStallAfter(d time.Duration) Option { return func(c *Config) { c.StallAfter = d } }
+
 // WithMetrics reports the deliveries in m.
 func WithMetrics(m *metrics.Metrics) Option { return func(c *Config) { c.Metrics = m } }
 
@@ -182,6 +197,9 @@ func newConfig(opts []Option) Config {
 	}
 	if c.StartAfter == 0 {
 		c.StartAfter = 2 * time.Minute
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = time.Minute
 	}
 	if c.gapPauses == (gapPauses{}) {
 		c.gapPauses = defaultGapPauses

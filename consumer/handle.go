@@ -207,7 +207,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				if errors.As(err, &missing) {
 					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, ordering.LetterForMissing)
 				}
-				return err
+				return s.nackLater(ctx, msg, err)
 			}
 			mayGo = true
 			continue // not an attempt: the handler did not run
@@ -220,7 +220,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				return setAside(metrics.ReasonHeld, held.Error(), 0, took, ordering.LetterFollows)
 			}
 			if err := s.waitRelease(ctx, m, held); err != nil {
-				return err
+				return s.nackLater(ctx, msg, err)
 			}
 			continue // not an attempt: the handler did not run
 		case errors.Is(err, ordering.ErrSettle):

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -79,12 +80,28 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 				r.AddConsumerHandler(name, full, sub, func(msg *message.Message) error {
 					ctx, done := slots.hold(msg.Context())
 					defer done()
-					return s.Handle(ctx, consumer, msg)
+					return s.nackQuietly(msg, s.Handle(ctx, consumer, msg))
 				})
 			}
 		}
 	}
 	return nil
+}
+
+// nackQuietly nacks msg itself when err is a delivery's wait for its
+// turn that ended (normal flow: a predecessor in flight elsewhere, or
+// back after a kill), logging it at debug level; the router would log it
+// as a handler error, and a real stall would look like that noise
+// (stall.go says when there is one). Other errors go to the router.
+func (s *Set) nackQuietly(msg *message.Message, err error) error {
+	var later *turnNack
+	if !errors.As(err, &later) {
+		return err
+	}
+	s.cfg.Logger.Debug("Delivery nacked, to come again: it waited for its aggregate's previous event",
+		watermill.LogFields{"message_uuid": msg.UUID, "reason": err.Error(), "nack_delay": msg.Metadata.Get(events.MetaNackDelay)})
+	msg.Nack()
+	return nil // the router's ack after a nack does nothing
 }
 
 var errNoPositions = errors.New("the schema has no consumer positions")

@@ -28,6 +28,7 @@ type Set struct {
 	begin      func(context.Context) (Tx, error)
 	batch      *batching.Batcher // nil: one event per transaction
 	turns      turns             // wakes deliveries waiting for an aggregate's previous event
+	stalls     stallWatch        // says when a topic's waiting events make no progress (stall.go)
 	wake       *waker            // and when another instance applies one
 	breaker    *breaker          // pauses the set while its database cannot be reached (outage.go)
 	// slots bounds the set's own transactions and statements outside
@@ -72,6 +73,7 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
+	s.turns.progressed = s.appliedOnTopic
 	s.wake = newWaker(db, tables, &s.turns, cfg.Logger)
 	s.breaker = newBreaker(db, cfg.outagePauses, cfg.Logger)
 	return s

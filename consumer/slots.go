@@ -64,3 +64,18 @@ func freeSlot(ctx context.Context) bool {
 	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
 	return s != nil && s.used.Load() < int64(s.max)
 }
+
+// fullWindow reports whether the subscription that delivered the message
+// handled with ctx holds as many messages as it may: it pulls no more
+// until one leaves.
+func fullWindow(ctx context.Context) bool {
+	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
+	return s != nil && s.used.Load() >= int64(s.max)
+}
+
+// slotted reports whether the message handled with ctx came from a
+// subscription that holds many messages itself.
+func slotted(ctx context.Context) bool {
+	s, _ := ctx.Value(subscriberSlotsKey{}).(*subscriberSlots)
+	return s != nil
+}

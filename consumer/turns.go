@@ -7,7 +7,9 @@ package consumer
 // position; and when another instance applies one (wake.go).
 
 import (
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/entoutbox/entoutbox/events"
 )
@@ -29,6 +31,8 @@ type turns struct {
 	held map[turnKey]map[int64]int
 	// left is told when a held delivery leaves (nil: nothing to tell).
 	left func(turnKey)
+	// progressed is told of each event applied here (nil: nothing to tell).
+	progressed func(events.Meta)
 }
 
 // hold counts m among the deliveries this set handles until release.
@@ -82,6 +86,11 @@ type turn struct {
 	applied chan struct{}
 	seqs    map[int64]int // waiting here: how many deliveries of each
 	moved   positionMove  // the latest move a wake told of
+	movedAt time.Time     // when a wake last told of a move, or the first one began to wait
+	// The latest shedding round (shed): the seqs from shedFrom on leave
+	// until shedUntil; 0: none.
+	shedFrom  int64
+	shedUntil time.Time
 }
 
 // positionMove is what a wake tells of the position it moved.
@@ -104,7 +113,7 @@ func (t *turns) join(m events.Meta) *turnWaiter {
 	}
 	w := t.waiting[k]
 	if w == nil {
-		w = &turn{applied: make(chan struct{}), seqs: map[int64]int{}}
+		w = &turn{applied: make(chan struct{}), seqs: map[int64]int{}, movedAt: time.Now()}
 		t.waiting[k] = w
 	}
 	w.seqs[m.AggregateSeq]++
@@ -167,8 +176,40 @@ func (tw *turnWaiter) leave() {
 	}
 }
 
+// shed reports whether this delivery is to leave, nacked to come again
+// later, to free its subscription's full window for the aggregate's
+// earlier events: the aggregate has not moved for d, and it is in the
+// higher half of the seqs waiting here. A round decides which seqs leave,
+// and the next one comes d later at the earliest; a move ends it. The
+// lowest waiting event never leaves this way.
+func (tw *turnWaiter) shed(d time.Duration) bool {
+	tw.t.mu.Lock()
+	defer tw.t.mu.Unlock()
+	w := tw.w
+	now := time.Now()
+	if now.Sub(w.movedAt) >= d && !now.Before(w.shedUntil.Add(d-gapShedRound)) {
+		seqs := make([]int64, 0, len(w.seqs))
+		for seq := range w.seqs {
+			seqs = append(seqs, seq)
+		}
+		slices.Sort(seqs)
+		w.shedFrom, w.shedUntil = 0, now.Add(gapShedRound)
+		if half := len(seqs) / 2; half > 0 {
+			w.shedFrom = seqs[len(seqs)-half]
+		}
+	}
+	return w.shedFrom > 0 && tw.seq >= w.shedFrom && now.Before(w.shedUntil)
+}
+
+// gapShedRound is how long the seqs a shedding round chose have to see
+// it: each waiting delivery looks at least every pauses.behind.
+const gapShedRound = 3 * time.Second
+
 // applied wakes the deliveries waiting on m's aggregate.
 func (t *turns) applied(m events.Meta) {
+	if t.progressed != nil {
+		t.progressed(m)
+	}
 	if m.AggregateSeq == 0 {
 		return // not in an order: nothing waits on it
 	}
@@ -182,6 +223,9 @@ func (t *turns) wake(k turnKey, mv positionMove) {
 	if w := t.waiting[k]; w != nil {
 		if mv.last > w.moved.last || mv.last == w.moved.last && mv.told {
 			w.moved = mv
+		}
+		if mv.last > 0 {
+			w.movedAt, w.shedFrom = time.Now(), 0
 		}
 		close(w.applied)
 		w.applied = make(chan struct{})

@@ -2,11 +2,13 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
@@ -80,8 +82,16 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	defer s.wake.release()
 	tw := s.turns.join(m)
 	defer tw.leave()
+	defer s.stalls.waitBegins(m, s.cfg.GapWait)()
 	for {
 		woken, lowest := tw.next()
+		s.checkStall(m, gap.Want)
+		if fullWindow(ctx) && tw.shed(s.cfg.GapWait) {
+			s.cfg.Metrics.ShedTurn(m.Consumer)
+			return &turnNack{later: true, err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited for seq %d while its aggregate "+
+				"did not move for %s and its subscription's window was full; nacked, to come again later, so that earlier events get in",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, gap.Want, s.cfg.GapWait)}
+		}
 		if mv := tw.moved(); mv.last+1 > gap.Want {
 			gap.Want = mv.last + 1 // what the last wake here told
 			if mv.told {
@@ -148,14 +158,17 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		}
 		// A gap older than GapWait is not one another instance is about to
 		// fill: after a pause (so that a broker that redelivers at once does
-		// not spin), the slot goes to other aggregates' events.
-		long := gap.Waited >= s.cfg.GapWait && !freeSlot(ctx)
+		// not spin), the member goes to other aggregates' events. Not on a
+		// subscription with slots: a full window sheds its higher waiting
+		// events instead (above), and keeps the next one, which may be
+		// about to go.
+		long := gap.Waited >= s.cfg.GapWait && !freeSlot(ctx) && !slotted(ctx)
 		if long {
 			w.pause = pauses.max
 		}
 		if long && time.Since(w.since) >= pauses.max || time.Since(w.moved) >= s.gapWait(ctx) {
-			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)
+			return &turnNack{later: !lowest, err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)}
 		}
 		pause := w.pause
 		if !lowest {
@@ -190,6 +203,30 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			return err
 		}
 	}
+}
+
+// turnNack is a delivery nacked after it waited for its aggregate's turn:
+// normal flow, not a failure. AddToRouter logs it at debug level. One that
+// is not its aggregate's lowest waiting here (later) asks the broker to
+// deliver it again after GapWait, not at once (events.MetaNackDelay), so
+// that it does not take the slot its predecessor needs; the lowest comes
+// again at once: it may be next.
+type turnNack struct {
+	err   error
+	later bool
+}
+
+func (e *turnNack) Error() string { return e.err.Error() }
+func (e *turnNack) Unwrap() error { return e.err }
+
+// nackLater asks the broker, through msg's metadata, to deliver msg again
+// after GapWait when err is a turnNack, and returns err.
+func (s *Set) nackLater(ctx context.Context, msg *message.Message, err error) error {
+	var later *turnNack
+	if errors.As(err, &later) && later.later && ctx.Err() == nil {
+		msg.Metadata.Set(events.MetaNackDelay, s.cfg.GapWait.String())
+	}
+	return err
 }
 
 // lookForGap returns the gap m waits on, an *OutOfOrderError, or nil when
@@ -323,8 +360,8 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 		case !still:
 			return nil
 		case time.Since(began) >= s.cfg.GapWait:
-			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s for its retried seq %d; nacked, to come again",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, held.HeldSeq)
+			return &turnNack{err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s for its retried seq %d; nacked, to come again",
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, held.HeldSeq)}
 		}
 	}
 }

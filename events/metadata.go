@@ -40,6 +40,14 @@ const (
 	// the event becomes due; its lateness is the time from it to the
 	// publish.
 	MetaDeliverAt = "outbox_deliver_at"
+	// MetaNackDelay is set by a consumer on a message it nacks to come
+	// again later, not at once: a Go duration ("5s"). An event that waited
+	// for its aggregate's previous one and was nacked must not come
+	// straight back and take the slot its predecessor needs. NATS
+	// JetStream delays the redelivery by it (a NAK with a delay), Redis
+	// Streams by the idle time it gives the released entry; other brokers
+	// ignore it.
+	MetaNackDelay = "outbox_nack_delay"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

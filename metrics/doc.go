@@ -92,6 +92,10 @@
 //	entoutbox_consumer_event_age_seconds{consumer,event}           histogram, outbox_created_at to handled
 //	entoutbox_consumer_redeliveries_total{consumer}                counter, messages the broker delivered again
 //	entoutbox_consumer_gap_waits_total{consumer}                   counter, deliveries that waited for their aggregate's previous event
+//	entoutbox_consumer_shed_turns_total{consumer}                  counter, waiting deliveries nacked to free a full window
+//	    for their aggregate's earlier events (they come again after GapWait)
+//	entoutbox_consumer_stalled{consumer,topic}                     gauge, 1 while the instance holds events of the topic that
+//	    wait and has applied none of it for StallAfter (logged once when it begins)
 //	entoutbox_consumer_batch_events                                histogram, events one handler transaction applied
 //
 // Redeliveries come from the delivery count the broker reports (NATS

@@ -56,6 +56,8 @@ type Metrics struct {
 	consumerEventAge        *prometheus.HistogramVec // consumer, event
 	consumerRedeliveries    *prometheus.CounterVec   // consumer
 	consumerGapWaits        *prometheus.CounterVec   // consumer
+	consumerShedTurns       *prometheus.CounterVec   // consumer
+	consumerStalled         *prometheus.GaugeVec     // consumer, topic
 	consumerBatchEvents     prometheus.Histogram
 	emitEvents              *prometheus.CounterVec // event
 
@@ -163,6 +165,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "entoutbox_consumer_gap_waits_total",
 			Help: "Deliveries that came before their aggregate's previous event was applied and waited for it, by consumer.",
 		}, []string{"consumer"}),
+		consumerShedTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "entoutbox_consumer_shed_turns_total",
+			Help: "Waiting deliveries nacked, to come again later, to free a full window for their aggregate's earlier events, by consumer.",
+		}, []string{"consumer"}),
+		consumerStalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "entoutbox_consumer_stalled",
+			Help: "1 while this instance has applied no event of the topic for StallAfter though it holds some that wait, by consumer and topic.",
+		}, []string{"consumer", "topic"}),
 		consumerBatchEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "entoutbox_consumer_batch_events",
 			Help:    "Events one handler transaction applied (batches; 1 = one event alone).",
@@ -185,7 +195,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		m.scheduledPromoteFailures, m.relayRetries, m.relayDeadLettered,
 		m.relayClaimDuration, m.relayClaimRows, m.relayLeaseRenewalFailures, m.relayPartitionsOwned,
 		m.consumerDeliveries, m.consumerDeadLettered, m.consumerHandlerDuration, m.consumerEventAge, m.consumerRedeliveries,
-		m.consumerGapWaits, m.consumerBatchEvents, m.emitEvents, m.backlog,
+		m.consumerGapWaits, m.consumerShedTurns, m.consumerStalled, m.consumerBatchEvents, m.emitEvents, m.backlog,
 		m.lag,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -358,6 +368,28 @@ func (m *Metrics) WaitedForTurn(consumer string) {
 		return
 	}
 	m.consumerGapWaits.WithLabelValues(consumer).Inc()
+}
+
+// ShedTurn records a waiting delivery to consumer nacked to free a full
+// window for its aggregate's earlier events.
+func (m *Metrics) ShedTurn(consumer string) {
+	if m == nil {
+		return
+	}
+	m.consumerShedTurns.WithLabelValues(consumer).Inc()
+}
+
+// Stalled sets whether consumer makes no progress on topic though it
+// holds events of it that wait.
+func (m *Metrics) Stalled(consumer, topic string, stalled bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if stalled {
+		v = 1
+	}
+	m.consumerStalled.WithLabelValues(consumer, topic).Set(v)
 }
 
 // Batch records a handler transaction that applied n events.

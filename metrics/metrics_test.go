@@ -52,6 +52,8 @@ func TestNewRegistersTheContract(t *testing.T) {
 		"entoutbox_consumer_lag_events",
 		"entoutbox_consumer_lag_oldest_seconds",
 		"entoutbox_consumer_redeliveries_total",
+		"entoutbox_consumer_shed_turns_total",
+		"entoutbox_consumer_stalled",
 		"entoutbox_dead_letters",
 		"entoutbox_emit_events_total",
 		"entoutbox_outbox_oldest_pending_age_seconds",

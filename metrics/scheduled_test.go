@@ -96,6 +96,8 @@ func TestMetricsLint(t *testing.T) {
 	m.Handled("billing", "order.paid", time.Now())
 	m.Redelivered("billing")
 	m.WaitedForTurn("billing")
+	m.ShedTurn("billing")
+	m.Stalled("billing", "orders", true)
 	m.Batch(1)
 	m.Emitted("order.paid", 1)
 	require.True(t, promtest.Present(t, reg, "entoutbox_scheduled_waiting_events"))
