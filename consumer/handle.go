@@ -66,198 +66,257 @@ func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message)
 // handle is one run of Handle, until an outage stops it: an
 // *OutageError when a try of the handler met one.
 func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message) (err error) {
-	m, metaErr := metaOf(msg)
-	m.Consumer = consumer
+	d := s.newDelivery(consumer, msg, message.SubscribeTopicFromCtx(ctx))
+	if tracer := s.tracer.Get(); tracer != nil {
+		var span trace.Span
+		ctx, span = startProcess(ctx, tracer, consumer, d.destination, msg)
+		defer func() { endProcess(span, err, d.deadLettered) }()
+	}
+	if err, done := d.prepare(ctx); done {
+		return err
+	}
+	if ordering.Ordered(s.tables, d.m) {
+		defer s.turns.hold(d.m)()
+	}
+	if !d.passing {
+		if d.payload, err = decode(d.typ, d.m, msg); err != nil {
+			return d.setAside(ctx, metrics.ReasonMalformed, err.Error(), 0, 0, s.letterOrder())
+		}
+	}
+	return d.tries(ctx)
+}
+
+// delivery is one run of a message through the handler set: what it is,
+// its handler, and where its tries stand.
+type delivery struct {
+	s           *Set
+	consumer    string
+	msg         *message.Message
+	m           events.Meta
+	metaErr     error // the message's metadata is malformed
+	typ         EventType
+	known       bool   // a declared event
+	event       string // the metrics label
+	destination string // the topic as subscribed, or the event's own with the prefix
+
+	fn      HandlerFunc
+	inTx    TxHandlerFunc     // set when the handler writes in a transaction the set gives it
+	many    *batching.Handler // set for a handler of many events at once
+	passing bool              // an event on the topic the consumer does not handle
+	payload any
+
+	turn         gapWait // its wait for its aggregate's previous event
+	deadLettered string  // the reason, for the span
+	mayGo        bool    // its wait for its turn said it may go
+	settled      int     // positions settled past a discarded event (ordering.ErrSettle), a bound against a loop
+}
+
+func (s *Set) newDelivery(consumer string, msg *message.Message, subscribed string) *delivery {
+	d := &delivery{s: s, consumer: consumer, msg: msg, event: metricsUnknownEvent, destination: subscribed}
+	d.m, d.metaErr = metaOf(msg)
+	d.m.Consumer = consumer
 	if n, _ := strconv.Atoi(msg.Metadata.Get(events.MetaDeliveryCount)); n > 1 {
 		s.cfg.Metrics.Redelivered(consumer)
 	}
-	subscribed := message.SubscribeTopicFromCtx(ctx)
 	if subscribed != "" {
-		m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)
+		d.m.Topic = strings.TrimPrefix(subscribed, s.cfg.TopicPrefix)
 	}
-	typ, known := s.types[m.Name]
-	event := metricsUnknownEvent // a label for what no declaration names
-	if known {
-		event = m.Name
-		if m.Topic == "" {
-			m.Topic = typ.Topic // called directly: the topic its aggregate's seq counts on
+	d.typ, d.known = s.types[d.m.Name]
+	if d.known {
+		d.event = d.m.Name
+		if d.m.Topic == "" {
+			d.m.Topic = d.typ.Topic // called directly: the topic its aggregate's seq counts on
+		}
+		if d.destination == "" {
+			d.destination = s.cfg.TopicPrefix + d.typ.Topic
 		}
 	}
-	var deadLettered string // the reason, for the span
-	destination := subscribed
-	if destination == "" && known {
-		destination = s.cfg.TopicPrefix + typ.Topic
+	return d
+}
+
+// prepare sets aside a malformed or undeclared message and finds the
+// delivery's handler; done says the delivery ended (with err).
+func (d *delivery) prepare(ctx context.Context) (err error, done bool) {
+	s, m := d.s, d.m
+	if d.metaErr != nil {
+		return d.setAside(ctx, metrics.ReasonMalformed, d.metaErr.Error(), 0, 0, ordering.LetterFollows), true
 	}
-	if tracer := s.tracer.Get(); tracer != nil {
-		var span trace.Span
-		ctx, span = startProcess(ctx, tracer, consumer, destination, msg)
-		defer func() { endProcess(span, err, deadLettered) }()
-	}
-	var turn gapWait // this delivery's wait for its aggregate's previous event
-	// setAside stores a dead letter with its reason, counted under class
-	// (a metrics.Reason constant).
-	setAside := func(class, reason string, attempts int, d time.Duration, order ordering.LetterOrder) error {
-		written, err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order)
-		if err != nil {
-			return err
-		}
-		if !written { // a letter of the event was stored, logged and counted before
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, d)
-			return nil
-		}
-		deadLettered = reason
-		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDeadLettered, d)
-		s.cfg.Metrics.ConsumerDeadLettered(consumer, class)
-		return nil
-	}
-	if metaErr != nil {
-		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, ordering.LetterFollows)
-	}
-	if !known {
-		return setAside(metrics.ReasonUnknownEvent, fmt.Sprintf("unknown event %q (version %d): this code declares no such event",
-			m.Name, m.Version), 0, 0, s.letterOrder())
+	if !d.known {
+		return d.setAside(ctx, metrics.ReasonUnknownEvent, fmt.Sprintf("unknown event %q (version %d): this code declares no such event",
+			m.Name, m.Version), 0, 0, s.letterOrder()), true
 	}
 	s.mu.Lock()
-	fn, inTx, many := s.handlers[consumer][m.Name], s.txHandlers[consumer][m.Name], s.manyHandlers[consumer][m.Name]
+	d.fn, d.inTx, d.many = s.handlers[d.consumer][m.Name], s.txHandlers[d.consumer][m.Name], s.manyHandlers[d.consumer][m.Name]
 	s.mu.Unlock()
-	passing := fn == nil // an event on the topic this consumer does not handle
-	if passing {
+	d.passing = d.fn == nil
+	if d.passing {
 		if !ordering.Ordered(s.tables, m) {
-			return nil
+			return nil, true
 		}
-		fn = s.passUnhandled // it still takes its place in its aggregate's order
+		d.fn = s.passUnhandled // it still takes its place in its aggregate's order
 	}
 	s.warnUnordered(m)
-	if ordering.Ordered(s.tables, m) {
-		defer s.turns.hold(m)()
+	return nil, false
+}
+
+// setAside stores a dead letter with its reason, counted under class
+// (a metrics.Reason constant).
+func (d *delivery) setAside(ctx context.Context, class, reason string, attempts int, took time.Duration, order ordering.LetterOrder) error {
+	s := d.s
+	written, err := s.giveUp(ctx, &d.turn, d.m, d.destination, d.msg, reason, attempts, order)
+	if err != nil {
+		return err
 	}
-	var payload any
-	if !passing {
-		if payload, err = decode(typ, m, msg); err != nil {
-			return setAside(metrics.ReasonMalformed, err.Error(), 0, 0, s.letterOrder())
-		}
+	if !written { // a letter of the event was stored, logged and counted before
+		s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultDuplicate, took)
+		return nil
 	}
-	// The first try is made in a shared transaction, and again after each
-	// wait for the aggregate's turn (the handler did not run); what the
-	// batch does not apply takes the path below, with its own transaction.
-	batched := s.batch != nil && (inTx != nil || passing)
-	mayGo := false // its wait for its turn said it may go
-	settled := 0   // positions settled past a discarded event (ordering.ErrSettle), a bound against a loop
+	d.deadLettered = reason
+	s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultDeadLettered, took)
+	s.cfg.Metrics.ConsumerDeadLettered(d.consumer, class)
+	return nil
+}
+
+// tries runs the handler until it is applied, a duplicate, set aside or
+// nacked: up to MaxAttempts tries with backoff; a wait for the
+// aggregate's turn is not an attempt (the handler did not run).
+func (d *delivery) tries(ctx context.Context) error {
+	s := d.s
 	for attempt := 1; ; {
-		m.Attempt = attempt
+		d.m.Attempt = attempt
 		started := time.Now()
-		var err error
-		if batched && attempt == 1 {
-			it := &batching.Item{Ctx: events.WithCause(ctx, m), Meta: m, Payload: payload, Fn: inTx}
-			if many != nil {
-				it.Fn, it.Many = nil, many
-			}
-			switch s.batch.Do(it) {
-			case batching.Applied:
-				if !passing {
-					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
-					s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
-				}
-				return nil
-			case batching.Duplicate:
-				if !passing {
-					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
-				}
-				return nil
-			case batching.Failed:
-				err = it.Err
-			case batching.Alone:
-				// Mostly an event whose predecessor is not applied yet: a
-				// look at its position tells, without a transaction, and
-				// it waits for its turn. Otherwise (its batch failed, or it
-				// was refused again once its wait said it may go) it takes
-				// the path alone, which applies it or tells why not.
-				if ordering.Ordered(s.tables, m) && !mayGo {
-					err = s.lookForGap(ctx, m)
-				}
-				if err == nil {
-					err = fn(events.WithCause(ctx, m), payload, m)
-				}
-			}
-		} else {
-			err = fn(events.WithCause(ctx, m), payload, m)
-		}
+		err := d.try(ctx, attempt)
 		took := time.Since(started)
-		var gap *OutOfOrderError
-		var held *HeldError
-		switch {
-		case err == nil:
-			if !passing {
-				s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, took)
-				s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
-			}
-			return nil
-		case errors.Is(err, ErrDuplicate) && passing:
-			return nil
-		case errors.Is(err, ErrDuplicate):
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
-			return nil
-		case errors.As(err, &gap):
-			if err := s.waitTurn(ctx, &turn, m, gap); err != nil {
-				if moved, _ := s.settle(ctx, m); moved && ctx.Err() == nil {
-					mayGo = true
-					continue // the seq it waited for was discarded: skipped
-				}
-				var missing *missingError
-				if errors.As(err, &missing) {
-					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, ordering.LetterForMissing)
-				}
-				return s.nackLater(ctx, msg, err)
-			}
-			mayGo = true
-			continue // not an attempt: the handler did not run
-		case errors.As(err, &held):
-			back, err := s.heldComesBack(ctx, m, held)
-			if err != nil {
-				return err
-			}
-			if !back {
-				return setAside(metrics.ReasonHeld, held.Error(), 0, took, ordering.LetterFollows)
-			}
-			if err := s.waitRelease(ctx, m, held); err != nil {
-				return s.nackLater(ctx, msg, err)
-			}
-			continue // not an attempt: the handler did not run
-		case errors.Is(err, ordering.ErrSettle):
-			// The event its aggregate waits for was discarded: the
-			// position moves past it, and this one tries again.
-			if settled++; settled > 3 {
-				return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s): %w; its position did not move past it; nacked, to come again",
-					consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, err)
-			}
-			if _, err := s.settle(ctx, m); err != nil {
-				return err
-			}
-			mayGo = true
-			continue // not an attempt: the handler did not run
-		case errors.Is(err, ordering.ErrLetteredNext):
-			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
-				return err
-			}
-			s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, took)
-			return nil
+		if err, done, again := d.outcome(ctx, err, took); done {
+			return err
+		} else if again {
+			continue
 		}
 		if s.breaker.outage(err) {
-			return &OutageError{Consumer: consumer, Err: err} // not an attempt: Handle waits for the database
+			return &OutageError{Consumer: d.consumer, Err: err} // not an attempt: Handle waits for the database
 		}
 		if attempt >= s.cfg.MaxAttempts {
-			return setAside(metrics.ReasonMaxAttempts, err.Error(), attempt, took, s.letterOrder())
+			return d.setAside(ctx, metrics.ReasonMaxAttempts, err.Error(), attempt, took, s.letterOrder())
 		}
-		s.cfg.Metrics.Delivery(consumer, event, metrics.ResultRetried, took)
+		s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultRetried, took)
 		s.cfg.Logger.Info("Handler failed, retrying", map[string]any{
-			"consumer": consumer, "event_id": m.EventID, "attempt": attempt, "err": err.Error()})
+			"consumer": d.consumer, "event_id": d.m.EventID, "attempt": attempt, "err": err.Error()})
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("consumer: %q stopped while retrying event %s: %w", consumer, m.EventID, err)
+			return fmt.Errorf("consumer: %q stopped while retrying event %s: %w", d.consumer, d.m.EventID, err)
 		case <-time.After(s.cfg.backoff(attempt)):
 		}
 		attempt++
 	}
+}
+
+// try runs the handler once. The first try is made in a shared
+// transaction, and again after each wait for the aggregate's turn (the
+// handler did not run); what the batch does not apply takes the path
+// alone, with its own transaction.
+func (d *delivery) try(ctx context.Context, attempt int) error {
+	s, m := d.s, d.m
+	if s.batch == nil || d.inTx == nil && !d.passing || attempt > 1 {
+		return d.fn(events.WithCause(ctx, m), d.payload, m)
+	}
+	it := &batching.Item{Ctx: events.WithCause(ctx, m), Meta: m, Payload: d.payload, Fn: d.inTx}
+	if d.many != nil {
+		it.Fn, it.Many = nil, d.many
+	}
+	switch s.batch.Do(it) {
+	case batching.Applied:
+		return nil
+	case batching.Duplicate:
+		return ErrDuplicate
+	case batching.Failed:
+		return it.Err
+	}
+	// Alone: mostly an event whose predecessor is not applied yet: a look
+	// at its position tells, without a transaction, and it waits for its
+	// turn. Otherwise (its batch failed, or it was refused again once its
+	// wait said it may go) it takes the path alone, which applies it or
+	// tells why not.
+	if ordering.Ordered(s.tables, m) && !d.mayGo {
+		if err := s.lookForGap(ctx, m); err != nil {
+			return err
+		}
+	}
+	return d.fn(events.WithCause(ctx, m), d.payload, m)
+}
+
+// outcome acts on what a try returned: done when the delivery ends (with
+// the error to return), again when it tries once more without counting an
+// attempt (it waited for its turn, or its position was settled); neither
+// for a handler failure.
+func (d *delivery) outcome(ctx context.Context, err error, took time.Duration) (_ error, done, again bool) {
+	s, m := d.s, d.m
+	var gap *OutOfOrderError
+	var held *HeldError
+	switch {
+	case err == nil:
+		if !d.passing {
+			s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultHandled, took)
+			s.cfg.Metrics.Handled(d.consumer, d.event, m.CreatedAt)
+		}
+		return nil, true, false
+	case errors.Is(err, ErrDuplicate):
+		if !d.passing {
+			s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultDuplicate, took)
+		}
+		return nil, true, false
+	case errors.As(err, &gap):
+		return d.waitGap(ctx, gap, took)
+	case errors.As(err, &held):
+		back, err := s.heldComesBack(ctx, m, held)
+		if err != nil {
+			return err, true, false
+		}
+		if !back {
+			return d.setAside(ctx, metrics.ReasonHeld, held.Error(), 0, took, ordering.LetterFollows), true, false
+		}
+		if err := s.waitRelease(ctx, m, held); err != nil {
+			return s.nackLater(ctx, d.msg, err), true, false
+		}
+		return nil, false, true
+	case errors.Is(err, ordering.ErrSettle):
+		// The event its aggregate waits for was discarded: the position
+		// moves past it, and this one tries again.
+		if d.settled++; d.settled > 3 {
+			return fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s): %w; its position did not move past it; nacked, to come again",
+				d.consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, err), true, false
+		}
+		if _, err := s.settle(ctx, m); err != nil {
+			return err, true, false
+		}
+		d.mayGo = true
+		return nil, false, true
+	case errors.Is(err, ordering.ErrLetteredNext):
+		if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
+			return err, true, false
+		}
+		s.cfg.Metrics.Delivery(d.consumer, d.event, metrics.ResultDuplicate, took)
+		return nil, true, false
+	}
+	return err, false, false
+}
+
+// waitGap waits for the turn of an event whose predecessor is not
+// applied yet, as outcome says.
+func (d *delivery) waitGap(ctx context.Context, gap *OutOfOrderError, took time.Duration) (_ error, done, again bool) {
+	s, m := d.s, d.m
+	if err := s.waitTurn(ctx, &d.turn, m, gap); err != nil {
+		if moved, _ := s.settle(ctx, m); moved && ctx.Err() == nil {
+			d.mayGo = true
+			return nil, false, true // the seq it waited for was discarded: skipped
+		}
+		var missing *missingError
+		if errors.As(err, &missing) {
+			return d.setAside(ctx, metrics.ReasonPreviousMissing, missing.Error(), 0, took, ordering.LetterForMissing), true, false
+		}
+		return s.nackLater(ctx, d.msg, err), true, false
+	}
+	d.mayGo = true
+	return nil, false, true
 }
 
 // settle moves m's aggregate's position past the events whose dead

@@ -72,9 +72,8 @@ func (e *missingError) Error() string {
 // event of the aggregate was applied, here or in another instance
 // (wake.go).
 func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutOfOrderError) error {
-	pauses := s.cfg.gapPauses
 	if w.since.IsZero() {
-		w.since, w.pause = time.Now(), pauses.min
+		w.since, w.pause = time.Now(), s.cfg.gapPauses.min
 		w.moved = w.since
 		s.cfg.Metrics.WaitedForTurn(m.Consumer)
 	}
@@ -83,126 +82,168 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 	tw := s.turns.join(m)
 	defer tw.leave()
 	defer s.stalls.waitBegins(m, s.cfg.GapWait)()
+	t := &turnWait{s: s, w: w, m: m, tw: tw, gap: gap}
 	for {
 		woken, lowest := tw.next()
-		s.checkStall(m, gap.Want)
+		s.checkStall(m, t.gap.Want)
 		if fullWindow(ctx) && tw.shed(s.cfg.GapWait) {
 			s.cfg.Metrics.ShedTurn(m.Consumer)
 			return &turnNack{later: true, err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited for seq %d while its aggregate "+
 				"did not move for %s and its subscription's window was full; nacked, to come again later, so that earlier events get in",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, gap.Want, s.cfg.GapWait)}
+				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, t.gap.Want, s.cfg.GapWait)}
 		}
-		if mv := tw.moved(); mv.last+1 > gap.Want {
-			gap.Want = mv.last + 1 // what the last wake here told
+		if mv := tw.moved(); mv.last+1 > t.gap.Want {
+			t.gap.Want = mv.last + 1 // what the last wake here told
 			if mv.told {
-				gap.Mark = mv.mark
+				t.gap.Mark = mv.mark
 			}
 		}
-		if s.turns.covered(m, gap.Want) {
-			// The events it waits for are all in this instance: it waits
-			// for them without a look at the position, and goes with
-			// those after them, in a batch, once one is applied.
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
-			case <-woken:
-				if mv := tw.moved(); s.batch == nil && mv.last+1 < m.AggregateSeq {
-					// An earlier event applied here, not this one's
-					// predecessor: alone, it would only find the gap
-					// again (each of a run's waiters, at each commit).
-					// In batches, it goes to be parked with its run.
-					continue
-				}
-				return nil
-			case <-time.After(pauses.max):
-				w.moved = time.Now() // not a wait on another instance
-				if !lowest {
-					continue // the lowest looks for them all
-				}
-			}
-			if err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = ordering.LookAtPosition(ctx, db, t, m)
-				return err
-			}); err != nil || gap == nil {
-				return err
-			}
-			continue
+		var done, look bool
+		var err error
+		if s.turns.covered(m, t.gap.Want) {
+			look, done, err = t.waitHere(ctx, woken, lowest)
+		} else if done, err = t.markAndJudge(ctx, lowest); !done {
+			look, done, err = t.pause(ctx, woken, lowest)
 		}
-		// The lowest waiting here marks the position, for the instance
-		// that moves it to wake this one (the others are woken with it),
-		// unless an earlier event marked it (a move that clears that mark
-		// wakes this one).
-		if lowest && (gap.Mark == 0 || gap.Mark > m.AggregateSeq) {
-			err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = ordering.NoteWaiting(ctx, db, t, m)
-				return err
-			})
-			if err != nil || gap == nil {
-				return err // nil: applied meanwhile, before the mark (no one woke it), or held
-			}
-		}
-		if gap.Want > w.want {
-			w.moved, w.want = time.Now(), gap.Want
-		}
-		// An outage stopped the missing events from being applied: the
-		// aggregate waits as long again once the database is back.
-		up := s.breaker.upFor()
-		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter && up >= s.cfg.StartAfter {
-			return s.startAggregate(ctx, m, gap)
-		}
-		if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.GapWait {
-			s.sayStartWait(m, gap)
-		}
-		if gap.Waited >= s.cfg.MaxGap && up >= s.cfg.MaxGap {
-			return &missingError{gap: gap}
-		}
-		// A gap older than GapWait is not one another instance is about to
-		// fill: after a pause (so that a broker that redelivers at once does
-		// not spin), the member goes to other aggregates' events. Not on a
-		// subscription with slots: a full window sheds its higher waiting
-		// events instead (above), and keeps the next one, which may be
-		// about to go.
-		long := gap.Waited >= s.cfg.GapWait && !freeSlot(ctx) && !slotted(ctx)
-		if long {
-			w.pause = pauses.max
-		}
-		if long && time.Since(w.since) >= pauses.max || time.Since(w.moved) >= s.gapWait(ctx) {
-			return &turnNack{later: !lowest, err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
-				m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)}
-		}
-		pause := w.pause
-		if !lowest {
-			pause = pauses.behind
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, gap.Want, ctx.Err())
-		case <-time.After(pause):
-			w.pause = min(2*w.pause, pauses.max)
-		case <-woken: // an event of the aggregate was applied: maybe the one it waits for
-			w.pause, w.moved = pauses.min, time.Now()
-			if _, lowest := tw.next(); !lowest {
-				continue // the lowest looks
-			}
-			mv := tw.moved()
-			switch {
-			case mv.last+1 >= m.AggregateSeq:
-				return nil // its turn
-			case mv.told && mv.last+1 > gap.Want:
-				// Another instance's notification told where the position
-				// is, and its mark: no need to look.
-				gap.Want, gap.Mark, gap.Waited = mv.last+1, mv.mark, 0
-				continue
-			}
-		}
-		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-			gap, err = ordering.LookAtPosition(ctx, db, t, m)
+		if done {
 			return err
-		})
-		if err != nil || gap == nil {
-			return err
+		}
+		if look {
+			if done, err := t.look(ctx); done {
+				return err
+			}
 		}
 	}
+}
+
+// turnWait is a delivery's wait in waitTurn: the position as it last saw
+// it (gap), and its place among the set's waiters of the aggregate (tw).
+// Each step says whether the wait is done (and with what: nil to try the
+// event again) and whether to look at the position before the next.
+type turnWait struct {
+	s   *Set
+	w   *gapWait
+	m   events.Meta
+	tw  *turnWaiter
+	gap *OutOfOrderError
+}
+
+// waitHere is the wait of an event all of whose predecessors are in this
+// instance: it waits for them without a look at the position, and goes
+// with those after them, in a batch, once one is applied. The lowest
+// waiter looks at the position after a pause without a wake.
+func (t *turnWait) waitHere(ctx context.Context, woken <-chan struct{}, lowest bool) (look, done bool, err error) {
+	s, m := t.s, t.m
+	select {
+	case <-ctx.Done():
+		return false, true, fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, t.gap.Want, ctx.Err())
+	case <-woken:
+		if mv := t.tw.moved(); s.batch == nil && mv.last+1 < m.AggregateSeq {
+			// An earlier event applied here, not this one's predecessor:
+			// alone, it would only find the gap again (each of a run's
+			// waiters, at each commit). In batches, it goes to be parked
+			// with its run.
+			return false, false, nil
+		}
+		return false, true, nil
+	case <-time.After(s.cfg.gapPauses.max):
+		t.w.moved = time.Now()    // not a wait on another instance
+		return lowest, false, nil // the lowest looks for them all
+	}
+}
+
+// markAndJudge marks the position for the instance that moves it to wake
+// this one, and decides whether the wait has lasted too long: the
+// aggregate started at its lowest waiting event (StartAfter), the missing
+// event set aside (MaxGap), or the delivery nacked (GapWait).
+func (t *turnWait) markAndJudge(ctx context.Context, lowest bool) (done bool, err error) {
+	s, m, w := t.s, t.m, t.w
+	// The lowest waiting here marks the position (the others are woken
+	// with it), unless an earlier event marked it (a move that clears that
+	// mark wakes this one).
+	if lowest && (t.gap.Mark == 0 || t.gap.Mark > m.AggregateSeq) {
+		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, tables Tables) (err error) {
+			t.gap, err = ordering.NoteWaiting(ctx, db, tables, m)
+			return err
+		})
+		if err != nil || t.gap == nil {
+			return true, err // nil: applied meanwhile, before the mark (no one woke it), or held
+		}
+	}
+	gap := t.gap
+	if gap.Want > w.want {
+		w.moved, w.want = time.Now(), gap.Want
+	}
+	// An outage stopped the missing events from being applied: the
+	// aggregate waits as long again once the database is back.
+	up := s.breaker.upFor()
+	if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.StartAfter && up >= s.cfg.StartAfter {
+		return true, s.startAggregate(ctx, m, gap)
+	}
+	if gap.Want == 1 && s.cfg.StartAfter > 0 && gap.Waited >= s.cfg.GapWait {
+		s.sayStartWait(m, gap)
+	}
+	if gap.Waited >= s.cfg.MaxGap && up >= s.cfg.MaxGap {
+		return true, &missingError{gap: gap}
+	}
+	// A gap older than GapWait is not one another instance is about to
+	// fill: after a pause (so that a broker that redelivers at once does
+	// not spin), the member goes to other aggregates' events. Not on a
+	// subscription with slots: a full window sheds its higher waiting
+	// events instead (waitTurn), and keeps the next one, which may be
+	// about to go.
+	long := gap.Waited >= s.cfg.GapWait && !freeSlot(ctx) && !slotted(ctx)
+	if long {
+		w.pause = s.cfg.gapPauses.max
+	}
+	if long && time.Since(w.since) >= s.cfg.gapPauses.max || time.Since(w.moved) >= s.gapWait(ctx) {
+		return true, &turnNack{later: !lowest, err: fmt.Errorf("consumer: %q: event %s (seq %d of aggregate %s/%s) waited %s in this delivery for seq %d; nacked, to come again",
+			m.Consumer, m.EventID, m.AggregateSeq, m.AggregateType, m.AggregateID, s.cfg.GapWait, gap.Want)}
+	}
+	return false, nil
+}
+
+// pause waits for a wake or the end of a pause (longer each time), then
+// says whether to look at the position: a wake that tells it is this
+// event's turn ends the wait, and one whose notification told where the
+// position is spares the look.
+func (t *turnWait) pause(ctx context.Context, woken <-chan struct{}, lowest bool) (look, done bool, err error) {
+	s, m, w := t.s, t.m, t.w
+	pause := w.pause
+	if !lowest {
+		pause = s.cfg.gapPauses.behind
+	}
+	select {
+	case <-ctx.Done():
+		return false, true, fmt.Errorf("consumer: %q stopped while event %s waited for seq %d of its aggregate: %w", m.Consumer, m.EventID, t.gap.Want, ctx.Err())
+	case <-time.After(pause):
+		w.pause = min(2*w.pause, s.cfg.gapPauses.max)
+	case <-woken: // an event of the aggregate was applied: maybe the one it waits for
+		w.pause, w.moved = s.cfg.gapPauses.min, time.Now()
+		if _, lowest := t.tw.next(); !lowest {
+			return false, false, nil // the lowest looks
+		}
+		mv := t.tw.moved()
+		switch {
+		case mv.last+1 >= m.AggregateSeq:
+			return false, true, nil // its turn
+		case mv.told && mv.last+1 > t.gap.Want:
+			// Another instance's notification told where the position
+			// is, and its mark: no need to look.
+			t.gap.Want, t.gap.Mark, t.gap.Waited = mv.last+1, mv.mark, 0
+			return false, false, nil
+		}
+	}
+	return true, false, nil
+}
+
+// look reads the position; done (with nil) when there is no gap any more.
+func (t *turnWait) look(ctx context.Context) (done bool, err error) {
+	err = t.s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, tables Tables) (err error) {
+		t.gap, err = ordering.LookAtPosition(ctx, db, tables, t.m)
+		return err
+	})
+	return err != nil || t.gap == nil, err
 }
 
 // turnNack is a delivery nacked after it waited for its aggregate's turn:
