@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -376,4 +377,38 @@ func TestAMQPSubscriberSaysWhenNoOneHasPublished(t *testing.T) {
 	require.Contains(t, said[0], lonely)
 	require.Contains(t, said[0], "consumer.WithTopicPrefix")
 	require.NotContains(t, said[0], busy)
+}
+
+// A Broker whose RabbitMQ went away closes, with a subscription still
+// running on a live context: watermill-amqp's subscriber waits for its
+// reconnection, which only the connection's close ends, so Close closes
+// the shared connection under it after subscriberCloseGrace.
+func TestAMQPCloseReturnsWhileTheServerIsUnreachable(t *testing.T) {
+	topic := amqpSetup(t, "close_unreachable_"+watermill.NewShortUUID())
+	u, err := url.Parse(amqpURL)
+	require.NoError(t, err)
+	proxy := tcpproxy.Start(t, u.Host)
+	u.Host = proxy.Addr
+	saved := subscriberCloseGrace
+	subscriberCloseGrace = time.Second
+	t.Cleanup(func() { subscriberCloseGrace = saved })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := Open(ctx, u.String(), Options{})
+	require.NoError(t, err)
+	sub, err := b.Subscriber("billing")
+	require.NoError(t, err)
+	_, err = sub.Subscribe(context.Background(), topic) // a context that never ends
+	require.NoError(t, err)
+	proxy.Cut()
+	time.Sleep(3 * time.Second) // the subscriber sees its connection gone, and reconnects
+
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case <-closed: // an error saying the subscribers were closed under them, or none
+	case <-time.After(time.Minute): // a liveness bound
+		t.Fatal("Close did not return within a minute of RabbitMQ going away")
+	}
 }

@@ -229,6 +229,21 @@ func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 	return owned, nil
 }
 
+// subscriberCloseGrace is how long Close waits for the subscribers before
+// it closes the connections they share under them.
+var subscriberCloseGrace = 15 * time.Second
+
+// closeShared runs the closers, in order.
+func (p *pubSub) closeShared() []error {
+	var errs []error
+	for _, c := range p.closers {
+		if err := c(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
 func (p *pubSub) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -248,20 +263,37 @@ func (p *pubSub) Close() error {
 	}
 	p.mu.Unlock()
 
-	var errs []error
-	for _, s := range subs {
-		if err := s.close(); err != nil {
-			errs = append(errs, fmt.Errorf("closing subscriber: %w", err))
+	// The subscribers close first (each gives back what it holds, for the
+	// group's other members), then what they share. A subscriber that does
+	// not close within subscriberCloseGrace waits for a server that cannot
+	// be reached (watermill-amqp's waits for its reconnection, which only
+	// the connection's close or its context ends): the shared connections
+	// are closed under it, and it ends.
+	var errs []error // the goroutine's until closed
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, s := range subs {
+			if err := s.close(); err != nil {
+				errs = append(errs, fmt.Errorf("closing subscriber: %w", err))
+			}
 		}
+	}()
+	var closers []error
+	select {
+	case <-closed:
+	case <-time.After(subscriberCloseGrace):
+		closers = p.closeShared()
+		<-closed
+		closers = append(closers, fmt.Errorf("subscribers not closed after %s (the server unreachable?): their connections were closed under them", subscriberCloseGrace))
 	}
 	if err := p.pub.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("closing publisher: %w", err))
 	}
-	for _, c := range p.closers {
-		if err := c(); err != nil {
-			errs = append(errs, err)
-		}
+	if closers == nil {
+		closers = p.closeShared()
 	}
+	errs = append(errs, closers...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("broker: %s: %w", p.scheme, err)
 	}
