@@ -1,27 +1,23 @@
 package consumer
 
 // Dead letters: what a consumer gives up on is stored with why (and first
-// published to a broker topic, when one is set), once per event and
-// consumer, whatever the text it carries.
+// published to a broker topic, when one is set); internal/letters writes
+// the row, once per event and consumer, whatever the text it carries.
 
 import (
 	"context"
-	stdsql "database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/letters"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // insertDeadLetter is InsertDeadLetter, writing aggregate_seq too when
@@ -29,60 +25,12 @@ import (
 // first, in the same transaction, what the letter does to the positions.
 func insertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string, withSeq bool, d DeadLetter,
 	positions func(context.Context, dialect.ExecQuerier) error) error {
-	d = storable(d)
-	var eventID any
-	if d.Meta.EventID != uuid.Nil {
-		eventID = d.Meta.EventID
+	written, err := letters.Insert(ctx, db, table, withSeq,
+		letters.Letter{Meta: d.Meta, Payload: d.Payload, Reason: d.Reason, Attempts: d.Attempts}, positions)
+	if d.written != nil {
+		*d.written = written
 	}
-	var headers any
-	if len(d.Meta.Headers) > 0 {
-		b, err := json.Marshal(d.Meta.Headers)
-		if err != nil {
-			return err
-		}
-		headers = string(b)
-	}
-	columns, values := "", ""
-	args := []any{eventID, d.Meta.Consumer, d.Meta.Name, d.Meta.Version, d.Meta.Topic, d.Meta.AggregateType,
-		d.Meta.AggregateID, d.Payload, headers, d.Reason, d.Attempts}
-	if withSeq {
-		var seq any
-		if d.Meta.AggregateSeq > 0 {
-			seq = d.Meta.AggregateSeq
-		}
-		columns, values, args = ", aggregate_seq", ", $12::bigint", append(args, seq)
-	}
-	insert := func(ctx context.Context, db dialect.ExecQuerier) error {
-		if positions != nil {
-			if err := positions(ctx, db); err != nil {
-				return err
-			}
-		}
-		var res stdsql.Result
-		t := pgsql.QuoteIdent(table)
-		if err := db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
-		aggregate_type, aggregate_id, payload, headers, reason, attempts`+columns+`)
-		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint`+values+`
-		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+t+` WHERE event_id = $1::uuid AND source = $2::text)`,
-			args, &res); err != nil {
-			return err
-		}
-		if d.written != nil {
-			n, err := res.RowsAffected()
-			*d.written = err != nil || n > 0 // unknown counts as written, as before
-		}
-		return nil
-	}
-	var err error
-	if drv, ok := db.(dialect.Driver); ok && eventID != nil {
-		err = insertLocked(ctx, drv, table+"/"+d.Meta.Consumer+"/"+d.Meta.EventID.String(), insert)
-	} else {
-		err = insert(ctx, db)
-	}
-	if err != nil {
-		return fmt.Errorf("consumer: writing dead letter of event %s for consumer %q to %s: %w", d.Meta.EventID, d.Meta.Consumer, table, err)
-	}
-	return nil
+	return err
 }
 
 // DeadLetter is an event a consumer gave up on, with why.
@@ -92,99 +40,12 @@ type DeadLetter struct {
 	Reason   string
 	Attempts int
 
-	// What the letter does to its aggregate's position (order.go).
-	order letterOrder
+	// What the letter does to its aggregate's position (internal/ordering).
+	order ordering.LetterOrder
 	// written, when set, is told whether a row was written: false when the
 	// event had a letter of this consumer already (giveUp then logs and
 	// counts nothing).
 	written *bool
-}
-
-// escapedNote ends the reason of a dead letter some of whose text had to
-// be escaped, so that a reader knows how to get the original bytes back.
-const escapedNote = ` (NUL and bytes that are not UTF-8 as \xNN, backslash as \\)`
-
-// pgText returns s as PostgreSQL text and jsonb can hold it: unchanged
-// when it is valid UTF-8 without NUL (ok), else escaped as escapedNote
-// says, which keeps every original byte.
-func pgText(s string) (_ string, ok bool) {
-	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
-		return s, true
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1, r == 0:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String(), false
-}
-
-// storable returns d with every text PostgreSQL cannot hold escaped, and
-// the reason saying which. A message any producer can send must never
-// make its own dead letter unwritable (it would be nacked for ever).
-func storable(d DeadLetter) DeadLetter {
-	var escaped []string
-	text := func(name string, s *string) {
-		var ok bool
-		if *s, ok = pgText(*s); !ok {
-			escaped = append(escaped, name)
-		}
-	}
-	m := &d.Meta
-	text("consumer", &m.Consumer)
-	text("event_name", &m.Name)
-	text("topic", &m.Topic)
-	text("aggregate_type", &m.AggregateType)
-	text("aggregate_id", &m.AggregateID)
-	if len(m.Headers) > 0 {
-		headers := make(map[string]string, len(m.Headers))
-		for _, k := range sortedKeys(m.Headers) {
-			v := m.Headers[k]
-			ek, kok := pgText(k)
-			ev, vok := pgText(v)
-			if !kok || !vok {
-				escaped = append(escaped, `header "`+ek+`"`)
-			}
-			headers[ek] = ev
-		}
-		m.Headers = headers
-	}
-	text("reason", &d.Reason)
-	if len(escaped) > 0 {
-		d.Reason += "; stored escaped" + escapedNote + ": " + strings.Join(escaped, ", ")
-	}
-	return d
-}
-
-// insertLocked runs insert in a transaction holding an advisory lock on
-// key: two deliveries of one event giving up at the same instant (a
-// broker redelivering a message still being handled) then write one dead
-// letter, the second seeing the first's row. No unique index does it
-// instead, because tables written by earlier versions may hold duplicates,
-// which would fail its creation.
-func insertLocked(ctx context.Context, drv dialect.Driver, key string, insert func(context.Context, dialect.ExecQuerier) error) error {
-	tx, err := drv.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	var res stdsql.Result
-	if err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, []any{key}, &res); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := insert(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 // giveUp stores the delivery as a dead letter and acknowledges it; if the
@@ -197,7 +58,7 @@ func insertLocked(ctx context.Context, drv dialect.Driver, key string, insert fu
 // and is neither logged nor counted again (written is false). A letter passed over waits,
 // like the event would (turn), until it is its aggregate's next.
 func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic string, msg *message.Message, reason string, attempts int,
-	order letterOrder) (written bool, err error) {
+	order ordering.LetterOrder) (written bool, err error) {
 	written = true // a store that does not tell (a callback of its own) counts as written
 	d := DeadLetter{Meta: m, Payload: msg.Payload, Reason: reason, Attempts: attempts, order: order, written: &written}
 	if s.cfg.DeadLetterPublisher != nil {
@@ -224,7 +85,7 @@ func (s *Set) giveUp(ctx context.Context, turn *gapWait, m events.Meta, topic st
 			if !errors.As(err, &missing) {
 				return false, err
 			}
-			d.order, d.Reason = letterForMissing, missing.Error()+"; then: "+d.Reason
+			d.order, d.Reason = ordering.LetterForMissing, missing.Error()+"; then: "+d.Reason
 		}
 	}
 	if !written {

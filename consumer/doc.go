@@ -23,12 +23,15 @@
 // change with the generator.
 //
 // The files: set.go is the handler set and how a handler runs alone;
-// handle.go one delivery (decode, tries, dead letters); batch.go the
-// transactions events share; order.go the ordering check; wait.go the wait
+// handle.go one delivery (decode, tries, dead letters); wait.go the wait
 // for an aggregate's previous event, turns.go and wake.go its wake-ups,
 // slots.go what a waiting event takes from the others; router.go the
 // subscriptions; deadletter.go and message.go what their names say;
-// generated.go the helpers the generated code calls.
+// generated.go the helpers the generated code calls. Its own packages, in internal/: ordering is the rule of
+// order (apply, duplicate, wait, held), batching the transactions events
+// share and the runs they apply, payload the decoding and schema checks
+// of payloads, letters the writing of dead letters; the statements
+// they run are internal/outboxdb's, under golden files.
 //
 // # Order
 //
@@ -40,7 +43,7 @@
 // aggregate's events on a topic (events.MetaAggregateSeq); the handler's
 // transaction locks the consumer's position on the aggregate
 // (schema.ConsumerPosition) and applies an event only when it is the next
-// one (order.go). One at or below the position is a duplicate. One
+// one (internal/ordering). One at or below the position is a duplicate. One
 // further ahead waits for its predecessor, which another instance is
 // handling or the broker delivers again after a kill: in the handler set,
 // until the predecessor is applied, here or in another instance (a

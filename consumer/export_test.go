@@ -7,13 +7,15 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 )
 
 // Every payload the package's tests check runs through both the fast check
 // and the library's Validate (with keysIn and normalize); TestMain fails
 // the run if they ever disagree.
 func init() {
-	crossCheckFast = func(d string) {
+	payload.CrossCheck = func(d string) {
 		fastCheckDisagreements.Add(1)
 		fmt.Fprintln(os.Stderr, "consumer: the fast schema check disagrees with the library:", d)
 	}
@@ -37,10 +39,7 @@ func setOf(h any) *Set {
 // of h, generated handlers (their unexported field set): a test holds a
 // batch and waits for the others to queue behind it.
 func PendingInBatches(h any) int {
-	s := setOf(h)
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return len(s.batch.pending)
+	return setOf(h).batch.Pending()
 }
 
 // WithGapPauses sets the pauses between two looks at the position of a
@@ -63,9 +62,9 @@ func DecodePayload(h any, name string, version int, payload []byte) (any, error)
 // WithoutFastCrossCheck runs the fast schema check alone until the end of
 // tb, as outside tests (for benchmarks).
 func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
-	saved := crossCheckFast
-	crossCheckFast = nil
-	tb.Cleanup(func() { crossCheckFast = saved })
+	saved := payload.CrossCheck
+	payload.CrossCheck = nil
+	tb.Cleanup(func() { payload.CrossCheck = saved })
 }
 
 // WithOutagePauses sets how long a delivery waits for an outage to end

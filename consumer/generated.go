@@ -10,11 +10,15 @@ import (
 	stdsql "database/sql"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 
 	"entgo.io/ent/dialect"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/batching"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
+	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // For generated code. EventType describes a declared event to the run time;
@@ -36,23 +40,19 @@ type HandlerFunc func(ctx context.Context, payload any, m events.Meta) error
 // For generated code. Tx is a transaction the set begins for handlers
 // registered with RegisterInTx: the generated code's ent transaction,
 // with its driver to write the dedupe records and positions through.
-type Tx interface {
-	dialect.ExecQuerier
-	Commit() error
-	Rollback() error
-}
+type Tx = batching.Tx
 
 // For generated code. TxHandlerFunc is one registered handler, run in tx,
 // which the set began, recorded the event in and commits: it writes the
-// event's effect. Several events' handlers may share one tx (batch.go).
-type TxHandlerFunc func(ctx context.Context, tx Tx, payload any, m events.Meta) error
+// event's effect. Several events' handlers may share one tx (a batch).
+type TxHandlerFunc = batching.TxHandlerFunc
 
 // For generated code. TxBatchHandlerFunc is a handler registered with
 // RegisterBatchInTx: it writes the effects of many events (payloads[i],
 // metas[i], in their aggregates' order) in tx. Its ctx is the batch's,
 // carrying no one event: events it emits name their cause only where it
 // passes events.WithCause(ctx, metas[i]).
-type TxBatchHandlerFunc func(ctx context.Context, tx Tx, payloads []any, metas []events.Meta) error
+type TxBatchHandlerFunc = batching.TxBatchHandlerFunc
 
 // For generated code. RecordProcessed inserts (consumer, event id) into the
 // processed-events table through the handler's transaction. It returns
@@ -63,9 +63,7 @@ type TxBatchHandlerFunc func(ctx context.Context, tx Tx, payloads []any, metas [
 // which also skips an event already dead-lettered.
 func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, m events.Meta) (bool, error) {
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(table)+` (consumer, event_id, event_name, attempts)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING`,
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, outboxdb.Tables{Processed: table}.RecordProcessedQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
@@ -76,15 +74,11 @@ func RecordProcessed(ctx context.Context, tx dialect.ExecQuerier, table string, 
 	return n == 1, nil
 }
 
-// For generated code. Tables names the tables of a generated handler set.
-type Tables struct {
-	Processed   string // the processed-events (dedupe) table
-	DeadLetters string // the dead-letter table
-	// Positions is the consumers' per-aggregate positions table
-	// (schema.ConsumerPosition); "" when the application has none, and
-	// then an aggregate's events are not put in order by the consumer.
-	Positions string
-}
+// For generated code. Tables names the tables of a generated handler set:
+// the processed-events (dedupe) table, the dead-letter table and the
+// consumers' per-aggregate positions ("" when the application has none,
+// and then an aggregate's events are not put in order by the consumer).
+type Tables = ordering.Tables
 
 // For generated code. RecordDelivery is RecordProcessed that also returns
 // false when this consumer already set the event aside as a dead letter: a
@@ -92,18 +86,14 @@ type Tables struct {
 // again. One statement, so a delivery costs no extra round trip; the
 // dead-letter check is an index lookup on event_id. When t has positions
 // and the event a seq, it also puts the event in its aggregate's order
-// (order.go): an *OutOfOrderError or a *HeldError for one that must not
+// (internal/ordering): an *OutOfOrderError or a *HeldError for one that must not
 // be applied now.
 func RecordDelivery(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
-	if ordered(t, m) {
-		return recordInOrder(ctx, tx, t, m)
+	if ordering.Ordered(t, m) {
+		return ordering.Record(ctx, tx, t, m)
 	}
 	var res stdsql.Result
-	err := tx.Exec(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.Processed)+` (consumer, event_id, event_name, attempts)
-		SELECT $1::text, $2::uuid, $3::text, $4::bigint
-		WHERE NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE event_id = $2::uuid AND source = $1::text)
-		ON CONFLICT (consumer, event_id) DO NOTHING`,
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := tx.Exec(ctx, t.DB().RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}
@@ -140,11 +130,11 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 // positions, and, for an event with a seq, holds its aggregate or passes
 // over it (WithPassOverDeadLetters) in the same transaction.
 func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
-	if !ordered(t, d.Meta) {
+	if !ordering.Ordered(t, d.Meta) {
 		return insertDeadLetter(ctx, db, t.DeadLetters, t.Positions != "", d, nil)
 	}
 	return insertDeadLetter(ctx, db, t.DeadLetters, true, d, func(ctx context.Context, tx dialect.ExecQuerier) error {
-		return holdOrPass(ctx, tx, t, d.Meta, d.order)
+		return ordering.HoldOrPass(ctx, tx, t, d.Meta, d.order)
 	})
 }
 
@@ -168,4 +158,16 @@ func FillDefaults(fields, defaults map[string]any) {
 			fields[k] = v
 		}
 	}
+}
+
+// For generated code. PayloadSchema holds the payloads of one event
+// version to the JSON Schema go generate publishes for that version: a
+// handler accepts exactly what a team validating with the schema accepts,
+// and reads it as they do (see the payload package inside this one).
+type PayloadSchema = payload.Schema
+
+// For generated code. NewPayloadSchema returns the schema of version of
+// event, the file at path in fsys.
+func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
+	return payload.NewSchema(fsys, path, event, version)
 }

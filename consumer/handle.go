@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/batching"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/metrics"
 )
@@ -94,7 +96,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	var turn gapWait // this delivery's wait for its aggregate's previous event
 	// setAside stores a dead letter with its reason, counted under class
 	// (a metrics.Reason constant).
-	setAside := func(class, reason string, attempts int, d time.Duration, order letterOrder) error {
+	setAside := func(class, reason string, attempts int, d time.Duration, order ordering.LetterOrder) error {
 		written, err := s.giveUp(ctx, &turn, m, destination, msg, reason, attempts, order)
 		if err != nil {
 			return err
@@ -109,7 +111,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 		return nil
 	}
 	if metaErr != nil {
-		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, letterFollows)
+		return setAside(metrics.ReasonMalformed, metaErr.Error(), 0, 0, ordering.LetterFollows)
 	}
 	if !known {
 		return setAside(metrics.ReasonUnknownEvent, fmt.Sprintf("unknown event %q (version %d): this code declares no such event",
@@ -120,13 +122,13 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	s.mu.Unlock()
 	passing := fn == nil // an event on the topic this consumer does not handle
 	if passing {
-		if !ordered(s.tables, m) {
+		if !ordering.Ordered(s.tables, m) {
 			return nil
 		}
 		fn = s.passUnhandled // it still takes its place in its aggregate's order
 	}
 	s.warnUnordered(m)
-	if ordered(s.tables, m) {
+	if ordering.Ordered(s.tables, m) {
 		defer s.turns.hold(m)()
 	}
 	var payload any
@@ -140,37 +142,37 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 	// batch does not apply takes the path below, with its own transaction.
 	batched := s.batch != nil && (inTx != nil || passing)
 	mayGo := false // its wait for its turn said it may go
-	settled := 0   // positions settled past a discarded event (errSettle), a bound against a loop
+	settled := 0   // positions settled past a discarded event (ordering.ErrSettle), a bound against a loop
 	for attempt := 1; ; {
 		m.Attempt = attempt
 		started := time.Now()
 		var err error
 		if batched && attempt == 1 {
-			it := &batchItem{ctx: events.WithCause(ctx, m), m: m, payload: payload, fn: inTx}
+			it := &batching.Item{Ctx: events.WithCause(ctx, m), Meta: m, Payload: payload, Fn: inTx}
 			if many != nil {
-				it.fn, it.many = nil, many
+				it.Fn, it.Many = nil, many
 			}
-			switch s.batch.do(it) {
-			case batchApplied:
+			switch s.batch.Do(it) {
+			case batching.Applied:
 				if !passing {
 					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultHandled, time.Since(started))
 					s.cfg.Metrics.Handled(consumer, event, m.CreatedAt)
 				}
 				return nil
-			case batchDuplicate:
+			case batching.Duplicate:
 				if !passing {
 					s.cfg.Metrics.Delivery(consumer, event, metrics.ResultDuplicate, time.Since(started))
 				}
 				return nil
-			case batchFailed:
-				err = it.err
-			case batchAlone:
+			case batching.Failed:
+				err = it.Err
+			case batching.Alone:
 				// Mostly an event whose predecessor is not applied yet: a
 				// look at its position tells, without a transaction, and
 				// it waits for its turn. Otherwise (its batch failed, or it
 				// was refused again once its wait said it may go) it takes
 				// the path alone, which applies it or tells why not.
-				if ordered(s.tables, m) && !mayGo {
+				if ordering.Ordered(s.tables, m) && !mayGo {
 					err = s.lookForGap(ctx, m)
 				}
 				if err == nil {
@@ -203,7 +205,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				}
 				var missing *missingError
 				if errors.As(err, &missing) {
-					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, letterForMissing)
+					return setAside(metrics.ReasonPreviousMissing, missing.Error(), 0, took, ordering.LetterForMissing)
 				}
 				return s.nackLater(ctx, msg, err)
 			}
@@ -215,13 +217,13 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 				return err
 			}
 			if !back {
-				return setAside(metrics.ReasonHeld, held.Error(), 0, took, letterFollows)
+				return setAside(metrics.ReasonHeld, held.Error(), 0, took, ordering.LetterFollows)
 			}
 			if err := s.waitRelease(ctx, m, held); err != nil {
 				return s.nackLater(ctx, msg, err)
 			}
 			continue // not an attempt: the handler did not run
-		case errors.Is(err, errSettle):
+		case errors.Is(err, ordering.ErrSettle):
 			// The event its aggregate waits for was discarded: the
 			// position moves past it, and this one tries again.
 			if settled++; settled > 3 {
@@ -233,7 +235,7 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 			}
 			mayGo = true
 			continue // not an attempt: the handler did not run
-		case errors.Is(err, errLetteredNext):
+		case errors.Is(err, ordering.ErrLetteredNext):
 			if err := s.onPositions(ctx, s.holdOrPass(m)); err != nil {
 				return err
 			}
@@ -259,11 +261,11 @@ func (s *Set) handle(ctx context.Context, consumer string, msg *message.Message)
 }
 
 // settle moves m's aggregate's position past the events whose dead
-// letters were discarded, in a transaction of its own (order.go), and
+// letters were discarded, in a transaction of its own (internal/ordering), and
 // tells whether it moved.
 func (s *Set) settle(ctx context.Context, m events.Meta) (moved bool, err error) {
 	err = s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		moved, err = settleAlone(ctx, db, t, m)
+		moved, err = ordering.SettleAlone(ctx, db, t, m)
 		return err
 	})
 	return moved, err
@@ -274,8 +276,8 @@ func (s *Set) settle(ctx context.Context, m events.Meta) (moved bool, err error)
 func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 	var passed bool
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
-		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
-			passed, err = passUnhandled(ctx, tx, t, m)
+		return ordering.InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) (err error) {
+			passed, err = ordering.PassUnhandled(ctx, tx, t, m)
 			return err
 		})
 	})
@@ -289,13 +291,13 @@ func (s *Set) passUnhandled(ctx context.Context, _ any, m events.Meta) error {
 	return nil
 }
 
-// letterOrder is what a dead letter of an event of the aggregate's turn
+// ordering.LetterOrder is what a dead letter of an event of the aggregate's turn
 // does to its aggregate.
-func (s *Set) letterOrder() letterOrder {
+func (s *Set) letterOrder() ordering.LetterOrder {
 	if s.cfg.PassOverDeadLetters {
-		return letterPassed
+		return ordering.LetterPassed
 	}
-	return letterHolds
+	return ordering.LetterHolds
 }
 
 // warnUnordered says once, at error level, that a consumer with positions
@@ -339,8 +341,4 @@ var ErrDuplicate = errors.New("consumer: event already processed by this consume
 // PanicError is the error a handler panic turns into: the transaction rolls
 // back and the delivery is retried like any failure. errors.As finds it,
 // with the value the handler panicked with.
-type PanicError struct {
-	Value any
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+type PanicError = batching.PanicError

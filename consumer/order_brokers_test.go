@@ -289,38 +289,15 @@ func instancesInOrderOn(t *testing.T, url, service string, inProcess bool,
 	}
 	time.Sleep(500 * time.Millisecond) // room for an effect too many
 
-	got := map[int64][]int64{}
-	for _, inv := range b.client.Invoice.Query().Where(invoice.Consumer("billing")).Order(invoice.ByID()).AllX(context.Background()) {
-		got[inv.OrderID] = append(got[inv.OrderID], inv.AmountCents)
-	}
-	var inversions, duplicates, missing int
-	var first []string
-	for order, n := range paid {
-		seen := map[int64]bool{}
-		var top int64
-		for i, seq := range got[order] {
-			if (seen[seq] || seq < top) && len(first) < 5 {
-				first = append(first, fmt.Sprintf("aggregate %d applied %v", order, got[order][:i+1]))
-			}
-			switch {
-			case seen[seq]:
-				duplicates++
-			case seq < top:
-				inversions++
-			}
-			seen[seq] = true
-			top = max(top, seq)
-		}
-		missing += int(n) - len(seen)
-	}
+	f := billingEffects(t, b, paid)
 	letters := b.client.DeadLetter.Query().CountX(context.Background())
 	var all int64
 	for _, n := range emitted {
 		all += n
 	}
 	t.Logf("%d events (%d order.paid) over %d aggregates: %d effects, %d inversions, %d duplicated, %d missing, %d dead letters",
-		all, total, len(emitted), applied(), inversions, duplicates, missing, letters)
-	require.Zero(t, inversions+duplicates+missing, "effects out of order, duplicated or missing; first: %s", strings.Join(first, "; "))
+		all, total, len(emitted), applied(), f.inversions, f.duplicates, f.missing, letters)
+	require.Zero(t, f.inversions+f.duplicates+f.missing, "effects out of order, duplicated or missing; first: %s", strings.Join(f.first, "; "))
 	require.Zero(t, letters, "dead letters")
 	// The order came from the check: every aggregate's position is at its
 	// last event (a message without a seq would be applied unchecked).
@@ -384,6 +361,50 @@ func postgresDeath(t *testing.T, url string) (string, func()) {
 		_, err = db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, name)
 		require.NoError(t, err, "killing the connections of %s", name)
 	}
+}
+
+// effectFaults counts a consumer's effects against the events it had to
+// apply: seqs applied after a later one of their aggregate, applied twice,
+// or not applied; first describes the first few.
+type effectFaults struct {
+	inversions, duplicates, missing int
+	first                           []string
+}
+
+// billingEffects reads consumer billing's effects (an invoice per applied
+// event, its amount the event's seq, in insertion order) and checks them
+// against want (aggregate -> how many events billing had to apply).
+func billingEffects(t *testing.T, b *bundle, want map[int64]int64) effectFaults {
+	t.Helper()
+	got := map[int64][]int64{}
+	for _, inv := range b.client.Invoice.Query().Where(invoice.Consumer("billing")).Order(invoice.ByID()).AllX(context.Background()) {
+		got[inv.OrderID] = append(got[inv.OrderID], inv.AmountCents)
+	}
+	var f effectFaults
+	for order, n := range want {
+		seen := map[int64]bool{}
+		var top int64
+		for i, seq := range got[order] {
+			if (seen[seq] || seq < top) && len(f.first) < 5 {
+				f.first = append(f.first, fmt.Sprintf("aggregate %d applied %v", order, got[order][:i+1]))
+			}
+			switch {
+			case seen[seq]:
+				f.duplicates++
+			case seq < top:
+				f.inversions++
+			}
+			seen[seq] = true
+			top = max(top, seq)
+		}
+		if lost := int(n) - len(seen); lost > 0 {
+			f.missing += lost
+			if len(f.first) < 5 {
+				f.first = append(f.first, fmt.Sprintf("aggregate %d: %d of its %d events not applied", order, lost, n))
+			}
+		}
+	}
+	return f
 }
 
 var errRolledBack = errors.New("rolled back on purpose")

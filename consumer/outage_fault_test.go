@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -210,30 +209,7 @@ func outageUnderLoad(t *testing.T, b *bundle, natsURL string, outage func() (bac
 	drained := time.Since(back)
 	time.Sleep(time.Second) // room for an effect too many
 
-	got := map[int64][]int64{}
-	for _, inv := range b.client.Invoice.Query().Where(invoice.Consumer("billing")).Order(invoice.ByID()).AllX(ctx) {
-		got[inv.OrderID] = append(got[inv.OrderID], inv.AmountCents)
-	}
-	var inversions, duplicates, missing int
-	var first []string
-	for order, n := range want {
-		seen := map[int64]bool{}
-		var top int64
-		for i, seq := range got[order] {
-			if (seen[seq] || seq < top) && len(first) < 5 {
-				first = append(first, fmt.Sprintf("aggregate %d applied %v", order, got[order][:i+1]))
-			}
-			switch {
-			case seen[seq]:
-				duplicates++
-			case seq < top:
-				inversions++
-			}
-			seen[seq] = true
-			top = max(top, seq)
-		}
-		missing += int(n) - len(seen)
-	}
+	f := billingEffects(t, b, want)
 	letters := b.client.DeadLetter.Query().AllX(ctx)
 	counted := 0
 	for _, pe := range b.client.ProcessedEvent.Query().AllX(ctx) {
@@ -243,14 +219,14 @@ func outageUnderLoad(t *testing.T, b *bundle, natsURL string, outage func() (bac
 	}
 	t.Logf("%d events in %d transactions over %d aggregates: %d effects, %d missing, %d duplicated, %d inversions, "+
 		"%d dead letters, %d applied after a counted attempt; drained %s after the server was back",
-		total, committed.Load(), len(want), applied(), missing, duplicates, inversions, len(letters), counted, drained.Round(time.Millisecond))
+		total, committed.Load(), len(want), applied(), f.missing, f.duplicates, f.inversions, len(letters), counted, drained.Round(time.Millisecond))
 	if os.Getenv("ENTOUTBOX_OUTAGE_VERBOSE") != "" {
 		for _, dl := range letters {
 			t.Logf("dead letter from %s: %s", dl.Source, dl.Reason)
 		}
 	}
 	require.Empty(t, letters, "dead letters")
-	require.Zero(t, missing, "events lost (not applied within %s after the server was back)", drainBound)
-	require.Zero(t, duplicates+inversions, "effects duplicated or out of order; first: %s", strings.Join(first, "; "))
+	require.Zero(t, f.missing, "events lost (not applied within %s after the server was back)", drainBound)
+	require.Zero(t, f.duplicates+f.inversions, "effects duplicated or out of order; first: %s", strings.Join(f.first, "; "))
 	require.Zero(t, counted, "events applied after an attempt counted for the outage")
 }

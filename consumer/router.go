@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -129,7 +130,7 @@ func (s *Set) checkSchema(ctx context.Context) error {
 		if err := s.db.Query(ctx, `SELECT to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(t.name)}, &rows); err != nil {
 			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
 		}
-		exists, err := scanBool(&rows)
+		exists, err := ordering.ScanBool(&rows)
 		if err != nil {
 			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
 		}

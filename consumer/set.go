@@ -1,7 +1,7 @@
 package consumer
 
 // The handler set: the typed handlers the generated code registers per
-// consumer name, and how each is run (alone, or in a batch: batch.go).
+// consumer name, and how each is run (alone, or in a batch: internal/batching).
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"entgo.io/ent/dialect"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/batching"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/tracing"
 )
@@ -25,11 +26,11 @@ type Set struct {
 	db         dialect.ExecQuerier // the consumers' database; nil without positions
 	tables     Tables              // "" names for tables the generated code does not know
 	begin      func(context.Context) (Tx, error)
-	batch      *batcher   // nil: one event per transaction
-	turns      turns      // wakes deliveries waiting for an aggregate's previous event
-	stalls     stallWatch // says when a topic's waiting events make no progress (stall.go)
-	wake       *waker     // and when another instance applies one
-	breaker    *breaker   // pauses the set while its database cannot be reached (outage.go)
+	batch      *batching.Batcher // nil: one event per transaction
+	turns      turns             // wakes deliveries waiting for an aggregate's previous event
+	stalls     stallWatch        // says when a topic's waiting events make no progress (stall.go)
+	wake       *waker            // and when another instance applies one
+	breaker    *breaker          // pauses the set while its database cannot be reached (outage.go)
 	// slots bounds the set's own transactions and statements outside
 	// batches to Concurrency at once (Set.own).
 	slots chan struct{}
@@ -39,7 +40,7 @@ type Set struct {
 	txHandlers map[string]map[string]TxHandlerFunc // the same, for those registered in tx
 	// manyHandlers are those registered with RegisterBatchInTx; their
 	// txHandlers entry runs them for one event.
-	manyHandlers map[string]map[string]*batchHandler
+	manyHandlers map[string]map[string]*batching.Handler
 
 	warnedUnordered atomic.Bool // said that events without a seq are not put in order
 	// startWaits holds the consumer/topic pairs for which the set said
@@ -68,7 +69,7 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	cfg := newConfig(opts)
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
 		db: db, tables: tables, slots: make(chan struct{}, cfg.Concurrency), handlers: map[string]map[string]HandlerFunc{},
-		txHandlers: map[string]map[string]TxHandlerFunc{}, manyHandlers: map[string]map[string]*batchHandler{}}
+		txHandlers: map[string]map[string]TxHandlerFunc{}, manyHandlers: map[string]map[string]*batching.Handler{}}
 	for _, t := range types {
 		s.types[t.Name] = t
 	}
@@ -87,9 +88,9 @@ func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dia
 	s := NewSetFor(types, db, tables, deadLetter, opts...)
 	s.begin = begin
 	if s.cfg.BatchSize > 1 {
-		s.batch = &batcher{begin: begin, t: s.tables, size: s.cfg.BatchSize, max: s.cfg.Concurrency, applied: s.cfg.Metrics.Batch,
-			turns: &s.turns, parkFor: s.cfg.GapWait}
-		s.turns.left = s.batch.parkedMoved
+		s.batch = &batching.Batcher{Begin: begin, Tables: s.tables, Size: s.cfg.BatchSize, Max: s.cfg.Concurrency,
+			Committed: s.cfg.Metrics.Batch, Moved: s.turns.applied, Covered: s.turns.covered, ParkFor: s.cfg.GapWait}
+		s.turns.left = func(k turnKey) { s.batch.ParkedMoved(k.consumer, k.topic, k.aggregateType, k.aggregateID) }
 	}
 	return s
 }
@@ -136,9 +137,9 @@ func (s *Set) RegisterBatchInTx(consumer, event string, fn TxBatchHandlerFunc) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.manyHandlers[consumer] == nil {
-		s.manyHandlers[consumer] = map[string]*batchHandler{}
+		s.manyHandlers[consumer] = map[string]*batching.Handler{}
 	}
-	s.manyHandlers[consumer][event] = &batchHandler{fn: fn}
+	s.manyHandlers[consumer][event] = &batching.Handler{Fn: fn}
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // Waiting for an aggregate's previous event (a gap). The previous event is
@@ -95,7 +95,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		if mv := tw.moved(); mv.last+1 > gap.Want {
 			gap.Want = mv.last + 1 // what the last wake here told
 			if mv.told {
-				gap.mark = mv.mark
+				gap.Mark = mv.mark
 			}
 		}
 		if s.turns.covered(m, gap.Want) {
@@ -121,7 +121,7 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 				}
 			}
 			if err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = lookAtPosition(ctx, db, t, m)
+				gap, err = ordering.LookAtPosition(ctx, db, t, m)
 				return err
 			}); err != nil || gap == nil {
 				return err
@@ -132,9 +132,9 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 		// that moves it to wake this one (the others are woken with it),
 		// unless an earlier event marked it (a move that clears that mark
 		// wakes this one).
-		if lowest && (gap.mark == 0 || gap.mark > m.AggregateSeq) {
+		if lowest && (gap.Mark == 0 || gap.Mark > m.AggregateSeq) {
 			err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-				gap, err = noteWaiting(ctx, db, t, m)
+				gap, err = ordering.NoteWaiting(ctx, db, t, m)
 				return err
 			})
 			if err != nil || gap == nil {
@@ -191,12 +191,12 @@ func (s *Set) waitTurn(ctx context.Context, w *gapWait, m events.Meta, gap *OutO
 			case mv.told && mv.last+1 > gap.Want:
 				// Another instance's notification told where the position
 				// is, and its mark: no need to look.
-				gap.Want, gap.mark, gap.Waited = mv.last+1, mv.mark, 0
+				gap.Want, gap.Mark, gap.Waited = mv.last+1, mv.mark, 0
 				continue
 			}
 		}
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-			gap, err = lookAtPosition(ctx, db, t, m)
+			gap, err = ordering.LookAtPosition(ctx, db, t, m)
 			return err
 		})
 		if err != nil || gap == nil {
@@ -234,7 +234,7 @@ func (s *Set) nackLater(ctx context.Context, msg *message.Message, err error) er
 func (s *Set) lookForGap(ctx context.Context, m events.Meta) error {
 	var gap *OutOfOrderError
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		gap, err = lookAtPosition(ctx, db, t, m)
+		gap, err = ordering.LookAtPosition(ctx, db, t, m)
 		return err
 	})
 	if err != nil || gap == nil {
@@ -243,14 +243,14 @@ func (s *Set) lookForGap(ctx context.Context, m events.Meta) error {
 	return gap
 }
 
-// startAggregate starts m's aggregate at its lowest waiting event, which
+// ordering.StartAggregate starts m's aggregate at its lowest waiting event, which
 // waited StartAfter for the earlier ones: the consumer never got them. It
 // returns nil, for m to try again at once (started here or by another
 // delivery).
 func (s *Set) startAggregate(ctx context.Context, m events.Meta, gap *OutOfOrderError) error {
 	var at int64
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) (err error) {
-		at, err = startAggregate(ctx, db, t, m, s.cfg.StartAfter)
+		at, err = ordering.StartAggregate(ctx, db, t, m, s.cfg.StartAfter)
 		return err
 	})
 	if err != nil {
@@ -296,27 +296,10 @@ func (s *Set) onPositions(ctx context.Context, f func(context.Context, dialect.E
 // that is in this consumer's dead letters already.
 func (s *Set) holdOrPass(m events.Meta) func(context.Context, dialect.ExecQuerier, Tables) error {
 	return func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
-		return inTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
-			return holdOrPass(ctx, tx, t, m, s.letterOrder())
+		return ordering.InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+			return ordering.HoldOrPass(ctx, tx, t, m, s.letterOrder())
 		})
 	}
-}
-
-// inTx runs f in a transaction of db's when db is a driver, else on db.
-func inTx(ctx context.Context, db dialect.ExecQuerier, f func(context.Context, dialect.ExecQuerier) error) error {
-	drv, ok := db.(dialect.Driver)
-	if !ok {
-		return f(ctx, db)
-	}
-	tx, err := drv.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	if err := f(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }
 
 // heldComesBack tells whether the event m's aggregate is held at was
@@ -333,15 +316,12 @@ func (s *Set) heldComesBack(ctx context.Context, m events.Meta, held *HeldError)
 	var back bool
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 		var rows entsql.Rows
-		letters := pgsql.QuoteIdent(t.DeadLetters)
-		if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND retried_event_id = $2
-				AND retried_at > now() - make_interval(secs => $3))
-			AND NOT EXISTS (SELECT 1 FROM `+letters+` WHERE source = $1 AND event_id = $2)`,
+		if err := db.Query(ctx, t.DB().RetriedBackQuery(),
 			[]any{m.Consumer, held.HeldEventID, s.cfg.MaxGap.Seconds()}, &rows); err != nil {
 			return fmt.Errorf("consumer: reading whether event %s of %q was retried: %w", held.HeldEventID, m.Consumer, err)
 		}
 		var err error
-		back, err = scanBool(&rows)
+		back, err = ordering.ScanBool(&rows)
 		return err
 	})
 	return back, err
@@ -366,13 +346,12 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 		var still bool
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 			var rows entsql.Rows
-			if err := db.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Positions)+`
-				WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 AND held_seq = $5)`,
+			if err := db.Query(ctx, t.DB().HeldAtQuery(),
 				[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, held.HeldSeq}, &rows); err != nil {
 				return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 			}
 			var err error
-			still, err = scanBool(&rows)
+			still, err = ordering.ScanBool(&rows)
 			return err
 		})
 		switch {

@@ -2,10 +2,10 @@ package consumer
 
 // Waking the deliveries that wait for their aggregate's previous event
 // when another instance applies it (turns.go wakes them when this one
-// does). The lowest waiting delivery marks the position (noteWaiting:
+// does). The lowest waiting delivery marks the position (ordering.NoteWaiting:
 // waiting_seq); a statement that moves a marked position notifies the
 // positions table's channel with the aggregate, at commit, and keeps the
-// mark while the marked event still waits (waitingAfterMove). A handler
+// mark while the marked event still waits (outboxdb's WaitingAfterMove). A handler
 // set listens on that channel while deliveries wait in it, on a
 // connection of its own, and wakes its waiters of the aggregate: its
 // lowest one looks at the position at once, not at the end of its pause,
@@ -33,17 +33,7 @@ import (
 
 // wakeChannel is the channel on which the moves of t's positions wake the
 // deliveries waiting on them.
-func wakeChannel(t Tables) string { return dbTables(t).PositionsChannel() }
-
-// waitingAfterMove is the SET items of a statement that moves position
-// row to seq to (outboxdb's WaitingAfterMove).
-func waitingAfterMove(t Tables, row, to string) string { return dbTables(t).WaitingAfterMove(row, to) }
-
-// notifyWaiters calls pg_notify for the aggregate of position row
-// (outboxdb's NotifyWaiters).
-func notifyWaiters(t Tables, row, to, mark string) string {
-	return dbTables(t).NotifyWaiters(row, to, mark)
-}
+func wakeChannel(t Tables) string { return t.DB().PositionsChannel() }
 
 // moveNote is a notification's payload: an aggregate's position moved.
 type moveNote struct {

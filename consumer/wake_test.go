@@ -25,7 +25,7 @@ func TestAWaitingEventIsWokenWhenAnotherInstanceAppliesItsPredecessor(t *testing
 		other []consumer.Option
 	}{
 		{"alone", []consumer.Option{consumer.WithBatchSize(1)}}, // the full path's statements
-		{"in a batch", nil}, // the batch's statement (batchrecord.go)
+		{"in a batch", nil}, // the batch's statement (internal/batching)
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

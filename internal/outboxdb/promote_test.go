@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,14 +28,7 @@ func TestPromoteQueryGolden(t *testing.T) {
 	for name, tables := range map[string]outboxdb.Tables{"promote.sql": numbered, "promote-unnumbered.sql": unnumbered} {
 		got := "-- The promotion of " + tables.Scheduled + " into " + tables.Outbox + ", sequence table \"" +
 			tables.Sequences + "\".\n" + tables.PromoteQuery() + "\n"
-		path := filepath.Join("testdata", name)
-		if *update {
-			require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
-			continue
-		}
-		want, err := os.ReadFile(path)
-		require.NoError(t, err, "no golden file %s: run with -update", path)
-		require.Equal(t, string(want), got, "the promotion differs from %s: run with -update if the change is meant", path)
+		golden(t, name, got)
 	}
 }
 

@@ -71,10 +71,7 @@ func (t Tables) SettleQuery() string {
 		RETURNING p.consumer, p.topic, p.aggregate_type, p.aggregate_id, p.last_seq, p.held_seq, p.waiting_seq,
 			target.last_seq AS was)
 	SELECT last_seq, coalesce(held_seq, 0), true FROM settled
-		WHERE was = last_seq OR waiting_seq IS NULL OR pg_notify(` + pgsql.QuoteLiteral(t.Positions) + `,
-			json_build_object('schema', current_schema(), 'consumer', consumer, 'topic', topic,
-				'aggregate_type', aggregate_type, 'aggregate_id', aggregate_id, 'last_seq', last_seq,
-				'waiting_seq', waiting_seq)::text) IS NOT NULL
+		WHERE was = last_seq OR waiting_seq IS NULL OR ` + t.NotifyWaiters("settled", "settled.last_seq", "settled.waiting_seq") + ` IS NOT NULL
 	UNION ALL
 	SELECT last_seq, coalesce(held_seq, 0), false FROM pos WHERE NOT EXISTS (SELECT 1 FROM settled)`
 }

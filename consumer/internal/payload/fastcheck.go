@@ -1,4 +1,4 @@
-package consumer
+package payload
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package consumer
+package payload
 
 import (
 	"bytes"
@@ -19,14 +19,14 @@ import (
 // cross-check it with the library on every payload, hold it to the
 // library.
 func TestFastCheckCoversThePublishedSchemas(t *testing.T) {
-	dir := "../internal/testent/entoutbox"
+	dir := "../../../internal/testent/entoutbox"
 	files, err := filepath.Glob(filepath.Join(dir, "schemas", "*.json"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
 		rel, err := filepath.Rel(dir, f)
 		require.NoError(t, err)
-		sch, err := compilePayloadSchema(os.DirFS(dir), filepath.ToSlash(rel))
+		sch, err := compileSchema(os.DirFS(dir), filepath.ToSlash(rel))
 		require.NoError(t, err)
 		require.NotNil(t, compileFast(sch), "%s: the fast check does not cover it", rel)
 	}

@@ -1,4 +1,4 @@
-package consumer
+package batching
 
 // A batch's dedupe and ordering check in one statement, the consumers'
 // one rule of order (outboxdb's RecordRunQuery): per aggregate, the
@@ -6,9 +6,10 @@ package consumer
 // the position moves once to the last of them. A batch holds at most one
 // run per aggregate (batch.go: an aggregate is in one running batch at a
 // time), its events sorted by seq; an event handled alone is a run of one
-// (order.go). An event it does not apply is left to the full path, alone.
+// (package ordering). An event it does not apply is left to the full path,
+// alone.
 // A move of a position an event waits on wakes it, on any instance
-// (wake.go).
+// (the consumer package's wake.go).
 
 import (
 	"context"
@@ -17,14 +18,14 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 )
 
-// recordBatch records the batch's events in tx, setting each one's res:
-// batchApplied, batchDuplicate (one without a seq handled before) or
-// batchAlone. An event whose position moved while its dedupe record was
+// record records the batch's events in tx, setting each one's res:
+// Applied, Duplicate (one without a seq handled before) or
+// Alone. An event whose position moved while its dedupe record was
 // there already fails the batch (errMovedDuplicate).
-func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error {
+func record(ctx context.Context, tx Tx, t ordering.Tables, batch []*Item) error {
 	n := len(batch)
 	if n == 0 {
 		return nil
@@ -40,24 +41,24 @@ func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error
 	recs := make([]bool, 0, n)
 	attempts := make([]int64, 0, n)
 	for i, it := range batch {
-		it.res = batchAlone
-		seq := it.m.AggregateSeq
-		if !ordered(t, it.m) {
+		it.res = Alone
+		seq := it.Meta.AggregateSeq
+		if !ordering.Ordered(t, it.Meta) {
 			seq = 0
 		}
 		idx = append(idx, int32(i))
-		consumers = append(consumers, it.m.Consumer)
-		topics = append(topics, it.m.Topic)
-		types = append(types, it.m.AggregateType)
-		aggs = append(aggs, it.m.AggregateID)
+		consumers = append(consumers, it.Meta.Consumer)
+		topics = append(topics, it.Meta.Topic)
+		types = append(types, it.Meta.AggregateType)
+		aggs = append(aggs, it.Meta.AggregateID)
 		seqs = append(seqs, seq)
-		ids = append(ids, it.m.EventID)
-		names = append(names, it.m.Name)
-		recs = append(recs, it.fn != nil || it.many != nil)
+		ids = append(ids, it.Meta.EventID)
+		names = append(names, it.Meta.Name)
+		recs = append(recs, it.Fn != nil || it.Many != nil)
 		attempts = append(attempts, 1)
 	}
 	var rows entsql.Rows
-	err := tx.Query(ctx, dbTables(t).RecordRunQuery(), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs, attempts}, &rows)
+	err := tx.Query(ctx, t.DB().RecordRunQuery(), []any{consumers, idx, topics, types, aggs, seqs, ids, names, recs, attempts}, &rows)
 	if err != nil {
 		return fmt.Errorf("consumer: recording %d events as processed: %w", n, err)
 	}
@@ -71,17 +72,12 @@ func recordBatch(ctx context.Context, tx Tx, t Tables, batch []*batchItem) error
 		it := batch[i]
 		switch {
 		case applied && fresh:
-			it.res = batchApplied
-		case !ordered(t, it.m):
-			it.res = batchDuplicate // in the dead letters, or handled before
+			it.res = Applied
+		case !ordering.Ordered(t, it.Meta):
+			it.res = Duplicate // in the dead letters, or handled before
 		case applied:
 			return errMovedDuplicate
 		}
 	}
 	return rows.Close()
-}
-
-// dbTables is t as the outbox's SQL names them.
-func dbTables(t Tables) outboxdb.Tables {
-	return outboxdb.Tables{Processed: t.Processed, DeadLetters: t.DeadLetters, Positions: t.Positions}
 }

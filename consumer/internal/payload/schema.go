@@ -1,4 +1,8 @@
-package consumer
+// Package payload reads the payloads of generated handlers as the JSON
+// Schema go generate publishes for each event version says, and words
+// every refusal by the field's path. The consumer package exposes its
+// Schema as consumer.PayloadSchema, for generated code.
+package payload
 
 import (
 	"bytes"
@@ -23,7 +27,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 )
 
-// For generated code. PayloadSchema holds the payloads of one event version
+// Schema holds the payloads of one event version
 // to the JSON Schema go generate publishes for that version (the generated
 // handlers embed the file), so that a handler accepts exactly what a team
 // validating with the schema accepts, and reads it as they do:
@@ -31,7 +35,7 @@ import (
 // value and "S" into field "s", and would refuse 1.0 for an integer. Keys
 // the schema does not declare are ignored at every depth (later compatible
 // versions add them). The schema is compiled at its first use.
-type PayloadSchema struct {
+type Schema struct {
 	event   string
 	version int
 	path    string
@@ -43,12 +47,12 @@ type compiledSchema struct {
 	fast *fastNode // nil: the library validates alone
 }
 
-// For generated code. NewPayloadSchema returns the schema of version of
+// NewSchema returns the schema of version of
 // event, the file at path in fsys.
-func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
-	s := &PayloadSchema{event: event, version: version, path: path}
+func NewSchema(fsys fs.FS, path, event string, version int) *Schema {
+	s := &Schema{event: event, version: version, path: path}
 	s.schema = sync.OnceValues(func() (*compiledSchema, error) {
-		sch, err := compilePayloadSchema(fsys, path)
+		sch, err := compileSchema(fsys, path)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: the JSON Schema of %q version %d (%s): %w", event, version, path, err)
 		}
@@ -57,7 +61,7 @@ func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchem
 	return s
 }
 
-func compilePayloadSchema(fsys fs.FS, path string) (*jsonschema.Schema, error) {
+func compileSchema(fsys fs.FS, path string) (*jsonschema.Schema, error) {
 	b, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, err
@@ -85,7 +89,7 @@ func (noLoader) Load(string) (any, error) { return nil, os.ErrNotExist }
 // before, then fill in what the version lacks). A refusal is an
 // *events.ValidationError naming each field the schema refuses by its path
 // (lines[0].sku, attributes["gift"].value).
-func (s *PayloadSchema) Decode(payload []byte, v any) error {
+func (s *Schema) Decode(payload []byte, v any) error {
 	_, clean, err := s.check(payload)
 	if err != nil {
 		return err
@@ -99,7 +103,7 @@ func (s *PayloadSchema) Decode(payload []byte, v any) error {
 // Fields checks payload against the schema and returns its fields for an
 // upcaster, as DecodeFields does: numbers are json.Number, and keys the
 // schema does not declare are left out.
-func (s *PayloadSchema) Fields(payload []byte) (map[string]any, error) {
+func (s *Schema) Fields(payload []byte) (map[string]any, error) {
 	doc, _, err := s.check(payload)
 	if err != nil {
 		return nil, err
@@ -118,16 +122,16 @@ func (s *PayloadSchema) Fields(payload []byte) (map[string]any, error) {
 // key once, integers as integers). Plain payloads are read by parseFast
 // and checked by the fast check (fastcheck.go); the library reads and
 // validates the rest, and words every refusal.
-func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
+func (s *Schema) check(payload []byte) (any, []byte, error) {
 	c, err := s.schema()
 	if err != nil {
 		return nil, nil, err
 	}
 	sch := c.sch
 	doc, written, parsed := parseFast(payload)
-	if crossCheckFast != nil && parsed {
+	if CrossCheck != nil && parsed {
 		if lib, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload)); err != nil || !reflect.DeepEqual(lib, doc) || keysWritten(payload) != written {
-			crossCheckFast(fmt.Sprintf("%s: parseFast reads %#v (%d keys), encoding/json %#v (%d keys, %v): %s",
+			CrossCheck(fmt.Sprintf("%s: parseFast reads %#v (%d keys), encoding/json %#v (%d keys, %v): %s",
 				s.path, doc, written, lib, keysWritten(payload), err, payload))
 		}
 	}
@@ -142,10 +146,10 @@ func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 	// finds invalid, the library validates again and words the refusal.
 	w := fastWalk{counting: true}
 	fast := c.fast != nil && w.valid(c.fast, doc)
-	if !fast || crossCheckFast != nil {
+	if !fast || CrossCheck != nil {
 		if err := sch.Validate(doc); err != nil {
 			if fast {
-				crossCheckFast(fmt.Sprintf("%s: the fast check accepts what the library refuses: %s", s.path, payload))
+				CrossCheck(fmt.Sprintf("%s: the fast check accepts what the library refuses: %s", s.path, payload))
 			}
 			var ve *jsonschema.ValidationError
 			if !errors.As(err, &ve) {
@@ -153,24 +157,24 @@ func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 			}
 			return nil, nil, s.invalid(failures(ve, sch, doc))
 		}
-		if !fast && c.fast != nil && crossCheckFast != nil {
-			crossCheckFast(fmt.Sprintf("%s: the fast check refuses what the library accepts: %s", s.path, payload))
+		if !fast && c.fast != nil && CrossCheck != nil {
+			CrossCheck(fmt.Sprintf("%s: the fast check refuses what the library accepts: %s", s.path, payload))
 		}
 	}
 	if !fast {
 		w = fastWalk{keys: keysIn(doc), normalize: true}
-	} else if crossCheckFast != nil && w.keys != keysIn(doc) {
-		crossCheckFast(fmt.Sprintf("%s: the fast check counts %d keys, keysIn %d: %s", s.path, w.keys, keysIn(doc), payload))
+	} else if CrossCheck != nil && w.keys != keysIn(doc) {
+		CrossCheck(fmt.Sprintf("%s: the fast check counts %d keys, keysIn %d: %s", s.path, w.keys, keysIn(doc), payload))
 	}
 	// A key given twice counts once, with its last value, in the schema's
 	// reading (and JSON.parse's); encoding/json would merge two objects
 	// given for one key, reading keys the schema never saw.
 	twice := written != w.keys
 	changed := false
-	if w.normalize || crossCheckFast != nil {
+	if w.normalize || CrossCheck != nil {
 		doc, changed = normalize(doc, sch)
 		if changed && !w.normalize {
-			crossCheckFast(fmt.Sprintf("%s: normalize changed what the fast check left alone: %s", s.path, payload))
+			CrossCheck(fmt.Sprintf("%s: normalize changed what the fast check left alone: %s", s.path, payload))
 		}
 	}
 	if !changed && !twice {
@@ -180,10 +184,11 @@ func (s *PayloadSchema) check(payload []byte) (any, []byte, error) {
 	return doc, clean, err
 }
 
-// crossCheckFast, set by the package's tests, makes check run the
+// CrossCheck, set by tests (the consumer package sets it in all of its
+// own), makes check run the
 // library's Validate, keysIn and normalize beside the fast check, and is
 // called with what they disagree on.
-var crossCheckFast func(disagreement string)
+var CrossCheck func(disagreement string)
 
 // keysWritten counts the keys of the objects in payload, valid JSON, at
 // every depth: the colons outside its strings.
@@ -311,7 +316,7 @@ const (
 )
 
 // invalid is the error of a payload the schema refuses.
-func (s *PayloadSchema) invalid(fs []failure) error {
+func (s *Schema) invalid(fs []failure) error {
 	slices.SortStableFunc(fs, func(a, b failure) int { return strings.Compare(a.path, b.path) })
 	fs = slices.CompactFunc(fs, func(a, b failure) bool { return a == b })
 	first := fs[0]
