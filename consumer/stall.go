@@ -4,11 +4,12 @@ package consumer
 // aggregate's previous event and are nacked to come again are normal flow
 // (logged at debug): another instance is applying that event, or a killed
 // instance's messages come back after the broker's timeout. A topic on
-// which this instance holds waiting events and has applied none for
-// StallAfter is not: it logs one line naming the topic, the consumer and
-// what the waiting event waits for, and sets the gauge
+// which this instance holds waiting events and on which no event was
+// applied for StallAfter (here, or by another instance as far as its
+// notifications tell) is not: it logs one line naming the topic, the
+// consumer and what the waiting event waits for, and sets the gauge
 // entoutbox_consumer_stalled{consumer,topic} to 1, until an event of the
-// topic is applied here again.
+// topic is applied again.
 
 import (
 	"fmt"
@@ -70,12 +71,13 @@ func (w *stallWatch) waitBegins(m events.Meta, quietFor time.Duration) (ends fun
 	}
 }
 
-// applied records that an event of m's topic was applied here; it
-// returns true when the topic was said to be stalled.
-func (w *stallWatch) applied(m events.Meta) (wasStalled bool) {
+// applied records that an event of the consumer's topic was applied,
+// here or by another instance; it returns true when the topic was said to
+// be stalled.
+func (w *stallWatch) applied(consumer, topic string) (wasStalled bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.topics[stallKey{m.Consumer, m.Topic}]
+	p := w.topics[stallKey{consumer, topic}]
 	if p == nil {
 		return false
 	}
@@ -116,15 +118,15 @@ func (s *Set) checkStall(m events.Meta, want int64) {
 			"stalled_for": time.Since(since).Round(time.Second).String()})
 }
 
-// appliedOnTopic records progress on m's topic, and says so when it had
-// been said to be stalled.
-func (s *Set) appliedOnTopic(m events.Meta) {
-	if !s.stalls.applied(m) {
+// appliedOnTopic records progress on the consumer's topic, and says so
+// when it had been said to be stalled.
+func (s *Set) appliedOnTopic(consumer, topic string) {
+	if !s.stalls.applied(consumer, topic) {
 		return
 	}
-	s.cfg.Metrics.Stalled(m.Consumer, m.Topic, false)
-	s.cfg.Logger.Info(fmt.Sprintf("consumer %s moves again on topic %s", m.Consumer, m.Topic),
-		watermill.LogFields{"consumer": m.Consumer, "topic": m.Topic})
+	s.cfg.Metrics.Stalled(consumer, topic, false)
+	s.cfg.Logger.Info(fmt.Sprintf("consumer %s moves again on topic %s", consumer, topic),
+		watermill.LogFields{"consumer": consumer, "topic": topic})
 }
 
 // warn logs at warning level where the adapter has one (Watermill's

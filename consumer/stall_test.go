@@ -47,7 +47,7 @@ func TestHotAggregateDrainsAfterAKill(t *testing.T) {
 		hot, cold = 700, 40 // events of aggregate 1; of aggregates 2 and 3
 		instances = 3
 		killAt    = 150             // events applied when an instance dies
-		bound     = 2 * time.Minute // after the kill: a liveness bound on a loaded machine
+		bound     = 4 * time.Minute // after the kill: a liveness bound on a loaded machine
 	)
 	b := setup(t)
 	prefix := uniquePrefix()

@@ -31,8 +31,9 @@ type turns struct {
 	held map[turnKey]map[int64]int
 	// left is told when a held delivery leaves (nil: nothing to tell).
 	left func(turnKey)
-	// progressed is told of each event applied here (nil: nothing to tell).
-	progressed func(events.Meta)
+	// progressed is told of each event applied here, and of each move
+	// of a position another instance notified (nil: nothing to tell).
+	progressed func(consumer, topic string)
 }
 
 // hold counts m among the deliveries this set handles until release.
@@ -208,7 +209,7 @@ const gapShedRound = 3 * time.Second
 // applied wakes the deliveries waiting on m's aggregate.
 func (t *turns) applied(m events.Meta) {
 	if t.progressed != nil {
-		t.progressed(m)
+		t.progressed(m.Consumer, m.Topic)
 	}
 	if m.AggregateSeq == 0 {
 		return // not in an order: nothing waits on it
@@ -218,6 +219,9 @@ func (t *turns) applied(m events.Meta) {
 
 // wake wakes the deliveries waiting on k's aggregate, whose position moved.
 func (t *turns) wake(k turnKey, mv positionMove) {
+	if mv.told && t.progressed != nil {
+		t.progressed(k.consumer, k.topic) // moved by another instance: the topic is not stuck
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w := t.waiting[k]; w != nil {
