@@ -46,7 +46,7 @@ const (
 	// over one at a time, each waiting for its predecessor before it is
 	// given back. With the 60 s idle claim runs drained 2m50s after the
 	// last kill, and one had 40 of 605 events left at 3 min; with the 6 s
-	// claim (broker/redis.go) one drained in 28 s.
+	// claim (broker/redis.go) two runs drained in 28 s and 1m21s.
 	killDrainBoundRedis = 5 * time.Minute
 	// killStep is the longest wait for a kill's point of progress.
 	killStep = time.Minute
