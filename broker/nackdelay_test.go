@@ -26,24 +26,6 @@ func TestNATSNackDelay(t *testing.T) {
 	testNackDelay(ctx, t, ch, sent, 3*time.Second)
 }
 
-// On Redis the released entry is claimed again once the delay is over.
-func TestRedisNackDelay(t *testing.T) {
-	t.Parallel()
-	topic := "entoutbox.nackdelay." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic), Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	s, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := s.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	sent := newMessages(2)
-	publish(t, b, topic, sent)
-	testNackDelay(ctx, t, ch, sent, 3*time.Second)
-}
-
 func testNackDelay(ctx context.Context, t *testing.T, ch <-chan *message.Message, sent []sentMessage, delay time.Duration) {
 	t.Helper()
 	first := unacked(ctx, t, ch)

@@ -13,8 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/entoutbox/entoutbox/events"
 )
 
 // Redis Streams through watermill-redisstream: topic T is the stream key T
@@ -107,7 +105,7 @@ func newRedisSubscriber(opts *redis.Options, group string, logger watermill.Logg
 	o := *opts
 	consumer := watermill.NewShortUUID()
 	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
-		release: map[string][]time.Duration{}, held: map[string]map[string]bool{}}
+		release: map[string]int{}, held: map[string]map[string]bool{}}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
@@ -151,9 +149,13 @@ type ackCountingClient struct {
 	xacks           atomic.Int64
 
 	mu sync.Mutex
-	// release is, per stream, the next XACKs on it that are releases, with
-	// the delay the consumer asked for each (events.MetaNackDelay).
-	release map[string][]time.Duration
+	// release is, per stream, the next XACKs on it that are releases.
+	// A release is claimed again at the next claim round: a nack delay
+	// (events.MetaNackDelay) is not honoured here. A member holds one
+	// entry at a time and takes claimed entries one by one, so a delayed
+	// successor came back long after its predecessor (a kill test drained
+	// in 28 s without the delay, and had events left after 5 min with it).
+	release map[string]int
 	held    map[string]map[string]bool // stream -> ids
 }
 
@@ -161,32 +163,20 @@ type ackCountingClient struct {
 // claim threshold, so that the next claim round takes it.
 const redisReleasedIdle = time.Hour
 
-// releaseNext makes the module's next XACK on stream a release, whose
-// entry is claimed again after delay (at the next claim round when 0,
-// after redisClaimIdle at most). The module hands over one entry of a
-// stream at a time and XACKs it before the next, so the next XACK is the
-// nacked entry's.
-func (c *ackCountingClient) releaseNext(stream string, delay time.Duration) {
+// releaseNext makes the module's next XACK on stream a release. The module
+// hands over one entry of a stream at a time and XACKs it before the next,
+// so the next XACK is the nacked entry's.
+func (c *ackCountingClient) releaseNext(stream string) {
 	c.mu.Lock()
-	c.release[stream] = append(c.release[stream], delay)
+	c.release[stream]++
 	c.mu.Unlock()
-}
-
-// releasedIdle is the idle time that makes a released entry claimable
-// after delay.
-func releasedIdle(delay time.Duration) time.Duration {
-	if delay <= 0 {
-		return redisReleasedIdle
-	}
-	return max(redisClaimIdle-delay, 0)
 }
 
 func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
-	release := len(c.release[stream]) > 0
-	var delay time.Duration
+	release := c.release[stream] > 0
 	if release {
-		delay, c.release[stream] = c.release[stream][0], c.release[stream][1:]
+		c.release[stream]--
 	}
 	c.mu.Unlock()
 	if release {
@@ -195,11 +185,11 @@ func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids 
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		args = append(args, "IDLE", releasedIdle(delay).Milliseconds(), "JUSTID")
+		args = append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")
 		if err := c.Client.Do(ctx, args...).Err(); err != nil {
 			cmd.SetErr(err) // the module retries, and releases on its retry
 			c.mu.Lock()
-			c.release[stream] = append([]time.Duration{delay}, c.release[stream]...)
+			c.release[stream]++
 			c.mu.Unlock()
 			return cmd
 		}
@@ -387,8 +377,7 @@ func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
 			m.Nack()
 			return
 		}
-		delay, _ := time.ParseDuration(c.Metadata.Get(events.MetaNackDelay))
-		s.client.releaseNext(topic, delay)
+		s.client.releaseNext(topic)
 	case <-s.closed:
 		return
 	}

@@ -44,9 +44,8 @@ const (
 	// again later, not at once: a Go duration ("5s"). An event that waited
 	// for its aggregate's previous one and was nacked must not come
 	// straight back and take the slot its predecessor needs. NATS
-	// JetStream delays the redelivery by it (a NAK with a delay), Redis
-	// Streams by the idle time it gives the released entry; other brokers
-	// ignore it.
+	// JetStream delays the redelivery by it (a NAK with a delay); other
+	// brokers ignore it.
 	MetaNackDelay = "outbox_nack_delay"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
