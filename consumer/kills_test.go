@@ -3,9 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,6 +22,7 @@ import (
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
@@ -333,59 +332,7 @@ func (k *killRun) cleanStreams() {
 func proxyDeath(t *testing.T, rawURL string) (string, func()) {
 	u, err := url.Parse(rawURL)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &cutProxy{ln: ln, target: u.Host}
-	go p.serve()
-	t.Cleanup(p.cut)
-	u.Host = ln.Addr().String()
-	return u.String(), p.cut
-}
-
-// cutProxy forwards each connection it accepts to target until cut.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	conns []net.Conn
-	done  bool
-}
-
-func (p *cutProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		if p.done {
-			p.mu.Unlock()
-			_ = c.Close()
-			_ = s.Close()
-			return
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-		go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-	}
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done {
-		return
-	}
-	p.done = true
-	_ = p.ln.Close()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
+	p := tcpproxy.Start(t, u.Host)
+	u.Host = p.Addr
+	return u.String(), p.Cut
 }

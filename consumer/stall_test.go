@@ -3,8 +3,6 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -24,6 +22,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
+	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 	"github.com/entoutbox/entoutbox/metrics"
@@ -111,8 +110,8 @@ func openStallBroker(t *testing.T, ctx context.Context, url string) broker.Broke
 // connections go through a proxy of its own; it counts the redeliveries.
 func startStallInstance(t *testing.T, ctx context.Context, b *bundle, prefix, url string, redelivered *atomic.Int64) *stallInstance {
 	t.Helper()
-	in := &stallInstance{proxy: startNATSProxy(t, "127.0.0.1:4222")}
-	in.br = openStallBroker(t, ctx, strings.Replace(url, "127.0.0.1:4222", in.proxy.addr(), 1))
+	in := &stallInstance{proxy: tcpproxy.Start(t, "127.0.0.1:4222")}
+	in.br = openStallBroker(t, ctx, strings.Replace(url, "127.0.0.1:4222", in.proxy.Addr, 1))
 	h := testent.NewOutboxHandlers(b.client, consumer.WithTopicPrefix(prefix), consumer.WithLogger(watermill.NopLogger{}))
 	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
 		return tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(m.AggregateSeq).
@@ -146,7 +145,7 @@ func startStallInstance(t *testing.T, ctx context.Context, b *bundle, prefix, ur
 // through a proxy of its own, so that a kill cuts it as a dying process
 // does: what it holds is neither acked nor nacked.
 type stallInstance struct {
-	proxy *natsProxy
+	proxy *tcpproxy.Proxy
 	br    broker.Broker
 	stop  context.CancelFunc
 	done  chan error
@@ -155,7 +154,7 @@ type stallInstance struct {
 
 func (in *stallInstance) kill() {
 	in.once.Do(func() {
-		in.proxy.close() // first: nothing the instance sends from now on reaches the server
+		in.proxy.Cut() // first: nothing the instance sends from now on reaches the server
 		in.stop()
 		go func() { <-in.done; _ = in.br.Close() }() // its naks go nowhere
 	})
@@ -201,52 +200,6 @@ func requireAppliedInOrder(t *testing.T, b *bundle, want map[int64]int64) {
 		require.Equal(t, int(n), len(seqs), "aggregate %d: effects applied%s", order, bad)
 		require.Empty(t, bad, "aggregate %d: effects out of order or duplicated", order)
 	}
-}
-
-// natsProxy forwards connections to a NATS server until it is closed,
-// which cuts them all and refuses new ones.
-type natsProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func startNATSProxy(t *testing.T, target string) *natsProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &natsProxy{ln: ln}
-	t.Cleanup(p.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
-			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *natsProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *natsProxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
 }
 
 // A topic on which the instance holds an event that waits, and applies

@@ -51,6 +51,12 @@ func (p *Proxy) listen(addr string) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln { // cut meanwhile: this one goes too
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
 			go func() { _, _ = io.Copy(up, c); up.Close() }()
