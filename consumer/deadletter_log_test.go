@@ -84,16 +84,20 @@ func TestDeadLettersAreLoggedOnceAtError(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return b.client.DeadLetter.Query().CountX(ctx) == len(sent) },
 		patience, 10*time.Millisecond, "not every message reached the dead letters")
-
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
+	// A letter is logged just after its row commits: wait for the lines too.
 	logged := map[string][]watermill.CapturedMessage{} // by aggregate id
-	for _, m := range logs.msgs {
-		if m.Msg == consumer.DeadLetteredLog {
-			id, _ := m.Fields["aggregate_id"].(string)
-			logged[id] = append(logged[id], m)
+	require.Eventually(t, func() bool {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		clear(logged)
+		for _, m := range logs.msgs {
+			if m.Msg == consumer.DeadLetteredLog {
+				id, _ := m.Fields["aggregate_id"].(string)
+				logged[id] = append(logged[id], m)
+			}
 		}
-	}
+		return len(logged) >= len(sent)
+	}, patience, 10*time.Millisecond, "not every dead letter was logged")
 	for _, dl := range b.client.DeadLetter.Query().AllX(ctx) {
 		agg := dl.AggregateID
 		require.Len(t, logged[agg], 1, "the dead letter of aggregate %s is logged %d times, want once", agg, len(logged[agg]))
