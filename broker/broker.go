@@ -223,10 +223,7 @@ func (p *pubSub) Subscriber(group string) (message.Subscriber, error) {
 		p.subs = make(map[*ownedSubscriber]struct{})
 	}
 	p.subs[owned] = struct{}{}
-	if c, ok := sub.(ConcurrentSubscriber); ok {
-		return concurrentSubscriber{owned, c}, nil
-	}
-	return owned, nil
+	return wrapSubscriber(owned, sub), nil
 }
 
 // subscriberCloseGrace is how long Close waits for the subscribers before

@@ -71,15 +71,26 @@ type natsParams struct {
 	ackWait       time.Duration
 	maxAckPending int
 	maxInFlight   int
+	partitions    int // of the streams made for topics
 }
 
 // natsParamsOf reads ?ack_wait=, ?max_ack_pending= and ?max_in_flight=
 // off the URL and returns the URL without them for nats.Connect.
 func natsParamsOf(u *url.URL, raw string) (natsParams, string, error) {
-	p := natsParams{ackWait: natsAckWait, maxAckPending: natsMaxAckPending, maxInFlight: natsMaxInFlight}
+	p := natsParams{ackWait: natsAckWait, maxAckPending: natsMaxAckPending, maxInFlight: natsMaxInFlight,
+		partitions: DefaultPartitions}
 	q := u.Query()
-	if !q.Has("ack_wait") && !q.Has("max_ack_pending") && !q.Has("max_in_flight") {
+	if !q.Has("ack_wait") && !q.Has("max_ack_pending") && !q.Has("max_in_flight") && !q.Has("partitions") {
 		return p, raw, nil
+	}
+	if q.Has("partitions") {
+		v := q.Get("partitions")
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > natsMaxPartitions {
+			return p, "", fmt.Errorf("partitions=%q is not a number from 0 to %d", v, natsMaxPartitions)
+		}
+		p.partitions = n
+		q.Del("partitions")
 	}
 	if v := q.Get("ack_wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -137,7 +148,8 @@ func openNATS(ctx context.Context, u *url.URL, raw string, logger watermill.Logg
 		nc.Close()
 		return nil, fmt.Errorf("checking JetStream: %w", err)
 	}
-	topo := &natsTopology{ackWait: params.ackWait, maxAckPending: params.maxAckPending, logger: logger}
+	topo := &natsTopology{ackWait: params.ackWait, maxAckPending: params.maxAckPending, partitions: params.partitions,
+		logger: logger}
 	pub, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
 		Marshaler:         natsMarshaler{},
 		SubjectCalculator: wmnats.DefaultSubjectCalculator,
@@ -182,25 +194,36 @@ func natsPushConsumerName(group, topic string) string { return natsName(group + 
 // natsTopology remembers which stream carries each topic, so that only the
 // first Publish or Subscribe of a topic asks the server.
 type natsTopology struct {
-	streams       sync.Map // topic → stream name
+	streams       sync.Map // topic → natsStream
 	ackWait       time.Duration
 	maxAckPending int
+	partitions    int // of the streams it makes
 	logger        watermill.LoggerAdapter
 }
 
-// ensureStream returns the name of the stream carrying topic, creating
-// one when none does; created says it did.
-func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream, topic string) (name string, created bool, err error) {
-	if name, ok := t.streams.Load(topic); ok {
-		return name.(string), false, nil
+// natsStream is the stream carrying a topic.
+type natsStream struct {
+	name string
+	// partitions is how many partition subjects of the topic it has
+	// (natsPartitionSubject 0 to partitions-1); 0 when the topic is one
+	// subject.
+	partitions int
+	subjects   []string // the stream's
+}
+
+// ensureStream returns the stream carrying topic, creating one when none
+// does; created says it did.
+func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream, topic string) (st natsStream, created bool, err error) {
+	if st, ok := t.streams.Load(topic); ok {
+		return st.(natsStream), false, nil
 	}
-	name, err = js.StreamNameBySubject(ctx, topic)
+	name, err := js.StreamNameBySubject(ctx, topic)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		var s jetstream.Stream
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:        natsName(topic),
 			Description: "entoutbox topic " + topic,
-			Subjects:    []string{topic},
+			Subjects:    natsSubjects(topic, t.partitions),
 		})
 		switch {
 		case err == nil:
@@ -211,11 +234,19 @@ func (t *natsTopology) ensureStream(ctx context.Context, js jetstream.JetStream,
 			name, err = js.StreamNameBySubject(ctx, topic)
 		}
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("provisioning JetStream stream for topic %q: %w", topic, err)
+	var s jetstream.Stream
+	if err == nil {
+		s, err = js.Stream(ctx, name)
 	}
-	t.streams.Store(topic, name)
-	return name, created, nil
+	if err != nil {
+		return natsStream{}, false, fmt.Errorf("provisioning JetStream stream for topic %q: %w", topic, err)
+	}
+	// The stream says how the topic is split, whoever made it and with
+	// whatever ?partitions=: every publisher and member reads the same.
+	subjects := s.CachedInfo().Config.Subjects
+	st = natsStream{name: name, partitions: natsPartitionsOf(topic, subjects), subjects: subjects}
+	t.streams.Store(topic, st)
+	return st, created, nil
 }
 
 // forget drops what is known of topic, after a failure that may come from
@@ -226,16 +257,16 @@ func (t *natsTopology) forget(topic string) { t.streams.Delete(topic) }
 // stream and returns its name. An existing one keeps its position and takes
 // this URL's ack_wait and max_ack_pending; a new one replaces the group's
 // push consumer of an earlier version, if any.
-func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) (string, error) {
-	name, err := t.ensurePullConsumer(ctx, js, stream, topic, group)
+func (t *natsTopology) ensureConsumer(ctx context.Context, js jetstream.JetStream, st natsStream, topic, group string) (string, error) {
+	name, err := t.ensurePullConsumer(ctx, js, st, topic, group)
 	if err != nil {
-		t.forget(topic)
-		return "", fmt.Errorf("provisioning JetStream consumer %q on stream %q: %w", name, stream, err)
+		return "", t.consumerFailed(topic, st, name, err)
 	}
 	return name, nil
 }
 
-func (t *natsTopology) ensurePullConsumer(ctx context.Context, js jetstream.JetStream, stream, topic, group string) (string, error) {
+func (t *natsTopology) ensurePullConsumer(ctx context.Context, js jetstream.JetStream, st natsStream, topic, group string) (string, error) {
+	stream := st.name
 	name := natsConsumerName(group, topic)
 	for attempt := 0; ; attempt++ {
 		cons, err := js.Consumer(ctx, stream, name)
@@ -258,7 +289,7 @@ func (t *natsTopology) ensurePullConsumer(ctx context.Context, js jetstream.JetS
 			Durable:       name,
 			Description:   fmt.Sprintf("entoutbox group %q on topic %q", group, topic),
 			DeliverPolicy: jetstream.DeliverAllPolicy,
-			FilterSubject: topic,
+			FilterSubject: natsWholeFilter(topic, st),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       t.ackWait,
 			MaxAckPending: t.maxAckPending,
@@ -358,16 +389,14 @@ type natsPending struct {
 
 // PublishAsync implements AsyncPublisher.
 func (p *natsPublisher) PublishAsync(topic string, msg *message.Message, done func(error)) {
-	if _, known := p.topo.streams.Load(topic); !known {
-		ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
-		_, _, err := p.topo.ensureStream(ctx, p.js, topic)
-		cancel()
-		if err != nil {
-			done(err)
-			return
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
+	st, _, err := p.topo.ensureStream(ctx, p.js, topic) // a map read once known
+	cancel()
+	if err != nil {
+		done(err)
+		return
 	}
-	nm, err := natsMarshaler{}.Marshal(topic, msg)
+	nm, err := natsMarshaler{}.Marshal(natsPublishSubject(topic, st, msg), msg)
 	if err != nil {
 		done(err)
 		return
@@ -430,11 +459,12 @@ func (p *natsPublisher) Close() error {
 func (p *natsPublisher) Publish(topic string, messages ...*message.Message) error {
 	ctx, cancel := context.WithTimeout(context.Background(), natsProvisionTimeout)
 	defer cancel()
-	if _, _, err := p.topo.ensureStream(ctx, p.js, topic); err != nil {
+	st, _, err := p.topo.ensureStream(ctx, p.js, topic)
+	if err != nil {
 		return err
 	}
 	for _, msg := range messages {
-		nm, err := natsMarshaler{}.Marshal(topic, msg)
+		nm, err := natsMarshaler{}.Marshal(natsPublishSubject(topic, st, msg), msg)
 		if err != nil {
 			return err
 		}

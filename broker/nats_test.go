@@ -20,9 +20,9 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 )
 
-// natsStream connects to the test server's JetStream for checks and
+// natsJS connects to the test server's JetStream for checks and
 // clean-up.
-func natsStream(t testing.TB) jetstream.JetStream {
+func natsJS(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
@@ -35,7 +35,7 @@ func natsStream(t testing.TB) jetstream.JetStream {
 // natsSetup deletes the stream the test's topic gets.
 func natsSetup(t testing.TB, topic string) string {
 	need(t, "NATS", natsURL)
-	js := natsStream(t)
+	js := natsJS(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
@@ -48,7 +48,7 @@ func natsSetup(t testing.TB, topic string) string {
 
 // natsChecks checks JetStream stored each message with Nats-Msg-Id = UUID.
 func natsChecks(ctx context.Context, t *testing.T, _, topic, _ string) func([]sentMessage) {
-	js := natsStream(t)
+	js := natsJS(t)
 	return func(sent []sentMessage) {
 		stream, err := js.Stream(ctx, natsName(topic))
 		require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestNATSDeduplicates(t *testing.T) {
 	require.Contains(t, err.Error(), "did not store message "+event)
 	require.ErrorAs(t, publishAsync(msg("")), &dup)
 
-	stream, err := natsStream(t).Stream(ctx, natsName(topic))
+	stream, err := natsJS(t).Stream(ctx, natsName(topic))
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
@@ -169,12 +169,14 @@ func TestNATSParams(t *testing.T) {
 		want    natsParams
 		connect string
 	}{
-		{"nats://h:4222", natsParams{30 * time.Second, 1000, 128}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 1000, 128}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1000, 128}, "nats://h:4222"},
-		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8, 128}, "nats://h:4222"},
-		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000, 128}, "nats://h:4222?name=x"},
-		{"nats://h:4222?max_in_flight=7&name=x", natsParams{30 * time.Second, 1000, 7}, "nats://h:4222?name=x"},
+		{"nats://h:4222", natsParams{30 * time.Second, 1000, 128, 16}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s", natsParams{5 * time.Second, 1000, 128, 16}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=10ms", natsParams{10 * time.Millisecond, 1000, 128, 16}, "nats://h:4222"},
+		{"nats://h:4222?ack_wait=5s&max_ack_pending=8", natsParams{5 * time.Second, 8, 128, 16}, "nats://h:4222"},
+		{"nats://h:4222?max_ack_pending=5000&name=x", natsParams{30 * time.Second, 5000, 128, 16}, "nats://h:4222?name=x"},
+		{"nats://h:4222?max_in_flight=7&name=x", natsParams{30 * time.Second, 1000, 7, 16}, "nats://h:4222?name=x"},
+		{"nats://h:4222?partitions=0", natsParams{30 * time.Second, 1000, 128, 0}, "nats://h:4222"},
+		{"nats://h:4222?partitions=4&name=x", natsParams{30 * time.Second, 1000, 128, 4}, "nats://h:4222?name=x"},
 	} {
 		u, err := url.Parse(c.raw)
 		require.NoError(t, err)
@@ -184,7 +186,8 @@ func TestNATSParams(t *testing.T) {
 		assert.Equal(t, c.connect, connect, c.raw)
 	}
 	for _, raw := range []string{"nats://h?ack_wait=0s", "nats://h?ack_wait=x", "nats://h?max_ack_pending=0", "nats://h?max_ack_pending=-3",
-		"nats://h?max_ack_pending=many", "nats://h?max_in_flight=0", "nats://h?max_in_flight=x"} {
+		"nats://h?max_ack_pending=many", "nats://h?max_in_flight=0", "nats://h?max_in_flight=x",
+		"nats://h?partitions=-1", "nats://h?partitions=x", "nats://h?partitions=257"} {
 		u, err := url.Parse(raw)
 		require.NoError(t, err)
 		_, _, err = natsParamsOf(u, raw)
@@ -215,7 +218,7 @@ func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 		assert.Equal(t, c.maxInFlight, sub.(ConcurrentSubscriber).MaxInFlight(), c.query)
 		_, err = sub.Subscribe(ctx, topic)
 		require.NoError(t, err)
-		cons, err := natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
+		cons, err := natsJS(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
 		require.NoError(t, err)
 		assert.Equal(t, c.want, cons.CachedInfo().Config.MaxAckPending, c.query)
 		assert.Equal(t, 5*time.Second, cons.CachedInfo().Config.AckWait, c.query)
@@ -229,7 +232,7 @@ func TestNATSMaxAckPendingOnTheConsumer(t *testing.T) {
 		require.NoError(t, err)
 		_, err = sub.Subscribe(ctx, topic)
 		require.NoError(t, err)
-		cons, err = natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
+		cons, err = natsJS(t).Consumer(ctx, natsName(topic), natsConsumerName("g", topic))
 		require.NoError(t, err)
 		assert.Equal(t, 9, cons.CachedInfo().Config.MaxAckPending, c.query)
 		assert.Equal(t, 6*time.Second, cons.CachedInfo().Config.AckWait, c.query)
@@ -369,7 +372,7 @@ func TestNATSPublishAsyncConfirmsEachStoredMessage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	stream, err := natsStream(t).Stream(ctx, natsName(topic))
+	stream, err := natsJS(t).Stream(ctx, natsName(topic))
 	require.NoError(t, err)
 	info, err := stream.Info(ctx)
 	require.NoError(t, err)
@@ -404,7 +407,7 @@ func TestNATSPublishAsyncFailsWithoutAnAck(t *testing.T) {
 	first := make(chan error, 1)
 	async.PublishAsync(topic, message.NewMessage(watermill.NewUUID(), nil), func(err error) { first <- err })
 	require.NoError(t, <-first)
-	require.NoError(t, natsStream(t).DeleteStream(ctx, natsName(topic)))
+	require.NoError(t, natsJS(t).DeleteStream(ctx, natsName(topic)))
 	gone := make(chan error, 1)
 	async.PublishAsync(topic, message.NewMessage(watermill.NewUUID(), nil), func(err error) { gone <- err })
 	select {

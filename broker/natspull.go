@@ -147,7 +147,7 @@ func (s *natsSubscriber) LimitInFlight(n int) { s.maxInFlight = max(min(n, s.max
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	pctx, cancel := context.WithTimeout(ctx, natsProvisionTimeout)
 	defer cancel()
-	stream, created, err := s.topo.ensureStream(pctx, s.js, topic)
+	st, created, err := s.topo.ensureStream(pctx, s.js, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -157,12 +157,18 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		// otherwise wait for ever without a word.
 		s.logger.Info("No producer has published on this topic yet: its JetStream stream was created by this subscriber. "+
 			"If a relay is running, check that its --topic-prefix matches the consumers' consumer.WithTopicPrefix",
-			watermill.LogFields{"topic": topic, "stream": stream, "group": s.group})
+			watermill.LogFields{"topic": topic, "stream": st.name, "group": s.group})
 	}
-	durable, err := s.topo.ensureConsumer(pctx, s.js, stream, topic, s.group)
+	durable, err := s.topo.ensureConsumer(pctx, s.js, st, topic, s.group)
 	if err != nil {
 		return nil, err
 	}
+	return s.pull(ctx, topic, st.name, durable)
+}
+
+// pull starts pulling the messages of durable, a consumer of topic on
+// stream.
+func (s *natsSubscriber) pull(ctx context.Context, topic, stream, durable string) (<-chan *message.Message, error) {
 	msgCtx, cancelMsgs := context.WithCancel(ctx)
 	p := &natsPull{
 		sub:        s,
@@ -182,6 +188,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		cancelMsgs()
 		return nil, errors.New("subscriber closed")
 	}
+	var err error
 	if p.inbox, err = s.nc.Subscribe(s.nc.NewInbox(), p.receive); err != nil {
 		cancelMsgs()
 		return nil, fmt.Errorf("subscribing to an inbox: %w", err)

@@ -71,7 +71,7 @@ func assertNoneFor(t *testing.T, ch <-chan *message.Message, wait time.Duration,
 // natsConsumerState is the group's pull consumer as the server sees it.
 func natsConsumerState(ctx context.Context, t testing.TB, group, topic string) *jetstream.ConsumerInfo {
 	t.Helper()
-	cons, err := natsStream(t).Consumer(ctx, natsName(topic), natsConsumerName(group, topic))
+	cons, err := natsJS(t).Consumer(ctx, natsName(topic), natsConsumerName(group, topic))
 	require.NoError(t, err)
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
@@ -204,7 +204,7 @@ func TestNATSNoRedeliveryAtAnySpeed(t *testing.T) {
 
 // natsMemberOf is the NATS subscriber behind a Broker's.
 func natsMemberOf(sub message.Subscriber) *natsSubscriber {
-	return sub.(concurrentSubscriber).Subscriber.(*natsSubscriber)
+	return sub.(concurrentPartitionSubscriber).Subscriber.(*natsSubscriber)
 }
 
 // Closing a member hands what it holds to the group's other members at
@@ -305,14 +305,14 @@ func TestNATSReplacesAnEarlierPushConsumer(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.migrate." + randomSuffix()
 	group := "g-" + randomSuffix()
-	rawURL := natsSetup(t, topic)
+	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b := natsOpen(ctx, t, rawURL)
 	sent := newMessages(10)
 	publish(t, b, topic, sent)
 
-	js := natsStream(t)
+	js := natsJS(t)
 	stream, push := natsName(topic), natsPushConsumerName(group, topic)
 	natsEarlierPushConsumer(ctx, t, js, group, topic, len(sent), 0, 1, 2, 3, 5)
 
@@ -396,13 +396,13 @@ func (r racingJetStream) CreateConsumer(ctx context.Context, stream string, cfg 
 func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 	t.Parallel()
 	topic := "entoutbox.race." + randomSuffix()
-	rawURL := natsSetup(t, topic)
+	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b := natsOpen(ctx, t, rawURL)
 	sent := newMessages(6)
 	publish(t, b, topic, sent)
-	js := natsStream(t)
+	js := natsJS(t)
 	natsEarlierPushConsumer(ctx, t, js, "g", topic, len(sent), 0, 1, 2, 3) // ack floor 4
 
 	rival := jetstream.ConsumerConfig{
@@ -411,7 +411,7 @@ func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 		FilterSubject: topic, AckPolicy: jetstream.AckExplicitPolicy, AckWait: natsAckWait, MaxAckPending: natsMaxAckPending,
 	}
 	topo := &natsTopology{ackWait: natsAckWait, maxAckPending: natsMaxAckPending, logger: watermill.NopLogger{}}
-	name, err := topo.ensureConsumer(ctx, racingJetStream{js, rival}, natsName(topic), topic, "g")
+	name, err := topo.ensureConsumer(ctx, racingJetStream{js, rival}, natsStream{name: natsName(topic)}, topic, "g")
 	require.NoError(t, err)
 	require.Equal(t, rival.Durable, name)
 

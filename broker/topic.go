@@ -70,6 +70,9 @@ func natsTopic(t string) string {
 		if tok == "" {
 			return "it has an empty token (a leading, trailing or double dot)"
 		}
+		if reason := natsTopicPartitionToken(tok); reason != "" {
+			return reason
+		}
 	}
 	return ""
 }

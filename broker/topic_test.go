@@ -121,7 +121,7 @@ func TestBrokerChecksTopics(t *testing.T) {
 // permanent error and no stream is made that captures the subject.
 func TestNATSRefusesWildcardTopics(t *testing.T) {
 	need(t, "NATS", natsURL)
-	js := natsStream(t)
+	js := natsJS(t)
 	unique := "entoutbox.wild." + randomSuffix()
 	topics := []string{unique + ".>", unique + ".*", unique + ".*.x", ">", "orders.>", "*", "$SYS.x", "_INBOX.x"}
 	t.Cleanup(func() {

@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/events"
+)
+
+// Partitions: where the broker can route by key, a topic is split into a
+// fixed number of partitions by a hash of each message's aggregate, and a
+// group's members each read their share of them (PartitionSubscriber), so
+// that while the members stay the same one aggregate's events reach one
+// member. Which member reads which partition is the caller's to decide
+// (the consumer package keeps a member list in the database); the broker
+// only carries the messages. Nothing depends on it for correctness: the
+// consumers' number check keeps each aggregate in order wherever its
+// events go; it spares the members waiting on each other.
+
+// DefaultPartitions is how many partitions a topic the broker makes is
+// split into, unless the URL sets ?partitions= (0 keeps it whole): a
+// fair share for up to 16 members of a group.
+const DefaultPartitions = 16
+
+// PartitionOf returns the partition, out of n, of a message with this
+// metadata: a hash of its aggregate (type and id), so that every message of
+// an aggregate has the same one, on every publisher; a message without an
+// aggregate goes by its UUID.
+func PartitionOf(md message.Metadata, uuid string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	if id := md.Get(events.MetaAggregateID); id != "" {
+		_, _ = h.Write([]byte(md.Get(events.MetaAggregateType)))
+		_, _ = h.Write([]byte{':'})
+		_, _ = h.Write([]byte(id))
+	} else {
+		_, _ = h.Write([]byte(uuid))
+	}
+	return int(h.Sum32() % uint32(n))
+}
+
+// PartitionSubscriber is what a Broker's Subscriber also is when its
+// broker routes a topic's messages by partition (NATS JetStream).
+type PartitionSubscriber interface {
+	message.Subscriber
+	// Partitions returns how many partitions topic is split into; 0 when
+	// it is not (a topic made before partitions, or by ?partitions=0):
+	// then only Subscribe reads it.
+	Partitions(ctx context.Context, topic string) (int, error)
+	// SubscribePartition reads the group's messages of one partition of
+	// topic until ctx ends, as Subscribe does the whole topic. A message
+	// comes from one partition only, so members reading disjoint
+	// partitions never receive the same delivery.
+	SubscribePartition(ctx context.Context, topic string, partition int) (<-chan *message.Message, error)
+}
+
+// partitionSubscriber is an owned subscriber whose broker routes by
+// partition.
+type partitionSubscriber struct {
+	*ownedSubscriber
+	p PartitionSubscriber
+}
+
+func (s partitionSubscriber) Partitions(ctx context.Context, topic string) (int, error) {
+	if err := ValidateTopic(s.parent.scheme, topic); err != nil {
+		return 0, err
+	}
+	n, err := s.p.Partitions(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("broker: %s: partitions of %q: %w", s.parent.scheme, topic, err)
+	}
+	return n, nil
+}
+
+func (s partitionSubscriber) SubscribePartition(ctx context.Context, topic string, partition int) (<-chan *message.Message, error) {
+	if err := ValidateTopic(s.parent.scheme, topic); err != nil {
+		return nil, err
+	}
+	ch, err := s.p.SubscribePartition(ctx, topic, partition)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %s: subscribing to partition %d of %q: %w", s.parent.scheme, partition, topic, err)
+	}
+	return ch, nil
+}
+
+// concurrentPartitionSubscriber is both.
+type concurrentPartitionSubscriber struct {
+	partitionSubscriber
+	c ConcurrentSubscriber
+}
+
+func (s concurrentPartitionSubscriber) MaxInFlight() int    { return s.c.MaxInFlight() }
+func (s concurrentPartitionSubscriber) LimitInFlight(n int) { s.c.LimitInFlight(n) }
+
+// wrapSubscriber gives owned the optional interfaces sub has.
+func wrapSubscriber(owned *ownedSubscriber, sub message.Subscriber) message.Subscriber {
+	c, concurrent := sub.(ConcurrentSubscriber)
+	p, partitioned := sub.(PartitionSubscriber)
+	switch {
+	case concurrent && partitioned:
+		return concurrentPartitionSubscriber{partitionSubscriber{owned, p}, c}
+	case partitioned:
+		return partitionSubscriber{owned, p}
+	case concurrent:
+		return concurrentSubscriber{owned, c}
+	}
+	return owned
+}
