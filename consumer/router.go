@@ -61,6 +61,9 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 		if err != nil {
 			return err
 		}
+		for i, sub := range subs {
+			subs[i] = s.partitioned(consumer, sub)
+		}
 		topics := map[string]bool{}
 		for name := range s.handlers[consumer] {
 			topics[s.types[name].Topic] = true
@@ -78,7 +81,7 @@ func (s *Set) AddToRouter(r *message.Router, newSubscriber func(consumer string)
 				}
 				slots := slotsOf(sub)
 				r.AddConsumerHandler(name, full, sub, func(msg *message.Message) error {
-					ctx, done := slots.hold(msg.Context())
+					ctx, done := slotsFor(msg, slots).hold(msg.Context())
 					defer done()
 					return s.nackQuietly(msg, s.Handle(ctx, consumer, msg))
 				})

@@ -37,7 +37,10 @@ func TestOrderQueriesGolden(t *testing.T) {
 		"position":         tables.PositionQuery(),
 		"retried-back":     tables.RetriedBackQuery(),
 		"held-at":          tables.HeldAtQuery(),
+		"create-members":   tables.CreateMembersQuery(),
+		"beat":             tables.BeatQuery(),
+		"leave":            tables.LeaveQuery(),
 	} {
-		golden(t, "order/"+name+".sql", "-- The consumers' "+name+" statement (internal/outboxdb/order.go).\n"+q+"\n")
+		golden(t, "order/"+name+".sql", "-- The consumers' "+name+" statement (internal/outboxdb).\n"+q+"\n")
 	}
 }
