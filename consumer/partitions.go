@@ -83,7 +83,7 @@ func (s *sharedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan 
 		return s.partitionSubscriber.Subscribe(ctx, topic)
 	}
 	r := &shareReader{sub: s, topic: topic, n: n, out: make(chan *message.Message),
-		member: sharing.NewMember(s.set.db, s.set.tables.DB(), s.consumer, topic, uuid.NewString(), shareLease),
+		member:  sharing.NewMember(s.set.db, s.set.tables.DB(), s.consumer, topic, uuid.NewString(), shareLease),
 		reading: map[int]*partitionRead{}, log: watermill.LogFields{"consumer": s.consumer, "topic": topic}}
 	r.rebalance(ctx) // before returning: a broker that refuses is said now
 	go r.run(ctx)
