@@ -22,6 +22,11 @@ import (
 // version, by hand, or with ?partitions=0) is read and written whole: the
 // stream, not the URL, says how a topic is split, so every publisher and
 // member agrees.
+//
+// The topic's own subject T stays in the stream, for publishers other than
+// this package's (a core NATS client, another service): what they send
+// there is one more partition, numbered n, so that members reading by
+// partition read it too (Partitions says n+1).
 
 // natsMaxPartitions bounds ?partitions=: each is a durable consumer per group.
 const natsMaxPartitions = 256
@@ -77,6 +82,15 @@ func natsPublishSubject(topic string, st natsStream, msg *message.Message) strin
 	return natsPartitionSubject(topic, PartitionOf(msg.Metadata, msg.UUID, st.partitions))
 }
 
+// natsPartitionFilter is the subject partition k of topic is read from on
+// st: the topic's own one after the keyed ones.
+func natsPartitionFilter(topic string, st natsStream, k int) string {
+	if k == st.partitions {
+		return topic
+	}
+	return natsPartitionSubject(topic, k)
+}
+
 // natsPartitionConsumerName names group's durable consumer of partition k of topic.
 func natsPartitionConsumerName(group, topic string, k int) string {
 	return natsName(group+"-"+topic) + "_p" + strconv.Itoa(k) + "_pull"
@@ -90,7 +104,10 @@ func (s *natsSubscriber) Partitions(ctx context.Context, topic string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	return st.partitions, nil
+	if st.partitions == 0 {
+		return 0, nil
+	}
+	return st.partitions + 1, nil // and the topic's own subject
 }
 
 // SubscribePartition implements PartitionSubscriber.
@@ -101,8 +118,9 @@ func (s *natsSubscriber) SubscribePartition(ctx context.Context, topic string, k
 	if err != nil {
 		return nil, err
 	}
-	if k < 0 || k >= st.partitions {
-		return nil, fmt.Errorf("topic %q has %d partitions on stream %q, not a partition %d", topic, st.partitions, st.name, k)
+	if st.partitions == 0 || k < 0 || k > st.partitions {
+		return nil, fmt.Errorf("no partition %d of topic %q on stream %q: it has %d and its own subject (%d)",
+			k, topic, st.name, st.partitions, st.partitions)
 	}
 	durable, err := s.topo.ensurePartitionConsumer(pctx, s.js, st, topic, s.group, k)
 	if err != nil {
@@ -136,7 +154,7 @@ func (t *natsTopology) ensurePartitionConsumer(ctx context.Context, js jetstream
 		Durable:       name,
 		Description:   fmt.Sprintf("entoutbox group %q on partition %d of topic %q", group, k, topic),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: natsPartitionSubject(topic, k),
+		FilterSubject: natsPartitionFilter(topic, st, k),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       t.ackWait,
 		MaxAckPending: t.maxAckPending,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -41,24 +42,40 @@ func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	require.True(t, ok, "a NATS subscriber reads by partition")
 	n, err := ps.Partitions(ctx, topic)
 	require.NoError(t, err)
-	require.Equal(t, 4, n)
+	require.Equal(t, 5, n, "4 partitions and the topic's own subject")
 	byPartition := map[int][]sentMessage{}
 	for _, m := range sent {
-		k := PartitionOf(m.message().Metadata, m.uuid, n)
+		k := PartitionOf(m.message().Metadata, m.uuid, 4)
 		byPartition[k] = append(byPartition[k], m)
 	}
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one of 4 partitions")
-	for k := range n {
+	for k := range n - 1 { // the keyed ones; the last is read below
 		ch, err := ps.SubscribePartition(ctx, topic, k)
 		require.NoError(t, err)
 		assertSame(t, byPartition[k], receive(ctx, t, ch, len(byPartition[k])), true)
 		assertNothingMore(t, ch, 300*time.Millisecond)
 	}
-	_, err = ps.SubscribePartition(ctx, topic, 4)
-	require.ErrorContains(t, err, "has 4 partitions")
+	_, err = ps.SubscribePartition(ctx, topic, 5)
+	require.ErrorContains(t, err, "no partition 5")
+
+	// What another publisher sends to the topic's own subject is the last
+	// partition's.
+	nc, err := nats.Connect(natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	foreign := nats.NewMsg(topic)
+	foreign.Data = []byte("from elsewhere")
+	foreign.Header.Set("_watermill_message_uuid", "foreign-1")
+	_, err = natsJS(t).PublishMsg(ctx, foreign)
+	require.NoError(t, err)
+	last, err := ps.SubscribePartition(ctx, topic, 4)
+	require.NoError(t, err)
+	got := receive(ctx, t, last, 1)
+	require.Equal(t, "foreign-1", got[0].UUID)
 
 	_, whole := natsMember(ctx, t, b, "whole", topic)
 	assertSame(t, sent, receive(ctx, t, whole, len(sent)), true)
+	require.Equal(t, "foreign-1", receive(ctx, t, whole, 1)[0].UUID, "the whole topic's reader gets the foreign one too")
 }
 
 // The stream, not the URL, says how a topic is split: a stream made whole
@@ -113,7 +130,7 @@ func TestNATSPartitionConsumersStartAfterTheWholeOne(t *testing.T) {
 	require.NoError(t, err)
 	ps := sub.(PartitionSubscriber)
 	var got []sentMessage
-	for k := range 2 {
+	for k := range 2 { // (partition 2, the topic's own subject, holds nothing)
 		var want []sentMessage
 		for _, m := range sent[4:] {
 			if PartitionOf(m.message().Metadata, m.uuid, 2) == k {

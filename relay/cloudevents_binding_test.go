@@ -73,7 +73,8 @@ func TestCloudEventsOnNATSReadBySDK(t *testing.T) {
 	core, err := nats.Connect("nats://127.0.0.1:4222")
 	require.NoError(t, err)
 	t.Cleanup(core.Close)
-	coreSub, err := core.SubscribeSync(prefix + "orders")
+	// The topic's partition subjects (orders.~0, orders.~1, ...).
+	coreSub, err := core.SubscribeSync(prefix + "orders.*")
 	require.NoError(t, err)
 	require.NoError(t, core.Flush())
 	id := emitOnePaid(t, b.client)
@@ -85,7 +86,7 @@ func TestCloudEventsOnNATSReadBySDK(t *testing.T) {
 
 	js, err := core.JetStream()
 	require.NoError(t, err)
-	sub, err := js.SubscribeSync(prefix+"orders", nats.OrderedConsumer())
+	sub, err := js.SubscribeSync(prefix+"orders.*", nats.OrderedConsumer())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	msg, err := sub.NextMsg(30 * time.Second)
