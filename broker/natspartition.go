@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,14 +30,8 @@ import (
 // natsMaxPartitions bounds ?partitions=: each is a durable consumer per group.
 const natsMaxPartitions = 256
 
-// natsPartitionMark starts the last token of a partition's subject; a
-// topic cannot have a token starting with it (natsTopic).
-const natsPartitionMark = "~"
-
 // natsPartitionSubject is the subject of partition k of topic.
-func natsPartitionSubject(topic string, k int) string {
-	return topic + "." + natsPartitionMark + strconv.Itoa(k)
-}
+func natsPartitionSubject(topic string, k int) string { return partitionName(topic, k) }
 
 // natsSubjects are the subjects of a stream made for topic split into n
 // partitions.
@@ -63,7 +56,9 @@ func natsPartitionsOf(topic string, subjects []string) int {
 // natsWholeFilter is the subject filter of a consumer of the whole topic:
 // the topic alone on a stream without partitions; none on a stream made
 // for the topic with partitions (it carries nothing else); the partitions
-// on a stream that carries more.
+// on a stream that carries more: T.* (a NATS wildcard is a whole token, so
+// this also takes any other T.x subject of that stream, and NATS 2.9 has
+// one filter per consumer, so it leaves out T itself).
 func natsWholeFilter(topic string, st natsStream) string {
 	switch {
 	case st.partitions == 0:
@@ -71,7 +66,7 @@ func natsWholeFilter(topic string, st natsStream) string {
 	case slices.Equal(st.subjects, natsSubjects(topic, st.partitions)):
 		return ""
 	}
-	return topic + "." + natsPartitionMark + "*"
+	return topic + ".*"
 }
 
 // natsPublishSubject is where msg of topic goes on st.
@@ -181,13 +176,4 @@ func (t *natsTopology) ensurePartitionConsumer(ctx context.Context, js jetstream
 func (t *natsTopology) consumerFailed(topic string, st natsStream, name string, err error) error {
 	t.forget(topic)
 	return fmt.Errorf("provisioning JetStream consumer %q on stream %q: %w", name, st.name, err)
-}
-
-// natsTopicPartitionToken says why a topic token is refused: it would
-// look like a partition's.
-func natsTopicPartitionToken(tok string) string {
-	if strings.HasPrefix(tok, natsPartitionMark) {
-		return fmt.Sprintf("token %q starts with %q, which marks the partition subjects of a topic", tok, natsPartitionMark)
-	}
-	return ""
 }

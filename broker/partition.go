@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -110,4 +112,22 @@ func wrapSubscriber(owned *ownedSubscriber, sub message.Subscriber) message.Subs
 		return concurrentSubscriber{owned, c}
 	}
 	return owned
+}
+
+// partitionMark starts the last token of a partition's name (a NATS
+// subject, a Redis stream key): topic.~k. A topic cannot have a token
+// starting with it (partitionToken), so no topic is another's partition.
+const partitionMark = "~"
+
+// partitionName is the name of partition k of topic on the broker.
+func partitionName(topic string, k int) string {
+	return topic + "." + partitionMark + strconv.Itoa(k)
+}
+
+// partitionToken says why a topic's dot-separated token cannot be one, or "".
+func partitionToken(tok string) string {
+	if strings.HasPrefix(tok, partitionMark) {
+		return fmt.Sprintf("token %q starts with %q, which marks the partitions of a topic", tok, partitionMark)
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,11 @@ const (
 	redisCheckConsumers  = 30 * time.Second
 )
 
-func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
+func openRedis(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
+	partitions, raw, err := redisPartitionsOf(u, raw)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parsing URL: %w", err)
@@ -88,8 +93,10 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 		_ = client.Close()
 		return nil, fmt.Errorf("creating publisher: %w", err)
 	}
+	to := *opts
+	topo := &redisTopology{client: redis.NewClient(&to), want: partitions, split: map[string]int{}}
 	return &pubSub{
-		pub: pub,
+		pub: &redisPublisher{pub: pub, topo: topo},
 		ping: func(ctx context.Context) error {
 			_, err := bounded(ctx, func() (struct{}, error) { return struct{}{}, client.Ping(ctx).Err() }, func(struct{}) {})
 			if err != nil {
@@ -97,12 +104,20 @@ func openRedis(ctx context.Context, _ *url.URL, raw string, logger watermill.Log
 			}
 			return nil
 		},
-		newSub: func(group string) (message.Subscriber, error) { return newRedisSubscriber(opts, group, logger) },
+		newSub: func(group string) (message.Subscriber, error) {
+			return newRedisSubscriber(opts, topo, group, logger)
+		},
+		closers: []func() error{topo.client.Close},
 	}, nil
 }
 
-func newRedisSubscriber(opts *redis.Options, group string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
 	o := *opts
+	if o.PoolSize == 0 {
+		// Each stream read (a partition) blocks a connection for up to
+		// BLOCK 100 ms; go-redis's default pool is 10 per CPU.
+		o.PoolSize = 10*runtime.GOMAXPROCS(0) + 2*(DefaultPartitions+1)
+	}
 	consumer := watermill.NewShortUUID()
 	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
 		release: map[string]int{}, held: map[string]map[string]bool{}}
@@ -126,6 +141,7 @@ func newRedisSubscriber(opts *redis.Options, group string, logger watermill.Logg
 	}
 	s := &redisSubscriber{
 		opts:      opts,
+		topo:      topo,
 		sub:       sub,
 		client:    client,
 		stopping:  make(chan struct{}),
@@ -293,6 +309,7 @@ func (s *redisSubscriber) keepAlive() {
 //     meanwhile, after Close returned.
 type redisSubscriber struct {
 	opts   *redis.Options
+	topo   *redisTopology
 	sub    *redisstream.Subscriber
 	client *ackCountingClient
 
@@ -311,7 +328,8 @@ type redisSubscriber struct {
 	acked     int64                       // settled (acked, or nacked and released), out of delivered
 }
 
-func (s *redisSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+// subscribeStream reads one stream: a topic kept whole, or a partition.
+func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -342,6 +360,7 @@ func (s *redisSubscriber) forward(topic string, in <-chan *message.Message, out 
 			return
 		case m, ok := <-in:
 			if !ok {
+				s.ended(topic)
 				return
 			}
 			c := m.Copy()
@@ -383,6 +402,40 @@ func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
 	}
 	s.forget(c, true)
 	m.Ack()
+}
+
+// ended is told that a subscription to stream ended while the member
+// lives (its partition moved to another member): once no subscription of
+// this member reads the stream, the entries it still holds there (read
+// ahead, or handed over and not settled) go back to the group, as at
+// Close, and keepAlive stops touching them; else no other member would
+// ever take them.
+func (s *redisSubscriber) ended(stream string) {
+	s.mu.Lock()
+	s.topics[stream]--
+	last := s.topics[stream] == 0
+	if last {
+		delete(s.topics, stream)
+	}
+	s.mu.Unlock()
+	if !last {
+		return
+	}
+	ids := s.client.holding()[stream]
+	if len(ids) == 0 {
+		return
+	}
+	s.client.forget(stream, ids)
+	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
+	defer cancel()
+	args := []any{"XCLAIM", stream, s.client.group, s.client.consumer, 0}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	if err := s.client.Do(ctx, append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")...).Err(); err != nil {
+		s.logger.Debug("Cannot give back the Redis entries of a stream this member stopped reading; "+
+			"another member claims them once idle", watermill.LogFields{"stream": stream, "error": err.Error()})
+	}
 }
 
 func (s *redisSubscriber) forget(c *message.Message, settled bool) {

@@ -10,7 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// redisSetup deletes the stream of the test's topic.
+// redisWhole is the URL option keeping a topic in one stream, for the tests
+// of what a member does on a stream (its order is the stream's).
+const redisWhole = "?partitions=0"
+
+// redisSetup deletes the streams of the test's topic (and its partitions).
 func redisSetup(t *testing.T, topic string) string {
 	need(t, "Redis", redisURL)
 	t.Cleanup(func() {
@@ -23,8 +27,12 @@ func redisSetup(t *testing.T, topic string) string {
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
-		if err := c.Del(ctx, topic).Err(); err != nil {
-			t.Logf("deleting stream %s: %v", topic, err)
+		keys, err := c.Keys(ctx, topic+"."+partitionMark+"*").Result()
+		if err == nil {
+			err = c.Del(ctx, append(keys, topic)...).Err()
+		}
+		if err != nil {
+			t.Logf("deleting the streams of %s: %v", topic, err)
 		}
 	})
 	return redisURL
@@ -45,7 +53,7 @@ func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
 	topic := "entoutbox.nack." + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
 	require.NoError(t, err)
 	defer b.Close()
 	s, err := b.Subscriber("g")
@@ -75,7 +83,7 @@ func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
 	topic := "entoutbox.close." + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
 	require.NoError(t, err)
 	defer b.Close()
 	leaving, err := b.Subscriber("g")
@@ -119,7 +127,7 @@ func unacked(ctx context.Context, t *testing.T, ch <-chan *message.Message) *mes
 // killRedisMember stops s as a dying process does: nothing it holds is
 // acked or given back, and it no longer touches its entries.
 func killRedisMember(s message.Subscriber) {
-	rs := s.(*ownedSubscriber).Subscriber.(*redisSubscriber)
+	rs := s.(partitionSubscriber).Subscriber.(*redisSubscriber)
 	rs.closeOnce.Do(func() {
 		rs.mu.Lock()
 		rs.stopped = true
@@ -140,7 +148,7 @@ func TestRedisKilledMemberEntriesComeBackInSeconds(t *testing.T) {
 	topic := "entoutbox.kill." + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
 	require.NoError(t, err)
 	defer b.Close()
 	dying, err := b.Subscriber("g")
@@ -178,7 +186,7 @@ func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
 	topic := "entoutbox.keep." + randomSuffix()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic), Options{})
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
 	require.NoError(t, err)
 	defer b.Close()
 	holder, err := b.Subscriber("g")
@@ -204,7 +212,7 @@ func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
 	pending, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: "-", End: "+", Count: 10}).Result()
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
-	require.Equal(t, holder.(*ownedSubscriber).Subscriber.(*redisSubscriber).client.consumer, pending[0].Consumer)
+	require.Equal(t, holder.(partitionSubscriber).Subscriber.(*redisSubscriber).client.consumer, pending[0].Consumer)
 	require.EqualValues(t, 1, pending[0].RetryCount, "times delivered")
 	held.Ack()
 	assertNothingMore(t, ch2, 2*time.Second)

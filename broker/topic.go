@@ -70,7 +70,19 @@ func natsTopic(t string) string {
 		if tok == "" {
 			return "it has an empty token (a leading, trailing or double dot)"
 		}
-		if reason := natsTopicPartitionToken(tok); reason != "" {
+		if reason := partitionToken(tok); reason != "" {
+			return reason
+		}
+	}
+	return ""
+}
+
+// redisTopic: a topic is a stream key, and its partitions are the keys
+// T.~0, T.~1...: no token of a topic starts with "~", so that no topic is
+// another's partition.
+func redisTopic(t string) string {
+	for _, tok := range strings.Split(t, ".") {
+		if reason := partitionToken(tok); reason != "" {
 			return reason
 		}
 	}

@@ -19,13 +19,29 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 )
 
-// Where the broker splits a topic by aggregate (NATS), the instances of a
-// consumer name divide its partitions among them: once all three have
-// joined, each aggregate's events are applied by one instance only, and
-// every instance applies some. When one of them stops, the other two take
-// its partitions over and every event is applied all the same.
+// Where the broker splits a topic by aggregate (NATS, Redis), the
+// instances of a consumer name divide its partitions among them: once all
+// three have joined, each aggregate's events are applied by one instance
+// only, and every instance applies some. When one of them stops, the other
+// two take its partitions over and every event is applied all the same.
 func TestEachAggregateReachesOneInstance(t *testing.T) {
 	t.Parallel()
+	for _, ob := range orderBrokers {
+		if ob.name != "nats" && ob.name != "redis" {
+			continue
+		}
+		t.Run(ob.name, func(t *testing.T) {
+			t.Parallel()
+			// A NATS subscriber hands out many messages at once: one member
+			// per instance; on Redis each of WithConcurrency(3)'s
+			// subscribers is a member of its own.
+			perInstance := map[string]int{"nats": 1, "redis": 3}[ob.name]
+			eachAggregateReachesOneInstance(t, ob.url(t), ob.service, perInstance)
+		})
+	}
+}
+
+func eachAggregateReachesOneInstance(t *testing.T, brokerURL, service string, perInstance int) {
 	const (
 		instances  = 3
 		aggregates = 30
@@ -39,9 +55,9 @@ func TestEachAggregateReachesOneInstance(t *testing.T) {
 	open := func() broker.Broker {
 		octx, ocancel := context.WithTimeout(ctx, 30*time.Second)
 		defer ocancel()
-		br, err := broker.Open(octx, natsURL, broker.Options{})
+		br, err := broker.Open(octx, brokerURL, broker.Options{})
 		if err != nil {
-			pgtest.Unavailable(t, "NATS JetStream at 127.0.0.1:4222", err)
+			pgtest.Unavailable(t, service, err)
 		}
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = br.Close() })
@@ -85,7 +101,7 @@ func TestEachAggregateReachesOneInstance(t *testing.T) {
 			WHERE consumer = 'billing' AND topic = $1 AND until > now()`, topic).Scan(&n))
 		return n
 	}
-	require.Eventually(t, func() bool { return members() == instances }, patience, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return members() == instances*perInstance }, patience, 50*time.Millisecond,
 		"the instances joined the group")
 	time.Sleep(2 * time.Second) // a beat for each to take its share, with room
 
@@ -127,7 +143,7 @@ func TestEachAggregateReachesOneInstance(t *testing.T) {
 	// One instance leaves: the others read its partitions.
 	stops[0]()
 	stops[0] = func() {}
-	require.Eventually(t, func() bool { return members() == instances-1 }, patience, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return members() == (instances-1)*perInstance }, patience, 50*time.Millisecond,
 		"the stopped instance left the group")
 	emit(1)
 	require.Eventually(t, func() bool { return applied() == aggregates*perAgg }, patience, 100*time.Millisecond,
