@@ -30,6 +30,9 @@ const (
 	// shareLease is how long a member that stopped beating (a killed
 	// instance) keeps its share unread.
 	shareLease = 6 * time.Second
+	// shareSettle is how long a joining member waits after joining before
+	// it reads its share.
+	shareSettle = 300 * time.Millisecond
 )
 
 // partitionSubscriber is broker.PartitionSubscriber, without importing
@@ -85,6 +88,15 @@ func (s *sharedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan 
 	r := &shareReader{sub: s, topic: topic, n: n, out: make(chan *message.Message),
 		member:  sharing.NewMember(s.set.db, s.set.tables.DB(), s.consumer, topic, uuid.NewString(), shareLease),
 		reading: map[int]*partitionRead{}, log: watermill.LogFields{"consumer": s.consumer, "topic": topic}}
+	// Join, then look again a moment later before reading: instances
+	// started together (a deployment) each see the others then, instead
+	// of all reading every partition until the next beat.
+	if _, err := r.member.Beat(ctx); err == nil {
+		select {
+		case <-time.After(shareSettle):
+		case <-ctx.Done():
+		}
+	}
 	r.rebalance(ctx) // before returning: a broker that refuses is said now
 	go r.run(ctx)
 	return r.out, nil
@@ -200,6 +212,7 @@ func (r *shareReader) apply(ctx context.Context, own []int, members int) {
 func (r *shareReader) forward(ctx context.Context, ch <-chan *message.Message, p *partitionRead) {
 	defer r.wg.Done()
 	for msg := range ch {
+		detach(ctx, msg)
 		if p.slots != nil {
 			msg.SetContext(context.WithValue(msg.Context(), partitionSlotsKey{}, p.slots))
 		}
@@ -209,6 +222,27 @@ func (r *shareReader) forward(ctx context.Context, ch <-chan *message.Message, p
 			msg.Nack() // for the group's other members, at once
 		}
 	}
+}
+
+// detach gives msg a context that keeps its values but ends with ctx (the
+// member's subscription: the router stopping), not with the partition's
+// read, which ends when the partition moves to another member: what this
+// member is applying then is applied, not abandoned half-way and left
+// for the broker to deliver again after its ack wait while the new owner
+// waits for it.
+func detach(ctx context.Context, msg *message.Message) {
+	mctx, cancel := context.WithCancel(context.WithoutCancel(msg.Context()))
+	stop := context.AfterFunc(ctx, cancel)
+	msg.SetContext(mctx)
+	go func() {
+		select {
+		case <-msg.Acked():
+		case <-msg.Nacked():
+		case <-mctx.Done():
+		}
+		stop()
+		cancel()
+	}()
 }
 
 type partitionSlotsKey struct{}

@@ -85,8 +85,17 @@ func (m *Member) create(ctx context.Context) error {
 	if m.created {
 		return nil
 	}
-	var res entsql.Result
-	if err := m.db.Exec(ctx, m.tables.CreateMembersQuery(), []any{}, &res); err != nil {
+	var err error
+	// Twice: two members creating the table at once race in PostgreSQL's
+	// catalog (CREATE TABLE IF NOT EXISTS is not atomic), and the loser
+	// finds it made the second time.
+	for range 2 {
+		var res entsql.Result
+		if err = m.db.Exec(ctx, m.tables.CreateMembersQuery(), []any{}, &res); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("creating the consumer members table %q: %w", m.tables.ConsumerMembers(), err)
 	}
 	m.created = true
