@@ -6,9 +6,9 @@
 //
 //	nats://host:4222[,host2:4222]       NATS JetStream; ?ack_wait=30s sets the redelivery wait, ?max_in_flight=128
 //	                                    the messages a subscription holds at once, ?max_ack_pending=1000 those a
-//	                                    group holds (see below)
+//	                                    group holds (see below), ?partitions=16 how a new topic is split
 //	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
-//	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS
+//	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS; ?partitions=16
 //	kafka://host1:9092,host2:9092       Kafka (watermill-kafka/v3, Sarama)
 //	postgres://user@host:5432/db        PostgreSQL tables (watermill-sql/v4); also postgresql://
 //	mem://                              in-process (Watermill GoChannel); also inprocess://
@@ -33,6 +33,14 @@
 // see below). The file of each
 // scheme says how it maps topics and groups onto the broker's resources and
 // what is particular to it.
+//
+// On NATS and Redis a topic T is split into partitions by aggregate
+// (PartitionOf; ?partitions=, default DefaultPartitions, 0 keeps a new topic
+// whole): NATS subjects, Redis streams T.~0 ... T.~(n-1), plus T itself for
+// producers outside this package. The broker keeps the count once the topic
+// exists. Subscribe reads every partition; a PartitionSubscriber reads one,
+// for a group's members to divide them (the consumer package does). A
+// subscriber outside the project reads T.* on NATS.
 //
 // On NATS a subscription pulls its group's messages from JetStream, only
 // as many as it has room for: it holds at most max_in_flight (default 128)
