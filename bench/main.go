@@ -225,7 +225,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's subject)\n",
+	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's partition subjects, T.*)\n",
 		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker))
 	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
 	relays, scheduled := splitScheduled(results)

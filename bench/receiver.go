@@ -15,7 +15,7 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 )
 
-// receiver records when each event id first arrives on the topic's subject
+// receiver records when each event id first arrives on the topic's subjects
 // through a plain NATS subscription: no acks, so the bench's own consumer
 // neither limits a drain nor adds latency. JetStream publishes are ordinary
 // publishes on the subject, so it sees every message the relays publish.
@@ -41,7 +41,9 @@ func newReceiver(_ context.Context, brokerURL, topic string) (*receiver, error) 
 	r := &receiver{nc: nc, brokerURL: brokerURL, topic: topic, got: make(map[string]time.Time), deliverAt: make(map[string]string)}
 	// The event id is the Watermill UUID; Nats-Msg-Id is the publish id
 	// (event id and row id), which a retry or replay changes.
-	r.sub, err = nc.Subscribe(topic, func(m *nats.Msg) {
+	// T.*: the topic's partition subjects (T.~0, T.~1...), where the
+	// relay's messages go on a topic split by aggregate.
+	r.sub, err = nc.Subscribe(topic+".*", func(m *nats.Msg) {
 		r.record(m.Header.Get(wmnats.WatermillUUIDHdr), m.Header.Get(events.MetaDeliverAt), time.Now())
 	})
 	if err == nil {
