@@ -45,7 +45,11 @@ const amqpConfirmTimeout = 30 * time.Second
 // publisher's connection, under RabbitMQ's default limit of 2047.
 const amqpMaxChannels = 1024
 
-func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
+func openAMQP(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
+	split, raw, err := amqpPartitionsOf(u, raw)
+	if err != nil {
+		return nil, err
+	}
 	connCfg := wmamqp.ConnectionConfig{
 		AmqpURI: raw,
 		// Bounds the TCP dial and the AMQP handshake, at Open and on every
@@ -59,6 +63,7 @@ func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.Logg
 			Properties: amqp.Table{"connection_name": "entoutbox publisher"},
 		},
 		slots: make(chan struct{}, amqpMaxChannels),
+		split: split,
 	}
 	if _, err := bounded(ctx, func() (*amqp.Connection, error) { return pub.connect() },
 		func(*amqp.Connection) { _ = pub.Close() }); err != nil {
@@ -78,12 +83,21 @@ func openAMQP(ctx context.Context, _ *url.URL, raw string, logger watermill.Logg
 		pub:  pub,
 		ping: pub.ping,
 		newSub: func(group string) (message.Subscriber, error) {
-			sub, err := wmamqp.NewSubscriberWithConnection(
-				amqpConfig(connCfg, wmamqp.GenerateQueueNameTopicNameWithSuffix(group)), logger, conn)
+			queues := wmamqp.GenerateQueueNameTopicNameWithSuffix(group)
+			sub, err := wmamqp.NewSubscriberWithConnection(amqpConfig(connCfg, queues), logger, conn)
 			if err != nil {
 				return nil, err
 			}
-			return &amqpSubscriber{Subscriber: sub, pub: pub, group: group, logger: logger}, nil
+			s := &amqpSubscriber{Subscriber: sub, pub: pub, group: group, logger: logger}
+			if split { // a second subscriber for the partitions' queues (T.~k_G)
+				cfg := amqpConfig(connCfg, queues)
+				cfg.TopologyBuilder = amqpPartitionTopology{}
+				if s.parts, err = wmamqp.NewSubscriberWithConnection(cfg, logger, conn); err != nil {
+					_ = sub.Close()
+					return nil, err
+				}
+			}
+			return s, nil
 		},
 		closers: []func() error{conn.Close},
 	}, nil
@@ -150,6 +164,7 @@ type amqpPublisher struct {
 	uri    string
 	config amqp.Config
 	slots  chan struct{} // a slot per channel in use
+	split  bool          // routing keys carry the partition (amqppartition.go)
 
 	mu       sync.Mutex
 	conn     *amqp.Connection
@@ -380,7 +395,7 @@ func (p *amqpPublisher) publish(c *pubChannel, exchange string, messages []*mess
 		if err != nil {
 			return len(confirms) == 0, fmt.Errorf("message %s: %w", m.UUID, err)
 		}
-		dc, err := c.ch.PublishWithDeferredConfirm(exchange, "", true, false, pub)
+		dc, err := c.ch.PublishWithDeferredConfirm(exchange, amqpRoutingKey(p.split, m), true, false, pub)
 		if err != nil {
 			return false, fmt.Errorf("publishing message %s to exchange %q: %w", m.UUID, exchange, c.closeReason(err))
 		}
@@ -495,6 +510,7 @@ func (p *amqpPublisher) Close() error {
 // time.)
 type amqpSubscriber struct {
 	*wmamqp.Subscriber
+	parts  *wmamqp.Subscriber // the partitions' queues; nil with ?partitions=0
 	pub    *amqpPublisher
 	group  string
 	logger watermill.LoggerAdapter

@@ -46,12 +46,18 @@ func amqpSetup(t *testing.T, topic string) string {
 			return
 		}
 		for _, q := range amqpQueues.get(topic) {
+			group := strings.TrimPrefix(q, topic+"_")
+			for k := range DefaultPartitions + 1 { // (deleting a missing queue is fine)
+				_, _ = ch.QueueDelete(amqpPartitionQueue(topic, group, k), false, false, false)
+			}
 			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 				t.Logf("deleting queue %s: %v", q, err)
 			}
 		}
-		if err := ch.ExchangeDelete(topic, false, false); err != nil {
-			t.Logf("deleting exchange %s: %v", topic, err)
+		for _, x := range []string{amqpSplitExchange(topic), amqpRestExchange(topic), topic} {
+			if err := ch.ExchangeDelete(x, false, false); err != nil {
+				t.Logf("deleting exchange %s: %v", x, err)
+			}
 		}
 	})
 	return amqpURL

@@ -118,6 +118,11 @@ func amqpTopic(t string) string {
 	case strings.HasPrefix(t, "amq."):
 		return `exchange names starting with "amq." are reserved by RabbitMQ`
 	}
+	for _, tok := range strings.Split(t, ".") {
+		if reason := partitionToken(tok); reason != "" {
+			return reason
+		}
+	}
 	return ""
 }
 

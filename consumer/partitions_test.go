@@ -19,7 +19,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
 )
 
-// Where the broker splits a topic by aggregate (NATS, Redis), the
+// Where the broker splits a topic by aggregate (NATS, Redis, RabbitMQ), the
 // instances of a consumer name divide its partitions among them: once all
 // three have joined, each aggregate's events are applied by one instance
 // only, and every instance applies some. When one of them stops, the other
@@ -27,15 +27,15 @@ import (
 func TestEachAggregateReachesOneInstance(t *testing.T) {
 	t.Parallel()
 	for _, ob := range orderBrokers {
-		if ob.name != "nats" && ob.name != "redis" {
+		if ob.name != "nats" && ob.name != "redis" && ob.name != "amqp" {
 			continue
 		}
 		t.Run(ob.name, func(t *testing.T) {
 			t.Parallel()
 			// A NATS subscriber hands out many messages at once: one member
-			// per instance; on Redis each of WithConcurrency(3)'s
-			// subscribers is a member of its own.
-			perInstance := map[string]int{"nats": 1, "redis": 3}[ob.name]
+			// per instance; on Redis and RabbitMQ each of
+			// WithConcurrency(3)'s subscribers is a member of its own.
+			perInstance := map[string]int{"nats": 1, "redis": 3, "amqp": 3}[ob.name]
 			eachAggregateReachesOneInstance(t, ob.url(t), ob.service, perInstance)
 		})
 	}
