@@ -19,7 +19,8 @@ import (
 
 // RabbitMQ: topic T is a durable fanout exchange named T, and group G is the
 // durable queue "T_G" bound to it (watermill-amqp/v3's durable Pub/Sub), so
-// each group gets every message and its members share them.
+// each group gets every message and its members share them. A group that
+// reads by partition has a queue per partition instead (amqppartition.go).
 //
 // Publish counts a message as delivered only when RabbitMQ routed it to a
 // queue. Messages are persistent and published with the mandatory flag on a

@@ -7,7 +7,7 @@
 //	nats://host:4222[,host2:4222]       NATS JetStream; ?ack_wait=30s sets the redelivery wait, ?max_in_flight=128
 //	                                    the messages a subscription holds at once, ?max_ack_pending=1000 those a
 //	                                    group holds (see below), ?partitions=16 how a new topic is split
-//	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS
+//	amqp://user:pass@host:5672/[vhost]  RabbitMQ (watermill-amqp/v3); amqps:// for TLS; ?partitions=0 turns keys off
 //	redis://[:pass@]host:6379/0         Redis Streams (watermill-redisstream); rediss:// for TLS; ?partitions=16
 //	kafka://host1:9092,host2:9092       Kafka (watermill-kafka/v3, Sarama)
 //	postgres://user@host:5432/db        PostgreSQL tables (watermill-sql/v4); also postgresql://
@@ -40,7 +40,9 @@
 // producers outside this package. The broker keeps the count once the topic
 // exists. Subscribe reads every partition; a PartitionSubscriber reads one,
 // for a group's members to divide them (the consumer package does). A
-// subscriber outside the project reads T.* on NATS.
+// subscriber outside the project reads T.* on NATS. On RabbitMQ the
+// partition (of 16, or none with ?partitions=0) is the routing key, and a
+// group reading by partition has a queue per partition (amqppartition.go).
 //
 // On NATS a subscription pulls its group's messages from JetStream, only
 // as many as it has room for: it holds at most max_in_flight (default 128)
