@@ -120,7 +120,7 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 	}
 	consumer := watermill.NewShortUUID()
 	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
-		release: map[string]int{}, held: map[string]map[string]bool{}}
+		release: map[string]int{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
@@ -173,6 +173,51 @@ type ackCountingClient struct {
 	// in 28 s without the delay, and had events left after 5 min with it).
 	release map[string]int
 	held    map[string]map[string]bool // stream -> ids
+	// reading counts, per stream, this member's subscriptions to it. The
+	// module's read and claim loops outlive a subscription by a round
+	// (a BLOCK, a claim): what they take from a stream no subscription
+	// reads any more is given back to the group at once, not held.
+	reading map[string]int
+}
+
+// startReading and stopReading count a subscription to stream; stopReading
+// says whether it was the last.
+func (c *ackCountingClient) startReading(stream string) {
+	c.mu.Lock()
+	c.reading[stream]++
+	c.mu.Unlock()
+}
+
+func (c *ackCountingClient) stopReading(stream string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading[stream]--
+	if c.reading[stream] > 0 {
+		return false
+	}
+	delete(c.reading, stream)
+	return true
+}
+
+func (c *ackCountingClient) isReading(stream string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reading[stream] > 0
+}
+
+// giveBack releases ids of stream to the group (idle past the claim
+// threshold: the next claim round of any member takes them) and stops
+// holding them.
+func (c *ackCountingClient) giveBack(ctx context.Context, stream string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	c.forget(stream, ids)
+	args := []any{"XCLAIM", stream, c.group, c.consumer, 0}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return c.Client.Do(ctx, append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")...).Err()
 }
 
 // redisReleasedIdle is the idle time a released entry is given: past the
@@ -224,18 +269,42 @@ func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids 
 
 // XReadGroup and XClaim note the entries the module takes: the member
 // holds them until it acks or releases them.
+// On a stream no subscription of this member reads any more, they give
+// what they took back instead.
 func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
 	cmd := c.Client.XReadGroup(ctx, a)
+	kept := cmd.Val()[:0]
 	for _, xs := range cmd.Val() {
-		c.hold(xs.Stream, xs.Messages)
+		if c.isReading(xs.Stream) {
+			c.hold(xs.Stream, xs.Messages)
+			kept = append(kept, xs)
+			continue
+		}
+		_ = c.giveBack(context.WithoutCancel(ctx), xs.Stream, messageIDs(xs.Messages)) // else claimed once idle
+	}
+	if len(kept) < len(cmd.Val()) {
+		cmd.SetVal(kept)
 	}
 	return cmd
 }
 
 func (c *ackCountingClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	cmd := c.Client.XClaim(ctx, a)
+	if !c.isReading(a.Stream) {
+		_ = c.giveBack(context.WithoutCancel(ctx), a.Stream, messageIDs(cmd.Val()))
+		cmd.SetVal(nil)
+		return cmd
+	}
 	c.hold(a.Stream, cmd.Val())
 	return cmd
+}
+
+func messageIDs(msgs []redis.XMessage) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 func (c *ackCountingClient) hold(stream string, msgs []redis.XMessage) {
@@ -338,8 +407,13 @@ func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-
 	s.forwarders.Add(1)
 	s.topics[topic]++
 	s.mu.Unlock()
+	s.client.startReading(topic)
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
+		s.client.stopReading(topic)
+		s.mu.Lock()
+		s.topics[topic]--
+		s.mu.Unlock()
 		s.forwarders.Done()
 		return nil, err
 	}
@@ -413,26 +487,16 @@ func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
 func (s *redisSubscriber) ended(stream string) {
 	s.mu.Lock()
 	s.topics[stream]--
-	last := s.topics[stream] == 0
-	if last {
+	if s.topics[stream] <= 0 {
 		delete(s.topics, stream)
 	}
 	s.mu.Unlock()
-	if !last {
+	if !s.client.stopReading(stream) {
 		return
 	}
-	ids := s.client.holding()[stream]
-	if len(ids) == 0 {
-		return
-	}
-	s.client.forget(stream, ids)
 	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
 	defer cancel()
-	args := []any{"XCLAIM", stream, s.client.group, s.client.consumer, 0}
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	if err := s.client.Do(ctx, append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")...).Err(); err != nil {
+	if err := s.client.giveBack(ctx, stream, s.client.holding()[stream]); err != nil {
 		s.logger.Debug("Cannot give back the Redis entries of a stream this member stopped reading; "+
 			"another member claims them once idle", watermill.LogFields{"stream": stream, "error": err.Error()})
 	}
