@@ -188,21 +188,40 @@ func (c *ackCountingClient) startReading(stream string) {
 	c.mu.Unlock()
 }
 
-func (c *ackCountingClient) stopReading(stream string) bool {
+// stopReading also returns, after the last subscription, the ids the
+// member held on stream, which it holds no more: the caller gives them
+// back. (One step under mu with holdIfReading, so that nothing is held
+// after this.)
+func (c *ackCountingClient) stopReading(stream string) (bool, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reading[stream]--
 	if c.reading[stream] > 0 {
-		return false
+		return false, nil
 	}
 	delete(c.reading, stream)
-	return true
+	var ids []string
+	for id := range c.held[stream] {
+		ids = append(ids, id)
+	}
+	delete(c.held, stream)
+	return true, ids
 }
 
-func (c *ackCountingClient) isReading(stream string) bool {
+// holdIfReading holds msgs of stream if a subscription reads it.
+func (c *ackCountingClient) holdIfReading(stream string, msgs []redis.XMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.reading[stream] > 0
+	if c.reading[stream] == 0 {
+		return false
+	}
+	if c.held[stream] == nil {
+		c.held[stream] = map[string]bool{}
+	}
+	for _, m := range msgs {
+		c.held[stream][m.ID] = true
+	}
+	return true
 }
 
 // giveBack releases ids of stream to the group (idle past the claim
@@ -275,8 +294,7 @@ func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupA
 	cmd := c.Client.XReadGroup(ctx, a)
 	kept := cmd.Val()[:0]
 	for _, xs := range cmd.Val() {
-		if c.isReading(xs.Stream) {
-			c.hold(xs.Stream, xs.Messages)
+		if c.holdIfReading(xs.Stream, xs.Messages) {
 			kept = append(kept, xs)
 			continue
 		}
@@ -290,12 +308,10 @@ func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupA
 
 func (c *ackCountingClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	cmd := c.Client.XClaim(ctx, a)
-	if !c.isReading(a.Stream) {
+	if !c.holdIfReading(a.Stream, cmd.Val()) {
 		_ = c.giveBack(context.WithoutCancel(ctx), a.Stream, messageIDs(cmd.Val()))
 		cmd.SetVal(nil)
-		return cmd
 	}
-	c.hold(a.Stream, cmd.Val())
 	return cmd
 }
 
@@ -305,20 +321,6 @@ func messageIDs(msgs []redis.XMessage) []string {
 		ids[i] = m.ID
 	}
 	return ids
-}
-
-func (c *ackCountingClient) hold(stream string, msgs []redis.XMessage) {
-	if len(msgs) == 0 {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held[stream] == nil {
-		c.held[stream] = map[string]bool{}
-	}
-	for _, m := range msgs {
-		c.held[stream][m.ID] = true
-	}
 }
 
 func (c *ackCountingClient) forget(stream string, ids []string) {
@@ -410,7 +412,7 @@ func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-
 	s.client.startReading(topic)
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
-		s.client.stopReading(topic)
+		_, _ = s.client.stopReading(topic)
 		s.mu.Lock()
 		s.topics[topic]--
 		s.mu.Unlock()
@@ -491,12 +493,13 @@ func (s *redisSubscriber) ended(stream string) {
 		delete(s.topics, stream)
 	}
 	s.mu.Unlock()
-	if !s.client.stopReading(stream) {
+	last, held := s.client.stopReading(stream)
+	if !last {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
 	defer cancel()
-	if err := s.client.giveBack(ctx, stream, s.client.holding()[stream]); err != nil {
+	if err := s.client.giveBack(ctx, stream, held); err != nil {
 		s.logger.Debug("Cannot give back the Redis entries of a stream this member stopped reading; "+
 			"another member claims them once idle", watermill.LogFields{"stream": stream, "error": err.Error()})
 	}
