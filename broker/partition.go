@@ -47,7 +47,7 @@ func PartitionOf(md message.Metadata, uuid string, n int) int {
 }
 
 // PartitionSubscriber is what a Broker's Subscriber also is when its
-// broker routes a topic's messages by partition (NATS JetStream).
+// broker routes a topic's messages by partition (NATS, Redis, RabbitMQ).
 type PartitionSubscriber interface {
 	message.Subscriber
 	// Partitions returns how many partitions topic is split into; 0 when

@@ -1,7 +1,7 @@
 package consumer
 
 // Reading by partition. Where the broker splits a topic into partitions
-// by aggregate (broker.PartitionSubscriber: NATS JetStream), each instance
+// by aggregate (broker.PartitionSubscriber: NATS, Redis, RabbitMQ), each instance
 // of a consumer name reads only its share of them (internal/sharing), so
 // that while the instances stay the same one aggregate's events reach one
 // instance: it applies them as runs, and a second or third instance adds
