@@ -48,18 +48,12 @@ func amqpRestExchange(topic string) string { return topic + "." + partitionMark 
 // amqpPartitionsOf reads ?partitions= off an amqp:// URL: on (the default)
 // or 0.
 func amqpPartitionsOf(u *url.URL, raw string) (bool, string, error) {
-	q := u.Query()
-	if !q.Has("partitions") {
-		return true, raw, nil
+	n, given, rest, err := partitionsParam(u, raw, DefaultPartitions)
+	if given && (err != nil || n != 0 && n != DefaultPartitions) {
+		return false, "", fmt.Errorf("partitions=%q: a RabbitMQ topic has %d partitions, or none with partitions=0",
+			u.Query().Get("partitions"), DefaultPartitions)
 	}
-	v := q.Get("partitions")
-	if v != "0" && v != strconv.Itoa(DefaultPartitions) {
-		return false, "", fmt.Errorf("partitions=%q: a RabbitMQ topic has %d partitions, or none with partitions=0", v, DefaultPartitions)
-	}
-	q.Del("partitions")
-	stripped := *u
-	stripped.RawQuery = q.Encode()
-	return v != "0", stripped.String(), nil
+	return n != 0, rest, nil
 }
 
 // amqpRoutingKey is msg's partition as a routing key ("" when the

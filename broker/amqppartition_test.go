@@ -2,15 +2,12 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/entoutbox/entoutbox/events"
 )
 
 // A group reading by partition gets each message in the queue of its
@@ -40,17 +37,9 @@ func TestAMQPPartitionsRouteByAggregate(t *testing.T) {
 	whole, err := wsub.Subscribe(ctx, topic)
 	require.NoError(t, err)
 
-	sent := newMessages(40)
-	for i := range sent {
-		sent[i].metadata[events.MetaAggregateID] = fmt.Sprintf("agg-%d", i%10)
-		sent[i].metadata[events.MetaAggregateType] = "order"
-	}
+	sent := aggregateMessages(40, 10)
 	publish(t, b, topic, sent)
-	byPartition := map[int][]sentMessage{}
-	for _, m := range sent {
-		k := PartitionOf(m.message().Metadata, m.uuid, DefaultPartitions)
-		byPartition[k] = append(byPartition[k], m)
-	}
+	byPartition := splitByPartition(sent, DefaultPartitions)
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one partition")
 	for k := range DefaultPartitions {
 		ch, err := ps.SubscribePartition(ctx, topic, k)

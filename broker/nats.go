@@ -79,18 +79,16 @@ type natsParams struct {
 func natsParamsOf(u *url.URL, raw string) (natsParams, string, error) {
 	p := natsParams{ackWait: natsAckWait, maxAckPending: natsMaxAckPending, maxInFlight: natsMaxInFlight,
 		partitions: DefaultPartitions}
-	q := u.Query()
-	if !q.Has("ack_wait") && !q.Has("max_ack_pending") && !q.Has("max_in_flight") && !q.Has("partitions") {
-		return p, raw, nil
+	var err error
+	if p.partitions, _, raw, err = partitionsParam(u, raw, natsMaxPartitions); err != nil {
+		return p, "", err
 	}
-	if q.Has("partitions") {
-		v := q.Get("partitions")
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > natsMaxPartitions {
-			return p, "", fmt.Errorf("partitions=%q is not a number from 0 to %d", v, natsMaxPartitions)
-		}
-		p.partitions = n
-		q.Del("partitions")
+	if u, err = url.Parse(raw); err != nil {
+		return p, "", err
+	}
+	q := u.Query()
+	if !q.Has("ack_wait") && !q.Has("max_ack_pending") && !q.Has("max_in_flight") {
+		return p, raw, nil
 	}
 	if v := q.Get("ack_wait"); v != "" {
 		d, err := time.ParseDuration(v)

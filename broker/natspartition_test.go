@@ -25,11 +25,7 @@ func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(40)
-	for i := range sent {
-		sent[i].metadata[events.MetaAggregateID] = fmt.Sprintf("agg-%d", i%10)
-		sent[i].metadata[events.MetaAggregateType] = "order"
-	}
+	sent := aggregateMessages(40, 10)
 	publish(t, b, topic, sent)
 
 	stream, err := natsJS(t).Stream(ctx, natsName(topic))
@@ -43,11 +39,7 @@ func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	n, err := ps.Partitions(ctx, topic)
 	require.NoError(t, err)
 	require.Equal(t, 5, n, "4 partitions and the topic's own subject")
-	byPartition := map[int][]sentMessage{}
-	for _, m := range sent {
-		k := PartitionOf(m.message().Metadata, m.uuid, 4)
-		byPartition[k] = append(byPartition[k], m)
-	}
+	byPartition := splitByPartition(sent, 4)
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one of 4 partitions")
 	for k := range n - 1 { // the keyed ones; the last is read below
 		ch, err := ps.SubscribePartition(ctx, topic, k)

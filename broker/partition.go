@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -130,4 +131,33 @@ func partitionToken(tok string) string {
 		return fmt.Sprintf("token %q starts with %q, which marks the partitions of a topic", tok, partitionMark)
 	}
 	return ""
+}
+
+// partitionTokens is partitionToken for each token of topic.
+func partitionTokens(topic string) string {
+	for _, tok := range strings.Split(topic, ".") {
+		if reason := partitionToken(tok); reason != "" {
+			return reason
+		}
+	}
+	return ""
+}
+
+// partitionsParam reads ?partitions= off a broker URL: the number (from 0
+// to most), whether the URL gives it, and the URL without it, for client
+// libraries that refuse options they do not know.
+func partitionsParam(u *url.URL, raw string, most int) (n int, given bool, rest string, err error) {
+	q := u.Query()
+	if !q.Has("partitions") {
+		return DefaultPartitions, false, raw, nil
+	}
+	v := q.Get("partitions")
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 0 || n > most {
+		return 0, true, "", fmt.Errorf("partitions=%q is not a number from 0 to %d", v, most)
+	}
+	q.Del("partitions")
+	stripped := *u
+	stripped.RawQuery = q.Encode()
+	return n, true, stripped.String(), nil
 }

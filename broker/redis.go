@@ -68,7 +68,7 @@ const (
 )
 
 func openRedis(ctx context.Context, u *url.URL, raw string, logger watermill.LoggerAdapter) (*pubSub, error) {
-	partitions, raw, err := redisPartitionsOf(u, raw)
+	partitions, _, raw, err := partitionsParam(u, raw, redisMaxPartitions)
 	if err != nil {
 		return nil, err
 	}

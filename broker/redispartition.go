@@ -3,8 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strconv"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -54,24 +52,6 @@ redis.call('SET', KEYS[1], n)
 return n
 `)
 
-// redisPartitionsOf reads ?partitions= off a redis:// URL, for go-redis,
-// which refuses options it does not know.
-func redisPartitionsOf(u *url.URL, raw string) (int, string, error) {
-	q := u.Query()
-	if !q.Has("partitions") {
-		return DefaultPartitions, raw, nil
-	}
-	v := q.Get("partitions")
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > redisMaxPartitions {
-		return 0, "", fmt.Errorf("partitions=%q is not a number from 0 to %d", v, redisMaxPartitions)
-	}
-	q.Del("partitions")
-	stripped := *u
-	stripped.RawQuery = q.Encode()
-	return n, stripped.String(), nil
-}
-
 // redisTopology knows how the topics are split.
 type redisTopology struct {
 	client *redis.Client
@@ -120,16 +100,19 @@ func (p *redisPublisher) Publish(topic string, messages ...*message.Message) err
 		return p.pub.Publish(topic, messages...)
 	}
 	// In the given order, a run of one partition's messages at a time.
-	for start := 0; start < len(messages); {
-		k := PartitionOf(messages[start].Metadata, messages[start].UUID, n)
-		end := start + 1
-		for end < len(messages) && PartitionOf(messages[end].Metadata, messages[end].UUID, n) == k {
-			end++
+	start, k := 0, PartitionOf(messages[0].Metadata, messages[0].UUID, n)
+	for end := 1; end <= len(messages); end++ {
+		next := -1
+		if end < len(messages) {
+			next = PartitionOf(messages[end].Metadata, messages[end].UUID, n)
+		}
+		if next == k {
+			continue
 		}
 		if err := p.pub.Publish(partitionName(topic, k), messages[start:end]...); err != nil {
 			return err
 		}
-		start = end
+		start, k = end, next
 	}
 	return nil
 }

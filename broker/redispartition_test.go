@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,8 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/entoutbox/entoutbox/events"
 )
 
 func redisClient(t *testing.T) *redis.Client {
@@ -35,20 +32,17 @@ func TestRedisPartitionsRouteByAggregate(t *testing.T) {
 	b, err := Open(ctx, base+"?partitions=4", Options{})
 	require.NoError(t, err)
 	defer b.Close()
-	sent := newMessages(40)
-	for i := range sent {
-		sent[i].metadata[events.MetaAggregateID] = fmt.Sprintf("agg-%d", i%10)
-		sent[i].metadata[events.MetaAggregateType] = "order"
+	sent := aggregateMessages(40, 10)
+	// One Publish, as the relay sends a batch: split into runs by partition.
+	batch := make([]*message.Message, len(sent))
+	for i, m := range sent {
+		batch[i] = m.message()
 	}
-	publish(t, b, topic, sent)
+	require.NoError(t, b.Publisher().Publish(topic, batch...))
 
 	rc := redisClient(t)
 	assert.Equal(t, "4", rc.Get(ctx, redisPartitionsKey(topic)).Val())
-	byPartition := map[int][]sentMessage{}
-	for _, m := range sent {
-		k := PartitionOf(m.message().Metadata, m.uuid, 4)
-		byPartition[k] = append(byPartition[k], m)
-	}
+	byPartition := splitByPartition(sent, 4)
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one of 4 partitions")
 	for k := range 4 {
 		assert.EqualValues(t, len(byPartition[k]), rc.XLen(ctx, partitionName(topic, k)).Val(), "stream of partition %d", k)
@@ -174,7 +168,7 @@ func TestRedisPartitionLeftIsGivenBack(t *testing.T) {
 	defer taking.Close()
 	ch2, err := taking.(PartitionSubscriber).SubscribePartition(ctx, topic, 0)
 	require.NoError(t, err)
-	wctx, wcancel := context.WithTimeout(ctx, 4*redisClaimIdle) // a generous bound; without the give-back, never
+	wctx, wcancel := context.WithTimeout(ctx, patience) // a claim round (1 s) normally; without the give-back, never
 	defer wcancel()
 	got := receive(wctx, t, ch2, len(sent))
 	for _, m := range got {

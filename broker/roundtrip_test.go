@@ -86,6 +86,27 @@ func newMessages(n int) []sentMessage {
 	return out
 }
 
+// aggregateMessages is n messages over aggregates orders, round robin
+// (message i is of order agg-(i mod aggregates)).
+func aggregateMessages(n, aggregates int) []sentMessage {
+	sent := newMessages(n)
+	for i := range sent {
+		sent[i].metadata[events.MetaAggregateID] = fmt.Sprintf("agg-%d", i%aggregates)
+		sent[i].metadata[events.MetaAggregateType] = "order"
+	}
+	return sent
+}
+
+// splitByPartition groups sent by partition out of n, each in send order.
+func splitByPartition(sent []sentMessage, n int) map[int][]sentMessage {
+	parts := map[int][]sentMessage{}
+	for _, m := range sent {
+		k := PartitionOf(m.message().Metadata, m.uuid, n)
+		parts[k] = append(parts[k], m)
+	}
+	return parts
+}
+
 func (m sentMessage) message() *message.Message {
 	msg := message.NewMessage(m.uuid, []byte(m.payload))
 	for k, v := range m.metadata {

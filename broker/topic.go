@@ -80,14 +80,7 @@ func natsTopic(t string) string {
 // redisTopic: a topic is a stream key, and its partitions are the keys
 // T.~0, T.~1...: no token of a topic starts with "~", so that no topic is
 // another's partition.
-func redisTopic(t string) string {
-	for _, tok := range strings.Split(t, ".") {
-		if reason := partitionToken(tok); reason != "" {
-			return reason
-		}
-	}
-	return ""
-}
+func redisTopic(t string) string { return partitionTokens(t) }
 
 // kafkaTopic is Kafka's own rule for topic names.
 func kafkaTopic(t string) string {
@@ -118,12 +111,7 @@ func amqpTopic(t string) string {
 	case strings.HasPrefix(t, "amq."):
 		return `exchange names starting with "amq." are reserved by RabbitMQ`
 	}
-	for _, tok := range strings.Split(t, ".") {
-		if reason := partitionToken(tok); reason != "" {
-			return reason
-		}
-	}
-	return ""
+	return partitionTokens(t)
 }
 
 // postgresMaxTopic keeps watermill-sql's offsets table, "watermill_offsets_"
