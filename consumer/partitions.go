@@ -88,16 +88,6 @@ func (s *sharedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan 
 	r := &shareReader{sub: s, topic: topic, n: n, out: make(chan *message.Message),
 		member:  sharing.NewMember(s.set.db, s.set.tables.DB(), s.consumer, topic, uuid.NewString(), shareLease),
 		reading: map[int]*partitionRead{}, log: watermill.LogFields{"consumer": s.consumer, "topic": topic}}
-	// Join, then look again a moment later before reading: instances
-	// started together (a deployment) each see the others then, instead
-	// of all reading every partition until the next beat.
-	if _, err := r.member.Beat(ctx); err == nil {
-		select {
-		case <-time.After(shareSettle):
-		case <-ctx.Done():
-		}
-	}
-	r.rebalance(ctx) // before returning: a broker that refuses is said now
 	go r.run(ctx)
 	return r.out, nil
 }
@@ -122,6 +112,17 @@ type partitionRead struct {
 }
 
 func (r *shareReader) run(ctx context.Context) {
+	// Join, then look again a moment later before reading: instances
+	// started together (a deployment) each see the others then, instead
+	// of all reading every partition until the next beat. In the
+	// background: a router subscribes its handlers one after another.
+	if _, err := r.member.Beat(ctx); err == nil {
+		select {
+		case <-time.After(shareSettle):
+		case <-ctx.Done():
+		}
+	}
+	r.rebalance(ctx)
 	t := time.NewTicker(shareBeat)
 	defer t.Stop()
 	for {
