@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -321,7 +322,7 @@ func TestScheduledSectionRuns(t *testing.T) {
 }
 
 // The key-skew table at a tiny size, 2 aggregates of 50 events, with 1 and
-// 2 instances: both consumers apply every event once, and the generated
+// 2 instances, twice: both consumers apply every event once, and the generated
 // handlers apply each aggregate's in seq order. This checks the bench, not
 // a speed; the unordered handler's inversions are its nature.
 func TestSkewTableRuns(t *testing.T) {
@@ -340,6 +341,7 @@ func TestSkewTableRuns(t *testing.T) {
 		SkewEvents:             100,
 		SkewInstances:          []int{1, 2},
 		SkewInstanceAggregates: []int{2},
+		SkewRounds:             2,
 	}
 	e, err := newEnv(ctx, cfg)
 	if err != nil {
@@ -378,6 +380,34 @@ func TestSkewTableRuns(t *testing.T) {
 		if n := r.ordered.effects.inversions; n != 0 {
 			t.Errorf("%+v: the generated handlers wrote %d invoices after a later one of their aggregate", r.skewSpec, n)
 		}
+	}
+}
+
+// A row run several times shows the median rate and the range, the
+// median run's CPU, and every run's faults: one run's inversion or missing
+// event is not hidden by the median.
+func TestMergeSkewRounds(t *testing.T) {
+	sides := []skewSide{
+		{rate: 300, cpu: 3 * time.Microsecond, redeliveries: 1},
+		{rate: 100, cpu: 1 * time.Microsecond, notes: []string{"9 of 10 events applied"}, effects: skewEffects{inversions: 2}},
+		{rate: 200, cpu: 2 * time.Microsecond, effects: skewEffects{duplicates: 1}},
+	}
+	got := mergeSides(sides)
+	if got.rate != 200 || got.low != 100 || got.high != 300 || got.cpu != 2*time.Microsecond {
+		t.Errorf("rate %v (%v-%v), cpu %v; want the median 200 (100-300), its cpu 2µs", got.rate, got.low, got.high, got.cpu)
+	}
+	if got.redeliveries != 1 || got.effects.inversions != 2 || got.effects.duplicates != 1 {
+		t.Errorf("redeliveries %d, effects %+v; want every run's summed: 1, 2 inversions, 1 duplicate", got.redeliveries, got.effects)
+	}
+	if want := []string{"round 2: 9 of 10 events applied"}; !slices.Equal(got.notes, want) {
+		t.Errorf("notes %q, want %q", got.notes, want)
+	}
+	if s := got.fmtRate(); s != "200 (100-300)" {
+		t.Errorf("fmtRate = %q", s)
+	}
+	failed := mergeSides([]skewSide{{rate: 1}, {err: errors.New("no broker")}})
+	if failed.err == nil {
+		t.Error("a run that could not run at all is not the row's")
 	}
 }
 

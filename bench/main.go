@@ -72,6 +72,7 @@ type config struct {
 	SkewAggregates         []int // aggregate counts of the one-instance rows
 	SkewInstances          []int // instance counts of the rows at SkewInstanceAggregates
 	SkewInstanceAggregates []int
+	SkewRounds             int       // times each row runs, interleaved with the rows of its aggregate count; the table prints the median
 	Progress               io.Writer // progress lines; nil discards them
 	Bin                    string    // the entoutbox command the relays run; "" builds it from this module
 	BaselineBin            string    // an earlier build: each relay row runs with it too, just before
@@ -106,11 +107,12 @@ func main() {
 	flag.IntVar(&cfg.ConsumerAggregates, "consumer-aggregates", 500, "distinct aggregate ids of the consumers' backlog")
 	flag.IntVar(&cfg.ConsumerConns, "consumer-conns", 8, "connections of the database floor that commits on many connections at once")
 	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")
-	flag.BoolVar(&consumerSkew, "consumer-skew", false, "run the consumers' key-skew table alone, at full size: unless given, --paths= --emit-tx 0 --consumer-events 0 --skew-events 10000")
+	flag.BoolVar(&consumerSkew, "consumer-skew", false, "run the consumers' key-skew table alone, at full size: unless given, --paths= --emit-tx 0 --consumer-events 0 --skew-events 10000 --skew-rounds 3")
 	flag.IntVar(&cfg.SkewEvents, "skew-events", 1000, "events already in JetStream for each row of the key-skew table (10,000 with --consumer-skew; 0 skips the table)")
 	flag.StringVar(&skewAggregates, "skew-aggregates", "1,10,100,1000,10000", "aggregate counts of the key-skew table's one-instance rows")
 	flag.StringVar(&skewInstances, "skew-instances", "1,2,3", "instance counts of the key-skew table's rows at --skew-instance-aggregates")
 	flag.StringVar(&skewInstanceAggregates, "skew-instance-aggregates", "10,1000", "aggregate counts at which the key-skew table runs each of --skew-instances")
+	flag.IntVar(&cfg.SkewRounds, "skew-rounds", 1, "times each row of the key-skew table runs, the rows of one aggregate count taking turns; the table prints the median rate and the range (3 with --consumer-skew)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
@@ -130,6 +132,9 @@ func main() {
 		}
 		if !given["skew-events"] {
 			cfg.SkewEvents = 10000
+		}
+		if !given["skew-rounds"] {
+			cfg.SkewRounds = 3
 		}
 	}
 	for _, l := range []struct {
@@ -284,6 +289,8 @@ func (c config) check() error {
 		return errors.New("--consumer-aggregates, --consumer-conns and --consumer-per-tx must be positive")
 	case c.SkewEvents < 0:
 		return errors.New("--skew-events must not be negative")
+	case c.SkewEvents > 0 && c.SkewRounds <= 0:
+		return errors.New("--skew-rounds must be positive")
 	case c.SkewEvents > 0 && len(c.SkewAggregates) == 0 && (len(c.SkewInstances) == 0 || len(c.SkewInstanceAggregates) == 0):
 		return errors.New("the key-skew table has no row: give --skew-aggregates, or --skew-instances and --skew-instance-aggregates")
 	case slices.ContainsFunc(slices.Concat(c.SkewAggregates, c.SkewInstances, c.SkewInstanceAggregates), func(n int) bool { return n <= 0 }):
@@ -321,8 +328,8 @@ func (c config) describe() string {
 			c.ConsumerEvents, c.ConsumerAggregates, c.ConsumerConns, c.ConsumerPerTx)
 	}
 	if c.SkewEvents > 0 {
-		s += fmt.Sprintf(" skew-events=%d skew-aggregates=%s skew-instances=%s skew-instance-aggregates=%s",
-			c.SkewEvents, joinInts(c.SkewAggregates), joinInts(c.SkewInstances), joinInts(c.SkewInstanceAggregates))
+		s += fmt.Sprintf(" skew-events=%d skew-aggregates=%s skew-instances=%s skew-instance-aggregates=%s skew-rounds=%d",
+			c.SkewEvents, joinInts(c.SkewAggregates), joinInts(c.SkewInstances), joinInts(c.SkewInstanceAggregates), c.SkewRounds)
 	}
 	return s
 }

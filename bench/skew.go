@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -86,6 +87,8 @@ type skewSide struct {
 	err          error // it could not run at all
 	handled      int   // counted at commit in the measured window
 	rate         float64
+	low, high    float64       // the range of the rates, over rounds
+	cpu, pgCPU   time.Duration // the machine's busy time per event, and PostgreSQL's share
 	effects      skewEffects
 	redeliveries int64   // deliveries with events.MetaDeliveryCount > 1
 	split        []int64 // events each instance committed, with more than one
@@ -133,36 +136,91 @@ func measureSkew(ctx context.Context, e *env) ([]skewResult, error) {
 	specs := skewSpecs(cfg.SkewAggregates, cfg.SkewInstances, cfg.SkewInstanceAggregates)
 	for i := 0; i < len(specs); {
 		aggs := specs[i].aggregates
+		j := i
+		for j < len(specs) && specs[j].aggregates == aggs {
+			j++
+		}
 		prefix := fmt.Sprintf("%s_a%d_", s.name, aggs)
 		topic := prefix + "profiles"
 		e.progress("key skew: publishing %d events over %d aggregates to %s", cfg.SkewEvents, aggs, topic)
 		perr := publishSkewed(ctx, br, topic, cfg.SkewEvents, aggs)
-		for ; i < len(specs) && specs[i].aggregates == aggs; i++ {
-			if ctx.Err() != nil {
-				deleteNATSStream(cfg.Broker, topic)
-				return nil, ctx.Err()
+		rounds := make([][]skewResult, j-i)
+		// The rows of one aggregate count take turns, round after round,
+		// so that a spell of load on a busy machine falls on each alike.
+		for round := range cfg.SkewRounds {
+			for k, spec := range specs[i:j] {
+				if ctx.Err() != nil {
+					deleteNATSStream(cfg.Broker, topic)
+					return nil, ctx.Err()
+				}
+				r := skewResult{skewSpec: spec, events: cfg.SkewEvents, err: perr}
+				if perr == nil {
+					r = e.skewRow(ctx, s, prefix, spec, round)
+				}
+				rounds[k] = append(rounds[k], r)
 			}
-			r := skewResult{skewSpec: specs[i], events: cfg.SkewEvents, err: perr}
-			if perr == nil {
-				r = e.skewRow(ctx, s, prefix, specs[i])
-			}
-			results = append(results, r)
+		}
+		for _, rs := range rounds {
+			results = append(results, mergeRounds(rs))
 		}
 		deleteNATSStream(cfg.Broker, topic)
+		i = j
 	}
 	return results, ctx.Err()
 }
 
 // skewRow runs the ordered consumer, then the unordered one, on the
-// stream under prefix.
-func (e *env) skewRow(ctx context.Context, s *sandbox, prefix string, spec skewSpec) skewResult {
+// stream under prefix, under consumer names of the round's own.
+func (e *env) skewRow(ctx context.Context, s *sandbox, prefix string, spec skewSpec, round int) skewResult {
 	r := skewResult{skewSpec: spec, events: e.cfg.SkewEvents}
-	name := fmt.Sprintf("skew_a%d_i%d", spec.aggregates, spec.instances)
-	e.progress("key skew: generated handlers, %d instance(s), %d aggregates", spec.instances, spec.aggregates)
+	name := fmt.Sprintf("skew_a%d_i%d_r%d", spec.aggregates, spec.instances, round+1)
+	e.progress("key skew: generated handlers, %d instance(s), %d aggregates, round %d", spec.instances, spec.aggregates, round+1)
 	r.ordered = e.skewSide(ctx, s, prefix, spec.instances, name+"_generated", true)
-	e.progress("key skew: a hand-written unordered handler, %d instance(s), %d aggregates", spec.instances, spec.aggregates)
+	e.progress("key skew: a hand-written unordered handler, %d instance(s), %d aggregates, round %d", spec.instances, spec.aggregates, round+1)
 	r.unordered = e.skewSide(ctx, s, prefix, spec.instances, name+"_handwritten", false)
 	return r
+}
+
+// mergeRounds is one row of the table from its rounds: each side's
+// median rate, the range, the CPU of the median round, and the faults of
+// every round (inversions, duplicates and redeliveries summed).
+func mergeRounds(rs []skewResult) skewResult {
+	r := rs[0]
+	if r.err != nil || len(rs) == 1 {
+		return r
+	}
+	side := func(get func(skewResult) skewSide) skewSide {
+		sides := make([]skewSide, len(rs))
+		for i, r := range rs {
+			sides[i] = get(r)
+		}
+		return mergeSides(sides)
+	}
+	r.ordered = side(func(r skewResult) skewSide { return r.ordered })
+	r.unordered = side(func(r skewResult) skewSide { return r.unordered })
+	return r
+}
+
+func mergeSides(sides []skewSide) skewSide {
+	for _, s := range sides {
+		if s.err != nil {
+			return s
+		}
+	}
+	byRate := slices.Clone(sides)
+	slices.SortFunc(byRate, func(a, b skewSide) int { return cmp.Compare(a.rate, b.rate) })
+	out := byRate[len(byRate)/2]
+	out.low, out.high = byRate[0].rate, byRate[len(byRate)-1].rate
+	out.notes, out.redeliveries, out.effects.inversions, out.effects.duplicates = nil, 0, 0, 0
+	for i, s := range sides {
+		out.redeliveries += s.redeliveries
+		out.effects.inversions += s.effects.inversions
+		out.effects.duplicates += s.effects.duplicates
+		for _, n := range s.notes {
+			out.notes = append(out.notes, fmt.Sprintf("round %d: %s", i+1, n))
+		}
+	}
+	return out
 }
 
 // publishSkewed publishes n events over aggregates to topic: event i is
@@ -266,6 +324,7 @@ func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cpuFrom := sampleCPU(nil)
 	ran := make(chan error, len(insts))
 	for _, in := range insts {
 		go func() { ran <- in.router.Run(rctx) }()
@@ -282,6 +341,10 @@ func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances
 		stopped++
 	}
 	side.handled, side.rate = clock.rate()
+	if cpuTo := sampleCPU(nil); cpuFrom.ok && cpuTo.ok && side.handled > 0 {
+		side.cpu = (cpuTo.busy - cpuFrom.busy) / time.Duration(side.handled)
+		side.pgCPU = groupCPU(cpuFrom, cpuTo, "PostgreSQL") / time.Duration(side.handled)
+	}
 	side.redeliveries = redelivered.Load()
 	if len(insts) > 1 {
 		for _, in := range insts {
@@ -301,6 +364,12 @@ func (e *env) skewSide(ctx context.Context, s *sandbox, prefix string, instances
 	var err error
 	if side.effects, err = readSkewEffects(ctx, s.db, name); err != nil {
 		side.note("reading the effects: %v", err)
+	}
+	if f := side.effects; err == nil && f.distinct != n {
+		side.note("%s of %s events applied", thousands(int64(f.distinct)), thousands(int64(n)))
+	}
+	if f := side.effects; err == nil && f.records != f.distinct {
+		side.note("%s dedupe records for %s events applied", thousands(int64(f.records)), thousands(int64(f.distinct)))
 	}
 	return side
 }
@@ -436,13 +505,14 @@ func printSkewTable(out io.Writer, cfg config, results []skewResult) error {
 	fmt.Fprintf(out, "\nconsumers, key skew: %s events per row already in JetStream (a fresh stream per aggregate count, each aggregate's seq 1..n), payload %dB; "+
 		"each handled event writes a dedupe record and an invoice in one transaction. ordered: the generated handlers, default settings; "+
 		"unordered: a hand-written Watermill handler, as many messages at once as the subscriber hands out, no order. "+
-		"Each instance has its own router, subscriber and %d connections. Pairs read ordered / unordered\n",
-		thousands(int64(cfg.SkewEvents)), payloadSize, skewInstancePool)
+		"Each instance has its own router, subscriber and %d connections, all in this process. Pairs read ordered / unordered. %s"+
+		"CPU/event is the whole machine's busy time per event handled (every process), PostgreSQL's share in brackets\n",
+		thousands(int64(cfg.SkewEvents)), payloadSize, skewInstancePool, roundsNote(cfg.SkewRounds))
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "aggregates\tinstances\tordered ev/s\tunordered ev/s\tratio\tinversions\tduplicates\tredeliveries\tnotes")
+	fmt.Fprintln(tw, "aggregates\tinstances\tordered ev/s\tunordered ev/s\tratio\tCPU/event (PostgreSQL)\tinversions\tduplicates\tredeliveries\tnotes")
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(tw, "%s\t%d%s\tn/a (%s)\n", thousands(int64(r.aggregates)), r.instances, strings.Repeat("\tn/a", 6), firstLine(r.err))
+			fmt.Fprintf(tw, "%s\t%d%s\tn/a (%s)\n", thousands(int64(r.aggregates)), r.instances, strings.Repeat("\tn/a", 7), firstLine(r.err))
 			continue
 		}
 		ratio := "-"
@@ -457,12 +527,12 @@ func printSkewTable(out io.Writer, cfg config, results []skewResult) error {
 			name string
 			s    skewSide
 		}{{"ordered", r.ordered}, {"unordered", r.unordered}} {
-			if n := side.s.problems(r.events); len(n) > 0 {
+			if n := side.s.problems(); len(n) > 0 {
 				notes = append(notes, side.name+": "+strings.Join(n, ", "))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", thousands(int64(r.aggregates)), r.instances,
-			r.ordered.fmtRate(), r.unordered.fmtRate(), ratio,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s / %s\t%s\t%s\t%s\t%s\n", thousands(int64(r.aggregates)), r.instances,
+			r.ordered.fmtRate(), r.unordered.fmtRate(), ratio, r.ordered.fmtCPU(), r.unordered.fmtCPU(),
 			pair(r.ordered, r.unordered, func(s skewSide) int64 { return int64(s.effects.inversions) }),
 			pair(r.ordered, r.unordered, func(s skewSide) int64 { return int64(s.effects.duplicates) }),
 			pair(r.ordered, r.unordered, func(s skewSide) int64 { return s.redeliveries }),
@@ -471,9 +541,18 @@ func printSkewTable(out io.Writer, cfg config, results []skewResult) error {
 	return tw.Flush()
 }
 
-// problems are the side's notes, then what its effects say is wrong: an
-// event without its invoice, a dedupe record without one or the reverse.
-func (s skewSide) problems(events int) []string {
+func roundsNote(rounds int) string {
+	if rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("Each row ran %d times, the rows of an aggregate count taking turns: rates are the median (lowest-highest), "+
+		"CPU/event the median run's, faults summed over the runs. ", rounds)
+}
+
+// problems are how the side's events fell to its instances, then its
+// notes (among them what its effects say is wrong: an event without its
+// invoice, a dedupe record without one or the reverse).
+func (s skewSide) problems() []string {
 	if s.err != nil {
 		return []string{"n/a (" + firstLine(s.err) + ")"}
 	}
@@ -485,24 +564,28 @@ func (s skewSide) problems(events int) []string {
 		}
 		out = append(out, "per instance "+strings.Join(parts, "/"))
 	}
-	out = append(out, s.notes...)
-	if f := s.effects; f.distinct != events {
-		out = append(out, fmt.Sprintf("%s of %s events applied", thousands(int64(f.distinct)), thousands(int64(events))))
-	}
-	if f := s.effects; f.records != f.distinct {
-		out = append(out, fmt.Sprintf("%s dedupe records for %s events applied", thousands(int64(f.records)), thousands(int64(f.distinct))))
-	}
-	return out
+	return append(out, s.notes...)
 }
 
+// fmtRate is the rate, and its range when it is a median of rounds.
 func (s skewSide) fmtRate() string {
 	switch {
 	case s.err != nil:
 		return "n/a"
+	case s.rate > 0 && s.high > s.low:
+		return fmt.Sprintf("%s (%s-%s)", thousands(int64(s.rate+0.5)), thousands(int64(s.low+0.5)), thousands(int64(s.high+0.5)))
 	case s.rate > 0:
 		return thousands(int64(s.rate + 0.5))
 	}
 	return "-"
+}
+
+// fmtCPU is the machine's CPU per event, PostgreSQL's share in brackets.
+func (s skewSide) fmtCPU() string {
+	if s.err != nil || s.cpu == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%dµs (%d)", s.cpu.Microseconds(), s.pgCPU.Microseconds())
 }
 
 // pair prints the ordered and the unordered side's count: "0 / 1,234".

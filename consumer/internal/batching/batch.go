@@ -101,6 +101,9 @@ type Batcher struct {
 	// wait, and go back to pending when an event of their aggregate comes
 	// or leaves (ParkedMoved), to go with it as a run.
 	parked map[runKey][]*Item
+	// What takeLocked looked at since the running batches last changed.
+	scanned, eligible int
+	seen              map[seqKey]bool
 }
 
 // runKey is what the events of one run share: their consumer's position
@@ -153,37 +156,69 @@ func (b *Batcher) startLocked() {
 // least may go: up to size events whose aggregates are in no running
 // batch, in their order of arrival; an event of a seq the batch holds
 // already (a redelivery) waits for the next one.
+//
+// It is called at each event's arrival, mostly to find that too few may
+// go yet; so what it has looked at is kept (pending[:scanned], eligible
+// of them may go, their seqs in seen) and only events come since are
+// looked at, until the batches running change (forgetScan).
 func (b *Batcher) takeLocked(least int) []*Item {
 	if b.busy == nil {
-		b.busy = map[runKey]bool{}
+		b.busy, b.seen = map[runKey]bool{}, map[seqKey]bool{}
 	}
-	type seqKey struct {
-		k   runKey
-		seq int64
-	}
-	taken := map[runKey]bool{}
-	seqs := map[seqKey]bool{}
-	var batch []*Item
-	var rest []*Item
-	for _, it := range b.pending {
-		k := b.keyOf(it)
-		sk := seqKey{k, it.Meta.AggregateSeq}
-		switch {
-		case b.busy[k], seqs[sk], len(batch) >= b.Size:
-			rest = append(rest, it)
-		default:
-			taken[k], seqs[sk] = true, true
-			batch = append(batch, it)
+	for ; b.scanned < len(b.pending) && b.eligible < b.Size; b.scanned++ {
+		it := b.pending[b.scanned]
+		sk := seqKey{b.keyOf(it), it.Meta.AggregateSeq}
+		if !b.busy[sk.key] && !b.seen[sk] {
+			b.seen[sk] = true
+			b.eligible++
 		}
 	}
-	if len(batch) == 0 || len(batch) < least {
+	if b.eligible == 0 || b.eligible < least {
 		return nil
 	}
-	for k := range taken {
-		b.busy[k] = true
+	// The same rule again over what was looked at, nothing having changed
+	// since: the eligible go, the rest stay in their order.
+	batch := make([]*Item, 0, b.eligible)
+	taken := make(map[seqKey]bool, b.eligible)
+	rest := b.pending[:0]
+	for i, it := range b.pending {
+		sk := seqKey{b.keyOf(it), it.Meta.AggregateSeq}
+		if i < b.scanned && !b.busy[sk.key] && !taken[sk] {
+			taken[sk] = true
+			batch = append(batch, it)
+			continue
+		}
+		rest = append(rest, it)
 	}
+	clear(b.pending[len(rest):])
 	b.pending = rest
+	for sk := range taken {
+		b.busy[sk.key] = true
+	}
+	b.forgetScan()
 	return batch
+}
+
+// endLocked frees the aggregates of a batch that ended.
+func (b *Batcher) endLocked(batch []*Item) {
+	for _, it := range batch {
+		delete(b.busy, b.keyOf(it))
+	}
+	b.forgetScan()
+	b.running--
+}
+
+// seqKey is one event of a run: a redelivery has its original's.
+type seqKey struct {
+	key runKey
+	seq int64
+}
+
+// forgetScan makes the next takeLocked look at every pending event again:
+// the batches running changed, so which may go did too.
+func (b *Batcher) forgetScan() {
+	b.scanned, b.eligible = 0, 0
+	clear(b.seen)
 }
 
 // parkWaiting parks the events of a sorted batch that it did not apply
@@ -285,10 +320,7 @@ func (b *Batcher) run(batch []*Item) {
 	}
 	alone := b.parkWaiting(batch)
 	b.mu.Lock()
-	for _, it := range batch {
-		delete(b.busy, b.keyOf(it))
-	}
-	b.running--
+	b.endLocked(batch)
 	b.mu.Unlock()
 	// Told after its aggregates are free: an event that goes alone, or
 	// waits, must find them so.
