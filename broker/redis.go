@@ -60,9 +60,12 @@ const (
 	// redisKeepAlive is how often a member touches the entries it holds,
 	// well within redisClaimIdle.
 	redisKeepAlive = 2 * time.Second
-	// redisConsumerTimeout is how long a member with nothing pending is
-	// idle before it is removed from its group, checked every
-	// redisCheckConsumers.
+)
+
+// redisConsumerTimeout is how long a member with nothing pending is idle
+// before it is removed from its group, checked every redisCheckConsumers
+// (variables for a test to shorten).
+var (
 	redisConsumerTimeout = 2 * time.Minute
 	redisCheckConsumers  = 30 * time.Second
 )

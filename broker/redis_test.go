@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -176,6 +177,56 @@ func TestRedisKilledMemberEntriesComeBackInSeconds(t *testing.T) {
 	}
 	assertSame(t, sent, got, false)
 	t.Logf("the dead member's entries came back in %s", time.Since(began).Round(100*time.Millisecond))
+}
+
+// A member that died without Close leaves the group once another member
+// took what it held and it has been idle redisConsumerTimeout: a restart
+// does not leave members behind for good. Not parallel: it shortens the
+// timeout for the brokers it opens.
+func TestRedisDeadMemberLeavesTheGroup(t *testing.T) {
+	timeout, check := redisConsumerTimeout, redisCheckConsumers
+	redisConsumerTimeout, redisCheckConsumers = 3*time.Second, 500*time.Millisecond
+	defer func() { redisConsumerTimeout, redisCheckConsumers = timeout, check }()
+	topic := "entoutbox.leave." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	dying, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := dying.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(2)
+	publish(t, b, topic, sent)
+	unacked(ctx, t, ch)
+	dead := dying.(partitionSubscriber).Subscriber.(*redisSubscriber).client.consumer
+	killRedisMember(dying)
+
+	staying, err := b.Subscriber("g")
+	require.NoError(t, err)
+	defer staying.Close()
+	ch2, err := staying.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for _, m := range receive(ctx, t, ch2, len(sent)) {
+		m.Ack()
+	}
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	for {
+		members, err := c.XInfoConsumers(ctx, topic, "g").Result()
+		require.NoError(t, err)
+		if !slices.ContainsFunc(members, func(m redis.XInfoConsumer) bool { return m.Name == dead }) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the dead member %s is still in the group after %s: %+v", dead, patience, members)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // A live member's entries are not claimed from it however long its
