@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -44,6 +45,7 @@ func TestEveryRepairLeavesTheAggregateMoving(t *testing.T) {
 	cases := []struct {
 		name       string
 		pass, lost bool
+		relay      bool // lost: the relay set seq 2 aside (its own letter), never sending it
 		steps      []string
 		want       []int64
 	}{
@@ -84,13 +86,19 @@ func TestEveryRepairLeavesTheAggregateMoving(t *testing.T) {
 			"held 3", "retry all"}, want: []int64{1, 2, 3, 4, 5}},
 		{name: "lost at the broker: discard, then replay", lost: true, steps: []string{"discard all", "held 2", "send 4",
 			"held 2", "replay", "held 4", "retry all"}, want: []int64{1, 2, 4, 5}},
+		{name: "never sent: the relay's letter discarded", lost: true, relay: true, steps: []string{"held 2",
+			"discard relay", "held 3", "retry all", "send 4"}, want: []int64{1, 3, 4, 5}},
+		{name: "never sent: the relay's letter discarded, then the consumer's", lost: true, relay: true, steps: []string{"send 4",
+			"discard relay", "held 3", "discard all"}, want: []int64{1, 5}},
+		{name: "never sent: the relay's letter retried", lost: true, relay: true, steps: []string{"held 2", "retry-relay",
+			"held 3", "retry all", "send 4"}, want: []int64{1, 2, 3, 4, 5}},
 		{name: "lost at the broker: discard all after replay", lost: true, steps: []string{"send 4", "replay", "held 3",
 			"discard all"}, want: []int64{1, 2, 5}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRepairs(t, c.pass, c.lost)
+			r := newRepairs(t, c.pass, c.lost, c.relay)
 			for _, step := range c.steps {
 				r.run(t, step)
 			}
@@ -114,7 +122,7 @@ type repairs struct {
 	msgs map[int64]*message.Message // order 1's events by seq
 }
 
-func newRepairs(t *testing.T, pass, lost bool) *repairs {
+func newRepairs(t *testing.T, pass, lost, relay bool) *repairs {
 	t.Helper()
 	b := setup(t)
 	var calls atomic.Int64
@@ -142,6 +150,13 @@ func newRepairs(t *testing.T, pass, lost bool) *repairs {
 	if !lost {
 		r.send(t, 2)
 	}
+	if relay {
+		_, err := b.db.DB.Exec(`INSERT INTO outbox_dead_letters (event_id, source, event_name, event_version, topic,
+			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+			VALUES ($1, 'relay', 'order.paid', 1, 'orders', 'Order', '1', 2, $2, $3::jsonb, 'the broker refused it', 3, now())`,
+			r.msgs[2].UUID, r.msgs[2].Payload, headersJSON(t, r.msgs[2]))
+		require.NoError(t, err)
+	}
 	r.send(t, 3) // lost: after MaxGap, a letter saying seq 2 never arrived
 	broken.Store(false)
 	return r
@@ -165,6 +180,13 @@ func (r *repairs) run(t *testing.T, step string) {
 	case "discard":
 		_, err := r.a.Discard(ctx, "by hand", r.letters(t, arg)...)
 		require.NoError(t, err)
+	case "retry-relay": // the relay sends the event again, as it would
+		ds, err := r.a.ListDeadLetters(ctx, admin.Filter{Source: "relay", State: admin.StateOpen})
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		_, err = r.a.Retry(ctx, ds[0].ID)
+		require.NoError(t, err)
+		r.send(t, 2)
 	case "discard-alone": // the letters marked, the positions left as they were
 		for _, id := range r.letters(t, arg) {
 			_, err := r.b.db.DB.Exec(`UPDATE outbox_dead_letters SET discarded_at = now(), discard_note = 'by hand' WHERE id = $1`, id)
@@ -210,10 +232,15 @@ func (r *repairs) send(t *testing.T, seq int64) {
 	}
 }
 
-// letters are the open letters of billing arg names: a seq, or all.
+// letters are the open letters of billing arg names: a seq, or all; or
+// the relay's, all of them.
 func (r *repairs) letters(t *testing.T, arg string) []int64 {
 	t.Helper()
-	ds, err := r.a.ListDeadLetters(context.Background(), admin.Filter{Source: "billing", State: admin.StateOpen})
+	source := "billing"
+	if arg == "relay" {
+		source, arg = "relay", "all"
+	}
+	ds, err := r.a.ListDeadLetters(context.Background(), admin.Filter{Source: source, State: admin.StateOpen})
 	require.NoError(t, err)
 	var ids []int64
 	for _, d := range ds {
@@ -223,6 +250,14 @@ func (r *repairs) letters(t *testing.T, arg string) []int64 {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// headersJSON is msg's metadata as the relay's letter keeps it.
+func headersJSON(t *testing.T, msg *message.Message) string {
+	t.Helper()
+	b, err := json.Marshal(msg.Metadata)
+	require.NoError(t, err)
+	return string(b)
 }
 
 func (r *repairs) seqOf(id uuid.UUID) int64 {
