@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -40,17 +39,20 @@ import (
 // The module's Publisher and Subscriber each close their client on Close, so
 // each gets a client of its own, made from the same options.
 //
-// The module answers a nack by handing the same entry to the same member
-// again, at once, for as long as it is nacked; the entries it read ahead
-// wait behind it. A consumer that nacks an entry because it must come after
-// another (an aggregate's next event, which may be one of those read ahead)
-// would wait for ever. So a nack here gives the entry back to the group:
-// it stays pending, its idle time set past the module's claim threshold,
-// and the next claim round of any member (every second) takes it, while this
-// member moves on.
+// The module hands a member one entry of a stream at a time and waits for
+// its ack or nack before the next, and answers a nack by handing the same
+// entry again at once. An event waiting for its aggregate's previous one,
+// queued behind it, would wait for ever. So the member takes each entry
+// over (takeOver: the module's XACK of it is not sent, the entry stays
+// pending under the member, kept alive) and hands up to redisWindow of a
+// stream out at once; settle XACKs an entry when the consumer acks it and
+// gives it back to the group when it nacks it: its idle time set past the
+// module's claim threshold, the next claim round of any member (every
+// second) takes it, while this member moves on.
 
-// redisAckTimeout bounds how long Close waits for the module to record the
-// acks given before Close (XACK) before it stops the module regardless.
+// redisAckTimeout bounds how long Close waits for the acks given before
+// Close to be recorded (XACK) before it stops the module regardless, and
+// how long an entry's hand-over waits for the module.
 const redisAckTimeout = 5 * time.Second
 
 const (
@@ -123,7 +125,7 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 	}
 	consumer := watermill.NewShortUUID()
 	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
-		release: map[string]int{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
+		taking: map[string]chan string{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
@@ -143,39 +145,39 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 		return nil, err
 	}
 	s := &redisSubscriber{
-		opts:      opts,
-		topo:      topo,
-		sub:       sub,
-		client:    client,
-		stopping:  make(chan struct{}),
-		closed:    make(chan struct{}),
-		topics:    map[string]int{},
-		delivered: map[*message.Message]string{},
-		logger:    logger,
+		opts:     opts,
+		topo:     topo,
+		sub:      sub,
+		client:   client,
+		stopping: make(chan struct{}),
+		settled:  make(chan struct{}),
+		closed:   make(chan struct{}),
+		topics:   map[string]int{},
+		logger:   logger,
 	}
 	s.keeping.Add(1)
 	go s.keepAlive()
 	return s, nil
 }
 
-// ackCountingClient counts the XACKs the module's subscriber made, turns
-// the XACK of an entry the consumer nacked into its release to the group,
-// and keeps the ids of the entries the member holds (read or claimed, not
-// yet acked or released) for keepAlive.
+// ackCountingClient is the module's client. It turns the module's XACK of
+// an entry handed over into the entry's id for the member (takeOver), the
+// entry staying pending until the consumer settles it, and keeps the ids
+// of the entries the member holds (read or claimed, not yet acked or
+// released) for keepAlive.
 type ackCountingClient struct {
 	*redis.Client
 	group, consumer string
-	xacks           atomic.Int64
+
+	// takingOver is held while one entry is handed over: the module's
+	// next XACK is that entry's.
+	takingOver sync.Mutex
 
 	mu sync.Mutex
-	// release is, per stream, the next XACKs on it that are releases.
-	// A release is claimed again at the next claim round: a nack delay
-	// (events.MetaNackDelay) is not honoured here. A member holds one
-	// entry at a time and takes claimed entries one by one, so a delayed
-	// successor came back long after its predecessor (a kill test drained
-	// in 28 s without the delay, and had events left after 5 min with it).
-	release map[string]int
-	held    map[string]map[string]bool // stream -> ids
+	// taking is, per stream, where the id of the entry being handed over
+	// goes: the module's next XACK on the stream is its.
+	taking map[string]chan string
+	held   map[string]map[string]bool // stream -> ids
 	// reading counts, per stream, this member's subscriptions to it. The
 	// module's read and claim loops outlive a subscription by a round
 	// (a BLOCK, a claim): what they take from a stream no subscription
@@ -246,47 +248,71 @@ func (c *ackCountingClient) giveBack(ctx context.Context, stream string, ids []s
 // claim threshold, so that the next claim round takes it.
 const redisReleasedIdle = time.Hour
 
-// releaseNext makes the module's next XACK on stream a release. The module
-// hands over one entry of a stream at a time and XACKs it before the next,
-// so the next XACK is the nacked entry's.
-func (c *ackCountingClient) releaseNext(stream string) {
+// takeOver makes the consumer, not the module, the one to settle m, the
+// module's message of stream: it acks m, and the module's XACK that
+// follows is not sent (XAck) but gives the entry's id, which stays pending
+// under this member until settle acks or releases it. The module then
+// hands the next entry over at once instead of waiting for the consumer.
+// It reports false when the module did not XACK within redisAckTimeout
+// (it stopped): the entry stays pending, and Close gives it back.
+func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string, bool) {
+	c.takingOver.Lock()
+	defer c.takingOver.Unlock()
+	ch := make(chan string, 1)
 	c.mu.Lock()
-	c.release[stream]++
+	c.taking[stream] = ch
 	c.mu.Unlock()
+	m.Ack()
+	select {
+	case id := <-ch:
+		return id, true
+	case <-time.After(redisAckTimeout):
+		c.mu.Lock()
+		delete(c.taking, stream)
+		c.mu.Unlock()
+		return "", false
+	}
 }
 
+// XAck is the module's: the XACK of an entry handed over (takeOver) is not
+// sent. (The module XACKs otherwise only an entry its claim finds deleted
+// from the stream, which no one trims here.)
 func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
-	release := c.release[stream] > 0
-	if release {
-		c.release[stream]--
-	}
+	ch := c.taking[stream]
+	delete(c.taking, stream)
 	c.mu.Unlock()
-	if release {
+	if ch != nil && len(ids) == 1 {
+		ch <- ids[0]
 		cmd := redis.NewIntCmd(ctx)
-		args := []any{"XCLAIM", stream, group, c.consumer, 0}
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		args = append(args, "IDLE", redisReleasedIdle.Milliseconds(), "JUSTID")
-		if err := c.Client.Do(ctx, args...).Err(); err != nil {
-			cmd.SetErr(err) // the module retries, and releases on its retry
-			c.mu.Lock()
-			c.release[stream]++
-			c.mu.Unlock()
-			return cmd
-		}
-		c.forget(stream, ids)
-		c.xacks.Add(1)
-		cmd.SetVal(int64(len(ids)))
+		cmd.SetVal(1)
 		return cmd
 	}
 	cmd := c.Client.XAck(ctx, stream, group, ids...)
 	if cmd.Err() == nil {
 		c.forget(stream, ids)
-		c.xacks.Add(1)
 	}
 	return cmd
+}
+
+// ack XACKs an entry the consumer acked, retrying until it is recorded or
+// the subscriber stopped (the entry then stays pending: another member
+// may deliver it again, which dedupe absorbs).
+func (c *ackCountingClient) ack(stream, id string, stopped <-chan struct{}) error {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
+		err := c.Client.XAck(ctx, stream, c.group, id).Err()
+		cancel()
+		if err == nil {
+			c.forget(stream, []string{id})
+			return nil
+		}
+		select {
+		case <-stopped:
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // XReadGroup and XClaim note the entries the module takes: the member
@@ -389,17 +415,17 @@ type redisSubscriber struct {
 
 	logger     watermill.LoggerAdapter
 	stopping   chan struct{} // Close started: hand nothing more over
+	settled    chan struct{} // Close waits for no more settling: what is not settled stays pending
 	closed     chan struct{} // Close is done
 	forwarders sync.WaitGroup
+	settling   sync.WaitGroup // settle
 	keeping    sync.WaitGroup // keepAlive
 	closeOnce  sync.Once
 	closeErr   error
 
-	mu        sync.Mutex
-	stopped   bool
-	topics    map[string]int              // Subscribe calls per topic
-	delivered map[*message.Message]string // the consumer's copies not yet settled -> their topic
-	acked     int64                       // settled (acked, or nacked and released), out of delivered
+	mu      sync.Mutex
+	stopped bool
+	topics  map[string]int // Subscribe calls per topic
 }
 
 // subscribeStream reads one stream: a topic kept whole, or a partition.
@@ -423,64 +449,94 @@ func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	go s.forward(topic, in, out)
+	go s.forward(ctx, topic, in, out)
 	return out, nil
 }
 
-// forward hands a copy of each of the module's messages over, so that a
-// nack of it can release the entry (see the top of the file) instead of
-// bringing it back to this member at once.
-func (s *redisSubscriber) forward(topic string, in <-chan *message.Message, out chan<- *message.Message) {
+// redisWindow is how many entries of one stream a subscription hands over
+// and has not had settled: the consumer applies an aggregate's events held
+// here as a run, and one waiting for an earlier one no longer stops those
+// behind it (the module alone hands one entry at a time and waits for
+// its ack: after a kill, a hot aggregate's successors, read first, each
+// waited out GapWait before their predecessors came, about one event a
+// second).
+const redisWindow = 64
+
+// forward hands a copy of each of the module's messages over, settled by
+// the consumer through settle (takeOver), up to redisWindow at a time.
+// A copy's context is the subscription's: the module's message's ends
+// once it is acked.
+func (s *redisSubscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message) {
 	defer s.forwarders.Done()
 	defer close(out)
+	window := make(chan struct{}, redisWindow)
 	for {
 		select {
 		case <-s.stopping:
 			return
-		case m, ok := <-in:
+		case window <- struct{}{}:
+		}
+		var m *message.Message
+		select {
+		case <-s.stopping:
+			return
+		case got, ok := <-in:
 			if !ok {
 				s.ended(topic)
 				return
 			}
-			c := m.Copy()
-			c.SetContext(m.Context())
-			s.mu.Lock()
-			s.delivered[c] = topic
-			s.mu.Unlock()
-			select {
-			case out <- c:
-				go s.settle(topic, c, m)
-			case <-s.stopping:
-				s.mu.Lock()
-				delete(s.delivered, c)
-				s.mu.Unlock()
-				return // the module keeps m pending; another member claims it
-			}
+			m = got
+		}
+		c := m.Copy()
+		c.SetContext(ctx)
+		id, ok := s.client.takeOver(topic, m)
+		if !ok {
+			return // the module stopped; the entry stays pending, given back at Close
+		}
+		select {
+		case out <- c:
+			s.settling.Add(1)
+			go s.settle(topic, id, c, window)
+		case <-s.stopping:
+			return // pending under this member: Close gives it back
 		}
 	}
 }
 
-// settle passes the consumer's ack of c on to m, and its nack as a release
-// of the entry (or, on a topic subscribed twice, where the release could
-// take the other subscription's XACK, as the module's nack).
-func (s *redisSubscriber) settle(topic string, c, m *message.Message) {
+// settle XACKs the entry id of topic when the consumer acks c, and gives
+// it back to the group when it nacks c: the next claim round of any
+// member takes it. (A nack delay, events.MetaNackDelay, is not honoured:
+// a released successor came back long after its predecessor.) An entry
+// not settled before Close stays pending, given back by Close.
+func (s *redisSubscriber) settle(topic, id string, c *message.Message, window <-chan struct{}) {
+	defer s.settling.Done()
+	defer func() { <-window }()
+	acked := false
 	select {
 	case <-c.Acked():
+		acked = true
 	case <-c.Nacked():
-		s.mu.Lock()
-		alone := s.topics[topic] == 1
-		s.mu.Unlock()
-		if !alone {
-			s.forget(c, false)
-			m.Nack()
+	case <-s.settled:
+		select {
+		case <-c.Acked(): // acked just before Close
+			acked = true
+		default:
 			return
 		}
-		s.client.releaseNext(topic)
-	case <-s.closed:
+	}
+	if acked {
+		if err := s.client.ack(topic, id, s.closed); err != nil {
+			s.logger.Error("Cannot acknowledge a Redis entry; it stays pending and may come again", err,
+				watermill.LogFields{"stream": topic, "id": id})
+		}
 		return
 	}
-	s.forget(c, true)
-	m.Ack()
+	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
+	defer cancel()
+	if err := s.client.giveBack(ctx, topic, []string{id}); err != nil {
+		s.logger.Debug("Cannot give a nacked Redis entry back; another member claims it once idle",
+			watermill.LogFields{"stream": topic, "id": id, "error": err.Error()})
+	}
 }
 
 // ended is told that a subscription to stream ended while the member
@@ -508,17 +564,6 @@ func (s *redisSubscriber) ended(stream string) {
 	}
 }
 
-func (s *redisSubscriber) forget(c *message.Message, settled bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, in := s.delivered[c]; in {
-		delete(s.delivered, c)
-		if settled {
-			s.acked++
-		}
-	}
-}
-
 func (s *redisSubscriber) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -527,27 +572,10 @@ func (s *redisSubscriber) Close() error {
 		close(s.stopping)
 		s.forwarders.Wait()
 		s.keeping.Wait()
-
-		// Let the module XACK every message acked so far before it closes.
-		s.mu.Lock()
-		want := s.acked
-		for c, topic := range s.delivered {
-			select {
-			case <-c.Acked():
-				want++
-			case <-c.Nacked():
-				if s.topics[topic] == 1 { // released, not nacked
-					want++
-				}
-			default:
-			}
-		}
-		s.mu.Unlock()
-		deadline := time.Now().Add(redisAckTimeout)
-		for s.client.xacks.Load() < want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-
+		// What the consumer acked so far is XACKed; the rest stays pending
+		// and is given back below.
+		close(s.settled)
+		waitGroupFor(&s.settling, redisAckTimeout)
 		s.closeErr = s.sub.Close()
 		// Outlast the module's last blocking read (BLOCK 100 ms).
 		time.Sleep(redisstream.DefaultBlockTime + 50*time.Millisecond)
@@ -555,6 +583,16 @@ func (s *redisSubscriber) Close() error {
 		close(s.closed)
 	})
 	return s.closeErr
+}
+
+// waitGroupFor waits for wg, at most d.
+func waitGroupFor(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // releasePending gives the group back the entries still pending under this

@@ -179,6 +179,57 @@ func TestRedisKilledMemberEntriesComeBackInSeconds(t *testing.T) {
 	t.Logf("the dead member's entries came back in %s", time.Since(began).Round(100*time.Millisecond))
 }
 
+// A member hands several entries of a stream out at once, each pending
+// until the consumer settles it: one the consumer holds (an event waiting
+// for its aggregate's previous one) does not keep back those behind it, an
+// ack XACKs that entry alone, and a nack gives it back to the group,
+// which delivers it again.
+func TestRedisHandsSeveralEntriesOutAtOnce(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.window." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	sub, err := b.Subscriber("g")
+	require.NoError(t, err)
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	sent := newMessages(5)
+	publish(t, b, topic, sent)
+	held := make([]*message.Message, len(sent))
+	for i := range held {
+		held[i] = unacked(ctx, t, ch) // none acked: the module alone would hand out the first only
+	}
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	c := redis.NewClient(opts)
+	defer c.Close()
+	pendingNow := func() int64 {
+		p, err := c.XPending(ctx, topic, "g").Result()
+		require.NoError(t, err)
+		return p.Count
+	}
+	require.Equal(t, int64(5), pendingNow(), "all five pending until settled")
+	held[4].Ack()
+	held[0].Nack()
+	again := unacked(ctx, t, ch)
+	require.Equal(t, held[0].UUID, again.UUID, "the nacked entry comes again")
+	again.Ack()
+	for _, m := range held[1:4] {
+		m.Ack()
+	}
+	for pendingNow() != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d entries still pending after every ack", pendingNow())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // A member that died without Close leaves the group once another member
 // took what it held and it has been idle redisConsumerTimeout: a restart
 // does not leave members behind for good. Not parallel: it shortens the

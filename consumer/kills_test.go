@@ -41,12 +41,6 @@ const (
 	// applied after the last kill: a liveness bound on a loaded 2-core
 	// machine, not a speed claim.
 	killDrainBound = 3 * time.Minute
-	// killDrainBoundRedis is Redis's: a member hands the entries it claims
-	// over one at a time, each waiting for its predecessor before it is
-	// given back. With the 60 s idle claim runs drained 2m50s after the
-	// last kill, and one had 40 of 605 events left at 3 min; with the 6 s
-	// claim (broker/redis.go) two runs drained in 28 s and 1m21s.
-	killDrainBoundRedis = 5 * time.Minute
 	// killStep is the longest wait for a kill's point of progress.
 	killStep = time.Minute
 )
@@ -58,7 +52,7 @@ const (
 // process does (its connections cut under it, nothing acked or nacked on
 // its way out), and a new one takes its place. Every event's effect is
 // applied once, each aggregate's in seq order, all of it within
-// killDrainBound after the last kill (killDrainBoundRedis on Redis). One
+// killDrainBound after the last kill. One
 // instance handles each event alone (WithBatchSize(1)), the others in
 // batches: both ways of applying a run are under the kills. (On Kafka the
 // partition keeps an aggregate's order and the number check sees no gap:
@@ -140,9 +134,6 @@ func (k *killRun) run() {
 	// Drained: every event applied, or every position at its aggregate's
 	// last event (an event skipped over never comes).
 	bound := killDrainBound
-	if k.name == "redis" {
-		bound = killDrainBoundRedis
-	}
 	for k.applied() < total && !k.positionsAt(want) && time.Since(lastKill) < bound {
 		time.Sleep(100 * time.Millisecond)
 	}
