@@ -253,8 +253,11 @@ const redisReleasedIdle = time.Hour
 // follows is not sent (XAck) but gives the entry's id, which stays pending
 // under this member until settle acks or releases it. The module then
 // hands the next entry over at once instead of waiting for the consumer.
-// It reports false when the module did not XACK within redisAckTimeout
-// (it stopped): the entry stays pending, and Close gives it back.
+// It reports false when the module did not XACK within redisAckTimeout:
+// the subscription ended, and the module, its message's context ended
+// too, may drop the message without its XACK. The entry then stays
+// pending, held, and is given back when the subscription's end is told
+// (ended) or at Close; an XACK that comes later is given back too (XAck).
 func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string, bool) {
 	c.takingOver.Lock()
 	defer c.takingOver.Unlock()
@@ -274,24 +277,27 @@ func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string,
 	}
 }
 
-// XAck is the module's: the XACK of an entry handed over (takeOver) is not
-// sent. (The module XACKs otherwise only an entry its claim finds deleted
-// from the stream, which no one trims here.)
+// XAck is the module's, and is never sent: the XACK of an entry handed
+// over (takeOver) gives its id to the hand-over, and any other (a
+// hand-over that gave up waiting for it, or an entry the module's claim
+// found deleted from the stream) gives the entry back to the group, so
+// that no entry is acknowledged before the consumer settled it.
 func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
 	ch := c.taking[stream]
 	delete(c.taking, stream)
 	c.mu.Unlock()
+	cmd := redis.NewIntCmd(ctx)
 	if ch != nil && len(ids) == 1 {
 		ch <- ids[0]
-		cmd := redis.NewIntCmd(ctx)
 		cmd.SetVal(1)
 		return cmd
 	}
-	cmd := c.Client.XAck(ctx, stream, group, ids...)
-	if cmd.Err() == nil {
-		c.forget(stream, ids)
+	if err := c.giveBack(ctx, stream, ids); err != nil {
+		cmd.SetErr(err) // the module tries again
+		return cmd
 	}
+	cmd.SetVal(int64(len(ids)))
 	return cmd
 }
 
@@ -491,7 +497,8 @@ func (s *redisSubscriber) forward(ctx context.Context, topic string, in <-chan *
 		c.SetContext(ctx)
 		id, ok := s.client.takeOver(topic, m)
 		if !ok {
-			return // the module stopped; the entry stays pending, given back at Close
+			<-window
+			continue // the subscription ends: in closes, and ended gives the entry back
 		}
 		select {
 		case out <- c:

@@ -230,6 +230,38 @@ func TestRedisHandsSeveralEntriesOutAtOnce(t *testing.T) {
 	}
 }
 
+// The module's XACK of an entry that is not being handed over (a hand-over
+// that gave up waiting for it when its subscription ended, or an entry its
+// claim found deleted) is not sent: the entry is given back to the group,
+// never acknowledged before the consumer settled it.
+func TestRedisModuleXAckOutsideAHandOverGivesTheEntryBack(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.xack." + randomSuffix()
+	redisSetup(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	raw := redis.NewClient(opts)
+	defer raw.Close()
+	require.NoError(t, raw.XGroupCreateMkStream(ctx, topic, "g", "0").Err())
+	id, err := raw.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"k": "v"}}).Result()
+	require.NoError(t, err)
+	c := &ackCountingClient{Client: redis.NewClient(opts), group: "g", consumer: "me",
+		taking: map[string]chan string{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
+	defer c.Close()
+	c.startReading(topic)
+	read, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
+	require.NoError(t, err)
+	require.Equal(t, id, read[0].Messages[0].ID)
+	require.NoError(t, c.XAck(ctx, topic, "g", id).Err())
+	pending, err := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "still pending: not acknowledged")
+	require.GreaterOrEqual(t, pending[0].Idle, redisClaimIdle, "given back: the next claim round takes it")
+	require.Empty(t, c.holding()[topic], "no longer held (kept alive) by this member")
+}
+
 // A member that died without Close leaves the group once another member
 // took what it held and it has been idle redisConsumerTimeout: a restart
 // does not leave members behind for good. Not parallel: it shortens the
