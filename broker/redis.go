@@ -124,8 +124,7 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 		o.PoolSize = 10*runtime.GOMAXPROCS(0) + 2*(DefaultPartitions+1)
 	}
 	consumer := watermill.NewShortUUID()
-	client := &ackCountingClient{Client: redis.NewClient(&o), group: group, consumer: consumer,
-		taking: map[string]chan string{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
+	client := newAckCountingClient(redis.NewClient(&o), group, consumer)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
@@ -160,6 +159,11 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 	return s, nil
 }
 
+func newAckCountingClient(c *redis.Client, group, consumer string) *ackCountingClient {
+	return &ackCountingClient{Client: c, group: group, consumer: consumer, taking: map[string]chan string{},
+		takingOver: map[string]*sync.Mutex{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
+}
+
 // ackCountingClient is the module's client. It turns the module's XACK of
 // an entry handed over into the entry's id for the member (takeOver), the
 // entry staying pending until the consumer settles it, and keeps the ids
@@ -169,11 +173,11 @@ type ackCountingClient struct {
 	*redis.Client
 	group, consumer string
 
-	// takingOver is held while one entry is handed over: the module's
-	// next XACK is that entry's.
-	takingOver sync.Mutex
-
 	mu sync.Mutex
+	// takingOver is, per stream, held while one of its entries is handed
+	// over (two subscriptions may read one stream): the module's next
+	// XACK on the stream is that entry's.
+	takingOver map[string]*sync.Mutex
 	// taking is, per stream, where the id of the entry being handed over
 	// goes: the module's next XACK on the stream is its.
 	taking map[string]chan string
@@ -259,8 +263,15 @@ const redisReleasedIdle = time.Hour
 // pending, held, and is given back when the subscription's end is told
 // (ended) or at Close; an XACK that comes later is given back too (XAck).
 func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string, bool) {
-	c.takingOver.Lock()
-	defer c.takingOver.Unlock()
+	c.mu.Lock()
+	one := c.takingOver[stream]
+	if one == nil {
+		one = &sync.Mutex{}
+		c.takingOver[stream] = one
+	}
+	c.mu.Unlock()
+	one.Lock()
+	defer one.Unlock()
 	ch := make(chan string, 1)
 	c.mu.Lock()
 	c.taking[stream] = ch

@@ -247,8 +247,7 @@ func TestRedisModuleXAckOutsideAHandOverGivesTheEntryBack(t *testing.T) {
 	require.NoError(t, raw.XGroupCreateMkStream(ctx, topic, "g", "0").Err())
 	id, err := raw.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"k": "v"}}).Result()
 	require.NoError(t, err)
-	c := &ackCountingClient{Client: redis.NewClient(opts), group: "g", consumer: "me",
-		taking: map[string]chan string{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
+	c := newAckCountingClient(redis.NewClient(opts), "g", "me")
 	defer c.Close()
 	c.startReading(topic)
 	read, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
