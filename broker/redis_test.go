@@ -51,16 +51,8 @@ func TestRedisGroupShares(t *testing.T) {
 // once, for as long as it is nacked, and what it read ahead waits.
 func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.nack." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	s, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := s.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, b, topic := openRedisWhole(t, "nack")
+	_, ch := redisMember(ctx, t, b, topic)
 	sent := newMessages(2)
 	publish(t, b, topic, sent)
 
@@ -81,16 +73,8 @@ func TestRedisNackGivesTheEntryBackToTheGroup(t *testing.T) {
 // the module claims after.
 func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.close." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	leaving, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := leaving.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, b, topic := openRedisWhole(t, "close")
+	leaving, ch := redisMember(ctx, t, b, topic)
 	sent := newMessages(3)
 	publish(t, b, topic, sent)
 	held := unacked(ctx, t, ch) // the others are read ahead
@@ -109,6 +93,29 @@ func TestRedisCloseGivesPendingEntriesBack(t *testing.T) {
 		m.Ack()
 	}
 	assertSame(t, sent, got, false)
+}
+
+// openRedisWhole opens a broker on a fresh topic kept in one stream,
+// "entoutbox.<kind>.<random>", closed and deleted when the test ends.
+func openRedisWhole(t *testing.T, kind string) (context.Context, Broker, string) {
+	t.Helper()
+	topic := "entoutbox." + kind + "." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	return ctx, b, topic
+}
+
+// redisMember is a member of group g subscribed to topic.
+func redisMember(ctx context.Context, t *testing.T, b Broker, topic string) (message.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	s, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ch, err := s.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	return s, ch
 }
 
 // unacked takes the next message from ch, leaving it to the caller to ack
@@ -146,16 +153,8 @@ func killRedisMember(s message.Subscriber) {
 // the module's 60 s.
 func TestRedisKilledMemberEntriesComeBackInSeconds(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.kill." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	dying, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := dying.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, b, topic := openRedisWhole(t, "kill")
+	dying, ch := redisMember(ctx, t, b, topic)
 	sent := newMessages(3)
 	publish(t, b, topic, sent)
 	held := unacked(ctx, t, ch)
@@ -269,16 +268,8 @@ func TestRedisDeadMemberLeavesTheGroup(t *testing.T) {
 	timeout, check := redisConsumerTimeout, redisCheckConsumers
 	redisConsumerTimeout, redisCheckConsumers = 3*time.Second, 500*time.Millisecond
 	defer func() { redisConsumerTimeout, redisCheckConsumers = timeout, check }()
-	topic := "entoutbox.leave." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	dying, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := dying.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, b, topic := openRedisWhole(t, "leave")
+	dying, ch := redisMember(ctx, t, b, topic)
 	sent := newMessages(2)
 	publish(t, b, topic, sent)
 	unacked(ctx, t, ch)
@@ -316,16 +307,8 @@ func TestRedisDeadMemberLeavesTheGroup(t *testing.T) {
 // redisClaimIdle.
 func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.keep." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b, err := Open(ctx, redisSetup(t, topic)+redisWhole, Options{})
-	require.NoError(t, err)
-	defer b.Close()
-	holder, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ch, err := holder.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, b, topic := openRedisWhole(t, "keep")
+	holder, ch := redisMember(ctx, t, b, topic)
 	sent := newMessages(1)
 	publish(t, b, topic, sent)
 	held := unacked(ctx, t, ch)
