@@ -19,10 +19,11 @@ import (
 // and group G its consumer group G, created at the stream's first entry ("0")
 // so that a new group also reads what was published before it.
 //
-// The module's subscriber reads one entry ahead of its consumer, so when a
-// member stops, the entry it had read but not handed over stays pending
-// under its name until another member claims it, once it has been idle
-// for redisClaimIdle (6 s; the module's own default is 60 s): it is
+// The module's subscriber reads ahead of its consumer, and a member holds
+// what it handed over until the consumer settles it (below), so when a
+// member stops, the entries it had read but not settled stay pending
+// under its name until another member claims them, once idle
+// for redisClaimIdle (6 s; the module's own default is 60 s): they are
 // delivered late, never lost. redisSubscriber's Close gives such entries
 // back to the group at once, and removes two other ways for Close to
 // strand entries like that. A process that dies without Close leaves its
@@ -124,7 +125,7 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 		o.PoolSize = 10*runtime.GOMAXPROCS(0) + 2*(DefaultPartitions+1)
 	}
 	consumer := watermill.NewShortUUID()
-	client := newAckCountingClient(redis.NewClient(&o), group, consumer)
+	client := newRedisMemberClient(redis.NewClient(&o), group, consumer)
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 		Client:        client,
 		Consumer:      consumer,
@@ -159,17 +160,17 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 	return s, nil
 }
 
-func newAckCountingClient(c *redis.Client, group, consumer string) *ackCountingClient {
-	return &ackCountingClient{Client: c, group: group, consumer: consumer, taking: map[string]chan string{},
+func newRedisMemberClient(c *redis.Client, group, consumer string) *redisMemberClient {
+	return &redisMemberClient{Client: c, group: group, consumer: consumer, taking: map[string]chan string{},
 		takingOver: map[string]*sync.Mutex{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
 }
 
-// ackCountingClient is the module's client. It turns the module's XACK of
+// redisMemberClient is the module's client. It turns the module's XACK of
 // an entry handed over into the entry's id for the member (takeOver), the
 // entry staying pending until the consumer settles it, and keeps the ids
 // of the entries the member holds (read or claimed, not yet acked or
 // released) for keepAlive.
-type ackCountingClient struct {
+type redisMemberClient struct {
 	*redis.Client
 	group, consumer string
 
@@ -191,7 +192,7 @@ type ackCountingClient struct {
 
 // startReading and stopReading count a subscription to stream; stopReading
 // says whether it was the last.
-func (c *ackCountingClient) startReading(stream string) {
+func (c *redisMemberClient) startReading(stream string) {
 	c.mu.Lock()
 	c.reading[stream]++
 	c.mu.Unlock()
@@ -201,7 +202,7 @@ func (c *ackCountingClient) startReading(stream string) {
 // member held on stream, which it holds no more: the caller gives them
 // back. (One step under mu with holdIfReading, so that nothing is held
 // after this.)
-func (c *ackCountingClient) stopReading(stream string) (bool, []string) {
+func (c *redisMemberClient) stopReading(stream string) (bool, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reading[stream]--
@@ -218,7 +219,7 @@ func (c *ackCountingClient) stopReading(stream string) (bool, []string) {
 }
 
 // holdIfReading holds msgs of stream if a subscription reads it.
-func (c *ackCountingClient) holdIfReading(stream string, msgs []redis.XMessage) bool {
+func (c *redisMemberClient) holdIfReading(stream string, msgs []redis.XMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.reading[stream] == 0 {
@@ -236,7 +237,7 @@ func (c *ackCountingClient) holdIfReading(stream string, msgs []redis.XMessage) 
 // giveBack releases ids of stream to the group (idle past the claim
 // threshold: the next claim round of any member takes them) and stops
 // holding them.
-func (c *ackCountingClient) giveBack(ctx context.Context, stream string, ids []string) error {
+func (c *redisMemberClient) giveBack(ctx context.Context, stream string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -262,7 +263,7 @@ const redisReleasedIdle = time.Hour
 // too, may drop the message without its XACK. The entry then stays
 // pending, held, and is given back when the subscription's end is told
 // (ended) or at Close; an XACK that comes later is given back too (XAck).
-func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string, bool) {
+func (c *redisMemberClient) takeOver(stream string, m *message.Message) (string, bool) {
 	c.mu.Lock()
 	one := c.takingOver[stream]
 	if one == nil {
@@ -293,7 +294,7 @@ func (c *ackCountingClient) takeOver(stream string, m *message.Message) (string,
 // hand-over that gave up waiting for it, or an entry the module's claim
 // found deleted from the stream) gives the entry back to the group, so
 // that no entry is acknowledged before the consumer settled it.
-func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
+func (c *redisMemberClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
 	ch := c.taking[stream]
 	delete(c.taking, stream)
@@ -315,7 +316,7 @@ func (c *ackCountingClient) XAck(ctx context.Context, stream, group string, ids 
 // ack XACKs an entry the consumer acked, retrying until it is recorded or
 // the subscriber stopped (the entry then stays pending: another member
 // may deliver it again, which dedupe absorbs).
-func (c *ackCountingClient) ack(stream, id string, stopped <-chan struct{}) error {
+func (c *redisMemberClient) ack(stream, id string, stopped <-chan struct{}) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
 		err := c.Client.XAck(ctx, stream, c.group, id).Err()
@@ -336,7 +337,7 @@ func (c *ackCountingClient) ack(stream, id string, stopped <-chan struct{}) erro
 // holds them until it acks or releases them.
 // On a stream no subscription of this member reads any more, they give
 // what they took back instead.
-func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
+func (c *redisMemberClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
 	cmd := c.Client.XReadGroup(ctx, a)
 	kept := cmd.Val()[:0]
 	for _, xs := range cmd.Val() {
@@ -352,7 +353,7 @@ func (c *ackCountingClient) XReadGroup(ctx context.Context, a *redis.XReadGroupA
 	return cmd
 }
 
-func (c *ackCountingClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
+func (c *redisMemberClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	cmd := c.Client.XClaim(ctx, a)
 	if !c.holdIfReading(a.Stream, cmd.Val()) {
 		_ = c.giveBack(context.WithoutCancel(ctx), a.Stream, messageIDs(cmd.Val()))
@@ -369,7 +370,7 @@ func messageIDs(msgs []redis.XMessage) []string {
 	return ids
 }
 
-func (c *ackCountingClient) forget(stream string, ids []string) {
+func (c *redisMemberClient) forget(stream string, ids []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
@@ -378,7 +379,7 @@ func (c *ackCountingClient) forget(stream string, ids []string) {
 }
 
 // holding returns the ids of the entries the member holds, per stream.
-func (c *ackCountingClient) holding() map[string][]string {
+func (c *redisMemberClient) holding() map[string][]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]string{}
@@ -428,7 +429,7 @@ type redisSubscriber struct {
 	opts   *redis.Options
 	topo   *redisTopology
 	sub    *redisstream.Subscriber
-	client *ackCountingClient
+	client *redisMemberClient
 
 	logger     watermill.LoggerAdapter
 	stopping   chan struct{} // Close started: hand nothing more over

@@ -246,7 +246,7 @@ func TestRedisModuleXAckOutsideAHandOverGivesTheEntryBack(t *testing.T) {
 	require.NoError(t, raw.XGroupCreateMkStream(ctx, topic, "g", "0").Err())
 	id, err := raw.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"k": "v"}}).Result()
 	require.NoError(t, err)
-	c := newAckCountingClient(redis.NewClient(opts), "g", "me")
+	c := newRedisMemberClient(redis.NewClient(opts), "g", "me")
 	defer c.Close()
 	c.startReading(topic)
 	read, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
