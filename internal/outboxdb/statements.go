@@ -1,0 +1,52 @@
+package outboxdb
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// A Statement is one named SQL statement on the outbox's tables. Every
+// statement the module runs on those tables is defined in this package
+// (a test refuses SQL on them anywhere else), and each one's text, rendered
+// for the default table names, is a golden file under
+// testdata/statements: a change to a statement is seen in review, and a
+// second database implements the same names.
+//
+// A statement whose text depends on more than the table names (a list of
+// filters, a batch size) is built by a function of this package; it
+// defines one Statement per shape worth reviewing, as an example.
+type Statement struct {
+	name   string
+	render func(Tables) string
+}
+
+// statements is every defined statement by name.
+var statements = map[string]*Statement{}
+
+// define names the statement render builds; a name defined twice is a
+// programming error, found at init.
+func define(name string, render func(t Tables) string) *Statement {
+	if _, dup := statements[name]; dup {
+		panic(fmt.Sprintf("outboxdb: statement %q defined twice", name))
+	}
+	s := &Statement{name: name, render: render}
+	statements[name] = s
+	return s
+}
+
+// Name is the statement's name: "area/what".
+func (s *Statement) Name() string { return s.name }
+
+// SQL is the statement's text for the tables t.
+func (s *Statement) SQL(t Tables) string { return s.render(t) }
+
+// Statements is every defined statement, by name.
+func Statements() []*Statement {
+	names := slices.Sorted(maps.Keys(statements))
+	out := make([]*Statement, len(names))
+	for i, n := range names {
+		out[i] = statements[n]
+	}
+	return out
+}

@@ -1,0 +1,40 @@
+package outboxdb_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+)
+
+// TestStatementsGolden holds every defined statement, rendered for the
+// default table names, to its file under testdata/statements; a file with
+// no statement left is refused too, so that the files are the whole list.
+func TestStatementsGolden(t *testing.T) {
+	tables := outboxdb.New("", "")
+	dir := filepath.Join("testdata", "statements")
+	want := map[string]bool{}
+	for _, s := range outboxdb.Statements() {
+		name := s.Name() + ".sql"
+		want[filepath.FromSlash(name)] = true
+		golden(t, filepath.Join("statements", name), "-- "+s.Name()+"\n"+strings.TrimSpace(s.SQL(tables))+"\n")
+	}
+	if *update {
+		return
+	}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		require.True(t, want[rel], "%s holds no defined statement: delete it or define it", path)
+		return nil
+	})
+	if !os.IsNotExist(err) {
+		require.NoError(t, err)
+	}
+}
