@@ -5,14 +5,13 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // ScheduledChannel is the LISTEN/NOTIFY channel of a scheduled events
@@ -33,50 +32,12 @@ func ScheduledChannel(table string) string { return table }
 // at the same time, follow commit order within an aggregate. The number
 // is taken when the event is due.
 func InsertScheduledQuery(outboxTable, seqTable, scheduledTable string, rows []Row) (string, []any, error) {
-	var (
-		q    strings.Builder
-		args []any
-	)
-	q.WriteString("WITH ")
-	if seqTable != "" {
-		keys, _ := countByAggregate(rows)
-		q.WriteString("locked AS (INSERT INTO " + pgsql.QuoteIdent(seqTable) + " AS s (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
-		for i, k := range keys {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			fmt.Fprintf(&q, "($%d::text,$%d::text,$%d::text,0)", len(args)+1, len(args)+2, len(args)+3)
-			args = append(args, k.topic, k.typ, k.id)
-		}
-		q.WriteString(" ON CONFLICT (topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = s.last_seq RETURNING 1), ")
+	ers, err := emitRows(rows)
+	if err != nil {
+		return "", nil, err
 	}
-	q.WriteString("inserted AS (INSERT INTO " + pgsql.QuoteIdent(scheduledTable) +
-		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, deliver_at)" +
-		" SELECT v.event_id, v.event_name, v.event_version, v.topic, v.aggregate_type, v.aggregate_id, v.payload, v.headers," +
-		" v.readable_from, COALESCE(v.deliver_at, clock_timestamp() + v.deliver_after * interval '1 microsecond') FROM (VALUES ")
-	for i, r := range rows {
-		headers, err := encodeHeaders(r.Headers)
-		if err != nil {
-			return "", nil, fmt.Errorf("outbox: event %s: %w", r.EventID, err)
-		}
-		if i > 0 {
-			q.WriteByte(',')
-		}
-		n := len(args)
-		fmt.Fprintf(&q, "($%d::uuid,$%d::text,$%d::int,$%d::text,$%d::text,$%d::text,$%d::jsonb,$%d::jsonb,$%d::int,$%d::timestamptz,$%d::bigint,$%d::int)",
-			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n+11, n+12)
-		var at any
-		if !r.DeliverAt.IsZero() {
-			at = r.DeliverAt
-		}
-		args = append(args, r.EventID.String(), r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
-			string(r.Payload), headers, readableFromColumn(r.Event), at, r.DeliverAfter.Microseconds(), i)
-	}
-	q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
-		" readable_from, deliver_at, deliver_after, ord) WHERE NOT EXISTS (SELECT 1 FROM " + pgsql.QuoteIdent(outboxTable) +
-		" o WHERE o.event_id = v.event_id) ORDER BY v.ord ON CONFLICT (event_id) DO NOTHING RETURNING 1)" +
-		" SELECT pg_notify(" + pgsql.QuoteLiteral(ScheduledChannel(scheduledTable)) + ", '') FROM inserted")
-	return q.String(), args, nil
+	q, args := outboxdb.Tables{Outbox: outboxTable, Sequences: seqTable, Scheduled: scheduledTable}.EmitSchedule(ers)
+	return q, args, nil
 }
 
 // insertScheduled writes scheduled rows in one statement, as insert does
@@ -109,10 +70,9 @@ func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduled
 		return 0, errors.New("outbox: Cancel needs the scheduled events' table: add type ScheduledEvent struct{ schema.ScheduledEvent } " +
 			"to your ent schema, run go generate and migrate")
 	}
-	s := pgsql.QuoteIdent(scheduledTable)
+	t := outboxdb.Tables{Outbox: outboxTable, Scheduled: scheduledTable}
 	var res stdsql.Result
-	if err := drv.Exec(ctx, `UPDATE `+s+` SET cancelled_at = clock_timestamp() WHERE event_id = $1 AND cancelled_at IS NULL`,
-		[]any{id.String()}, &res); err != nil {
+	if err := drv.Exec(ctx, outboxdb.EmitCancel.SQL(t), []any{id.String()}, &res); err != nil {
 		if errors.Is(err, stdsql.ErrTxDone) {
 			err = ErrTxEnded
 		}
@@ -126,8 +86,7 @@ func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduled
 	// A statement of its own: in READ COMMITTED it sees what the relay
 	// committed while the UPDATE waited for its lock.
 	var rows entsql.Rows
-	if err := drv.Query(ctx, `SELECT EXISTS (SELECT 1 FROM `+s+` WHERE event_id = $1), EXISTS (SELECT 1 FROM `+
-		pgsql.QuoteIdent(outboxTable)+` WHERE event_id = $1)`, []any{id.String()}, &rows); err != nil {
+	if err := drv.Query(ctx, outboxdb.EmitCancelFind.SQL(t), []any{id.String()}, &rows); err != nil {
 		return 0, fmt.Errorf("outbox: looking for event %s: %w", id, err)
 	}
 	defer rows.Close()

@@ -37,8 +37,6 @@ var movingHere = map[string]bool{
 	"internal/lag/lag.go":                  true,
 	"internal/retention/retention.go":      true,
 	"metrics/backlog.go":                   true,
-	"outbox/insert.go":                     true,
-	"outbox/schedule.go":                   true,
 	"outboxtest/wait.go":                   true,
 	"relay/internal/compatpath/adapter.go": true,
 	"relay/internal/compatpath/run.go":     true,

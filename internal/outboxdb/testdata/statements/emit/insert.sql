@@ -1,0 +1,2 @@
+-- emit/insert
+WITH inserted AS (INSERT INTO "outbox_events" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq) VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8::jsonb,$9::bigint,$10::bigint),($11,$12,$13,$14,$15,$16,$17::jsonb,$18::jsonb,$19::bigint,$20::bigint),($21,$22,$23,$24,$25,$26,$27::jsonb,$28::jsonb,$29::bigint,$30::bigint) ON CONFLICT (event_id) DO NOTHING RETURNING 1) SELECT pg_notify('outbox_events', '') FROM inserted
