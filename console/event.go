@@ -15,7 +15,6 @@ import (
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 type eventPage struct {
@@ -233,18 +232,7 @@ func story(p eventPage) ([]storyStep, string) {
 
 // processedByQuery probes the (consumer, event_id) index once per
 // consumer, the names found by a loose scan of the same index.
-func processedByQuery(t outboxdb.Tables) string {
-	processed := pgsql.QuoteIdent(t.Processed)
-	return `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		)
-		SELECT consumer, processed_at, attempts FROM ` + processed + `
-		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
-		ORDER BY processed_at`
-}
+func processedByQuery(t outboxdb.Tables) string { return outboxdb.ConsoleProcessedBy.SQL(t) }
 
 // Late is how long after its due time a scheduled event was delivered
 // (the fast path's delivered_at); 0 when either is unknown.

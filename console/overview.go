@@ -11,7 +11,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 type overviewPage struct {
@@ -99,7 +98,7 @@ func (c *Console) readDeliveryRate(ctx context.Context) (rateChart, error) {
 	n := int(rateWindow / rateBucket)
 	ch := rateChart{Buckets: make([]float64, n), Stride: 1}
 	var hi sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT max(id) FROM `+pgsql.QuoteIdent(c.tables.Outbox)).Scan(&hi); err != nil {
+	if err := db.QueryRowContext(ctx, outboxdb.ConsoleMaxID.SQL(c.tables)).Scan(&hi); err != nil {
 		return ch, fmt.Errorf("console: reading the delivery rate: %w", err)
 	}
 	if !hi.Valid {
@@ -202,37 +201,12 @@ func readConsumers(ctx context.Context, db *sql.DB, t outboxdb.Tables) ([]consum
 
 // deliveryRateQuery reads every id of [$1, $2] ($3 is 1): a range of the
 // primary key.
-func deliveryRateQuery(t outboxdb.Tables) string {
-	return `SELECT floor(extract(epoch FROM (now() - delivered_at)) / $4)::int AS b, count(*)
-		FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id BETWEEN $1 AND $2 AND $3::bigint = 1
-			AND delivered_at > now() - make_interval(secs => $5)
-		GROUP BY 1`
-}
+func deliveryRateQuery(t outboxdb.Tables) string { return outboxdb.ConsoleDeliveryRate.SQL(t) }
 
 // sampledDeliveryRateQuery reads every $3-th id of [$1, $2]: a primary-key
-// lookup each (the LIMIT keeps the planner from turning the lookups into
-// a join over the whole table).
-func sampledDeliveryRateQuery(t outboxdb.Tables) string {
-	return `SELECT floor(extract(epoch FROM (now() - o.delivered_at)) / $4)::int AS b, count(*)
-		FROM generate_series($1::bigint, $2::bigint, $3::bigint) AS s(id)
-		CROSS JOIN LATERAL (SELECT delivered_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = s.id LIMIT 1) o
-		WHERE o.delivered_at > now() - make_interval(secs => $5)
-		GROUP BY 1`
-}
+// lookup each.
+func sampledDeliveryRateQuery(t outboxdb.Tables) string { return outboxdb.ConsoleDeliveryRateSampled.SQL(t) }
 
 // consumersQuery reads the names by a loose scan of the (consumer,
 // event_id) index, the last minute by a range of the processed_at index.
-func consumersQuery(t outboxdb.Tables) string {
-	processed := pgsql.QuoteIdent(t.Processed)
-	return `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		), recent AS (
-			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM ` + processed + `
-			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
-		)
-		SELECT names.consumer, coalesce(recent.n, 0), recent.last FROM names LEFT JOIN recent USING (consumer)
-		WHERE names.consumer IS NOT NULL ORDER BY names.consumer LIMIT 1000`
-}
+func consumersQuery(t outboxdb.Tables) string { return outboxdb.ConsoleConsumers.SQL(t) }

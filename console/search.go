@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -224,38 +225,71 @@ type searchPlan struct {
 
 // planSearch builds the statement of q and says in p.Notes what serves it.
 func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (searchPlan, error) {
-	t := pgsql.QuoteIdent(c.tables.Outbox)
 	delivery, err := c.tables.ReadDelivery(ctx, c.cfg.DB)
 	if err != nil {
 		return searchPlan{}, fmt.Errorf("console: %w", err)
 	}
-	var (
-		where []string
-		args  []any
-	)
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	var f outboxdb.EventFilter
+	lo, hi, err := c.searchRange(ctx, q, &f, p)
+	if err != nil {
+		return searchPlan{}, err
+	}
+	indexed := false
+	if q.AggregateID != "" || q.AggregateType != "" {
+		if indexed, err = c.filterAggregate(ctx, q, &f, p); err != nil {
+			return searchPlan{}, err
+		}
+	}
+	if q.Event != "" {
+		f.EventName(q.Event)
+	}
+	if q.Topic != "" {
+		f.Topic(q.Topic)
+	}
+	if lo > 0 {
+		f.IDFrom(lo)
+	}
+	if hi > 0 {
+		f.IDBelow(hi)
+	}
+	var plan searchPlan
+	filtered := q.AggregateID != "" || q.AggregateType != "" || q.Event != "" || q.Topic != ""
+	if filtered && !indexed {
+		if plan.scanLo, plan.scanHi, err = c.boundScan(ctx, q, lo, hi, &f, p); err != nil {
+			return searchPlan{}, err
+		}
+	}
+	if !filtered {
+		p.Notes = append(p.Notes, "Primary key, newest first")
+	}
+	plan.sql, plan.args = c.tables.SearchEvents(delivery, f, q.After > 0, searchLimit+1)
+	return plan, nil
+}
+
+// searchRange filters f by q's time range, and returns the ids in it,
+// [lo, hi), narrowed to q's page (0 for no bound). Ids grow with
+// created_at, so a time range is an id range found by a bounded search on
+// the primary key.
+func (c *Console) searchRange(ctx context.Context, q eventQuery, f *outboxdb.EventFilter, p *searchPage) (lo, hi int64, err error) {
 	from, err := parseWhen(q.From)
 	if err != nil {
-		return searchPlan{}, formError("from: " + err.Error())
+		return 0, 0, formError("from: " + err.Error())
 	}
 	to, err := parseWhen(q.To)
 	if err != nil {
-		return searchPlan{}, formError("to: " + err.Error())
+		return 0, 0, formError("to: " + err.Error())
 	}
-	// The id range: ids grow with created_at, so a time range is an id
-	// range found by a bounded search on the primary key.
-	var lo, hi int64 // ids in [lo, hi); 0 for no bound
 	if !from.IsZero() {
 		if lo, err = c.firstIDAt(ctx, from); err != nil {
-			return searchPlan{}, err
+			return 0, 0, err
 		}
-		where = append(where, "created_at >= "+arg(from))
+		f.CreatedFrom(from)
 	}
 	if !to.IsZero() {
 		if hi, err = c.firstIDAt(ctx, to); err != nil {
-			return searchPlan{}, err
+			return 0, 0, err
 		}
-		where = append(where, "created_at < "+arg(to))
+		f.CreatedBefore(to)
 	}
 	if q.Before > 0 && (hi == 0 || q.Before < hi) {
 		hi = q.Before
@@ -266,122 +300,101 @@ func (c *Console) planSearch(ctx context.Context, q eventQuery, p *searchPage) (
 	if !from.IsZero() || !to.IsZero() {
 		p.Notes = append(p.Notes, "The time range is an id range found by a binary search on the primary key (ids grow with created_at)")
 	}
+	return lo, hi, nil
+}
 
-	indexed := false
-	if q.AggregateID != "" || q.AggregateType != "" {
-		ix, err := c.findAggregateIndex(ctx)
+// filterAggregate filters f by q's aggregate through the best index there
+// is, and tells whether one serves it.
+func (c *Console) filterAggregate(ctx context.Context, q eventQuery, f *outboxdb.EventFilter, p *searchPage) (indexed bool, err error) {
+	ix, err := c.findAggregateIndex(ctx)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case q.AggregateID == "":
+		f.AggregateType(q.AggregateType)
+		if ix.onType {
+			p.Notes = append(p.Notes, "Aggregate type: index "+ix.name)
+		}
+		return ix.onType, nil
+	case ix.onID != "":
+		f.AggregateID(q.AggregateID)
+		if q.AggregateType != "" {
+			f.AggregateType(q.AggregateType)
+		}
+		p.Notes = append(p.Notes, "Aggregate id: index "+ix.onID)
+		return true, nil
+	case ix.name != "" && q.AggregateType != "":
+		f.AggregateType(q.AggregateType)
+		f.AggregateID(q.AggregateID)
+		p.Notes = append(p.Notes, "Aggregate: index "+ix.name)
+		return true, nil
+	case ix.name != "":
+		// Every aggregate type, by a loose scan of the same index.
+		types, err := c.aggregateTypes(ctx)
 		if err != nil {
-			return searchPlan{}, err
+			return false, err
 		}
-		switch {
-		case q.AggregateID == "":
-			where = append(where, "aggregate_type = "+arg(q.AggregateType))
-			if ix.onType {
-				indexed = true
-				p.Notes = append(p.Notes, "Aggregate type: index "+ix.name)
-			}
-		case ix.onID != "":
-			where = append(where, "aggregate_id = "+arg(q.AggregateID))
-			if q.AggregateType != "" {
-				where = append(where, "aggregate_type = "+arg(q.AggregateType))
-			}
-			indexed = true
-			p.Notes = append(p.Notes, "Aggregate id: index "+ix.onID)
-		case ix.name != "" && q.AggregateType != "":
-			where = append(where, "aggregate_type = "+arg(q.AggregateType), "aggregate_id = "+arg(q.AggregateID))
-			indexed = true
-			p.Notes = append(p.Notes, "Aggregate: index "+ix.name)
-		case ix.name != "":
-			// Every aggregate type, by a loose scan of the same index.
-			types, err := c.aggregateTypes(ctx)
-			if err != nil {
-				return searchPlan{}, err
-			}
-			where = append(where, "aggregate_type = ANY("+arg(types)+")", "aggregate_id = "+arg(q.AggregateID))
-			indexed = true
-			p.Notes = append(p.Notes, fmt.Sprintf("Aggregate: index %s, once per aggregate type (%d)", ix.name, len(types)))
-		default:
-			where = append(where, "aggregate_id = "+arg(q.AggregateID))
-			if q.AggregateType != "" {
-				where = append(where, "aggregate_type = "+arg(q.AggregateType))
-			}
+		f.AggregateTypeIn(types)
+		f.AggregateID(q.AggregateID)
+		p.Notes = append(p.Notes, fmt.Sprintf("Aggregate: index %s, once per aggregate type (%d)", ix.name, len(types)))
+		return true, nil
+	}
+	f.AggregateID(q.AggregateID)
+	if q.AggregateType != "" {
+		f.AggregateType(q.AggregateType)
+	}
+	return false, nil
+}
+
+// boundScan bounds a search no index serves: it walks the primary key from
+// the bound the page starts at (back from the upper one, hi, or up from
+// After), c.scanBound ids at most. It returns where the walk stops: the
+// lowest id walking down, or one past the highest walking up; 0 for none.
+func (c *Console) boundScan(ctx context.Context, q eventQuery, lo, hi int64, f *outboxdb.EventFilter, p *searchPage) (scanLo, scanHi int64, err error) {
+	top := hi
+	if top == 0 {
+		if err := c.cfg.DB.QueryRowContext(ctx, outboxdb.ConsoleNewestID.SQL(c.tables)).Scan(&top); err != nil {
+			return 0, 0, fmt.Errorf("console: reading the newest id: %w", err)
 		}
 	}
-	if q.Event != "" {
-		where = append(where, "event_name = "+arg(q.Event))
+	switch {
+	case q.After > 0 && lo+c.scanBound < top:
+		scanHi = lo + c.scanBound
+		f.IDBelow(scanHi)
+	case q.After == 0 && top-c.scanBound > lo:
+		scanLo = top - c.scanBound
+		f.IDFrom(scanLo)
 	}
-	if q.Topic != "" {
-		where = append(where, "topic = "+arg(q.Topic))
+	note := fmt.Sprintf("No index serves this search: a bounded scan of the primary key over at most %s ids", thousands(c.scanBound))
+	if q.AggregateID != "" {
+		note += "; to search all history by aggregate, add " + outboxdb.ConsoleAggregateIndex.SQL(c.tables)
 	}
-	if lo > 0 {
-		where = append(where, "id >= "+arg(lo))
-	}
-	if hi > 0 {
-		where = append(where, "id < "+arg(hi))
-	}
-	// Without an index for the filters, walk the primary key from the
-	// bound the page starts at (back from the upper one, or up from
-	// After), scanBound ids at most.
-	var scanLo, scanHi int64
-	filtered := q.AggregateID != "" || q.AggregateType != "" || q.Event != "" || q.Topic != ""
-	if filtered && !indexed {
-		top := hi
-		if top == 0 {
-			if err := c.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+t).Scan(&top); err != nil {
-				return searchPlan{}, fmt.Errorf("console: reading the newest id: %w", err)
-			}
-		}
-		switch {
-		case q.After > 0 && lo+c.scanBound < top:
-			scanHi = lo + c.scanBound
-			where = append(where, "id < "+arg(scanHi))
-		case q.After == 0 && top-c.scanBound > lo:
-			scanLo = top - c.scanBound
-			where = append(where, "id >= "+arg(scanLo))
-		}
-		note := fmt.Sprintf("No index serves this search: a bounded scan of the primary key over at most %s ids", thousands(c.scanBound))
-		if q.AggregateID != "" {
-			note += "; to search all history by aggregate, add CREATE INDEX CONCURRENTLY " +
-				pgsql.QuoteIdent(c.tables.Outbox+"_aggregate") + " ON " + t + " (aggregate_type, aggregate_id)"
-		}
-		p.Notes = append(p.Notes, note)
-	}
-	if !filtered {
-		p.Notes = append(p.Notes, "Primary key, newest first")
-	}
-	sqlText := `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, created_at,
-		delivered_at, ` + delivery.Delivered("o") + `, attempts, coalesce(last_error, '') FROM ` + t + ` o`
-	if len(where) > 0 {
-		sqlText += " WHERE " + strings.Join(where, " AND ")
-	}
-	order := " ORDER BY id DESC"
-	if q.After > 0 {
-		order = " ORDER BY id"
-	}
-	sqlText += order + " LIMIT " + strconv.Itoa(searchLimit+1)
-	return searchPlan{sql: sqlText, args: args, scanLo: scanLo, scanHi: scanHi}, nil
+	p.Notes = append(p.Notes, note)
+	return scanLo, scanHi, nil
 }
 
 // firstIDAt is the first id whose row was written at or after t (or one
 // past the last id), by a binary search on the primary key: a probe per
 // halving, each an index lookup.
 func (c *Console) firstIDAt(ctx context.Context, at time.Time) (int64, error) {
-	db, t := c.cfg.DB, pgsql.QuoteIdent(c.tables.Outbox)
+	db := c.cfg.DB
 	var lo, hi sql.NullInt64
-	if err := db.QueryRowContext(ctx, `SELECT min(id), max(id) FROM `+t).Scan(&lo, &hi); err != nil {
+	if err := db.QueryRowContext(ctx, outboxdb.ConsoleIDRange.SQL(c.tables)).Scan(&lo, &hi); err != nil {
 		return 0, fmt.Errorf("console: reading the id range: %w", err)
 	}
 	if !lo.Valid {
 		return 1, nil
 	}
 	a, b := lo.Int64, hi.Int64+1 // the answer is in [a, b]
+	first := outboxdb.ConsoleFirstIDFrom.SQL(c.tables)
 	for a < b {
 		mid := a + (b-a)/2
 		var (
 			id      int64
 			created time.Time
 		)
-		err := db.QueryRowContext(ctx, `SELECT id, created_at FROM `+t+` WHERE id >= $1 ORDER BY id LIMIT 1`, mid).Scan(&id, &created)
+		err := db.QueryRowContext(ctx, first, mid).Scan(&id, &created)
 		if err == sql.ErrNoRows {
 			b = mid
 			continue
@@ -409,12 +422,7 @@ type aggregateIndex struct {
 // their leading columns.
 func (c *Console) findAggregateIndex(ctx context.Context) (aggregateIndex, error) {
 	var ix aggregateIndex
-	rows, err := c.cfg.DB.QueryContext(ctx, `SELECT i.relname, array_to_string(array_agg(a.attname ORDER BY k.ord), ',')
-		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-		CROSS JOIN LATERAL unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
-		WHERE x.indrelid = to_regclass($1) AND x.indisvalid AND x.indpred IS NULL
-		GROUP BY i.relname ORDER BY i.relname`, pgsql.QuoteIdent(c.tables.Outbox))
+	rows, err := c.cfg.DB.QueryContext(ctx, outboxdb.ConsoleOutboxIndexes.SQL(c.tables), pgsql.QuoteIdent(c.tables.Outbox))
 	if err != nil {
 		return ix, fmt.Errorf("console: reading the outbox's indexes: %w", err)
 	}
@@ -444,13 +452,7 @@ func (c *Console) findAggregateIndex(ctx context.Context) (aggregateIndex, error
 // aggregateTypes lists the aggregate types by a loose scan of the index on
 // (aggregate_type, aggregate_id): one probe per type.
 func (c *Console) aggregateTypes(ctx context.Context) ([]string, error) {
-	t := pgsql.QuoteIdent(c.tables.Outbox)
-	rows, err := c.cfg.DB.QueryContext(ctx, `WITH RECURSIVE types AS (
-			(SELECT aggregate_type FROM `+t+` ORDER BY aggregate_type LIMIT 1)
-			UNION ALL
-			SELECT (SELECT o.aggregate_type FROM `+t+` o WHERE o.aggregate_type > types.aggregate_type ORDER BY o.aggregate_type LIMIT 1)
-			FROM types WHERE types.aggregate_type IS NOT NULL
-		) SELECT aggregate_type FROM types WHERE aggregate_type IS NOT NULL`)
+	rows, err := c.cfg.DB.QueryContext(ctx, outboxdb.ConsoleAggregateTypes.SQL(c.tables))
 	if err != nil {
 		return nil, fmt.Errorf("console: listing the aggregate types: %w", err)
 	}

@@ -1,0 +1,2 @@
+-- console/id-range
+SELECT min(id), max(id) FROM "outbox_events"

@@ -1,0 +1,2 @@
+-- console/max-id
+SELECT max(id) FROM "outbox_events"

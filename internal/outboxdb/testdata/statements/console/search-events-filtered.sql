@@ -1,0 +1,3 @@
+-- console/search-events-filtered
+SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, created_at,
+		delivered_at, (o.delivered_at IS NOT NULL OR EXISTS (SELECT 1 FROM "outbox_events_wal_progress" wp WHERE wp.created IS NOT NULL AND wp.delivered IS NOT NULL AND o.delivered_at IS NULL AND o.transaction_id >= pg_snapshot_xmin(wp.created) AND o.transaction_id < pg_snapshot_xmax(wp.delivered) AND pg_visible_in_snapshot(o.transaction_id, wp.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, wp.created))), attempts, coalesce(last_error, '') FROM "outbox_events" o WHERE created_at >= $1 AND created_at < $2 AND aggregate_type = ANY($3) AND aggregate_id = $4 AND event_name = $5 AND topic = $6 AND id >= $7 AND id < $8 ORDER BY id LIMIT 51
