@@ -205,7 +205,9 @@ func deliveryRateQuery(t outboxdb.Tables) string { return outboxdb.ConsoleDelive
 
 // sampledDeliveryRateQuery reads every $3-th id of [$1, $2]: a primary-key
 // lookup each.
-func sampledDeliveryRateQuery(t outboxdb.Tables) string { return outboxdb.ConsoleDeliveryRateSampled.SQL(t) }
+func sampledDeliveryRateQuery(t outboxdb.Tables) string {
+	return outboxdb.ConsoleDeliveryRateSampled.SQL(t)
+}
 
 // consumersQuery reads the names by a loose scan of the (consumer,
 // event_id) index, the last minute by a range of the processed_at index.
