@@ -11,6 +11,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -21,6 +22,11 @@ type Config struct {
 	// MaxRows bounds the outbox rows one read walks to locate the events
 	// behind; DefaultMaxRows when zero.
 	MaxRows int
+}
+
+// tables names cfg's tables for their statements.
+func (cfg Config) tables() outboxdb.Tables {
+	return outboxdb.Tables{Outbox: cfg.Outbox, Sequences: cfg.Sequences, Positions: cfg.Positions}
 }
 
 // DefaultMaxRows is Config.MaxRows' default.
@@ -90,7 +96,7 @@ func Read(ctx context.Context, db *sql.DB, cfg Config) (Reading, error) {
 		r      Reading
 		tables bool
 	)
-	if err := tx.QueryRowContext(ctx, `SELECT now(), to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`,
+	if err := tx.QueryRowContext(ctx, outboxdb.LagTables.SQL(cfg.tables()),
 		pgsql.QuoteIdent(cfg.Sequences), pgsql.QuoteIdent(cfg.Positions)).Scan(&r.At, &tables); err != nil {
 		return Reading{}, fmt.Errorf("lag: %w", err)
 	}
@@ -113,13 +119,7 @@ func Read(ctx context.Context, db *sql.DB, cfg Config) (Reading, error) {
 }
 
 func count(ctx context.Context, tx *sql.Tx, cfg Config) ([]Lag, error) {
-	rows, err := tx.QueryContext(ctx, `WITH numbered AS (
-			SELECT topic, sum(last_seq) AS n FROM `+pgsql.QuoteIdent(cfg.Sequences)+` GROUP BY topic
-		), applied AS (
-			SELECT consumer, topic, sum(last_seq) AS n FROM `+pgsql.QuoteIdent(cfg.Positions)+` GROUP BY consumer, topic
-		)
-		SELECT a.consumer, a.topic, greatest(s.n - a.n, 0)::bigint
-		FROM applied a JOIN numbered s USING (topic) ORDER BY a.consumer, a.topic`)
+	rows, err := tx.QueryContext(ctx, outboxdb.LagCount.SQL(cfg.tables()))
 	if err != nil {
 		return nil, fmt.Errorf("lag: counting the events behind: %w", err)
 	}
@@ -151,14 +151,7 @@ func locate(ctx context.Context, tx *sql.Tx, cfg Config, lags []Lag) error {
 			behind[key{lags[i].Consumer, lags[i].Topic}] = &lags[i]
 		}
 	}
-	t := pgsql.QuoteIdent(cfg.Outbox)
-	bounds := `SELECT coalesce(min(id), 0), count(*) FROM (SELECT id FROM ` + t + ` WHERE id < $1 ORDER BY id DESC LIMIT $2) w`
-	find := `SELECT c.consumer, c.topic, count(*), min(o.created_at)
-		FROM ` + t + ` o JOIN unnest($3::text[], $4::text[]) AS c(consumer, topic) ON c.topic = o.topic
-		WHERE o.id >= $1 AND o.id < $2 AND o.aggregate_seq > coalesce((SELECT p.last_seq FROM ` + pgsql.QuoteIdent(cfg.Positions) + ` p
-			WHERE p.consumer = c.consumer AND p.topic = o.topic AND p.aggregate_type = o.aggregate_type
-			AND p.aggregate_id = o.aggregate_id), 0)
-		GROUP BY c.consumer, c.topic`
+	bounds, find := outboxdb.LagWalkBounds.SQL(cfg.tables()), outboxdb.LagLocate.SQL(cfg.tables())
 	below, chunk, walked := int64(math.MaxInt64), firstChunk, 0
 	for len(behind) > 0 && walked < cfg.MaxRows {
 		want := min(chunk, cfg.MaxRows-walked)

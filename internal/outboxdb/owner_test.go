@@ -31,7 +31,6 @@ var notOnTheOutbox = map[string]string{}
 // moved into this package; it must end empty.
 var movingHere = map[string]bool{
 	"consumer/internal/letters/letters.go": true,
-	"internal/lag/lag.go":                  true,
 	"internal/retention/retention.go":      true,
 	"metrics/backlog.go":                   true,
 	"outboxtest/wait.go":                   true,
