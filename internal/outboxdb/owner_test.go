@@ -30,7 +30,6 @@ var notOnTheOutbox = map[string]string{}
 // movingHere is the files whose SQL on the outbox's tables is still being
 // moved into this package; it must end empty.
 var movingHere = map[string]bool{
-	"consumer/internal/letters/letters.go": true,
 	"internal/retention/retention.go":      true,
 	"metrics/backlog.go":                   true,
 	"outboxtest/wait.go":                   true,

@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // Letter is a row of a dead-letter table.
@@ -40,10 +40,11 @@ type Letter struct {
 func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq bool, l Letter,
 	positions func(context.Context, dialect.ExecQuerier) error) (written bool, err error) {
 	l = storable(l)
-	args, columns, values, err := insertArgs(l, withSeq)
+	args, err := insertArgs(l, withSeq)
 	if err != nil {
 		return false, err
 	}
+	query := outboxdb.Tables{DeadLetters: table}.ConsumerLetterInsert(withSeq)
 	insert := func(ctx context.Context, db dialect.ExecQuerier) error {
 		if positions != nil {
 			if err := positions(ctx, db); err != nil {
@@ -51,12 +52,7 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 			}
 		}
 		var res stdsql.Result
-		t := pgsql.QuoteIdent(table)
-		if err := db.Exec(ctx, `INSERT INTO `+t+` (event_id, source, event_name, event_version, topic,
-		aggregate_type, aggregate_id, payload, headers, reason, attempts`+columns+`)
-		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint`+values+`
-		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+t+` WHERE event_id = $1::uuid AND source = $2::text)`,
-			args, &res); err != nil {
+		if err := db.Exec(ctx, query, args, &res); err != nil {
 			return err
 		}
 		n, err := res.RowsAffected()
@@ -74,9 +70,9 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 	return written, nil
 }
 
-// insertArgs returns the insert's arguments, and its extra column and
-// value when withSeq.
-func insertArgs(l Letter, withSeq bool) (args []any, columns, values string, err error) {
+// insertArgs returns the insert's arguments, aggregate_seq's last when
+// withSeq.
+func insertArgs(l Letter, withSeq bool) (args []any, err error) {
 	var eventID any
 	if l.Meta.EventID != uuid.Nil {
 		eventID = l.Meta.EventID
@@ -85,7 +81,7 @@ func insertArgs(l Letter, withSeq bool) (args []any, columns, values string, err
 	if len(l.Meta.Headers) > 0 {
 		b, err := json.Marshal(l.Meta.Headers)
 		if err != nil {
-			return nil, "", "", err
+			return nil, err
 		}
 		headers = string(b)
 	}
@@ -96,9 +92,9 @@ func insertArgs(l Letter, withSeq bool) (args []any, columns, values string, err
 		if l.Meta.AggregateSeq > 0 {
 			seq = l.Meta.AggregateSeq
 		}
-		columns, values, args = ", aggregate_seq", ", $12::bigint", append(args, seq)
+		args = append(args, seq)
 	}
-	return args, columns, values, nil
+	return args, nil
 }
 
 // insertLocked runs insert in a transaction holding an advisory lock on key.
