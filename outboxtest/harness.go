@@ -175,11 +175,12 @@ func (h *Harness) Start(handlers ...Handlers) {
 		h.t.Fatalf("outboxtest: Start was called twice; pass every handler set to one Start")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := outboxdb.New("", "").Check(ctx, h.db); err != nil {
+	if err := tables.Check(ctx, h.db); err != nil {
 		cancel()
 		h.t.Fatalf("outboxtest: Start before the migration: %v; in a test, h.Migrate(client.Schema.Create) runs it", err)
 	}
-	if err := h.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, scheduledTable).Scan(&h.scheduled); err != nil {
+	var err error
+	if h.scheduled, err = outboxdb.TableExists(ctx, h.db, tables.Scheduled); err != nil {
 		cancel()
 		h.t.Fatalf("outboxtest: looking for the scheduled events' table: %v", err)
 	}
@@ -209,7 +210,13 @@ func (h *Harness) Start(handlers ...Handlers) {
 		b.Close()
 		h.t.Fatalf("outboxtest: %v", err)
 	}
+	h.run(ctx, cancel, b, router, r)
+}
 
+// run runs the router and the relay until the test ends, stopping both
+// (cancel) and closing the broker then, and returns once the router
+// runs; a stop of either before then fails the test.
+func (h *Harness) run(ctx context.Context, cancel context.CancelFunc, b broker.Broker, router *message.Router, r *relay.Relay) {
 	h.stopped = make(chan struct{})
 	var once sync.Once
 	end := func(err error) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/entoutbox/entoutbox/schema"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // Outcome is what became of one event at one consumer: handled (its
@@ -174,9 +174,17 @@ type state struct {
 	outcomes  []Outcome
 }
 
-// scheduledTable holds the events scheduled for later, when the schema
-// has it: Wait waits for those due before its timeout.
-const scheduledTable = schema.ScheduledEventTable
+// tables is the default tables the harness's schema holds; the
+// scheduled events' table may be missing (Harness.scheduled).
+var tables = outboxdb.New("", "")
+
+// Wait's reads, rendered once.
+var (
+	scheduledDueQuery = outboxdb.OutboxtestScheduledDue.SQL(tables)
+	rowsQuery         = outboxdb.OutboxtestRows.SQL(tables)
+	relayLettersQuery = outboxdb.OutboxtestRelayLetters.SQL(tables)
+	outcomesQuery     = outboxdb.OutboxtestOutcomes.SQL(tables)
+)
 
 // event is an outbox row, a scheduled event due before the deadline, or
 // a relay dead letter.
@@ -268,8 +276,7 @@ func notPublished(e event) string {
 func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, error) {
 	var evs []event
 	if h.scheduled {
-		rows, err := h.db.QueryContext(ctx, `SELECT event_id, event_name, event_version, topic, aggregate_id, deliver_at
-			FROM `+scheduledTable+` WHERE cancelled_at IS NULL AND deliver_at <= $1 ORDER BY id`, deadline)
+		rows, err := h.db.QueryContext(ctx, scheduledDueQuery, deadline)
 		if err != nil {
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
@@ -285,9 +292,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
 	}
-	rows, err := h.db.QueryContext(ctx, `SELECT event_id, event_name, event_version, topic, aggregate_id,
-			delivered_at IS NOT NULL, attempts, COALESCE(last_error, ''), available_at
-		FROM `+schema.OutboxTable+` WHERE delivered_at IS NOT NULL OR attempts > 0 OR available_at <= $1 ORDER BY id`, deadline)
+	rows, err := h.db.QueryContext(ctx, rowsQuery, deadline)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
@@ -303,9 +308,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
-	letters, err := h.db.QueryContext(ctx, `SELECT COALESCE(event_id, retried_event_id), COALESCE(event_name, ''),
-			COALESCE(event_version, 0), COALESCE(topic, ''), COALESCE(aggregate_id, ''), attempts, reason
-		FROM `+schema.DeadLetterTable+` WHERE source = 'relay' ORDER BY id`)
+	letters, err := h.db.QueryContext(ctx, relayLettersQuery)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)
 	}
@@ -334,9 +337,7 @@ func (h *Harness) outcomes(ctx context.Context, settled []event) ([]Outcome, err
 		attempts int
 	}
 	results := map[delivery]result{}
-	rows, err := h.db.QueryContext(ctx, `SELECT consumer, event_id, attempts, true, '' FROM `+schema.ProcessedEventTable+`
-		UNION ALL SELECT source, event_id, attempts, false, reason FROM `+schema.DeadLetterTable+`
-			WHERE source <> 'relay' AND event_id IS NOT NULL`)
+	rows, err := h.db.QueryContext(ctx, outcomesQuery)
 	if err != nil {
 		return nil, fmt.Errorf("reading the consumers' outcomes: %w", err)
 	}

@@ -32,7 +32,6 @@ var notOnTheOutbox = map[string]string{}
 var movingHere = map[string]bool{
 	"internal/retention/retention.go":      true,
 	"metrics/backlog.go":                   true,
-	"outboxtest/wait.go":                   true,
 	"relay/internal/compatpath/adapter.go": true,
 	"relay/internal/compatpath/run.go":     true,
 	"relay/internal/fastpath/claim.go":     true,
