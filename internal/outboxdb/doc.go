@@ -38,4 +38,14 @@
 //   - slots.go: the WAL relays' replication slots.
 //   - move.go: a row moved to the dead letters in one statement, and
 //     the letter of a row gone from the table, from what a path carried.
+//   - emit_insert.go: the emit path's INSERT of events into the outbox,
+//     numbered or not, and a duplicate's number given back.
+//   - emit_schedule.go: the INSERT of events scheduled for later, and
+//     their cancel.
+//   - console_reads.go: the console's overview and event page reads.
+//   - console_search.go: the console's search of the outbox (EventFilter)
+//     and the id range and indexes that plan it.
+//   - lag_read.go: the consumers' lag: counted, then located in the outbox.
+//   - letters_consumer.go: a consumer's dead letter, once per event.
+//   - outboxtest_wait.go: where a test harness's events stand.
 package outboxdb
