@@ -173,6 +173,30 @@ func TestHarnessReportsDeadLetters(t *testing.T) {
 		r.fails(func() { h.RequireHandled() }))
 }
 
+// An event the relay gave up publishing is settled, as the relay's dead
+// letter; a retried one is still told by its id.
+func TestHarnessReportsTheRelaysDeadLetters(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	h.Start()
+	ids := []uuid.UUID{uuid.New(), uuid.New()}
+	_, err := h.DB.ExecContext(context.Background(), `INSERT INTO outbox_dead_letters (event_id, retried_event_id, source,
+			event_name, event_version, topic, aggregate_type, aggregate_id, reason, attempts)
+		VALUES ($1, NULL, 'relay', 'order.paid', 1, 'orders', 'Order', '7', 'broker refused it', 5),
+			(NULL, $2, 'relay', 'order.paid', 1, 'orders', 'Order', '8', 'too big', 5),
+			($1, NULL, 'billing', 'order.paid', 1, 'orders', 'Order', '7', 'a consumer letter, not the relay''s', 1)`, ids[0], ids[1])
+	require.NoError(t, err)
+	letters := h.RequireDeadLettered()
+	require.Len(t, letters, 2)
+	for i, want := range []struct{ aggregate, reason string }{{"7", "broker refused it"}, {"8", "too big"}} {
+		l := letters[i]
+		require.Equal(t, outboxtest.Outcome{EventID: ids[i], Event: "order.paid", Version: 1, AggregateID: want.aggregate,
+			DeadLetter: want.reason, Attempts: 5}, l)
+	}
+	require.Equal(t, fmt.Sprintf("order.paid %s (aggregate 7): the relay dead-lettered it after 5 attempts: broker refused it", ids[0]),
+		letters[0].String())
+}
+
 func TestHarnessSaysWhatWasHandledWhenNothingWasDeadLettered(t *testing.T) {
 	t.Parallel()
 	r := &harnessTB{TB: t}
