@@ -15,7 +15,7 @@ import (
 // NotifyChannel is the LISTEN/NOTIFY channel of an outbox table. Emit
 // notifies it in the emitting transaction, so the wake-up is sent when,
 // and only if, the transaction commits; the fast relay listens on it.
-func NotifyChannel(table string) string { return table }
+func NotifyChannel(table string) string { return outboxdb.NotifyChannel(table) }
 
 // InsertQuery builds the INSERT of rows into table, in their order, as
 // Emit writes them (the compatible relay path's schema adapter uses it

@@ -18,7 +18,7 @@ import (
 // table: Emit notifies it at commit when it scheduled an event, so that
 // the relay looks again for the next one due (it may be due sooner than
 // the one it waits for).
-func ScheduledChannel(table string) string { return table }
+func ScheduledChannel(table string) string { return outboxdb.ScheduledChannel(table) }
 
 // InsertScheduledQuery builds the INSERT of scheduled rows into
 // scheduledTable, in their order. Each is due at its DeliverAt, or at the

@@ -7,8 +7,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
-// ScheduledChannel is outbox.ScheduledChannel, the channel Emit notifies
-// when it schedules an event (package outbox imports this one).
+// ScheduledChannel is the channel Emit notifies when it schedules an
+// event (outbox.ScheduledChannel returns it).
 func ScheduledChannel(table string) string { return table }
 
 // EmitSchedule builds the INSERT of scheduled rows into t.Scheduled, in
