@@ -35,20 +35,9 @@ var movingHere = map[string]bool{
 	"console/search.go":                    true,
 	"consumer/internal/letters/letters.go": true,
 	"internal/lag/lag.go":                  true,
-	"internal/retention/retention.go":      true,
-	"metrics/backlog.go":                   true,
 	"outbox/insert.go":                     true,
 	"outbox/schedule.go":                   true,
 	"outboxtest/wait.go":                   true,
-	"relay/internal/compatpath/adapter.go": true,
-	"relay/internal/compatpath/run.go":     true,
-	"relay/internal/fastpath/claim.go":     true,
-	"relay/internal/fastpath/rebalance.go": true,
-	"relay/internal/fastpath/store.go":     true,
-	"relay/internal/walpath/catchup.go":    true,
-	"relay/internal/walpath/progress.go":   true,
-	"relay/internal/walpath/source.go":     true,
-	"relay/internal/walpath/stream.go":     true,
 }
 
 // TestNoSQLOnTheOutboxElsewhere holds that this package is the one place
