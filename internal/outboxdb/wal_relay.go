@@ -78,6 +78,17 @@ func (t Tables) WAL() WALSQL {
 		SlotKind: walSlotKind.SQL(t)}
 }
 
+// The publication of the outbox table's inserts, for review under the
+// relay's default name.
+var _ = define("walpath/create-publication", func(t Tables) string { return t.CreatePublication(t.Outbox + "_wal") })
+
+// CreatePublication creates the publication name of the outbox table's
+// inserts, which the WAL relay's slot streams.
+func (t Tables) CreatePublication(name string) string {
+	return `CREATE PUBLICATION ` + pgsql.QuoteIdent(name) + ` FOR TABLE ` + pgsql.QuoteIdent(t.Outbox) +
+		` WITH (publish = 'insert')`
+}
+
 // The rows written before a slot's start, for review, as they read once a
 // WAL relay ran.
 var (

@@ -165,8 +165,7 @@ func (w *Source) ensurePublication(ctx context.Context) error {
 		}
 		return nil
 	}
-	_, err = w.cfg.DB.ExecContext(ctx, `CREATE PUBLICATION `+pgsql.QuoteIdent(pubName)+` FOR TABLE `+table+
-		` WITH (publish = 'insert')`)
+	_, err = w.cfg.DB.ExecContext(ctx, outboxdb.New(w.cfg.Table, "").CreatePublication(pubName))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 		return nil // another relay created it meanwhile
