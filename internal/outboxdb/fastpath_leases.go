@@ -111,9 +111,9 @@ type FastPathSQL struct {
 	// Relays $2 (an array) of topic $1: their partitions freed, their
 	// memberships ended.
 	FreePartitions, EndMemberships string
-	// Relay $2's partitions of topic $1: given back ($3, an array), renewed
-	// for $3 ms, or taken when free, $4 at most for $3 ms; and who holds
-	// the others.
+	// Relay $2's partitions of topic $1: Release gives back those of
+	// array $3; Renew extends its leases by $3 ms; TakeFree leases it up to
+	// $4 free or expired ones for $3 ms; Holders is who holds the others.
 	Release, Renew, TakeFree, Holders string
 }
 
