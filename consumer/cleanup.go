@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/entoutbox/entoutbox/internal/retention"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -23,5 +23,5 @@ func CleanupProcessed(ctx context.Context, db *sql.DB, table string, retain time
 	if table == "" {
 		table = schema.ProcessedEventTable
 	}
-	return retention.Delete(ctx, db, table, "processed_at", time.Now().Add(-retain), batch)
+	return outboxdb.DeleteOlder(ctx, db, table, "processed_at", time.Now().Add(-retain), batch)
 }

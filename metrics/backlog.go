@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // BacklogConfig tells WatchBacklog what to sample.
@@ -360,21 +359,8 @@ func sampleHeld(ctx context.Context, db *sql.DB, table string, maxCount int) (ma
 	if !exists {
 		return held, nil
 	}
-	rows, err := db.QueryContext(ctx, `SELECT consumer, count(*) FROM (SELECT consumer FROM `+pgsql.QuoteIdent(table)+
-		` WHERE held_seq IS NOT NULL LIMIT $1) h GROUP BY consumer`, maxCount)
+	held, err = outboxdb.CountHeld(ctx, db, outboxdb.Tables{Positions: table}, maxCount)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var consumer string
-		var n int64
-		if err := rows.Scan(&consumer, &n); err != nil {
-			return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
-		}
-		held[consumer] = n
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
 	}
 	return held, nil

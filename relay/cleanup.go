@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/retention"
 )
 
 // CleanupDelivered deletes outbox rows delivered more than retain ago, in
@@ -26,7 +25,7 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 	}
 	t := outboxdb.New(table, "")
 	cutoff := time.Now().Add(-retain)
-	n, err := retention.Delete(ctx, db, t.Outbox, "delivered_at", cutoff, batch)
+	n, err := outboxdb.DeleteOlder(ctx, db, t.Outbox, "delivered_at", cutoff, batch)
 	if err != nil {
 		return n, err
 	}

@@ -8,10 +8,11 @@
 // It is laid out like river's driver layer (riverdriver): a small
 // Querier every read takes and an Execer every write takes (a *sql.DB, a
 // *sql.Tx, or an ent client or transaction), named reads returning plain
-// structs, and no state of its own. The read paths' other writes (claims,
-// leases, progress snapshots) stay with the paths; the dead-letter move
-// and an operator's repairs (package admin: retry, discard, purge) write
-// through it.
+// structs, and no state of its own. The read paths' own statements
+// (claims, leases, progress snapshots) are rendered here once and run by
+// the paths, on their own connections; the dead-letter move and an
+// operator's repairs (package admin: retry, discard, purge) write through
+// it.
 //
 //   - tables.go: Tables, every table name derived from the outbox table's.
 //   - exists.go: whether a table or column exists, and the check that a
@@ -48,4 +49,12 @@
 //   - lag_read.go: the consumers' lag: counted, then located in the outbox.
 //   - letters_consumer.go: a consumer's dead letter, once per event.
 //   - outboxtest_wait.go: where a test harness's events stand.
+//   - fastpath_claim.go: the fast path's claim, a statement per shape.
+//   - fastpath_leases.go: the fast path's leases, memberships, deliveries
+//     and failures (Tables.FastPath).
+//   - wal_relay.go: the WAL relay's progress rows, the rows before its
+//     slot's start, its publication and slot reads (PostgreSQL only).
+//   - compatpath.go: the compatible path's select and ack stamp.
+//   - retention.go: the cleanups' batched delete of old rows.
+//   - metrics_held.go: the held aggregates counted by consumer.
 package outboxdb

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/internal/retention"
 )
 
 // DeadLetter is a row of the dead-letter table, as an operator's repairs
@@ -254,7 +253,7 @@ func (t Tables) MarkDiscarded(ctx context.Context, e Execer, id int64, at time.T
 func (t Tables) PurgeSettled(ctx context.Context, e Execer, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for _, column := range []string{"retried_at", "discarded_at"} {
-		n, err := retention.Delete(ctx, e, t.DeadLetters, column, cutoff, batch)
+		n, err := DeleteOlder(ctx, e, t.DeadLetters, column, cutoff, batch)
 		total += n
 		if err != nil {
 			return total, err

@@ -27,22 +27,6 @@ var outsideTheModule = []string{"ent", "bench", "examples", "internal/testent", 
 // the outbox's, by file, with the reason.
 var notOnTheOutbox = map[string]string{}
 
-// movingHere is the files whose SQL on the outbox's tables is still being
-// moved into this package; it must end empty.
-var movingHere = map[string]bool{
-	"internal/retention/retention.go":      true,
-	"metrics/backlog.go":                   true,
-	"relay/internal/compatpath/adapter.go": true,
-	"relay/internal/compatpath/run.go":     true,
-	"relay/internal/fastpath/claim.go":     true,
-	"relay/internal/fastpath/rebalance.go": true,
-	"relay/internal/fastpath/store.go":     true,
-	"relay/internal/walpath/catchup.go":    true,
-	"relay/internal/walpath/progress.go":   true,
-	"relay/internal/walpath/source.go":     true,
-	"relay/internal/walpath/stream.go":     true,
-}
-
 // TestNoSQLOnTheOutboxElsewhere holds that this package is the one place
 // the module writes SQL on the outbox's tables: a string literal that reads
 // like a statement on a table, in any other non-test file of the module, is
@@ -74,7 +58,7 @@ func TestNoSQLOnTheOutboxElsewhere(t *testing.T) {
 		}
 		for _, line := range sqlLiterals(fset, f) {
 			_, other := notOnTheOutbox[rel]
-			if !other && !movingHere[rel] {
+			if !other {
 				t.Errorf("%s:%d writes SQL; statements on the outbox's tables belong in internal/outboxdb "+
 					"(or list the file in notOnTheOutbox with the reason)", rel, line)
 			}

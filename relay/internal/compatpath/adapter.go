@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/outbox"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
@@ -135,20 +136,7 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 	if batch <= 0 {
 		batch = defaultSelectBatch
 	}
-	q := `SELECT * FROM (
-		WITH last_processed AS (` + next.Query + `)
-		SELECT id, transaction_id, event_id, event_name, event_version, topic,
-			aggregate_type, aggregate_id, payload, headers, created_at, readable_from, aggregate_seq
-		FROM ` + s.table() + `
-		WHERE (
-			(transaction_id = (SELECT last_processed_transaction_id FROM last_processed)
-				AND id > (SELECT offset_acked FROM last_processed))
-			OR transaction_id > (SELECT last_processed_transaction_id FROM last_processed)
-		)
-		AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-	) AS messages
-	ORDER BY transaction_id ASC, id ASC
-	LIMIT ` + fmt.Sprint(batch)
+	q := outboxdb.New(s.tableName(), "").CompatSelect(next.Query, batch)
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 

@@ -219,8 +219,7 @@ func (a offsetsAdapter) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql
 		}
 	}
 	n := len(q.Args) + 1
-	q.Query = fmt.Sprintf(`WITH delivered AS (UPDATE %s SET delivered_at = now() WHERE id = ANY($%d) AND delivered_at IS NULL) `,
-		pgsql.QuoteIdent(a.table), n) + q.Query
+	q.Query = outboxdb.New(a.table, "").CompatAckDelivered(n) + q.Query
 	q.Args = append(q.Args, ids)
 	return q, nil
 }

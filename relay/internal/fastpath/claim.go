@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
@@ -122,21 +122,22 @@ func (sh claimShape) name() string {
 	return name
 }
 
-// claimArg names a parameter of a claim's statement.
-type claimArg string
+// claimArg names a parameter of a claim's statement (see
+// outboxdb.ClaimArg).
+type claimArg = outboxdb.ClaimArg
 
 const (
-	argAfter         claimArg = "after"           // the cursor: rows above it
-	argLimit         claimArg = "limit"           // the most rows read
-	argTopic         claimArg = "topic"           // the destination topic
-	argParts         claimArg = "parts"           // the partitions to read
-	argHeld          claimArg = "held"            // ids of the rows held
-	argBlockedTypes  claimArg = "blocked_types"   // aggregate types of the blocked aggregates
-	argBlockedIDs    claimArg = "blocked_ids"     // and their ids, in the same order
-	argLateListed    claimArg = "late_listed"     // the late transactions listed
-	argLateFrom      claimArg = "late_from"       // and every one from this one on
-	argBudget        claimArg = "budget"          // the byte budget
-	argForceFirstRow claimArg = "force_first_row" // the first row even beyond the budget
+	argAfter         = outboxdb.ClaimAfter
+	argLimit         = outboxdb.ClaimLimit
+	argTopic         = outboxdb.ClaimTopic
+	argParts         = outboxdb.ClaimParts
+	argHeld          = outboxdb.ClaimHeld
+	argBlockedTypes  = outboxdb.ClaimBlockedTypes
+	argBlockedIDs    = outboxdb.ClaimBlockedIDs
+	argLateListed    = outboxdb.ClaimLateListed
+	argLateFrom      = outboxdb.ClaimLateFrom
+	argBudget        = outboxdb.ClaimBudget
+	argForceFirstRow = outboxdb.ClaimForceFirstRow
 )
 
 // claimSQL is a claim's statement: its text, and the order of its
@@ -146,100 +147,13 @@ type claimSQL struct {
 	args []claimArg
 }
 
-// newClaimSQL writes the statement of shape sh over table, whose rows are
-// spread over partitions.
+// newClaimSQL is the statement of shape sh over table, whose rows are
+// spread over partitions; its text is outboxdb's.
 func newClaimSQL(table string, partitions int, sh claimShape) claimSQL {
-	var p pgsql.Params[claimArg]
-	// The cursor and the limit are $1 and $2 in every shape.
-	after, limit := p.Ref(argAfter), p.Ref(argLimit)
-	part := partitionExpr("o", partitions)
-	filter := "o.delivered_at IS NULL"
-	if sh.topic {
-		filter += "\nAND o.topic = " + p.Ref(argTopic)
-	}
-	if sh.parts {
-		filter += "\nAND " + part + " = ANY(" + p.Ref(argParts) + ")"
-	}
-	// NOT IN over a subquery is hashed: lists of thousands stay cheap.
-	if sh.held {
-		filter += "\nAND o.id NOT IN (SELECT unnest(" + p.Ref(argHeld) + "::bigint[]))"
-	}
-	if sh.blocked {
-		filter += "\nAND (o.aggregate_type, o.aggregate_id) NOT IN (SELECT * FROM unnest(" +
-			p.Ref(argBlockedTypes) + "::text[], " + p.Ref(argBlockedIDs) + "::text[]))"
-	}
-	cols := `o.id, o.event_id, o.event_name, o.event_version, o.topic,
-o.aggregate_type, o.aggregate_id, o.payload::text AS payload, o.headers::text AS headers, o.created_at,
-o.attempts, o.readable_from, o.aggregate_seq, ` + part + ` AS part,
-greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms`
-	tbl := pgsql.QuoteIdent(table)
-	// Above the cursor: one ordered scan of the pending index. Below it:
-	// the rows of the late transactions, through the commit-order index.
-	// (The delivered_at test stays outside OFFSET 0 so that the planner
-	// cannot scan the pending index below the cursor instead: while a long
-	// transaction holds vacuum back, that part of it is full of delivered
-	// rows.)
-	from := `SELECT ` + indent(cols) + `
-FROM ` + tbl + ` o
-WHERE ` + indent(filter) + `
-  AND o.id > ` + after + `
-ORDER BY o.id LIMIT ` + limit
-	if sh.late {
-		listed, since := p.Ref(argLateListed), p.Ref(argLateFrom)
-		from = `(
-  ` + indent(from) + `
-)
-UNION ALL
-(
-  SELECT ` + indent(indent(cols)) + `
-  FROM (
-    SELECT * FROM ` + tbl + ` o
-    WHERE (o.transaction_id = ANY(` + listed + `::text[]::xid8[])
-        OR o.transaction_id >= ` + since + `::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
-      AND o.id <= ` + after + `
-    OFFSET 0) o
-  WHERE ` + indent(indent(filter)) + `
-)`
-	}
-	// The byte budget: rows are kept while the running sum of their sizes
-	// fits it (the first one also when forced); the first row beyond it
-	// comes without its payload, to tell the claim was cut there.
-	budget, force := p.Ref(argBudget), p.Ref(argForceFirstRow)
-	sized := `SELECT v.*, v.running <= ` + budget + ` OR v.n = 1 AND ` + force + ` AS kept
-FROM (
-  SELECT u.*, sum(u.size) OVER (ORDER BY u.id) AS running, row_number() OVER (ORDER BY u.id) AS n
-  FROM (
-    SELECT t.*, coalesce(octet_length(t.payload), 0) + coalesce(octet_length(t.headers), 0) AS size
-    FROM (
-      ` + indent(indent(indent(from))) + `
-    ) t
-    ORDER BY t.id LIMIT ` + limit + `
-  ) u
-) v`
-	// A first row of id 0, always there, carries the snapshot's open
-	// transactions as "xmax:xip,xip...", so that even a claim that finds
-	// nothing tells them.
-	text := `SELECT * FROM (
-  SELECT 0::bigint, NULL::uuid, '', 0, '', '', '', NULL::text, NULL::text, now(), 0, NULL::bigint, NULL::bigint,
-    0, 0::bigint, 0::bigint, true,
-    pg_snapshot_xmax(pg_current_snapshot())::text || ':' ||
-      array_to_string(ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())), ',')
-  UNION ALL
-  SELECT w.id, w.event_id, w.event_name, w.event_version, w.topic, w.aggregate_type, w.aggregate_id,
-    CASE WHEN w.kept THEN w.payload END, CASE WHEN w.kept THEN w.headers END, w.created_at, w.attempts,
-    w.readable_from, w.aggregate_seq, w.part, w.wait_ms, w.size, w.kept, NULL
-  FROM (
-    ` + indent(indent(sized)) + `
-  ) w
-  WHERE w.running - w.size <= ` + budget + `
-) c
-ORDER BY 1`
-	return claimSQL{text: text, args: p.Names()}
+	c := outboxdb.Claim(outboxdb.New(table, ""), partitions, outboxdb.ClaimShape{
+		Topic: sh.topic, Parts: sh.parts, Held: sh.held, Blocked: sh.blocked, Late: sh.late})
+	return claimSQL{text: c.Text, args: c.Args}
 }
-
-// indent indents the lines of s after its first by two spaces, for a
-// fragment written into a statement one level deeper.
-func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }
 
 // bind is the arguments of q, in the statement's order.
 func (c claimSQL) bind(q claimQuery) []any {

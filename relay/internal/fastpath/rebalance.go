@@ -10,9 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
-
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // A subscription owns partitions of its topic under leases that it renews
@@ -354,21 +351,18 @@ type ownerTx struct {
 	holder string
 }
 
-func (g ownerTx) partitions() string { return pgsql.QuoteIdent(g.s.partitions) }
-func (g ownerTx) members() string    { return pgsql.QuoteIdent(g.s.members) }
-func (g ownerTx) lease() int64       { return g.s.cfg.Lease.Milliseconds() }
+func (g ownerTx) lease() int64 { return g.s.cfg.Lease.Milliseconds() }
 
 // ensurePartitions creates the topic's partitions on its first use, and
 // refuses a table whose relays disagree on their number.
 func (g ownerTx) ensurePartitions() error {
 	var count int
-	if err := g.tx.QueryRowContext(g.ctx, `SELECT count(*) FROM `+g.partitions()+` WHERE topic = $1`, g.topic).Scan(&count); err != nil {
+	if err := g.tx.QueryRowContext(g.ctx, g.s.sql.CountPartitions, g.topic).Scan(&count); err != nil {
 		return err
 	}
 	switch count {
 	case 0:
-		_, err := g.tx.ExecContext(g.ctx, `INSERT INTO `+g.partitions()+` (topic, partition)
-			SELECT $1, g FROM generate_series(0, $2 - 1) g`, g.topic, g.s.cfg.Partitions)
+		_, err := g.tx.ExecContext(g.ctx, g.s.sql.AddPartitions, g.topic, g.s.cfg.Partitions)
 		return err
 	case g.s.cfg.Partitions:
 		return nil
@@ -381,17 +375,14 @@ func (g ownerTx) ensurePartitions() error {
 // join renews holder's membership of the group, and reports whether it
 // has just begun.
 func (g ownerTx) join() (joined bool, err error) {
-	err = g.tx.QueryRowContext(g.ctx, `INSERT INTO `+g.members()+` (topic, relay, until, live_lock)
-		VALUES ($1, $2, now() + $3 * interval '1 millisecond', $4)
-		ON CONFLICT (topic, relay) DO UPDATE SET until = excluded.until, live_lock = excluded.live_lock
-		RETURNING xmax = 0`, g.topic, g.holder, g.lease(), !g.s.cfg.PollOnly).Scan(&joined)
+	err = g.tx.QueryRowContext(g.ctx, g.s.sql.Join, g.topic, g.holder, g.lease(), !g.s.cfg.PollOnly).Scan(&joined)
 	return joined, err
 }
 
 // dropExpired ends the memberships that were not renewed in time, and
 // reports how many.
 func (g ownerTx) dropExpired() (int64, error) {
-	res, err := g.tx.ExecContext(g.ctx, `DELETE FROM `+g.members()+` WHERE topic = $1 AND until < now()`, g.topic)
+	res, err := g.tx.ExecContext(g.ctx, g.s.sql.DropExpired, g.topic)
 	if err != nil {
 		return 0, err
 	}
@@ -404,8 +395,7 @@ func (g ownerTx) dropExpired() (int64, error) {
 // deadHolders): a relay killed or restarted is replaced within moments,
 // not at the end of its lease. It returns them.
 func (g ownerTx) takeOverDead(dead *deadHolders) ([]string, error) {
-	deadNow, err := queryStrings(g.ctx, g.tx, `SELECT relay FROM `+g.members()+` WHERE topic = $1 AND relay <> $2 AND live_lock
-		AND NOT `+outboxdb.LiveHeld(g.s.cfg.Table, "relay"), g.topic, g.holder)
+	deadNow, err := queryStrings(g.ctx, g.tx, g.s.sql.DeadMembers, g.topic, g.holder)
 	if err != nil {
 		return nil, err
 	}
@@ -419,11 +409,10 @@ func (g ownerTx) takeOverDead(dead *deadHolders) ([]string, error) {
 // free gives back every partition of the relays named and ends their
 // membership.
 func (g ownerTx) free(relays []string) error {
-	if _, err := g.tx.ExecContext(g.ctx, `UPDATE `+g.partitions()+` SET relay = '', until = '-infinity'
-		WHERE topic = $1 AND relay = ANY($2)`, g.topic, relays); err != nil {
+	if _, err := g.tx.ExecContext(g.ctx, g.s.sql.FreePartitions, g.topic, relays); err != nil {
 		return err
 	}
-	_, err := g.tx.ExecContext(g.ctx, `DELETE FROM `+g.members()+` WHERE topic = $1 AND relay = ANY($2)`, g.topic, relays)
+	_, err := g.tx.ExecContext(g.ctx, g.s.sql.EndMemberships, g.topic, relays)
 	return err
 }
 
@@ -432,22 +421,20 @@ func (g ownerTx) release(parts []int) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	_, err := g.tx.ExecContext(g.ctx, `UPDATE `+g.partitions()+` SET relay = '', until = '-infinity'
-		WHERE topic = $1 AND relay = $2 AND partition = ANY($3)`, g.topic, g.holder, parts)
+	_, err := g.tx.ExecContext(g.ctx, g.s.sql.Release, g.topic, g.holder, parts)
 	return err
 }
 
 // renew extends the leases of holder's partitions and returns them. A
 // lease still in holder's name is nobody else's, expired or not.
 func (g ownerTx) renew() ([]int, error) {
-	return queryInts(g.ctx, g.tx, `UPDATE `+g.partitions()+` SET until = now() + $3 * interval '1 millisecond'
-		WHERE topic = $1 AND relay = $2 RETURNING partition`, g.topic, g.holder, g.lease())
+	return queryInts(g.ctx, g.tx, g.s.sql.Renew, g.topic, g.holder, g.lease())
 }
 
 // share counts the group's members, itself included, and holder's fair
 // share of the partitions: the most it may own.
 func (g ownerTx) share() (members, fair int, err error) {
-	if err := g.tx.QueryRowContext(g.ctx, `SELECT count(*) FROM `+g.members()+` WHERE topic = $1`, g.topic).Scan(&members); err != nil {
+	if err := g.tx.QueryRowContext(g.ctx, g.s.sql.CountMembers, g.topic).Scan(&members); err != nil {
 		return 0, 0, err
 	}
 	members = max(members, 1)
@@ -457,17 +444,13 @@ func (g ownerTx) share() (members, fair int, err error) {
 // takeFree leases to holder up to want partitions that are free or whose
 // lease ended, the lowest first, and returns them.
 func (g ownerTx) takeFree(want int) ([]int, error) {
-	return queryInts(g.ctx, g.tx, `UPDATE `+g.partitions()+` SET relay = $2, until = now() + $3 * interval '1 millisecond'
-		WHERE topic = $1 AND partition IN (SELECT partition FROM `+g.partitions()+`
-			WHERE topic = $1 AND (relay = '' OR until < now()) ORDER BY partition LIMIT $4)
-		RETURNING partition`, g.topic, g.holder, g.lease(), want)
+	return queryInts(g.ctx, g.tx, g.s.sql.TakeFree, g.topic, g.holder, g.lease(), want)
 }
 
 // holders is who holds the partitions other than holder: what a holder
 // short of its share waits for.
 func (g ownerTx) holders() ([]heldBy, error) {
-	rows, err := g.tx.QueryContext(g.ctx, `SELECT p.relay, count(*), max(p.until), `+outboxdb.LiveHeld(g.s.cfg.Table, "p.relay")+`
-		FROM `+g.partitions()+` p WHERE p.topic = $1 AND p.relay NOT IN ('', $2) GROUP BY p.relay ORDER BY p.relay`, g.topic, g.holder)
+	rows, err := g.tx.QueryContext(g.ctx, g.s.sql.Holders, g.topic, g.holder)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
@@ -36,6 +35,7 @@ type store struct {
 	checked   bool // the table is an outbox table
 	// claims is the claim statement of every shape (see claimShape).
 	claims map[claimShape]claimSQL
+	sql    outboxdb.FastPathSQL // the other statements, rendered once
 }
 
 func newStore(db *sql.DB, cfg Settings) *store {
@@ -43,7 +43,7 @@ func newStore(db *sql.DB, cfg Settings) *store {
 	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
 	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	return &store{db: db, cfg: cfg, partitions: t.Partitions(), members: t.Relays(), ownerLock: int64(h.Sum64() >> 1),
-		claims: claimStatements(cfg.Table, cfg.Partitions)}
+		claims: claimStatements(cfg.Table, cfg.Partitions), sql: t.FastPath()}
 }
 
 // partitionExpr is the partition of an outbox row: the same for every row
@@ -76,20 +76,7 @@ func (s *store) init(ctx context.Context) error {
 		return nil
 	}
 	err := s.inOwnerLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.partitions)+` (
-				topic text NOT NULL, -- '' for the subscriptions to every topic
-				partition int NOT NULL,
-				relay text NOT NULL DEFAULT '', -- '' while nobody owns it
-				until timestamptz NOT NULL DEFAULT '-infinity',
-				PRIMARY KEY (topic, partition));
-			CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(s.members)+` (
-				topic text NOT NULL,
-				relay text NOT NULL,
-				until timestamptz NOT NULL,
-				PRIMARY KEY (topic, relay));
-			-- Members that hold a liveness lock (see liveness): the others
-			-- (relays of earlier versions) are only ever taken over by lease.
-			ALTER TABLE `+pgsql.QuoteIdent(s.members)+` ADD COLUMN IF NOT EXISTS live_lock boolean NOT NULL DEFAULT false`)
+		_, err := tx.ExecContext(ctx, s.sql.CreateLeases)
 		return err
 	})
 	s.initDone = err == nil
@@ -123,15 +110,11 @@ func (s *store) inOwnerLock(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // delivered records rows the broker acknowledged.
 func (s *store) delivered(ctx context.Context, ids []int64) error {
-	// Acks commit without waiting for the WAL flush: after a database
-	// crash the relay at worst delivers again what it had recorded in the
-	// last moments, which at-least-once allows. set_config makes this one
-	// statement's transaction asynchronous.
-	q := `UPDATE ` + pgsql.QuoteIdent(s.cfg.Table) + ` SET delivered_at = now()
-		FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
+	// Acks commit without waiting for the WAL flush (see
+	// outboxdb.FastPathSQL.Delivered).
+	q := s.sql.Delivered
 	if s.cfg.Delete {
-		q = `DELETE FROM ` + pgsql.QuoteIdent(s.cfg.Table) + `
-			USING (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
+		q = s.sql.DeliveredDelete
 	}
 	_, err := s.db.ExecContext(ctx, q, ids)
 	return err
@@ -142,8 +125,7 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 // The rest of its aggregate waits behind it, on this relay and on the next
 // owner of its partition.
 func (s *store) failed(ctx context.Context, r *engine.Row, d engine.Decision) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(s.cfg.Table)+` SET attempts = attempts + $2,
-		available_at = now() + $3 * interval '1 millisecond', last_error = $4 WHERE id = $1`,
+	_, err := s.db.ExecContext(ctx, s.sql.Failed,
 		r.ID, d.Attempts-r.Attempts, d.Wait.Milliseconds(), d.Reason)
 	return err
 }

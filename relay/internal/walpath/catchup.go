@@ -10,7 +10,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
 
@@ -31,17 +30,6 @@ import (
 // out of order. Marked rows count as delivered for status and cleanup.
 // Once none is left, a session's catch-up is one query.
 
-// preSlotPending is the condition that outbox row o is pending (d: no
-// path, the WAL path through another slot included, delivered it) and its
-// transaction committed before the start of the slot that exported
-// snapshot snap. Its range on transaction_id lets the (transaction_id, id)
-// index serve it.
-func preSlotPending(d outboxdb.Delivery, o, snap string) string {
-	x := o + ".transaction_id"
-	return d.Pending(o) + " AND " + x + " < pg_snapshot_xmax(" + snap + ") AND " +
-		"pg_visible_in_snapshot(" + x + ", " + snap + ")"
-}
-
 // catchUp sends the rows the slot's start left behind, and tells whether
 // the session may go on to the stream's (false: it ended meanwhile).
 func (s *walSession) catchUp() bool {
@@ -54,8 +42,7 @@ func (s *walSession) catchUp() bool {
 		if d, err = tables.ReadDelivery(ctx, src.cfg.DB); err != nil {
 			return err
 		}
-		return src.cfg.DB.QueryRowContext(ctx, `SELECT created::text FROM `+pgsql.QuoteIdent(tables.WALProgress())+
-			` WHERE slot = $1`, slot).Scan(&snap)
+		return src.cfg.DB.QueryRowContext(ctx, src.sql.SlotStart, slot).Scan(&snap)
 	}) {
 		return false
 	}
@@ -67,8 +54,7 @@ func (s *walSession) catchUp() bool {
 	}
 	var pending int64
 	if !s.untilDone("counting the rows written before the slot's start", func(ctx context.Context) error {
-		return src.cfg.DB.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+pgsql.QuoteIdent(src.cfg.Table)+
-			` o WHERE `+preSlotPending(d, "o", "$1::pg_snapshot")+` LIMIT $2) x`, snap.String, outboxdb.DefaultMaxRows).
+		return src.cfg.DB.QueryRowContext(ctx, tables.PreSlotCount(d), snap.String, outboxdb.DefaultMaxRows).
 			Scan(&pending)
 	}) {
 		return false
@@ -102,8 +88,7 @@ func (s *walSession) catchUp() bool {
 			ids[i] = r.ID
 		}
 		if !s.untilDone("marking the rows written before the slot's start delivered", func(ctx context.Context) error {
-			_, err := src.cfg.DB.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(src.cfg.Table)+
-				` SET delivered_at = now() WHERE id = ANY($1) AND delivered_at IS NULL`, ids)
+			_, err := src.cfg.DB.ExecContext(ctx, src.sql.MarkPreSlot, ids)
 			return err
 		}) {
 			return false
@@ -142,11 +127,7 @@ func (s *walSession) sendBatch(rows []*walRow) bool {
 // rows written before the start of the slot that exported snap: at most
 // BatchSize rows, and no more bytes than MaxBytesInFlight past the first.
 func (w *Source) readPreSlot(ctx context.Context, d outboxdb.Delivery, snap string, after int64) ([]*walRow, error) {
-	rs, err := w.cfg.DB.QueryContext(ctx, `SELECT o.id, o.event_id, o.event_name, o.event_version, o.topic,
-			o.aggregate_type, o.aggregate_id, o.payload::text, o.headers::text, o.created_at, o.attempts,
-			coalesce(o.readable_from, 0), coalesce(o.aggregate_seq, 0)
-		FROM `+pgsql.QuoteIdent(w.cfg.Table)+` o WHERE `+preSlotPending(d, "o", "$1::pg_snapshot")+` AND o.id > $2
-		ORDER BY o.id LIMIT $3`, snap, after, w.cfg.BatchSize)
+	rs, err := w.cfg.DB.QueryContext(ctx, outboxdb.New(w.cfg.Table, "").PreSlotRead(d), snap, after, w.cfg.BatchSize)
 	if err != nil {
 		return nil, err
 	}

@@ -35,13 +35,9 @@ import (
 // progress row, nothing changes for the other paths.
 
 func ensureProgressTable(ctx context.Context, db *sql.DB, table string) error {
-	progress := outboxdb.New(table, "").WALProgress()
-	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+pgsql.QuoteIdent(progress)+` (
-		slot text PRIMARY KEY,
-		created pg_snapshot,
-		delivered pg_snapshot,
-		confirmed_lsn pg_lsn,
-		updated_at timestamptz NOT NULL DEFAULT now())`)
+	t := outboxdb.New(table, "")
+	progress := t.WALProgress()
+	_, err := db.ExecContext(ctx, t.WAL().CreateProgress)
 	if err != nil {
 		return fmt.Errorf("relay: creating table %q: %w", progress, err)
 	}
@@ -80,10 +76,7 @@ func (w *Source) recordSlotCreated(ctx context.Context, snapshotName string) err
 	if _, err := t.MarkWALDelivered(ctx, ptx, w.cfg.Slot); err != nil {
 		return err
 	}
-	_, err = ptx.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(t.WALProgress())+`
-		(slot, created, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, NULL, NULL, now())
-		ON CONFLICT (slot) DO UPDATE SET created = EXCLUDED.created, delivered = NULL, confirmed_lsn = NULL,
-			updated_at = now()`, w.cfg.Slot, snap)
+	_, err = ptx.ExecContext(ctx, w.sql.SlotCreated, w.cfg.Slot, snap)
 	if err != nil {
 		return err
 	}
@@ -163,10 +156,7 @@ func takeSnapshot(ctx context.Context, db *sql.DB) (string, pglogrepl.LSN, error
 }
 
 func (w *Source) storeProgress(ctx context.Context, snap string, pos pglogrepl.LSN) error {
-	_, err := w.cfg.DB.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(outboxdb.New(w.cfg.Table, "").WALProgress())+`
-		(slot, delivered, confirmed_lsn, updated_at) VALUES ($1, $2::pg_snapshot, $3::pg_lsn, now())
-		ON CONFLICT (slot) DO UPDATE SET delivered = EXCLUDED.delivered, confirmed_lsn = EXCLUDED.confirmed_lsn,
-			updated_at = now()`, w.cfg.Slot, snap, pos.String())
+	_, err := w.cfg.DB.ExecContext(ctx, w.sql.ProgressSave, w.cfg.Slot, snap, pos.String())
 	if err != nil {
 		return fmt.Errorf("relay: storing the delivered transactions: %w", err)
 	}
@@ -176,9 +166,9 @@ func (w *Source) storeProgress(ctx context.Context, snap string, pos pglogrepl.L
 // registerSlot makes the slot known to status before anything is
 // delivered.
 func registerSlot(ctx context.Context, db *sql.DB, table, slot string) error {
-	progress := outboxdb.New(table, "").WALProgress()
-	_, err := db.ExecContext(ctx, `INSERT INTO `+pgsql.QuoteIdent(progress)+` (slot) VALUES ($1)
-		ON CONFLICT (slot) DO NOTHING`, slot)
+	t := outboxdb.New(table, "")
+	progress := t.WALProgress()
+	_, err := db.ExecContext(ctx, t.WAL().RegisterSlot, slot)
 	if err != nil {
 		return fmt.Errorf("relay: registering slot %q in %s: %w", slot, progress, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
@@ -59,12 +60,13 @@ func Policy(maxAttempts int, backoff func(attempt int) time.Duration) engine.Pol
 // relay only the settings it was given.
 type Source struct {
 	cfg  Settings
-	stat *walState // what it does now, for Status
+	stat *walState       // what it does now, for Status
+	sql  outboxdb.WALSQL // its statements, rendered once
 }
 
 // New is the WAL source of cfg; Run starts it.
 func New(cfg Settings) *Source {
-	return &Source{cfg: cfg, stat: &walState{slot: cfg.Slot, role: Connecting}}
+	return &Source{cfg: cfg, stat: &walState{slot: cfg.Slot, role: Connecting}, sql: outboxdb.New(cfg.Table, "").WAL()}
 }
 
 // Status is what the source does now.
@@ -152,10 +154,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (w *Source) ensurePublication(ctx context.Context) error {
 	pubName, table := w.cfg.Publication, pgsql.QuoteIdent(w.cfg.Table)
 	var exists, publishes bool
-	err := w.cfg.DB.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1),
-		EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $1 AND p.pubinsert AND (p.puballtables OR EXISTS (
-			SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass($2))))`,
-		pubName, table).Scan(&exists, &publishes)
+	err := w.cfg.DB.QueryRowContext(ctx, w.sql.Publication, pubName, table).Scan(&exists, &publishes)
 	if err != nil {
 		return fmt.Errorf("relay: looking for publication %q: %w", pubName, err)
 	}
@@ -166,8 +165,7 @@ func (w *Source) ensurePublication(ctx context.Context) error {
 		}
 		return nil
 	}
-	_, err = w.cfg.DB.ExecContext(ctx, `CREATE PUBLICATION `+pgsql.QuoteIdent(pubName)+` FOR TABLE `+table+
-		` WITH (publish = 'insert')`)
+	_, err = w.cfg.DB.ExecContext(ctx, outboxdb.New(w.cfg.Table, "").CreatePublication(pubName))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 		return nil // another relay created it meanwhile

@@ -137,8 +137,7 @@ func (w *Source) streamWAL(ctx context.Context, e *engine.Engine, stat *walState
 	// The slot is ours now: its confirmed position is where the stream
 	// starts, and what status updates start from.
 	var confirmed pglogrepl.LSN
-	if err := w.cfg.DB.QueryRowContext(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`,
-		cfg.Slot).Scan(&confirmed); err != nil {
+	if err := w.cfg.DB.QueryRowContext(ctx, w.sql.SlotPosition, cfg.Slot).Scan(&confirmed); err != nil {
 		return fmt.Errorf("relay: reading the position of slot %q: %w", cfg.Slot, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -308,7 +307,7 @@ func (s *walSession) take(m pglogrepl.Message) error {
 	case *pglogrepl.InsertMessage:
 		rel, ok := s.relations[m.RelationID]
 		if !ok {
-			return fmt.Errorf("relay: an insert into relation %d came before its description", m.RelationID)
+			return fmt.Errorf("relay: an insert in relation %d came before its description", m.RelationID)
 		}
 		if rel == nil {
 			return nil // another table of the publication
@@ -542,8 +541,7 @@ func fullXID(xid uint32, next uint64) uint64 {
 func (w *Source) ensureSlot(ctx context.Context, conn *pgconn.PgConn) error {
 	slot := w.cfg.Slot
 	var plugin, database string
-	err := w.cfg.DB.QueryRowContext(ctx, `SELECT coalesce(plugin, ''), coalesce(database, '') FROM pg_replication_slots
-		WHERE slot_name = $1`, slot).Scan(&plugin, &database)
+	err := w.cfg.DB.QueryRowContext(ctx, w.sql.SlotKind, slot).Scan(&plugin, &database)
 	switch {
 	case err == nil:
 		var current string
