@@ -27,9 +27,9 @@ func (l *Listener) listenOnce(ctx context.Context, first func()) (heard bool, er
 		if _, err := c.Exec(ctx, l.listenStatement()); err != nil {
 			return err
 		}
+		l.missed() // what was notified before the LISTEN was in place
 		l.pid.Store(c.PgConn().PID())
 		defer l.pid.Store(0)
-		l.missed() // what was notified before the LISTEN was in place
 		if l.check.start() {
 			first()
 		}
