@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/listen"
@@ -105,29 +106,42 @@ func TestANotificationReachesItsWaiter(t *testing.T) {
 	}
 }
 
-// The LISTEN connection is killed: the listener says so, connects again
-// within moments, tells its waiters to look once, and notifications reach
-// them again.
+// The LISTEN connection is killed: the listener says so, tells its
+// waiters to look once while it cannot connect (the test holds the only
+// connection of its pool), connects again when it can, and notifications
+// reach the waiters again.
 func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
+	pool := pgtest.OpenDB(t, db.URL)
+	t.Cleanup(func() { pool.Close() })
+	pool.SetMaxOpenConns(1)
 	chs := channels(db, "rows")
 	logs := watermill.NewCaptureLogger()
-	l := listen.New(listen.Config{DB: db.DB, Channels: chs, Logger: logs, Lost: "lost it"})
+	l := listen.New(listen.Config{DB: pool, Channels: chs, Logger: logs, Lost: "lost it"})
 	w := l.Wakeups()
 	defer w.Close()
 	run(t, l)
-	signalled(t, w.Missed(), "the LISTEN in place")
+	require.Eventually(t, l.Listening, patience, time.Millisecond)
+	drain(w.Missed()) // told before the listener's PID shows
 	for i := range 3 {
 		pid := l.PID()
-		require.NotZero(t, pid)
+		held := make(chan *sql.Conn)
+		go func() { // waits for the listener to let go of the pool's connection
+			c, err := pool.Conn(context.Background())
+			assert.NoError(t, err)
+			held <- c
+		}()
 		var killed bool
 		require.NoError(t, db.DB.QueryRow(`SELECT pg_terminate_backend($1)`, int64(pid)).Scan(&killed))
 		require.True(t, killed)
+		c := <-held
 		signalled(t, w.Missed(), "the loss")
+		require.Zero(t, l.PID())
+		require.NoError(t, c.Close())
 		require.Eventually(t, func() bool { again := l.PID(); return again != 0 && again != pid },
 			patience, time.Millisecond, "loss %d: not listening again", i+1)
-		drain(w.Missed()) // told before the listener's PID shows
+		drain(w.Missed())
 		notify(t, db.DB, chs[0], "")
 		signalled(t, w.C(chs[0]), "a notification after the loss")
 	}
