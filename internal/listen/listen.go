@@ -136,7 +136,13 @@ func (l *Listener) Run(ctx context.Context) error {
 		// A timer, not a reading of the clock: the promoter reads none.
 		healthy := time.NewTimer(Healthy)
 		heard, err := l.listenOnce(ctx, first)
-		stayed := !healthy.Stop()
+		stayed := false
+		select { // not Stop's answer: since Go 1.23 it is true for a fired timer not yet received from
+		case <-healthy.C:
+			stayed = true
+		default:
+			healthy.Stop()
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

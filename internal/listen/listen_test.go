@@ -106,10 +106,11 @@ func TestANotificationReachesItsWaiter(t *testing.T) {
 	}
 }
 
-// The LISTEN connection is killed: the listener says so, tells its
-// waiters to look once while it cannot connect (the test holds the only
-// connection of its pool), connects again when it can, and notifications
-// reach the waiters again.
+// The LISTEN connection is killed, again and again: the listener says so,
+// tells its waiters to look once while it cannot connect (the test holds
+// the only connection of its pool), connects again when it can, within
+// moments each time (a notification came on each connection: the wait is
+// not one that kept doubling), and notifications reach the waiters again.
 func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -124,7 +125,8 @@ func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 	run(t, l)
 	require.Eventually(t, l.Listening, patience, time.Millisecond)
 	drain(w.Missed()) // told before the listener's PID shows
-	for i := range 3 {
+	const losses = 7
+	for i := range losses {
 		pid := l.PID()
 		held := make(chan *sql.Conn)
 		go func() { // waits for the listener to let go of the pool's connection
@@ -139,13 +141,38 @@ func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 		signalled(t, w.Missed(), "the loss")
 		require.Zero(t, l.PID())
 		require.NoError(t, c.Close())
+		freed := time.Now()
 		require.Eventually(t, func() bool { again := l.PID(); return again != 0 && again != pid },
 			patience, time.Millisecond, "loss %d: not listening again", i+1)
+		// A wait that kept doubling from 100 ms would be 3.2 s by the sixth loss.
+		require.Less(t, time.Since(freed), 2500*time.Millisecond, "loss %d", i+1)
 		drain(w.Missed())
 		notify(t, db.DB, chs[0], "")
 		signalled(t, w.C(chs[0]), "a notification after the loss")
 	}
-	require.Len(t, messages(logs, watermill.InfoLogLevel, "lost it"), 3)
+	require.Len(t, messages(logs, watermill.InfoLogLevel, "lost it"), losses)
+}
+
+// A connection that stayed up listen.Healthy, though nothing came on it,
+// was a good one: after its loss the listener connects again at once,
+// not after a wait that doubled with each earlier loss.
+func TestAConnectionThatStayedUpResetsTheWait(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := listen.New(listen.Config{DB: db.DB, Channels: channels(db, "rows")})
+	run(t, l)
+	require.Eventually(t, l.Listening, patience, time.Millisecond)
+	for i := range 5 {
+		time.Sleep(listen.Healthy + 200*time.Millisecond)
+		pid := l.PID()
+		_, err := db.DB.Exec(`SELECT pg_terminate_backend($1)`, int64(pid))
+		require.NoError(t, err)
+		cut := time.Now()
+		require.Eventually(t, func() bool { again := l.PID(); return again != 0 && again != pid },
+			patience, time.Millisecond, "loss %d: not listening again", i+1)
+		// A wait that kept doubling from 100 ms would be 1.6 s by the fifth loss.
+		require.Less(t, time.Since(cut), 1200*time.Millisecond, "loss %d", i+1)
+	}
 }
 
 // messages are the ones logged at level that start with prefix.
