@@ -29,7 +29,7 @@ func FastCheckDisagreements() int64 { return fastCheckDisagreements.Load() }
 
 // Listening reports whether the handler set of h, generated handlers,
 // listens for other instances' moves of its positions (wake.go).
-func Listening(h any) bool { return setOf(h).wake.listening.Load() }
+func Listening(h any) bool { return setOf(h).wake.listening() }
 
 func setOf(h any) *Set {
 	return (*Set)(unsafe.Pointer(reflect.ValueOf(h).Elem().FieldByName("set").Pointer()))

@@ -21,14 +21,12 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/listen"
 )
 
 // wakeChannel is the channel on which the moves of t's positions wake the
@@ -69,12 +67,11 @@ type waker struct {
 	turns   *turns
 	logger  watermill.LoggerAdapter
 
-	listening atomic.Bool // the LISTEN is in place
-
 	mu      sync.Mutex
 	off     bool               // the database cannot listen: not tried again
 	waiting int                // deliveries waiting
 	stop    context.CancelFunc // ends the listening; nil while not listening
+	current *listen.Listener   // of the latest listening
 	idle    *time.Timer        // calls stop, once nothing waited for wakeLinger
 }
 
@@ -105,8 +102,8 @@ func (w *waker) hold() {
 	}
 	if w.stop == nil {
 		ctx, stop := context.WithCancel(context.Background())
-		w.stop = stop
-		go w.listen(ctx)
+		w.stop, w.current = stop, w.newListener()
+		go w.listen(ctx, w.current)
 	}
 }
 
@@ -134,99 +131,39 @@ func (w *waker) release() {
 	w.idle = idle
 }
 
-// listen listens until ctx ends, connecting again after a failure.
-func (w *waker) listen(ctx context.Context) {
-	for pause := 100 * time.Millisecond; ctx.Err() == nil; pause = min(2*pause, 5*time.Second) {
-		started := time.Now()
-		err := w.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, errNotPgx) {
-			w.logger.Info("Waiting deliveries are not woken when another instance applies their predecessor: "+
-				"the database is not opened with the pgx database/sql driver; they look at their position at each pause",
-				watermill.LogFields{"channel": w.channel})
-			w.mu.Lock()
-			w.off = true
-			w.mu.Unlock()
-			return
-		}
-		if time.Since(started) > time.Minute {
-			pause = 100 * time.Millisecond
-		}
-		w.logger.Info("The connection on which waiting deliveries are woken failed; they look at their position "+
-			"at each pause meanwhile", watermill.LogFields{"channel": w.channel, "err": err.Error()})
-		w.turns.wakeAll() // a move may have been missed
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
+// listen listens until ctx ends, on a connection of its own made like the
+// pool's (holding one of the pool's would starve a small pool),
+// connecting again after a failure.
+func (w *waker) listen(ctx context.Context, l *listen.Listener) {
+	if err := l.Run(ctx); errors.Is(err, listen.ErrNotPgx) {
+		w.logger.Info("Waiting deliveries are not woken when another instance applies their predecessor: "+
+			"the database is not opened with the pgx database/sql driver; they look at their position at each pause",
+			watermill.LogFields{"channel": w.channel})
+		w.mu.Lock()
+		w.off = true
+		w.mu.Unlock()
 	}
 }
 
-// listenOnce listens on a connection of its own, made like the pool's
-// (holding one of the pool's would starve a small pool), until it fails
-// or ctx ends.
-func (w *waker) listenOnce(ctx context.Context) error {
-	cfg, err := w.connConfig(ctx)
-	if err != nil {
-		return err
-	}
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Close(cctx)
-	}()
-	var schema string
-	if err := c.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-		return err
-	}
-	if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(w.channel)); err != nil {
-		return err
-	}
-	w.listening.Store(true)
-	defer w.listening.Store(false)
-	w.turns.wakeAll() // what moved before the LISTEN was in place
-	for {
-		note, err := c.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		var n moveNote
-		if json.Unmarshal([]byte(note.Payload), &n) == nil && n.Schema == schema {
-			w.turns.wake(n.key(), n.move())
-		}
-	}
+// newListener is the listener of one span of listening: it wakes the
+// waiters of each moved aggregate, and all of them when a move may have
+// been missed (the LISTEN was not in place, or its connection failed).
+func (w *waker) newListener() *listen.Listener {
+	return listen.New(listen.Config{DB: w.db, Channels: []string{w.channel}, OwnConnection: true,
+		ApplicationName: "entoutbox consumer", Logger: w.logger,
+		Lost:     "The connection on which waiting deliveries are woken failed; they look at their position at each pause meanwhile",
+		OnMissed: w.turns.wakeAll,
+		OnNotify: func(note listen.Notification) {
+			var n moveNote
+			if json.Unmarshal([]byte(note.Payload), &n) == nil && n.Schema == note.Schema {
+				w.turns.wake(n.key(), n.move())
+			}
+		}})
 }
 
-var errNotPgx = errors.New("not the pgx database/sql driver")
-
-// connConfig is the configuration of the pool's connections.
-func (w *waker) connConfig(ctx context.Context) (*pgx.ConnConfig, error) {
-	conn, err := w.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	var cfg *pgx.ConnConfig
-	err = conn.Raw(func(dc any) error {
-		// pgx's database/sql connection, by its method: importing its
-		// package would register the driver in every producer's binary.
-		sc, ok := dc.(interface{ Conn() *pgx.Conn })
-		if !ok {
-			return errNotPgx
-		}
-		cfg = sc.Conn().Config().Copy()
-		cfg.OnNotification = nil // the pool connection's: pgx sets this one's own
-		if cfg.RuntimeParams["application_name"] == "" {
-			// Named in pg_stat_activity, where it is one more than the pool.
-			cfg.RuntimeParams["application_name"] = "entoutbox consumer"
-		}
-		return nil
-	})
-	return cfg, err
+// listening tells the LISTEN is in place.
+func (w *waker) listening() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current != nil && w.current.Listening()
 }

@@ -6,15 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/listen"
 	"github.com/entoutbox/entoutbox/outbox"
 )
 
@@ -51,17 +47,29 @@ type sharedListener struct {
 	done chan struct{}
 }
 
+// listenAdvice ends the error logged when notifications do not arrive.
+const listenAdvice = "new rows are found by polling only, every poll_interval. Behind a pooler in transaction mode " +
+	"(PgBouncer), or when LISTEN reaches another server or database than the writes, set --listen-database-url " +
+	"(SubscriberConfig.ListenDB) to a direct connection to the outbox's database"
+
 // shareListener returns the notifier of table's LISTEN connection on
 // listen, starting it for the first Subscriber (whose logger and poll
 // interval it keeps), and the function that lets go of it: the connection
-// closes when the last Subscriber lets go.
-func shareListener(writes, listen *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) (*notifier, func()) {
-	l, release := listeners.take(listenKey{writes: writes, listen: listen, table: table}, func() *sharedListener {
+// closes when the last Subscriber lets go. On its first LISTEN it checks
+// that notifications sent through writes arrive.
+func shareListener(writes, db *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) (*notifier, func()) {
+	l, release := listeners.take(listenKey{writes: writes, listen: db, table: table}, func() *sharedListener {
 		ctx, stop := context.WithCancel(context.Background())
-		l := &sharedListener{n: newNotifier(writes, "entoutbox_check_"+uuid.NewString()[:8]), stop: stop, done: make(chan struct{})}
+		n := &notifier{table: table, l: listen.New(listen.Config{DB: db, Check: writes, CheckAdvice: listenAdvice,
+			Channels: []string{notifyChannel(table), rebalanceChannel(table)}, Logger: logger,
+			Fields: watermill.LogFields{"poll_interval": poll.String()}})}
+		l := &sharedListener{n: n, stop: stop, done: make(chan struct{})}
 		go func() {
 			defer close(l.done)
-			l.n.listen(ctx, listen, table, logger, poll)
+			if err := n.l.Run(ctx); errors.Is(err, listen.ErrNotPgx) {
+				logger.Error("New rows are found by polling only, every poll_interval", err,
+					watermill.LogFields{"poll_interval": poll.String()})
+			}
 		}()
 		return l
 	}, func(l *sharedListener) {
@@ -71,195 +79,39 @@ func shareListener(writes, listen *sql.DB, table string, logger watermill.Logger
 	return l.n, release
 }
 
-// notifier holds one connection listening on the table's channels and
-// wakes every subscription on each notification. While it is broken the
+// notifier wakes the subscriptions of a table: on each notification of
+// its LISTEN connection, and to look once when one may have been missed.
+// While the connection is broken, or without one (polling), the
 // subscriptions still poll and rebalance on their timers.
 type notifier struct {
-	mu      sync.Mutex
-	waiters map[*waiter]bool
-	pid     atomic.Uint32 // the listening session's backend, 0 while there is none
-	check   deliveryCheck
+	table string
+	l     *listen.Listener // nil: never woken, it polls
 }
 
-// deliveryCheck is the notifier's check, on its first LISTEN, that a
-// notification sent through the database the rows are written to arrives
-// on the listening connection. It does not when that connection goes
-// through a pooler in transaction mode (LISTEN lands on a server
-// connection that is handed to others), or reaches another server or
-// database than the writes: Emit's notifications are then lost, and only
-// polling finds the rows.
-type deliveryCheck struct {
-	channel string  // of this notifier alone
-	db      *sql.DB // the database the rows are written to
-	started bool    // the check was sent (only on the first LISTEN)
-	heard   chan struct{}
-	once    sync.Once
-}
-
-// listenCheckTimeout is how long the check waits for its notification.
-const listenCheckTimeout = 2 * time.Second
-
-// waiter is one subscription's pair of wake-ups.
+// waiter is one subscription's wake-ups.
 type waiter struct {
-	rows      chan struct{} // rows were committed
-	rebalance chan struct{} // partitions change hands
+	listen.Wakeups
+	rows      <-chan struct{} // rows were committed
+	rebalance <-chan struct{} // partitions change hands
 }
 
-// newNotifier returns a notifier whose delivery check notifies checkChannel
-// through writes, the database the rows are written to.
-func newNotifier(writes *sql.DB, checkChannel string) *notifier {
-	return &notifier{waiters: map[*waiter]bool{},
-		check: deliveryCheck{channel: checkChannel, db: writes, heard: make(chan struct{})}}
-}
+// pollingNotifier never wakes its subscriptions.
+func pollingNotifier() *notifier { return &notifier{} }
 
 func (n *notifier) add() *waiter {
-	w := &waiter{rows: make(chan struct{}, 1), rebalance: make(chan struct{}, 1)}
-	n.mu.Lock()
-	n.waiters[w] = true
-	n.mu.Unlock()
-	return w
+	w := listen.Polling()
+	if n.l != nil {
+		w = n.l.Wakeups()
+	}
+	return &waiter{Wakeups: w, rows: w.C(notifyChannel(n.table)), rebalance: w.C(rebalanceChannel(n.table))}
 }
 
-func (n *notifier) remove(w *waiter) {
-	n.mu.Lock()
-	delete(n.waiters, w)
-	n.mu.Unlock()
-}
+func (n *notifier) remove(w *waiter) { w.Close() }
 
-func (n *notifier) wake(rows, rebalance bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for w := range n.waiters {
-		if rows {
-			signal(w.rows)
-		}
-		if rebalance {
-			signal(w.rebalance)
-		}
+// pid is the listening session's backend, 0 while there is none.
+func (n *notifier) pid() uint32 {
+	if n.l == nil {
+		return 0
 	}
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// listenHealthy is how long a LISTEN connection must have stayed up, if
-// no notification came on it, for the next loss to be a blip of its own.
-const listenHealthy = 2 * time.Second
-
-// listen runs on db until ctx ends, reconnecting after failures; after
-// the first LISTEN it checks that notifications arrive (deliveryCheck).
-// The wait before reconnecting doubles while connections fail at once,
-// and starts again from the shortest after one that worked (it stayed up,
-// or a notification came on it): otherwise, after a few blips, each loss
-// would mean seconds of polling.
-func (n *notifier) listen(ctx context.Context, db *sql.DB, table string, logger watermill.LoggerAdapter, poll time.Duration) {
-	var checking sync.WaitGroup
-	defer checking.Wait()
-	check := func() {
-		checking.Add(1)
-		go func() {
-			defer checking.Done()
-			n.checkDelivery(ctx, logger, poll)
-		}()
-	}
-	const first = 100 * time.Millisecond
-	for backoff := first; ctx.Err() == nil; backoff = min(backoff*2, 5*time.Second) {
-		var heard bool
-		started := time.Now()
-		err := n.listenOnce(ctx, db, table, &heard, check)
-		if ctx.Err() != nil {
-			return
-		}
-		if heard || time.Since(started) >= listenHealthy {
-			backoff = first
-		}
-		logger.Info("LISTEN connection lost; polling until it is back", watermill.LogFields{"err": err})
-		n.wake(true, true) // something may have been missed meanwhile
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-	}
-}
-
-// listenOnce listens on one connection until it fails; heard tells a
-// notification came on it. listening runs once the LISTEN is in place,
-// the first time only.
-func (n *notifier) listenOnce(ctx context.Context, db *sql.DB, table string, heard *bool, listening func()) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	rows, rebalance := notifyChannel(table), rebalanceChannel(table)
-	return conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return errors.New("LISTEN needs the pgx database/sql driver")
-		}
-		c := sc.Conn()
-		if _, err := c.Exec(ctx, "LISTEN "+pgsql.QuoteIdent(rows)+"; LISTEN "+pgsql.QuoteIdent(rebalance)+
-			"; LISTEN "+pgsql.QuoteIdent(n.check.channel)); err != nil {
-			return err
-		}
-		defer func() {
-			// Leave the pooled connection clean.
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_, _ = c.Exec(ctx, "UNLISTEN *")
-		}()
-		n.pid.Store(c.PgConn().PID())
-		defer n.pid.Store(0)
-		n.wake(true, true)
-		if !n.check.started {
-			n.check.started = true
-			listening()
-		}
-		for {
-			note, err := c.WaitForNotification(ctx)
-			if err != nil {
-				return err
-			}
-			*heard = true
-			if note.Channel == n.check.channel {
-				n.check.once.Do(func() { close(n.check.heard) })
-				continue
-			}
-			n.wake(note.Channel == rows, note.Channel == rebalance)
-		}
-	})
-}
-
-// checkDelivery sends a notification through the database the rows are
-// written to and waits up to listenCheckTimeout for it on the listening
-// connection. When it does not come, it says so and what to do: the
-// subscriptions find rows by polling meanwhile, every poll.
-func (n *notifier) checkDelivery(ctx context.Context, logger watermill.LoggerAdapter, poll time.Duration) {
-	cctx, cancel := context.WithTimeout(ctx, listenCheckTimeout)
-	defer cancel()
-	if _, err := n.check.db.ExecContext(cctx, `SELECT pg_notify($1, 'check')`, n.check.channel); err != nil {
-		if ctx.Err() == nil {
-			logger.Error("Could not check that notifications arrive on the LISTEN connection; relying on polling if they do not",
-				err, watermill.LogFields{"poll_interval": poll.String()})
-		}
-		return
-	}
-	select {
-	case <-n.check.heard:
-		logger.Debug("Notifications arrive on the LISTEN connection", nil)
-	case <-cctx.Done():
-		if ctx.Err() != nil {
-			return
-		}
-		logger.Error("Notifications sent through the database do not arrive on the LISTEN connection: new rows are found "+
-			"by polling only, every poll_interval. Behind a pooler in transaction mode (PgBouncer), or when LISTEN reaches "+
-			"another server or database than the writes, set --listen-database-url (SubscriberConfig.ListenDB) to a direct "+
-			"connection to the outbox's database", nil,
-			watermill.LogFields{"waited": listenCheckTimeout.String(), "poll_interval": poll.String()})
-	}
+	return n.l.PID()
 }

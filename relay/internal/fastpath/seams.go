@@ -26,7 +26,7 @@ func (s *Source) BytesHeld() (now, peak int64) { return s.bytesHeld.Load(), s.by
 
 // ListenerPID is the backend of the session it listens on, 0 while there
 // is none.
-func (s *Source) ListenerPID() uint32 { return s.notifier.pid.Load() }
+func (s *Source) ListenerPID() uint32 { return s.notifier.pid() }
 
 // InOwnerLock runs fn inside the ownership transaction of its table, as a
 // rebalance does.

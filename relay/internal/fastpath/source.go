@@ -104,7 +104,7 @@ func New(db *sql.DB, cfg Settings) *Source {
 	if cfg.ListenDB != nil {
 		s.notifier, s.stopNote = shareListener(db, cfg.ListenDB, cfg.Table, cfg.Logger, cfg.PollInterval)
 	} else {
-		s.notifier = newNotifier(db, "entoutbox_check_"+s.instance) // never woken: it polls
+		s.notifier = pollingNotifier() // never woken: it polls
 	}
 	return s
 }

@@ -206,6 +206,9 @@ func (sub *Subscription) run(ctx context.Context) {
 			sub.wantClaim = true
 		case <-wake.rebalance:
 			sub.startRebalance()
+		case <-wake.Missed(): // a notification may have been missed
+			sub.wantClaim = true
+			sub.startRebalance()
 		case <-sub.rebalanceT.C:
 			sub.startRebalance()
 		}

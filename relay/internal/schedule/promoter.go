@@ -3,7 +3,6 @@ package schedule
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -240,6 +239,3 @@ func (p *Promoter) failed(ctx context.Context, attempt int, err error) bool {
 		return true
 	}
 }
-
-// errNotPgx is the LISTEN connection's refusal of another driver.
-var errNotPgx = errors.New("LISTEN needs the pgx database/sql driver")
