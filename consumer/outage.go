@@ -18,22 +18,16 @@ package consumer
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/internal/connerr"
 )
 
 // outagePauses are the breaker's settings: how long one delivery waits
@@ -64,52 +58,6 @@ func (e *OutageError) Error() string {
 
 func (e *OutageError) Unwrap() error { return e.Err }
 
-// connectionError tells whether err's chain says that a connection to the
-// database failed or was lost, rather than that a statement failed; the
-// text is read only for chains a handler flattened (%v), and a ping
-// decides (Set.outage).
-func connectionError(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			pgErr.Code == "57P01", // admin_shutdown
-			pgErr.Code == "57P02", // crash_shutdown
-			pgErr.Code == "57P03", // cannot_connect_now: starting up, shutting down, in recovery
-			pgErr.Code == "57P05", // idle_session_timeout
-			pgErr.Code == "53300": // too_many_connections
-			return true
-		}
-		return false // the server answered the statement
-	}
-	var connectErr *pgconn.ConnectError
-	var netErr net.Error
-	switch {
-	case errors.As(err, &connectErr), errors.As(err, &netErr),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone), errors.Is(err, pgconn.ErrConnClosed),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		pgconn.SafeToRetry(err):
-		return true
-	}
-	text := err.Error()
-	for _, hint := range connectionHints {
-		if strings.Contains(text, hint) {
-			return true
-		}
-	}
-	return false
-}
-
-// connectionHints are the texts of the errors connectionError looks for,
-// as a handler that formatted them with %v leaves them.
-var connectionHints = []string{"failed to connect", "conn closed", "connection refused", "connection reset",
-	"broken pipe", "unexpected EOF", "SQLSTATE 08", "SQLSTATE 57P0", "sql: database is closed",
-	"the database system is", "server closed the connection", "terminating connection"}
-
 // breaker pauses a handler set while its database cannot be reached.
 type breaker struct {
 	db     dialect.ExecQuerier // nil: no ping, the chain decides alone
@@ -133,7 +81,7 @@ func newBreaker(db dialect.ExecQuerier, pauses outagePauses, logger watermill.Lo
 // error while the database does not answer (or while the instance is
 // paused already). It pauses the instance then.
 func (b *breaker) outage(err error) bool {
-	if !connectionError(err) {
+	if !connerr.Lost(err) {
 		return false
 	}
 	if b.paused() != nil {

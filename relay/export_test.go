@@ -47,6 +47,11 @@ func OnRenew(s *Subscriber, fn func(context.Context) error) { s.src.Hooks.Renew 
 // first, as OnRenew does for renewals. Set it before Subscribe.
 func OnLivenessCheck(s *Subscriber, fn func(context.Context) error) { s.src.Hooks.LiveCheck = fn }
 
+// OnOwnerTx makes every ownership transaction of s (the first join, the
+// rebalances) call fn once it holds the lock, before its statements. Set
+// it before Subscribe.
+func OnOwnerTx(s *Subscriber, fn func(context.Context) error) { s.src.Hooks.OwnerTx = fn }
+
 // SubscriberBytesHeld is what s's subscriptions hold now, as
 // MaxBytesInFlight counts it.
 func SubscriberBytesHeld(s *Subscriber) int64 {

@@ -15,6 +15,7 @@ import (
 type Hooks struct {
 	Renew     func(context.Context) error // a renewal of the leases by a run loop
 	LiveCheck func(context.Context) error // a check that the liveness lock's session is there
+	OwnerTx   func(context.Context) error // an ownership transaction, once it holds the lock
 	// RescanEvery, when set, replaces the constant: for tests that tell a
 	// row woken by its notification from one the rescan found.
 	RescanEvery time.Duration

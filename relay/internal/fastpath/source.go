@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/internal/connerr"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay/internal/engine"
 )
@@ -99,6 +100,7 @@ func (s *Source) newLiveness(holder string) *liveness { return s.live.forHolder(
 // New returns a fast source on db (the pgx database/sql driver).
 func New(db *sql.DB, cfg Settings) *Source {
 	s := &Source{cfg: cfg, store: newStore(db, cfg), closing: make(chan struct{}), instance: uuid.NewString()[:8]}
+	s.store.hooks = &s.Hooks
 	s.live = newLiveSession(db, cfg.Table, cfg.PollOnly, &s.Hooks)
 	s.claims, s.stopClaims = shareClaimPool(db, cfg.PollOnly)
 	if cfg.ListenDB != nil {
@@ -141,7 +143,7 @@ func (s *Source) Subscribe(ctx context.Context, topic string, buffer int) (*Subs
 	if err := sub.live.ensure(ctx); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	own, err := s.store.rebalance(ctx, topic, sub.holder, nil, &sub.dead)
+	own, err := s.firstRebalance(ctx, sub)
 	if err != nil {
 		sub.live.release()
 		return nil, fmt.Errorf("relay: %w", err)
@@ -155,6 +157,26 @@ func (s *Source) Subscribe(ctx context.Context, topic string, buffer int) (*Subs
 		sub.run(ctx)
 	}()
 	return sub, nil
+}
+
+// firstRebalance joins sub's group and takes its first share. A lost
+// connection is tried again a few times: PostgreSQL ends an ownership
+// transaction left idle past ownerIdleLimit, which a process starved of
+// CPU can reach, and Subscribe would fail on what the next try gets
+// through. The later rebalances are retried by the run loop's schedule.
+func (s *Source) firstRebalance(ctx context.Context, sub *Subscription) (ownership, error) {
+	const tries = 3
+	for try := 1; ; try++ {
+		own, err := s.store.rebalance(ctx, sub.topic, sub.holder, nil, &sub.dead)
+		if err == nil || try == tries || !connerr.Lost(err) {
+			return own, err
+		}
+		select {
+		case <-ctx.Done():
+			return ownership{}, ctx.Err()
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // nextSeq numbers a subscription's name.

@@ -36,6 +36,7 @@ type store struct {
 	// claims is the claim statement of every shape (see claimShape).
 	claims map[claimShape]claimSQL
 	sql    outboxdb.FastPathSQL // the other statements, rendered once
+	hooks  *Hooks               // the source's; nil in tests of the store alone
 }
 
 func newStore(db *sql.DB, cfg Settings) *store {
@@ -102,10 +103,22 @@ func (s *store) inOwnerLock(ctx context.Context, fn func(*sql.Tx) error) error {
 		pg_advisory_xact_lock($2)`, strconv.Itoa(int(ownerIdleLimit.Milliseconds())), s.ownerLock); err != nil {
 		return err
 	}
+	if hook := s.ownerTxHook(); hook != nil {
+		if err := hook(ctx); err != nil {
+			return err
+		}
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+func (s *store) ownerTxHook() func(context.Context) error {
+	if s.hooks == nil {
+		return nil
+	}
+	return s.hooks.OwnerTx
 }
 
 // delivered records rows the broker acknowledged.
