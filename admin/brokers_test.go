@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
@@ -62,11 +61,7 @@ func retryAndReplayOn(t *testing.T, url, service string) {
 	var billingCalls, auditCalls atomic.Int64
 	var broken atomic.Bool
 	broken.Store(true)
-	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
-		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
-	h.OnOrderPaid("billing", invoiceHandler(&billingCalls, &broken))
-	h.OnOrderPaid("audit", invoiceHandler(&auditCalls, nil))
-	e.consume(t, h)
+	e.consumeInvoices(t, &billingCalls, &auditCalls, &broken)
 	e.relay(t, e.broker.Publisher())
 
 	// The retry and replays must be sent within JetStream's duplicate
