@@ -20,11 +20,7 @@ import (
 // topic still gets every message.
 func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.parts." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=4"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "parts", "?partitions=4")
 	sent := aggregateMessages(40, 10)
 	publish(t, b, topic, sent)
 
@@ -102,11 +98,7 @@ func TestNATSWholeStreamStaysWhole(t *testing.T) {
 // each partition after what it acked: nothing acked comes again.
 func TestNATSPartitionConsumersStartAfterTheWholeOne(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.switch." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=2"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "switch", "?partitions=2")
 	sent := newMessages(10)
 	publish(t, b, topic, sent[:4])
 	first, ch := natsMember(ctx, t, b, "g", topic)

@@ -31,6 +31,18 @@ func natsOpen(ctx context.Context, t testing.TB, rawURL string) Broker {
 	return b
 }
 
+// natsStart begins a NATS test: a topic of its own named for what it
+// tests, its stream deleted at the end, a context bounded by patience
+// (cancelled first at the end) and the broker opened with query.
+func natsStart(t *testing.T, what, query string) (context.Context, Broker, string) {
+	t.Helper()
+	topic := "entoutbox." + what + "." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	b := natsOpen(ctx, t, natsSetup(t, topic)+query)
+	t.Cleanup(cancel)
+	return ctx, b, topic
+}
+
 // natsMember subscribes a new member of group to topic.
 func natsMember(ctx context.Context, t *testing.T, b Broker, group, topic string) (message.Subscriber, <-chan *message.Message) {
 	t.Helper()
@@ -98,11 +110,7 @@ func natsAckPending(ctx context.Context, t testing.TB, group, topic string, want
 // are acked; a nacked one comes again, counted.
 func TestNATSManyInFlight(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.inflight." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?max_in_flight=50"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "inflight", "?max_in_flight=50")
 	sent := newMessages(120)
 	publish(t, b, topic, sent)
 	_, ch := natsMember(ctx, t, b, "g", topic)
@@ -171,11 +179,7 @@ func TestNATSManyInFlight(t *testing.T) {
 // some it cannot take.
 func TestNATSNoRedeliveryAtAnySpeed(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.slow." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1s&max_in_flight=10"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "slow", "?ack_wait=1s&max_in_flight=10")
 	sent := newMessages(30)
 	publish(t, b, topic, sent)
 	_, ch := natsMember(ctx, t, b, "g", topic)
@@ -214,11 +218,7 @@ func natsMemberOf(sub message.Subscriber) *natsSubscriber {
 // a handler that never answers here (see the next test).
 func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.close." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1h&max_in_flight=4"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "close", "?ack_wait=1h&max_in_flight=4")
 	sent := newMessages(4)
 	publish(t, b, topic, sent)
 	first, ch := natsMember(ctx, t, b, "g", topic)
@@ -248,11 +248,7 @@ func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 // given natsCloseWait; then Close naks its message, for another member.
 func TestNATSCloseNaksWhatAHandlerKeeps(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.keeps." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1h"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "keeps", "?ack_wait=1h")
 	sent := newMessages(1)
 	publish(t, b, topic, sent)
 	first, ch := natsMember(ctx, t, b, "g", topic)
@@ -278,11 +274,7 @@ func assertSameIgnoringCount(t *testing.T, want []sentMessage, got []*message.Me
 // are in progress: they come again after the ack wait, to another member.
 func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.lost." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1s"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "lost", "?ack_wait=1s")
 	sent := newMessages(1)
 	publish(t, b, topic, sent)
 	lost, ch := natsMember(ctx, t, b, "g", topic)
@@ -303,12 +295,8 @@ func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 // comes again (consumers dedupe it).
 func TestNATSReplacesAnEarlierPushConsumer(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.migrate." + randomSuffix()
 	group := "g-" + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "migrate", "?partitions=0") // earlier versions made whole streams
 	sent := newMessages(10)
 	publish(t, b, topic, sent)
 
@@ -395,11 +383,7 @@ func (r racingJetStream) CreateConsumer(ctx context.Context, stream string, cfg 
 // pull consumer second joins the first one's, which starts no later.
 func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.race." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "race", "?partitions=0") // earlier versions made whole streams
 	sent := newMessages(6)
 	publish(t, b, topic, sent)
 	js := natsJS(t)
@@ -425,11 +409,7 @@ func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 // status of the pull protocol: it is delivered.
 func TestNATSDeliversAMessageThatLooksLikeAStatus(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.status." + randomSuffix()
-	rawURL := natsSetup(t, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "status", "")
 	sent := []sentMessage{{uuid: watermill.NewUUID(), metadata: map[string]string{"Status": "408", "Description": "Request Timeout"}}}
 	publish(t, b, topic, sent)
 	_, ch := natsMember(ctx, t, b, "g", topic)
