@@ -376,20 +376,31 @@ func printTable(out io.Writer, results []result) error {
 		if r.nearRate > 0 {
 			nearRate = thousands(int64(r.nearRate))
 		}
-		drain := "-"
-		if r.drainRate > 0 {
-			drain = thousands(int64(r.drainRate + 0.5))
-		}
-		rss := "-"
-		if r.peakKB > 0 {
-			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
-		}
+		drain, rss := r.drainCell(), r.rssCell()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain,
 			fmtDur(r.latency.p50, r.latency.n), fmtDur(r.latency.p99, r.latency.n), fmtDur(r.latency.max, r.latency.n),
 			nearRate, fmtDur(r.near.p50, r.near.n), fmtDur(r.near.p99, r.near.n),
 			fmtDur(r.held.p99, r.held.n), fmtDur(r.held.max, r.held.n), rss, strings.Join(r.notes, "; "))
 	}
 	return tw.Flush()
+}
+
+// drainCell is the row's drain rate as the tables show it, "-" when not
+// measured.
+func (r result) drainCell() string {
+	if r.drainRate > 0 {
+		return thousands(int64(r.drainRate + 0.5))
+	}
+	return "-"
+}
+
+// rssCell is the row's peak RSS as the tables show it, "-" when not
+// measured.
+func (r result) rssCell() string {
+	if r.peakKB > 0 {
+		return fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
+	}
+	return "-"
 }
 
 // printDrainCPU says, per row, where the CPU of the drain went: every
