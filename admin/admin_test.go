@@ -159,14 +159,26 @@ func (e *env) deliveredOnce(t *testing.T, id uuid.UUID) {
 	}, patience, 20*time.Millisecond)
 }
 
-// consumeInvoices runs billing, failing while broken, and audit, each
-// writing an invoice per event, dead-lettering after two attempts.
-func (e *env) consumeInvoices(t *testing.T, billing, audit *atomic.Int64, broken *atomic.Bool) {
+// consumeInvoices runs billing, failing while broken (at first), and
+// audit, each writing an invoice per event and counting its calls,
+// dead-lettering after two attempts.
+func (e *env) consumeInvoices(t *testing.T) (billing, audit *atomic.Int64, broken *atomic.Bool) {
+	billing, audit, broken = new(atomic.Int64), new(atomic.Int64), new(atomic.Bool)
+	broken.Store(true)
 	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
 		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
 	h.OnOrderPaid("billing", invoiceHandler(billing, broken))
 	h.OnOrderPaid("audit", invoiceHandler(audit, nil))
 	e.consume(t, h)
+	return billing, audit, broken
+}
+
+// failingRelay runs a relay whose publishes fail while broken (at first).
+func (e *env) failingRelay(t *testing.T) (broken *atomic.Bool) {
+	broken = new(atomic.Bool)
+	broken.Store(true)
+	e.relay(t, failingPublisher{e.broker.Publisher(), broken})
+	return broken
 }
 
 // eventIDs are the ids of the events a consumer handled, in order.
@@ -221,10 +233,7 @@ func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
 func retryConsumerDeadLetter(t *testing.T, removed bool) {
 	e := setup(t, true)
 	ctx := context.Background()
-	var billingCalls, auditCalls atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	e.consumeInvoices(t, &billingCalls, &auditCalls, &broken)
+	billingCalls, auditCalls, broken := e.consumeInvoices(t)
 	e.relay(t, e.broker.Publisher())
 
 	id := e.emit(t, "1", testent.OrderPaid{OrderID: 1, AmountCents: 100})
@@ -294,9 +303,7 @@ func TestRetryRelayDeadLetterKeepsTheEventID(t *testing.T) {
 	e := setup(t, true)
 	ctx := context.Background()
 	ids := e.recordIDs(t, "billing")
-	var broken atomic.Bool
-	broken.Store(true)
-	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+	broken := e.failingRelay(t)
 
 	id := e.emit(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
 	d := e.letter(t, "relay")

@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,10 +57,7 @@ func TestRetryAndReplayWithinTheDuplicateWindow(t *testing.T) {
 func retryAndReplayOn(t *testing.T, url, service string) {
 	e := setupOn(t, url, service)
 	ctx := context.Background()
-	var billingCalls, auditCalls atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	e.consumeInvoices(t, &billingCalls, &auditCalls, &broken)
+	billingCalls, auditCalls, broken := e.consumeInvoices(t)
 	e.relay(t, e.broker.Publisher())
 
 	// The retry and replays must be sent within JetStream's duplicate

@@ -50,9 +50,7 @@ func TestRetryRelayDeadLetterOfAScheduledEvent(t *testing.T) {
 	e := setup(t, true)
 	ctx := context.Background()
 	ids := e.recordIDs(t, "billing")
-	var broken atomic.Bool
-	broken.Store(true)
-	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+	broken := e.failingRelay(t)
 
 	id := e.emitScheduled(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
 	d := e.letter(t, "relay") // once promoted, its publish failed
