@@ -43,6 +43,25 @@ func natsStart(t *testing.T, what, query string) (context.Context, Broker, strin
 	return ctx, b, topic
 }
 
+// natsPublished is natsStart with n messages published on the topic.
+func natsPublished(t *testing.T, what, query string, n int) (context.Context, Broker, string, []sentMessage) {
+	t.Helper()
+	ctx, b, topic := natsStart(t, what, query)
+	sent := newMessages(n)
+	publish(t, b, topic, sent)
+	return ctx, b, topic, sent
+}
+
+// requireRedelivered takes the next message from ch, acks it and asserts
+// it is held, delivered a second time.
+func requireRedelivered(ctx context.Context, t *testing.T, ch <-chan *message.Message, held *message.Message) {
+	t.Helper()
+	again := take(ctx, t, ch, 1)[0]
+	again.Ack()
+	assert.Equal(t, held.UUID, again.UUID)
+	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+}
+
 // natsMember subscribes a new member of group to topic.
 func natsMember(ctx context.Context, t *testing.T, b Broker, group, topic string) (message.Subscriber, <-chan *message.Message) {
 	t.Helper()
@@ -110,9 +129,7 @@ func natsAckPending(ctx context.Context, t testing.TB, group, topic string, want
 // are acked; a nacked one comes again, counted.
 func TestNATSManyInFlight(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "inflight", "?max_in_flight=50")
-	sent := newMessages(120)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "inflight", "?max_in_flight=50", 120)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 
 	held := take(ctx, t, ch, 50)
@@ -179,9 +196,7 @@ func TestNATSManyInFlight(t *testing.T) {
 // some it cannot take.
 func TestNATSNoRedeliveryAtAnySpeed(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "slow", "?ack_wait=1s&max_in_flight=10")
-	sent := newMessages(30)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "slow", "?ack_wait=1s&max_in_flight=10", 30)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 
 	deliveries := newSyncLists()
@@ -218,9 +233,7 @@ func natsMemberOf(sub message.Subscriber) *natsSubscriber {
 // a handler that never answers here (see the next test).
 func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "close", "?ack_wait=1h&max_in_flight=4")
-	sent := newMessages(4)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "close", "?ack_wait=1h&max_in_flight=4", 4)
 	first, ch := natsMember(ctx, t, b, "g", topic)
 	natsMemberOf(first).closeWait = time.Hour
 	out := take(ctx, t, ch, 2) // the other two stay in the subscriber
@@ -248,17 +261,12 @@ func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 // given natsCloseWait; then Close naks its message, for another member.
 func TestNATSCloseNaksWhatAHandlerKeeps(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "keeps", "?ack_wait=1h")
-	sent := newMessages(1)
-	publish(t, b, topic, sent)
+	ctx, b, topic, _ := natsPublished(t, "keeps", "?ack_wait=1h", 1)
 	first, ch := natsMember(ctx, t, b, "g", topic)
 	kept := take(ctx, t, ch, 1)[0]
 	_, other := natsMember(ctx, t, b, "g", topic)
 	require.NoError(t, first.Close())
-	again := take(ctx, t, other, 1)[0]
-	again.Ack()
-	assert.Equal(t, kept.UUID, again.UUID)
-	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+	requireRedelivered(ctx, t, other, kept)
 }
 
 // assertSameIgnoringCount is assertSame for messages delivered again.
@@ -274,17 +282,12 @@ func assertSameIgnoringCount(t *testing.T, want []sentMessage, got []*message.Me
 // are in progress: they come again after the ack wait, to another member.
 func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "lost", "?ack_wait=1s")
-	sent := newMessages(1)
-	publish(t, b, topic, sent)
+	ctx, b, topic, _ := natsPublished(t, "lost", "?ack_wait=1s", 1)
 	lost, ch := natsMember(ctx, t, b, "g", topic)
 	held := take(ctx, t, ch, 1)[0]
 	natsMemberOf(lost).nc.Close()
 	_, other := natsMember(ctx, t, b, "g", topic)
-	again := take(ctx, t, other, 1)[0]
-	again.Ack()
-	assert.Equal(t, held.UUID, again.UUID)
-	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+	requireRedelivered(ctx, t, other, held)
 	held.Nack() // lets the lost member's Close return at once
 }
 
@@ -296,9 +299,7 @@ func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 func TestNATSReplacesAnEarlierPushConsumer(t *testing.T) {
 	t.Parallel()
 	group := "g-" + randomSuffix()
-	ctx, b, topic := natsStart(t, "migrate", "?partitions=0") // earlier versions made whole streams
-	sent := newMessages(10)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "migrate", "?partitions=0", 10) // earlier versions made whole streams
 
 	js := natsJS(t)
 	stream, push := natsName(topic), natsPushConsumerName(group, topic)
@@ -383,9 +384,7 @@ func (r racingJetStream) CreateConsumer(ctx context.Context, stream string, cfg 
 // pull consumer second joins the first one's, which starts no later.
 func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 	t.Parallel()
-	ctx, b, topic := natsStart(t, "race", "?partitions=0") // earlier versions made whole streams
-	sent := newMessages(6)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "race", "?partitions=0", 6) // earlier versions made whole streams
 	js := natsJS(t)
 	natsEarlierPushConsumer(ctx, t, js, "g", topic, len(sent), 0, 1, 2, 3) // ack floor 4
 
