@@ -75,17 +75,7 @@ func natsMember(ctx context.Context, t *testing.T, b Broker, group, topic string
 // take receives n messages from ch without acking them.
 func take(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int) []*message.Message {
 	t.Helper()
-	var got []*message.Message
-	for len(got) < n {
-		select {
-		case m, ok := <-ch:
-			require.True(t, ok, "subscription closed after %d of %d messages", len(got), n)
-			got = append(got, m)
-		case <-ctx.Done():
-			t.Fatalf("received %d of %d messages: %v", len(got), n, ctx.Err())
-		}
-	}
-	return got
+	return collect(ctx, t, ch, n, false)
 }
 
 // assertNoneFor checks nothing arrives on ch for a while, without acking

@@ -125,13 +125,22 @@ func publish(t *testing.T, b Broker, topic string, msgs []sentMessage) {
 // receive takes n messages from ch, acking each.
 func receive(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int) []*message.Message {
 	t.Helper()
+	return collect(ctx, t, ch, n, true)
+}
+
+// collect takes n messages from ch, acking each as it comes when ack is
+// set (a subscriber that holds few in flight hands out the rest only then).
+func collect(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int, ack bool) []*message.Message {
+	t.Helper()
 	var got []*message.Message
 	for len(got) < n {
 		select {
 		case m, ok := <-ch:
 			require.True(t, ok, "subscription closed after %d of %d messages", len(got), n)
 			got = append(got, m)
-			m.Ack()
+			if ack {
+				m.Ack()
+			}
 		case <-ctx.Done():
 			t.Fatalf("received %d of %d messages: %v", len(got), n, ctx.Err())
 		}
