@@ -60,11 +60,7 @@ func TestRetryRelayDeadLetterOfAScheduledEvent(t *testing.T) {
 	require.Contains(t, headers, events.MetaDeliverAt, "the letter keeps the due time")
 
 	broken.Store(false)
-	rs, err := e.admin.RetryMatching(ctx, admin.Filter{Source: "relay", Event: "order.paid"})
-	require.NoError(t, err)
-	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
-	e.deliveredOnce(t, id)
-	require.Eventually(t, func() bool { return len(ids.get()) == 1 }, patience, 10*time.Millisecond)
+	e.retryRelayLetter(t, d, id, ids)
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, []uuid.UUID{id}, ids.get(), "delivered once, with its original id")
 	row := e.ent.Outbox.Query().OnlyX(ctx)
