@@ -261,8 +261,7 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
-		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h := newBenchHandlers(s, prefix, opts)
 	h.OnProfileUpdated(consumerName, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
 		orderID, err := strconv.ParseInt(m.AggregateID, 10, 64)
 		if err != nil {
@@ -286,14 +285,20 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 	return res
 }
 
+// newBenchHandlers is the generated handler set of a row: on the
+// sandbox's topics, quiet, with the row's options.
+func newBenchHandlers(s *sandbox, prefix string, opts []consumer.Option) *testent.OutboxHandlers {
+	return testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
+		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+}
+
 // batchHandlerRow is generatedRow with a batch handler: the effects of a
 // shared transaction's events in one multi-row INSERT (CreateBulk).
 func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
-		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h := newBenchHandlers(s, prefix, opts)
 	var calls, given atomic.Int64
 	h.OnProfileUpdatedBatch(consumerName, func(ctx context.Context, tx *testent.Tx, batch []testent.ProfileUpdatedDelivery) error {
 		calls.Add(1)
