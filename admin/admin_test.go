@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,66 @@ func (e *env) deliveredOnce(t *testing.T, id uuid.UUID) {
 	}, patience, 20*time.Millisecond)
 }
 
+// consumeInvoices runs billing, failing while broken (at first), and
+// audit, each writing an invoice per event and counting its calls,
+// dead-lettering after two attempts.
+func (e *env) consumeInvoices(t *testing.T) (billing, audit *atomic.Int64, broken *atomic.Bool) {
+	billing, audit, broken = new(atomic.Int64), new(atomic.Int64), new(atomic.Bool)
+	broken.Store(true)
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
+		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
+	h.OnOrderPaid("billing", invoiceHandler(billing, broken))
+	h.OnOrderPaid("audit", invoiceHandler(audit, nil))
+	e.consume(t, h)
+	return billing, audit, broken
+}
+
+// failingRelay runs a relay whose publishes fail while broken (at first).
+func (e *env) failingRelay(t *testing.T) (broken *atomic.Bool) {
+	broken = new(atomic.Bool)
+	broken.Store(true)
+	e.relay(t, failingPublisher{e.broker.Publisher(), broken})
+	return broken
+}
+
+// retryRelayLetter retries the relay's letter d of event id, which it
+// rebuilds into the outbox, and waits until the event is delivered and ids
+// got it.
+func (e *env) retryRelayLetter(t *testing.T, d *ent.DeadLetter, id uuid.UUID, ids *eventIDs) {
+	t.Helper()
+	rs, err := e.admin.RetryMatching(context.Background(), admin.Filter{Source: "relay", Event: "order.paid"})
+	require.NoError(t, err)
+	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
+	e.deliveredOnce(t, id)
+	require.Eventually(t, func() bool { return len(ids.get()) == 1 }, patience, 10*time.Millisecond)
+}
+
+// eventIDs are the ids of the events a consumer handled, in order.
+type eventIDs struct {
+	mu  sync.Mutex
+	ids []uuid.UUID
+}
+
+func (r *eventIDs) get() []uuid.UUID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids)
+}
+
+// recordIDs consumes order.paid as consumerName, recording each event's id.
+func (e *env) recordIDs(t *testing.T, consumerName string) *eventIDs {
+	r := &eventIDs{}
+	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
+	h.OnOrderPaid(consumerName, func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ids = append(r.ids, m.EventID)
+		return nil
+	})
+	e.consume(t, h)
+	return r
+}
+
 // invoiceHandler writes one invoice per handled event, failing while broken.
 func invoiceHandler(calls *atomic.Int64, broken *atomic.Bool) testent.OrderPaidHandler {
 	return func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
@@ -184,14 +245,7 @@ func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
 func retryConsumerDeadLetter(t *testing.T, removed bool) {
 	e := setup(t, true)
 	ctx := context.Background()
-	var billingCalls, auditCalls atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
-		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
-	h.OnOrderPaid("billing", invoiceHandler(&billingCalls, &broken))
-	h.OnOrderPaid("audit", invoiceHandler(&auditCalls, nil))
-	e.consume(t, h)
+	billingCalls, auditCalls, broken := e.consumeInvoices(t)
 	e.relay(t, e.broker.Publisher())
 
 	id := e.emit(t, "1", testent.OrderPaid{OrderID: 1, AmountCents: 100})
@@ -260,21 +314,8 @@ func TestRetryRelayDeadLetterKeepsTheEventID(t *testing.T) {
 	t.Parallel()
 	e := setup(t, true)
 	ctx := context.Background()
-	var (
-		mu  sync.Mutex
-		ids []uuid.UUID
-	)
-	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
-	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
-		mu.Lock()
-		defer mu.Unlock()
-		ids = append(ids, m.EventID)
-		return nil
-	})
-	e.consume(t, h)
-	var broken atomic.Bool
-	broken.Store(true)
-	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+	ids := e.recordIDs(t, "billing")
+	broken := e.failingRelay(t)
 
 	id := e.emit(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
 	d := e.letter(t, "relay")
@@ -282,18 +323,12 @@ func TestRetryRelayDeadLetterKeepsTheEventID(t *testing.T) {
 	require.Zero(t, e.ent.Outbox.Query().CountX(ctx), "the relay moved the row to the dead letters")
 
 	broken.Store(false)
-	rs, err := e.admin.RetryMatching(ctx, admin.Filter{Source: "relay", Event: "order.paid"})
-	require.NoError(t, err)
-	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
-	e.deliveredOnce(t, id)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == 1 }, patience, 10*time.Millisecond)
-	rs, err = e.admin.Retry(ctx, d.ID)
+	e.retryRelayLetter(t, d, id, ids)
+	rs, err := e.admin.Retry(ctx, d.ID)
 	require.NoError(t, err)
 	require.Equal(t, admin.Skipped, rs[0].Outcome)
 	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []uuid.UUID{id}, ids, "delivered once, with its original id")
+	require.Equal(t, []uuid.UUID{id}, ids.get(), "delivered once, with its original id")
 	require.Equal(t, 1, e.ent.Outbox.Query().CountX(ctx))
 }
 

@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/consumerposition"
@@ -59,14 +57,7 @@ func TestRetryAndReplayWithinTheDuplicateWindow(t *testing.T) {
 func retryAndReplayOn(t *testing.T, url, service string) {
 	e := setupOn(t, url, service)
 	ctx := context.Background()
-	var billingCalls, auditCalls atomic.Int64
-	var broken atomic.Bool
-	broken.Store(true)
-	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix), consumer.WithMaxAttempts(2),
-		consumer.WithBackoff(5*time.Millisecond, 10*time.Millisecond))
-	h.OnOrderPaid("billing", invoiceHandler(&billingCalls, &broken))
-	h.OnOrderPaid("audit", invoiceHandler(&auditCalls, nil))
-	e.consume(t, h)
+	billingCalls, auditCalls, broken := e.consumeInvoices(t)
 	e.relay(t, e.broker.Publisher())
 
 	// The retry and replays must be sent within JetStream's duplicate

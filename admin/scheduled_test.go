@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,21 +49,8 @@ func TestRetryRelayDeadLetterOfAScheduledEvent(t *testing.T) {
 	t.Parallel()
 	e := setup(t, true)
 	ctx := context.Background()
-	var (
-		mu  sync.Mutex
-		ids []uuid.UUID
-	)
-	h := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
-	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
-		mu.Lock()
-		defer mu.Unlock()
-		ids = append(ids, m.EventID)
-		return nil
-	})
-	e.consume(t, h)
-	var broken atomic.Bool
-	broken.Store(true)
-	e.relay(t, failingPublisher{e.broker.Publisher(), &broken})
+	ids := e.recordIDs(t, "billing")
+	broken := e.failingRelay(t)
 
 	id := e.emitScheduled(t, "7", testent.OrderPaid{OrderID: 7, AmountCents: 700})
 	d := e.letter(t, "relay") // once promoted, its publish failed
@@ -74,15 +60,9 @@ func TestRetryRelayDeadLetterOfAScheduledEvent(t *testing.T) {
 	require.Contains(t, headers, events.MetaDeliverAt, "the letter keeps the due time")
 
 	broken.Store(false)
-	rs, err := e.admin.RetryMatching(ctx, admin.Filter{Source: "relay", Event: "order.paid"})
-	require.NoError(t, err)
-	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: id, Source: "relay", Outcome: admin.Rebuilt}}, rs)
-	e.deliveredOnce(t, id)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == 1 }, patience, 10*time.Millisecond)
+	e.retryRelayLetter(t, d, id, ids)
 	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []uuid.UUID{id}, ids, "delivered once, with its original id")
+	require.Equal(t, []uuid.UUID{id}, ids.get(), "delivered once, with its original id")
 	row := e.ent.Outbox.Query().OnlyX(ctx)
 	require.Equal(t, headers[events.MetaDeliverAt], row.Headers[events.MetaDeliverAt], "and its due time")
 }
@@ -107,27 +87,14 @@ func TestReplayOfAScheduledEvent(t *testing.T) {
 	e.deliveredOnce(t, id)
 	require.Eventually(t, func() bool { return billing.Load() == 1 }, patience, 10*time.Millisecond)
 
-	var (
-		mu  sync.Mutex
-		got []uuid.UUID
-	)
-	fresh := testent.NewOutboxHandlers(e.client, consumer.WithTopicPrefix(e.prefix))
-	fresh.OnOrderPaid("read-model", func(ctx context.Context, tx *testent.Tx, p *testent.OrderPaid, m events.Meta) error {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, m.EventID)
-		return nil
-	})
-	e.consume(t, fresh)
+	got := e.recordIDs(t, "read-model")
 	n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"},
 		Since: time.Now().Add(-time.Hour)}, admin.ReplayOptions{TopicPrefix: e.prefix})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 1 }, patience, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(got.get()) == 1 }, patience, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []uuid.UUID{id}, got, "the replay reaches the fresh consumer, with the original id")
+	require.Equal(t, []uuid.UUID{id}, got.get(), "the replay reaches the fresh consumer, with the original id")
 	require.Equal(t, int64(1), billing.Load(), "the consumer that handled it skips it")
 	require.Empty(t, e.ent.DeadLetter.Query().AllX(ctx), "no consumer refused it")
 }

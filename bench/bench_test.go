@@ -197,22 +197,8 @@ func TestScheduledRowSpecs(t *testing.T) {
 // The scheduled events the section keeps waiting are pending, of the
 // measured payload's size, and none is due for a day.
 func TestFillScheduled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes to PostgreSQL")
-	}
-	t.Parallel()
 	ctx := context.Background()
-	requireServices(ctx, t)
-	admin, err := pgschema.Open(pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	s, err := newSandbox(ctx, &env{cfg: config{DatabaseURL: pgtest.ServerURL()}, admin: admin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
+	s := testSandbox(ctx, t)
 	if err := s.fillScheduled(ctx, 1000, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -415,22 +401,8 @@ func TestMergeSkewRounds(t *testing.T) {
 // later seq of its aggregate as an inversion, and a second invoice of an
 // event as a duplicate.
 func TestReadSkewEffects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes to PostgreSQL")
-	}
-	t.Parallel()
 	ctx := context.Background()
-	requireServices(ctx, t)
-	admin, err := pgschema.Open(pgtest.ServerURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	s, err := newSandbox(ctx, &env{cfg: config{DatabaseURL: pgtest.ServerURL()}, admin: admin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
+	s := testSandbox(ctx, t)
 	// In insert order: aggregate 1 gets seq 1, 3, 2, 2, 4 (2 comes after 3,
 	// twice), aggregate 2 gets 1, 2; another consumer's invoices are apart.
 	for _, inv := range []struct {
@@ -475,4 +447,25 @@ func TestSkewSpecs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("skewSpecs = %v, want %v", got, want)
 	}
+}
+
+// testSandbox is a sandbox of the test's own, closed when it ends; the test
+// runs in parallel, and is skipped with -short.
+func testSandbox(ctx context.Context, t *testing.T) *sandbox {
+	if testing.Short() {
+		t.Skip("writes to PostgreSQL")
+	}
+	t.Parallel()
+	requireServices(ctx, t)
+	admin, err := pgschema.Open(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	s, err := newSandbox(ctx, &env{cfg: config{DatabaseURL: pgtest.ServerURL()}, admin: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	return s
 }

@@ -99,17 +99,35 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 	}
 	results := []consumerResult{published}
 
+	consumed, err := e.consumerRows(ctx, s, prefix, len(ids))
+	if err != nil {
+		return nil, err
+	}
+	results = append(results, consumed...)
+	floors, err := e.floorRows(ctx, s, ids)
+	if err != nil {
+		return nil, err
+	}
+	return append(results, floors...), nil
+}
+
+// consumerRows drains the published backlog of n events with each kind of
+// consumer in turn, one row each.
+func (e *env) consumerRows(ctx context.Context, s *sandbox, prefix string, n int) ([]consumerResult, error) {
+	cfg := e.cfg
+	topic := prefix + "profiles"
+	var results []consumerResult
 	br, err := broker.Open(ctx, cfg.Broker, broker.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("opening the broker for the consumers: %w", err)
 	}
 	defer br.Close()
 
-	e.progress("consumers: generated handlers draining %d events", len(ids))
-	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids), generatedConsumer,
+	e.progress("consumers: generated handlers draining %d events", n)
+	results = append(results, e.generatedRow(ctx, s, br, prefix, n, generatedConsumer,
 		"generated handlers, 1 instance, default settings (batches of up to 100 events)"))
-	e.progress("consumers: a generated batch handler draining %d events", len(ids))
-	results = append(results, e.batchHandlerRow(ctx, s, br, prefix, len(ids), generatedConsumer+"_bulk",
+	e.progress("consumers: a generated batch handler draining %d events", n)
+	results = append(results, e.batchHandlerRow(ctx, s, br, prefix, n, generatedConsumer+"_bulk",
 		"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), default settings"))
 	if br.Scheme() == "nats" {
 		// One instance with more in flight than the default (128) fills
@@ -118,21 +136,26 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening the broker with max_in_flight=256: %w", err)
 		}
-		e.progress("consumers: generated handlers, max_in_flight=256, draining %d events", len(ids))
-		results = append(results, e.generatedRow(ctx, s, wide, prefix, len(ids), generatedConsumer+"_wide",
+		e.progress("consumers: generated handlers, max_in_flight=256, draining %d events", n)
+		results = append(results, e.generatedRow(ctx, s, wide, prefix, n, generatedConsumer+"_wide",
 			"generated handlers, 1 instance, default settings, broker URL ?max_in_flight=256"))
-		e.progress("consumers: a generated batch handler, max_in_flight=256, draining %d events", len(ids))
-		results = append(results, e.batchHandlerRow(ctx, s, wide, prefix, len(ids), generatedConsumer+"_bulk_wide",
+		e.progress("consumers: a generated batch handler, max_in_flight=256, draining %d events", n)
+		results = append(results, e.batchHandlerRow(ctx, s, wide, prefix, n, generatedConsumer+"_bulk_wide",
 			"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), broker URL ?max_in_flight=256"))
 		_ = wide.Close()
 	}
-	e.progress("consumers: generated handlers, one event per transaction, draining %d events", len(ids))
-	results = append(results, e.generatedRow(ctx, s, br, prefix, len(ids), generatedConsumer+"_alone",
+	e.progress("consumers: generated handlers, one event per transaction, draining %d events", n)
+	results = append(results, e.generatedRow(ctx, s, br, prefix, n, generatedConsumer+"_alone",
 		"generated handlers, 1 instance, 1 event per transaction (WithBatchSize(1))", consumer.WithBatchSize(1)))
-	e.progress("consumers: a hand-written Watermill handler draining %d events", len(ids))
-	results = append(results, e.handWrittenRow(ctx, s, br, topic, len(ids)))
+	e.progress("consumers: a hand-written Watermill handler draining %d events", n)
+	results = append(results, e.handWrittenRow(ctx, s, br, topic, n))
+	return results, nil
+}
 
-	// The floors: the same inserts for the same events, no broker.
+// floorRows are the floors: the same inserts for the same events, no broker.
+func (e *env) floorRows(ctx context.Context, s *sandbox, ids []string) ([]consumerResult, error) {
+	cfg := e.cfg
+	var results []consumerResult
 	uids := make([]uuid.UUID, len(ids))
 	for i, id := range ids {
 		uids[i] = uuid.MustParse(id)
@@ -238,8 +261,7 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
-		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h := newBenchHandlers(s, prefix, opts)
 	h.OnProfileUpdated(consumerName, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
 		orderID, err := strconv.ParseInt(m.AggregateID, 10, 64)
 		if err != nil {
@@ -263,14 +285,20 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 	return res
 }
 
+// newBenchHandlers is the generated handler set of a row: on the
+// sandbox's topics, quiet, with the row's options.
+func newBenchHandlers(s *sandbox, prefix string, opts []consumer.Option) *testent.OutboxHandlers {
+	return testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
+		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+}
+
 // batchHandlerRow is generatedRow with a batch handler: the effects of a
 // shared transaction's events in one multi-row INSERT (CreateBulk).
 func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
-		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
+	h := newBenchHandlers(s, prefix, opts)
 	var calls, given atomic.Int64
 	h.OnProfileUpdatedBatch(consumerName, func(ctx context.Context, tx *testent.Tx, batch []testent.ProfileUpdatedDelivery) error {
 		calls.Add(1)
@@ -312,36 +340,13 @@ func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, 
 	res := consumerResult{name: "a hand-written Watermill handler, serial, 1 event per transaction", process: "bench"}
 	clock := newHandledClock(n)
 	handle := func(msg *message.Message) error {
-		ctx := msg.Context()
-		id, err := uuid.Parse(msg.UUID)
-		if err != nil {
-			return fmt.Errorf("message UUID %q: %w", msg.UUID, err)
-		}
-		var ev testent.ProfileUpdated
-		if err := json.Unmarshal(msg.Payload, &ev); err != nil {
-			return fmt.Errorf("decoding event %s: %w", id, err)
-		}
-		orderID, err := strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateID), 10, 64)
-		if err != nil {
-			return fmt.Errorf("aggregate id of event %s: %w", id, err)
-		}
-		tx, err := s.db.BeginTx(ctx, nil)
+		id, ev, orderID, err := decodeHandWritten(msg)
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback()
-		r, err := tx.ExecContext(ctx, insertProcessed, handWrittenConsumer, id, msg.Metadata.Get(events.MetaEventName))
-		if err != nil {
-			return err
-		}
-		if fresh, err := r.RowsAffected(); err != nil || fresh == 0 {
+		fresh, err := insertHandled(msg.Context(), s.db, handWrittenConsumer, id, msg.Metadata.Get(events.MetaEventName), orderID, int64(ev.Score))
+		if !fresh || err != nil {
 			return err // a duplicate is acknowledged
-		}
-		if _, err := tx.ExecContext(ctx, insertInvoice, orderID, int64(ev.Score), "EUR", handWrittenConsumer); err != nil {
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
 		}
 		clock.committed()
 		return nil
@@ -358,6 +363,42 @@ func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, 
 		return nil
 	})
 	return res
+}
+
+// decodeHandWritten reads a message as a hand-written handler does: its
+// event id, its payload and its aggregate id.
+func decodeHandWritten(msg *message.Message) (id uuid.UUID, ev testent.ProfileUpdated, orderID int64, err error) {
+	if id, err = uuid.Parse(msg.UUID); err != nil {
+		return id, ev, 0, fmt.Errorf("message UUID %q: %w", msg.UUID, err)
+	}
+	if err := json.Unmarshal(msg.Payload, &ev); err != nil {
+		return id, ev, 0, fmt.Errorf("decoding event %s: %w", id, err)
+	}
+	if orderID, err = strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateID), 10, 64); err != nil {
+		return id, ev, 0, fmt.Errorf("aggregate id of event %s: %w", id, err)
+	}
+	return id, ev, orderID, nil
+}
+
+// insertHandled writes the dedupe record of event id and, when it is new
+// (fresh), an invoice, in one transaction; a duplicate writes nothing.
+func insertHandled(ctx context.Context, db *sql.DB, consumerName string, id uuid.UUID, eventName string, orderID, amount int64) (fresh bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	r, err := tx.ExecContext(ctx, insertProcessed, consumerName, id, eventName)
+	if err != nil {
+		return false, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, insertInvoice, orderID, amount, "EUR", consumerName); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
 }
 
 // runRouter runs a router with the handlers add puts on it until clock has
@@ -447,15 +488,13 @@ func (r *consumerResult) checkEffects(ctx context.Context, db *sql.DB, consumerN
 // once: what any consumer of the same effects pays at least.
 func floorRow(ctx context.Context, s *sandbox, name, consumerName string, ids []uuid.UUID, aggregates, conns, perTx int, multiRow bool) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
-	db, err := sql.Open("pgx", withApplicationName(s.url, benchApplicationName))
+	db, err := openWarm(ctx, s.url, conns)
 	if err != nil {
 		res.err = err
 		return res
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	write := func(ctx context.Context, start int) error {
+	write := func(start int) error {
 		end := min(start+perTx, len(ids))
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -474,52 +513,11 @@ func floorRow(ctx context.Context, s *sandbox, name, consumerName string, ids []
 		}
 		return tx.Commit()
 	}
-	// Open the connections before timing.
-	warm := make([]*sql.Conn, conns)
-	for i := range warm {
-		if warm[i], err = db.Conn(ctx); err != nil {
-			res.err = err
-			return res
-		}
-	}
-	for _, c := range warm {
-		c.Close()
-	}
-
-	batches := make(chan int)
-	errs := make(chan error, conns)
-	var wg sync.WaitGroup
 	res.cpuFrom = sampleCPU(nil)
 	start := time.Now()
-	for range conns {
-		wg.Go(func() {
-			for b := range batches {
-				if err := write(ctx, b); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-loop:
-	for b := 0; b < len(ids); b += perTx {
-		select {
-		case batches <- b:
-		case err = <-errs:
-			break loop
-		case <-ctx.Done():
-			err = ctx.Err()
-			break loop
-		}
-	}
-	close(batches)
-	wg.Wait()
+	err = inBatches(ctx, len(ids), perTx, conns, write)
 	res.rate = float64(len(ids)) / time.Since(start).Seconds()
 	res.cpuTo = sampleCPU(nil)
-	close(errs)
-	if err == nil {
-		err = <-errs
-	}
 	if err != nil {
 		res.err = err
 		return res
@@ -527,6 +525,28 @@ loop:
 	res.events = len(ids)
 	res.checkEffects(ctx, s.db, consumerName)
 	return res
+}
+
+// openWarm opens a pool of conns connections to url and opens them all, so
+// that timing starts with them ready.
+func openWarm(ctx context.Context, url string, conns int) (*sql.DB, error) {
+	db, err := sql.Open("pgx", withApplicationName(url, benchApplicationName))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	warm := make([]*sql.Conn, conns)
+	for i := range warm {
+		if warm[i], err = db.Conn(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	for _, c := range warm {
+		c.Close()
+	}
+	return db, nil
 }
 
 func insertOne(ctx context.Context, tx *sql.Tx, consumerName string, id uuid.UUID, i, aggregates int) error {

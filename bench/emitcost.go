@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -58,43 +59,47 @@ func measureEmitCost(ctx context.Context, e *env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding the payload: %w", err)
 	}
-	aggs := e.cfg.Aggregates
-	variants := []*emitVariant{
+	variants := emitVariants(s, string(body), e.cfg.Aggregates)
+	if err := e.timeVariants(ctx, variants); err != nil {
+		return "", err
+	}
+	bare, bare10 := summarizeCost(variants[0].took), summarizeCost(variants[1].took)
+	one, ten := summarizeCost(variants[2].took), summarizeCost(variants[3].took)
+	return fmt.Sprintf("emit cost (%d tx each, interleaved; mean, p50 in brackets):\n"+
+		"  bare INSERT %s/tx (%s); 1 Emit %s/tx (%s) = %.2fx of the bare INSERT\n"+
+		"  10 Emits %s/tx (%s) = %.2fx of 1 Emit; the floor, a bare 10-row INSERT, %s/tx (%s) = %.2fx of the bare INSERT",
+		e.cfg.EmitTx, fmtMs(bare.mean), fmtMs(bare.p50), fmtMs(one.mean), fmtMs(one.p50), ratio(one.mean, bare.mean),
+		fmtMs(ten.mean), fmtMs(ten.p50), ratio(ten.mean, one.mean),
+		fmtMs(bare10.mean), fmtMs(bare10.p50), ratio(bare10.mean, bare.mean)), nil
+}
+
+// emitVariants are the transactions compared, in the order the report
+// reads them: bare INSERT, bare 10-row INSERT, 1 Emit, 10 Emits.
+func emitVariants(s *sandbox, body string, aggs int) []*emitVariant {
+	// row is the bare INSERT's arguments for the event of aggregate n.
+	row := func(n int) ([]any, error) {
+		id, err := uuid.NewV7()
+		return []any{id, "profile.updated", 1, "profiles", "Profile", aggregateID(n, aggs), body, nil}, err
+	}
+	return []*emitVariant{
 		{name: "bare INSERT", run: func(ctx context.Context, i int) error {
-			tx, err := s.db.BeginTx(ctx, nil)
+			args, err := row(i)
 			if err != nil {
 				return err
 			}
-			defer tx.Rollback()
-			id, err := uuid.NewV7()
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, bareInsert, id, "profile.updated", 1, "profiles", "Profile",
-				aggregateID(i, aggs), string(body), nil); err != nil {
-				return err
-			}
-			return tx.Commit()
+			return execTx(ctx, s.db, bareInsert, args)
 		}},
 		// The floor for ten rows: one statement, as Emit's batch writes them.
 		{name: "bare 10-row INSERT", run: func(ctx context.Context, i int) error {
-			tx, err := s.db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
 			args := make([]any, 0, 80)
 			for k := range 10 {
-				id, err := uuid.NewV7()
+				r, err := row(i*10 + k)
 				if err != nil {
 					return err
 				}
-				args = append(args, id, "profile.updated", 1, "profiles", "Profile", aggregateID(i*10+k, aggs), string(body), nil)
+				args = append(args, r...)
 			}
-			if _, err := tx.ExecContext(ctx, bareInsert10, args...); err != nil {
-				return err
-			}
-			return tx.Commit()
+			return execTx(ctx, s.db, bareInsert10, args)
 		}},
 		{name: "1 Emit", run: func(ctx context.Context, i int) error {
 			return s.client.WithTx(ctx, func(tx *testent.Tx) error {
@@ -112,11 +117,29 @@ func measureEmitCost(ctx context.Context, e *env) (string, error) {
 			})
 		}},
 	}
+}
+
+// execTx runs one statement in a transaction of its own.
+func execTx(ctx context.Context, db *sql.DB, query string, args []any) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// timeVariants runs each variant --emit-tx times, interleaved, after a
+// warm-up, and records how long each transaction took.
+func (e *env) timeVariants(ctx context.Context, variants []*emitVariant) error {
 	// Warm the connection and the statement caches before timing.
 	for i := range 20 {
 		for _, v := range variants {
 			if err := v.run(ctx, i); err != nil {
-				return "", fmt.Errorf("emit cost, %s: %w", v.name, err)
+				return fmt.Errorf("emit cost, %s: %w", v.name, err)
 			}
 		}
 	}
@@ -126,19 +149,12 @@ func measureEmitCost(ctx context.Context, e *env) (string, error) {
 			v := variants[(i+k)%len(variants)] // rotate who goes first
 			start := time.Now()
 			if err := v.run(ctx, i); err != nil {
-				return "", fmt.Errorf("emit cost, %s: %w", v.name, err)
+				return fmt.Errorf("emit cost, %s: %w", v.name, err)
 			}
 			v.took = append(v.took, time.Since(start))
 		}
 	}
-	bare, bare10 := summarizeCost(variants[0].took), summarizeCost(variants[1].took)
-	one, ten := summarizeCost(variants[2].took), summarizeCost(variants[3].took)
-	return fmt.Sprintf("emit cost (%d tx each, interleaved; mean, p50 in brackets):\n"+
-		"  bare INSERT %s/tx (%s); 1 Emit %s/tx (%s) = %.2fx of the bare INSERT\n"+
-		"  10 Emits %s/tx (%s) = %.2fx of 1 Emit; the floor, a bare 10-row INSERT, %s/tx (%s) = %.2fx of the bare INSERT",
-		e.cfg.EmitTx, fmtMs(bare.mean), fmtMs(bare.p50), fmtMs(one.mean), fmtMs(one.p50), ratio(one.mean, bare.mean),
-		fmtMs(ten.mean), fmtMs(ten.p50), ratio(ten.mean, one.mean),
-		fmtMs(bare10.mean), fmtMs(bare10.p50), ratio(bare10.mean, bare.mean)), nil
+	return nil
 }
 
 type cost struct{ mean, p50 time.Duration }

@@ -58,23 +58,36 @@ func prefill(ctx context.Context, client *testent.Client, n, aggregates int) ([]
 		}
 		ids[i] = id.String()
 	}
+	err := inBatches(ctx, n, perTx, workers, func(start int) error {
+		end := min(start+perTx, n)
+		err := client.WithTx(ctx, func(tx *testent.Tx) error {
+			for i := start; i < end; i++ {
+				if err := emitOne(ctx, tx, ids[i], i, aggregates); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("emitting events %d to %d: %w", start, end, err)
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// inBatches calls write with the start of each batch of perTx out of n,
+// from workers goroutines at once, until all are written or one fails, and
+// returns the first error.
+func inBatches(ctx context.Context, n, perTx, workers int, write func(start int) error) error {
 	batches := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for start := range batches {
-				end := min(start+perTx, n)
-				err := client.WithTx(ctx, func(tx *testent.Tx) error {
-					for i := start; i < end; i++ {
-						if err := emitOne(ctx, tx, ids[i], i, aggregates); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- fmt.Errorf("emitting events %d to %d: %w", start, end, err)
+				if err := write(start); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -98,7 +111,7 @@ loop:
 	if err == nil {
 		err = <-errs // nil once closed and empty
 	}
-	return ids, err
+	return err
 }
 
 func emitOne(ctx context.Context, tx *testent.Tx, id string, i, aggregates int, opts ...events.EmitOption) error {

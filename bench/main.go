@@ -199,41 +199,64 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	defer e.close()
 	conns := watchConnections(e.admin)
-
-	results := make([]result, 0, len(specs))
-	for _, s := range specs {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		e.progress("== %s", s.name)
-		results = append(results, measureRow(ctx, e, s))
-	}
-	var emitLine string
-	if cfg.EmitTx > 0 {
-		e.progress("== emit cost")
-		if emitLine, err = measureEmitCost(ctx, e); err != nil {
-			emitLine = "emit cost: n/a (" + firstLine(err) + ")"
-		}
-	}
-	var consumers []consumerResult
-	var consumersErr error
-	if cfg.ConsumerEvents > 0 {
-		e.progress("== consumers")
-		consumers, consumersErr = measureConsumers(ctx, e)
-	}
-	var skew []skewResult
-	var skewErr error
-	if cfg.SkewEvents > 0 {
-		e.progress("== consumers, key skew")
-		skew, skewErr = measureSkew(ctx, e)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	rep, err := measureAll(ctx, e, specs)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's partition subjects, T.*)\n",
 		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker))
 	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
-	relays, scheduled := splitScheduled(results)
+	if err := rep.print(out, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	conns.print(out)
+	return nil
+}
+
+// report is what one run measured; a section that could not run has its
+// error instead.
+type report struct {
+	results      []result
+	emitLine     string
+	consumers    []consumerResult
+	consumersErr error
+	skew         []skewResult
+	skewErr      error
+}
+
+// measureAll measures each row, then the sections the flags ask for.
+func measureAll(ctx context.Context, e *env, specs []rowSpec) (report, error) {
+	var rep report
+	rep.results = make([]result, 0, len(specs))
+	for _, s := range specs {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		e.progress("== %s", s.name)
+		rep.results = append(rep.results, measureRow(ctx, e, s))
+	}
+	if e.cfg.EmitTx > 0 {
+		e.progress("== emit cost")
+		var err error
+		if rep.emitLine, err = measureEmitCost(ctx, e); err != nil {
+			rep.emitLine = "emit cost: n/a (" + firstLine(err) + ")"
+		}
+	}
+	if e.cfg.ConsumerEvents > 0 {
+		e.progress("== consumers")
+		rep.consumers, rep.consumersErr = measureConsumers(ctx, e)
+	}
+	if e.cfg.SkewEvents > 0 {
+		e.progress("== consumers, key skew")
+		rep.skew, rep.skewErr = measureSkew(ctx, e)
+	}
+	return rep, ctx.Err()
+}
+
+// print writes the report's tables, section by section.
+func (rep report) print(out io.Writer, cfg config) error {
+	relays, scheduled := splitScheduled(rep.results)
 	if len(relays) > 0 {
 		if err := printTable(out, relays); err != nil {
 			return err
@@ -249,25 +272,21 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		}
 		printDrainCPU(out, scheduled)
 	}
-	if emitLine != "" {
-		fmt.Fprintln(out, emitLine)
+	if rep.emitLine != "" {
+		fmt.Fprintln(out, rep.emitLine)
 	}
-	if consumersErr != nil {
-		fmt.Fprintf(out, "\nconsumers: n/a (%s)\n", firstLine(consumersErr))
-	} else if len(consumers) > 0 {
-		if err := printConsumerTable(out, cfg, consumers); err != nil {
+	if rep.consumersErr != nil {
+		fmt.Fprintf(out, "\nconsumers: n/a (%s)\n", firstLine(rep.consumersErr))
+	} else if len(rep.consumers) > 0 {
+		if err := printConsumerTable(out, cfg, rep.consumers); err != nil {
 			return err
 		}
 	}
-	if skewErr != nil {
-		fmt.Fprintf(out, "\nconsumers, key skew: n/a (%s)\n", firstLine(skewErr))
-	} else if len(skew) > 0 {
-		if err := printSkewTable(out, cfg, skew); err != nil {
-			return err
-		}
+	if rep.skewErr != nil {
+		fmt.Fprintf(out, "\nconsumers, key skew: n/a (%s)\n", firstLine(rep.skewErr))
+	} else if len(rep.skew) > 0 {
+		return printSkewTable(out, cfg, rep.skew)
 	}
-	fmt.Fprintln(out)
-	conns.print(out)
 	return nil
 }
 
@@ -357,14 +376,7 @@ func printTable(out io.Writer, results []result) error {
 		if r.nearRate > 0 {
 			nearRate = thousands(int64(r.nearRate))
 		}
-		drain := "-"
-		if r.drainRate > 0 {
-			drain = thousands(int64(r.drainRate + 0.5))
-		}
-		rss := "-"
-		if r.peakKB > 0 {
-			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
-		}
+		drain, rss := r.drainCell(), r.rssCell()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name, drain,
 			fmtDur(r.latency.p50, r.latency.n), fmtDur(r.latency.p99, r.latency.n), fmtDur(r.latency.max, r.latency.n),
 			nearRate, fmtDur(r.near.p50, r.near.n), fmtDur(r.near.p99, r.near.n),
@@ -373,31 +385,47 @@ func printTable(out io.Writer, results []result) error {
 	return tw.Flush()
 }
 
+// drainCell is the row's drain rate as the tables show it, "-" when not
+// measured.
+func (r result) drainCell() string {
+	if r.drainRate > 0 {
+		return thousands(int64(r.drainRate + 0.5))
+	}
+	return "-"
+}
+
+// rssCell is the row's peak RSS as the tables show it, "-" when not
+// measured.
+func (r result) rssCell() string {
+	if r.peakKB > 0 {
+		return fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
+	}
+	return "-"
+}
+
 // printDrainCPU says, per row, where the CPU of the drain went: every
 // process shares the machine, so the drain rate is what they leave each
 // other.
 func printDrainCPU(out io.Writer, results []result) {
-	header := false
+	printPerRow(out, results, "drain CPU per event, from /proc (relay processes, PostgreSQL, the broker, this bench's receiver, the rest):",
+		func(r result) string { return r.drainCPU })
+	printPerRow(out, results, "near-limit CPU per event, emitting and relaying at once (the bench column is the emitter and receiver):",
+		func(r result) string { return r.nearCPU })
+}
+
+// printPerRow writes header and then each row's name and value, unless
+// no row has a value.
+func printPerRow(out io.Writer, results []result, header string, value func(result) string) {
 	for _, r := range results {
-		if r.drainCPU == "" {
+		v := value(r)
+		if v == "" {
 			continue
 		}
-		if !header {
-			fmt.Fprintln(out, "drain CPU per event, from /proc (relay processes, PostgreSQL, the broker, this bench's receiver, the rest):")
-			header = true
+		if header != "" {
+			fmt.Fprintln(out, header)
+			header = ""
 		}
-		fmt.Fprintf(out, "  %s: %s\n", r.name, r.drainCPU)
-	}
-	header = false
-	for _, r := range results {
-		if r.nearCPU == "" {
-			continue
-		}
-		if !header {
-			fmt.Fprintln(out, "near-limit CPU per event, emitting and relaying at once (the bench column is the emitter and receiver):")
-			header = true
-		}
-		fmt.Fprintf(out, "  %s: %s\n", r.name, r.nearCPU)
+		fmt.Fprintf(out, "  %s: %s\n", r.name, v)
 	}
 }
 

@@ -141,26 +141,8 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		return fmt.Errorf("subscribing: %w", err)
 	}
 	defer recv.close()
-
-	// Before the probe, so that a WAL relay's slot, made then, does not
-	// decode them: scheduled over days, they would have been decoded long
-	// before.
-	if spec.waiting > 0 {
-		e.progress("inserting %d scheduled events due days ahead", spec.waiting)
-		if err := s.fillScheduled(ctx, spec.waiting, cfg.Aggregates); err != nil {
-			return err
-		}
-	}
-	// A relay that cannot run at all (an unknown --path) exits at once: find
-	// out before spending time on emitting.
-	if err := e.probe(s, spec, prefix); err != nil {
+	if err := e.prepare(ctx, s, spec, prefix); err != nil {
 		return err
-	}
-	if cfg.Retained > 0 {
-		e.progress("inserting %d retained delivered rows", cfg.Retained)
-		if err := s.retain(ctx, cfg.Retained, cfg.Aggregates, spec.path == string(relay.PathCompatible)); err != nil {
-			return err
-		}
 	}
 
 	// Drain: everything is committed before the relay starts.
@@ -181,6 +163,51 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 			_ = rs.stop()
 		}
 	}()
+	if err := e.profiledDrain(ctx, s, spec, recv, rs, ids, start, res); err != nil {
+		return err
+	}
+
+	if spec.lateness {
+		e.progress("scheduled load: %d events/s due for %s, each emitted %s ahead", cfg.Rate, cfg.LatencyDuration, scheduledLead)
+		res.late = e.latenessPhase(ctx, s, recv, rs, res)
+		return e.finishRow(recv, rs, res, &stopped)
+	}
+	e.pacedPhases(ctx, s, recv, rs, res)
+	return e.finishRow(recv, rs, res, &stopped)
+}
+
+// prepare fills the empty sandbox with what the row waits beside (scheduled
+// events, retained rows) and probes its relays.
+func (e *env) prepare(ctx context.Context, s *sandbox, spec rowSpec, prefix string) error {
+	cfg := e.cfg
+	// Before the probe, so that a WAL relay's slot, made then, does not
+	// decode them: scheduled over days, they would have been decoded long
+	// before.
+	if spec.waiting > 0 {
+		e.progress("inserting %d scheduled events due days ahead", spec.waiting)
+		if err := s.fillScheduled(ctx, spec.waiting, cfg.Aggregates); err != nil {
+			return err
+		}
+	}
+	// A relay that cannot run at all (an unknown --path) exits at once: find
+	// out before spending time on emitting.
+	if err := e.probe(s, spec, prefix); err != nil {
+		return err
+	}
+	if cfg.Retained > 0 {
+		e.progress("inserting %d retained delivered rows", cfg.Retained)
+		if err := s.retain(ctx, cfg.Retained, cfg.Aggregates, spec.path == string(relay.PathCompatible)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// profiledDrain drains as drain does, profiling the first relay meanwhile
+// when --relay-profile asks.
+func (e *env) profiledDrain(ctx context.Context, s *sandbox, spec rowSpec, recv *receiver, rs *relaySet, ids []string,
+	start time.Time, res *result) error {
+	cfg := e.cfg
 	cpuFrom := sampleCPU(rs.pids())
 	var profiled <-chan error
 	if cfg.RelayProfile != "" {
@@ -196,13 +223,13 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 			res.note("profile: %v", err)
 		}
 	}
+	return nil
+}
 
-	if spec.lateness {
-		e.progress("scheduled load: %d events/s due for %s, each emitted %s ahead", cfg.Rate, cfg.LatencyDuration, scheduledLead)
-		res.late = e.latenessPhase(ctx, s, recv, rs, res)
-		return e.finishRow(recv, rs, res, &stopped)
-	}
-
+// pacedPhases measures the latencies of a paced load, of one near the
+// drain limit and of one while transactions are held open.
+func (e *env) pacedPhases(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, res *result) {
+	cfg := e.cfg
 	e.progress("paced load: %d events/s for %s", cfg.Rate, cfg.LatencyDuration)
 	res.latency = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.LatencyDuration, nil, res, "latency")
 
@@ -228,7 +255,6 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	} else {
 		res.held = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.Hold, held, res, "held-tx")
 	}
-	return e.finishRow(recv, rs, res, &stopped)
 }
 
 // finishRow records the relays' peak memory and how they ended, stops

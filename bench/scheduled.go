@@ -192,14 +192,7 @@ func printScheduledTable(out io.Writer, results []result) error {
 			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", r.name, strings.Repeat("\tn/a", 8), firstLine(r.err))
 			continue
 		}
-		drain := "-"
-		if r.drainRate > 0 {
-			drain = thousands(int64(r.drainRate + 0.5))
-		}
-		rss := "-"
-		if r.peakKB > 0 {
-			rss = fmt.Sprintf("%d MB", (r.peakKB+512)/1024)
-		}
+		drain, rss := r.drainCell(), r.rssCell()
 		early := "-"
 		if r.late.n > 0 {
 			early = thousands(int64(r.late.early))

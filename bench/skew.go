@@ -443,40 +443,17 @@ func addSkewGenerated(in *skewInstance, prefix, name string) error {
 // particular order.
 func skewHandWritten(in *skewInstance, name string) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
-		ctx := msg.Context()
-		id, err := uuid.Parse(msg.UUID)
+		id, _, orderID, err := decodeHandWritten(msg)
 		if err != nil {
-			return fmt.Errorf("message UUID %q: %w", msg.UUID, err)
-		}
-		var ev testent.ProfileUpdated
-		if err := json.Unmarshal(msg.Payload, &ev); err != nil {
-			return fmt.Errorf("decoding event %s: %w", id, err)
-		}
-		orderID, err := strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateID), 10, 64)
-		if err != nil {
-			return fmt.Errorf("aggregate id of event %s: %w", id, err)
+			return err
 		}
 		seq, err := strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateSeq), 10, 64)
 		if err != nil {
 			return fmt.Errorf("aggregate seq of event %s: %w", id, err)
 		}
-		tx, err := in.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		r, err := tx.ExecContext(ctx, insertProcessed, name, id, msg.Metadata.Get(events.MetaEventName))
-		if err != nil {
-			return err
-		}
-		if fresh, err := r.RowsAffected(); err != nil || fresh == 0 {
+		fresh, err := insertHandled(msg.Context(), in.db, name, id, msg.Metadata.Get(events.MetaEventName), orderID, seq)
+		if !fresh || err != nil {
 			return err // a duplicate is acknowledged
-		}
-		if _, err := tx.ExecContext(ctx, insertInvoice, orderID, seq, "EUR", name); err != nil {
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return err
 		}
 		in.committed(1)
 		return nil

@@ -25,13 +25,7 @@ func TestAMQPPartitionsRouteByAggregate(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 
-	sub, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ps, ok := sub.(PartitionSubscriber)
-	require.True(t, ok, "a RabbitMQ subscriber reads by partition")
-	n, err := ps.Partitions(ctx, topic) // declares the group's queues
-	require.NoError(t, err)
-	require.Equal(t, DefaultPartitions+1, n, "16 partitions and the rest")
+	ps := groupPartitions(ctx, t, b, topic, DefaultPartitions+1) // declares the group's queues
 	wsub, err := b.Subscriber("whole")
 	require.NoError(t, err)
 	whole, err := wsub.Subscribe(ctx, topic)
@@ -42,10 +36,7 @@ func TestAMQPPartitionsRouteByAggregate(t *testing.T) {
 	byPartition := splitByPartition(sent, DefaultPartitions)
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one partition")
 	for k := range DefaultPartitions {
-		ch, err := ps.SubscribePartition(ctx, topic, k)
-		require.NoError(t, err)
-		assertSame(t, byPartition[k], receive(ctx, t, ch, len(byPartition[k])), true)
-		assertNothingMore(t, ch, 200*time.Millisecond)
+		requirePartition(ctx, t, ps, topic, k, byPartition[k], 200*time.Millisecond)
 	}
 	_, err = ps.SubscribePartition(ctx, topic, DefaultPartitions+1)
 	require.ErrorContains(t, err, "no partition 17")

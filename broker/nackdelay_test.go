@@ -16,12 +16,7 @@ import (
 // here are lower bounds, which a loaded machine only lengthens.)
 func TestNATSNackDelay(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.nackdelay." + randomSuffix()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, natsSetup(t, topic)+"?max_in_flight=1")
-	sent := newMessages(2)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "nackdelay", "?max_in_flight=1", 2)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 	testNackDelay(ctx, t, ch, sent, 3*time.Second)
 }

@@ -20,11 +20,7 @@ import (
 // topic still gets every message.
 func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.parts." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=4"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "parts", "?partitions=4")
 	sent := aggregateMessages(40, 10)
 	publish(t, b, topic, sent)
 
@@ -32,20 +28,11 @@ func TestNATSPartitionsRouteByAggregate(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, natsSubjects(topic, 4), stream.CachedInfo().Config.Subjects)
 
-	sub, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ps, ok := sub.(PartitionSubscriber)
-	require.True(t, ok, "a NATS subscriber reads by partition")
-	n, err := ps.Partitions(ctx, topic)
-	require.NoError(t, err)
-	require.Equal(t, 5, n, "4 partitions and the topic's own subject")
+	ps := groupPartitions(ctx, t, b, topic, 5) // 4 and the topic's own subject
 	byPartition := splitByPartition(sent, 4)
 	require.Greater(t, len(byPartition), 1, "10 aggregates land in more than one of 4 partitions")
-	for k := range n - 1 { // the keyed ones; the last is read below
-		ch, err := ps.SubscribePartition(ctx, topic, k)
-		require.NoError(t, err)
-		assertSame(t, byPartition[k], receive(ctx, t, ch, len(byPartition[k])), true)
-		assertNothingMore(t, ch, 300*time.Millisecond)
+	for k := range 4 { // the keyed ones; the last is read below
+		requirePartition(ctx, t, ps, topic, k, byPartition[k], 300*time.Millisecond)
 	}
 	_, err = ps.SubscribePartition(ctx, topic, 5)
 	require.ErrorContains(t, err, "no partition 5")
@@ -102,11 +89,7 @@ func TestNATSWholeStreamStaysWhole(t *testing.T) {
 // each partition after what it acked: nothing acked comes again.
 func TestNATSPartitionConsumersStartAfterTheWholeOne(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.switch." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=2"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "switch", "?partitions=2")
 	sent := newMessages(10)
 	publish(t, b, topic, sent[:4])
 	first, ch := natsMember(ctx, t, b, "g", topic)

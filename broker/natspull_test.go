@@ -31,6 +31,37 @@ func natsOpen(ctx context.Context, t testing.TB, rawURL string) Broker {
 	return b
 }
 
+// natsStart begins a NATS test: a topic of its own named for what it
+// tests, its stream deleted at the end, a context bounded by patience
+// (cancelled first at the end) and the broker opened with query.
+func natsStart(t *testing.T, what, query string) (context.Context, Broker, string) {
+	t.Helper()
+	topic := "entoutbox." + what + "." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	b := natsOpen(ctx, t, natsSetup(t, topic)+query)
+	t.Cleanup(cancel)
+	return ctx, b, topic
+}
+
+// natsPublished is natsStart with n messages published on the topic.
+func natsPublished(t *testing.T, what, query string, n int) (context.Context, Broker, string, []sentMessage) {
+	t.Helper()
+	ctx, b, topic := natsStart(t, what, query)
+	sent := newMessages(n)
+	publish(t, b, topic, sent)
+	return ctx, b, topic, sent
+}
+
+// requireRedelivered takes the next message from ch, acks it and asserts
+// it is held, delivered a second time.
+func requireRedelivered(ctx context.Context, t *testing.T, ch <-chan *message.Message, held *message.Message) {
+	t.Helper()
+	again := take(ctx, t, ch, 1)[0]
+	again.Ack()
+	assert.Equal(t, held.UUID, again.UUID)
+	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+}
+
 // natsMember subscribes a new member of group to topic.
 func natsMember(ctx context.Context, t *testing.T, b Broker, group, topic string) (message.Subscriber, <-chan *message.Message) {
 	t.Helper()
@@ -44,17 +75,7 @@ func natsMember(ctx context.Context, t *testing.T, b Broker, group, topic string
 // take receives n messages from ch without acking them.
 func take(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int) []*message.Message {
 	t.Helper()
-	var got []*message.Message
-	for len(got) < n {
-		select {
-		case m, ok := <-ch:
-			require.True(t, ok, "subscription closed after %d of %d messages", len(got), n)
-			got = append(got, m)
-		case <-ctx.Done():
-			t.Fatalf("received %d of %d messages: %v", len(got), n, ctx.Err())
-		}
-	}
-	return got
+	return collect(ctx, t, ch, n, false)
 }
 
 // assertNoneFor checks nothing arrives on ch for a while, without acking
@@ -98,13 +119,7 @@ func natsAckPending(ctx context.Context, t testing.TB, group, topic string, want
 // are acked; a nacked one comes again, counted.
 func TestNATSManyInFlight(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.inflight." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?max_in_flight=50"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(120)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "inflight", "?max_in_flight=50", 120)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 
 	held := take(ctx, t, ch, 50)
@@ -171,13 +186,7 @@ func TestNATSManyInFlight(t *testing.T) {
 // some it cannot take.
 func TestNATSNoRedeliveryAtAnySpeed(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.slow." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1s&max_in_flight=10"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(30)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "slow", "?ack_wait=1s&max_in_flight=10", 30)
 	_, ch := natsMember(ctx, t, b, "g", topic)
 
 	deliveries := newSyncLists()
@@ -214,13 +223,7 @@ func natsMemberOf(sub message.Subscriber) *natsSubscriber {
 // a handler that never answers here (see the next test).
 func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.close." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1h&max_in_flight=4"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(4)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "close", "?ack_wait=1h&max_in_flight=4", 4)
 	first, ch := natsMember(ctx, t, b, "g", topic)
 	natsMemberOf(first).closeWait = time.Hour
 	out := take(ctx, t, ch, 2) // the other two stay in the subscriber
@@ -248,21 +251,12 @@ func TestNATSCloseHandsMessagesToOtherMembers(t *testing.T) {
 // given natsCloseWait; then Close naks its message, for another member.
 func TestNATSCloseNaksWhatAHandlerKeeps(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.keeps." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1h"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(1)
-	publish(t, b, topic, sent)
+	ctx, b, topic, _ := natsPublished(t, "keeps", "?ack_wait=1h", 1)
 	first, ch := natsMember(ctx, t, b, "g", topic)
 	kept := take(ctx, t, ch, 1)[0]
 	_, other := natsMember(ctx, t, b, "g", topic)
 	require.NoError(t, first.Close())
-	again := take(ctx, t, other, 1)[0]
-	again.Ack()
-	assert.Equal(t, kept.UUID, again.UUID)
-	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+	requireRedelivered(ctx, t, other, kept)
 }
 
 // assertSameIgnoringCount is assertSame for messages delivered again.
@@ -278,21 +272,12 @@ func assertSameIgnoringCount(t *testing.T, want []sentMessage, got []*message.Me
 // are in progress: they come again after the ack wait, to another member.
 func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.lost." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?ack_wait=1s"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(1)
-	publish(t, b, topic, sent)
+	ctx, b, topic, _ := natsPublished(t, "lost", "?ack_wait=1s", 1)
 	lost, ch := natsMember(ctx, t, b, "g", topic)
 	held := take(ctx, t, ch, 1)[0]
 	natsMemberOf(lost).nc.Close()
 	_, other := natsMember(ctx, t, b, "g", topic)
-	again := take(ctx, t, other, 1)[0]
-	again.Ack()
-	assert.Equal(t, held.UUID, again.UUID)
-	assert.Equal(t, "2", again.Metadata.Get(events.MetaDeliveryCount))
+	requireRedelivered(ctx, t, other, held)
 	held.Nack() // lets the lost member's Close return at once
 }
 
@@ -303,14 +288,8 @@ func TestNATSRedeliversWhatALostMemberHeld(t *testing.T) {
 // comes again (consumers dedupe it).
 func TestNATSReplacesAnEarlierPushConsumer(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.migrate." + randomSuffix()
 	group := "g-" + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(10)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "migrate", "?partitions=0", 10) // earlier versions made whole streams
 
 	js := natsJS(t)
 	stream, push := natsName(topic), natsPushConsumerName(group, topic)
@@ -395,13 +374,7 @@ func (r racingJetStream) CreateConsumer(ctx context.Context, stream string, cfg 
 // pull consumer second joins the first one's, which starts no later.
 func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.race." + randomSuffix()
-	rawURL := natsSetup(t, topic) + "?partitions=0" // earlier versions made whole streams
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
-	sent := newMessages(6)
-	publish(t, b, topic, sent)
+	ctx, b, topic, sent := natsPublished(t, "race", "?partitions=0", 6) // earlier versions made whole streams
 	js := natsJS(t)
 	natsEarlierPushConsumer(ctx, t, js, "g", topic, len(sent), 0, 1, 2, 3) // ack floor 4
 
@@ -425,11 +398,7 @@ func TestNATSJoinsThePullConsumerAnotherMemberMade(t *testing.T) {
 // status of the pull protocol: it is delivered.
 func TestNATSDeliversAMessageThatLooksLikeAStatus(t *testing.T) {
 	t.Parallel()
-	topic := "entoutbox.status." + randomSuffix()
-	rawURL := natsSetup(t, topic)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	b := natsOpen(ctx, t, rawURL)
+	ctx, b, topic := natsStart(t, "status", "")
 	sent := []sentMessage{{uuid: watermill.NewUUID(), metadata: map[string]string{"Status": "408", "Description": "Request Timeout"}}}
 	publish(t, b, topic, sent)
 	_, ch := natsMember(ctx, t, b, "g", topic)

@@ -48,18 +48,9 @@ func TestRedisPartitionsRouteByAggregate(t *testing.T) {
 		assert.EqualValues(t, len(byPartition[k]), rc.XLen(ctx, partitionName(topic, k)).Val(), "stream of partition %d", k)
 	}
 
-	sub, err := b.Subscriber("g")
-	require.NoError(t, err)
-	ps, ok := sub.(PartitionSubscriber)
-	require.True(t, ok, "a Redis subscriber reads by partition")
-	n, err := ps.Partitions(ctx, topic)
-	require.NoError(t, err)
-	require.Equal(t, 5, n, "4 partitions and the topic's own stream")
+	ps := groupPartitions(ctx, t, b, topic, 5) // 4 and the topic's own stream
 	for k := range 4 {
-		ch, err := ps.SubscribePartition(ctx, topic, k)
-		require.NoError(t, err)
-		assertSame(t, byPartition[k], receive(ctx, t, ch, len(byPartition[k])), true)
-		assertNothingMore(t, ch, 300*time.Millisecond)
+		requirePartition(ctx, t, ps, topic, k, byPartition[k], 300*time.Millisecond)
 	}
 	_, err = ps.SubscribePartition(ctx, topic, 5)
 	require.ErrorContains(t, err, "no partition 5")

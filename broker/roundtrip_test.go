@@ -97,6 +97,31 @@ func aggregateMessages(n, aggregates int) []sentMessage {
 	return sent
 }
 
+// groupPartitions subscribes a member of group "g" by partition and
+// requires topic to have want partitions: the keyed ones and the rest.
+func groupPartitions(ctx context.Context, t *testing.T, b Broker, topic string, want int) PartitionSubscriber {
+	t.Helper()
+	sub, err := b.Subscriber("g")
+	require.NoError(t, err)
+	ps, ok := sub.(PartitionSubscriber)
+	require.True(t, ok, "a %s subscriber reads by partition", b.Scheme())
+	n, err := ps.Partitions(ctx, topic)
+	require.NoError(t, err)
+	require.Equal(t, want, n, "%d partitions and the rest", want-1)
+	return ps
+}
+
+// requirePartition subscribes to partition k of topic and requires want
+// from it, in order, and nothing more for quiet.
+func requirePartition(ctx context.Context, t *testing.T, ps PartitionSubscriber, topic string, k int, want []sentMessage,
+	quiet time.Duration) {
+	t.Helper()
+	ch, err := ps.SubscribePartition(ctx, topic, k)
+	require.NoError(t, err)
+	assertSame(t, want, receive(ctx, t, ch, len(want)), true)
+	assertNothingMore(t, ch, quiet)
+}
+
 // splitByPartition groups sent by partition out of n, each in send order.
 func splitByPartition(sent []sentMessage, n int) map[int][]sentMessage {
 	parts := map[int][]sentMessage{}
@@ -125,13 +150,22 @@ func publish(t *testing.T, b Broker, topic string, msgs []sentMessage) {
 // receive takes n messages from ch, acking each.
 func receive(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int) []*message.Message {
 	t.Helper()
+	return collect(ctx, t, ch, n, true)
+}
+
+// collect takes n messages from ch, acking each as it comes when ack is
+// set (a subscriber that holds few in flight hands out the rest only then).
+func collect(ctx context.Context, t *testing.T, ch <-chan *message.Message, n int, ack bool) []*message.Message {
+	t.Helper()
 	var got []*message.Message
 	for len(got) < n {
 		select {
 		case m, ok := <-ch:
 			require.True(t, ok, "subscription closed after %d of %d messages", len(got), n)
 			got = append(got, m)
-			m.Ack()
+			if ack {
+				m.Ack()
+			}
 		case <-ctx.Done():
 			t.Fatalf("received %d of %d messages: %v", len(got), n, ctx.Err())
 		}

@@ -87,105 +87,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, errors.New("metrics: registerer is nil")
 	}
 	m := &Metrics{
-		relayPublished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_relay_published_total",
-			Help: "Publishes of outbox events to the broker, by outbox topic and result (ok, error).",
-		}, []string{"topic", "result"}),
-		relayPublishDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "entoutbox_relay_publish_duration_seconds",
-			Help:    "How long a publish to the broker took, until it acknowledged or failed, by outbox topic.",
-			Buckets: latencyBuckets,
-		}, []string{"topic"}),
-		relayDeliveryLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "entoutbox_relay_delivery_lag_seconds",
-			Help:    "Time from an event's write (its row's created_at) to the broker's acknowledgement, by outbox topic.",
-			Buckets: lagBuckets,
-		}, []string{"topic"}),
-		scheduledLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "entoutbox_scheduled_lateness_seconds",
-			Help: "Time from a scheduled event's due time (events.DeliverAt, by the database's clock) to the broker's " +
-				"acknowledgement (by the relay's clock), by outbox topic.",
-			Buckets: latenessBuckets,
-		}, []string{"topic"}),
-		scheduledPromoted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "entoutbox_scheduled_promoted_total",
-			Help: "Scheduled events this process's relay moved into the outbox once due, where they take their place in their aggregate's order.",
-		}),
-		scheduledPromoteFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "entoutbox_scheduled_promote_failures_total",
-			Help: "Failed attempts of this process's relay to move due scheduled events into the outbox (retried with backoff).",
-		}),
-		relayRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_relay_retries_total",
-			Help: "Failed publishes that will be tried again, by outbox topic.",
-		}, []string{"topic"}),
-		relayDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_relay_dead_lettered_total",
-			Help: "Outbox rows the relay set aside as dead letters, by reason (max_attempts, permanent, malformed).",
-		}, []string{"reason"}),
-		relayClaimDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "entoutbox_relay_claim_duration_seconds",
-			Help:    "How long a claim of outbox rows took (fast path).",
-			Buckets: latencyBuckets,
-		}),
-		relayClaimRows: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "entoutbox_relay_claim_rows",
-			Help:    "Rows one claim took (fast path).",
-			Buckets: []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000},
-		}),
-		relayLeaseRenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "entoutbox_relay_lease_renewal_failures_total",
-			Help: "Failed renewals of the partitions' leases (fast path).",
-		}),
-		consumerDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_consumer_deliveries_total",
-			Help: "Handler runs by consumer, event and result (handled, duplicate, retried, dead_lettered).",
-		}, []string{"consumer", "event", "result"}),
-		consumerDeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_consumer_dead_lettered_total",
-			Help: "Events a consumer set aside as dead letters, by consumer and reason (max_attempts, malformed, " +
-				"unknown_event, held, previous_missing).",
-		}, []string{"consumer", "reason"}),
-		consumerHandlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "entoutbox_consumer_handler_duration_seconds",
-			Help:    "How long one try of a handler took, its transaction included, by consumer and event.",
-			Buckets: latencyBuckets,
-		}, []string{"consumer", "event"}),
-		consumerEventAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "entoutbox_consumer_event_age_seconds",
-			Help:    "Time from an event's write to its handling, by consumer and event.",
-			Buckets: lagBuckets,
-		}, []string{"consumer", "event"}),
-		consumerRedeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_consumer_redeliveries_total",
-			Help: "Messages the broker delivered again (a delivery count above 1), by consumer: after a fault " +
-				"(an instance killed or too slow to ack, a nack), never in normal running.",
-		}, []string{"consumer"}),
-		consumerGapWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_consumer_gap_waits_total",
-			Help: "Deliveries that came before their aggregate's previous event was applied and waited for it, by consumer.",
-		}, []string{"consumer"}),
-		consumerShedTurns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_consumer_shed_turns_total",
-			Help: "Waiting deliveries nacked, to come again later, to free a full window for their aggregate's earlier events, by consumer.",
-		}, []string{"consumer"}),
-		consumerStalled: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "entoutbox_consumer_stalled",
-			Help: "1 while this instance has applied no event of the topic for StallAfter though it holds some that wait, by consumer and topic.",
-		}, []string{"consumer", "topic"}),
-		consumerBatchEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "entoutbox_consumer_batch_events",
-			Help:    "Events one handler transaction applied (batches; 1 = one event alone).",
-			Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500},
-		}),
-		emitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "entoutbox_emit_events_total",
-			Help: "Events emitted, counted once their transaction committed, by event name.",
-		}, []string{"event"}),
 		backlog:          newBacklogCollector(),
 		lag:              newLagCollector(),
 		partitionSources: map[*int]func() int{},
 	}
+	m.newRelayMetrics()
+	m.newConsumerMetrics()
+	m.emitEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_emit_events_total",
+		Help: "Events emitted, counted once their transaction committed, by event name.",
+	}, []string{"event"})
 	m.relayPartitionsOwned = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "entoutbox_relay_partitions_owned",
 		Help: "Partitions the fast relays of this process own.",
@@ -203,6 +114,105 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// newRelayMetrics creates the relay's and the scheduler's metrics.
+func (m *Metrics) newRelayMetrics() {
+	m.relayPublished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_relay_published_total",
+		Help: "Publishes of outbox events to the broker, by outbox topic and result (ok, error).",
+	}, []string{"topic", "result"})
+	m.relayPublishDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "entoutbox_relay_publish_duration_seconds",
+		Help:    "How long a publish to the broker took, until it acknowledged or failed, by outbox topic.",
+		Buckets: latencyBuckets,
+	}, []string{"topic"})
+	m.relayDeliveryLag = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "entoutbox_relay_delivery_lag_seconds",
+		Help:    "Time from an event's write (its row's created_at) to the broker's acknowledgement, by outbox topic.",
+		Buckets: lagBuckets,
+	}, []string{"topic"})
+	m.scheduledLateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "entoutbox_scheduled_lateness_seconds",
+		Help: "Time from a scheduled event's due time (events.DeliverAt, by the database's clock) to the broker's " +
+			"acknowledgement (by the relay's clock), by outbox topic.",
+		Buckets: latenessBuckets,
+	}, []string{"topic"})
+	m.scheduledPromoted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "entoutbox_scheduled_promoted_total",
+		Help: "Scheduled events this process's relay moved into the outbox once due, where they take their place in their aggregate's order.",
+	})
+	m.scheduledPromoteFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "entoutbox_scheduled_promote_failures_total",
+		Help: "Failed attempts of this process's relay to move due scheduled events into the outbox (retried with backoff).",
+	})
+	m.relayRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_relay_retries_total",
+		Help: "Failed publishes that will be tried again, by outbox topic.",
+	}, []string{"topic"})
+	m.relayDeadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_relay_dead_lettered_total",
+		Help: "Outbox rows the relay set aside as dead letters, by reason (max_attempts, permanent, malformed).",
+	}, []string{"reason"})
+	m.relayClaimDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "entoutbox_relay_claim_duration_seconds",
+		Help:    "How long a claim of outbox rows took (fast path).",
+		Buckets: latencyBuckets,
+	})
+	m.relayClaimRows = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "entoutbox_relay_claim_rows",
+		Help:    "Rows one claim took (fast path).",
+		Buckets: []float64{0, 1, 5, 10, 25, 50, 100, 250, 500, 1000},
+	})
+	m.relayLeaseRenewalFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "entoutbox_relay_lease_renewal_failures_total",
+		Help: "Failed renewals of the partitions' leases (fast path).",
+	})
+}
+
+// newConsumerMetrics creates the consumers' metrics.
+func (m *Metrics) newConsumerMetrics() {
+	m.consumerDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_consumer_deliveries_total",
+		Help: "Handler runs by consumer, event and result (handled, duplicate, retried, dead_lettered).",
+	}, []string{"consumer", "event", "result"})
+	m.consumerDeadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_consumer_dead_lettered_total",
+		Help: "Events a consumer set aside as dead letters, by consumer and reason (max_attempts, malformed, " +
+			"unknown_event, held, previous_missing).",
+	}, []string{"consumer", "reason"})
+	m.consumerHandlerDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "entoutbox_consumer_handler_duration_seconds",
+		Help:    "How long one try of a handler took, its transaction included, by consumer and event.",
+		Buckets: latencyBuckets,
+	}, []string{"consumer", "event"})
+	m.consumerEventAge = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "entoutbox_consumer_event_age_seconds",
+		Help:    "Time from an event's write to its handling, by consumer and event.",
+		Buckets: lagBuckets,
+	}, []string{"consumer", "event"})
+	m.consumerRedeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_consumer_redeliveries_total",
+		Help: "Messages the broker delivered again (a delivery count above 1), by consumer: after a fault " +
+			"(an instance killed or too slow to ack, a nack), never in normal running.",
+	}, []string{"consumer"})
+	m.consumerGapWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_consumer_gap_waits_total",
+		Help: "Deliveries that came before their aggregate's previous event was applied and waited for it, by consumer.",
+	}, []string{"consumer"})
+	m.consumerShedTurns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "entoutbox_consumer_shed_turns_total",
+		Help: "Waiting deliveries nacked, to come again later, to free a full window for their aggregate's earlier events, by consumer.",
+	}, []string{"consumer"})
+	m.consumerStalled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "entoutbox_consumer_stalled",
+		Help: "1 while this instance has applied no event of the topic for StallAfter though it holds some that wait, by consumer and topic.",
+	}, []string{"consumer", "topic"})
+	m.consumerBatchEvents = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "entoutbox_consumer_batch_events",
+		Help:    "Events one handler transaction applied (batches; 1 = one event alone).",
+		Buckets: []float64{1, 2, 5, 10, 25, 50, 100, 250, 500},
+	})
 }
 
 // WatchPartitions adds owned, read on every scrape, to

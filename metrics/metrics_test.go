@@ -88,20 +88,31 @@ func TestNewRegistersTheContract(t *testing.T) {
 	require.Error(t, err)
 }
 
+// recordOneOfEach records a series of each metric the relay and the
+// consumers record.
+func recordOneOfEach(m *metrics.Metrics) {
+	m.Published("orders", time.Millisecond, nil)
+	m.Delivered("orders", time.Now())
+	m.ScheduledDelivered("orders", time.Now())
+	m.Retried("orders")
+	m.DeadLettered(metrics.ReasonMalformed)
+	m.Claimed(1, time.Millisecond)
+	m.LeaseRenewalFailed()
+	m.Delivery("billing", "order.paid", metrics.ResultHandled, time.Millisecond)
+	m.ConsumerDeadLettered("billing", metrics.ReasonHeld)
+	m.Handled("billing", "order.paid", time.Now())
+	m.Redelivered("billing")
+	m.WaitedForTurn("billing")
+	m.ShedTurn("billing")
+	m.Stalled("billing", "orders", true)
+	m.Batch(1)
+	m.Emitted("order.paid", 1)
+}
+
 // A nil *Metrics is off: every method does nothing.
 func TestNilMetricsIsOff(t *testing.T) {
 	var m *metrics.Metrics
-	m.Published("t", time.Second, nil)
-	m.Delivered("t", time.Now())
-	m.ScheduledDelivered("t", time.Now())
-	m.Retried("t")
-	m.DeadLettered(metrics.ReasonMalformed)
-	m.Claimed(1, time.Second)
-	m.LeaseRenewalFailed()
-	m.Delivery("c", "e", metrics.ResultHandled, time.Second)
-	m.ConsumerDeadLettered("c", metrics.ReasonHeld)
-	m.Handled("c", "e", time.Now())
-	m.Emitted("e", 1)
+	recordOneOfEach(m)
 	m.WatchPartitions(func() int { return 1 })()
 	require.NoError(t, m.WatchBacklog(nil, metrics.BacklogConfig{}))
 	require.NoError(t, m.BacklogError())

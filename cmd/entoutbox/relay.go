@@ -245,49 +245,28 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		return err
 	}
 	tuneGC(o.cfg.MaxBytesInFlight)
-	stopTraces, err := tracing.FromEnv(ctx, "entoutbox-relay")
+	stopTraces, err := startTraces(ctx, logger)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// ctx has ended: the spans not yet sent get a moment of their own.
-		fctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
-		defer cancel()
-		if err := stopTraces(fctx); err != nil {
-			logger.Warn("Sending the last spans failed", "error", err)
-		}
-	}()
-	if _, on := otel.GetTracerProvider().(*sdktrace.TracerProvider); on {
-		logger.Info("Exporting traces as the OTEL_ environment variables say")
-	}
+	defer stopTraces()
 	cfg := o.config()
-	db, err := openServiceDB(o.databaseURL, relayApplicationName, logger, redact)
+	closeDBs, err := o.openDBs(&cfg, logger, redact)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(o.maxConns)
-	db.SetMaxIdleConns(o.maxConns) // kept, not opened and closed all the time
-	if o.listenDatabaseURL != "" {
-		listen, err := openServiceDB(o.listenDatabaseURL, relayApplicationName, logger, redact)
-		if err != nil {
-			return fmt.Errorf("--listen-database-url: %w", err)
-		}
-		defer listen.Close()
-		listen.SetMaxOpenConns(listenConns)
-		cfg.Fast.ListenDB = listen
-	}
+	defer closeDBs()
 	b, err := broker.Open(ctx, o.brokerURL, broker.Options{Logger: wmLogger})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	cfg.DB, cfg.Publisher, cfg.Logger = db, b.Publisher(), wmLogger
+	cfg.Publisher, cfg.Logger = b.Publisher(), wmLogger
 	cfg.MessagingSystem = broker.MessagingSystem(b.Scheme()) // the spans' messaging.system
 	var reg *prometheus.Registry
 	if o.metricsAddr != "" {
 		reg = prometheus.NewRegistry()
-		if cfg.Metrics, err = newMetrics(reg, db, metrics.BacklogConfig{Table: o.table, DeadLetterTable: cfg.DeadLetterTable,
+		if cfg.Metrics, err = newMetrics(reg, cfg.DB, metrics.BacklogConfig{Table: o.table, DeadLetterTable: cfg.DeadLetterTable,
 			ScheduledTable: cfg.ScheduledTable}); err != nil {
 			return err
 		}
@@ -305,6 +284,56 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		ops.setAlive(true)
 		defer ops.setAlive(false)
 	}
+	return o.runLogged(ctx, r, logger, redact)
+}
+
+// startTraces exports traces as the OTEL_ environment variables say; stop
+// sends the last spans.
+func startTraces(ctx context.Context, logger *slog.Logger) (stop func(), err error) {
+	stopTraces, err := tracing.FromEnv(ctx, "entoutbox-relay")
+	if err != nil {
+		return nil, err
+	}
+	if _, on := otel.GetTracerProvider().(*sdktrace.TracerProvider); on {
+		logger.Info("Exporting traces as the OTEL_ environment variables say")
+	}
+	return func() {
+		// ctx has ended: the spans not yet sent get a moment of their own.
+		fctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+		defer cancel()
+		if err := stopTraces(fctx); err != nil {
+			logger.Warn("Sending the last spans failed", "error", err)
+		}
+	}, nil
+}
+
+// openDBs opens the relay's pool on --database-url into cfg.DB and, when
+// given, the one on --listen-database-url into cfg.Fast.ListenDB; closeAll
+// closes them.
+func (o *relayOptions) openDBs(cfg *relay.Config, logger *slog.Logger, redact redactor) (closeAll func(), err error) {
+	db, err := openServiceDB(o.databaseURL, relayApplicationName, logger, redact)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(o.maxConns)
+	db.SetMaxIdleConns(o.maxConns) // kept, not opened and closed all the time
+	cfg.DB = db
+	if o.listenDatabaseURL == "" {
+		return func() { db.Close() }, nil
+	}
+	listen, err := openServiceDB(o.listenDatabaseURL, relayApplicationName, logger, redact)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("--listen-database-url: %w", err)
+	}
+	listen.SetMaxOpenConns(listenConns)
+	cfg.Fast.ListenDB = listen
+	return func() { listen.Close(); db.Close() }, nil
+}
+
+// runLogged runs r until ctx ends, logging "Relay started" once it is ready
+// and "Relay stopped" when it stopped without an error.
+func (o *relayOptions) runLogged(ctx context.Context, r *relay.Relay, logger *slog.Logger, redact redactor) error {
 	started := []any{"broker", redact.String(o.brokerURL), "database", redact.String(o.databaseURL), "path", o.path}
 	if o.listenDatabaseURL != "" {
 		started = append(started, "listen_database", redact.String(o.listenDatabaseURL))
@@ -317,7 +346,7 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		defer close(watched)
 		logWhenReady(wctx, r.Ready, logger, redact, started)
 	}()
-	err = r.Run(ctx)
+	err := r.Run(ctx)
 	stopWatch()
 	<-watched
 	if err != nil {

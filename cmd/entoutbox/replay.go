@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,15 +14,18 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 )
 
+// replayOptions are the replay command's flags.
+type replayOptions struct {
+	databaseURL, table, brokerURL, logLevel string
+	events                                  []string
+	since, until                            timeFlag
+	r                                       admin.Range
+	opts                                    admin.ReplayOptions
+	dryRun                                  bool
+}
+
 func newReplayCommand() *cobra.Command {
-	var (
-		databaseURL, table, brokerURL, logLevel string
-		events                                  []string
-		since, until                            timeFlag
-		r                                       admin.Range
-		opts                                    admin.ReplayOptions
-		dryRun                                  bool
-	)
+	o := &replayOptions{}
 	cmd := &cobra.Command{
 		Use:   "replay --event NAME --since T [--until T] [--aggregate ID] [--to-topic T] --broker URL",
 		Short: "Publish retained delivered events again, with their original ids, in order",
@@ -50,81 +54,94 @@ when nothing matches: nothing was replayed.`,
   entoutbox replay --event order.paid --since 72h --aggregate 42 --to-topic orders_rebuild --broker amqp://guest:guest@127.0.0.1:5672/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case len(events) == 0:
-				return errors.New("replay needs --event (one or more event names)")
-			case since.t.IsZero():
-				return errors.New("replay needs --since: the first event's time (RFC 3339, a date, or a duration ago)")
-			case !until.t.IsZero() && !until.t.After(since.t):
-				return fmt.Errorf("--until %s is not after --since %s: no event is written in between", until.String(), since.String())
-			case opts.ToTopic != "" && opts.TopicPrefix != "":
-				return fmt.Errorf("--to-topic %q and --topic-prefix %q: --to-topic sends every event to that one topic, "+
-					"unprefixed; give one", opts.ToTopic, opts.TopicPrefix)
-			case opts.Limit < 0:
-				return fmt.Errorf("--limit %d: must not be negative (0: all)", opts.Limit)
-			case opts.BatchSize < 1:
-				return fmt.Errorf("--batch-size %d: must be at least 1", opts.BatchSize)
-			case brokerURL == "" && !dryRun:
-				return errors.New("no broker: set --broker or ENTOUTBOX_BROKER (or --dry-run)")
-			}
-			r.Events, r.Since, r.Until = events, since.t, until.t
-			logger, err := newLogger(logLevel)
-			if err != nil {
+			if err := o.check(); err != nil {
 				return err
 			}
-			db, err := openDB(databaseURL)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			a, err := admin.Open(db, admin.Tables{Outbox: table})
-			if err != nil {
-				return err
-			}
-			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			if err := checkTables(ctx, db, table, ""); err != nil {
-				return err
-			}
-			if dryRun {
-				// The replay itself, its messages kept from any broker.
-				var p plannedReplay
-				n, err := a.Replay(ctx, &p, r, opts)
-				if err != nil {
-					return err
-				}
-				p.write(out, n, opts.Limit)
-				if n == 0 {
-					return errNothingToReplay
-				}
-				return nil
-			}
-			b, err := broker.Open(ctx, brokerURL, broker.Options{Logger: logger})
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			n, err := a.Replay(ctx, b.Publisher(), r, opts)
-			fmt.Fprintf(out, "replayed %d events%s\n", n, limited(n, opts.Limit))
-			if err == nil && n == 0 {
-				return errNothingToReplay
-			}
-			return err
+			return o.run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
-	addDatabaseFlags(cmd, &databaseURL, &table)
+	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
-	f.StringVar(&brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
-	f.StringSliceVar(&events, "event", nil, "event name to replay, e.g. order.paid (repeat, or separate with commas)")
-	f.Var(&since, "since", "replay events written at or after: RFC 3339, a date, or a duration ago (72h)")
-	f.Var(&until, "until", "and before (default now)")
-	f.StringVar(&r.AggregateID, "aggregate", "", "only this aggregate id")
-	f.StringVar(&opts.ToTopic, "to-topic", "", "publish every event to this topic instead of its own")
-	f.StringVar(&opts.TopicPrefix, "topic-prefix", "", "prepended to each event's own topic, as the relay's --topic-prefix")
-	f.IntVar(&opts.BatchSize, "batch-size", 500, "events read and published at a time")
-	f.IntVar(&opts.Limit, "limit", 0, "replay the first N events only (0: all)")
-	f.BoolVar(&dryRun, "dry-run", false, "print what would be replayed, and publish nothing")
-	f.StringVar(&logLevel, "log-level", "warn", "the broker client's log level: debug, info, warn or error")
+	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
+	f.StringSliceVar(&o.events, "event", nil, "event name to replay, e.g. order.paid (repeat, or separate with commas)")
+	f.Var(&o.since, "since", "replay events written at or after: RFC 3339, a date, or a duration ago (72h)")
+	f.Var(&o.until, "until", "and before (default now)")
+	f.StringVar(&o.r.AggregateID, "aggregate", "", "only this aggregate id")
+	f.StringVar(&o.opts.ToTopic, "to-topic", "", "publish every event to this topic instead of its own")
+	f.StringVar(&o.opts.TopicPrefix, "topic-prefix", "", "prepended to each event's own topic, as the relay's --topic-prefix")
+	f.IntVar(&o.opts.BatchSize, "batch-size", 500, "events read and published at a time")
+	f.IntVar(&o.opts.Limit, "limit", 0, "replay the first N events only (0: all)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be replayed, and publish nothing")
+	f.StringVar(&o.logLevel, "log-level", "warn", "the broker client's log level: debug, info, warn or error")
 	return cmd
+}
+
+// check refuses flags that cannot make a replay, before anything is opened.
+func (o *replayOptions) check() error {
+	switch {
+	case len(o.events) == 0:
+		return errors.New("replay needs --event (one or more event names)")
+	case o.since.t.IsZero():
+		return errors.New("replay needs --since: the first event's time (RFC 3339, a date, or a duration ago)")
+	case !o.until.t.IsZero() && !o.until.t.After(o.since.t):
+		return fmt.Errorf("--until %s is not after --since %s: no event is written in between", o.until.String(), o.since.String())
+	case o.opts.ToTopic != "" && o.opts.TopicPrefix != "":
+		return fmt.Errorf("--to-topic %q and --topic-prefix %q: --to-topic sends every event to that one topic, "+
+			"unprefixed; give one", o.opts.ToTopic, o.opts.TopicPrefix)
+	case o.opts.Limit < 0:
+		return fmt.Errorf("--limit %d: must not be negative (0: all)", o.opts.Limit)
+	case o.opts.BatchSize < 1:
+		return fmt.Errorf("--batch-size %d: must be at least 1", o.opts.BatchSize)
+	case o.brokerURL == "" && !o.dryRun:
+		return errors.New("no broker: set --broker or ENTOUTBOX_BROKER (or --dry-run)")
+	}
+	return nil
+}
+
+// run replays the events the flags select, or with --dry-run prints what
+// it would replay.
+func (o *replayOptions) run(ctx context.Context, out io.Writer) error {
+	o.r.Events, o.r.Since, o.r.Until = o.events, o.since.t, o.until.t
+	logger, err := newLogger(o.logLevel)
+	if err != nil {
+		return err
+	}
+	db, err := openDB(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	a, err := admin.Open(db, admin.Tables{Outbox: o.table})
+	if err != nil {
+		return err
+	}
+	if err := checkTables(ctx, db, o.table, ""); err != nil {
+		return err
+	}
+	if o.dryRun {
+		// The replay itself, its messages kept from any broker.
+		var p plannedReplay
+		n, err := a.Replay(ctx, &p, o.r, o.opts)
+		if err != nil {
+			return err
+		}
+		p.write(out, n, o.opts.Limit)
+		if n == 0 {
+			return errNothingToReplay
+		}
+		return nil
+	}
+	b, err := broker.Open(ctx, o.brokerURL, broker.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	n, err := a.Replay(ctx, b.Publisher(), o.r, o.opts)
+	fmt.Fprintf(out, "replayed %d events%s\n", n, limited(n, o.opts.Limit))
+	if err == nil && n == 0 {
+		return errNothingToReplay
+	}
+	return err
 }
 
 var errNothingToReplay = errors.New("replay: no retained delivered event matches --event, --since, --until and " +

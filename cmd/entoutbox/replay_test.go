@@ -17,25 +17,11 @@ import (
 func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
 	t.Parallel()
 	db, _ := letterDB(t)
-	const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	br, err := broker.Open(ctx, amqpURL, broker.Options{})
-	if err != nil {
-		pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
-	}
-	defer br.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	topic := "t" + hex.EncodeToString(b) + "_rebuild"
-	sub, err := br.Subscriber("read-model")
-	require.NoError(t, err)
-	msgs, err := sub.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, topic, msgs := replayTopic(t, "_rebuild")
 
 	// Six delivered events over two aggregates, one pending, one of another
 	// event and one written before --since: six go out.
-	_, err = db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, delivered_at)
+	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, delivered_at)
 		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', (g % 2)::text, jsonb_build_object('order_id', g), '{"trace":"t1"}', now()
 		FROM generate_series(1, 6) g;
 		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload) VALUES
@@ -57,9 +43,9 @@ func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Len(t, want, 6)
 
-	_, err = run(t, nil, "replay", "--database-url", db.URL, "--broker", amqpURL, "--event", "order.paid")
+	_, err = run(t, nil, "replay", "--database-url", db.URL, "--broker", replayBrokerURL, "--event", "order.paid")
 	require.EqualError(t, err, "replay needs --since: the first event's time (RFC 3339, a date, or a duration ago)")
-	out, err := run(t, nil, "replay", "--database-url", db.URL, "--broker", amqpURL,
+	out, err := run(t, nil, "replay", "--database-url", db.URL, "--broker", replayBrokerURL,
 		"--event", "order.paid", "--since", "1h", "--to-topic", topic, "--batch-size", "4")
 	require.NoError(t, err)
 	require.Equal(t, "replayed 6 events\n", out)
@@ -96,21 +82,7 @@ func TestReplayCommandReadsTheTableGiven(t *testing.T) {
 	t.Parallel()
 	db, _ := letterDB(t)
 	shopTables(t, db)
-	const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	br, err := broker.Open(ctx, amqpURL, broker.Options{})
-	if err != nil {
-		pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
-	}
-	defer br.Close()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	topic := "t" + hex.EncodeToString(b) + "_shop"
-	sub, err := br.Subscriber("read-model")
-	require.NoError(t, err)
-	msgs, err := sub.Subscribe(ctx, topic)
-	require.NoError(t, err)
+	ctx, topic, msgs := replayTopic(t, "_shop")
 
 	insert := func(table string, delivered bool) string {
 		t.Helper()
@@ -125,7 +97,7 @@ func TestReplayCommandReadsTheTableGiven(t *testing.T) {
 	}
 	want := []string{insert("shop_outbox", true)}
 	insert("shop_outbox", false) // pending
-	_, err = db.DB.Exec(`CREATE TABLE shop_outbox_wal_progress (slot text PRIMARY KEY, created pg_snapshot,
+	_, err := db.DB.Exec(`CREATE TABLE shop_outbox_wal_progress (slot text PRIMARY KEY, created pg_snapshot,
 			delivered pg_snapshot, confirmed_lsn pg_lsn, updated_at timestamptz NOT NULL DEFAULT now());
 		INSERT INTO shop_outbox_wal_progress (slot, created) VALUES ('shop', pg_current_snapshot())`)
 	require.NoError(t, err)
@@ -134,7 +106,7 @@ func TestReplayCommandReadsTheTableGiven(t *testing.T) {
 	require.NoError(t, err)
 	want = append(want, insert("shop_outbox", true))
 
-	out, err := run(t, nil, "replay", "--database-url", db.URL, "--table", "shop_outbox", "--broker", amqpURL,
+	out, err := run(t, nil, "replay", "--database-url", db.URL, "--table", "shop_outbox", "--broker", replayBrokerURL,
 		"--event", "order.paid", "--since", "1h", "--to-topic", topic)
 	require.NoError(t, err)
 	require.Equal(t, "replayed 3 events\n", out)
@@ -154,4 +126,27 @@ func TestReplayCommandReadsTheTableGiven(t *testing.T) {
 		t.Fatalf("a fourth message: %s", m.UUID)
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+const replayBrokerURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// replayTopic is a topic of the test's own, ending in suffix, subscribed to
+// on RabbitMQ, and a context bounded by patience; both end with the test.
+func replayTopic(t *testing.T, suffix string) (context.Context, string, <-chan *message.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	br, err := broker.Open(ctx, replayBrokerURL, broker.Options{})
+	if err != nil {
+		pgtest.Unavailable(t, "RabbitMQ at 127.0.0.1:5672", err)
+	}
+	t.Cleanup(func() { _ = br.Close() })
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	topic := "t" + hex.EncodeToString(b) + suffix
+	sub, err := br.Subscriber("read-model")
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	return ctx, topic, msgs
 }

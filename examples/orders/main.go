@@ -84,33 +84,117 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	}
 	defer client.Close()
 
-	brokerURL := cfg.Broker
-	if brokerURL == "" {
-		srv, err := natsembed.Start("")
-		if err != nil {
-			return fmt.Errorf("starting the embedded NATS server: %w", err)
-		}
-		defer srv.Shutdown()
-		brokerURL = srv.URL()
-		fmt.Fprintf(out, "started an embedded NATS JetStream server\n")
-	}
-	b, err := broker.Open(ctx, brokerURL, broker.Options{})
+	b, closeBroker, err := openBroker(ctx, out, cfg.Broker)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBroker()
 
-	// The consumer: a generated, typed handler that writes an invoice in the
-	// same transaction as its dedupe record.
-	var (
-		mu          sync.Mutex
-		invoiced    = map[int64]bool{}
-		shipped     = map[int64]bool{}
-		skipped     = 0
-		deliveries  = map[string]int{}
-		lostAckOnce = ""
-		expired     = map[int64]bool{}
-	)
+	t := &tally{invoiced: map[int64]bool{}, shipped: map[int64]bool{}, deliveries: map[string]int{}, expired: map[int64]bool{}}
+	routerDone, stopRouter, err := startConsumers(ctx, out, client, b, t)
+	if err != nil {
+		return err
+	}
+	defer stopRouter()
+
+	// The relay: committed outbox rows to the broker.
+	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher(), PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	relayDone, stopRelay := runInBackground(ctx, r.Run)
+	defer stopRelay()
+
+	if err := placeOrders(ctx, out, client, cfg.Orders); err != nil {
+		return err
+	}
+	if err := scheduleDeadlines(ctx, out, client); err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(cfg.Timeout)
+	if err := waitHandled(ctx, t, cfg, deadline, relayDone, routerDone); err != nil {
+		return err
+	}
+	backlog, err := waitRelayed(ctx, db, deadline)
+	if err != nil {
+		return err
+	}
+	invoices, err := client.Invoice.Query().Count(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each, %d unpaid order cancelled when its deadline came\n",
+		cfg.Orders, 2*cfg.Orders+len(t.expired), backlog.Pending, len(t.shipped), invoices, len(t.expired))
+	return nil
+}
+
+// tally is what the consumers have seen, shared between their goroutines.
+type tally struct {
+	mu          sync.Mutex
+	invoiced    map[int64]bool
+	shipped     map[int64]bool
+	skipped     int
+	deliveries  map[string]int
+	lostAckOnce string
+	expired     map[int64]bool
+}
+
+// mark records id in set under the tally's lock.
+func (t *tally) mark(set map[int64]bool, id int64) {
+	t.mu.Lock()
+	set[id] = true
+	t.mu.Unlock()
+}
+
+// openBroker opens the broker at url, or an embedded NATS server's when url
+// is empty; closeAll closes the broker, then the server.
+func openBroker(ctx context.Context, out io.Writer, url string) (b broker.Broker, closeAll func(), err error) {
+	shutdown := func() {}
+	if url == "" {
+		srv, err := natsembed.Start("")
+		if err != nil {
+			return nil, nil, fmt.Errorf("starting the embedded NATS server: %w", err)
+		}
+		shutdown = srv.Shutdown
+		url = srv.URL()
+		fmt.Fprintf(out, "started an embedded NATS JetStream server\n")
+	}
+	if b, err = broker.Open(ctx, url, broker.Options{}); err != nil {
+		shutdown()
+		return nil, nil, err
+	}
+	return b, func() { _ = b.Close(); shutdown() }, nil
+}
+
+// startConsumers registers the example's handlers on a router fed by b and
+// runs it until stop is called; done reports why it stopped.
+func startConsumers(ctx context.Context, out io.Writer, client *ent.Client, b broker.Broker, t *tally) (done <-chan error, stop func(), err error) {
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return nil, nil, err
+	}
+	router.AddMiddleware(loseFirstBillingAck(out, t))
+	if err := newHandlers(out, client, b, t).AddToRouter(router, b.Subscriber); err != nil {
+		return nil, nil, err
+	}
+	done, stop = runInBackground(ctx, router.Run)
+	<-router.Running()
+	return done, stop, nil
+}
+
+// runInBackground runs run in a goroutine until stop is called; stop waits
+// for it to return, and done carries what it returned.
+func runInBackground(ctx context.Context, run func(context.Context) error) (done <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	result := make(chan error, 1)
+	go func() { result <- run(ctx) }()
+	return result, func() { cancel(); <-result }
+}
+
+// newHandlers is the consumers: generated, typed handlers; billing writes an
+// invoice in the same transaction as its dedupe record.
+func newHandlers(out io.Writer, client *ent.Client, b broker.Broker, t *tally) *ent.OutboxHandlers {
 	handlers := ent.NewOutboxHandlers(client)
 	handlers.OnOrderPaid("billing", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPaid, m events.Meta) error {
 		if err := tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(e.AmountCents).SetCurrency(e.Currency).Exec(ctx); err != nil {
@@ -118,9 +202,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		}
 		fmt.Fprintf(out, "billing: invoiced order %d, %d.%02d %s (event %s v%d via %s)\n",
 			e.OrderID, e.AmountCents/100, e.AmountCents%100, e.Currency, m.EventID, m.Version, b.Scheme())
-		mu.Lock()
-		invoiced[e.OrderID] = true
-		mu.Unlock()
+		t.mark(t.invoiced, e.OrderID)
 		return nil
 	})
 	handlers.OnOrderPlaced("shipping", func(ctx context.Context, tx *ent.Tx, e *ent.OrderPlaced, m events.Meta) error {
@@ -130,9 +212,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		}
 		fmt.Fprintf(out, "shipping: order %d, %d items in %d lines to %s, %s, %s (event %s v%d)\n",
 			e.OrderID, items, len(e.Lines), e.ShipTo.Name, e.ShipTo.City, e.ShipTo.Country, m.EventID, m.Version)
-		mu.Lock()
-		shipped[e.OrderID] = true
-		mu.Unlock()
+		t.mark(t.shipped, e.OrderID)
 		return nil
 	})
 	// A scheduled event arrives once it is due, never before: its payment
@@ -144,18 +224,17 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		}
 		fmt.Fprintf(out, "expiry: order %d cancelled: %s (due %s, handled %s after)\n", e.OrderID, e.Reason,
 			m.DeliverAt.Local().Format("15:04:05.000"), time.Since(m.DeliverAt).Round(time.Millisecond))
-		mu.Lock()
-		expired[e.OrderID] = true
-		mu.Unlock()
+		t.mark(t.expired, e.OrderID)
 		return nil
 	})
-	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-	if err != nil {
-		return err
-	}
-	// Simulate an ack lost on the way to the broker for billing's first event: the
-	// broker delivers it again, and the dedupe record makes the handler skip it.
-	router.AddMiddleware(func(next message.HandlerFunc) message.HandlerFunc {
+	return handlers
+}
+
+// loseFirstBillingAck simulates an ack lost on the way to the broker for
+// billing's first event: the broker delivers it again, and the dedupe record
+// makes the handler skip it.
+func loseFirstBillingAck(out io.Writer, t *tally) message.HandlerMiddleware {
+	return func(next message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			produced, err := next(msg)
 			// Every consumer receives the topic's events; billing handles
@@ -164,53 +243,31 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 			if consumerName != "billing" || msg.Metadata.Get(events.MetaEventName) != "order.paid" {
 				return produced, err
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			deliveries[msg.UUID]++
-			if deliveries[msg.UUID] > 1 {
-				skipped++
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.deliveries[msg.UUID]++
+			if t.deliveries[msg.UUID] > 1 {
+				t.skipped++
 				fmt.Fprintf(out, "billing: event %s delivered again, skipped: already processed\n", msg.UUID)
 			}
-			if err == nil && lostAckOnce == "" {
-				lostAckOnce = msg.UUID
+			if err == nil && t.lostAckOnce == "" {
+				t.lostAckOnce = msg.UUID
 				fmt.Fprintf(out, "billing: pretending the ack of event %s was lost\n", msg.UUID)
 				return nil, errors.New("ack lost (simulated)")
 			}
 			return produced, err
 		}
-	})
-	if err := handlers.AddToRouter(router, b.Subscriber); err != nil {
-		return err
 	}
-	routerCtx, stopRouter := context.WithCancel(ctx)
-	routerDone := make(chan error, 1)
-	go func() { routerDone <- router.Run(routerCtx) }()
-	defer func() { stopRouter(); <-routerDone }()
-	<-router.Running()
+}
 
-	// The relay: committed outbox rows to the broker.
-	r, err := relay.New(relay.Config{DB: db, Publisher: b.Publisher(), PollInterval: 100 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- r.Run(relayCtx) }()
-	defer func() { stopRelay(); <-relayDone }()
-
-	if err := placeOrders(ctx, out, client, cfg.Orders); err != nil {
-		return err
-	}
-	if err := scheduleDeadlines(ctx, out, client); err != nil {
-		return err
-	}
-
+// waitHandled waits until every order is invoiced and shipped, a redelivery
+// was skipped and the unpaid order expired, or until something stops.
+func waitHandled(ctx context.Context, t *tally, cfg Config, deadline time.Time, relayDone, routerDone <-chan error) error {
 	done := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(invoiced) == cfg.Orders && len(shipped) == cfg.Orders && skipped > 0 && len(expired) == 1
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return len(t.invoiced) == cfg.Orders && len(t.shipped) == cfg.Orders && t.skipped > 0 && len(t.expired) == 1
 	}
-	deadline := time.Now().Add(cfg.Timeout)
 	for !done() {
 		select {
 		case err := <-relayDone:
@@ -225,24 +282,19 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 			return fmt.Errorf("the events were not all handled within %s", cfg.Timeout)
 		}
 	}
-	// The relay records deliveries per batch, right after the broker's acks.
-	var backlog relay.Backlog
+	return nil
+}
+
+// waitRelayed waits until the outbox has nothing pending or the deadline
+// passes: the relay records deliveries per batch, right after the broker's acks.
+func waitRelayed(ctx context.Context, db *sql.DB, deadline time.Time) (relay.Backlog, error) {
 	for {
-		if backlog, err = relay.ReadBacklog(ctx, db, "", ""); err != nil {
-			return err
-		}
-		if backlog.Pending == 0 || time.Now().After(deadline) {
-			break
+		backlog, err := relay.ReadBacklog(ctx, db, "", "")
+		if err != nil || backlog.Pending == 0 || time.Now().After(deadline) {
+			return backlog, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	invoices, err := client.Invoice.Query().Count(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each, %d unpaid order cancelled when its deadline came\n",
-		cfg.Orders, 2*cfg.Orders+len(expired), backlog.Pending, len(shipped), invoices, len(expired))
-	return nil
 }
 
 // paymentDeadline is how long the example's unpaid orders wait for their

@@ -451,115 +451,143 @@ type change struct {
 
 // valueChanges are the values that replace one of schema n.
 func valueChanges(n node) []change {
-	var out []change
-	add := func(v any) {
-		b, _ := json.Marshal(v)
-		out = append(out, change{what: string(b), value: v})
-	}
-	num := func(s string) { add(json.Number(s)) }
-	// Other kinds.
-	if !n.is("string") {
-		add("x")
-	}
-	if !n.is("integer") && !n.is("number") {
-		num("7")
-	}
-	if !n.is("boolean") {
-		add(true)
-	}
-	if !n.is("array") {
-		add([]any{})
-	}
-	if !n.is("object") {
-		add(newObject())
-	}
+	var c changes
+	c.otherKinds(n)
 	switch {
 	case len(n.enum()) > 0:
-		for _, v := range n.enum() {
-			if s, ok := v.(string); ok {
-				add(s)
-				if u := strings.ToUpper(s); u != s {
-					add(u)
-				} else {
-					add(strings.ToLower(s))
-				}
-			}
-		}
-		add("nope")
-		add("")
+		c.enumChanges(n)
 	case n.str("format") == "date-time":
-		for _, s := range []string{
-			"2026-01-02T03:04:05Z", "2026-01-02T03:04:05+02:00", "2026-01-02T03:04:05-00:00",
-			"2026-01-02T03:04:05.123456789Z", "2026-01-02T03:04:05.1Z", "2026-01-02T03:04:05.123456789123Z",
-			"2026-01-02t03:04:05Z", "2026-01-02T03:04:05z", "2016-12-31T23:59:60Z", "2026-01-02 03:04:05Z",
-			"2026-02-30T03:04:05Z", "2026-01-02T03:04:05", "2026-01-02T24:00:00Z", "2026-01-02T03:04:05+0200",
-			"2026-01-02", "0001-01-01T00:00:00Z", "0001-01-01T00:00:00.000Z", "9999-12-31T23:59:59Z", "",
-		} {
-			add(s)
-		}
+		c.add(dateTimeChanges...)
 	case n.str("format") == "uuid":
-		for _, s := range []string{
-			"6F1C2A8E-1D2B-4C3D-9E4F-5A6B7C8D9E0F", "6f1c2a8e1d2b4c3d9e4f5a6b7c8d9e0f",
-			"{6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f}", "urn:uuid:6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f",
-			"00000000-0000-0000-0000-000000000000", "6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0", "not-a-uuid", "",
-		} {
-			add(s)
-		}
+		c.add(uuidChanges...)
 	case n.str("contentEncoding") == "base64":
-		for _, s := range []string{"", "AAEC", "AAE=", "AA==", "QR==", "AAE", "AA", "AAEC\n", "AA EC", "AAE!", "AAEC===", "-_8="} {
-			add(s)
-		}
+		c.add(base64Changes...)
 	case n.is("string"):
-		add("")
-		add("a")
-		if m := n.rat("maxLength"); m != nil {
-			l := int(m.Num().Int64())
-			add(strings.Repeat("é", l))
-			add(strings.Repeat("é", l+1))
-			add(strings.Repeat("a", l+1))
-		}
+		c.stringChanges(n)
 	case n.is("integer"):
-		for _, s := range []string{"0", "-1", "1", "1.0", "1e2", "1E1", "-0", "1.5", "1e19", "-1e19", "2147483648", "-2147483649", "1e400"} {
-			num(s)
-		}
-		add("1")
-		for _, key := range []string{"minimum", "maximum", "exclusiveMinimum"} {
-			b := n.rat(key)
-			if b == nil {
-				continue
-			}
-			for _, d := range []int64{-1, 0, 1} {
-				v := new(big.Rat).Add(b, big.NewRat(d, 1))
-				out = append(out, change{what: key + fmt.Sprintf("%+d", d), value: json.Number(v.Num().String()),
-					beyondJS: new(big.Int).Abs(v.Num()).Cmp(big.NewInt(1<<53)) > 0})
-			}
-		}
+		c.integerChanges(n)
 	case n.is("number"):
-		for _, s := range []string{"1.5", "1", "0.1", "-0.0", "1E2", "1e308", "1.7976931348623157e308", "1e400", "-1e400", "1e-400"} {
-			num(s)
-		}
-		add("1.5")
-		for _, key := range []string{"minimum", "maximum"} {
-			if b := n.rat(key); b != nil && b.Num().BitLen() < 64 {
-				for _, d := range []*big.Rat{big.NewRat(-1, 10), new(big.Rat), big.NewRat(1, 10)} {
-					v := new(big.Rat).Add(b, d)
-					out = append(out, change{what: key + " " + d.FloatString(1), value: json.Number(decimal(v))})
-				}
-			}
-		}
+		c.numberChanges(n)
 	case n.is("boolean"):
-		add(true)
-		add(false)
-		add("true")
-		num("0")
+		c.add(true, false, "true")
+		c.num("0")
 	case n.is("object"), n.is("array"):
 	default: // any JSON value
-		add(nil)
-		num("1.0")
-		add("")
-		add([]any{json.Number("1"), []any{}})
+		c.add(nil)
+		c.num("1.0")
+		c.add("", []any{json.Number("1"), []any{}})
 	}
-	return out
+	return c
+}
+
+// changes collects the values valueChanges tries, each named by its JSON.
+type changes []change
+
+func (c *changes) add(vs ...any) {
+	for _, v := range vs {
+		b, _ := json.Marshal(v)
+		*c = append(*c, change{what: string(b), value: v})
+	}
+}
+
+func (c *changes) num(ss ...string) {
+	for _, s := range ss {
+		c.add(json.Number(s))
+	}
+}
+
+// otherKinds are values of every JSON kind n is not.
+func (c *changes) otherKinds(n node) {
+	if !n.is("string") {
+		c.add("x")
+	}
+	if !n.is("integer") && !n.is("number") {
+		c.num("7")
+	}
+	if !n.is("boolean") {
+		c.add(true)
+	}
+	if !n.is("array") {
+		c.add([]any{})
+	}
+	if !n.is("object") {
+		c.add(newObject())
+	}
+}
+
+// enumChanges are each string of n's enum, the same in another case, and
+// two strings outside it.
+func (c *changes) enumChanges(n node) {
+	for _, v := range n.enum() {
+		if s, ok := v.(string); ok {
+			c.add(s)
+			if u := strings.ToUpper(s); u != s {
+				c.add(u)
+			} else {
+				c.add(strings.ToLower(s))
+			}
+		}
+	}
+	c.add("nope", "")
+}
+
+var dateTimeChanges = []any{
+	"2026-01-02T03:04:05Z", "2026-01-02T03:04:05+02:00", "2026-01-02T03:04:05-00:00",
+	"2026-01-02T03:04:05.123456789Z", "2026-01-02T03:04:05.1Z", "2026-01-02T03:04:05.123456789123Z",
+	"2026-01-02t03:04:05Z", "2026-01-02T03:04:05z", "2016-12-31T23:59:60Z", "2026-01-02 03:04:05Z",
+	"2026-02-30T03:04:05Z", "2026-01-02T03:04:05", "2026-01-02T24:00:00Z", "2026-01-02T03:04:05+0200",
+	"2026-01-02", "0001-01-01T00:00:00Z", "0001-01-01T00:00:00.000Z", "9999-12-31T23:59:59Z", "",
+}
+
+var uuidChanges = []any{
+	"6F1C2A8E-1D2B-4C3D-9E4F-5A6B7C8D9E0F", "6f1c2a8e1d2b4c3d9e4f5a6b7c8d9e0f",
+	"{6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f}", "urn:uuid:6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0f",
+	"00000000-0000-0000-0000-000000000000", "6f1c2a8e-1d2b-4c3d-9e4f-5a6b7c8d9e0", "not-a-uuid", "",
+}
+
+var base64Changes = []any{"", "AAEC", "AAE=", "AA==", "QR==", "AAE", "AA", "AAEC\n", "AA EC", "AAE!", "AAEC===", "-_8="}
+
+// stringChanges are short strings and, with a maxLength, strings at and
+// past it in runes and in bytes.
+func (c *changes) stringChanges(n node) {
+	c.add("", "a")
+	if m := n.rat("maxLength"); m != nil {
+		l := int(m.Num().Int64())
+		c.add(strings.Repeat("é", l), strings.Repeat("é", l+1), strings.Repeat("a", l+1))
+	}
+}
+
+// integerChanges are integers in many spellings and each bound of n,
+// one below and one above.
+func (c *changes) integerChanges(n node) {
+	c.num("0", "-1", "1", "1.0", "1e2", "1E1", "-0", "1.5", "1e19", "-1e19", "2147483648", "-2147483649", "1e400")
+	c.add("1")
+	for _, key := range []string{"minimum", "maximum", "exclusiveMinimum"} {
+		b := n.rat(key)
+		if b == nil {
+			continue
+		}
+		for _, d := range []int64{-1, 0, 1} {
+			v := new(big.Rat).Add(b, big.NewRat(d, 1))
+			*c = append(*c, change{what: key + fmt.Sprintf("%+d", d), value: json.Number(v.Num().String()),
+				beyondJS: new(big.Int).Abs(v.Num()).Cmp(big.NewInt(1<<53)) > 0})
+		}
+	}
+}
+
+// numberChanges are numbers at the edges of float64 and each bound of n,
+// a tenth below and above.
+func (c *changes) numberChanges(n node) {
+	c.num("1.5", "1", "0.1", "-0.0", "1E2", "1e308", "1.7976931348623157e308", "1e400", "-1e400", "1e-400")
+	c.add("1.5")
+	for _, key := range []string{"minimum", "maximum"} {
+		if b := n.rat(key); b != nil && b.Num().BitLen() < 64 {
+			for _, d := range []*big.Rat{big.NewRat(-1, 10), new(big.Rat), big.NewRat(1, 10)} {
+				v := new(big.Rat).Add(b, d)
+				*c = append(*c, change{what: key + " " + d.FloatString(1), value: json.Number(decimal(v))})
+			}
+		}
+	}
 }
 
 // other is a value of the same JSON kind as v, of another text, among
