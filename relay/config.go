@@ -126,8 +126,7 @@ var (
 
 // pathSettings are the settings of Config that only some read paths use,
 // named as Validate names them: one given for another path than the
-// relay's is refused rather than ignored. (The deprecated fields are not
-// here: they keep their old meaning, used on their own path only.)
+// relay's is refused rather than ignored.
 var pathSettings = []struct {
 	name  string
 	paths []Path

@@ -76,8 +76,7 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 	require.EqualError(t, err, "relay: Config.Concurrency applies to the fast and wal paths only; this relay runs the compatible path")
 }
 
-// The settings the paths share are checked once, under their own names;
-// the deprecated ones they replace still under theirs.
+// The settings the paths share are checked once, under their own names.
 func TestValidateNamesTheSharedSettings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
