@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
@@ -27,8 +26,8 @@ type Admin struct {
 	tables outboxdb.Tables
 }
 
-// handle runs statements outside a transaction: a *sql.DB, or the ent
-// client New was given.
+// handle runs statements outside a transaction: the *sql.DB Open was
+// given.
 type handle interface {
 	outboxdb.Querier
 	outboxdb.Execer
@@ -65,17 +64,6 @@ func tablesOf(t Tables) (outboxdb.Tables, error) {
 		return outboxdb.Tables{}, fmt.Errorf("admin: %w", err)
 	}
 	return tables, nil
-}
-
-// New returns an Admin working through client, on the tables' default
-// names.
-//
-// Deprecated: use Open(db, Tables{...}), which takes the tables' names and
-// needs no ent client.
-func New(client *ent.Client) *Admin {
-	tables, _ := tablesOf(Tables{}) // the default names fit
-	return &Admin{db: client, tables: tables,
-		begin: func(ctx context.Context) (tx, error) { return client.Tx(ctx) }}
 }
 
 // inTx runs f in a transaction of its own, committed when f returns no

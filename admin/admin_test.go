@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -113,8 +112,7 @@ func (e *env) consume(t *testing.T, h *testent.OutboxHandlers) {
 func (e *env) relay(t *testing.T, pub message.Publisher) {
 	t.Helper()
 	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pub, TopicPrefix: e.prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1,
-			PollInterval: 50 * time.Millisecond, InitialBackoff: 20 * time.Millisecond}}})
+		MaxAttempts: 1, PollInterval: 50 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -540,15 +538,6 @@ func TestReplayMessageKeepsReadableFrom(t *testing.T) {
 	require.JSONEq(t, `{"n": 1}`, string(pub.msgs[0].Payload))
 	require.Empty(t, pub.msgs[1].Metadata.Get(events.MetaReadableFrom))
 
-	// The deprecated builder of an ent row's message says the same.
-	rows, err := e.ent.Outbox.Query().Order(ent.Asc("id")).All(ctx)
-	require.NoError(t, err)
-	old := admin.Message(rows[0])
-	require.Equal(t, pub.msgs[0].UUID, old.UUID)
-	delete(old.Metadata, events.MetaPublishID) // a replay's own
-	replayed := maps.Clone(first)
-	delete(replayed, events.MetaPublishID)
-	require.Equal(t, replayed, old.Metadata)
 }
 
 // recorder is a publisher that keeps what it is given.
@@ -560,28 +549,6 @@ func (r *recorder) Publish(_ string, msgs ...*message.Message) error {
 }
 
 func (r *recorder) Close() error { return nil }
-
-// The deprecated constructor works as before, on the default tables,
-// through the ent client, with the ent client's types.
-func TestDeprecatedNewStillWorks(t *testing.T) {
-	t.Parallel()
-	e := setup(t, false)
-	ctx := context.Background()
-	d := e.addLetter(t, "billing", "bug", time.Now())
-	a := admin.New(e.ent)
-	rs, err := a.Retry(ctx, d.ID)
-	require.NoError(t, err)
-	require.Equal(t, []admin.Result{{Letter: d.ID, EventID: d.EventID, Source: "billing", Outcome: admin.Rebuilt}}, rs)
-	ds, err := a.DeadLetters(ctx, admin.Filter{})
-	require.NoError(t, err)
-	require.Len(t, ds, 1)
-	want := e.ent.DeadLetter.GetX(ctx, d.ID)
-	require.Equal(t, want.RetriedEventID, ds[0].RetriedEventID)
-	require.Equal(t, uuid.Nil, ds[0].EventID, "a retried letter's event_id is cleared, as ent reads it")
-	require.Equal(t, admin.StateRetried, admin.StateOf(ds[0]))
-	require.Equal(t, d.EventID, admin.EventID(ds[0]))
-	require.Equal(t, 1, e.ent.Outbox.Query().CountX(ctx), "the event is back in the outbox")
-}
 
 // Replay sends delivered events only: rows still pending, interleaved with
 // delivered ones of the same event, are the relay's and never replayed;

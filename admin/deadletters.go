@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/outbox"
 )
@@ -101,32 +100,6 @@ func (d DeadLetter) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// StateOf tells what was done with d.
-//
-// Deprecated: use DeadLetter.State; DeadLetterByID and ListDeadLetters
-// return DeadLetter.
-func StateOf(d *ent.DeadLetter) State {
-	switch {
-	case d.RetriedAt != nil:
-		return StateRetried
-	case d.DiscardedAt != nil:
-		return StateDiscarded
-	}
-	return StateOpen
-}
-
-// EventID is the id of d's event, retried or not (a retried letter keeps it
-// in retried_event_id); uuid.Nil when the message had none.
-//
-// Deprecated: use DeadLetter.EventID, which is the event's id retried or
-// not.
-func EventID(d *ent.DeadLetter) uuid.UUID {
-	if d.RetriedEventID != nil {
-		return *d.RetriedEventID
-	}
-	return d.EventID
-}
-
 // Filter selects dead letters; its zero value selects all of them.
 type Filter struct {
 	Source string    // "relay" or a consumer name; "" for any
@@ -170,48 +143,6 @@ func (a *Admin) DeadLetterByID(ctx context.Context, id int64) (DeadLetter, error
 		return DeadLetter{}, fmt.Errorf("admin: %w", err)
 	}
 	return DeadLetter(d), nil
-}
-
-// DeadLetters lists the dead letters f selects, newest first.
-//
-// Deprecated: use ListDeadLetters, which returns DeadLetter.
-func (a *Admin) DeadLetters(ctx context.Context, f Filter) ([]*ent.DeadLetter, error) {
-	ds, err := a.ListDeadLetters(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*ent.DeadLetter, len(ds))
-	for i, d := range ds {
-		out[i] = entLetter(d)
-	}
-	return out, nil
-}
-
-// DeadLetter returns the dead letter id.
-//
-// Deprecated: use DeadLetterByID, which returns DeadLetter.
-func (a *Admin) DeadLetter(ctx context.Context, id int64) (*ent.DeadLetter, error) {
-	d, err := a.DeadLetterByID(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return entLetter(d), nil
-}
-
-// entLetter is d as ent reads its row: a retried letter's event id is in
-// RetriedEventID, its EventID cleared.
-func entLetter(d DeadLetter) *ent.DeadLetter {
-	e := &ent.DeadLetter{ID: d.ID, EventID: d.EventID, Source: d.Source, EventName: d.EventName,
-		EventVersion: d.EventVersion, Topic: d.Topic, AggregateType: d.AggregateType, AggregateID: d.AggregateID,
-		Payload: d.Payload, Headers: d.Headers, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt,
-		RetriedAt: d.RetriedAt, DiscardedAt: d.DiscardedAt, DiscardNote: d.DiscardNote}
-	if d.AggregateSeq != 0 {
-		e.AggregateSeq = &d.AggregateSeq
-	}
-	if d.RetriedAt != nil && d.EventID != uuid.Nil {
-		e.RetriedEventID, e.EventID = &d.EventID, uuid.Nil
-	}
-	return e
 }
 
 // Outcome is what a retry or a discard did with one dead letter.
@@ -563,17 +494,4 @@ func (a *Admin) PurgeSettled(ctx context.Context, keep time.Duration, batch int)
 		return n, fmt.Errorf("admin: %w", err)
 	}
 	return n, nil
-}
-
-// PurgeSettled deletes the settled dead letters of the default dead-letter
-// table (schema.DeadLetterTable), as Admin.PurgeSettled.
-//
-// Deprecated: use the method Admin.PurgeSettled of an Admin from Open,
-// which works on any dead-letter table.
-func PurgeSettled(ctx context.Context, db *sql.DB, keep time.Duration, batch int) (int64, error) {
-	a, err := Open(db, Tables{})
-	if err != nil {
-		return 0, err
-	}
-	return a.PurgeSettled(ctx, keep, batch)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/outbox"
@@ -138,26 +137,4 @@ func rowMessage(o outboxdb.Row) (*message.Message, error) {
 		outbox.SetReadableFrom(msg.Metadata, o.EventVersion, o.ReadableFrom)
 	}
 	return msg, nil
-}
-
-// Message is the message the relay publishes for outbox row o: the event
-// id as its UUID, the payload, and as metadata the row's headers, the
-// event name, version and aggregate, when it was written and the row's
-// publish id (events.MetaPublishID).
-//
-// Deprecated: Replay builds these messages from the rows it reads; it
-// needs no row of the ent client.
-func Message(o *ent.Outbox) *message.Message {
-	headers, _ := json.Marshal(o.Headers) // a map of strings
-	row := outboxdb.Row{ID: o.ID, EventID: o.EventID, EventName: o.EventName, EventVersion: o.EventVersion,
-		AggregateType: o.AggregateType, AggregateID: o.AggregateID, Payload: o.Payload, Headers: headers,
-		CreatedAt: o.CreatedAt}
-	if o.AggregateSeq != nil {
-		row.AggregateSeq = *o.AggregateSeq
-	}
-	if o.ReadableFrom != nil {
-		row.ReadableFrom = *o.ReadableFrom
-	}
-	msg, _ := rowMessage(row) // the headers are an object of strings
-	return msg
 }

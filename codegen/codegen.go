@@ -125,11 +125,6 @@ func NewExtension(opts ...Option) *Extension {
 	return e
 }
 
-// New is NewExtension.
-//
-// Deprecated: use NewExtension.
-func New(opts ...Option) *Extension { return NewExtension(opts...) }
-
 var _ entc.Extension = (*Extension)(nil)
 
 // Options remembers the target's runtime.go. entc.Generate applies options

@@ -190,7 +190,7 @@ func TestBrowserRetriedDeadLetterIsDelivered(t *testing.T) {
 	received, err := sub.Subscribe(ctx, "orders")
 	require.NoError(t, err)
 	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: br.Publisher(), Path: relay.PathFast,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+		PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

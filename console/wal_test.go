@@ -34,7 +34,7 @@ func TestOverviewListsWALSlotNamedApartFromPublication(t *testing.T) {
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubsub.Close() })
 	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pubsub, Path: relay.PathWAL, Logger: watermill.NopLogger{},
-		WAL: relay.WALConfig{Slot: slot, Publication: publication, InitialBackoff: 50 * time.Millisecond,
+		RetryInterval: 50 * time.Millisecond, WAL: relay.WALConfig{Slot: slot, Publication: publication,
 			StatusInterval: 200 * time.Millisecond, StandbyRetry: 200 * time.Millisecond}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -428,7 +428,7 @@ var errRolledBack = errors.New("rolled back on purpose")
 func relayTo(t *testing.T, ctx context.Context, b *bundle, pub message.Publisher, prefix string) {
 	t.Helper()
 	r, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub, TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+		PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -126,7 +126,7 @@ func outageUnderLoad(t *testing.T, b *bundle, natsURL string, outage func() (bac
 	for range 2 {
 		r, err := relay.New(relay.Config{DB: b.db.DB, Publisher: open().Publisher(), TopicPrefix: prefix,
 			RetryInterval: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxAttempts: 3,
-			Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+			PollInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)

@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/metrics"
 )
 
 // Batch holds the events emitted in one transaction and writes them
@@ -46,7 +45,7 @@ type Batch struct {
 	scheduledTable string
 	// metrics counts the events written once Committed is called; nil
 	// (SetMetrics not called) counts nothing.
-	metrics *metrics.Metrics
+	metrics EmitCounter
 
 	mu      sync.Mutex
 	held    []Row
@@ -76,7 +75,7 @@ const maxBatchRows = 1000
 // NewBatch returns a Batch writing to table through drv, the driver of an
 // ent transaction.
 func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
-	return &Batch{drv: drv, table: table, metrics: emitMetrics.Load()}
+	return &Batch{drv: drv, table: table, metrics: loadEmitCounter()}
 }
 
 // NewNumberedBatch is NewBatch that also numbers each event in its
@@ -84,7 +83,7 @@ func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
 // seqTable (see InsertNumberedQuery), so that consumers can apply an
 // aggregate's events in order with any number of instances.
 func NewNumberedBatch(drv dialect.ExecQuerier, table, seqTable string) *Batch {
-	return &Batch{drv: drv, table: table, seqTable: seqTable, metrics: emitMetrics.Load()}
+	return &Batch{drv: drv, table: table, seqTable: seqTable, metrics: loadEmitCounter()}
 }
 
 // Tables names the tables a Batch writes to: the outbox, and the optional
@@ -100,7 +99,7 @@ type Tables struct {
 // table, and events.DeliverAt and DeliverAfter accepted when it has a
 // Scheduled one.
 func NewBatchFor(drv dialect.ExecQuerier, t Tables) *Batch {
-	return &Batch{drv: drv, table: t.Outbox, seqTable: t.Sequence, scheduledTable: t.Scheduled, metrics: emitMetrics.Load()}
+	return &Batch{drv: drv, table: t.Outbox, seqTable: t.Sequence, scheduledTable: t.Scheduled, metrics: loadEmitCounter()}
 }
 
 // Add checks ev and holds it until the next flush, or writes it at once

@@ -6,7 +6,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/outbox"
 )
+
+// The metrics package's Metrics is what SetMetrics takes.
+var _ outbox.EmitCounter = (*metrics.Metrics)(nil)
 
 // A producer, which only emits, carries neither the relay nor the brokers
 // nor Watermill's forwarder, requeuer, router middleware or SQL Pub/Sub, nor
@@ -25,5 +31,17 @@ func TestProducerDoesNotCarryTheRelay(t *testing.T) {
 		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill/message/router/middleware", dep)
 		require.NotEqual(t, "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql", dep)
 		require.NotEqual(t, "github.com/jackc/pgx/v5/stdlib", dep)
+	}
+}
+
+// The outbox package counts what it emits through EmitCounter, not the
+// metrics package: a producer that never turns emit metrics on carries
+// neither it nor Prometheus.
+func TestOutboxDoesNotCarryMetrics(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/entoutbox/entoutbox/outbox").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, dep := range strings.Fields(string(out)) {
+		require.NotEqual(t, "github.com/entoutbox/entoutbox/metrics", dep)
+		require.False(t, strings.HasPrefix(dep, "github.com/prometheus/"), "outbox depends on %s", dep)
 	}
 }

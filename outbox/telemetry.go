@@ -10,18 +10,44 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/metrics"
 )
 
-// emitMetrics is what SetMetrics set: nil, the default, counts nothing.
-var emitMetrics atomic.Pointer[metrics.Metrics]
+// EmitCounter counts the events emitted, by name, once their transaction
+// committed. The metrics package's *Metrics is one (its
+// entoutbox_emit_events_total): an interface, so that a producer does not
+// carry Prometheus unless it asks for it.
+type EmitCounter interface {
+	Emitted(event string, n int)
+}
 
-// SetMetrics makes every Emit of this process count its events in m's
-// entoutbox_emit_events_total once their transaction commits; nil, the
-// default, turns it off. It is process-wide because Emit runs on any ent
-// client and transaction: call it once at start-up, next to the relay's
-// and consumers' metrics. Batches made before the call are not counted.
-func SetMetrics(m *metrics.Metrics) { emitMetrics.Store(m) }
+// emitCounter holds what SetMetrics set: no counter, the default, counts
+// nothing.
+var emitCounter atomic.Pointer[emitCounterBox]
+
+// emitCounterBox lets an interface value sit in an atomic.Pointer.
+type emitCounterBox struct{ EmitCounter }
+
+// SetMetrics makes every Emit of this process count its events in m (a
+// *metrics.Metrics: its entoutbox_emit_events_total) once their
+// transaction commits; nil, the default, turns it off. It is process-wide
+// because Emit runs on any ent client and transaction: call it once at
+// start-up, next to the relay's and consumers' metrics. Batches made
+// before the call are not counted.
+func SetMetrics(m EmitCounter) {
+	if m == nil {
+		emitCounter.Store(nil)
+		return
+	}
+	emitCounter.Store(&emitCounterBox{m})
+}
+
+// loadEmitCounter is what SetMetrics set; nil when nothing is.
+func loadEmitCounter() EmitCounter {
+	if b := emitCounter.Load(); b != nil {
+		return b.EmitCounter
+	}
+	return nil
+}
 
 // contextHeaders adds to h what ctx tells of the event's origin, leaving
 // every header the caller set alone: the trace context of the span ctx

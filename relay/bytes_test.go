@@ -68,7 +68,7 @@ func TestRelayBoundsBytesInFlight(t *testing.T) {
 	var r *relay.Relay
 	pub := &bytesPublisher{r: &r, big: big, delay: 20 * time.Millisecond, published: map[string]int{}}
 	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxBytesInFlight: bound}}}))
+		MaxBytesInFlight: bound}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

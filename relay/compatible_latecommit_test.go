@@ -24,7 +24,7 @@ func TestCompatiblePathDeliversATransactionThatCommitsLate(t *testing.T) {
 	defer cancel()
 	pubsub, got := receiveInProcess(t, "orders")
 	stop := runRelay(t, relay.Config{DB: b.db.DB, Publisher: pubsub, Path: relay.PathCompatible,
-		Compatible: relay.CompatibleConfig{PollInterval: 20 * time.Millisecond, RetryInterval: 50 * time.Millisecond}})
+		PollInterval: 20 * time.Millisecond, RetryInterval: 50 * time.Millisecond})
 
 	// The relay is up and has an offset before A begins.
 	want := emitOrdersAs(t, b.client, "before", 3, 1, 0)

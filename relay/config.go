@@ -126,8 +126,7 @@ var (
 
 // pathSettings are the settings of Config that only some read paths use,
 // named as Validate names them: one given for another path than the
-// relay's is refused rather than ignored. (The deprecated fields are not
-// here: they keep their old meaning, used on their own path only.)
+// relay's is refused rather than ignored.
 var pathSettings = []struct {
 	name  string
 	paths []Path
@@ -204,12 +203,9 @@ func (c Config) Validate() error {
 			return &WrongPathError{Setting: s.name, Paths: s.paths, Path: path}
 		}
 	}
-	table, deadLetterTable := c.Table, c.DeadLetterTable
+	table := c.Table
 	if table == "" {
 		table = schema.OutboxTable
-	}
-	if deadLetterTable == "" {
-		deadLetterTable = schema.DeadLetterTable
 	}
 	switch {
 	case c.DB == nil:
@@ -244,10 +240,7 @@ func (c Config) Validate() error {
 	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
 		return err
 	}
-	if err := c.Fast.validate("Config.Fast.", table, deadLetterTable); err != nil {
-		return err
-	}
-	if err := c.Compatible.validate("Config.Compatible."); err != nil {
+	if err := c.Fast.validate("Config.Fast."); err != nil {
 		return err
 	}
 	wal := c.WAL
@@ -257,13 +250,11 @@ func (c Config) Validate() error {
 	return wal.validate("Config.WAL.")
 }
 
-// setDefaults takes in the deprecated fields of the relay's path, then
-// fills in the defaults of the settings it uses.
+// setDefaults fills in the defaults of the settings the relay's path uses.
 func (c *Config) setDefaults() {
 	if c.Path == "" {
 		c.Path = PathFast
 	}
-	c.takeDeprecated()
 	if c.Table == "" {
 		c.Table = schema.OutboxTable
 	}
@@ -303,40 +294,6 @@ func (c *Config) setDefaults() {
 		c.Compatible.setDefaults()
 	case PathWAL:
 		c.WAL.setDefaults(c.Table)
-	}
-}
-
-// takeDeprecated sets each setting left zero from the deprecated field
-// that held it before, of the relay's path only, as those were read.
-func (c *Config) takeDeprecated() {
-	switch c.Path {
-	case PathFast:
-		orDefault(&c.Concurrency, c.Fast.Concurrency)
-		s := c.Fast.Subscriber
-		orDefault(&c.BatchSize, s.BatchSize)
-		orDefault(&c.RetryInterval, s.InitialBackoff)
-		orDefault(&c.PollInterval, s.PollInterval)
-		orDefault(&c.MaxBytesInFlight, s.MaxBytesInFlight)
-		orDefault(&c.MaxAttempts, s.MaxAttempts)
-		orDefault(&c.MaxBackoff, s.MaxBackoff)
-		orDefault(&c.Fast.RelayID, s.RelayID)
-		orDefault(&c.Fast.Lease, s.Lease)
-		orDefault(&c.Fast.Partitions, s.Partitions)
-		orDefault(&c.Fast.PollOnly, s.PollOnly)
-		orDefault(&c.Fast.ListenDB, s.ListenDB)
-		orDefault(&c.Fast.Delete, s.Delete)
-	case PathCompatible:
-		orDefault(&c.BatchSize, c.Compatible.BatchSize)
-		orDefault(&c.RetryInterval, c.Compatible.RetryInterval)
-		orDefault(&c.PollInterval, c.Compatible.PollInterval)
-	case PathWAL:
-		w := c.WAL
-		orDefault(&c.BatchSize, w.MaxRowsInFlight)
-		orDefault(&c.RetryInterval, w.InitialBackoff)
-		orDefault(&c.Concurrency, w.Concurrency)
-		orDefault(&c.MaxBytesInFlight, w.MaxBytesInFlight)
-		orDefault(&c.MaxAttempts, w.MaxAttempts)
-		orDefault(&c.MaxBackoff, w.MaxBackoff)
 	}
 }
 

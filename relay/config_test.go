@@ -76,8 +76,7 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 	require.EqualError(t, err, "relay: Config.Concurrency applies to the fast and wal paths only; this relay runs the compatible path")
 }
 
-// The settings the paths share are checked once, under their own names;
-// the deprecated ones they replace still under theirs.
+// The settings the paths share are checked once, under their own names.
 func TestValidateNamesTheSharedSettings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -93,9 +92,6 @@ func TestValidateNamesTheSharedSettings(t *testing.T) {
 			"relay: Config.MaxBackoff (1ms) must not be below RetryInterval (1s)"},
 		{relay.Config{Fast: relay.FastConfig{Lease: 500 * time.Millisecond}}, "relay: Config.Fast.Lease must be at least 1s, not 500ms"},
 		{relay.Config{Fast: relay.FastConfig{Partitions: 5000}}, "relay: Config.Fast.Partitions must be between 1 and 4096, not 5000"},
-		{relay.Config{Path: relay.PathWAL, WAL: relay.WALConfig{MaxAttempts: -1}}, "relay: Config.WAL.MaxAttempts must not be negative, not -1"},
-		{relay.Config{Path: relay.PathCompatible, Compatible: relay.CompatibleConfig{RetryInterval: -time.Second}},
-			"relay: Config.Compatible.RetryInterval must not be negative, not -1s"},
 	} {
 		tc.cfg.DB, tc.cfg.Publisher = &sql.DB{}, gochannel.NewGoChannel(gochannel.Config{}, nil)
 		require.EqualError(t, tc.cfg.Validate(), tc.want)

@@ -100,8 +100,8 @@ func TestFastPathLogsEachDeadLetter(t *testing.T) {
 	logs := newCaptureLogs()
 	relayID := "logs-" + uuid.NewString()[:8]
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Logger: logs,
-		Publisher: pingedPoisonPublisher{poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent}},
-		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: relayID}}})
+		Publisher:   pingedPoisonPublisher{poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent}},
+		MaxAttempts: 3, Fast: relay.FastConfig{RelayID: relayID}})
 	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
@@ -120,7 +120,7 @@ func TestWALPathLogsEachDeadLetter(t *testing.T) {
 	poison := uuid.NewString()
 	logs := newCaptureLogs()
 	stop := runRelay(t, s.config(relay.Config{Publisher: failingPublisher{pubsub, poison}, Logger: logs,
-		WAL: relay.WALConfig{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond}}))
+		MaxAttempts: 3, RetryInterval: 10 * time.Millisecond}))
 	waitStreaming(t, s)
 	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
 		payload, headers) VALUES ($1, 'order.paid', 1, 'orders', 'Order', 'order-p', '{}', '{}')`, poison)

@@ -49,22 +49,6 @@ type FastConfig struct {
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).
 	Delete bool
-
-	// Concurrency bounds the publishes in flight.
-	//
-	// Deprecated: use Config.Concurrency; this one is used, on the fast
-	// path, when that is zero.
-	Concurrency int
-	// Subscriber held the fast path's settings before they moved to
-	// Config and FastConfig.
-	//
-	// Deprecated: use the fields of Config (BatchSize, MaxBytesInFlight,
-	// PollInterval, MaxAttempts, RetryInterval for InitialBackoff,
-	// MaxBackoff) and of FastConfig (RelayID, Lease, Partitions, PollOnly,
-	// ListenDB, Delete). Each field set here is used, on the fast path,
-	// when its new one is zero. Its Table, DeadLetterTable, Logger and
-	// CloudEvents are the relay's: leave them empty.
-	Subscriber SubscriberConfig
 }
 
 func (c *FastConfig) setDefaults() {
@@ -74,30 +58,19 @@ func (c *FastConfig) setDefaults() {
 }
 
 // validate reports the first setting that cannot work, naming its field
-// after prefix; table and deadLetterTable are the relay's.
-func (c FastConfig) validate(prefix, table, deadLetterTable string) error {
+// after prefix.
+func (c FastConfig) validate(prefix string) error {
 	switch {
 	case c.Lease != 0 && c.Lease < time.Second:
 		return fmt.Errorf("relay: %sLease must be at least 1s, not %s", prefix, c.Lease)
 	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
 		return fmt.Errorf("relay: %sPartitions must be between 1 and %d, not %d", prefix, maxPartitions, c.Partitions)
-	case c.Concurrency < 0:
-		return fmt.Errorf("relay: %sConcurrency must not be negative, not %d", prefix, c.Concurrency)
-	case c.Subscriber.Table != "" && c.Subscriber.Table != table:
-		return fmt.Errorf("relay: %sSubscriber.Table is %q, but the relay's table is Config.Table (%q): leave it empty",
-			prefix, c.Subscriber.Table, table)
-	case c.Subscriber.DeadLetterTable != "" && c.Subscriber.DeadLetterTable != deadLetterTable:
-		return fmt.Errorf("relay: %sSubscriber.DeadLetterTable is %q, but the relay's is Config.DeadLetterTable (%q): "+
-			"leave it empty", prefix, c.Subscriber.DeadLetterTable, deadLetterTable)
 	}
-	sub := c.Subscriber
-	sub.Table = table
-	return sub.validate(prefix + "Subscriber.")
+	return nil
 }
 
 // subscriberConfig is the fast Subscriber's configuration in a relay: the
-// relay's settings (the deprecated Fast.Subscriber taken in), and that
-// one's CloseTimeout.
+// relay's settings.
 func (c Config) subscriberConfig() SubscriberConfig {
 	return SubscriberConfig{
 		Table: c.Table, DeadLetterTable: c.DeadLetterTable, Logger: c.Logger, CloudEvents: c.CloudEvents,
@@ -105,7 +78,6 @@ func (c Config) subscriberConfig() SubscriberConfig {
 		PollOnly: c.Fast.PollOnly, ListenDB: c.Fast.ListenDB, Delete: c.Fast.Delete,
 		BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight, PollInterval: c.PollInterval,
 		MaxAttempts: c.MaxAttempts, InitialBackoff: c.RetryInterval, MaxBackoff: c.MaxBackoff,
-		CloseTimeout: c.Fast.Subscriber.CloseTimeout,
 	}
 }
 
@@ -258,7 +230,7 @@ const DefaultMaxBytesInFlight = 64 << 20
 const maxPartitions = 4096
 
 // validate reports the first setting that cannot work, naming its field
-// after prefix ("SubscriberConfig." or, in a relay, "Config.Fast.Subscriber.").
+// after prefix ("SubscriberConfig.").
 // It runs on a config with its defaults set: zero means the default.
 func (c SubscriberConfig) validate(prefix string) error {
 	switch {

@@ -74,7 +74,7 @@ func TestRelaysNeverPublishTwoEventsOfAnAggregateAtOnce(t *testing.T) {
 	want := emitInOneTx(t, b.client, "busy", 1500, 30)
 	start := func(id string) func() error {
 		return runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
-			Fast: relay.FastConfig{Concurrency: 64, Subscriber: relay.SubscriberConfig{RelayID: id, Partitions: 8}}}))
+			Concurrency: 64, Fast: relay.FastConfig{RelayID: id, Partitions: 8}}))
 	}
 	start("steady")
 	require.Eventually(t, func() bool { return got.distinct() >= 100 }, patience, 10*time.Millisecond, "nothing arrived")

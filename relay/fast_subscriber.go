@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -109,23 +108,6 @@ func (s *Subscriber) Close() error {
 // from any goroutine.
 func (s *Subscriber) Status() SubscriberStatus { return SubscriberStatus(s.src.Status()) }
 
-// Fail nacks msg and records why. countAttempt false means the failure is
-// not the message's own (the broker is away): it is retried without
-// counting towards MaxAttempts. A reason that says it is permanent (with a
-// Permanent() bool method, as the broker package's InvalidTopicError)
-// sends the row to the dead letters at once.
-//
-// Deprecated: Nack the message: a nack is a failed attempt, tried again
-// after a backoff and sent to the dead letters after MaxAttempts. Fail was
-// how the relay of this package settled the messages it published; it no
-// longer goes through Subscriber, and Fail goes in the next release.
-func (s *Subscriber) Fail(msg *message.Message, reason error, countAttempt bool) {
-	if why, ok := msg.Context().Value(nackReasonKey{}).(*nackReason); ok {
-		why.f.Store(&engine.Failure{Reason: reason.Error(), Counts: countAttempt, Permanent: engine.Permanent(reason)})
-	}
-	msg.Nack()
-}
-
 // handOut hands the rows sub hands out to the consumer on out, one at a
 // time, as messages with ack channels, and takes each one's outcome back.
 func (s *Subscriber) handOut(ctx context.Context, sub *fastpath.Subscription, out chan<- *message.Message) {
@@ -140,17 +122,16 @@ func (s *Subscriber) handOut(ctx context.Context, sub *fastpath.Subscription, ou
 		msg := message.NewMessage(row.UUID, row.Payload)
 		msg.Metadata = row.Metadata
 		msg.Metadata.Set(MetaTopic, d.Row().Topic)
-		why := &nackReason{}
 		// The message's context ends once it is acked or nacked, as
 		// Watermill subscribers do.
-		mctx, cancel := context.WithCancel(context.WithValue(ctx, nackReasonKey{}, why))
+		mctx, cancel := context.WithCancel(ctx)
 		msg.SetContext(mctx)
 		if !s.offer(ctx, d, out, msg) {
 			cancel()
 			d.Unsent()
 			continue
 		}
-		go s.await(sub, d, msg, why, cancel)
+		go s.await(sub, d, msg, cancel)
 	}
 }
 
@@ -184,35 +165,23 @@ func (s *Subscriber) offer(ctx context.Context, d engine.Delivery, out chan<- *m
 }
 
 // await takes the consumer's ack or nack of msg back to the subscription:
-// an ack delivers the row; a nack is a failure the failure policy decides
-// on, as why says.
-func (s *Subscriber) await(sub *fastpath.Subscription, d engine.Delivery, msg *message.Message, why *nackReason,
+// an ack delivers the row; a nack is a failed attempt the failure policy
+// decides on.
+func (s *Subscriber) await(sub *fastpath.Subscription, d engine.Delivery, msg *message.Message,
 	cancel context.CancelFunc) {
 	defer cancel()
 	select {
 	case <-msg.Acked():
 		d.Delivered()
 	case <-msg.Nacked():
-		d.Failed(s.src.Policy().Decide(engine.Tries{Attempts: d.Row().Attempts}, why.failure()))
+		d.Failed(s.src.Policy().Decide(engine.Tries{Attempts: d.Row().Attempts}, nacked))
 	case <-sub.Done(): // the partition is given up and the row will come again
 	}
 }
 
-// nackReason is why the consumer nacked a message: by default a failed
-// attempt of the consumer's, or what the deprecated Fail said. It travels
-// in the message's context, where Fail finds it.
-type nackReason struct {
-	f atomic.Pointer[engine.Failure]
-}
-
-type nackReasonKey struct{}
-
-func (n *nackReason) failure() engine.Failure {
-	if f := n.f.Load(); f != nil {
-		return *f
-	}
-	return engine.Failure{Reason: "nacked by the subscriber's consumer", Counts: true}
-}
+// nacked is the failure of a nacked message: a failed attempt of the
+// consumer's.
+var nacked = engine.Failure{Reason: "nacked by the subscriber's consumer", Counts: true}
 
 // SubscriberStatus is what the subscriptions of a fast Subscriber (or of
 // the relay's fast path) do, as their run loops last published it.

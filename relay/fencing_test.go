@@ -337,7 +337,7 @@ func TestRelayPublishesNothingPastTheFence(t *testing.T) {
 			pub.free.Store(10)
 			want := emitInOneTx(t, b.client, "stalled", 300, 100)
 			r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
-				Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{Lease: lease, Partitions: 4}}}))
+				Concurrency: 1, Fast: relay.FastConfig{Lease: lease, Partitions: 4}}))
 			require.NoError(t, err)
 			stalled := newStall()
 			c.set(r, stalled.hook)
@@ -436,7 +436,7 @@ func TestRelayPublishesNothingOfPartitionsItLost(t *testing.T) {
 	want := emitInOneTx(t, b.client, "lost", 300, 100)
 	config := func(id string, pub message.Publisher) relay.Config {
 		return quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub,
-			Fast: relay.FastConfig{Concurrency: 1, Subscriber: relay.SubscriberConfig{RelayID: id, Lease: 3 * time.Second, Partitions: 4}}})
+			Concurrency: 1, Fast: relay.FastConfig{RelayID: id, Lease: 3 * time.Second, Partitions: 4}})
 	}
 	renewals := newStall()
 	var opened sync.Once

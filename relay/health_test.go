@@ -60,7 +60,7 @@ func TestIdlePoisonRowsReachTheDeadLetters(t *testing.T) {
 		poison[insertRow(t, b, "orders", fmt.Sprintf("big-%d", i), big)] = true
 	}
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
+		MaxAttempts: 3})
 	runRelay(t, cfg)
 	waitDelivered(t, b, 5)
 	for id, d := range deadLetters(t, b) {
@@ -85,7 +85,7 @@ func TestRowWithInvalidTopicIsDeadLetteredAtOnce(t *testing.T) {
 	good := insertRow(t, b, "orders", "order-1", `{"order_id":1}`)
 	// A long retry interval: a retry before the dead letter would show.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 5}}})
+		MaxAttempts: 5})
 	cfg.RetryInterval = time.Minute
 	runRelay(t, cfg)
 	require.Eventually(t, func() bool { return got.distinct() == 1 }, patience, 20*time.Millisecond)
@@ -115,7 +115,7 @@ func TestOutageFailuresDoNotCountTowardsMaxAttempts(t *testing.T) {
 
 	// One attempt only: a single counted failure would dead-letter a row.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: viaProxy.Publisher(), TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1}}})
+		MaxAttempts: 1})
 	cfg.RetryInterval = 20 * time.Millisecond
 	runRelay(t, cfg)
 	first := emitOrders(t, b.client, 5, 5, 0)
@@ -153,7 +153,7 @@ func TestRabbitMQUnroutableIsNeverMarkedDelivered(t *testing.T) {
 	prefix := uniquePrefix()
 	logs := newCaptureLogs()
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: amqp.Publisher(), TopicPrefix: prefix, Logger: logs,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3, RelayID: prefix + "relay"}}})
+		MaxAttempts: 3, Fast: relay.FastConfig{RelayID: prefix + "relay"}})
 	cfg.RetryInterval = 20 * time.Millisecond
 	runRelay(t, cfg)
 	lost := emitOrders(t, b.client, 5, 5, 0)

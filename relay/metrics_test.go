@@ -72,8 +72,8 @@ func TestRelayMetricsAfterARun(t *testing.T) {
 	require.Equal(t, 0.0, promtest.Value(t, reg, "entoutbox_relays_holding_partitions"))
 
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Metrics: m,
-		Publisher: poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent},
-		Fast:      relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 3}}})
+		Publisher:   poisonPublisher{Publisher: pubsub, poison: poison, permanent: permanent},
+		MaxAttempts: 3})
 	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 	got.waitFor(t, want, patience)
@@ -185,7 +185,7 @@ func TestRelayMetricsCountLeaseRenewalFailures(t *testing.T) {
 	pubsub, _ := receiveInProcess(t, "orders")
 
 	cfg := quick(relay.PathFast, relay.Config{DB: db, Publisher: pubsub, Metrics: m, CloseTimeout: time.Second,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 2 * time.Second}}})
+		Fast: relay.FastConfig{Lease: 2 * time.Second}})
 	runRelay(t, cfg)
 	require.Eventually(t, func() bool { return promtest.Value(t, reg, "entoutbox_relay_partitions_owned") > 0 },
 		patience, 10*time.Millisecond)

@@ -174,7 +174,7 @@ func TestOrderWithEarlyFlushInOpenTransaction(t *testing.T) {
 	prefix := uniquePrefix()
 	got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
 	runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollInterval: 50 * time.Millisecond}}})
+		PollInterval: 50 * time.Millisecond})
 
 	w := newOrderWriter()
 	stopTraffic := make(chan struct{})
@@ -229,8 +229,7 @@ func TestOrderUnderConcurrentWriters(t *testing.T) {
 			got := receiveAll(t, nats, prefix+"consumer", prefix+"orders")
 			for i := range relays {
 				runRelay(t, relay.Config{DB: b.db.DB, Publisher: nats.Publisher(), TopicPrefix: prefix,
-					Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{RelayID: fmt.Sprintf("r%d", i),
-						PollInterval: 50 * time.Millisecond, Lease: 3 * time.Second}}})
+					PollInterval: 50 * time.Millisecond, Fast: relay.FastConfig{RelayID: fmt.Sprintf("r%d", i), Lease: 3 * time.Second}})
 			}
 
 			w := newOrderWriter()

@@ -61,7 +61,7 @@ func TestRelaysSharePartitionsAndHandThemOver(t *testing.T) {
 
 	start := func(id string) func() error {
 		cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-			Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{RelayID: id, Partitions: 16}}})
+			Fast: relay.FastConfig{RelayID: id, Partitions: 16}})
 		return runRelay(t, cfg)
 	}
 	stopA := start("a")
@@ -104,7 +104,7 @@ func TestRelayRefusesAnotherPartitionCount(t *testing.T) {
 	b := setupEmit(t)
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 8}}}))
+		Fast: relay.FastConfig{Partitions: 8}}))
 	require.Eventually(t, func() bool { return len(owners(t, b)) == 1 }, patience, 20*time.Millisecond)
 	require.NoError(t, stop())
 

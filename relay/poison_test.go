@@ -97,7 +97,7 @@ func TestFailedPublishRecordsAttemptsAndLastErrorOnTheRow(t *testing.T) {
 	poison := want.perAggregate["order-1"][0]
 	// A bound far away: the row keeps failing and stays in the outbox.
 	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: failingPublisher{pubsub, poison},
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: 1000}}})
+		MaxAttempts: 1000})
 	cfg.RetryInterval = 10 * time.Millisecond
 	stop := runRelay(t, cfg)
 

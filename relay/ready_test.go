@@ -56,7 +56,7 @@ func TestRelayReady(t *testing.T) {
 	b := setupEmit(t)
 	pubsub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	r, err := relay.New(quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 4, Lease: 2 * time.Second}}}))
+		Fast: relay.FastConfig{Partitions: 4, Lease: 2 * time.Second}}))
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.EqualError(t, r.Ready(ctx), "relay: not running")

@@ -182,7 +182,7 @@ func TestRelayDeleteDeliveredRemovesDeliveredRows(t *testing.T) {
 	require.Equal(t, len(want.ids), rowCount())
 
 	stop := runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Delete: true}}}))
+		Fast: relay.FastConfig{Delete: true}}))
 	got.waitFor(t, want, patience)
 	require.Eventually(t, func() bool { return rowCount() == 0 }, patience, 20*time.Millisecond,
 		"delivered rows are left in the outbox")
@@ -228,29 +228,19 @@ func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 	b := setupEmit(t)
 	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	_, err := relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: 500 * time.Millisecond}}})
-	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Lease must be at least 1s, not 500ms")
+		Fast: relay.FastConfig{Lease: 500 * time.Millisecond}})
+	require.EqualError(t, err, "relay: Config.Fast.Lease must be at least 1s, not 500ms")
 	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: 5000}}})
-	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Partitions must be between 1 and 4096, not 5000")
+		Fast: relay.FastConfig{Partitions: 5000}})
+	require.EqualError(t, err, "relay: Config.Fast.Partitions must be between 1 and 4096, not 5000")
 	_, err = relay.New(relay.Config{DB: b.db.DB, Publisher: pub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Partitions: -1}}})
-	require.EqualError(t, err, "relay: Config.Fast.Subscriber.Partitions must be between 1 and 4096, not -1")
+		Fast: relay.FastConfig{Partitions: -1}})
+	require.EqualError(t, err, "relay: Config.Fast.Partitions must be between 1 and 4096, not -1")
 	for _, c := range []struct {
 		cfg  relay.Config
 		want string
 	}{
 		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast", "compatible" or "wal"`},
-		{relay.Config{Fast: relay.FastConfig{Concurrency: -1}}, "relay: Config.Fast.Concurrency must not be negative, not -1"},
-		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{MaxAttempts: -2}}},
-			"relay: Config.Fast.Subscriber.MaxAttempts must not be negative, not -2"},
-		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{InitialBackoff: time.Second, MaxBackoff: time.Millisecond}}},
-			"relay: Config.Fast.Subscriber.MaxBackoff (1ms) must not be below InitialBackoff (1s)"},
-		{relay.Config{Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Table: "other"}}},
-			`relay: Config.Fast.Subscriber.Table is "other", but the relay's table is Config.Table ("outbox_events"): leave it empty`},
-		{relay.Config{Compatible: relay.CompatibleConfig{BatchSize: -1}}, "relay: Config.Compatible.BatchSize must not be negative, not -1"},
-		{relay.Config{Compatible: relay.CompatibleConfig{PollInterval: -time.Second}},
-			"relay: Config.Compatible.PollInterval must not be negative, not -1s"},
 		{relay.Config{CloseTimeout: -time.Second}, "relay: Config.CloseTimeout must not be negative, not -1s"},
 		{relay.Config{ScheduledTable: strings.Repeat("s", 64)}, `relay: Config.ScheduledTable "` + strings.Repeat("s", 64) +
 			`" is 64 bytes, at most 63 (PostgreSQL identifiers hold 63 bytes)`},

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -14,16 +13,12 @@ import (
 
 // The Subscriber settles what its consumer says: an ack records the row
 // delivered and ends the message's context; a nack is a failed attempt,
-// tried again and dead-lettered after MaxAttempts; the deprecated Fail
-// still works: a permanent reason dead-letters at once, one that does not
-// count leaves the attempts as they were.
-func TestSubscriberSettlesAcksNacksAndFail(t *testing.T) {
+// tried again and dead-lettered after MaxAttempts.
+func TestSubscriberSettlesAcksAndNacks(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	acked := insertRow(t, b, "orders", "a", `{}`)
 	nacked := insertRow(t, b, "orders", "b", `{}`)
-	refused := insertRow(t, b, "orders", "c", `{}`)
-	outage := insertRow(t, b, "orders", "d", `{}`)
 
 	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{MaxAttempts: 2, InitialBackoff: 20 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, Logger: watermill.NopLogger{}})
@@ -35,11 +30,6 @@ func TestSubscriberSettlesAcksNacksAndFail(t *testing.T) {
 	require.NoError(t, err)
 
 	seen := map[string]int{}
-	rowOf := func(id string) (attempts int, lastError string) {
-		require.NoError(t, b.db.DB.QueryRow(`SELECT attempts, coalesce(last_error, '') FROM outbox_events WHERE event_id = $1`,
-			id).Scan(&attempts, &lastError))
-		return attempts, lastError
-	}
 	deadline := time.After(patience)
 	for done := false; !done; {
 		select {
@@ -55,32 +45,18 @@ func TestSubscriberSettlesAcksNacksAndFail(t *testing.T) {
 				}
 			case nacked:
 				msg.Nack()
-			case refused:
-				sub.Fail(msg, refusedForGood{}, true) // deprecated, and still working
-			case outage:
-				if seen[outage] == 1 {
-					sub.Fail(msg, errors.New("broker away"), false)
-					break
-				}
-				attempts, lastError := rowOf(outage)
-				require.Equal(t, 0, attempts, "a failure that does not count")
-				require.Equal(t, "broker away", lastError)
-				msg.Ack()
 			}
 		case <-time.After(20 * time.Millisecond):
 			backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
 			require.NoError(t, err)
-			done = backlog.Pending == 0 && backlog.DeadLetters == 2
+			done = backlog.Pending == 0 && backlog.DeadLetters == 1
 		case <-deadline:
 			t.Fatalf("rows still pending; seen %v", seen)
 		}
 	}
 	require.Equal(t, 1, seen[acked])
 	require.Equal(t, 2, seen[nacked], "nacked once, retried, nacked again: its last attempt")
-	require.Equal(t, 1, seen[refused])
-	require.Equal(t, 2, seen[outage])
 	require.Equal(t, map[string]deadLetter{
-		nacked:  {reason: "nacked by the subscriber's consumer (after 2 attempts)", attempts: 2},
-		refused: {reason: "refused for good: refused for good by the broker", attempts: 1},
+		nacked: {reason: "nacked by the subscriber's consumer (after 2 attempts)", attempts: 2},
 	}, deadLetters(t, b))
 }

@@ -158,7 +158,7 @@ func TestRelayStopsSendingTwoThirdsIntoAnUnrenewedLease(t *testing.T) {
 	go consume(ctx, msgs, got)
 	const lease = 9 * time.Second
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{Lease: lease}}}))
+		Fast: relay.FastConfig{Lease: lease}}))
 	warm := emitOrders(t, b.client, 5, 5, 0)
 	got.waitFor(t, warm, patience)
 
@@ -206,7 +206,7 @@ func TestPollOnlyRelayKeepsNoSessionState(t *testing.T) {
 	defer cancel()
 	pubsub, got := receiveInProcess(t, "orders")
 	runRelay(t, quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pubsub,
-		Fast: relay.FastConfig{Subscriber: relay.SubscriberConfig{PollOnly: true}}}))
+		Fast: relay.FastConfig{PollOnly: true}}))
 	want := emitOrders(t, b.client, 30, 3, 0)
 	got.waitFor(t, want, patience)
 	got.requireExactly(t, want)

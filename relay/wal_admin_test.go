@@ -16,6 +16,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tcpproxy"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -39,7 +40,7 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 	var rowID int64
 	require.NoError(t, s.db.DB.QueryRow(`SELECT id FROM outbox_events WHERE event_id = $1`, eventID).Scan(&rowID))
 	require.Eventually(t, func() bool {
-		delivered, err := relay.WALDelivered(ctx, s.db.DB, "", rowID)
+		delivered, err := outboxdb.New("", "").WALDelivered(ctx, s.db.DB, rowID)
 		require.NoError(t, err)
 		return delivered
 	}, patience, 20*time.Millisecond, "the WAL relay records what it delivered")
@@ -48,7 +49,9 @@ func TestWALDeadLetterRetryRequeuesDeliveredEvent(t *testing.T) {
 	d, err := client.DeadLetter.Create().SetEventID(uuid.MustParse(eventID)).SetSource("billing").
 		SetReason("handler failed").SetAttempts(5).Save(ctx)
 	require.NoError(t, err)
-	res, err := admin.New(client).Retry(ctx, d.ID)
+	a, err := admin.Open(s.db.DB, admin.Tables{})
+	require.NoError(t, err)
+	res, err := a.Retry(ctx, d.ID)
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.Equal(t, admin.Requeued, res[0].Outcome, "a WAL-delivered event is not pending: it is requeued")
@@ -116,8 +119,9 @@ func TestWALDeliveredEventsReplay(t *testing.T) {
 	var name string
 	require.NoError(t, s.db.DB.QueryRow(`SELECT event_name FROM outbox_events LIMIT 1`).Scan(&name))
 	replayed := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, s.db.DB)))
-	n, err := admin.New(client).Replay(ctx, replayed, admin.Range{Events: []string{name}}, admin.ReplayOptions{})
+	a, err := admin.Open(s.db.DB, admin.Tables{})
+	require.NoError(t, err)
+	n, err := a.Replay(ctx, replayed, admin.Range{Events: []string{name}}, admin.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, len(want.ids), n, "every delivered event replayed, none of those pending (%d)", len(pending.ids))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -84,7 +85,7 @@ func TestWALCleanupNeverDeletesRowsTheWALPathDidNotDeliver(t *testing.T) {
 	var last int64
 	require.NoError(t, s.db.DB.QueryRow(`SELECT max(id) FROM outbox_events`).Scan(&last))
 	require.Eventually(t, func() bool {
-		ok, err := relay.WALDelivered(ctx, s.db.DB, "", last)
+		ok, err := outboxdb.New("", "").WALDelivered(ctx, s.db.DB, last)
 		require.NoError(t, err)
 		return ok
 	}, patience, 20*time.Millisecond, "the relay does not record what it delivered")

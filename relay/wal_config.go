@@ -35,32 +35,6 @@ type WALConfig struct {
 	// it delivered (a snapshot, for CleanupDelivered and status);
 	// DefaultWALProgressInterval when zero, never when negative.
 	ProgressInterval time.Duration
-
-	// Concurrency bounds the publishes in flight.
-	//
-	// Deprecated: use Config.Concurrency; this one is used, on the wal
-	// path, when that is zero.
-	Concurrency int
-	// MaxRowsInFlight bounds the rows read and not yet confirmed.
-	//
-	// Deprecated: use Config.BatchSize; this one is used, on the wal path,
-	// when that is zero.
-	MaxRowsInFlight int
-	// MaxBytesInFlight bounds the payload and header bytes held.
-	//
-	// Deprecated: use Config.MaxBytesInFlight; this one is used, on the
-	// wal path, when that is zero.
-	MaxBytesInFlight int64
-	// MaxAttempts bounds the failed publishes of a row.
-	//
-	// Deprecated: use Config.MaxAttempts; this one is used, on the wal
-	// path, when that is zero.
-	MaxAttempts int
-	// InitialBackoff and MaxBackoff space the retries of a failed publish.
-	//
-	// Deprecated: use Config.RetryInterval and Config.MaxBackoff; these
-	// are used, on the wal path, when those are zero.
-	InitialBackoff, MaxBackoff time.Duration
 }
 
 // Defaults of WALConfig.
@@ -99,18 +73,6 @@ func (c WALConfig) validate(prefix string) error {
 	case c.Publication != "" && !slotName.MatchString(c.Publication):
 		return fmt.Errorf("relay: %sPublication is %q: want 1 to 63 lower-case letters, digits and underscores",
 			prefix, c.Publication)
-	case c.Concurrency < 0:
-		return fmt.Errorf("relay: %sConcurrency must not be negative, not %d", prefix, c.Concurrency)
-	case c.MaxRowsInFlight < 0:
-		return fmt.Errorf("relay: %sMaxRowsInFlight must not be negative, not %d", prefix, c.MaxRowsInFlight)
-	case c.MaxBytesInFlight < 0:
-		return fmt.Errorf("relay: %sMaxBytesInFlight must not be negative, not %d", prefix, c.MaxBytesInFlight)
-	case c.MaxAttempts < 0:
-		return fmt.Errorf("relay: %sMaxAttempts must not be negative, not %d", prefix, c.MaxAttempts)
-	case c.InitialBackoff < 0:
-		return fmt.Errorf("relay: %sInitialBackoff must not be negative, not %s", prefix, c.InitialBackoff)
-	case c.MaxBackoff < 0:
-		return fmt.Errorf("relay: %sMaxBackoff must not be negative, not %s", prefix, c.MaxBackoff)
 	case c.StatusInterval < 0:
 		return fmt.Errorf("relay: %sStatusInterval must not be negative, not %s", prefix, c.StatusInterval)
 	case c.StandbyRetry < 0:

@@ -2,9 +2,7 @@ package relay
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay/internal/walpath"
 )
 
@@ -60,47 +58,4 @@ func (r *Relay) WALStatus() (WALStatus, bool) {
 	st := w.Status()
 	return WALStatus{Slot: st.Slot, Role: WALRole(st.Role), Confirmed: st.Confirmed, InFlight: st.InFlight,
 		Delivered: st.Delivered}, true
-}
-
-// Querier is what WALDelivered and WALDeliveredSQL read through: a
-// *sql.DB, a *sql.Tx, or an ent client or transaction.
-//
-// Deprecated: it serves only WALDelivered and WALDeliveredSQL, which are
-// deprecated.
-type Querier = outboxdb.Querier
-
-// WALDelivered tells whether the WAL read path delivered the outbox row id
-// of table (schema.OutboxTable when empty). Rows it delivered keep
-// delivered_at NULL: what tells them is the snapshots the WAL relay
-// recorded. False when no WAL relay ever ran on table.
-//
-// Deprecated: the relay's own bookkeeping, not for applications: admin's
-// retry and replay and the status read it for you. It stays for one
-// release.
-func WALDelivered(ctx context.Context, q Querier, table string, id int64) (bool, error) {
-	delivered, err := outboxdb.New(table, "").WALDelivered(ctx, q, id)
-	if err != nil {
-		return false, fmt.Errorf("relay: %w", err)
-	}
-	return delivered, nil
-}
-
-// WALDeliveredSQL returns, for the outbox table (schema.OutboxTable when
-// empty), a function giving the SQL condition that the row of alias (as
-// written in the query, e.g. "outbox_events" or "o") was delivered by the
-// WAL path; nil when no WAL relay ever ran on table. Its range on
-// transaction_id lets the (transaction_id, id) index serve it.
-//
-// Deprecated: the relay's own bookkeeping, not for applications: admin's
-// retry and replay and the status read it for you. It stays for one
-// release.
-func WALDeliveredSQL(ctx context.Context, q Querier, table string) (func(alias string) string, error) {
-	d, err := outboxdb.New(table, "").ReadDelivery(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	if !d.WAL() {
-		return nil, nil
-	}
-	return d.ByWAL, nil
 }

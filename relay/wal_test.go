@@ -55,7 +55,9 @@ func setupWAL(t *testing.T) *walSetup {
 func (s *walSetup) config(cfg relay.Config) relay.Config {
 	cfg.DB, cfg.Path = s.db.DB, relay.PathWAL
 	cfg.WAL.Slot, cfg.WAL.Publication = s.slot, s.publication
-	cfg.WAL.InitialBackoff = 50 * time.Millisecond
+	if cfg.RetryInterval == 0 { // a test's own wins
+		cfg.RetryInterval = 50 * time.Millisecond
+	}
 	cfg.WAL.StatusInterval = 200 * time.Millisecond
 	cfg.WAL.StandbyRetry = 200 * time.Millisecond
 	cfg.WAL.ProgressInterval = 200 * time.Millisecond
@@ -115,7 +117,7 @@ func TestWALDeliversInCommitOrder(t *testing.T) {
 	s := setupWAL(t)
 	pubsub, got := receiveInProcess(t, "orders")
 	arrived := arrivalOrder(t, pubsub, "orders")
-	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{Concurrency: 1}}))
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, Concurrency: 1}))
 	waitStreaming(t, s)
 
 	ctx := context.Background()
@@ -473,7 +475,6 @@ func TestWALConfigRefusedNamingTheField(t *testing.T) {
 			`relay: Config.WAL.Slot is "Outbox_wal": a replication slot name is 1 to 63 lower-case letters, digits and underscores (the default is the table's name with _wal)`},
 		{relay.Config{WAL: relay.WALConfig{Publication: "a b"}},
 			`relay: Config.WAL.Publication is "a b": want 1 to 63 lower-case letters, digits and underscores`},
-		{relay.Config{WAL: relay.WALConfig{MaxRowsInFlight: -1}}, `relay: Config.WAL.MaxRowsInFlight must not be negative, not -1`},
 		{relay.Config{WAL: relay.WALConfig{StatusInterval: -time.Second}}, `relay: Config.WAL.StatusInterval must not be negative, not -1s`},
 	} {
 		tc.cfg.DB, tc.cfg.Publisher, tc.cfg.Path = db, pub, relay.PathWAL
@@ -488,7 +489,7 @@ func TestWALTransactionLargerThanTheWindow(t *testing.T) {
 	t.Parallel()
 	s := setupWAL(t)
 	pubsub, got := receiveInProcess(t, "orders")
-	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, WAL: relay.WALConfig{MaxRowsInFlight: 50}}))
+	stop := runRelay(t, s.config(relay.Config{Publisher: pubsub, BatchSize: 50}))
 	waitStreaming(t, s)
 	before := emitOrdersAs(t, s.client, "before", 10, 2, 0)
 	_, err := s.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,

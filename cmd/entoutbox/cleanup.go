@@ -105,7 +105,11 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "deleted %d scheduled events cancelled more than %s ago\n", n, o.deliveredRet)
 	}
 	if o.settledRet > 0 {
-		n, err := admin.PurgeSettled(ctx, db, o.settledRet, o.batch)
+		a, err := admin.Open(db, admin.Tables{}) // the default tables, as checkTables reads
+		if err != nil {
+			return err
+		}
+		n, err := a.PurgeSettled(ctx, o.settledRet, o.batch)
 		if err != nil {
 			return err
 		}
