@@ -32,7 +32,9 @@ func payloadChecks(m *Model) (string, error) {
 				return "", err
 			}
 			where := fmt.Sprintf("%s v%d", e.Name, v.Number)
-			if _, err := g.node(payloadCheckName(e.GoName, v.Number), where, doc); err != nil {
+			root := payloadCheckName(e.GoName, v.Number)
+			delete(g.names, root) // reserved from the other versions' nodes, for this one
+			if _, err := g.node(root, where, doc); err != nil {
 				return "", fmt.Errorf("entoutbox: the payload check of %s: %w", where, err)
 			}
 		}
@@ -324,7 +326,7 @@ func (g *checkGen) writeNode(name, where string, n *checkNode) {
 		usesX = usesX || strings.Contains(c, "x")
 	}
 	if allowed("array") {
-		cases = append(cases, fmt.Sprintf("\tcase []any:\n\t\treturn v, %s && w.Array(x, %s)\n", n.valueCond("array", ""), n.items))
+		cases = append(cases, fmt.Sprintf("\tcase []any:\n\t\treturn v, %sw.Array(x, %s)\n", andPrefix(n.valueCond("array", "")), n.items))
 		usesX = true
 	}
 	if allowed("object") {
@@ -407,10 +409,21 @@ func (n *checkNode) stringCase() string {
 
 func (n *checkNode) objectCase() string {
 	if !n.object {
-		return "\tcase map[string]any:\n\t\treturn v, " + n.valueCond("object", "") + " && w.Any(v)\n"
+		if n.valueCond("object", "") == "false" {
+			return "\tcase map[string]any:\n\t\treturn v, false\n"
+		}
+		return "\tcase map[string]any:\n\t\treturn w.Any(v)\n"
 	}
-	return fmt.Sprintf("\tcase map[string]any:\n\t\treturn v, %s && w.Required(x, %s) && w.Object(x, %s, %s, %t)\n",
-		n.valueCond("object", ""), n.required, n.props, n.addl, n.closed)
+	return fmt.Sprintf("\tcase map[string]any:\n\t\treturn v, %sw.Required(x, %s) && w.Object(x, %s, %s, %t)\n",
+		andPrefix(n.valueCond("object", "")), n.required, n.props, n.addl, n.closed)
+}
+
+// andPrefix is cond followed by &&, or nothing for "true".
+func andPrefix(cond string) string {
+	if cond == "true" {
+		return ""
+	}
+	return cond + " && "
 }
 
 // unique returns name, or name with a number, not taken yet.
