@@ -44,9 +44,9 @@ func (w *Walk) Required(obj map[string]any, keys []string) bool {
 }
 
 // Object checks the values of obj, an object of declared fields: props
-// checks the declared keys; the others are refused when closed, else
-// checked by additional (nil: any value) and, props being declared,
-// dropped from what the decoder reads.
+// checks the declared keys (a nil check: any value); the others are
+// refused when closed, else checked by additional (nil: any value) and,
+// props being declared, dropped from what the decoder reads.
 func (w *Walk) Object(obj map[string]any, props map[string]Check, additional Check, closed bool) bool {
 	if !w.Fix {
 		w.Keys += len(obj)
@@ -64,11 +64,11 @@ func (w *Walk) Object(obj map[string]any, props map[string]Check, additional Che
 				}
 				w.Dirty = true
 			}
-			if additional == nil {
-				w.Any(val)
-				continue
-			}
 			check = additional
+		}
+		if check == nil { // a schema without keywords
+			w.Any(val)
+			continue
 		}
 		nv, ok := check(w, val)
 		if !ok {
