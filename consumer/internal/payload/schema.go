@@ -169,6 +169,9 @@ func (s *Schema) check(payload []byte) (any, []byte, error) {
 func (s *Schema) checkGenerated(doc any, written int, payload []byte) (any, bool, bool, error) {
 	var w Walk
 	_, valid := s.gen(&w, doc)
+	if Observe != nil {
+		Observe(s.path, payload, valid)
+	}
 	if CrossCheck != nil {
 		s.crossCheck(doc, valid, payload)
 	}
@@ -241,6 +244,10 @@ func (s *Schema) checkLibrary(doc any, written int) (any, bool, bool, error) {
 // check to the library's Validate and keysIn, and is called with what
 // they disagree on.
 var CrossCheck func(disagreement string)
+
+// Observe, set by tests, is told the generated check's verdict on each
+// payload (the path of its schema file, the payload as received).
+var Observe func(path string, payload []byte, valid bool)
 
 // keysWritten counts the keys of the objects in payload, valid JSON, at
 // every depth: the colons outside its strings.
