@@ -75,12 +75,13 @@ func DecodePayload(h any, name string, version int, payload []byte) (any, error)
 	return typ.Decode(version, payload)
 }
 
-// WithoutFastCrossCheck runs the fast schema check alone until the end of
-// tb, as outside tests (for benchmarks).
+// WithoutFastCrossCheck runs the generated schema check alone until the
+// end of tb, as outside tests (for benchmarks): no cross-check, no
+// verdicts noted.
 func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
-	saved := payload.CrossCheck
-	payload.CrossCheck = nil
-	tb.Cleanup(func() { payload.CrossCheck = saved })
+	saved, observe := payload.CrossCheck, payload.Observe
+	payload.CrossCheck, payload.Observe = nil, nil
+	tb.Cleanup(func() { payload.CrossCheck, payload.Observe = saved, observe })
 }
 
 // WithOutagePauses sets how long a delivery waits for an outage to end
