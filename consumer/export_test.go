@@ -39,7 +39,7 @@ func GeneratedVerdict(path string, p []byte) (valid, seen bool) {
 
 var fastCheckDisagreements atomic.Int64
 
-// FastCheckDisagreements is how many times the fast schema check and the
+// FastCheckDisagreements is how many times the generated schema check and the
 // library disagreed.
 func FastCheckDisagreements() int64 { return fastCheckDisagreements.Load() }
 
