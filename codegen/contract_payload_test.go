@@ -174,6 +174,7 @@ func TestEmittedPayloadsMatchTheirSchemas(t *testing.T) {
 func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 	t.Parallel()
 	schemas := payloadSchemas(t)
+	accepts := generatedHandlers(t)
 	validate := map[string]func([]byte) error{
 		"order.paid.v2":      goValidate[testent.OrderPaid],
 		"profile.updated.v1": goValidate[testent.ProfileUpdated],
@@ -227,6 +228,7 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 			err := validatePayload(t, schemas[c.schema], []byte(c.payload))
 			require.Error(t, err, "the schema takes %s", c.payload)
 			require.Contains(t, failedKeywords(err), c.why, "refused for another rule: %v", err)
+			require.False(t, accepts(c.schema, c.payload), "the generated handlers take what the schema refuses: %s", c.payload)
 			// Validate sees a missing number as 0; the schema holds other
 			// producers to the keys Emit writes (and so do the generated
 			// handlers, which check the schema: contract_strict_test.go).
@@ -248,7 +250,45 @@ func TestSchemasRefuseInvalidPayloads(t *testing.T) {
 		{"order.placed.v2", placed(func(p map[string]any) { line(p)["colour"] = "red" })},
 	} {
 		require.NoError(t, validatePayload(t, schemas[ok.schema], []byte(ok.payload)))
+		require.True(t, accepts(ok.schema, ok.payload), "the generated handlers refuse what the schema takes: %s", ok.payload)
 		require.NoError(t, validate[ok.schema]([]byte(ok.payload)))
+	}
+}
+
+// generatedHandlers returns whether internal/testent's generated handlers,
+// which hold a payload to their generated check of the schema, hand
+// payload, as schema ("name.vN", a latest version), to the handler.
+func generatedHandlers(t *testing.T) func(schema, payload string) bool {
+	db := pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	pgtest.Migrate(t, client.Schema.Create)
+	h := testent.NewOutboxHandlers(client)
+	handled := map[string]bool{} // by aggregate id
+	note := func(m events.Meta) { handled[m.AggregateID] = true }
+	h.OnOrderPaid("c", func(_ context.Context, _ *testent.Tx, _ *testent.OrderPaid, m events.Meta) error { note(m); return nil })
+	h.OnProfileUpdated("c", func(_ context.Context, _ *testent.Tx, _ *testent.ProfileUpdated, m events.Meta) error {
+		note(m)
+		return nil
+	})
+	h.OnPriceChanged("c", func(_ context.Context, _ *testent.Tx, _ *testent.PriceChanged, m events.Meta) error {
+		note(m)
+		return nil
+	})
+	h.OnOrderPlaced("c", func(_ context.Context, _ *testent.Tx, _ *testent.OrderPlaced, m events.Meta) error {
+		note(m)
+		return nil
+	})
+	n := 0
+	return func(schema, payload string) bool {
+		n++
+		id := fmt.Sprintf("case-%d", n)
+		name, version, _ := strings.Cut(schema, ".v")
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 1, AmountCents: 1}, id)
+		msg.Metadata.Set(events.MetaEventName, name)
+		msg.Metadata.Set(events.MetaEventVersion, version)
+		msg.Payload = []byte(payload)
+		require.NoError(t, h.Handle(t.Context(), "c", msg))
+		return handled[id]
 	}
 }
 

@@ -14,6 +14,10 @@ var funcs = template.FuncMap{
 	// The path of a version's JSON Schema in the ent package, for the
 	// generated handlers' embed.
 	"outboxSchemaFile": func(name string, version int) string { return ContractDir + "/" + SchemaPath(name, version) },
+	// The payload checks of every event version, as Go, and the name of
+	// each version's.
+	"outboxPayloadChecks":    payloadChecks,
+	"outboxPayloadCheckName": payloadCheckName,
 }
 
 // comment renders text as // lines, one per line of text.

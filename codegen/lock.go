@@ -333,39 +333,8 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 			}
 			continue
 		}
-		where := fmt.Sprintf("%s version %d", eventWhere(e), o.Version)
-		d := next[entryKey(o.Event, o.Version)]
-		switch {
-		case d == nil:
-			fail("%s: released in %s but no longer declared; a released version is never removed (rule %s): declare it again",
-				where, LockFile, RuleVersionKept)
-			continue
-		case !d.Released():
-			fail("%s: released in %s, so it cannot become a draft again (rule %s): remove Draft(), and declare changes as version %d",
-				where, LockFile, RuleNoRedraft, len(e.Versions)+1)
-			continue
-		}
-		if o.Topic != d.Topic {
-			fail("%s: Topic() changed from %q to %q, but version %d is released in %s, where consumers read it (rule %s)",
-				where, o.Topic, d.Topic, o.Version, LockFile, RuleEventRouteKept)
-		}
-		if o.Aggregate != d.Aggregate {
-			fail("%s: Aggregate() changed from %q to %q, but version %d is released in %s and its events are ordered by it (rule %s)",
-				where, o.Aggregate, d.Aggregate, o.Version, LockFile, RuleEventRouteKept)
-		}
-		// The lock cannot tell whether a released version was ever
-		// deployed: the first go generate releases version 1. The newest
-		// released version may become a draft again by a reviewed edit of
-		// the lock, which is the way to iterate on one never deployed.
-		redraft := ""
-		if o.Version == newestReleased[o.Event] {
-			redraft = fmt.Sprintf("; or, if version %d was never deployed, delete its entry (%q version %d) from %s and mark it Draft() while you iterate: events.V(%d, ...).Draft()",
-				o.Version, o.Event, o.Version, LockFile, o.Version)
-		}
-		for _, diff := range diffFields("", o.Fields, d.Fields) {
+		if compareReleased(e, o, next[entryKey(o.Event, o.Version)], newestReleased[o.Event], fail) {
 			frozen[entryKey(o.Event, o.Version)] = true
-			fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d%s",
-				where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1, redraft)
 		}
 	}
 	for _, name := range goneOrder {
@@ -385,6 +354,47 @@ func compareLock(m *Model, declared []*LockEntry, old *Lock, fail func(string, .
 		return a.Version - b.Version
 	})
 	return l, frozen
+}
+
+// compareReleased compares d, the declared entry (nil if none) of o, a
+// version the old lock released of the declared event e, with o, and
+// reports whether o's wire shape changed. newest is the newest version
+// released of e.
+func compareReleased(e *Event, o, d *LockEntry, newest int, fail func(string, ...any)) (frozen bool) {
+	where := fmt.Sprintf("%s version %d", eventWhere(e), o.Version)
+	switch {
+	case d == nil:
+		fail("%s: released in %s but no longer declared; a released version is never removed (rule %s): declare it again",
+			where, LockFile, RuleVersionKept)
+		return false
+	case !d.Released():
+		fail("%s: released in %s, so it cannot become a draft again (rule %s): remove Draft(), and declare changes as version %d",
+			where, LockFile, RuleNoRedraft, len(e.Versions)+1)
+		return false
+	}
+	if o.Topic != d.Topic {
+		fail("%s: Topic() changed from %q to %q, but version %d is released in %s, where consumers read it (rule %s)",
+			where, o.Topic, d.Topic, o.Version, LockFile, RuleEventRouteKept)
+	}
+	if o.Aggregate != d.Aggregate {
+		fail("%s: Aggregate() changed from %q to %q, but version %d is released in %s and its events are ordered by it (rule %s)",
+			where, o.Aggregate, d.Aggregate, o.Version, LockFile, RuleEventRouteKept)
+	}
+	// The lock cannot tell whether a released version was ever
+	// deployed: the first go generate releases version 1. The newest
+	// released version may become a draft again by a reviewed edit of
+	// the lock, which is the way to iterate on one never deployed.
+	redraft := ""
+	if o.Version == newest {
+		redraft = fmt.Sprintf("; or, if version %d was never deployed, delete its entry (%q version %d) from %s and mark it Draft() while you iterate: events.V(%d, ...).Draft()",
+			o.Version, o.Event, o.Version, LockFile, o.Version)
+	}
+	for _, diff := range diffFields("", o.Fields, d.Fields) {
+		frozen = true
+		fail("%s, field %q: %s, but version %d is released in %s, so its wire shape cannot change (rule %s); declare the change as version %d%s",
+			where, diff.path, diff.what, o.Version, LockFile, RuleVersionFrozen, len(e.Versions)+1, redraft)
+	}
+	return frozen
 }
 
 // refuseGone refuses a released event whose wire name is no longer

@@ -328,7 +328,24 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 
 	m := &Model{}
+	m.findTables(g, fail)
 	taken := map[string]string{} // Go names generated into the ent package -> owner
+	for _, n := range g.Nodes {
+		for _, s := range entSuffixes {
+			taken[n.Name+s] = fmt.Sprintf("the ent schema %s", n.Name)
+		}
+	}
+	m.Events = buildEvents(evs, fail)
+	m.checkGeneratedNames(taken, fail)
+	if len(errs) > 0 {
+		return nil, refusal(append(errs, m.upcasterRefusals(nil)...))
+	}
+	m.nameDeclImports()
+	return m, nil
+}
+
+// findTables notes the tables of our ent schemas that g holds.
+func (m *Model) findTables(g *gen.Graph, fail func(string, ...any)) {
 	if n := ourNode(g, "Outbox", outboxFields, true, fail); n != nil {
 		m.OutboxTable = n.Table()
 	}
@@ -347,12 +364,11 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 	if processed != nil && dead != nil {
 		m.ProcessedEventTable, m.DeadLetterTable = processed.Table(), dead.Table()
 	}
-	for _, n := range g.Nodes {
-		for _, s := range entSuffixes {
-			taken[n.Name+s] = fmt.Sprintf("the ent schema %s", n.Name)
-		}
-	}
+}
 
+// buildEvents builds the declared events, each wire name once.
+func buildEvents(evs []events.Interface, fail func(string, ...any)) []*Event {
+	var out []*Event
 	byName := map[string]string{}
 	for i, ev := range evs {
 		if ev == nil || reflect.ValueOf(ev).Kind() == reflect.Pointer && reflect.ValueOf(ev).IsNil() {
@@ -367,8 +383,14 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 			fail("event %s: wire name %q is already used by event %s", e.GoName, e.Name, prev)
 		}
 		byName[e.Name] = e.GoName
-		m.Events = append(m.Events, e)
+		out = append(out, e)
 	}
+	return out
+}
+
+// checkGeneratedNames refuses the Go names the generated code would
+// declare twice; taken holds ent's own.
+func (m *Model) checkGeneratedNames(taken map[string]string, fail func(string, ...any)) {
 	// Types the generated code declares besides the payloads.
 	taken["OutboxHandlers"] = "the generated OutboxHandlers"
 	for _, e := range m.Events {
@@ -397,8 +419,13 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 			taken[v.TypeName] = "event " + e.GoName
 		}
 	}
-	// Nested structs come after every payload type, so that a collision
-	// names the nested one whatever the order of the events.
+	m.checkStructNames(taken, fail)
+}
+
+// checkStructNames refuses nested structs' names taken. They come after
+// every payload type, so that a collision names the nested one whatever
+// the order of the events.
+func (m *Model) checkStructNames(taken map[string]string, fail func(string, ...any)) {
 	for _, e := range m.Events {
 		for _, v := range e.Versions {
 			for _, st := range v.Structs {
@@ -410,11 +437,6 @@ func build(g *gen.Graph, evs []events.Interface) (*Model, error) {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return nil, refusal(append(errs, m.upcasterRefusals(nil)...))
-	}
-	m.nameDeclImports()
-	return m, nil
 }
 
 // ourNode finds the ent type name built from one of our schemas and checks

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -11,19 +12,34 @@ import (
 	"github.com/entoutbox/entoutbox/consumer/internal/payload"
 )
 
-// Every payload the package's tests check runs through both the fast check
-// and the library's Validate (with keysIn and normalize); TestMain fails
-// the run if they ever disagree.
+// Every payload the package's tests check runs through both the generated
+// check and the library's Validate (and parseFast beside encoding/json);
+// TestMain fails the run if they ever disagree.
 func init() {
 	payload.CrossCheck = func(d string) {
 		fastCheckDisagreements.Add(1)
-		fmt.Fprintln(os.Stderr, "consumer: the fast schema check disagrees with the library:", d)
+		fmt.Fprintln(os.Stderr, "consumer: the generated schema check disagrees with the library:", d)
 	}
+	payload.Observe = func(path string, p []byte, valid bool) {
+		generatedVerdicts.Store(path+"\x00"+string(p), valid)
+	}
+}
+
+var generatedVerdicts sync.Map
+
+// GeneratedVerdict is the generated check's verdict on the last payload
+// given to the schema file at path (relative to the ent package), if any.
+func GeneratedVerdict(path string, p []byte) (valid, seen bool) {
+	v, ok := generatedVerdicts.Load(path + "\x00" + string(p))
+	if !ok {
+		return false, false
+	}
+	return v.(bool), true
 }
 
 var fastCheckDisagreements atomic.Int64
 
-// FastCheckDisagreements is how many times the fast schema check and the
+// FastCheckDisagreements is how many times the generated schema check and the
 // library disagreed.
 func FastCheckDisagreements() int64 { return fastCheckDisagreements.Load() }
 
@@ -59,12 +75,13 @@ func DecodePayload(h any, name string, version int, payload []byte) (any, error)
 	return typ.Decode(version, payload)
 }
 
-// WithoutFastCrossCheck runs the fast schema check alone until the end of
-// tb, as outside tests (for benchmarks).
+// WithoutFastCrossCheck runs the generated schema check alone until the
+// end of tb, as outside tests (for benchmarks): no cross-check, no
+// verdicts noted.
 func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
-	saved := payload.CrossCheck
-	payload.CrossCheck = nil
-	tb.Cleanup(func() { payload.CrossCheck = saved })
+	saved, observe := payload.CrossCheck, payload.Observe
+	payload.CrossCheck, payload.Observe = nil, nil
+	tb.Cleanup(func() { payload.CrossCheck, payload.Observe = saved, observe })
 }
 
 // WithOutagePauses sets how long a delivery waits for an outage to end

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"regexp"
 
 	"entgo.io/ent/dialect"
 
@@ -171,3 +172,31 @@ type PayloadSchema = payload.Schema
 func NewPayloadSchema(fsys fs.FS, path, event string, version int) *PayloadSchema {
 	return payload.NewSchema(fsys, path, event, version)
 }
+
+// For generated code. PayloadCheck is the check go generate writes for a
+// node of a published payload schema (see the payload package inside this
+// one).
+type PayloadCheck = payload.Check
+
+// For generated code. PayloadWalk is the state of a generated check.
+type PayloadWalk = payload.Walk
+
+// For generated code. PayloadBound is a minimum or maximum of a generated
+// check.
+type PayloadBound = payload.Bound
+
+// For generated code. NewGeneratedPayloadSchema returns the schema of
+// version of event, the file at path in fsys, whose check go generate
+// wrote as Go from that file: check decides what a handler accepts, and
+// the file words what it refuses.
+func NewGeneratedPayloadSchema(fsys fs.FS, path, event string, version int, check PayloadCheck) *PayloadSchema {
+	return payload.NewGenerated(fsys, path, event, version, check)
+}
+
+// For generated code. NewPayloadBound returns the bound of a generated
+// check, written s in the published schema.
+func NewPayloadBound(s string) *PayloadBound { return payload.NewBound(s) }
+
+// For generated code. NewPayloadPattern compiles a pattern of a published
+// schema.
+func NewPayloadPattern(expr string) *regexp.Regexp { return payload.NewPattern(expr) }

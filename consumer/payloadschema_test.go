@@ -67,7 +67,8 @@ func publishedSchemas(t *testing.T) ([]publishedSchema, map[string]int) {
 // with each other. What they refuse, the handlers refuse, naming the
 // changed field; what they accept, the handlers accept, and, as the latest
 // version, read as they do (ReadAlike: not "S" for "s", not "" for a
-// default).
+// default). The generated check's own verdict on each payload is held to
+// both validators.
 func TestGeneratedHandlersAcceptWhatTheSchemaAccepts(t *testing.T) {
 	t.Parallel()
 	h := testent.NewOutboxHandlers(testent.NewClient()) // decoding needs no database
@@ -79,9 +80,10 @@ func TestGeneratedHandlersAcceptWhatTheSchemaAccepts(t *testing.T) {
 	backward := backwardCompatible(t, latest)
 	kinds := map[string]bool{}
 	type outcome struct {
-		as      publishedSchema
-		payload schematest.Payload
-		valid   bool
+		as        publishedSchema
+		payload   schematest.Payload
+		valid     bool
+		generated bool // the generated check's verdict
 	}
 	var outcomes []outcome
 	accepted, refused := 0, 0
@@ -89,9 +91,12 @@ func TestGeneratedHandlersAcceptWhatTheSchemaAccepts(t *testing.T) {
 		for _, p := range schematest.Variants(from.schema.Doc) {
 			for _, as := range byEvent[from.name] {
 				valid := as.schema.Valid(p.JSON)
-				outcomes = append(outcomes, outcome{as, p, valid})
 				decoded, err := consumer.DecodePayload(h, as.name, as.version, p.JSON)
 				what := fmt.Sprintf("%s payload, %s, decoded as version %d: %s", from.id, p.What, as.version, schematest.Compact(p.JSON))
+				generated, seen := consumer.GeneratedVerdict("entoutbox/schemas/"+as.id+".json", p.JSON)
+				require.True(t, seen || !valid, "%s: the generated check never saw it", what)
+				require.Equal(t, valid, generated, "the generated check and the schema disagree on %s", what)
+				outcomes = append(outcomes, outcome{as, p, valid, generated})
 				if !valid {
 					refused++
 					require.Error(t, err, "the handlers take what the schema refuses: %s", what)
@@ -147,6 +152,8 @@ func TestGeneratedHandlersAcceptWhatTheSchemaAccepts(t *testing.T) {
 			continue
 		}
 		require.Equal(t, o.valid, v.Valid, "ajv and santhosh-tekuri/jsonschema disagree on %s (%s): %s; ajv: %v",
+			o.as.id, o.payload.What, schematest.Compact(o.payload.JSON), v.Errors)
+		require.Equal(t, o.generated, v.Valid, "ajv and the generated check disagree on %s (%s): %s; ajv: %v",
 			o.as.id, o.payload.What, schematest.Compact(o.payload.JSON), v.Errors)
 		compared++
 	}

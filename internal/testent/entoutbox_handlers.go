@@ -181,8 +181,8 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 
 // outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
 var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1, outboxCheckOrderPaidV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2, outboxCheckOrderPaidV2),
 }
 
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest,
@@ -281,7 +281,7 @@ func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUp
 
 // outboxProfileUpdatedSchemas are the schemas of the versions of "profile.updated", from version 1.
 var outboxProfileUpdatedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1, outboxCheckProfileUpdatedV1),
 }
 
 // outboxDecodeProfileUpdated turns a payload of any declared version into the latest,
@@ -371,9 +371,9 @@ func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChange
 
 // outboxPriceChangedSchemas are the schemas of the versions of "price.changed", from version 1.
 var outboxPriceChangedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1, outboxCheckPriceChangedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2, outboxCheckPriceChangedV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3, outboxCheckPriceChangedV3),
 }
 
 // outboxDecodePriceChanged turns a payload of any declared version into the latest,
@@ -494,8 +494,8 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 
 // outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
 var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1, outboxCheckOrderPlacedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2, outboxCheckOrderPlacedV2),
 }
 
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
@@ -594,9 +594,9 @@ func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedB
 
 // outboxCartChangedSchemas are the schemas of the versions of "cart.changed", from version 1.
 var outboxCartChangedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1, outboxCheckCartChangedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2, outboxCheckCartChangedV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3, outboxCheckCartChangedV3),
 }
 
 // outboxDecodeCartChanged turns a payload of any declared version into the latest,
@@ -722,8 +722,8 @@ func (h *OutboxHandlers) OnShipmentBookedBatch(consumerName string, fn ShipmentB
 
 // outboxShipmentBookedSchemas are the schemas of the versions of "shipment.booked", from version 1.
 var outboxShipmentBookedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v1.json", "shipment.booked", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v2.json", "shipment.booked", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v1.json", "shipment.booked", 1, outboxCheckShipmentBookedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/shipment.booked.v2.json", "shipment.booked", 2, outboxCheckShipmentBookedV2),
 }
 
 // outboxDecodeShipmentBooked turns a payload of any declared version into the latest,
@@ -840,8 +840,8 @@ func (h *OutboxHandlers) OnAllKindsBatch(consumerName string, fn AllKindsBatchHa
 
 // outboxAllKindsSchemas are the schemas of the versions of "all.kinds", from version 1.
 var outboxAllKindsSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v1.json", "all.kinds", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v2.json", "all.kinds", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v1.json", "all.kinds", 1, outboxCheckAllKindsV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/all.kinds.v2.json", "all.kinds", 2, outboxCheckAllKindsV2),
 }
 
 // outboxDecodeAllKinds turns a payload of any declared version into the latest,
@@ -940,7 +940,7 @@ func (h *OutboxHandlers) OnPaymentReminderBatch(consumerName string, fn PaymentR
 
 // outboxPaymentReminderSchemas are the schemas of the versions of "payment.reminder", from version 1.
 var outboxPaymentReminderSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/payment.reminder.v1.json", "payment.reminder", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/payment.reminder.v1.json", "payment.reminder", 1, outboxCheckPaymentReminderV1),
 }
 
 // outboxDecodePaymentReminder turns a payload of any declared version into the latest,
@@ -1030,7 +1030,7 @@ func (h *OutboxHandlers) OnAuditRecordedBatch(consumerName string, fn AuditRecor
 
 // outboxAuditRecordedSchemas are the schemas of the versions of "audit.recorded", from version 1.
 var outboxAuditRecordedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/audit.recorded.v1.json", "audit.recorded", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/audit.recorded.v1.json", "audit.recorded", 1, outboxCheckAuditRecordedV1),
 }
 
 // outboxDecodeAuditRecorded turns a payload of any declared version into the latest,
@@ -1048,6 +1048,2422 @@ func outboxDecodeAuditRecorded(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckOrderPaidV1Required = []string{"amount_cents", "order_id"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV1AmountCents,
+	"order_id":     outboxCheckOrderPaidV1OrderId,
+}
+
+var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
+
+var outboxBound3 = consumer.NewPayloadBound("0")
+
+var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV2AmountCents,
+	"currency":     outboxCheckOrderPaidV2Currency,
+	"order_id":     outboxCheckOrderPaidV2OrderId,
+}
+
+var outboxCheckProfileUpdatedV1Required = []string{"balance", "display_name", "plan", "score", "session_id", "settings", "tags", "updated_at", "verified"}
+
+var outboxPattern1 = consumer.NewPayloadPattern("^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+
+var outboxBound4 = consumer.NewPayloadBound("-1.7976931348623157e+308")
+
+var outboxBound5 = consumer.NewPayloadBound("1.7976931348623157e+308")
+
+var outboxPattern2 = consumer.NewPayloadPattern("^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
+
+var outboxBound6 = consumer.NewPayloadBound("-2147483648")
+
+var outboxBound7 = consumer.NewPayloadBound("2147483647")
+
+var outboxPattern3 = consumer.NewPayloadPattern("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+var outboxPattern4 = consumer.NewPayloadPattern("^0001-01-01T00:00:00(\\.0+)?(Z|[+-]00:00)$")
+
+var outboxCheckProfileUpdatedV1Props = map[string]consumer.PayloadCheck{
+	"avatar":       outboxCheckProfileUpdatedV1Avatar,
+	"balance":      outboxCheckProfileUpdatedV1Balance,
+	"deleted_at":   outboxCheckProfileUpdatedV1DeletedAt,
+	"display_name": outboxCheckProfileUpdatedV1DisplayName,
+	"friend_ids":   outboxCheckProfileUpdatedV1FriendIds,
+	"nickname":     outboxCheckProfileUpdatedV1Nickname,
+	"plan":         outboxCheckProfileUpdatedV1Plan,
+	"score":        outboxCheckProfileUpdatedV1Score,
+	"session_id":   outboxCheckProfileUpdatedV1SessionId,
+	"settings":     nil,
+	"tags":         outboxCheckProfileUpdatedV1Tags,
+	"updated_at":   outboxCheckProfileUpdatedV1UpdatedAt,
+	"verified":     outboxCheckProfileUpdatedV1Verified,
+}
+
+var outboxCheckPriceChangedV1Required = []string{"cents", "sku"}
+
+var outboxCheckPriceChangedV1Props = map[string]consumer.PayloadCheck{
+	"cents": outboxCheckPriceChangedV1Cents,
+	"sku":   outboxCheckPriceChangedV1Sku,
+}
+
+var outboxCheckPriceChangedV2Required = []string{"cents", "sku"}
+
+var outboxCheckPriceChangedV2Props = map[string]consumer.PayloadCheck{
+	"cents":    outboxCheckPriceChangedV2Cents,
+	"currency": outboxCheckPriceChangedV2Currency,
+	"sku":      outboxCheckPriceChangedV2Sku,
+}
+
+var outboxCheckPriceChangedV3Required = []string{"amount", "sku"}
+
+var outboxCheckPriceChangedV3Props = map[string]consumer.PayloadCheck{
+	"amount":   outboxCheckPriceChangedV3Amount,
+	"currency": outboxCheckPriceChangedV3Currency,
+	"sku":      outboxCheckPriceChangedV3Sku,
+}
+
+var outboxCheckOrderPlacedV1Required = []string{"address", "lines", "order_id"}
+
+var outboxCheckOrderPlacedV1AddressRequired = []string{"city", "street"}
+
+var outboxCheckOrderPlacedV1AddressProps = map[string]consumer.PayloadCheck{
+	"city":   outboxCheckOrderPlacedV1AddressCity,
+	"street": outboxCheckOrderPlacedV1AddressStreet,
+}
+
+var outboxCheckOrderPlacedV1LinesItemRequired = []string{"qty", "sku"}
+
+var outboxBound8 = consumer.NewPayloadBound("1")
+
+var outboxCheckOrderPlacedV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"qty": outboxCheckOrderPlacedV1LinesItemQty,
+	"sku": outboxCheckOrderPlacedV1LinesItemSku,
+}
+
+var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
+	"address":  outboxCheckOrderPlacedV1Address,
+	"lines":    outboxCheckOrderPlacedV1Lines,
+	"order_id": outboxCheckOrderPlacedV1OrderId,
+}
+
+var outboxCheckOrderPlacedV2Required = []string{"address", "lines", "order_id"}
+
+var outboxCheckOrderPlacedV2AddressRequired = []string{"city", "street"}
+
+var outboxCheckOrderPlacedV2AddressProps = map[string]consumer.PayloadCheck{
+	"city":    outboxCheckOrderPlacedV2AddressCity,
+	"country": outboxCheckOrderPlacedV2AddressCountry,
+	"street":  outboxCheckOrderPlacedV2AddressStreet,
+}
+
+var outboxCheckOrderPlacedV2AttributesValueRequired = []string{"value"}
+
+var outboxCheckOrderPlacedV2AttributesValueProps = map[string]consumer.PayloadCheck{
+	"value": outboxCheckOrderPlacedV2AttributesValueValue,
+}
+
+var outboxCheckOrderPlacedV2LinesItemRequired = []string{"qty", "sku"}
+
+var outboxCheckOrderPlacedV2LinesItemProps = map[string]consumer.PayloadCheck{
+	"pack": outboxCheckOrderPlacedV2LinesItemPack,
+	"qty":  outboxCheckOrderPlacedV2LinesItemQty,
+	"sku":  outboxCheckOrderPlacedV2LinesItemSku,
+	"unit": outboxCheckOrderPlacedV2LinesItemUnit,
+}
+
+var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
+	"address":    outboxCheckOrderPlacedV2Address,
+	"attributes": outboxCheckOrderPlacedV2Attributes,
+	"lines":      outboxCheckOrderPlacedV2Lines,
+	"order_id":   outboxCheckOrderPlacedV2OrderId,
+}
+
+var outboxCheckCartChangedV1Required = []string{"lines"}
+
+var outboxCheckCartChangedV1LinesItemRequired = []string{"cents", "sku"}
+
+var outboxCheckCartChangedV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"cents": outboxCheckCartChangedV1LinesItemCents,
+	"sku":   outboxCheckCartChangedV1LinesItemSku,
+}
+
+var outboxCheckCartChangedV1Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV1Lines,
+}
+
+var outboxCheckCartChangedV2Required = []string{"lines"}
+
+var outboxCheckCartChangedV2LinesItemRequired = []string{"cents", "sku"}
+
+var outboxCheckCartChangedV2LinesItemProps = map[string]consumer.PayloadCheck{
+	"cents":    outboxCheckCartChangedV2LinesItemCents,
+	"currency": outboxCheckCartChangedV2LinesItemCurrency,
+	"sku":      outboxCheckCartChangedV2LinesItemSku,
+}
+
+var outboxCheckCartChangedV2Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV2Lines,
+}
+
+var outboxCheckCartChangedV3Required = []string{"lines"}
+
+var outboxCheckCartChangedV3LinesItemRequired = []string{"amount", "sku"}
+
+var outboxCheckCartChangedV3LinesItemProps = map[string]consumer.PayloadCheck{
+	"amount":   outboxCheckCartChangedV3LinesItemAmount,
+	"currency": outboxCheckCartChangedV3LinesItemCurrency,
+	"sku":      outboxCheckCartChangedV3LinesItemSku,
+}
+
+var outboxCheckCartChangedV3Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV3Lines,
+}
+
+var outboxCheckShipmentBookedV1Required = []string{"carrier", "order_id"}
+
+var outboxCheckShipmentBookedV1Props = map[string]consumer.PayloadCheck{
+	"carrier":  outboxCheckShipmentBookedV1Carrier,
+	"order_id": outboxCheckShipmentBookedV1OrderId,
+}
+
+var outboxCheckShipmentBookedV2Required = []string{"carrier", "order_id", "service"}
+
+var outboxCheckShipmentBookedV2Props = map[string]consumer.PayloadCheck{
+	"carrier":  outboxCheckShipmentBookedV2Carrier,
+	"order_id": outboxCheckShipmentBookedV2OrderId,
+	"service":  outboxCheckShipmentBookedV2Service,
+}
+
+var outboxCheckAllKindsV1Required = []string{"address", "at", "b", "f", "friends", "i", "i64", "id", "lines", "s", "settings", "sig", "size", "stock", "tags"}
+
+var outboxCheckAllKindsV1AddressRequired = []string{"city"}
+
+var outboxCheckAllKindsV1AddressProps = map[string]consumer.PayloadCheck{
+	"city":    outboxCheckAllKindsV1AddressCity,
+	"country": outboxCheckAllKindsV1AddressCountry,
+	"zip":     outboxCheckAllKindsV1AddressZip,
+}
+
+var outboxCheckAllKindsV1AttrsValueRequired = []string{"value"}
+
+var outboxCheckAllKindsV1AttrsValueProps = map[string]consumer.PayloadCheck{
+	"at":    outboxCheckAllKindsV1AttrsValueAt,
+	"value": outboxCheckAllKindsV1AttrsValueValue,
+}
+
+var outboxCheckAllKindsV1BillingRequired = []string{"vat"}
+
+var outboxCheckAllKindsV1BillingProps = map[string]consumer.PayloadCheck{
+	"vat": outboxCheckAllKindsV1BillingVat,
+}
+
+var outboxBound9 = consumer.NewPayloadBound("-1000.5")
+
+var outboxBound10 = consumer.NewPayloadBound("9")
+
+var outboxBound11 = consumer.NewPayloadBound("150")
+
+var outboxCheckAllKindsV1LinesItemRequired = []string{"qty", "sku"}
+
+var outboxCheckAllKindsV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"qty":  outboxCheckAllKindsV1LinesItemQty,
+	"sku":  outboxCheckAllKindsV1LinesItemSku,
+	"unit": outboxCheckAllKindsV1LinesItemUnit,
+}
+
+var outboxCheckAllKindsV1Props = map[string]consumer.PayloadCheck{
+	"address":    outboxCheckAllKindsV1Address,
+	"at":         outboxCheckAllKindsV1At,
+	"attrs":      outboxCheckAllKindsV1Attrs,
+	"avatar":     outboxCheckAllKindsV1Avatar,
+	"b":          outboxCheckAllKindsV1B,
+	"billing":    outboxCheckAllKindsV1Billing,
+	"coords":     outboxCheckAllKindsV1Coords,
+	"deleted_at": outboxCheckAllKindsV1DeletedAt,
+	"extra":      nil,
+	"f":          outboxCheckAllKindsV1F,
+	"flag":       outboxCheckAllKindsV1Flag,
+	"friends":    outboxCheckAllKindsV1Friends,
+	"grid":       outboxCheckAllKindsV1Grid,
+	"i":          outboxCheckAllKindsV1I,
+	"i32":        outboxCheckAllKindsV1I32,
+	"i64":        outboxCheckAllKindsV1I64,
+	"id":         outboxCheckAllKindsV1Id,
+	"label":      outboxCheckAllKindsV1Label,
+	"level":      outboxCheckAllKindsV1Level,
+	"lines":      outboxCheckAllKindsV1Lines,
+	"locale":     outboxCheckAllKindsV1Locale,
+	"lucky":      outboxCheckAllKindsV1Lucky,
+	"nick":       outboxCheckAllKindsV1Nick,
+	"note":       outboxCheckAllKindsV1Note,
+	"other_id":   outboxCheckAllKindsV1OtherId,
+	"plan":       outboxCheckAllKindsV1Plan,
+	"ratio":      outboxCheckAllKindsV1Ratio,
+	"ref":        outboxCheckAllKindsV1Ref,
+	"s":          outboxCheckAllKindsV1S,
+	"settings":   nil,
+	"sig":        outboxCheckAllKindsV1Sig,
+	"size":       outboxCheckAllKindsV1Size,
+	"stock":      outboxCheckAllKindsV1Stock,
+	"tags":       outboxCheckAllKindsV1Tags,
+	"theme":      outboxCheckAllKindsV1Theme,
+}
+
+var outboxCheckAllKindsV2Required = []string{"address", "at", "b", "f", "friends", "i", "i64", "id", "lines", "s", "settings", "sig", "size", "stock", "tags"}
+
+var outboxCheckAllKindsV2AddressRequired = []string{"city"}
+
+var outboxCheckAllKindsV2AddressProps = map[string]consumer.PayloadCheck{
+	"city":    outboxCheckAllKindsV2AddressCity,
+	"country": outboxCheckAllKindsV2AddressCountry,
+	"street":  outboxCheckAllKindsV2AddressStreet,
+	"zip":     outboxCheckAllKindsV2AddressZip,
+}
+
+var outboxCheckAllKindsV2AttrsValueRequired = []string{"value"}
+
+var outboxCheckAllKindsV2AttrsValueProps = map[string]consumer.PayloadCheck{
+	"at":    outboxCheckAllKindsV2AttrsValueAt,
+	"shown": outboxCheckAllKindsV2AttrsValueShown,
+	"value": outboxCheckAllKindsV2AttrsValueValue,
+}
+
+var outboxCheckAllKindsV2BillingRequired = []string{"vat"}
+
+var outboxCheckAllKindsV2BillingProps = map[string]consumer.PayloadCheck{
+	"vat": outboxCheckAllKindsV2BillingVat,
+}
+
+var outboxCheckAllKindsV2LinesItemRequired = []string{"qty", "sku"}
+
+var outboxCheckAllKindsV2LinesItemProps = map[string]consumer.PayloadCheck{
+	"discount": outboxCheckAllKindsV2LinesItemDiscount,
+	"qty":      outboxCheckAllKindsV2LinesItemQty,
+	"sku":      outboxCheckAllKindsV2LinesItemSku,
+	"unit":     outboxCheckAllKindsV2LinesItemUnit,
+}
+
+var outboxCheckAllKindsV2Props = map[string]consumer.PayloadCheck{
+	"address":    outboxCheckAllKindsV2Address,
+	"at":         outboxCheckAllKindsV2At,
+	"attrs":      outboxCheckAllKindsV2Attrs,
+	"avatar":     outboxCheckAllKindsV2Avatar,
+	"b":          outboxCheckAllKindsV2B,
+	"billing":    outboxCheckAllKindsV2Billing,
+	"channel":    outboxCheckAllKindsV2Channel,
+	"coords":     outboxCheckAllKindsV2Coords,
+	"deleted_at": outboxCheckAllKindsV2DeletedAt,
+	"extra":      nil,
+	"f":          outboxCheckAllKindsV2F,
+	"flag":       outboxCheckAllKindsV2Flag,
+	"friends":    outboxCheckAllKindsV2Friends,
+	"grid":       outboxCheckAllKindsV2Grid,
+	"i":          outboxCheckAllKindsV2I,
+	"i32":        outboxCheckAllKindsV2I32,
+	"i64":        outboxCheckAllKindsV2I64,
+	"id":         outboxCheckAllKindsV2Id,
+	"label":      outboxCheckAllKindsV2Label,
+	"level":      outboxCheckAllKindsV2Level,
+	"lines":      outboxCheckAllKindsV2Lines,
+	"locale":     outboxCheckAllKindsV2Locale,
+	"lucky":      outboxCheckAllKindsV2Lucky,
+	"nick":       outboxCheckAllKindsV2Nick,
+	"note":       outboxCheckAllKindsV2Note,
+	"other_id":   outboxCheckAllKindsV2OtherId,
+	"plan":       outboxCheckAllKindsV2Plan,
+	"ratio":      outboxCheckAllKindsV2Ratio,
+	"ref":        outboxCheckAllKindsV2Ref,
+	"s":          outboxCheckAllKindsV2S,
+	"settings":   nil,
+	"sig":        outboxCheckAllKindsV2Sig,
+	"size":       outboxCheckAllKindsV2Size,
+	"stock":      outboxCheckAllKindsV2Stock,
+	"tags":       outboxCheckAllKindsV2Tags,
+	"theme":      outboxCheckAllKindsV2Theme,
+}
+
+var outboxCheckPaymentReminderV1Required = []string{"order_id"}
+
+var outboxCheckPaymentReminderV1Props = map[string]consumer.PayloadCheck{
+	"order_id": outboxCheckPaymentReminderV1OrderId,
+}
+
+var outboxCheckAuditRecordedV1Required = []string{"action"}
+
+var outboxCheckAuditRecordedV1Props = map[string]consumer.PayloadCheck{
+	"action": outboxCheckAuditRecordedV1Action,
+}
+
+// outboxCheckOrderPaidV1AmountCents checks order.paid v1.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV1AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1 checks order.paid v1 as its published JSON Schema says.
+func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV1Required) && w.Object(x, outboxCheckOrderPaidV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, outboxBound3, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2Currency checks order.paid v2.currency as its published JSON Schema says.
+func outboxCheckOrderPaidV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "EUR" || x == "USD") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2 checks order.paid v2 as its published JSON Schema says.
+func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV2Required) && w.Object(x, outboxCheckOrderPaidV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Avatar checks profile.updated v1.avatar as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Balance checks profile.updated v1.balance as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Balance(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1DeletedAt checks profile.updated v1.deleted_at as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1DisplayName checks profile.updated v1.display_name as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1DisplayName(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1FriendIdsItem checks profile.updated v1.friend_ids[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1FriendIdsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1FriendIds checks profile.updated v1.friend_ids as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1FriendIds(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1FriendIdsItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Nickname checks profile.updated v1.nickname as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Nickname(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Plan checks profile.updated v1.plan as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Plan(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "free" || x == "pro") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Score checks profile.updated v1.score as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Score(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1SessionIdNot checks profile.updated v1.session_id (not) as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1SessionIdNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, false
+	case bool:
+		return v, false
+	case json.Number:
+		return v, false
+	case string:
+		return v, (x == "00000000-0000-0000-0000-000000000000")
+	case []any:
+		return v, false && w.Array(x, nil)
+	case map[string]any:
+		return v, false
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1SessionId checks profile.updated v1.session_id as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1SessionId(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckProfileUpdatedV1SessionIdNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1TagsItem checks profile.updated v1.tags[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Tags checks profile.updated v1.tags as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1TagsItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1UpdatedAtNot checks profile.updated v1.updated_at (not) as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1UpdatedAtNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case bool:
+		return v, true
+	case json.Number:
+		return v, true
+	case string:
+		return v, outboxPattern4.MatchString(x)
+	case []any:
+		return v, w.Array(x, nil)
+	case map[string]any:
+		return w.Any(v)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1UpdatedAt checks profile.updated v1.updated_at as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1UpdatedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckProfileUpdatedV1UpdatedAtNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Verified checks profile.updated v1.verified as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Verified(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1 checks profile.updated v1 as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckProfileUpdatedV1Required) && w.Object(x, outboxCheckProfileUpdatedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV1Cents checks price.changed v1.cents as its published JSON Schema says.
+func outboxCheckPriceChangedV1Cents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV1Sku checks price.changed v1.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV1 checks price.changed v1 as its published JSON Schema says.
+func outboxCheckPriceChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV1Required) && w.Object(x, outboxCheckPriceChangedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Cents checks price.changed v2.cents as its published JSON Schema says.
+func outboxCheckPriceChangedV2Cents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Currency checks price.changed v2.currency as its published JSON Schema says.
+func outboxCheckPriceChangedV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Sku checks price.changed v2.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2 checks price.changed v2 as its published JSON Schema says.
+func outboxCheckPriceChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV2Required) && w.Object(x, outboxCheckPriceChangedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Amount checks price.changed v3.amount as its published JSON Schema says.
+func outboxCheckPriceChangedV3Amount(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Currency checks price.changed v3.currency as its published JSON Schema says.
+func outboxCheckPriceChangedV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Sku checks price.changed v3.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV3Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3 checks price.changed v3 as its published JSON Schema says.
+func outboxCheckPriceChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV3Required) && w.Object(x, outboxCheckPriceChangedV3Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1AddressCity checks order.placed v1.address.city as its published JSON Schema says.
+func outboxCheckOrderPlacedV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1AddressStreet checks order.placed v1.address.street as its published JSON Schema says.
+func outboxCheckOrderPlacedV1AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Address checks order.placed v1.address as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1AddressRequired) && w.Object(x, outboxCheckOrderPlacedV1AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemQty checks order.placed v1.lines[].qty as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound8, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemSku checks order.placed v1.lines[].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItem checks order.placed v1.lines[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1LinesItemRequired) && w.Object(x, outboxCheckOrderPlacedV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Lines checks order.placed v1.lines as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
+func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressCity checks order.placed v2.address.city as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressCountry checks order.placed v2.address.country as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressStreet checks order.placed v2.address.street as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Address checks order.placed v2.address as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2AddressRequired) && w.Object(x, outboxCheckOrderPlacedV2AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AttributesValueValue checks order.placed v2.attributes[].value as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AttributesValueValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 16)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AttributesValue checks order.placed v2.attributes[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AttributesValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2AttributesValueRequired) && w.Object(x, outboxCheckOrderPlacedV2AttributesValueProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Attributes checks order.placed v2.attributes as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Attributes(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV2AttributesValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemPack checks order.placed v2.lines[].pack as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemPack(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemQty checks order.placed v2.lines[].qty as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound8, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemSku checks order.placed v2.lines[].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemUnit checks order.placed v2.lines[].unit as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "piece" || x == "kg") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItem checks order.placed v2.lines[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2LinesItemRequired) && w.Object(x, outboxCheckOrderPlacedV2LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Lines checks order.placed v2.lines as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2OrderId checks order.placed v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2 checks order.placed v2 as its published JSON Schema says.
+func outboxCheckOrderPlacedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2Required) && w.Object(x, outboxCheckOrderPlacedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1LinesItemCents checks cart.changed v1.lines[].cents as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1LinesItemSku checks cart.changed v1.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1LinesItem checks cart.changed v1.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV1LinesItemRequired) && w.Object(x, outboxCheckCartChangedV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1Lines checks cart.changed v1.lines as its published JSON Schema says.
+func outboxCheckCartChangedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1 checks cart.changed v1 as its published JSON Schema says.
+func outboxCheckCartChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV1Required) && w.Object(x, outboxCheckCartChangedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemCents checks cart.changed v2.lines[].cents as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemCurrency checks cart.changed v2.lines[].currency as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemSku checks cart.changed v2.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItem checks cart.changed v2.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV2LinesItemRequired) && w.Object(x, outboxCheckCartChangedV2LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2Lines checks cart.changed v2.lines as its published JSON Schema says.
+func outboxCheckCartChangedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV2LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2 checks cart.changed v2 as its published JSON Schema says.
+func outboxCheckCartChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV2Required) && w.Object(x, outboxCheckCartChangedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemAmount checks cart.changed v3.lines[].amount as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemAmount(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemCurrency checks cart.changed v3.lines[].currency as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemSku checks cart.changed v3.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItem checks cart.changed v3.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV3LinesItemRequired) && w.Object(x, outboxCheckCartChangedV3LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3Lines checks cart.changed v3.lines as its published JSON Schema says.
+func outboxCheckCartChangedV3Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV3LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3 checks cart.changed v3 as its published JSON Schema says.
+func outboxCheckCartChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV3Required) && w.Object(x, outboxCheckCartChangedV3Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV1Carrier checks shipment.booked v1.carrier as its published JSON Schema says.
+func outboxCheckShipmentBookedV1Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV1OrderId checks shipment.booked v1.order_id as its published JSON Schema says.
+func outboxCheckShipmentBookedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV1 checks shipment.booked v1 as its published JSON Schema says.
+func outboxCheckShipmentBookedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckShipmentBookedV1Required) && w.Object(x, outboxCheckShipmentBookedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV2Carrier checks shipment.booked v2.carrier as its published JSON Schema says.
+func outboxCheckShipmentBookedV2Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV2OrderId checks shipment.booked v2.order_id as its published JSON Schema says.
+func outboxCheckShipmentBookedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV2Service checks shipment.booked v2.service as its published JSON Schema says.
+func outboxCheckShipmentBookedV2Service(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "standard" || x == "express") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckShipmentBookedV2 checks shipment.booked v2 as its published JSON Schema says.
+func outboxCheckShipmentBookedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckShipmentBookedV2Required) && w.Object(x, outboxCheckShipmentBookedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AddressCity checks all.kinds v1.address.city as its published JSON Schema says.
+func outboxCheckAllKindsV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AddressCountry checks all.kinds v1.address.country as its published JSON Schema says.
+func outboxCheckAllKindsV1AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AddressZip checks all.kinds v1.address.zip as its published JSON Schema says.
+func outboxCheckAllKindsV1AddressZip(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Address checks all.kinds v1.address as its published JSON Schema says.
+func outboxCheckAllKindsV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV1AddressRequired) && w.Object(x, outboxCheckAllKindsV1AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AtNot checks all.kinds v1.at (not) as its published JSON Schema says.
+func outboxCheckAllKindsV1AtNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case bool:
+		return v, true
+	case json.Number:
+		return v, true
+	case string:
+		return v, outboxPattern4.MatchString(x)
+	case []any:
+		return v, w.Array(x, nil)
+	case map[string]any:
+		return w.Any(v)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1At checks all.kinds v1.at as its published JSON Schema says.
+func outboxCheckAllKindsV1At(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckAllKindsV1AtNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AttrsValueAt checks all.kinds v1.attrs[].at as its published JSON Schema says.
+func outboxCheckAllKindsV1AttrsValueAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AttrsValueValue checks all.kinds v1.attrs[].value as its published JSON Schema says.
+func outboxCheckAllKindsV1AttrsValueValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 4)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1AttrsValue checks all.kinds v1.attrs[] as its published JSON Schema says.
+func outboxCheckAllKindsV1AttrsValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV1AttrsValueRequired) && w.Object(x, outboxCheckAllKindsV1AttrsValueProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Attrs checks all.kinds v1.attrs as its published JSON Schema says.
+func outboxCheckAllKindsV1Attrs(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV1AttrsValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Avatar checks all.kinds v1.avatar as its published JSON Schema says.
+func outboxCheckAllKindsV1Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1B checks all.kinds v1.b as its published JSON Schema says.
+func outboxCheckAllKindsV1B(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1BillingVat checks all.kinds v1.billing.vat as its published JSON Schema says.
+func outboxCheckAllKindsV1BillingVat(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Billing checks all.kinds v1.billing as its published JSON Schema says.
+func outboxCheckAllKindsV1Billing(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV1BillingRequired) && w.Object(x, outboxCheckAllKindsV1BillingProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1CoordsItem checks all.kinds v1.coords[] as its published JSON Schema says.
+func outboxCheckAllKindsV1CoordsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Coords checks all.kinds v1.coords as its published JSON Schema says.
+func outboxCheckAllKindsV1Coords(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1CoordsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1DeletedAt checks all.kinds v1.deleted_at as its published JSON Schema says.
+func outboxCheckAllKindsV1DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1F checks all.kinds v1.f as its published JSON Schema says.
+func outboxCheckAllKindsV1F(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Flag checks all.kinds v1.flag as its published JSON Schema says.
+func outboxCheckAllKindsV1Flag(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1FriendsItem checks all.kinds v1.friends[] as its published JSON Schema says.
+func outboxCheckAllKindsV1FriendsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Friends checks all.kinds v1.friends as its published JSON Schema says.
+func outboxCheckAllKindsV1Friends(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1FriendsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1GridItemItem checks all.kinds v1.grid[][] as its published JSON Schema says.
+func outboxCheckAllKindsV1GridItemItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1GridItem checks all.kinds v1.grid[] as its published JSON Schema says.
+func outboxCheckAllKindsV1GridItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1GridItemItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Grid checks all.kinds v1.grid as its published JSON Schema says.
+func outboxCheckAllKindsV1Grid(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1GridItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1I checks all.kinds v1.i as its published JSON Schema says.
+func outboxCheckAllKindsV1I(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound11, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1I32 checks all.kinds v1.i32 as its published JSON Schema says.
+func outboxCheckAllKindsV1I32(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1I64 checks all.kinds v1.i64 as its published JSON Schema says.
+func outboxCheckAllKindsV1I64(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1IdNot checks all.kinds v1.id (not) as its published JSON Schema says.
+func outboxCheckAllKindsV1IdNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, false
+	case bool:
+		return v, false
+	case json.Number:
+		return v, false
+	case string:
+		return v, (x == "00000000-0000-0000-0000-000000000000")
+	case []any:
+		return v, false && w.Array(x, nil)
+	case map[string]any:
+		return v, false
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Id checks all.kinds v1.id as its published JSON Schema says.
+func outboxCheckAllKindsV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckAllKindsV1IdNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Label checks all.kinds v1.label as its published JSON Schema says.
+func outboxCheckAllKindsV1Label(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Level checks all.kinds v1.level as its published JSON Schema says.
+func outboxCheckAllKindsV1Level(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1LinesItemQty checks all.kinds v1.lines[].qty as its published JSON Schema says.
+func outboxCheckAllKindsV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1LinesItemSku checks all.kinds v1.lines[].sku as its published JSON Schema says.
+func outboxCheckAllKindsV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1LinesItemUnit checks all.kinds v1.lines[].unit as its published JSON Schema says.
+func outboxCheckAllKindsV1LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "piece" || x == "kg") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1LinesItem checks all.kinds v1.lines[] as its published JSON Schema says.
+func outboxCheckAllKindsV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV1LinesItemRequired) && w.Object(x, outboxCheckAllKindsV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Lines checks all.kinds v1.lines as its published JSON Schema says.
+func outboxCheckAllKindsV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Locale checks all.kinds v1.locale as its published JSON Schema says.
+func outboxCheckAllKindsV1Locale(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1LuckyItem checks all.kinds v1.lucky[] as its published JSON Schema says.
+func outboxCheckAllKindsV1LuckyItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Lucky checks all.kinds v1.lucky as its published JSON Schema says.
+func outboxCheckAllKindsV1Lucky(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1LuckyItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Nick checks all.kinds v1.nick as its published JSON Schema says.
+func outboxCheckAllKindsV1Nick(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Note checks all.kinds v1.note as its published JSON Schema says.
+func outboxCheckAllKindsV1Note(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1OtherId checks all.kinds v1.other_id as its published JSON Schema says.
+func outboxCheckAllKindsV1OtherId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Plan checks all.kinds v1.plan as its published JSON Schema says.
+func outboxCheckAllKindsV1Plan(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "free" || x == "pro") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Ratio checks all.kinds v1.ratio as its published JSON Schema says.
+func outboxCheckAllKindsV1Ratio(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Ref checks all.kinds v1.ref as its published JSON Schema says.
+func outboxCheckAllKindsV1Ref(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1S checks all.kinds v1.s as its published JSON Schema says.
+func outboxCheckAllKindsV1S(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 8)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Sig checks all.kinds v1.sig as its published JSON Schema says.
+func outboxCheckAllKindsV1Sig(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Size checks all.kinds v1.size as its published JSON Schema says.
+func outboxCheckAllKindsV1Size(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "S" || x == "M") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1StockValue checks all.kinds v1.stock[] as its published JSON Schema says.
+func outboxCheckAllKindsV1StockValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Stock checks all.kinds v1.stock as its published JSON Schema says.
+func outboxCheckAllKindsV1Stock(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV1StockValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1TagsItem checks all.kinds v1.tags[] as its published JSON Schema says.
+func outboxCheckAllKindsV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Tags checks all.kinds v1.tags as its published JSON Schema says.
+func outboxCheckAllKindsV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV1TagsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1Theme checks all.kinds v1.theme as its published JSON Schema says.
+func outboxCheckAllKindsV1Theme(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, (x == "light" || x == "dark")
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV1 checks all.kinds v1 as its published JSON Schema says.
+func outboxCheckAllKindsV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV1Required) && w.Object(x, outboxCheckAllKindsV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AddressCity checks all.kinds v2.address.city as its published JSON Schema says.
+func outboxCheckAllKindsV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AddressCountry checks all.kinds v2.address.country as its published JSON Schema says.
+func outboxCheckAllKindsV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AddressStreet checks all.kinds v2.address.street as its published JSON Schema says.
+func outboxCheckAllKindsV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AddressZip checks all.kinds v2.address.zip as its published JSON Schema says.
+func outboxCheckAllKindsV2AddressZip(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Address checks all.kinds v2.address as its published JSON Schema says.
+func outboxCheckAllKindsV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV2AddressRequired) && w.Object(x, outboxCheckAllKindsV2AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AtNot checks all.kinds v2.at (not) as its published JSON Schema says.
+func outboxCheckAllKindsV2AtNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case bool:
+		return v, true
+	case json.Number:
+		return v, true
+	case string:
+		return v, outboxPattern4.MatchString(x)
+	case []any:
+		return v, w.Array(x, nil)
+	case map[string]any:
+		return w.Any(v)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2At checks all.kinds v2.at as its published JSON Schema says.
+func outboxCheckAllKindsV2At(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckAllKindsV2AtNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AttrsValueAt checks all.kinds v2.attrs[].at as its published JSON Schema says.
+func outboxCheckAllKindsV2AttrsValueAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AttrsValueShown checks all.kinds v2.attrs[].shown as its published JSON Schema says.
+func outboxCheckAllKindsV2AttrsValueShown(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AttrsValueValue checks all.kinds v2.attrs[].value as its published JSON Schema says.
+func outboxCheckAllKindsV2AttrsValueValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 4)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2AttrsValue checks all.kinds v2.attrs[] as its published JSON Schema says.
+func outboxCheckAllKindsV2AttrsValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV2AttrsValueRequired) && w.Object(x, outboxCheckAllKindsV2AttrsValueProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Attrs checks all.kinds v2.attrs as its published JSON Schema says.
+func outboxCheckAllKindsV2Attrs(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV2AttrsValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Avatar checks all.kinds v2.avatar as its published JSON Schema says.
+func outboxCheckAllKindsV2Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2B checks all.kinds v2.b as its published JSON Schema says.
+func outboxCheckAllKindsV2B(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2BillingVat checks all.kinds v2.billing.vat as its published JSON Schema says.
+func outboxCheckAllKindsV2BillingVat(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Billing checks all.kinds v2.billing as its published JSON Schema says.
+func outboxCheckAllKindsV2Billing(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV2BillingRequired) && w.Object(x, outboxCheckAllKindsV2BillingProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Channel checks all.kinds v2.channel as its published JSON Schema says.
+func outboxCheckAllKindsV2Channel(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2CoordsItem checks all.kinds v2.coords[] as its published JSON Schema says.
+func outboxCheckAllKindsV2CoordsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Coords checks all.kinds v2.coords as its published JSON Schema says.
+func outboxCheckAllKindsV2Coords(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2CoordsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2DeletedAt checks all.kinds v2.deleted_at as its published JSON Schema says.
+func outboxCheckAllKindsV2DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2F checks all.kinds v2.f as its published JSON Schema says.
+func outboxCheckAllKindsV2F(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Flag checks all.kinds v2.flag as its published JSON Schema says.
+func outboxCheckAllKindsV2Flag(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2FriendsItem checks all.kinds v2.friends[] as its published JSON Schema says.
+func outboxCheckAllKindsV2FriendsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Friends checks all.kinds v2.friends as its published JSON Schema says.
+func outboxCheckAllKindsV2Friends(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2FriendsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2GridItemItem checks all.kinds v2.grid[][] as its published JSON Schema says.
+func outboxCheckAllKindsV2GridItemItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2GridItem checks all.kinds v2.grid[] as its published JSON Schema says.
+func outboxCheckAllKindsV2GridItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2GridItemItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Grid checks all.kinds v2.grid as its published JSON Schema says.
+func outboxCheckAllKindsV2Grid(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2GridItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2I checks all.kinds v2.i as its published JSON Schema says.
+func outboxCheckAllKindsV2I(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound11, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2I32 checks all.kinds v2.i32 as its published JSON Schema says.
+func outboxCheckAllKindsV2I32(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2I64 checks all.kinds v2.i64 as its published JSON Schema says.
+func outboxCheckAllKindsV2I64(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2IdNot checks all.kinds v2.id (not) as its published JSON Schema says.
+func outboxCheckAllKindsV2IdNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, false
+	case bool:
+		return v, false
+	case json.Number:
+		return v, false
+	case string:
+		return v, (x == "00000000-0000-0000-0000-000000000000")
+	case []any:
+		return v, false && w.Array(x, nil)
+	case map[string]any:
+		return v, false
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Id checks all.kinds v2.id as its published JSON Schema says.
+func outboxCheckAllKindsV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckAllKindsV2IdNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Label checks all.kinds v2.label as its published JSON Schema says.
+func outboxCheckAllKindsV2Label(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Level checks all.kinds v2.level as its published JSON Schema says.
+func outboxCheckAllKindsV2Level(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LinesItemDiscount checks all.kinds v2.lines[].discount as its published JSON Schema says.
+func outboxCheckAllKindsV2LinesItemDiscount(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LinesItemQty checks all.kinds v2.lines[].qty as its published JSON Schema says.
+func outboxCheckAllKindsV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LinesItemSku checks all.kinds v2.lines[].sku as its published JSON Schema says.
+func outboxCheckAllKindsV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LinesItemUnit checks all.kinds v2.lines[].unit as its published JSON Schema says.
+func outboxCheckAllKindsV2LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "piece" || x == "kg") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LinesItem checks all.kinds v2.lines[] as its published JSON Schema says.
+func outboxCheckAllKindsV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV2LinesItemRequired) && w.Object(x, outboxCheckAllKindsV2LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Lines checks all.kinds v2.lines as its published JSON Schema says.
+func outboxCheckAllKindsV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Locale checks all.kinds v2.locale as its published JSON Schema says.
+func outboxCheckAllKindsV2Locale(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2LuckyItem checks all.kinds v2.lucky[] as its published JSON Schema says.
+func outboxCheckAllKindsV2LuckyItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Lucky checks all.kinds v2.lucky as its published JSON Schema says.
+func outboxCheckAllKindsV2Lucky(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2LuckyItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Nick checks all.kinds v2.nick as its published JSON Schema says.
+func outboxCheckAllKindsV2Nick(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Note checks all.kinds v2.note as its published JSON Schema says.
+func outboxCheckAllKindsV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2OtherId checks all.kinds v2.other_id as its published JSON Schema says.
+func outboxCheckAllKindsV2OtherId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Plan checks all.kinds v2.plan as its published JSON Schema says.
+func outboxCheckAllKindsV2Plan(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "free" || x == "pro") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Ratio checks all.kinds v2.ratio as its published JSON Schema says.
+func outboxCheckAllKindsV2Ratio(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound4, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Ref checks all.kinds v2.ref as its published JSON Schema says.
+func outboxCheckAllKindsV2Ref(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2S checks all.kinds v2.s as its published JSON Schema says.
+func outboxCheckAllKindsV2S(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 8)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Sig checks all.kinds v2.sig as its published JSON Schema says.
+func outboxCheckAllKindsV2Sig(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Size checks all.kinds v2.size as its published JSON Schema says.
+func outboxCheckAllKindsV2Size(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "S" || x == "M") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2StockValue checks all.kinds v2.stock[] as its published JSON Schema says.
+func outboxCheckAllKindsV2StockValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Stock checks all.kinds v2.stock as its published JSON Schema says.
+func outboxCheckAllKindsV2Stock(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV2StockValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2TagsItem checks all.kinds v2.tags[] as its published JSON Schema says.
+func outboxCheckAllKindsV2TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Tags checks all.kinds v2.tags as its published JSON Schema says.
+func outboxCheckAllKindsV2Tags(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckAllKindsV2TagsItem)
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2Theme checks all.kinds v2.theme as its published JSON Schema says.
+func outboxCheckAllKindsV2Theme(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, (x == "light" || x == "dark")
+	}
+	return v, false
+}
+
+// outboxCheckAllKindsV2 checks all.kinds v2 as its published JSON Schema says.
+func outboxCheckAllKindsV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAllKindsV2Required) && w.Object(x, outboxCheckAllKindsV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPaymentReminderV1OrderId checks payment.reminder v1.order_id as its published JSON Schema says.
+func outboxCheckPaymentReminderV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPaymentReminderV1 checks payment.reminder v1 as its published JSON Schema says.
+func outboxCheckPaymentReminderV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPaymentReminderV1Required) && w.Object(x, outboxCheckPaymentReminderV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAuditRecordedV1Action checks audit.recorded v1.action as its published JSON Schema says.
+func outboxCheckAuditRecordedV1Action(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAuditRecordedV1 checks audit.recorded v1 as its published JSON Schema says.
+func outboxCheckAuditRecordedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAuditRecordedV1Required) && w.Object(x, outboxCheckAuditRecordedV1Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -34,30 +34,38 @@ import (
 // encoding/json alone would read a missing number as 0, null as the zero
 // value and "S" into field "s", and would refuse 1.0 for an integer. Keys
 // the schema does not declare are ignored at every depth (later compatible
-// versions add them). The schema is compiled at its first use.
+// versions add them). A schema go generate wrote has its check written as
+// Go (NewGenerated); the library, given the file, words what that check
+// refuses, and alone checks a schema read from a file. The library's
+// schema is compiled at its first use.
 type Schema struct {
 	event   string
 	version int
 	path    string
-	schema  func() (*compiledSchema, error)
-}
-
-type compiledSchema struct {
-	sch  *jsonschema.Schema
-	fast *fastNode // nil: the library validates alone
+	gen     Check // nil: the library checks
+	schema  func() (*jsonschema.Schema, error)
 }
 
 // NewSchema returns the schema of version of
 // event, the file at path in fsys.
 func NewSchema(fsys fs.FS, path, event string, version int) *Schema {
 	s := &Schema{event: event, version: version, path: path}
-	s.schema = sync.OnceValues(func() (*compiledSchema, error) {
+	s.schema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 		sch, err := compileSchema(fsys, path)
 		if err != nil {
 			return nil, fmt.Errorf("consumer: the JSON Schema of %q version %d (%s): %w", event, version, path, err)
 		}
-		return &compiledSchema{sch: sch, fast: compileFast(sch)}, nil
+		return sch, nil
 	})
+	return s
+}
+
+// NewGenerated returns the schema of version of event, the file at path
+// in fsys, whose check go generate wrote from that file: check decides
+// what is valid, and the file only words its refusals.
+func NewGenerated(fsys fs.FS, path, event string, version int, check Check) *Schema {
+	s := NewSchema(fsys, path, event, version)
+	s.gen = check
 	return s
 }
 
@@ -119,15 +127,9 @@ func (s *Schema) Fields(payload []byte) (map[string]any, error) {
 // encoding/json reads as the schema does: payload itself, or, when it has
 // keys the schema does not declare, a key given twice or integers written
 // as 1.0 or 1e3, the document re-encoded (without the undeclared keys, each
-// key once, integers as integers). Plain payloads are read by parseFast
-// and checked by the fast check (fastcheck.go); the library reads and
-// validates the rest, and words every refusal.
+// key once, integers as integers). Plain payloads are read by parseFast,
+// the rest by encoding/json.
 func (s *Schema) check(payload []byte) (any, []byte, error) {
-	c, err := s.schema()
-	if err != nil {
-		return nil, nil, err
-	}
-	sch := c.sch
 	doc, written, parsed := parseFast(payload)
 	if CrossCheck != nil && parsed {
 		if lib, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload)); err != nil || !reflect.DeepEqual(lib, doc) || keysWritten(payload) != written {
@@ -136,46 +138,22 @@ func (s *Schema) check(payload []byte) (any, []byte, error) {
 		}
 	}
 	if !parsed {
+		var err error
 		doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 		if err != nil {
 			return nil, nil, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
 		}
 		written = keysWritten(payload)
 	}
-	// The fast check's "valid" spares the library's Validate; what it
-	// finds invalid, the library validates again and words the refusal.
-	w := fastWalk{counting: true}
-	fast := c.fast != nil && w.valid(c.fast, doc)
-	if !fast || CrossCheck != nil {
-		if err := sch.Validate(doc); err != nil {
-			if fast {
-				CrossCheck(fmt.Sprintf("%s: the fast check accepts what the library refuses: %s", s.path, payload))
-			}
-			var ve *jsonschema.ValidationError
-			if !errors.As(err, &ve) {
-				return nil, nil, fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
-			}
-			return nil, nil, s.invalid(failures(ve, sch, doc))
-		}
-		if !fast && c.fast != nil && CrossCheck != nil {
-			CrossCheck(fmt.Sprintf("%s: the fast check refuses what the library accepts: %s", s.path, payload))
-		}
+	var changed, twice bool
+	var err error
+	if s.gen != nil {
+		doc, changed, twice, err = s.checkGenerated(doc, written, payload)
+	} else {
+		doc, changed, twice, err = s.checkLibrary(doc, written)
 	}
-	if !fast {
-		w = fastWalk{keys: keysIn(doc), normalize: true}
-	} else if CrossCheck != nil && w.keys != keysIn(doc) {
-		CrossCheck(fmt.Sprintf("%s: the fast check counts %d keys, keysIn %d: %s", s.path, w.keys, keysIn(doc), payload))
-	}
-	// A key given twice counts once, with its last value, in the schema's
-	// reading (and JSON.parse's); encoding/json would merge two objects
-	// given for one key, reading keys the schema never saw.
-	twice := written != w.keys
-	changed := false
-	if w.normalize || CrossCheck != nil {
-		doc, changed = normalize(doc, sch)
-		if changed && !w.normalize {
-			CrossCheck(fmt.Sprintf("%s: normalize changed what the fast check left alone: %s", s.path, payload))
-		}
+	if err != nil {
+		return nil, nil, err
 	}
 	if !changed && !twice {
 		return doc, payload, nil
@@ -184,11 +162,92 @@ func (s *Schema) check(payload []byte) (any, []byte, error) {
 	return doc, clean, err
 }
 
+// checkGenerated checks doc with the generated check, and normalizes it
+// when it must. A key given twice counts once, with its last value, in
+// the schema's reading (and JSON.parse's); encoding/json would merge two
+// objects given for one key, reading keys the schema never saw.
+func (s *Schema) checkGenerated(doc any, written int, payload []byte) (any, bool, bool, error) {
+	var w Walk
+	_, valid := s.gen(&w, doc)
+	if Observe != nil {
+		Observe(s.path, payload, valid)
+	}
+	if CrossCheck != nil {
+		s.crossCheck(doc, valid, payload)
+	}
+	if !valid {
+		return nil, false, false, s.refusal(doc)
+	}
+	if w.Dirty {
+		fix := Walk{Fix: true}
+		doc, _ = s.gen(&fix, doc)
+	}
+	return doc, w.Dirty, written != w.Keys, nil
+}
+
+// crossCheck, for tests, holds the generated check to the library.
+func (s *Schema) crossCheck(doc any, valid bool, payload []byte) {
+	sch, err := s.schema()
+	if err != nil {
+		CrossCheck(err.Error())
+		return
+	}
+	if lib := sch.Validate(doc) == nil; lib != valid {
+		CrossCheck(fmt.Sprintf("%s: the generated check says valid %v, the library %v: %s", s.path, valid, lib, payload))
+	}
+	if w := (Walk{}); valid {
+		s.gen(&w, doc)
+		if w.Keys != keysIn(doc) {
+			CrossCheck(fmt.Sprintf("%s: the generated check counts %d keys, keysIn %d: %s", s.path, w.Keys, keysIn(doc), payload))
+		}
+	}
+}
+
+// refusal words why the schema refuses doc, which the generated check
+// refused: the library validates it again and names every field.
+func (s *Schema) refusal(doc any) error {
+	sch, err := s.schema()
+	if err != nil {
+		return err
+	}
+	err = sch.Validate(doc)
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &ve) {
+		return s.invalid(failures(ve, sch, doc))
+	}
+	if err == nil { // the tests hold the two equal; still, the check decides
+		err = errors.New("the generated check refuses what the library accepts")
+	}
+	return fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
+}
+
+// checkLibrary validates doc with the library and normalizes it.
+func (s *Schema) checkLibrary(doc any, written int) (any, bool, bool, error) {
+	sch, err := s.schema()
+	if err != nil {
+		return nil, false, false, err
+	}
+	if err := sch.Validate(doc); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, false, false, fmt.Errorf("validating %q version %d payload: %w", s.event, s.version, err)
+		}
+		return nil, false, false, s.invalid(failures(ve, sch, doc))
+	}
+	twice := written != keysIn(doc)
+	doc, changed := normalize(doc, sch)
+	return doc, changed, twice, nil
+}
+
 // CrossCheck, set by tests (the consumer package sets it in all of its
-// own), makes check run the
-// library's Validate, keysIn and normalize beside the fast check, and is
-// called with what they disagree on.
+// own), makes check hold parseFast to encoding/json and the generated
+// check to the library's Validate and keysIn, and is called with what
+// they disagree on.
 var CrossCheck func(disagreement string)
+
+// Observe, set by tests, is told the generated check's verdict on each
+// payload (the path of its schema file, the payload as received).
+var Observe func(path string, payload []byte, valid bool)
 
 // keysWritten counts the keys of the objects in payload, valid JSON, at
 // every depth: the colons outside its strings.

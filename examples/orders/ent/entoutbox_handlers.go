@@ -5,6 +5,7 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -160,7 +161,7 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 
 // outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
 var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1, outboxCheckOrderPlacedV1),
 }
 
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
@@ -252,8 +253,8 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 
 // outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
 var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1, outboxCheckOrderPaidV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2, outboxCheckOrderPaidV2),
 }
 
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest,
@@ -352,7 +353,7 @@ func (h *OutboxHandlers) OnOrderCancelledBatch(consumerName string, fn OrderCanc
 
 // outboxOrderCancelledSchemas are the schemas of the versions of "order.cancelled", from version 1.
 var outboxOrderCancelledSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.cancelled.v1.json", "order.cancelled", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.cancelled.v1.json", "order.cancelled", 1, outboxCheckOrderCancelledV1),
 }
 
 // outboxDecodeOrderCancelled turns a payload of any declared version into the latest,
@@ -370,6 +371,348 @@ func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckOrderPlacedV1Required = []string{"lines", "order_id", "ship_to"}
+
+var outboxCheckOrderPlacedV1LinesItemRequired = []string{"qty", "sku", "unit_cents"}
+
+var outboxBound1 = consumer.NewPayloadBound("1")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxBound3 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound4 = consumer.NewPayloadBound("0")
+
+var outboxCheckOrderPlacedV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"qty":        outboxCheckOrderPlacedV1LinesItemQty,
+	"sku":        outboxCheckOrderPlacedV1LinesItemSku,
+	"unit_cents": outboxCheckOrderPlacedV1LinesItemUnitCents,
+}
+
+var outboxCheckOrderPlacedV1ShipToRequired = []string{"city", "name", "street"}
+
+var outboxCheckOrderPlacedV1ShipToProps = map[string]consumer.PayloadCheck{
+	"city":    outboxCheckOrderPlacedV1ShipToCity,
+	"country": outboxCheckOrderPlacedV1ShipToCountry,
+	"name":    outboxCheckOrderPlacedV1ShipToName,
+	"street":  outboxCheckOrderPlacedV1ShipToStreet,
+}
+
+var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
+	"attributes": outboxCheckOrderPlacedV1Attributes,
+	"lines":      outboxCheckOrderPlacedV1Lines,
+	"order_id":   outboxCheckOrderPlacedV1OrderId,
+	"ship_to":    outboxCheckOrderPlacedV1ShipTo,
+}
+
+var outboxCheckOrderPaidV1Required = []string{"amount_cents", "order_id"}
+
+var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV1AmountCents,
+	"order_id":     outboxCheckOrderPaidV1OrderId,
+}
+
+var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
+
+var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV2AmountCents,
+	"currency":     outboxCheckOrderPaidV2Currency,
+	"order_id":     outboxCheckOrderPaidV2OrderId,
+}
+
+var outboxCheckOrderCancelledV1Required = []string{"cancelled_at", "order_id"}
+
+var outboxPattern1 = consumer.NewPayloadPattern("^0001-01-01T00:00:00(\\.0+)?(Z|[+-]00:00)$")
+
+var outboxPattern2 = consumer.NewPayloadPattern("^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
+
+var outboxCheckOrderCancelledV1Props = map[string]consumer.PayloadCheck{
+	"cancelled_at": outboxCheckOrderCancelledV1CancelledAt,
+	"order_id":     outboxCheckOrderCancelledV1OrderId,
+	"reason":       outboxCheckOrderCancelledV1Reason,
+}
+
+// outboxCheckOrderPlacedV1AttributesValue checks order.placed v1.attributes[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV1AttributesValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 200)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Attributes checks order.placed v1.attributes as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Attributes(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV1AttributesValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemQty checks order.placed v1.lines[].qty as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemSku checks order.placed v1.lines[].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 64)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemUnitCents checks order.placed v1.lines[].unit_cents as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemUnitCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, outboxBound4, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItem checks order.placed v1.lines[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1LinesItemRequired) && w.Object(x, outboxCheckOrderPlacedV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Lines checks order.placed v1.lines as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1ShipToCity checks order.placed v1.ship_to.city as its published JSON Schema says.
+func outboxCheckOrderPlacedV1ShipToCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1ShipToCountry checks order.placed v1.ship_to.country as its published JSON Schema says.
+func outboxCheckOrderPlacedV1ShipToCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1ShipToName checks order.placed v1.ship_to.name as its published JSON Schema says.
+func outboxCheckOrderPlacedV1ShipToName(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1ShipToStreet checks order.placed v1.ship_to.street as its published JSON Schema says.
+func outboxCheckOrderPlacedV1ShipToStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1ShipTo checks order.placed v1.ship_to as its published JSON Schema says.
+func outboxCheckOrderPlacedV1ShipTo(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1ShipToRequired) && w.Object(x, outboxCheckOrderPlacedV1ShipToProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
+func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1AmountCents checks order.paid v1.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV1AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1 checks order.paid v1 as its published JSON Schema says.
+func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV1Required) && w.Object(x, outboxCheckOrderPaidV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, outboxBound4, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2Currency checks order.paid v2.currency as its published JSON Schema says.
+func outboxCheckOrderPaidV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "EUR" || x == "USD" || x == "GBP") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2 checks order.paid v2 as its published JSON Schema says.
+func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV2Required) && w.Object(x, outboxCheckOrderPaidV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderCancelledV1CancelledAtNot checks order.cancelled v1.cancelled_at (not) as its published JSON Schema says.
+func outboxCheckOrderCancelledV1CancelledAtNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case bool:
+		return v, true
+	case json.Number:
+		return v, true
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	case []any:
+		return v, w.Array(x, nil)
+	case map[string]any:
+		return w.Any(v)
+	}
+	return v, false
+}
+
+// outboxCheckOrderCancelledV1CancelledAt checks order.cancelled v1.cancelled_at as its published JSON Schema says.
+func outboxCheckOrderCancelledV1CancelledAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckOrderCancelledV1CancelledAtNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckOrderCancelledV1OrderId checks order.cancelled v1.order_id as its published JSON Schema says.
+func outboxCheckOrderCancelledV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderCancelledV1Reason checks order.cancelled v1.reason as its published JSON Schema says.
+func outboxCheckOrderCancelledV1Reason(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 0, 500)
+	}
+	return v, false
+}
+
+// outboxCheckOrderCancelledV1 checks order.cancelled v1 as its published JSON Schema says.
+func outboxCheckOrderCancelledV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderCancelledV1Required) && w.Object(x, outboxCheckOrderCancelledV1Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

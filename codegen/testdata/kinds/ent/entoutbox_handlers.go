@@ -5,6 +5,7 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -155,7 +156,7 @@ func (h *OutboxHandlers) OnProfileUpdatedBatch(consumerName string, fn ProfileUp
 
 // outboxProfileUpdatedSchemas are the schemas of the versions of "profile.updated", from version 1.
 var outboxProfileUpdatedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/profile.updated.v1.json", "profile.updated", 1, outboxCheckProfileUpdatedV1),
 }
 
 // outboxDecodeProfileUpdated turns a payload of any declared version into the latest,
@@ -175,6 +176,374 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckProfileUpdatedV1Required = []string{"age", "balance", "display_name", "friend_ids", "session_id", "settings", "signature", "tags", "updated_at", "user_id", "verified"}
+
+var outboxBound1 = consumer.NewPayloadBound("0")
+
+var outboxBound2 = consumer.NewPayloadBound("150")
+
+var outboxPattern1 = consumer.NewPayloadPattern("^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+
+var outboxBound3 = consumer.NewPayloadBound("-1000.5")
+
+var outboxBound4 = consumer.NewPayloadBound("1.7976931348623157e+308")
+
+var outboxBound5 = consumer.NewPayloadBound("-1.7976931348623157e+308")
+
+var outboxPattern2 = consumer.NewPayloadPattern("^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
+
+var outboxBound6 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound7 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxBound8 = consumer.NewPayloadBound("-2147483648")
+
+var outboxBound9 = consumer.NewPayloadBound("2147483647")
+
+var outboxPattern3 = consumer.NewPayloadPattern("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+var outboxPattern4 = consumer.NewPayloadPattern("^0001-01-01T00:00:00(\\.0+)?(Z|[+-]00:00)$")
+
+var outboxCheckProfileUpdatedV1Props = map[string]consumer.PayloadCheck{
+	"age":           outboxCheckProfileUpdatedV1Age,
+	"avatar":        outboxCheckProfileUpdatedV1Avatar,
+	"balance":       outboxCheckProfileUpdatedV1Balance,
+	"coordinates":   outboxCheckProfileUpdatedV1Coordinates,
+	"deleted_at":    outboxCheckProfileUpdatedV1DeletedAt,
+	"display_name":  outboxCheckProfileUpdatedV1DisplayName,
+	"extra":         nil,
+	"friend_ids":    outboxCheckProfileUpdatedV1FriendIds,
+	"locale":        outboxCheckProfileUpdatedV1Locale,
+	"lucky_numbers": outboxCheckProfileUpdatedV1LuckyNumbers,
+	"newsletter":    outboxCheckProfileUpdatedV1Newsletter,
+	"nickname":      outboxCheckProfileUpdatedV1Nickname,
+	"plan":          outboxCheckProfileUpdatedV1Plan,
+	"referrer_id":   outboxCheckProfileUpdatedV1ReferrerId,
+	"score":         outboxCheckProfileUpdatedV1Score,
+	"session_id":    outboxCheckProfileUpdatedV1SessionId,
+	"settings":      nil,
+	"signature":     outboxCheckProfileUpdatedV1Signature,
+	"tags":          outboxCheckProfileUpdatedV1Tags,
+	"theme":         outboxCheckProfileUpdatedV1Theme,
+	"updated_at":    outboxCheckProfileUpdatedV1UpdatedAt,
+	"user_id":       outboxCheckProfileUpdatedV1UserId,
+	"verified":      outboxCheckProfileUpdatedV1Verified,
+}
+
+// outboxCheckProfileUpdatedV1Age checks profile.updated v1.age as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Age(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Avatar checks profile.updated v1.avatar as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Balance checks profile.updated v1.balance as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Balance(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1CoordinatesItem checks profile.updated v1.coordinates[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1CoordinatesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound5, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Coordinates checks profile.updated v1.coordinates as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Coordinates(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1CoordinatesItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1DeletedAt checks profile.updated v1.deleted_at as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1DisplayName checks profile.updated v1.display_name as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1DisplayName(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 64)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1FriendIdsItem checks profile.updated v1.friend_ids[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1FriendIdsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1FriendIds checks profile.updated v1.friend_ids as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1FriendIds(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1FriendIdsItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Locale checks profile.updated v1.locale as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Locale(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1LuckyNumbersItem checks profile.updated v1.lucky_numbers[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1LuckyNumbersItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1LuckyNumbers checks profile.updated v1.lucky_numbers as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1LuckyNumbers(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1LuckyNumbersItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Newsletter checks profile.updated v1.newsletter as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Newsletter(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Nickname checks profile.updated v1.nickname as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Nickname(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Plan checks profile.updated v1.plan as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Plan(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "free" || x == "pro" || x == "enterprise") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1ReferrerId checks profile.updated v1.referrer_id as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1ReferrerId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Score checks profile.updated v1.score as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Score(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound8, outboxBound9, outboxBound1, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1SessionIdNot checks profile.updated v1.session_id (not) as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1SessionIdNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, false
+	case bool:
+		return v, false
+	case json.Number:
+		return v, false
+	case string:
+		return v, (x == "00000000-0000-0000-0000-000000000000")
+	case []any:
+		return v, false && w.Array(x, nil)
+	case map[string]any:
+		return v, false
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1SessionId checks profile.updated v1.session_id as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1SessionId(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckProfileUpdatedV1SessionIdNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern3.MatchString(x) &&
+			w.UUID(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Signature checks profile.updated v1.signature as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Signature(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern1.MatchString(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1TagsItem checks profile.updated v1.tags[] as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Tags checks profile.updated v1.tags as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckProfileUpdatedV1TagsItem)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Theme checks profile.updated v1.theme as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Theme(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case string:
+		return v, (x == "light" || x == "dark")
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1UpdatedAtNot checks profile.updated v1.updated_at (not) as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1UpdatedAtNot(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return v, true
+	case bool:
+		return v, true
+	case json.Number:
+		return v, true
+	case string:
+		return v, outboxPattern4.MatchString(x)
+	case []any:
+		return v, w.Array(x, nil)
+	case map[string]any:
+		return w.Any(v)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1UpdatedAt checks profile.updated v1.updated_at as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1UpdatedAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	if _, ok := outboxCheckProfileUpdatedV1UpdatedAtNot(&consumer.PayloadWalk{}, v); ok {
+		return v, false
+	}
+	switch x := v.(type) {
+	case string:
+		return v, outboxPattern2.MatchString(x) &&
+			w.DateTime(x)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1UserId checks profile.updated v1.user_id as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1UserId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound1, nil)
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1Verified checks profile.updated v1.verified as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1Verified(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case bool:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckProfileUpdatedV1 checks profile.updated v1 as its published JSON Schema says.
+func outboxCheckProfileUpdatedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckProfileUpdatedV1Required) && w.Object(x, outboxCheckProfileUpdatedV1Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

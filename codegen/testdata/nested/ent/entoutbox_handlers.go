@@ -5,6 +5,7 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -156,8 +157,8 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 
 // outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
 var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1, outboxCheckOrderPlacedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v2.json", "order.placed", 2, outboxCheckOrderPlacedV2),
 }
 
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
@@ -184,6 +185,565 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckOrderPlacedV1Required = []string{"address", "lines", "order_id"}
+
+var outboxCheckOrderPlacedV1AddressRequired = []string{"city", "street"}
+
+var outboxCheckOrderPlacedV1AddressProps = map[string]consumer.PayloadCheck{
+	"city":   outboxCheckOrderPlacedV1AddressCity,
+	"street": outboxCheckOrderPlacedV1AddressStreet,
+}
+
+var outboxCheckOrderPlacedV1LinesItemRequired = []string{"qty", "sku"}
+
+var outboxBound1 = consumer.NewPayloadBound("1")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckOrderPlacedV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"qty": outboxCheckOrderPlacedV1LinesItemQty,
+	"sku": outboxCheckOrderPlacedV1LinesItemSku,
+}
+
+var outboxBound3 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
+	"address":  outboxCheckOrderPlacedV1Address,
+	"lines":    outboxCheckOrderPlacedV1Lines,
+	"order_id": outboxCheckOrderPlacedV1OrderId,
+}
+
+var outboxCheckOrderPlacedV2Required = []string{"address", "lines", "order_id"}
+
+var outboxCheckOrderPlacedV2AddressRequired = []string{"city", "street"}
+
+var outboxCheckOrderPlacedV2AddressProps = map[string]consumer.PayloadCheck{
+	"city":    outboxCheckOrderPlacedV2AddressCity,
+	"country": outboxCheckOrderPlacedV2AddressCountry,
+	"street":  outboxCheckOrderPlacedV2AddressStreet,
+}
+
+var outboxCheckOrderPlacedV2BillingRequired = []string{"vat_id"}
+
+var outboxCheckOrderPlacedV2BillingProps = map[string]consumer.PayloadCheck{
+	"vat_id": outboxCheckOrderPlacedV2BillingVatId,
+}
+
+var outboxCheckOrderPlacedV2BundlesValueItemRequired = []string{"sku"}
+
+var outboxCheckOrderPlacedV2BundlesValueItemProps = map[string]consumer.PayloadCheck{
+	"n":   outboxCheckOrderPlacedV2BundlesValueItemN,
+	"sku": outboxCheckOrderPlacedV2BundlesValueItemSku,
+}
+
+var outboxBound4 = consumer.NewPayloadBound("9")
+
+var outboxCheckOrderPlacedV2LinesItemRequired = []string{"qty", "sku"}
+
+var outboxCheckOrderPlacedV2LinesItemDiscountsItemRequired = []string{"cents", "code"}
+
+var outboxBound5 = consumer.NewPayloadBound("0")
+
+var outboxCheckOrderPlacedV2LinesItemDiscountsItemProps = map[string]consumer.PayloadCheck{
+	"cents": outboxCheckOrderPlacedV2LinesItemDiscountsItemCents,
+	"code":  outboxCheckOrderPlacedV2LinesItemDiscountsItemCode,
+}
+
+var outboxCheckOrderPlacedV2LinesItemProps = map[string]consumer.PayloadCheck{
+	"discounts": outboxCheckOrderPlacedV2LinesItemDiscounts,
+	"qty":       outboxCheckOrderPlacedV2LinesItemQty,
+	"sku":       outboxCheckOrderPlacedV2LinesItemSku,
+	"unit":      outboxCheckOrderPlacedV2LinesItemUnit,
+}
+
+var outboxCheckOrderPlacedV2SlotsItemValueRequired = []string{"at"}
+
+var outboxCheckOrderPlacedV2SlotsItemValueProps = map[string]consumer.PayloadCheck{
+	"at": outboxCheckOrderPlacedV2SlotsItemValueAt,
+	"tz": outboxCheckOrderPlacedV2SlotsItemValueTz,
+}
+
+var outboxCheckOrderPlacedV2StockValueRequired = []string{"on_hand"}
+
+var outboxCheckOrderPlacedV2StockValueProps = map[string]consumer.PayloadCheck{
+	"on_hand":  outboxCheckOrderPlacedV2StockValueOnHand,
+	"reserved": outboxCheckOrderPlacedV2StockValueReserved,
+}
+
+var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
+	"address":    outboxCheckOrderPlacedV2Address,
+	"attributes": outboxCheckOrderPlacedV2Attributes,
+	"billing":    outboxCheckOrderPlacedV2Billing,
+	"bundles":    outboxCheckOrderPlacedV2Bundles,
+	"grid":       outboxCheckOrderPlacedV2Grid,
+	"lines":      outboxCheckOrderPlacedV2Lines,
+	"order_id":   outboxCheckOrderPlacedV2OrderId,
+	"slots":      outboxCheckOrderPlacedV2Slots,
+	"stock":      outboxCheckOrderPlacedV2Stock,
+	"tags":       outboxCheckOrderPlacedV2Tags,
+}
+
+// outboxCheckOrderPlacedV1AddressCity checks order.placed v1.address.city as its published JSON Schema says.
+func outboxCheckOrderPlacedV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1AddressStreet checks order.placed v1.address.street as its published JSON Schema says.
+func outboxCheckOrderPlacedV1AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Address checks order.placed v1.address as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1AddressRequired) && w.Object(x, outboxCheckOrderPlacedV1AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemQty checks order.placed v1.lines[].qty as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItemSku checks order.placed v1.lines[].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1LinesItem checks order.placed v1.lines[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1LinesItemRequired) && w.Object(x, outboxCheckOrderPlacedV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1Lines checks order.placed v1.lines as its published JSON Schema says.
+func outboxCheckOrderPlacedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
+func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressCity checks order.placed v2.address.city as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressCountry checks order.placed v2.address.country as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AddressStreet checks order.placed v2.address.street as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Address checks order.placed v2.address as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2AddressRequired) && w.Object(x, outboxCheckOrderPlacedV2AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2AttributesValue checks order.placed v2.attributes[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2AttributesValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 64)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Attributes checks order.placed v2.attributes as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Attributes(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV2AttributesValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2BillingVatId checks order.placed v2.billing.vat_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV2BillingVatId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Billing checks order.placed v2.billing as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Billing(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2BillingRequired) && w.Object(x, outboxCheckOrderPlacedV2BillingProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2BundlesValueItemN checks order.placed v2.bundles[][].n as its published JSON Schema says.
+func outboxCheckOrderPlacedV2BundlesValueItemN(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2BundlesValueItemSku checks order.placed v2.bundles[][].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV2BundlesValueItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2BundlesValueItem checks order.placed v2.bundles[][] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2BundlesValueItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2BundlesValueItemRequired) && w.Object(x, outboxCheckOrderPlacedV2BundlesValueItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2BundlesValue checks order.placed v2.bundles[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2BundlesValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2BundlesValueItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Bundles checks order.placed v2.bundles as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Bundles(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV2BundlesValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2GridItemItem checks order.placed v2.grid[][] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2GridItemItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2GridItem checks order.placed v2.grid[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2GridItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2GridItemItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Grid checks order.placed v2.grid as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Grid(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2GridItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemDiscountsItemCents checks order.placed v2.lines[].discounts[].cents as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemDiscountsItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, outboxBound5, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemDiscountsItemCode checks order.placed v2.lines[].discounts[].code as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemDiscountsItemCode(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemDiscountsItem checks order.placed v2.lines[].discounts[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemDiscountsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2LinesItemDiscountsItemRequired) && w.Object(x, outboxCheckOrderPlacedV2LinesItemDiscountsItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemDiscounts checks order.placed v2.lines[].discounts as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemDiscounts(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2LinesItemDiscountsItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemQty checks order.placed v2.lines[].qty as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemSku checks order.placed v2.lines[].sku as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 32)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItemUnit checks order.placed v2.lines[].unit as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "piece" || x == "kg") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2LinesItem checks order.placed v2.lines[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2LinesItemRequired) && w.Object(x, outboxCheckOrderPlacedV2LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Lines checks order.placed v2.lines as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2OrderId checks order.placed v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2SlotsItemValueAt checks order.placed v2.slots[][].at as its published JSON Schema says.
+func outboxCheckOrderPlacedV2SlotsItemValueAt(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2SlotsItemValueTz checks order.placed v2.slots[][].tz as its published JSON Schema says.
+func outboxCheckOrderPlacedV2SlotsItemValueTz(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2SlotsItemValue checks order.placed v2.slots[][] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2SlotsItemValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2SlotsItemValueRequired) && w.Object(x, outboxCheckOrderPlacedV2SlotsItemValueProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2SlotsItem checks order.placed v2.slots[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2SlotsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV2SlotsItemValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Slots checks order.placed v2.slots as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Slots(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2SlotsItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2StockValueOnHand checks order.placed v2.stock[].on_hand as its published JSON Schema says.
+func outboxCheckOrderPlacedV2StockValueOnHand(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2StockValueReserved checks order.placed v2.stock[].reserved as its published JSON Schema says.
+func outboxCheckOrderPlacedV2StockValueReserved(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2StockValue checks order.placed v2.stock[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2StockValue(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2StockValueRequired) && w.Object(x, outboxCheckOrderPlacedV2StockValueProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Stock checks order.placed v2.stock as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Stock(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPlacedV2StockValue, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2TagsItem checks order.placed v2.tags[] as its published JSON Schema says.
+func outboxCheckOrderPlacedV2TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "gift" || x == "express") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2Tags checks order.placed v2.tags as its published JSON Schema says.
+func outboxCheckOrderPlacedV2Tags(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckOrderPlacedV2TagsItem)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV2 checks order.placed v2 as its published JSON Schema says.
+func outboxCheckOrderPlacedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV2Required) && w.Object(x, outboxCheckOrderPlacedV2Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -159,9 +159,9 @@ func (h *OutboxHandlers) OnCartChangedBatch(consumerName string, fn CartChangedB
 
 // outboxCartChangedSchemas are the schemas of the versions of "cart.changed", from version 1.
 var outboxCartChangedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v1.json", "cart.changed", 1, outboxCheckCartChangedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v2.json", "cart.changed", 2, outboxCheckCartChangedV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/cart.changed.v3.json", "cart.changed", 3, outboxCheckCartChangedV3),
 }
 
 // outboxDecodeCartChanged turns a payload of any declared version into the latest,
@@ -215,6 +215,216 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckCartChangedV1Required = []string{"lines"}
+
+var outboxCheckCartChangedV1LinesItemRequired = []string{"cents", "sku"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckCartChangedV1LinesItemProps = map[string]consumer.PayloadCheck{
+	"cents": outboxCheckCartChangedV1LinesItemCents,
+	"sku":   outboxCheckCartChangedV1LinesItemSku,
+}
+
+var outboxCheckCartChangedV1Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV1Lines,
+}
+
+var outboxCheckCartChangedV2Required = []string{"lines"}
+
+var outboxCheckCartChangedV2LinesItemRequired = []string{"cents", "sku"}
+
+var outboxCheckCartChangedV2LinesItemProps = map[string]consumer.PayloadCheck{
+	"cents":    outboxCheckCartChangedV2LinesItemCents,
+	"currency": outboxCheckCartChangedV2LinesItemCurrency,
+	"sku":      outboxCheckCartChangedV2LinesItemSku,
+}
+
+var outboxCheckCartChangedV2Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV2Lines,
+}
+
+var outboxCheckCartChangedV3Required = []string{"lines"}
+
+var outboxCheckCartChangedV3LinesItemRequired = []string{"amount", "sku"}
+
+var outboxBound3 = consumer.NewPayloadBound("-1.7976931348623157e+308")
+
+var outboxBound4 = consumer.NewPayloadBound("1.7976931348623157e+308")
+
+var outboxCheckCartChangedV3LinesItemProps = map[string]consumer.PayloadCheck{
+	"amount":   outboxCheckCartChangedV3LinesItemAmount,
+	"currency": outboxCheckCartChangedV3LinesItemCurrency,
+	"sku":      outboxCheckCartChangedV3LinesItemSku,
+}
+
+var outboxCheckCartChangedV3Props = map[string]consumer.PayloadCheck{
+	"lines": outboxCheckCartChangedV3Lines,
+}
+
+// outboxCheckCartChangedV1LinesItemCents checks cart.changed v1.lines[].cents as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1LinesItemSku checks cart.changed v1.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1LinesItem checks cart.changed v1.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV1LinesItemRequired) && w.Object(x, outboxCheckCartChangedV1LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1Lines checks cart.changed v1.lines as its published JSON Schema says.
+func outboxCheckCartChangedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV1LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV1 checks cart.changed v1 as its published JSON Schema says.
+func outboxCheckCartChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV1Required) && w.Object(x, outboxCheckCartChangedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemCents checks cart.changed v2.lines[].cents as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemCurrency checks cart.changed v2.lines[].currency as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItemSku checks cart.changed v2.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2LinesItem checks cart.changed v2.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV2LinesItemRequired) && w.Object(x, outboxCheckCartChangedV2LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2Lines checks cart.changed v2.lines as its published JSON Schema says.
+func outboxCheckCartChangedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV2LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV2 checks cart.changed v2 as its published JSON Schema says.
+func outboxCheckCartChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV2Required) && w.Object(x, outboxCheckCartChangedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemAmount checks cart.changed v3.lines[].amount as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemAmount(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemCurrency checks cart.changed v3.lines[].currency as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItemSku checks cart.changed v3.lines[].sku as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3LinesItem checks cart.changed v3.lines[] as its published JSON Schema says.
+func outboxCheckCartChangedV3LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV3LinesItemRequired) && w.Object(x, outboxCheckCartChangedV3LinesItemProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3Lines checks cart.changed v3.lines as its published JSON Schema says.
+func outboxCheckCartChangedV3Lines(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckCartChangedV3LinesItem)
+	}
+	return v, false
+}
+
+// outboxCheckCartChangedV3 checks cart.changed v3 as its published JSON Schema says.
+func outboxCheckCartChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckCartChangedV3Required) && w.Object(x, outboxCheckCartChangedV3Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

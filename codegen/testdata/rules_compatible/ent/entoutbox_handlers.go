@@ -191,8 +191,8 @@ func (h *OutboxHandlers) OnFieldAddOptionalBatch(consumerName string, fn FieldAd
 
 // outboxFieldAddOptionalSchemas are the schemas of the versions of "field_add_optional", from version 1.
 var outboxFieldAddOptionalSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v1.json", "field_add_optional", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v2.json", "field_add_optional", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v1.json", "field_add_optional", 1, outboxCheckFieldAddOptionalV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_add_optional.v2.json", "field_add_optional", 2, outboxCheckFieldAddOptionalV2),
 }
 
 // outboxDecodeFieldAddOptional turns a payload of any declared version into the latest,
@@ -291,8 +291,8 @@ func (h *OutboxHandlers) OnFieldRelaxBatch(consumerName string, fn FieldRelaxBat
 
 // outboxFieldRelaxSchemas are the schemas of the versions of "field_relax", from version 1.
 var outboxFieldRelaxSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v1.json", "field_relax", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v2.json", "field_relax", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v1.json", "field_relax", 1, outboxCheckFieldRelaxV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax.v2.json", "field_relax", 2, outboxCheckFieldRelaxV2),
 }
 
 // outboxDecodeFieldRelax turns a payload of any declared version into the latest,
@@ -389,8 +389,8 @@ func (h *OutboxHandlers) OnFieldRelaxDefaultBatch(consumerName string, fn FieldR
 
 // outboxFieldRelaxDefaultSchemas are the schemas of the versions of "field_relax_default", from version 1.
 var outboxFieldRelaxDefaultSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v1.json", "field_relax_default", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v2.json", "field_relax_default", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v1.json", "field_relax_default", 1, outboxCheckFieldRelaxDefaultV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_relax_default.v2.json", "field_relax_default", 2, outboxCheckFieldRelaxDefaultV2),
 }
 
 // outboxDecodeFieldRelaxDefault turns a payload of any declared version into the latest,
@@ -489,8 +489,8 @@ func (h *OutboxHandlers) OnEnumValueAddBatch(consumerName string, fn EnumValueAd
 
 // outboxEnumValueAddSchemas are the schemas of the versions of "enum_value_add", from version 1.
 var outboxEnumValueAddSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v1.json", "enum_value_add", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v2.json", "enum_value_add", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v1.json", "enum_value_add", 1, outboxCheckEnumValueAddV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/enum_value_add.v2.json", "enum_value_add", 2, outboxCheckEnumValueAddV2),
 }
 
 // outboxDecodeEnumValueAdd turns a payload of any declared version into the latest,
@@ -587,8 +587,8 @@ func (h *OutboxHandlers) OnBoundsLoosenBatch(consumerName string, fn BoundsLoose
 
 // outboxBoundsLoosenSchemas are the schemas of the versions of "bounds_loosen", from version 1.
 var outboxBoundsLoosenSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v1.json", "bounds_loosen", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v2.json", "bounds_loosen", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v1.json", "bounds_loosen", 1, outboxCheckBoundsLoosenV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_loosen.v2.json", "bounds_loosen", 2, outboxCheckBoundsLoosenV2),
 }
 
 // outboxDecodeBoundsLoosen turns a payload of any declared version into the latest,
@@ -685,8 +685,8 @@ func (h *OutboxHandlers) OnBoundsTightenBatch(consumerName string, fn BoundsTigh
 
 // outboxBoundsTightenSchemas are the schemas of the versions of "bounds_tighten", from version 1.
 var outboxBoundsTightenSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v1.json", "bounds_tighten", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v2.json", "bounds_tighten", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v1.json", "bounds_tighten", 1, outboxCheckBoundsTightenV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/bounds_tighten.v2.json", "bounds_tighten", 2, outboxCheckBoundsTightenV2),
 }
 
 // outboxDecodeBoundsTighten turns a payload of any declared version into the latest,
@@ -783,8 +783,8 @@ func (h *OutboxHandlers) OnDefaultChangeBatch(consumerName string, fn DefaultCha
 
 // outboxDefaultChangeSchemas are the schemas of the versions of "default_change", from version 1.
 var outboxDefaultChangeSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v1.json", "default_change", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v2.json", "default_change", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v1.json", "default_change", 1, outboxCheckDefaultChangeV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/default_change.v2.json", "default_change", 2, outboxCheckDefaultChangeV2),
 }
 
 // outboxDecodeDefaultChange turns a payload of any declared version into the latest,
@@ -883,8 +883,8 @@ func (h *OutboxHandlers) OnFieldKindSameWireBatch(consumerName string, fn FieldK
 
 // outboxFieldKindSameWireSchemas are the schemas of the versions of "field_kind_same_wire", from version 1.
 var outboxFieldKindSameWireSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v1.json", "field_kind_same_wire", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v2.json", "field_kind_same_wire", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v1.json", "field_kind_same_wire", 1, outboxCheckFieldKindSameWireV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_same_wire.v2.json", "field_kind_same_wire", 2, outboxCheckFieldKindSameWireV2),
 }
 
 // outboxDecodeFieldKindSameWire turns a payload of any declared version into the latest,
@@ -981,8 +981,8 @@ func (h *OutboxHandlers) OnFieldKindWidenBatch(consumerName string, fn FieldKind
 
 // outboxFieldKindWidenSchemas are the schemas of the versions of "field_kind_widen", from version 1.
 var outboxFieldKindWidenSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v1.json", "field_kind_widen", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v2.json", "field_kind_widen", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v1.json", "field_kind_widen", 1, outboxCheckFieldKindWidenV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_widen.v2.json", "field_kind_widen", 2, outboxCheckFieldKindWidenV2),
 }
 
 // outboxDecodeFieldKindWiden turns a payload of any declared version into the latest,
@@ -1079,8 +1079,8 @@ func (h *OutboxHandlers) OnFieldKindToFloatBatch(consumerName string, fn FieldKi
 
 // outboxFieldKindToFloatSchemas are the schemas of the versions of "field_kind_to_float", from version 1.
 var outboxFieldKindToFloatSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v1.json", "field_kind_to_float", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v2.json", "field_kind_to_float", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v1.json", "field_kind_to_float", 1, outboxCheckFieldKindToFloatV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_to_float.v2.json", "field_kind_to_float", 2, outboxCheckFieldKindToFloatV2),
 }
 
 // outboxDecodeFieldKindToFloat turns a payload of any declared version into the latest,
@@ -1177,8 +1177,8 @@ func (h *OutboxHandlers) OnFieldKindNarrowBatch(consumerName string, fn FieldKin
 
 // outboxFieldKindNarrowSchemas are the schemas of the versions of "field_kind_narrow", from version 1.
 var outboxFieldKindNarrowSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v1.json", "field_kind_narrow", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v2.json", "field_kind_narrow", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v1.json", "field_kind_narrow", 1, outboxCheckFieldKindNarrowV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/field_kind_narrow.v2.json", "field_kind_narrow", 2, outboxCheckFieldKindNarrowV2),
 }
 
 // outboxDecodeFieldKindNarrow turns a payload of any declared version into the latest,
@@ -1295,8 +1295,8 @@ func (h *OutboxHandlers) OnDraftedBatch(consumerName string, fn DraftedBatchHand
 
 // outboxDraftedSchemas are the schemas of the versions of "drafted", from version 1.
 var outboxDraftedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v1.json", "drafted", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v2.json", "drafted", 2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v1.json", "drafted", 1, outboxCheckDraftedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/drafted.v2.json", "drafted", 2, outboxCheckDraftedV2),
 }
 
 // outboxDecodeDrafted turns a payload of any declared version into the latest,
@@ -1321,6 +1321,1248 @@ func outboxDecodeDrafted(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckFieldAddOptionalV1Required = []string{"id"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckFieldAddOptionalV1Props = map[string]consumer.PayloadCheck{
+	"id": outboxCheckFieldAddOptionalV1Id,
+}
+
+var outboxCheckFieldAddOptionalV2Required = []string{"id"}
+
+var outboxCheckFieldAddOptionalV2Props = map[string]consumer.PayloadCheck{
+	"currency": outboxCheckFieldAddOptionalV2Currency,
+	"id":       outboxCheckFieldAddOptionalV2Id,
+	"note":     outboxCheckFieldAddOptionalV2Note,
+}
+
+var outboxCheckFieldRelaxV1Required = []string{"id", "note"}
+
+var outboxCheckFieldRelaxV1Props = map[string]consumer.PayloadCheck{
+	"id":   outboxCheckFieldRelaxV1Id,
+	"note": outboxCheckFieldRelaxV1Note,
+}
+
+var outboxCheckFieldRelaxV2Required = []string{"id"}
+
+var outboxCheckFieldRelaxV2Props = map[string]consumer.PayloadCheck{
+	"id":   outboxCheckFieldRelaxV2Id,
+	"note": outboxCheckFieldRelaxV2Note,
+}
+
+var outboxCheckFieldRelaxDefaultV1Required = []string{"address", "currency", "id"}
+
+var outboxCheckFieldRelaxDefaultV1AddressRequired = []string{"country"}
+
+var outboxCheckFieldRelaxDefaultV1AddressProps = map[string]consumer.PayloadCheck{
+	"country": outboxCheckFieldRelaxDefaultV1AddressCountry,
+}
+
+var outboxCheckFieldRelaxDefaultV1Props = map[string]consumer.PayloadCheck{
+	"address":  outboxCheckFieldRelaxDefaultV1Address,
+	"currency": outboxCheckFieldRelaxDefaultV1Currency,
+	"id":       outboxCheckFieldRelaxDefaultV1Id,
+}
+
+var outboxCheckFieldRelaxDefaultV2Required = []string{"address", "id"}
+
+var outboxCheckFieldRelaxDefaultV2AddressProps = map[string]consumer.PayloadCheck{
+	"country": outboxCheckFieldRelaxDefaultV2AddressCountry,
+}
+
+var outboxCheckFieldRelaxDefaultV2Props = map[string]consumer.PayloadCheck{
+	"address":  outboxCheckFieldRelaxDefaultV2Address,
+	"currency": outboxCheckFieldRelaxDefaultV2Currency,
+	"id":       outboxCheckFieldRelaxDefaultV2Id,
+}
+
+var outboxCheckEnumValueAddV1Required = []string{"id", "tier"}
+
+var outboxCheckEnumValueAddV1Props = map[string]consumer.PayloadCheck{
+	"id":   outboxCheckEnumValueAddV1Id,
+	"tier": outboxCheckEnumValueAddV1Tier,
+}
+
+var outboxCheckEnumValueAddV2Required = []string{"id", "tier"}
+
+var outboxCheckEnumValueAddV2Props = map[string]consumer.PayloadCheck{
+	"id":   outboxCheckEnumValueAddV2Id,
+	"tier": outboxCheckEnumValueAddV2Tier,
+}
+
+var outboxCheckBoundsLoosenV1Required = []string{"id", "qty", "sku"}
+
+var outboxBound3 = consumer.NewPayloadBound("1")
+
+var outboxBound4 = consumer.NewPayloadBound("10")
+
+var outboxCheckBoundsLoosenV1Props = map[string]consumer.PayloadCheck{
+	"id":  outboxCheckBoundsLoosenV1Id,
+	"qty": outboxCheckBoundsLoosenV1Qty,
+	"sku": outboxCheckBoundsLoosenV1Sku,
+}
+
+var outboxCheckBoundsLoosenV2Required = []string{"id", "qty", "sku"}
+
+var outboxBound5 = consumer.NewPayloadBound("0")
+
+var outboxBound6 = consumer.NewPayloadBound("100")
+
+var outboxCheckBoundsLoosenV2Props = map[string]consumer.PayloadCheck{
+	"id":  outboxCheckBoundsLoosenV2Id,
+	"qty": outboxCheckBoundsLoosenV2Qty,
+	"sku": outboxCheckBoundsLoosenV2Sku,
+}
+
+var outboxCheckBoundsTightenV1Required = []string{"id", "qty", "sku"}
+
+var outboxCheckBoundsTightenV1Props = map[string]consumer.PayloadCheck{
+	"id":  outboxCheckBoundsTightenV1Id,
+	"qty": outboxCheckBoundsTightenV1Qty,
+	"sku": outboxCheckBoundsTightenV1Sku,
+}
+
+var outboxCheckBoundsTightenV2Required = []string{"id", "qty", "sku"}
+
+var outboxCheckBoundsTightenV2Props = map[string]consumer.PayloadCheck{
+	"id":  outboxCheckBoundsTightenV2Id,
+	"qty": outboxCheckBoundsTightenV2Qty,
+	"sku": outboxCheckBoundsTightenV2Sku,
+}
+
+var outboxCheckDefaultChangeV1Required = []string{"id"}
+
+var outboxCheckDefaultChangeV1Props = map[string]consumer.PayloadCheck{
+	"currency": outboxCheckDefaultChangeV1Currency,
+	"id":       outboxCheckDefaultChangeV1Id,
+}
+
+var outboxCheckDefaultChangeV2Required = []string{"id"}
+
+var outboxCheckDefaultChangeV2Props = map[string]consumer.PayloadCheck{
+	"currency": outboxCheckDefaultChangeV2Currency,
+	"id":       outboxCheckDefaultChangeV2Id,
+}
+
+var outboxCheckFieldKindSameWireV1Required = []string{"id", "qty", "sizes"}
+
+var outboxCheckFieldKindSameWireV1Props = map[string]consumer.PayloadCheck{
+	"id":    outboxCheckFieldKindSameWireV1Id,
+	"qty":   outboxCheckFieldKindSameWireV1Qty,
+	"sizes": outboxCheckFieldKindSameWireV1Sizes,
+}
+
+var outboxCheckFieldKindSameWireV2Required = []string{"id", "qty", "sizes"}
+
+var outboxCheckFieldKindSameWireV2Props = map[string]consumer.PayloadCheck{
+	"id":    outboxCheckFieldKindSameWireV2Id,
+	"qty":   outboxCheckFieldKindSameWireV2Qty,
+	"sizes": outboxCheckFieldKindSameWireV2Sizes,
+}
+
+var outboxCheckFieldKindWidenV1Required = []string{"counts", "id", "qty", "score"}
+
+var outboxBound7 = consumer.NewPayloadBound("-2147483648")
+
+var outboxBound8 = consumer.NewPayloadBound("2147483647")
+
+var outboxCheckFieldKindWidenV1Props = map[string]consumer.PayloadCheck{
+	"counts": outboxCheckFieldKindWidenV1Counts,
+	"id":     outboxCheckFieldKindWidenV1Id,
+	"qty":    outboxCheckFieldKindWidenV1Qty,
+	"score":  outboxCheckFieldKindWidenV1Score,
+}
+
+var outboxCheckFieldKindWidenV2Required = []string{"counts", "id", "qty", "score"}
+
+var outboxBound9 = consumer.NewPayloadBound("-1.7976931348623157e+308")
+
+var outboxBound10 = consumer.NewPayloadBound("1.7976931348623157e+308")
+
+var outboxCheckFieldKindWidenV2Props = map[string]consumer.PayloadCheck{
+	"counts": outboxCheckFieldKindWidenV2Counts,
+	"id":     outboxCheckFieldKindWidenV2Id,
+	"qty":    outboxCheckFieldKindWidenV2Qty,
+	"score":  outboxCheckFieldKindWidenV2Score,
+}
+
+var outboxCheckFieldKindToFloatV1Required = []string{"id", "price", "weights"}
+
+var outboxCheckFieldKindToFloatV1Props = map[string]consumer.PayloadCheck{
+	"id":      outboxCheckFieldKindToFloatV1Id,
+	"price":   outboxCheckFieldKindToFloatV1Price,
+	"weights": outboxCheckFieldKindToFloatV1Weights,
+}
+
+var outboxCheckFieldKindToFloatV2Required = []string{"id", "price", "weights"}
+
+var outboxCheckFieldKindToFloatV2Props = map[string]consumer.PayloadCheck{
+	"id":      outboxCheckFieldKindToFloatV2Id,
+	"price":   outboxCheckFieldKindToFloatV2Price,
+	"weights": outboxCheckFieldKindToFloatV2Weights,
+}
+
+var outboxCheckFieldKindNarrowV1Required = []string{"id", "price", "stock"}
+
+var outboxCheckFieldKindNarrowV1Props = map[string]consumer.PayloadCheck{
+	"id":    outboxCheckFieldKindNarrowV1Id,
+	"price": outboxCheckFieldKindNarrowV1Price,
+	"stock": outboxCheckFieldKindNarrowV1Stock,
+}
+
+var outboxCheckFieldKindNarrowV2Required = []string{"id", "price", "stock"}
+
+var outboxCheckFieldKindNarrowV2Props = map[string]consumer.PayloadCheck{
+	"id":    outboxCheckFieldKindNarrowV2Id,
+	"price": outboxCheckFieldKindNarrowV2Price,
+	"stock": outboxCheckFieldKindNarrowV2Stock,
+}
+
+var outboxCheckDraftedV1Required = []string{"id"}
+
+var outboxCheckDraftedV1Props = map[string]consumer.PayloadCheck{
+	"id": outboxCheckDraftedV1Id,
+}
+
+var outboxCheckDraftedV2Required = []string{"id"}
+
+var outboxCheckDraftedV2Props = map[string]consumer.PayloadCheck{
+	"count": outboxCheckDraftedV2Count,
+	"id":    outboxCheckDraftedV2Id,
+}
+
+// outboxCheckFieldAddOptionalV1Id checks field_add_optional v1.id as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldAddOptionalV1 checks field_add_optional v1 as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldAddOptionalV1Required) && w.Object(x, outboxCheckFieldAddOptionalV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldAddOptionalV2Currency checks field_add_optional v2.currency as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldAddOptionalV2Id checks field_add_optional v2.id as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldAddOptionalV2Note checks field_add_optional v2.note as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckFieldAddOptionalV2 checks field_add_optional v2 as its published JSON Schema says.
+func outboxCheckFieldAddOptionalV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldAddOptionalV2Required) && w.Object(x, outboxCheckFieldAddOptionalV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV1Id checks field_relax v1.id as its published JSON Schema says.
+func outboxCheckFieldRelaxV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV1Note checks field_relax v1.note as its published JSON Schema says.
+func outboxCheckFieldRelaxV1Note(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV1 checks field_relax v1 as its published JSON Schema says.
+func outboxCheckFieldRelaxV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldRelaxV1Required) && w.Object(x, outboxCheckFieldRelaxV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV2Id checks field_relax v2.id as its published JSON Schema says.
+func outboxCheckFieldRelaxV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV2Note checks field_relax v2.note as its published JSON Schema says.
+func outboxCheckFieldRelaxV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch v.(type) {
+	case string:
+		return v, true
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxV2 checks field_relax v2 as its published JSON Schema says.
+func outboxCheckFieldRelaxV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldRelaxV2Required) && w.Object(x, outboxCheckFieldRelaxV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV1AddressCountry checks field_relax_default v1.address.country as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV1AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV1Address checks field_relax_default v1.address as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldRelaxDefaultV1AddressRequired) && w.Object(x, outboxCheckFieldRelaxDefaultV1AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV1Currency checks field_relax_default v1.currency as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV1Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV1Id checks field_relax_default v1.id as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV1 checks field_relax_default v1 as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldRelaxDefaultV1Required) && w.Object(x, outboxCheckFieldRelaxDefaultV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV2AddressCountry checks field_relax_default v2.address.country as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV2Address checks field_relax_default v2.address as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, nil) && w.Object(x, outboxCheckFieldRelaxDefaultV2AddressProps, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV2Currency checks field_relax_default v2.currency as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV2Id checks field_relax_default v2.id as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldRelaxDefaultV2 checks field_relax_default v2 as its published JSON Schema says.
+func outboxCheckFieldRelaxDefaultV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldRelaxDefaultV2Required) && w.Object(x, outboxCheckFieldRelaxDefaultV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV1Id checks enum_value_add v1.id as its published JSON Schema says.
+func outboxCheckEnumValueAddV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV1Tier checks enum_value_add v1.tier as its published JSON Schema says.
+func outboxCheckEnumValueAddV1Tier(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "a" || x == "b") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV1 checks enum_value_add v1 as its published JSON Schema says.
+func outboxCheckEnumValueAddV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckEnumValueAddV1Required) && w.Object(x, outboxCheckEnumValueAddV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV2Id checks enum_value_add v2.id as its published JSON Schema says.
+func outboxCheckEnumValueAddV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV2Tier checks enum_value_add v2.tier as its published JSON Schema says.
+func outboxCheckEnumValueAddV2Tier(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, (x == "a" || x == "b" || x == "c") &&
+			w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckEnumValueAddV2 checks enum_value_add v2 as its published JSON Schema says.
+func outboxCheckEnumValueAddV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckEnumValueAddV2Required) && w.Object(x, outboxCheckEnumValueAddV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV1Id checks bounds_loosen v1.id as its published JSON Schema says.
+func outboxCheckBoundsLoosenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV1Qty checks bounds_loosen v1.qty as its published JSON Schema says.
+func outboxCheckBoundsLoosenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV1Sku checks bounds_loosen v1.sku as its published JSON Schema says.
+func outboxCheckBoundsLoosenV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 8)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV1 checks bounds_loosen v1 as its published JSON Schema says.
+func outboxCheckBoundsLoosenV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckBoundsLoosenV1Required) && w.Object(x, outboxCheckBoundsLoosenV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV2Id checks bounds_loosen v2.id as its published JSON Schema says.
+func outboxCheckBoundsLoosenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV2Qty checks bounds_loosen v2.qty as its published JSON Schema says.
+func outboxCheckBoundsLoosenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound5, outboxBound6, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV2Sku checks bounds_loosen v2.sku as its published JSON Schema says.
+func outboxCheckBoundsLoosenV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 16)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsLoosenV2 checks bounds_loosen v2 as its published JSON Schema says.
+func outboxCheckBoundsLoosenV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckBoundsLoosenV2Required) && w.Object(x, outboxCheckBoundsLoosenV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV1Id checks bounds_tighten v1.id as its published JSON Schema says.
+func outboxCheckBoundsTightenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV1Qty checks bounds_tighten v1.qty as its published JSON Schema says.
+func outboxCheckBoundsTightenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound6, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV1Sku checks bounds_tighten v1.sku as its published JSON Schema says.
+func outboxCheckBoundsTightenV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV1 checks bounds_tighten v1 as its published JSON Schema says.
+func outboxCheckBoundsTightenV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckBoundsTightenV1Required) && w.Object(x, outboxCheckBoundsTightenV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV2Id checks bounds_tighten v2.id as its published JSON Schema says.
+func outboxCheckBoundsTightenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV2Qty checks bounds_tighten v2.qty as its published JSON Schema says.
+func outboxCheckBoundsTightenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound4, outboxBound5, nil)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV2Sku checks bounds_tighten v2.sku as its published JSON Schema says.
+func outboxCheckBoundsTightenV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, 8)
+	}
+	return v, false
+}
+
+// outboxCheckBoundsTightenV2 checks bounds_tighten v2 as its published JSON Schema says.
+func outboxCheckBoundsTightenV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckBoundsTightenV2Required) && w.Object(x, outboxCheckBoundsTightenV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV1Currency checks default_change v1.currency as its published JSON Schema says.
+func outboxCheckDefaultChangeV1Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV1Id checks default_change v1.id as its published JSON Schema says.
+func outboxCheckDefaultChangeV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV1 checks default_change v1 as its published JSON Schema says.
+func outboxCheckDefaultChangeV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckDefaultChangeV1Required) && w.Object(x, outboxCheckDefaultChangeV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV2Currency checks default_change v2.currency as its published JSON Schema says.
+func outboxCheckDefaultChangeV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV2Id checks default_change v2.id as its published JSON Schema says.
+func outboxCheckDefaultChangeV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckDefaultChangeV2 checks default_change v2 as its published JSON Schema says.
+func outboxCheckDefaultChangeV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckDefaultChangeV2Required) && w.Object(x, outboxCheckDefaultChangeV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV1Id checks field_kind_same_wire v1.id as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV1Qty checks field_kind_same_wire v1.qty as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV1SizesItem checks field_kind_same_wire v1.sizes[] as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV1SizesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV1Sizes checks field_kind_same_wire v1.sizes as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV1Sizes(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindSameWireV1SizesItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV1 checks field_kind_same_wire v1 as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindSameWireV1Required) && w.Object(x, outboxCheckFieldKindSameWireV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV2Id checks field_kind_same_wire v2.id as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV2Qty checks field_kind_same_wire v2.qty as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV2SizesItem checks field_kind_same_wire v2.sizes[] as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV2SizesItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV2Sizes checks field_kind_same_wire v2.sizes as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV2Sizes(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindSameWireV2SizesItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindSameWireV2 checks field_kind_same_wire v2 as its published JSON Schema says.
+func outboxCheckFieldKindSameWireV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindSameWireV2Required) && w.Object(x, outboxCheckFieldKindSameWireV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1CountsItem checks field_kind_widen v1.counts[] as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1CountsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1Counts checks field_kind_widen v1.counts as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1Counts(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindWidenV1CountsItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1Id checks field_kind_widen v1.id as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1Qty checks field_kind_widen v1.qty as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1Score checks field_kind_widen v1.score as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1Score(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV1 checks field_kind_widen v1 as its published JSON Schema says.
+func outboxCheckFieldKindWidenV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindWidenV1Required) && w.Object(x, outboxCheckFieldKindWidenV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2CountsItem checks field_kind_widen v2.counts[] as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2CountsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2Counts checks field_kind_widen v2.counts as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2Counts(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindWidenV2CountsItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2Id checks field_kind_widen v2.id as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2Qty checks field_kind_widen v2.qty as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2Score checks field_kind_widen v2.score as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2Score(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindWidenV2 checks field_kind_widen v2 as its published JSON Schema says.
+func outboxCheckFieldKindWidenV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindWidenV2Required) && w.Object(x, outboxCheckFieldKindWidenV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV1Id checks field_kind_to_float v1.id as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV1Price checks field_kind_to_float v1.price as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV1Price(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV1WeightsItem checks field_kind_to_float v1.weights[] as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV1WeightsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV1Weights checks field_kind_to_float v1.weights as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV1Weights(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindToFloatV1WeightsItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV1 checks field_kind_to_float v1 as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindToFloatV1Required) && w.Object(x, outboxCheckFieldKindToFloatV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV2Id checks field_kind_to_float v2.id as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV2Price checks field_kind_to_float v2.price as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV2Price(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV2WeightsItem checks field_kind_to_float v2.weights[] as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV2WeightsItem(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV2Weights checks field_kind_to_float v2.weights as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV2Weights(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return v, w.Array(x, outboxCheckFieldKindToFloatV2WeightsItem)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindToFloatV2 checks field_kind_to_float v2 as its published JSON Schema says.
+func outboxCheckFieldKindToFloatV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindToFloatV2Required) && w.Object(x, outboxCheckFieldKindToFloatV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV1Id checks field_kind_narrow v1.id as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV1Price checks field_kind_narrow v1.price as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV1Price(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV1Stock checks field_kind_narrow v1.stock as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV1Stock(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV1 checks field_kind_narrow v1 as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindNarrowV1Required) && w.Object(x, outboxCheckFieldKindNarrowV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV2Id checks field_kind_narrow v2.id as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV2Price checks field_kind_narrow v2.price as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV2Price(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV2Stock checks field_kind_narrow v2.stock as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV2Stock(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckFieldKindNarrowV2 checks field_kind_narrow v2 as its published JSON Schema says.
+func outboxCheckFieldKindNarrowV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckFieldKindNarrowV2Required) && w.Object(x, outboxCheckFieldKindNarrowV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckDraftedV1Id checks drafted v1.id as its published JSON Schema says.
+func outboxCheckDraftedV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckDraftedV1 checks drafted v1 as its published JSON Schema says.
+func outboxCheckDraftedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckDraftedV1Required) && w.Object(x, outboxCheckDraftedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckDraftedV2Count checks drafted v2.count as its published JSON Schema says.
+func outboxCheckDraftedV2Count(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckDraftedV2Id checks drafted v2.id as its published JSON Schema says.
+func outboxCheckDraftedV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckDraftedV2 checks drafted v2 as its published JSON Schema says.
+func outboxCheckDraftedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckDraftedV2Required) && w.Object(x, outboxCheckDraftedV2Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

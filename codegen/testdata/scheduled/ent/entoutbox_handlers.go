@@ -5,6 +5,7 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -163,7 +164,7 @@ func (h *OutboxHandlers) OnPaymentReminderBatch(consumerName string, fn PaymentR
 
 // outboxPaymentReminderSchemas are the schemas of the versions of "payment.reminder", from version 1.
 var outboxPaymentReminderSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/payment.reminder.v1.json", "payment.reminder", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/payment.reminder.v1.json", "payment.reminder", 1, outboxCheckPaymentReminderV1),
 }
 
 // outboxDecodePaymentReminder turns a payload of any declared version into the latest,
@@ -253,7 +254,7 @@ func (h *OutboxHandlers) OnHoldExpiredBatch(consumerName string, fn HoldExpiredB
 
 // outboxHoldExpiredSchemas are the schemas of the versions of "hold.expired", from version 1.
 var outboxHoldExpiredSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/hold.expired.v1.json", "hold.expired", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/hold.expired.v1.json", "hold.expired", 1, outboxCheckHoldExpiredV1),
 }
 
 // outboxDecodeHoldExpired turns a payload of any declared version into the latest,
@@ -343,7 +344,7 @@ func (h *OutboxHandlers) OnOrderPlacedBatch(consumerName string, fn OrderPlacedB
 
 // outboxOrderPlacedSchemas are the schemas of the versions of "order.placed", from version 1.
 var outboxOrderPlacedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.placed.v1.json", "order.placed", 1, outboxCheckOrderPlacedV1),
 }
 
 // outboxDecodeOrderPlaced turns a payload of any declared version into the latest,
@@ -433,7 +434,7 @@ func (h *OutboxHandlers) OnAuditRecordedBatch(consumerName string, fn AuditRecor
 
 // outboxAuditRecordedSchemas are the schemas of the versions of "audit.recorded", from version 1.
 var outboxAuditRecordedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/audit.recorded.v1.json", "audit.recorded", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/audit.recorded.v1.json", "audit.recorded", 1, outboxCheckAuditRecordedV1),
 }
 
 // outboxDecodeAuditRecorded turns a payload of any declared version into the latest,
@@ -523,7 +524,7 @@ func (h *OutboxHandlers) OnLedgerClosedBatch(consumerName string, fn LedgerClose
 
 // outboxLedgerClosedSchemas are the schemas of the versions of "ledger.closed", from version 1.
 var outboxLedgerClosedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/ledger.closed.v1.json", "ledger.closed", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/ledger.closed.v1.json", "ledger.closed", 1, outboxCheckLedgerClosedV1),
 }
 
 // outboxDecodeLedgerClosed turns a payload of any declared version into the latest,
@@ -541,6 +542,138 @@ func outboxDecodeLedgerClosed(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckPaymentReminderV1Required = []string{"order_id"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckPaymentReminderV1Props = map[string]consumer.PayloadCheck{
+	"order_id": outboxCheckPaymentReminderV1OrderId,
+}
+
+var outboxCheckHoldExpiredV1Required = []string{"hold_id"}
+
+var outboxCheckHoldExpiredV1Props = map[string]consumer.PayloadCheck{
+	"hold_id": outboxCheckHoldExpiredV1HoldId,
+}
+
+var outboxCheckOrderPlacedV1Required = []string{"order_id"}
+
+var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
+	"order_id": outboxCheckOrderPlacedV1OrderId,
+}
+
+var outboxCheckAuditRecordedV1Required = []string{"action"}
+
+var outboxCheckAuditRecordedV1Props = map[string]consumer.PayloadCheck{
+	"action": outboxCheckAuditRecordedV1Action,
+}
+
+var outboxCheckLedgerClosedV1Required = []string{"ledger"}
+
+var outboxCheckLedgerClosedV1Props = map[string]consumer.PayloadCheck{
+	"ledger": outboxCheckLedgerClosedV1Ledger,
+}
+
+// outboxCheckPaymentReminderV1OrderId checks payment.reminder v1.order_id as its published JSON Schema says.
+func outboxCheckPaymentReminderV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPaymentReminderV1 checks payment.reminder v1 as its published JSON Schema says.
+func outboxCheckPaymentReminderV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPaymentReminderV1Required) && w.Object(x, outboxCheckPaymentReminderV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckHoldExpiredV1HoldId checks hold.expired v1.hold_id as its published JSON Schema says.
+func outboxCheckHoldExpiredV1HoldId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckHoldExpiredV1 checks hold.expired v1 as its published JSON Schema says.
+func outboxCheckHoldExpiredV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckHoldExpiredV1Required) && w.Object(x, outboxCheckHoldExpiredV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
+func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckAuditRecordedV1Action checks audit.recorded v1.action as its published JSON Schema says.
+func outboxCheckAuditRecordedV1Action(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckAuditRecordedV1 checks audit.recorded v1 as its published JSON Schema says.
+func outboxCheckAuditRecordedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckAuditRecordedV1Required) && w.Object(x, outboxCheckAuditRecordedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckLedgerClosedV1Ledger checks ledger.closed v1.ledger as its published JSON Schema says.
+func outboxCheckLedgerClosedV1Ledger(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckLedgerClosedV1 checks ledger.closed v1 as its published JSON Schema says.
+func outboxCheckLedgerClosedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckLedgerClosedV1Required) && w.Object(x, outboxCheckLedgerClosedV1Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

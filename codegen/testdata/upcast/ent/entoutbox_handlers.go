@@ -159,9 +159,9 @@ func (h *OutboxHandlers) OnPriceChangedBatch(consumerName string, fn PriceChange
 
 // outboxPriceChangedSchemas are the schemas of the versions of "price.changed", from version 1.
 var outboxPriceChangedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v1.json", "price.changed", 1, outboxCheckPriceChangedV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v2.json", "price.changed", 2, outboxCheckPriceChangedV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/price.changed.v3.json", "price.changed", 3, outboxCheckPriceChangedV3),
 }
 
 // outboxDecodePriceChanged turns a payload of any declared version into the latest,
@@ -210,6 +210,144 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckPriceChangedV1Required = []string{"cents", "sku"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckPriceChangedV1Props = map[string]consumer.PayloadCheck{
+	"cents": outboxCheckPriceChangedV1Cents,
+	"sku":   outboxCheckPriceChangedV1Sku,
+}
+
+var outboxCheckPriceChangedV2Required = []string{"cents", "sku"}
+
+var outboxCheckPriceChangedV2Props = map[string]consumer.PayloadCheck{
+	"cents":    outboxCheckPriceChangedV2Cents,
+	"currency": outboxCheckPriceChangedV2Currency,
+	"sku":      outboxCheckPriceChangedV2Sku,
+}
+
+var outboxCheckPriceChangedV3Required = []string{"amount", "sku"}
+
+var outboxBound3 = consumer.NewPayloadBound("-1.7976931348623157e+308")
+
+var outboxBound4 = consumer.NewPayloadBound("1.7976931348623157e+308")
+
+var outboxCheckPriceChangedV3Props = map[string]consumer.PayloadCheck{
+	"amount":   outboxCheckPriceChangedV3Amount,
+	"currency": outboxCheckPriceChangedV3Currency,
+	"sku":      outboxCheckPriceChangedV3Sku,
+}
+
+// outboxCheckPriceChangedV1Cents checks price.changed v1.cents as its published JSON Schema says.
+func outboxCheckPriceChangedV1Cents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV1Sku checks price.changed v1.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV1 checks price.changed v1 as its published JSON Schema says.
+func outboxCheckPriceChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV1Required) && w.Object(x, outboxCheckPriceChangedV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Cents checks price.changed v2.cents as its published JSON Schema says.
+func outboxCheckPriceChangedV2Cents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Currency checks price.changed v2.currency as its published JSON Schema says.
+func outboxCheckPriceChangedV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2Sku checks price.changed v2.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV2 checks price.changed v2 as its published JSON Schema says.
+func outboxCheckPriceChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV2Required) && w.Object(x, outboxCheckPriceChangedV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Amount checks price.changed v3.amount as its published JSON Schema says.
+func outboxCheckPriceChangedV3Amount(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		return v, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Currency checks price.changed v3.currency as its published JSON Schema says.
+func outboxCheckPriceChangedV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3Sku checks price.changed v3.sku as its published JSON Schema says.
+func outboxCheckPriceChangedV3Sku(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckPriceChangedV3 checks price.changed v3 as its published JSON Schema says.
+func outboxCheckPriceChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckPriceChangedV3Required) && w.Object(x, outboxCheckPriceChangedV3Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -159,9 +159,9 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 
 // outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
 var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v3.json", "order.paid", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1, outboxCheckOrderPaidV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2, outboxCheckOrderPaidV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v3.json", "order.paid", 3, outboxCheckOrderPaidV3),
 }
 
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest,
@@ -210,6 +210,146 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckOrderPaidV1Required = []string{"cents", "order_id"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
+	"cents":    outboxCheckOrderPaidV1Cents,
+	"order_id": outboxCheckOrderPaidV1OrderId,
+}
+
+var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
+
+var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV2AmountCents,
+	"order_id":     outboxCheckOrderPaidV2OrderId,
+}
+
+var outboxCheckOrderPaidV3Required = []string{"amount_cents", "order_id", "region"}
+
+var outboxCheckOrderPaidV3Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV3AmountCents,
+	"order_id":     outboxCheckOrderPaidV3OrderId,
+	"region":       outboxCheckOrderPaidV3Region,
+}
+
+// outboxCheckOrderPaidV1Cents checks order.paid v1.cents as its published JSON Schema says.
+func outboxCheckOrderPaidV1Cents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1 checks order.paid v1 as its published JSON Schema says.
+func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV1Required) && w.Object(x, outboxCheckOrderPaidV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2 checks order.paid v2 as its published JSON Schema says.
+func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV2Required) && w.Object(x, outboxCheckOrderPaidV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3AmountCents checks order.paid v3.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV3AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3OrderId checks order.paid v3.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV3OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3Region checks order.paid v3.region as its published JSON Schema says.
+func outboxCheckOrderPaidV3Region(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3 checks order.paid v3 as its published JSON Schema says.
+func outboxCheckOrderPaidV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV3Required) && w.Object(x, outboxCheckOrderPaidV3Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -5,6 +5,7 @@ package ent
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 
 	"entgo.io/ent/dialect"
@@ -159,9 +160,9 @@ func (h *OutboxHandlers) OnOrderPaidBatch(consumerName string, fn OrderPaidBatch
 
 // outboxOrderPaidSchemas are the schemas of the versions of "order.paid", from version 1.
 var outboxOrderPaidSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2),
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v3.json", "order.paid", 3),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v1.json", "order.paid", 1, outboxCheckOrderPaidV1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v2.json", "order.paid", 2, outboxCheckOrderPaidV2),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.paid.v3.json", "order.paid", 3, outboxCheckOrderPaidV3),
 }
 
 // outboxDecodeOrderPaid turns a payload of any declared version into the latest,
@@ -260,7 +261,7 @@ func (h *OutboxHandlers) OnOrderShippedBatch(consumerName string, fn OrderShippe
 
 // outboxOrderShippedSchemas are the schemas of the versions of "order.shipped", from version 1.
 var outboxOrderShippedSchemas = [...]*consumer.PayloadSchema{
-	consumer.NewPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.shipped.v1.json", "order.shipped", 1),
+	consumer.NewGeneratedPayloadSchema(outboxSchemaFiles, "entoutbox/schemas/order.shipped.v1.json", "order.shipped", 1, outboxCheckOrderShippedV1),
 }
 
 // outboxDecodeOrderShipped turns a payload of any declared version into the latest,
@@ -278,6 +279,208 @@ func outboxDecodeOrderShipped(version int, payload []byte) (any, error) {
 
 func (h *OutboxHandlers) outboxDeadLetter(ctx context.Context, d consumer.DeadLetter) error {
 	return consumer.StoreDeadLetter(ctx, h.client.driver, outboxTables, d)
+}
+
+var outboxCheckOrderPaidV1Required = []string{"amount_cents", "order_id"}
+
+var outboxBound1 = consumer.NewPayloadBound("-9223372036854775808")
+
+var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
+
+var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV1AmountCents,
+	"order_id":     outboxCheckOrderPaidV1OrderId,
+}
+
+var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
+
+var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV2AmountCents,
+	"currency":     outboxCheckOrderPaidV2Currency,
+	"order_id":     outboxCheckOrderPaidV2OrderId,
+}
+
+var outboxCheckOrderPaidV3Required = []string{"amount_cents", "order_id"}
+
+var outboxCheckOrderPaidV3Props = map[string]consumer.PayloadCheck{
+	"amount_cents": outboxCheckOrderPaidV3AmountCents,
+	"currency":     outboxCheckOrderPaidV3Currency,
+	"installments": outboxCheckOrderPaidV3Installments,
+	"order_id":     outboxCheckOrderPaidV3OrderId,
+}
+
+var outboxCheckOrderShippedV1Required = []string{"carrier", "order_id"}
+
+var outboxCheckOrderShippedV1Props = map[string]consumer.PayloadCheck{
+	"carrier":  outboxCheckOrderShippedV1Carrier,
+	"order_id": outboxCheckOrderShippedV1OrderId,
+}
+
+// outboxCheckOrderPaidV1AmountCents checks order.paid v1.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV1AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV1 checks order.paid v1 as its published JSON Schema says.
+func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV1Required) && w.Object(x, outboxCheckOrderPaidV1Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2Currency checks order.paid v2.currency as its published JSON Schema says.
+func outboxCheckOrderPaidV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV2 checks order.paid v2 as its published JSON Schema says.
+func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV2Required) && w.Object(x, outboxCheckOrderPaidV2Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3AmountCents checks order.paid v3.amount_cents as its published JSON Schema says.
+func outboxCheckOrderPaidV3AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3Currency checks order.paid v3.currency as its published JSON Schema says.
+func outboxCheckOrderPaidV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3Installments checks order.paid v3.installments as its published JSON Schema says.
+func outboxCheckOrderPaidV3Installments(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3OrderId checks order.paid v3.order_id as its published JSON Schema says.
+func outboxCheckOrderPaidV3OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderPaidV3 checks order.paid v3 as its published JSON Schema says.
+func outboxCheckOrderPaidV3(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderPaidV3Required) && w.Object(x, outboxCheckOrderPaidV3Props, nil, false)
+	}
+	return v, false
+}
+
+// outboxCheckOrderShippedV1Carrier checks order.shipped v1.carrier as its published JSON Schema says.
+func outboxCheckOrderShippedV1Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return v, w.Length(x, 1, -1)
+	}
+	return v, false
+}
+
+// outboxCheckOrderShippedV1OrderId checks order.shipped v1.order_id as its published JSON Schema says.
+func outboxCheckOrderShippedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, ok := w.Integer(x)
+		if !ok {
+			return v, false
+		}
+		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
+	}
+	return v, false
+}
+
+// outboxCheckOrderShippedV1 checks order.shipped v1 as its published JSON Schema says.
+func outboxCheckOrderShippedV1(w *consumer.PayloadWalk, v any) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return v, w.Required(x, outboxCheckOrderShippedV1Required) && w.Object(x, outboxCheckOrderShippedV1Props, nil, false)
+	}
+	return v, false
 }
 
 // outboxTables are the consumers' tables in this schema.
