@@ -1,4 +1,4 @@
--- The consumers' beat statement (internal/outboxdb).
+-- order/beat
 WITH beat AS (
 			INSERT INTO "outbox_consumer_positions_members" (consumer, topic, member, until)
 			VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')

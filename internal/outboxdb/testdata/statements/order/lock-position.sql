@@ -1,4 +1,4 @@
--- The consumers' lock-position statement (internal/outboxdb).
+-- order/lock-position
 INSERT INTO "outbox_consumer_positions" AS p
 		(consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES ($1, $2, $3, $4, 0, now())
 		ON CONFLICT (consumer, topic, aggregate_type, aggregate_id) DO UPDATE SET last_seq = p.last_seq

@@ -1,4 +1,4 @@
--- Recording a run of events: the rule of order, dedupe records, positions moved.
+-- order/record-run
 WITH v AS (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::uuid[], $8::text[], $9::bool[], $10::bigint[])
 			AS v(consumer, i, topic, aggregate_type, aggregate_id, seq, event_id, event_name, rec, attempts)),
 		free AS (SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM "outbox_dead_letters" d WHERE d.event_id = v.event_id AND d.source = v.consumer)),

@@ -1,4 +1,4 @@
--- The promotion of outbox_scheduled_events into outbox_events, sequence table "".
+-- promote/promote-unnumbered
 WITH lock AS (SELECT pg_try_advisory_xact_lock(hashtextextended('entoutbox_promote:' || to_regclass('"outbox_scheduled_events"')::oid::text, 0)) AS got),
 due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM "outbox_scheduled_events" s WHERE (SELECT got FROM lock)
 	AND s.cancelled_at IS NULL AND s.deliver_at <= (SELECT clock_timestamp())

@@ -1,4 +1,4 @@
--- The consumers' note-waiting statement (internal/outboxdb).
+-- order/note-waiting
 INSERT INTO "outbox_consumer_positions" AS p
 		(consumer, topic, aggregate_type, aggregate_id, last_seq, waiting_since, waiting_seq, updated_at)
 		VALUES ($1, $2, $3, $4, 0, CASE WHEN $5::bigint > 1 THEN now() END, CASE WHEN $5::bigint > 1 THEN $5::bigint END, now())

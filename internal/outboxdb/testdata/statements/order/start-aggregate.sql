@@ -1,4 +1,4 @@
--- The consumers' start-aggregate statement (internal/outboxdb).
+-- order/start-aggregate
 WITH started AS (UPDATE "outbox_consumer_positions" SET last_seq = waiting_seq - 1, updated_at = now()
 			WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4
 				AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1

@@ -1,4 +1,4 @@
--- Settling a consumer's position after a repair of its dead letters.
+-- settle/settle
 WITH RECURSIVE pos AS (
 		SELECT id, last_seq, held_seq, held_event_id FROM "outbox_consumer_positions"
 		WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 FOR UPDATE),

@@ -1,4 +1,4 @@
--- The consumers' create-members statement (internal/outboxdb).
+-- order/create-members
 CREATE TABLE IF NOT EXISTS "outbox_consumer_positions_members" (
 			consumer text NOT NULL,
 			topic text NOT NULL,

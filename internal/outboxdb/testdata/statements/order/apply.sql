@@ -1,4 +1,4 @@
--- The consumers' apply statement (internal/outboxdb).
+-- order/apply
 WITH done AS (
 			INSERT INTO "outbox_processed_events" (consumer, event_id, event_name, attempts)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1)
