@@ -35,12 +35,7 @@ func ReadSlots(ctx context.Context, q Querier, t Tables) ([]WALSlot, error) {
 	if err != nil || !exists {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT p.slot, s.slot_name IS NOT NULL, coalesce(s.active, false),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
-		coalesce(s.wal_status, '')
-		FROM `+pgsql.QuoteIdent(t.WALProgress())+` p LEFT JOIN pg_replication_slots s ON s.slot_name = p.slot
-		ORDER BY p.slot LIMIT $1`, MaxSlots)
+	rows, err := q.QueryContext(ctx, walSlots.SQL(t), MaxSlots)
 	if err != nil {
 		return nil, fmt.Errorf("reading the replication slots: %w", err)
 	}
@@ -55,3 +50,13 @@ func ReadSlots(ctx context.Context, q Querier, t Tables) ([]WALSlot, error) {
 	}
 	return slots, rows.Err()
 }
+
+// walSlots reads each WAL relay's slot, up to $1 of them.
+var walSlots = define("walpath/slots", func(t Tables) string {
+	return `SELECT p.slot, s.slot_name IS NOT NULL, coalesce(s.active, false),
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn), 0)::bigint,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn), 0)::bigint,
+		coalesce(s.wal_status, '')
+		FROM ` + pgsql.QuoteIdent(t.WALProgress()) + ` p LEFT JOIN pg_replication_slots s ON s.slot_name = p.slot
+		ORDER BY p.slot LIMIT $1`
+})
