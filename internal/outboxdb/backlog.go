@@ -43,18 +43,15 @@ func ReadPending(ctx context.Context, q Querier, t Tables, maxRows int) (Pending
 		p   Pending
 		wal bool
 	)
-	if err := queryRow(ctx, q, `SELECT now(), to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(t.WALProgress())},
+	if err := queryRow(ctx, q, backlogNow.SQL(t), []any{pgsql.QuoteIdent(t.WALProgress())},
 		&p.At, &wal); err != nil {
 		return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
-	var d Delivery
+	read := backlogPending
 	if wal {
-		d.progress = t.WALProgress()
+		read = backlogPendingWAL
 	}
-	rows, err := q.QueryContext(ctx, `SELECT topic, count(*), min(created_at) FROM (
-			SELECT o.topic, o.created_at FROM `+pgsql.QuoteIdent(t.Outbox)+` o WHERE `+d.Pending("o")+`
-			ORDER BY o.id LIMIT $1) o
-		GROUP BY topic ORDER BY topic`, maxRows)
+	rows, err := q.QueryContext(ctx, read.SQL(t), maxRows)
 	if err != nil {
 		return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
@@ -96,16 +93,12 @@ func ReadOpenDeadLetters(ctx context.Context, q Querier, t Tables, maxRows int) 
 	if err != nil {
 		return OpenDeadLetters{}, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
-	open := ""
+	read := backlogOpenLettersUnsettled
 	if settled {
-		open = " AND discarded_at IS NULL AND retried_at IS NULL"
+		read = backlogOpenLetters
 	}
-	dl := pgsql.QuoteIdent(t.DeadLetters)
 	var n OpenDeadLetters
-	err = queryRow(ctx, q, `SELECT
-		(SELECT count(*) FROM (SELECT 1 FROM `+dl+` WHERE source = 'relay'`+open+` LIMIT $1) r),
-		(SELECT count(*) FROM (SELECT 1 FROM `+dl+` WHERE source <> 'relay'`+open+` LIMIT $1) c)`,
-		[]any{maxRows}, &n.Relay, &n.Consumer)
+	err = queryRow(ctx, q, read.SQL(t), []any{maxRows}, &n.Relay, &n.Consumer)
 	if err != nil {
 		return OpenDeadLetters{}, fmt.Errorf("counting dead letters: %w", err)
 	}
@@ -160,50 +153,17 @@ func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, ma
 	if err != nil {
 		return DeadLetterSummary{}, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
-	dl := pgsql.QuoteIdent(t.DeadLetters)
-	count := func(state string) string {
-		where := ""
-		if settled {
-			where = " WHERE " + letterState[state]
-		} else if state != LetterOpen {
-			return "0"
-		}
-		return `(SELECT count(*) FROM (SELECT 1 FROM ` + dl + where + ` LIMIT $1) x)`
+	counts, byReason := backlogLetterCountsUnsettled, backlogLettersByReasonUnsettled
+	if settled {
+		counts, byReason = backlogLetterCounts, backlogLettersByReason
 	}
 	s := DeadLetterSummary{BySource: []SourceCount{}, ByReason: []ReasonCount{}}
-	if err := queryRow(ctx, q, `SELECT `+count(LetterOpen)+`, `+count(LetterRetried)+`, `+count(LetterDiscarded),
-		[]any{maxRows}, &s.Open, &s.Retried, &s.Discarded); err != nil {
+	if err := queryRow(ctx, q, counts.SQL(t), []any{maxRows}, &s.Open, &s.Retried, &s.Discarded); err != nil {
 		return s, fmt.Errorf("counting dead letters: %w", err)
 	}
 	bound := int64(maxRows)
 	s.OpenCapped, s.RetriedCapped, s.DiscardedCapped = s.Open >= bound, s.Retried >= bound, s.Discarded >= bound
-	open := ""
-	if settled {
-		open = " WHERE " + letterState[LetterOpen]
-	}
-	// The patterns are made once per distinct reason; rk ranks them within
-	// their source, and a row of rk 0 is the source's own.
-	rows, err := q.QueryContext(ctx, `WITH open AS MATERIALIZED (
-			SELECT id, source, reason FROM `+dl+open+` ORDER BY id DESC LIMIT $1
-		), exact AS (
-			SELECT source, reason, count(*) AS n, max(id) AS newest FROM open GROUP BY source, reason
-		), patterns AS (
-			SELECT source, `+ReasonPattern("reason")+` AS pattern, n, newest, reason FROM exact
-		), grouped AS (
-			SELECT source, pattern, sum(n)::bigint AS n, (array_agg(reason ORDER BY newest DESC))[1] AS example
-			FROM patterns GROUP BY source, pattern
-		), ranked AS (
-			SELECT *, row_number() OVER (PARTITION BY source ORDER BY n DESC, pattern) AS rk FROM grouped
-		), sources AS (
-			SELECT source, sum(n)::bigint AS n, count(*) AS patterns FROM grouped
-			GROUP BY source ORDER BY source <> 'relay', source LIMIT $2
-		)
-		SELECT * FROM (
-			SELECT s.source, 0::bigint AS rk, '' AS pattern, '' AS example, s.n, s.patterns FROM sources s
-			UNION ALL
-			SELECT r.source, r.rk, r.pattern, r.example, r.n, 0 FROM ranked r JOIN sources USING (source) WHERE r.rk <= $3
-		) u ORDER BY source <> 'relay', source, rk`,
-		maxRows, MaxSources, maxReasons)
+	rows, err := q.QueryContext(ctx, byReason.SQL(t), maxRows, MaxSources, maxReasons)
 	if err != nil {
 		return s, fmt.Errorf("counting dead letters by reason: %w", err)
 	}
@@ -226,4 +186,100 @@ func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, ma
 		return s, fmt.Errorf("counting dead letters by reason: %w", err)
 	}
 	return s, nil
+}
+
+// The backlog's reads. A dead-letter table of an earlier version has no
+// columns for what an operator did (unsettled): all its letters are open.
+var (
+	// backlogNow reads the database's time and whether table $1 (the WAL
+	// progress table, quoted) exists.
+	backlogNow = define("backlog/now", func(Tables) string { return `SELECT now(), to_regclass($1) IS NOT NULL` })
+	// backlogPending counts the first $1 pending rows by topic, with the
+	// oldest's created_at; backlogPendingWAL once a WAL relay ran.
+	backlogPending    = define("backlog/pending", func(t Tables) string { return pendingByTopic(t, Delivery{}) })
+	backlogPendingWAL = define("backlog/pending-wal", func(t Tables) string {
+		return pendingByTopic(t, Delivery{progress: t.WALProgress()})
+	})
+	// backlogOpenLetters counts up to $1 open letters of the relay, and up
+	// to $1 of the consumers.
+	backlogOpenLetters          = define("backlog/open-letters", func(t Tables) string { return openLetters(t, true) })
+	backlogOpenLettersUnsettled = define("backlog/open-letters-unsettled", func(t Tables) string { return openLetters(t, false) })
+	// backlogLetterCounts counts up to $1 letters open, retried and
+	// discarded.
+	backlogLetterCounts          = define("backlog/letter-counts", func(t Tables) string { return letterCounts(t, true) })
+	backlogLetterCountsUnsettled = define("backlog/letter-counts-unsettled", func(t Tables) string { return letterCounts(t, false) })
+	// backlogLettersByReason counts the newest $1 open letters by source
+	// (at most $2) and by source and reason pattern (the $3 most frequent
+	// of each source).
+	backlogLettersByReason          = define("backlog/letters-by-reason", func(t Tables) string { return lettersByReason(t, true) })
+	backlogLettersByReasonUnsettled = define("backlog/letters-by-reason-unsettled", func(t Tables) string {
+		return lettersByReason(t, false)
+	})
+)
+
+// pendingByTopic is backlogPending for the delivery marks d.
+func pendingByTopic(t Tables, d Delivery) string {
+	return `SELECT topic, count(*), min(created_at) FROM (
+			SELECT o.topic, o.created_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` + d.Pending("o") + `
+			ORDER BY o.id LIMIT $1) o
+		GROUP BY topic ORDER BY topic`
+}
+
+// openLetters is backlogOpenLetters, on a table with the operator's
+// columns (settled) or without.
+func openLetters(t Tables, settled bool) string {
+	open := ""
+	if settled {
+		open = " AND discarded_at IS NULL AND retried_at IS NULL"
+	}
+	dl := pgsql.QuoteIdent(t.DeadLetters)
+	return `SELECT
+		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source = 'relay'` + open + ` LIMIT $1) r),
+		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source <> 'relay'` + open + ` LIMIT $1) c)`
+}
+
+// letterCounts is backlogLetterCounts, settled or not as openLetters.
+func letterCounts(t Tables, settled bool) string {
+	dl := pgsql.QuoteIdent(t.DeadLetters)
+	count := func(state string) string {
+		where := ""
+		if settled {
+			where = " WHERE " + letterState[state]
+		} else if state != LetterOpen {
+			return "0"
+		}
+		return `(SELECT count(*) FROM (SELECT 1 FROM ` + dl + where + ` LIMIT $1) x)`
+	}
+	return `SELECT ` + count(LetterOpen) + `, ` + count(LetterRetried) + `, ` + count(LetterDiscarded)
+}
+
+// lettersByReason is backlogLettersByReason, settled or not as
+// openLetters. The patterns are made once per distinct reason; rk ranks
+// them within their source, and a row of rk 0 is the source's own.
+func lettersByReason(t Tables, settled bool) string {
+	dl := pgsql.QuoteIdent(t.DeadLetters)
+	open := ""
+	if settled {
+		open = " WHERE " + letterState[LetterOpen]
+	}
+	return `WITH open AS MATERIALIZED (
+			SELECT id, source, reason FROM ` + dl + open + ` ORDER BY id DESC LIMIT $1
+		), exact AS (
+			SELECT source, reason, count(*) AS n, max(id) AS newest FROM open GROUP BY source, reason
+		), patterns AS (
+			SELECT source, ` + ReasonPattern("reason") + ` AS pattern, n, newest, reason FROM exact
+		), grouped AS (
+			SELECT source, pattern, sum(n)::bigint AS n, (array_agg(reason ORDER BY newest DESC))[1] AS example
+			FROM patterns GROUP BY source, pattern
+		), ranked AS (
+			SELECT *, row_number() OVER (PARTITION BY source ORDER BY n DESC, pattern) AS rk FROM grouped
+		), sources AS (
+			SELECT source, sum(n)::bigint AS n, count(*) AS patterns FROM grouped
+			GROUP BY source ORDER BY source <> 'relay', source LIMIT $2
+		)
+		SELECT * FROM (
+			SELECT s.source, 0::bigint AS rk, '' AS pattern, '' AS example, s.n, s.patterns FROM sources s
+			UNION ALL
+			SELECT r.source, r.rk, r.pattern, r.example, r.n, 0 FROM ranked r JOIN sources USING (source) WHERE r.rk <= $3
+		) u ORDER BY source <> 'relay', source, rk`
 }

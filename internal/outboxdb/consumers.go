@@ -34,13 +34,7 @@ func ReadHeld(ctx context.Context, q Querier, t Tables, maxListed int) ([]Held, 
 	if err != nil || !exists {
 		return held, err
 	}
-	p := pgsql.QuoteIdent(t.Positions)
-	rows, err := q.QueryContext(ctx, `SELECT c.consumer, c.n, h.topic, h.aggregate_type, h.aggregate_id, h.held_seq,
-			coalesce(h.held_event_id::text, ''), coalesce(h.held_at, h.updated_at)
-		FROM (SELECT consumer, count(*) AS n FROM `+p+` WHERE held_seq IS NOT NULL GROUP BY consumer) c
-		CROSS JOIN LATERAL (SELECT * FROM `+p+` p WHERE p.consumer = c.consumer AND p.held_seq IS NOT NULL
-			ORDER BY coalesce(p.held_at, p.updated_at), p.id LIMIT $1) h
-		ORDER BY c.consumer, coalesce(h.held_at, h.updated_at), h.id`, maxListed)
+	rows, err := q.QueryContext(ctx, heldRead.SQL(t), maxListed)
 	if err != nil {
 		return nil, fmt.Errorf("reading held aggregates: %w", err)
 	}
@@ -65,3 +59,15 @@ func ReadHeld(ctx context.Context, q Querier, t Tables, maxListed int) ([]Held, 
 	}
 	return held, nil
 }
+
+// heldRead reads per consumer the count of the aggregates it holds and
+// the $1 it has held longest.
+var heldRead = define("consumers/held", func(t Tables) string {
+	p := pgsql.QuoteIdent(t.Positions)
+	return `SELECT c.consumer, c.n, h.topic, h.aggregate_type, h.aggregate_id, h.held_seq,
+			coalesce(h.held_event_id::text, ''), coalesce(h.held_at, h.updated_at)
+		FROM (SELECT consumer, count(*) AS n FROM ` + p + ` WHERE held_seq IS NOT NULL GROUP BY consumer) c
+		CROSS JOIN LATERAL (SELECT * FROM ` + p + ` p WHERE p.consumer = c.consumer AND p.held_seq IS NOT NULL
+			ORDER BY coalesce(p.held_at, p.updated_at), p.id LIMIT $1) h
+		ORDER BY c.consumer, coalesce(h.held_at, h.updated_at), h.id`
+})

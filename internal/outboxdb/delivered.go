@@ -91,8 +91,7 @@ func (t Tables) WALDelivered(ctx context.Context, q Querier, id int64) (bool, er
 		return false, err
 	}
 	var delivered bool
-	err = queryRow(ctx, q, `SELECT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Outbox)+` o WHERE o.id = $1 AND `+
-		d.ByWAL("o")+`)`, []any{id}, &delivered)
+	err = queryRow(ctx, q, deliveredByWAL.SQL(t), []any{id}, &delivered)
 	if err != nil {
 		return false, fmt.Errorf("reading whether the WAL path delivered row %d: %w", id, err)
 	}
@@ -104,8 +103,7 @@ func (t Tables) WALDelivered(ctx context.Context, q Querier, id int64) (bool, er
 // of the name (whose start would take them for pending), and returns how
 // many it marked.
 func (t Tables) MarkWALDelivered(ctx context.Context, e Execer, slot string) (int64, error) {
-	res, err := e.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(t.Outbox)+` o SET delivered_at = now() FROM `+
-		pgsql.QuoteIdent(t.WALProgress())+` p WHERE p.slot = $1 AND `+walDelivered("o", "p"), slot)
+	res, err := e.ExecContext(ctx, deliveredMarkWAL.SQL(t), slot)
 	if err != nil {
 		return 0, fmt.Errorf("marking the rows slot %q delivered in %s: %w", slot, t.Outbox, err)
 	}
@@ -122,12 +120,32 @@ func (t Tables) DeleteWALDelivered(ctx context.Context, db *sql.DB, cutoff time.
 	if batch <= 0 {
 		batch = 1000
 	}
-	o := pgsql.QuoteIdent(t.Outbox)
-	q := `DELETE FROM ` + o + ` WHERE id IN (SELECT o.id FROM ` + o + ` o JOIN ` + pgsql.QuoteIdent(d.progress) + ` p ON ` +
-		walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
-	n, err := retention.InBatches(ctx, db, q, cutoff, batch)
+	n, err := retention.InBatches(ctx, db, deliveredDeleteWAL.SQL(t), cutoff, batch)
 	if err != nil {
 		return n, fmt.Errorf("deleting the rows of %s the WAL path delivered: %w", t.Outbox, err)
 	}
 	return n, nil
 }
+
+// The WAL path's statements on what it delivered, read once a WAL relay
+// ran (the progress table exists).
+var (
+	// deliveredByWAL tells whether the WAL path delivered row $1.
+	deliveredByWAL = define("delivered/by-wal", func(t Tables) string {
+		d := Delivery{progress: t.WALProgress()}
+		return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.id = $1 AND ` +
+			d.ByWAL("o") + `)`
+	})
+	// deliveredMarkWAL stamps the rows slot $1's progress row delivered.
+	deliveredMarkWAL = define("delivered/mark-wal", func(t Tables) string {
+		return `UPDATE ` + pgsql.QuoteIdent(t.Outbox) + ` o SET delivered_at = now() FROM ` +
+			pgsql.QuoteIdent(t.WALProgress()) + ` p WHERE p.slot = $1 AND ` + walDelivered("o", "p")
+	})
+	// deliveredDeleteWAL deletes up to $2 rows the WAL path delivered
+	// that were written before $1.
+	deliveredDeleteWAL = define("delivered/delete-wal", func(t Tables) string {
+		o := pgsql.QuoteIdent(t.Outbox)
+		return `DELETE FROM ` + o + ` WHERE id IN (SELECT o.id FROM ` + o + ` o JOIN ` + pgsql.QuoteIdent(t.WALProgress()) + ` p ON ` +
+			walDelivered("o", "p") + ` WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
+	})
+)

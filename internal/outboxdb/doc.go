@@ -36,7 +36,7 @@
 //   - consumers.go: the aggregates consumers hold behind a dead letter.
 //   - relays.go: the fast relays' shares of the partitions, and their
 //     liveness locks.
-//   - slots.go: the WAL relays' replication slots.
+//   - wal_slots.go: the WAL relays' replication slots (PostgreSQL only).
 //   - move.go: a row moved to the dead letters in one statement, and
 //     the letter of a row gone from the table, from what a path carried.
 //   - emit_insert.go: the emit path's INSERT of events into the outbox,
@@ -57,4 +57,27 @@
 //   - compatpath.go: the compatible path's select and ack stamp.
 //   - retention.go: the cleanups' batched delete of old rows.
 //   - metrics_held.go: the held aggregates counted by consumer.
+//   - order.go, positions.go, members.go: the consumers' statements on
+//     their positions, dedupe records and group members, rendered once
+//     per Tables (they run per event).
+//   - settle.go: a consumer's position settled after a repair.
+//   - numbering.go: the trigger that numbers rows inserted without Emit.
+//   - topics.go: the topics of the newest rows.
+//   - statements.go: Statement, the named statements.
+//
+// Every statement is a Statement named "area/what", rendered for the
+// default table names into testdata/statements/<area>/<what>.sql; a
+// statement built from variable pieces (a filter, a path's delivered
+// predicate, a table of an earlier version) is defined once per shape.
+//
+// # A second database
+//
+// A second database implements the named statements for its dialect, each
+// a function of Tables as here, and the functions that run them, which
+// take the database/sql shaped Querier and Execer and return plain
+// structs: no pgx type crosses this package's interface. What is
+// PostgreSQL's alone has no counterpart to write: the WAL path
+// (wal_relay.go, wal_slots.go, and the snapshot predicates of
+// delivered.go), and LISTEN, which lives in internal/listen (the
+// statements' pg_notify calls go with it).
 package outboxdb

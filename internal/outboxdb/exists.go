@@ -36,6 +36,24 @@ func queryRow(ctx context.Context, q Querier, query string, args []any, dst ...a
 	return rows.Close()
 }
 
+// The catalog reads: they name a table by parameter, not by Tables.
+var (
+	// existsTable tells whether table $1 (quoted) exists.
+	existsTable = define("exists/table", func(Tables) string { return `SELECT to_regclass($1) IS NOT NULL` })
+	// existsColumn tells whether table $1 (quoted) has column $2.
+	existsColumn = define("exists/column", func(Tables) string {
+		return `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname = $2 AND attnum > 0 AND NOT attisdropped)`
+	})
+	// existsMissingColumns tells whether table $1 (quoted) exists and
+	// which of columns $2 (joined by commas) it lacks, joined by ", ".
+	existsMissingColumns = define("exists/missing-columns", func(Tables) string {
+		return `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
+			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`
+	})
+)
+
 // MigrateHint is what to run when a table is missing, as the relay and
 // the consumers say it when they refuse to start.
 const MigrateHint = "run the ent migration first: client.Schema.Create"
@@ -43,7 +61,7 @@ const MigrateHint = "run the ent migration first: client.Schema.Create"
 // TableExists tells whether table name exists (on the search path).
 func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var exists bool
-	if err := queryRow(ctx, q, `SELECT to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(name)}, &exists); err != nil {
+	if err := queryRow(ctx, q, existsTable.SQL(Tables{}), []any{pgsql.QuoteIdent(name)}, &exists); err != nil {
 		return false, fmt.Errorf("looking for table %q: %w", name, err)
 	}
 	return exists, nil
@@ -53,8 +71,7 @@ func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 // such table.
 func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, error) {
 	var exists bool
-	if err := queryRow(ctx, q, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname = $2 AND attnum > 0 AND NOT attisdropped)`, []any{pgsql.QuoteIdent(table), column}, &exists); err != nil {
+	if err := queryRow(ctx, q, existsColumn.SQL(Tables{}), []any{pgsql.QuoteIdent(table), column}, &exists); err != nil {
 		return false, fmt.Errorf("looking for column %s of table %q: %w", column, table, err)
 	}
 	return exists, nil
@@ -62,10 +79,7 @@ func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, e
 
 // missingColumns tells whether table exists and which of columns it lacks.
 func missingColumns(ctx context.Context, q Querier, table string, columns []string) (exists bool, missing string, err error) {
-	if err := queryRow(ctx, q, `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
-			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
-				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`,
-		[]any{pgsql.QuoteIdent(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
+	if err := queryRow(ctx, q, existsMissingColumns.SQL(Tables{}), []any{pgsql.QuoteIdent(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
 		return false, "", fmt.Errorf("looking for table %q: %w", table, err)
 	}
 	return exists, missing, nil

@@ -55,39 +55,8 @@ func ReadFailing(ctx context.Context, q Querier, t Tables, maxRows int) (Failing
 	if err != nil {
 		return f, err
 	}
-	// The holders: none before a fast relay first ran.
-	holders := `SELECT ''::text AS relay, ''::text AS topic, 0 AS partition, 1 AS n WHERE false`
-	if parts {
-		holders = `SELECT relay, topic, partition, count(*) OVER (PARTITION BY topic) AS n FROM ` +
-			pgsql.QuoteIdent(t.Partitions())
-	}
-	// Each distinct error's pattern is made once; rk ranks the patterns of
-	// a topic (relay "") or of a relay's share.
-	rows, err := q.QueryContext(ctx, `WITH failing AS MATERIALIZED (
-			SELECT topic, aggregate_type, aggregate_id, last_error FROM (
-				SELECT o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM `+pgsql.QuoteIdent(t.Outbox)+` o
-				WHERE `+d.Pending("o")+` ORDER BY o.id LIMIT $1) o
-			WHERE last_error IS NOT NULL
-		), holders AS (
-			SELECT * FROM (`+holders+`) h WHERE relay <> ''
-		), owned AS (
-			SELECT '' AS relay, f.topic, f.last_error FROM failing f
-			UNION ALL
-			SELECT h.relay, h.topic, f.last_error FROM failing f
-			JOIN holders h ON (h.topic = f.topic OR h.topic = '') AND h.partition = `+PartitionOf("f", "h.n")+`
-		), exact AS (
-			SELECT relay, topic, last_error, count(*) AS n FROM owned GROUP BY relay, topic, last_error
-		), grouped AS (
-			SELECT relay, topic, `+ReasonPattern("last_error")+` AS pattern, sum(n)::bigint AS n,
-				min(last_error) AS example
-			FROM exact GROUP BY 1, 2, 3
-		), ranked AS (
-			SELECT *, row_number() OVER (PARTITION BY relay, topic ORDER BY n DESC, pattern) AS rk,
-				sum(n) OVER (PARTITION BY relay, topic)::bigint AS total
-			FROM grouped
-		)
-		SELECT relay, topic, total, example, n FROM ranked WHERE rk = 1 ORDER BY relay, topic LIMIT $2`,
-		maxRows, MaxShares+maxFailingTopics)
+	read := failingShapes[failingShape{wal: d.WAL(), leases: parts}]
+	rows, err := q.QueryContext(ctx, read.SQL(t), maxRows, MaxShares+maxFailingTopics)
 	if err != nil {
 		return f, fmt.Errorf("reading the failing rows: %w", err)
 	}
@@ -111,3 +80,61 @@ func ReadFailing(ctx context.Context, q Querier, t Tables, maxRows int) (Failing
 
 // maxFailingTopics bounds the topics a read of the failing rows lists.
 const maxFailingTopics = 1000
+
+// failingShape is what the read of the failing rows varies on: whether a
+// WAL relay ran (its delivered rows are not pending), and whether the
+// fast relays' leases table exists.
+type failingShape struct{ wal, leases bool }
+
+// failingShapes reads the first $1 pending rows' last errors by topic and
+// by the fast relay holding their partition, $2 rows at most.
+var failingShapes = map[failingShape]*Statement{
+	{}: define("failing/rows", func(t Tables) string { return failingRows(t, failingShape{}) }),
+	{leases: true}: define("failing/rows-leases", func(t Tables) string {
+		return failingRows(t, failingShape{leases: true})
+	}),
+	{wal: true}: define("failing/rows-wal", func(t Tables) string { return failingRows(t, failingShape{wal: true}) }),
+	{wal: true, leases: true}: define("failing/rows-wal-leases", func(t Tables) string {
+		return failingRows(t, failingShape{wal: true, leases: true})
+	}),
+}
+
+// failingRows is the read of the failing rows of shape sh. Each distinct
+// error's pattern is made once; rk ranks the patterns of a topic (relay
+// "") or of a relay's share.
+func failingRows(t Tables, sh failingShape) string {
+	var d Delivery
+	if sh.wal {
+		d.progress = t.WALProgress()
+	}
+	// The holders: none before a fast relay first ran.
+	holders := `SELECT ''::text AS relay, ''::text AS topic, 0 AS partition, 1 AS n WHERE false`
+	if sh.leases {
+		holders = `SELECT relay, topic, partition, count(*) OVER (PARTITION BY topic) AS n FROM ` +
+			pgsql.QuoteIdent(t.Partitions())
+	}
+	return `WITH failing AS MATERIALIZED (
+			SELECT topic, aggregate_type, aggregate_id, last_error FROM (
+				SELECT o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o
+				WHERE ` + d.Pending("o") + ` ORDER BY o.id LIMIT $1) o
+			WHERE last_error IS NOT NULL
+		), holders AS (
+			SELECT * FROM (` + holders + `) h WHERE relay <> ''
+		), owned AS (
+			SELECT '' AS relay, f.topic, f.last_error FROM failing f
+			UNION ALL
+			SELECT h.relay, h.topic, f.last_error FROM failing f
+			JOIN holders h ON (h.topic = f.topic OR h.topic = '') AND h.partition = ` + PartitionOf("f", "h.n") + `
+		), exact AS (
+			SELECT relay, topic, last_error, count(*) AS n FROM owned GROUP BY relay, topic, last_error
+		), grouped AS (
+			SELECT relay, topic, ` + ReasonPattern("last_error") + ` AS pattern, sum(n)::bigint AS n,
+				min(last_error) AS example
+			FROM exact GROUP BY 1, 2, 3
+		), ranked AS (
+			SELECT *, row_number() OVER (PARTITION BY relay, topic ORDER BY n DESC, pattern) AS rk,
+				sum(n) OVER (PARTITION BY relay, topic)::bigint AS total
+			FROM grouped
+		)
+		SELECT relay, topic, total, example, n FROM ranked WHERE rk = 1 ORDER BY relay, topic LIMIT $2`
+}

@@ -140,8 +140,7 @@ func (t Tables) ReadDeadLetters(ctx context.Context, q Querier, f LetterFilter) 
 	if err != nil {
 		return nil, err
 	}
-	ds, err := readLetters(ctx, q, `SELECT `+letterColumns+` FROM `+pgsql.QuoteIdent(t.DeadLetters)+
-		` WHERE `+where+` ORDER BY id DESC`+limit(f.Limit), args...)
+	ds, err := readLetters(ctx, q, lettersList(t, where, f.Limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -155,8 +154,7 @@ func (t Tables) ReadDeadLetterIDs(ctx context.Context, q Querier, f LetterFilter
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT id FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE `+where+
-		` ORDER BY id`+limit(f.Limit), args...)
+	rows, err := q.QueryContext(ctx, lettersIDs(t, where, f.Limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -172,7 +170,71 @@ func (t Tables) ReadDeadLetterIDs(ctx context.Context, q Querier, f LetterFilter
 	return ids, rows.Err()
 }
 
-func limit(n int) string {
+// lettersList reads the letters of condition where, newest first, at
+// most limit (all when not positive).
+func lettersList(t Tables, where string, limit int) string {
+	return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+		` WHERE ` + where + ` ORDER BY id DESC` + limitClause(limit)
+}
+
+// lettersIDs reads the ids of the letters of condition where, oldest
+// first, at most limit (all when not positive).
+func lettersIDs(t Tables, where string, limit int) string {
+	return `SELECT id FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE ` + where +
+		` ORDER BY id` + limitClause(limit)
+}
+
+// exampleFilter sets every field of a LetterFilter, for the filtered
+// statements' golden files.
+var exampleFilter = LetterFilter{Source: "relay", Event: "order.paid", Reason: "timeout", Since: time.Unix(1, 0),
+	Until: time.Unix(2, 0), State: LetterOpen, Limit: 100}
+
+// The listings, unfiltered and with every filter.
+var (
+	_ = define("letters/list", func(t Tables) string { return lettersList(t, "TRUE", 0) })
+	_ = define("letters/list-filtered", func(t Tables) string {
+		where, _, _ := exampleFilter.where()
+		return lettersList(t, where, exampleFilter.Limit)
+	})
+	_ = define("letters/ids", func(t Tables) string { return lettersIDs(t, "TRUE", 0) })
+	_ = define("letters/ids-filtered", func(t Tables) string {
+		where, _, _ := exampleFilter.where()
+		return lettersIDs(t, where, exampleFilter.Limit)
+	})
+)
+
+// The statements on letters by id or event, and the repairs' marks.
+var (
+	// lettersLock reads and locks the letters of ids $1, in id order.
+	lettersLock = define("letters/lock", func(t Tables) string {
+		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+			` WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+	})
+	// lettersRead reads letter $1.
+	lettersRead = define("letters/read", func(t Tables) string {
+		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE id = $1`
+	})
+	// lettersOfEvent reads the letters of event $1, retried or not.
+	lettersOfEvent = define("letters/of-event", func(t Tables) string {
+		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+			` WHERE event_id = $1 OR retried_event_id = $1 ORDER BY id`
+	})
+	// lettersMarkRetried marks letter $1 retried at $2.
+	lettersMarkRetried = define("letters/mark-retried", func(t Tables) string {
+		return `UPDATE ` + pgsql.QuoteIdent(t.DeadLetters) + ` SET retried_at = $2,
+		retried_event_id = event_id, event_id = NULL WHERE id = $1`
+	})
+	// lettersMarkDiscarded marks letter $1 discarded at $2 with note $3.
+	lettersMarkDiscarded = define("letters/mark-discarded", func(t Tables) string {
+		return `UPDATE ` + pgsql.QuoteIdent(t.DeadLetters) + ` SET discarded_at = $2, discard_note = $3
+		WHERE id = $1`
+	})
+	// The purge's deletes of settled letters (DeleteOlder).
+	_ = define("letters/purge-retried", func(t Tables) string { return deleteOlder(t.DeadLetters, "retried_at") })
+	_ = define("letters/purge-discarded", func(t Tables) string { return deleteOlder(t.DeadLetters, "discarded_at") })
+)
+
+func limitClause(n int) string {
 	if n <= 0 {
 		return ""
 	}
@@ -184,8 +246,7 @@ func limit(n int) string {
 // the same letters waits, then reads what this one did. An id that does
 // not exist is left out.
 func (t Tables) LockDeadLetters(ctx context.Context, q Querier, ids ...int64) ([]DeadLetter, error) {
-	ds, err := readLetters(ctx, q, `SELECT `+letterColumns+` FROM `+pgsql.QuoteIdent(t.DeadLetters)+
-		` WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+	ds, err := readLetters(ctx, q, lettersLock.SQL(t), ids)
 	if err != nil {
 		return nil, fmt.Errorf("locking dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -195,7 +256,7 @@ func (t Tables) LockDeadLetters(ctx context.Context, q Querier, ids ...int64) ([
 // ReadDeadLetter reads the dead letter id; sql.ErrNoRows when there is
 // none.
 func (t Tables) ReadDeadLetter(ctx context.Context, q Querier, id int64) (DeadLetter, error) {
-	ds, err := readLetters(ctx, q, `SELECT `+letterColumns+` FROM `+pgsql.QuoteIdent(t.DeadLetters)+` WHERE id = $1`, id)
+	ds, err := readLetters(ctx, q, lettersRead.SQL(t), id)
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("reading dead letter %d of %s: %w", id, t.DeadLetters, err)
 	}
@@ -209,8 +270,7 @@ func (t Tables) ReadDeadLetter(ctx context.Context, q Querier, id int64) (DeadLe
 // in id order: by the event_id index, and retried ones by a scan of the
 // dead letters (a small table).
 func (t Tables) ReadLettersOfEvent(ctx context.Context, q Querier, id uuid.UUID) ([]DeadLetter, error) {
-	ds, err := readLetters(ctx, q, `SELECT `+letterColumns+` FROM `+pgsql.QuoteIdent(t.DeadLetters)+
-		` WHERE event_id = $1 OR retried_event_id = $1 ORDER BY id`, id)
+	ds, err := readLetters(ctx, q, lettersOfEvent.SQL(t), id)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of event %s: %w", id, err)
 	}
@@ -228,8 +288,7 @@ type Execer interface {
 // dead letter of its own with the event's id in event_id, and a retried
 // event must reach it again.
 func (t Tables) MarkRetried(ctx context.Context, e Execer, id int64, at time.Time) error {
-	_, err := e.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(t.DeadLetters)+` SET retried_at = $2,
-		retried_event_id = event_id, event_id = NULL WHERE id = $1`, id, at)
+	_, err := e.ExecContext(ctx, lettersMarkRetried.SQL(t), id, at)
 	if err != nil {
 		return fmt.Errorf("marking dead letter %d retried: %w", id, err)
 	}
@@ -239,8 +298,7 @@ func (t Tables) MarkRetried(ctx context.Context, e Execer, id int64, at time.Tim
 // MarkDiscarded marks the dead letter id discarded at at, with note. Its
 // event_id stays: its consumer keeps skipping the event.
 func (t Tables) MarkDiscarded(ctx context.Context, e Execer, id int64, at time.Time, note string) error {
-	_, err := e.ExecContext(ctx, `UPDATE `+pgsql.QuoteIdent(t.DeadLetters)+` SET discarded_at = $2, discard_note = $3
-		WHERE id = $1`, id, at, note)
+	_, err := e.ExecContext(ctx, lettersMarkDiscarded.SQL(t), id, at, note)
 	if err != nil {
 		return fmt.Errorf("discarding dead letter %d: %w", id, err)
 	}

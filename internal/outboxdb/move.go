@@ -17,12 +17,7 @@ import (
 // by another relay, finds nothing and writes nothing (and the outbox
 // holds one row per event id).
 func (t Tables) MoveToDeadLetters(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
-	res, err := e.ExecContext(ctx, `WITH moved AS (DELETE FROM `+pgsql.QuoteIdent(t.Outbox)+` WHERE id = $1 RETURNING *)
-		INSERT INTO `+pgsql.QuoteIdent(t.DeadLetters)+` (event_id, source, event_name, event_version, topic,
-			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
-		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id, aggregate_seq,
-			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
-		FROM moved`, id, reason, attempts)
+	res, err := e.ExecContext(ctx, moveToLetters.SQL(t), id, reason, attempts)
 	if err != nil {
 		return false, fmt.Errorf("moving row %d to %s: %w", id, t.DeadLetters, err)
 	}
@@ -84,18 +79,11 @@ func (t Tables) writeDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow,
 	}
 	defer func() { _ = tx.Rollback() }()
 	if eventID != nil {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`,
-			t.DeadLetters+"/relay/"+row.EventID.String()); err != nil {
+		if _, err := tx.ExecContext(ctx, moveLockEvent.SQL(t), t.DeadLetters+"/relay/"+row.EventID.String()); err != nil {
 			return false, err
 		}
 	}
-	letters := pgsql.QuoteIdent(t.DeadLetters)
-	res, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id, source, event_name,
-		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
-		SELECT $1::uuid, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now()
-		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM `+letters+`
-			WHERE (event_id = $1::uuid OR retried_event_id = $1::uuid) AND source = 'relay')`,
-		eventID, row.Name, row.Version, row.Topic, row.AggregateType, row.AggregateID, row.Payload, headers,
+	res, err := tx.ExecContext(ctx, moveWriteLetter.SQL(t), eventID, row.Name, row.Version, row.Topic, row.AggregateType, row.AggregateID, row.Payload, headers,
 		reason, attempts, sql.NullInt64{Int64: row.AggregateSeq, Valid: row.AggregateSeq > 0})
 	if err != nil {
 		return false, err
@@ -106,3 +94,33 @@ func (t Tables) writeDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow,
 	}
 	return n > 0, tx.Commit()
 }
+
+var (
+	// moveToLetters moves outbox row $1 to the dead letters, for reason
+	// $2, with at least $3 attempts.
+	moveToLetters = define("move/to-dead-letters", func(t Tables) string {
+		return `WITH moved AS (DELETE FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = $1 RETURNING *)
+		INSERT INTO ` + pgsql.QuoteIdent(t.DeadLetters) + ` (event_id, source, event_name, event_version, topic,
+			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id, aggregate_seq,
+			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
+		FROM moved`
+	})
+	// moveLockEvent takes the transaction's lock on key $1, the letter's
+	// table, source and event.
+	moveLockEvent = define("move/lock-event", func(Tables) string {
+		return `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`
+	})
+	// moveWriteLetter writes the relay's letter of event $1 (NULL for
+	// none) unless it has one: name $2, version $3, topic $4, aggregate
+	// $5/$6 numbered $11 (NULL for none), payload $7, headers $8, reason
+	// $9, attempts $10.
+	moveWriteLetter = define("move/write-letter", func(t Tables) string {
+		letters := pgsql.QuoteIdent(t.DeadLetters)
+		return `INSERT INTO ` + letters + ` (event_id, source, event_name,
+		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+		SELECT $1::uuid, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now()
+		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM ` + letters + `
+			WHERE (event_id = $1::uuid OR retried_event_id = $1::uuid) AND source = 'relay')`
+	})
+)

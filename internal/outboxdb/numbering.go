@@ -26,7 +26,9 @@ func NumberingFunction(outbox string) string { return outbox + "_aggregate_seq" 
 // application takes no lock on the outbox table. Installers wait for each
 // other (an advisory lock on the table), so that concurrent starts do not
 // fail on each other's catalog writes.
-func (t Tables) NumberingQuery() string {
+func (t Tables) NumberingQuery() string { return numberingInstall.SQL(t) }
+
+var numberingInstall = define("numbering/install", func(t Tables) string {
 	body := strings.ReplaceAll(numberingBody, "@seqsname@", pgsql.QuoteLiteral(t.Sequences))
 	return `DO $entoutbox$
 DECLARE
@@ -68,7 +70,7 @@ BEGIN
 	END IF;
 END
 $entoutbox$`
-}
+})
 
 // numberingBody is the trigger function; @seqs@ and @outbox@ become the
 // qualified names of the counters and of the outbox table, @newid@ the

@@ -4,11 +4,7 @@ package outboxdb
 // aggregates' events, and the SET items every statement moving a
 // position shares (the waiting mark and the wake-up notification).
 
-import (
-	"sync"
-
-	"github.com/entoutbox/entoutbox/internal/pgsql"
-)
+import "github.com/entoutbox/entoutbox/internal/pgsql"
 
 // PositionsChannel is the channel on which the moves of t's positions
 // wake the consumer deliveries waiting on them.
@@ -35,10 +31,6 @@ func (t Tables) NotifyWaiters(row, to, mark string) string {
 		to + `, 'waiting_seq', ` + mark + `)::text)`
 }
 
-// recordRunQueries caches RecordRunQuery per tables: it runs once per
-// consumer transaction, and building it is string work for nothing.
-var recordRunQueries sync.Map // Tables -> string
-
 // RecordRunQuery is the consumers' one rule of order, for any number of
 // events (a batch, or one event handled alone): "apply an aggregate's
 // events that continue its position, without a gap". It locks each
@@ -58,10 +50,9 @@ var recordRunQueries sync.Map // Tables -> string
 // applied (its position moved over it, or it has no seq and is not a dead
 // letter) and whether its record is new (true when none is made). Without
 // a positions table every event not in the dead letters is applied.
-func (t Tables) RecordRunQuery() string {
-	if q, ok := recordRunQueries.Load(t); ok {
-		return q.(string)
-	}
+func (t Tables) RecordRunQuery() string { return t.cached(orderRecordRun) }
+
+var orderRecordRun = define("order/record-run", func(t Tables) string {
 	processed, letters := pgsql.QuoteIdent(t.Processed), pgsql.QuoteIdent(t.DeadLetters)
 	v := `v AS (SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::uuid[], $8::text[], $9::bool[], $10::bigint[])
 			AS v(consumer, i, topic, aggregate_type, aggregate_id, seq, event_id, event_name, rec, attempts)),
@@ -80,9 +71,14 @@ func (t Tables) RecordRunQuery() string {
 			RETURNING consumer, event_id)
 		SELECT v.i, a.i IS NOT NULL, NOT v.rec OR EXISTS (SELECT 1 FROM done d WHERE d.consumer = v.consumer AND d.event_id = v.event_id)
 		FROM v LEFT JOIN applied a ON a.i = v.i`
-	recordRunQueries.Store(t, q)
 	return q
-}
+})
+
+// The run of a consumer that does not keep order: no positions table.
+var _ = define("order/record-run-unordered", func(t Tables) string {
+	t.Positions = ""
+	return orderRecordRun.SQL(t)
+})
 
 // runApplied is RecordRunQuery's part with positions: the events applied.
 func (t Tables) runApplied() string {

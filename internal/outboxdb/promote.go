@@ -45,7 +45,9 @@ func PromoteLockKey(scheduled string) string {
 //
 // It runs only under pg_try_advisory_xact_lock(PromoteLockKey): it returns
 // one row, whether it got the lock and how many events it moved.
-func (t Tables) PromoteQuery() string {
+func (t Tables) PromoteQuery() string { return promoteDue.SQL(t) }
+
+var promoteDue = define("promote/promote", func(t Tables) string {
 	s, o := pgsql.QuoteIdent(t.Scheduled), pgsql.QuoteIdent(t.Outbox)
 	q := `WITH lock AS (SELECT pg_try_advisory_xact_lock(` + PromoteLockKey(t.Scheduled) + `) AS got),
 due AS (SELECT s.id, s.topic, s.aggregate_type, s.aggregate_id FROM ` + s + ` s WHERE (SELECT got FROM lock)
@@ -87,7 +89,13 @@ numbered AS (INSERT INTO ` + seqs + ` AS c (topic, aggregate_type, aggregate_id,
 SELECT (SELECT got FROM lock), (SELECT count(*) FROM inserted),
 	(SELECT count(*) FROM (SELECT pg_notify(` + pgsql.QuoteLiteral(NotifyChannel(t.Outbox)) + `, '') FROM inserted LIMIT 1) x)`
 	return q
-}
+})
+
+// The promotion without a sequence table: aggregate_seq NULL.
+var _ = define("promote/promote-unnumbered", func(t Tables) string {
+	t.Sequences = ""
+	return promoteDue.SQL(t)
+})
 
 // Promote moves up to limit due events of the scheduled table into the
 // outbox (PromoteQuery); locked is false when another promotion held the
@@ -106,10 +114,7 @@ func (t Tables) Promote(ctx context.Context, q Querier, limit int) (moved int, l
 // event id is in the outbox already, see PromoteQuery).
 func (t Tables) NextDue(ctx context.Context, q Querier) (time.Duration, bool, error) {
 	var us sql.NullInt64
-	if err := queryRow(ctx, q, `SELECT (EXTRACT(EPOCH FROM s.deliver_at - clock_timestamp()) * 1000000)::bigint
-		FROM `+pgsql.QuoteIdent(t.Scheduled)+` s WHERE s.cancelled_at IS NULL
-		AND NOT EXISTS (SELECT 1 FROM `+pgsql.QuoteIdent(t.Outbox)+` o WHERE o.event_id = s.event_id)
-		ORDER BY s.deliver_at, s.id LIMIT 1`, nil, &us); err != nil {
+	if err := queryRow(ctx, q, promoteNextDue.SQL(t), nil, &us); err != nil {
 		if err == sql.ErrNoRows {
 			return 0, false, nil
 		}
@@ -117,3 +122,12 @@ func (t Tables) NextDue(ctx context.Context, q Querier) (time.Duration, bool, er
 	}
 	return time.Duration(us.Int64) * time.Microsecond, us.Valid, nil
 }
+
+// promoteNextDue reads the microseconds until the earliest pending
+// scheduled event is due.
+var promoteNextDue = define("promote/next-due", func(t Tables) string {
+	return `SELECT (EXTRACT(EPOCH FROM s.deliver_at - clock_timestamp()) * 1000000)::bigint
+		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` s WHERE s.cancelled_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = s.event_id)
+		ORDER BY s.deliver_at, s.id LIMIT 1`
+})

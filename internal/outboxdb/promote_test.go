@@ -16,20 +16,16 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/ from the code")
 
-// TestPromoteQueryGolden holds the promotion statement, with and without
-// a sequence table, to its committed text: a change to it is seen in
-// review. go test ./internal/outboxdb -run TestPromoteQueryGolden -update
-// rewrites them.
-func TestPromoteQueryGolden(t *testing.T) {
+// TestPromoteQueryDefined holds the promotion statement, with and without
+// a sequence table, to the named statements TestStatementsGolden holds to
+// their files.
+func TestPromoteQueryDefined(t *testing.T) {
 	require.Equal(t, outbox.NotifyChannel("t"), outboxdb.NotifyChannel("t"))
 	numbered := outboxdb.New("", "")
 	unnumbered := numbered
 	unnumbered.Sequences = ""
-	for name, tables := range map[string]outboxdb.Tables{"promote.sql": numbered, "promote-unnumbered.sql": unnumbered} {
-		got := "-- The promotion of " + tables.Scheduled + " into " + tables.Outbox + ", sequence table \"" +
-			tables.Sequences + "\".\n" + tables.PromoteQuery() + "\n"
-		golden(t, name, got)
-	}
+	require.Equal(t, defined(t, "promote/promote").SQL(numbered), numbered.PromoteQuery())
+	require.Equal(t, defined(t, "promote/promote-unnumbered").SQL(numbered), unnumbered.PromoteQuery())
 }
 
 // scheduleOne writes a pending scheduled event of aggregate id due in (by

@@ -48,14 +48,10 @@ func ReadShares(ctx context.Context, q Querier, t Tables) (partitions int, share
 	if err != nil || !exists {
 		return 0, nil, err
 	}
-	parts := pgsql.QuoteIdent(t.Partitions())
-	if err := queryRow(ctx, q, `SELECT count(DISTINCT partition) FROM `+parts, nil, &partitions); err != nil {
+	if err := queryRow(ctx, q, relaysPartitions.SQL(t), nil, &partitions); err != nil {
 		return 0, nil, fmt.Errorf("reading the relays: %w", err)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT p.relay, p.topic, count(*), max(p.until), max(p.until) < now(),
-		coalesce(bool_or(m.live_lock), false), `+LiveHeld(t.Outbox, "p.relay")+`
-		FROM `+parts+` p LEFT JOIN `+pgsql.QuoteIdent(t.Relays())+` m ON m.topic = p.topic AND m.relay = p.relay
-		WHERE p.relay <> '' GROUP BY p.relay, p.topic ORDER BY p.topic, p.relay LIMIT $1`, MaxShares)
+	rows, err := q.QueryContext(ctx, relaysShares.SQL(t), MaxShares)
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading the relays: %w", err)
 	}
@@ -72,3 +68,18 @@ func ReadShares(ctx context.Context, q Querier, t Tables) (partitions int, share
 	}
 	return partitions, shares, nil
 }
+
+var (
+	// relaysPartitions counts the fast relays' partitions.
+	relaysPartitions = define("relays/partitions", func(t Tables) string {
+		return `SELECT count(DISTINCT partition) FROM ` + pgsql.QuoteIdent(t.Partitions())
+	})
+	// relaysShares reads each fast relay's share of each topic, up to $1.
+	relaysShares = define("relays/shares", func(t Tables) string {
+		parts := pgsql.QuoteIdent(t.Partitions())
+		return `SELECT p.relay, p.topic, count(*), max(p.until), max(p.until) < now(),
+		coalesce(bool_or(m.live_lock), false), ` + LiveHeld(t.Outbox, "p.relay") + `
+		FROM ` + parts + ` p LEFT JOIN ` + pgsql.QuoteIdent(t.Relays()) + ` m ON m.topic = p.topic AND m.relay = p.relay
+		WHERE p.relay <> '' GROUP BY p.relay, p.topic ORDER BY p.topic, p.relay LIMIT $1`
+	})
+)

@@ -76,11 +76,7 @@ func readRows(ctx context.Context, q Querier, query string, args ...any) ([]Row,
 // event_id, and with lock locks it until the end of q's transaction (FOR
 // UPDATE); sql.ErrNoRows when the outbox holds none. d tells it delivered.
 func (t Tables) ReadRowOfEvent(ctx context.Context, q Querier, d Delivery, id uuid.UUID, lock bool) (Row, error) {
-	query := `SELECT ` + rowColumns(d) + ` FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = $1`
-	if lock {
-		query += ` FOR UPDATE OF o`
-	}
-	rs, err := readRows(ctx, q, query, id)
+	rs, err := readRows(ctx, q, rowOfEvent(t, d, lock), id)
 	if err != nil {
 		return Row{}, fmt.Errorf("reading the outbox row of event %s: %w", id, err)
 	}
@@ -92,7 +88,7 @@ func (t Tables) ReadRowOfEvent(ctx context.Context, q Querier, d Delivery, id uu
 
 // DeleteRow deletes the outbox row id.
 func (t Tables) DeleteRow(ctx context.Context, e Execer, id int64) error {
-	if _, err := e.ExecContext(ctx, `DELETE FROM `+pgsql.QuoteIdent(t.Outbox)+` WHERE id = $1`, id); err != nil {
+	if _, err := e.ExecContext(ctx, rowsDelete.SQL(t), id); err != nil {
 		return fmt.Errorf("deleting outbox row %d: %w", id, err)
 	}
 	return nil
@@ -109,8 +105,27 @@ type DeliveredRange struct {
 // ReadDelivered reads, in id order, at most limit rows after id after
 // that r selects and that a read path delivered (d).
 func (t Tables) ReadDelivered(ctx context.Context, q Querier, d Delivery, r DeliveredRange, after int64, limit int) ([]Row, error) {
-	args := []any{r.Events, after, limit}
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	query, args := deliveredRows(t, d, r)
+	rs, err := readRows(ctx, q, query, append([]any{r.Events, after, limit}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the delivered rows of %s: %w", t.Outbox, err)
+	}
+	return rs, nil
+}
+
+// rowOfEvent reads the row of event $1, delivered by d, locked with lock.
+func rowOfEvent(t Tables, d Delivery, lock bool) string {
+	query := `SELECT ` + rowColumns(d) + ` FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = $1`
+	if lock {
+		query += ` FOR UPDATE OF o`
+	}
+	return query
+}
+
+// deliveredRows reads the rows of events $1 after id $2, at most $3, that
+// r selects and d tells delivered; args are r's arguments, from $4 on.
+func deliveredRows(t Tables, d Delivery, r DeliveredRange) (query string, args []any) {
+	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(3+len(args)) }
 	conds := []string{"o.event_name = ANY($1)", "o.id > $2", d.Delivered("o")}
 	if !r.Since.IsZero() {
 		conds = append(conds, "o.created_at >= "+arg(r.Since))
@@ -121,10 +136,29 @@ func (t Tables) ReadDelivered(ctx context.Context, q Querier, d Delivery, r Deli
 	if r.AggregateID != "" {
 		conds = append(conds, "o.aggregate_id = "+arg(r.AggregateID))
 	}
-	rs, err := readRows(ctx, q, `SELECT `+rowColumns(d)+` FROM `+pgsql.QuoteIdent(t.Outbox)+` o WHERE `+
-		strings.Join(conds, " AND ")+` ORDER BY o.id LIMIT $3`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("reading the delivered rows of %s: %w", t.Outbox, err)
-	}
-	return rs, nil
+	return `SELECT ` + rowColumns(d) + ` FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` +
+		strings.Join(conds, " AND ") + ` ORDER BY o.id LIMIT $3`, args
 }
+
+// rowsDelete deletes outbox row $1.
+var rowsDelete = define("rows/delete", func(t Tables) string {
+	return `DELETE FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = $1`
+})
+
+// The row reads per shape: delivered by the stamping paths only, or by
+// the WAL path too; locked or not; the delivered rows of every range.
+var (
+	_ = define("rows/of-event", func(t Tables) string { return rowOfEvent(t, Delivery{}, false) })
+	_ = define("rows/of-event-wal-lock", func(t Tables) string {
+		return rowOfEvent(t, Delivery{progress: t.WALProgress()}, true)
+	})
+	_ = define("rows/delivered", func(t Tables) string {
+		q, _ := deliveredRows(t, Delivery{}, DeliveredRange{})
+		return q
+	})
+	_ = define("rows/delivered-wal-filtered", func(t Tables) string {
+		q, _ := deliveredRows(t, Delivery{progress: t.WALProgress()},
+			DeliveredRange{Since: time.Unix(1, 0), Until: time.Unix(2, 0), AggregateID: "A"})
+		return q
+	})
+)

@@ -67,8 +67,7 @@ func ReadScheduled(ctx context.Context, q Querier, t Tables, maxRows int) (Sched
 		maxRows = DefaultMaxRows
 	}
 	s := Scheduled{Topics: []TopicScheduled{}}
-	if err := queryRow(ctx, q, `SELECT clock_timestamp(), to_regclass($1) IS NOT NULL`,
-		[]any{pgsql.QuoteIdent(t.Scheduled)}, &s.At, &s.Exists); err != nil {
+	if err := queryRow(ctx, q, scheduledNow.SQL(t), []any{pgsql.QuoteIdent(t.Scheduled)}, &s.At, &s.Exists); err != nil {
 		return Scheduled{}, fmt.Errorf("reading the scheduled events: %w", err)
 	}
 	if !s.Exists {
@@ -76,10 +75,7 @@ func ReadScheduled(ctx context.Context, q Querier, t Tables, maxRows int) (Sched
 	}
 	// The first maxRows waiting in due order hold every overdue one
 	// unless more than maxRows are overdue: then Overdue is capped too.
-	rows, err := q.QueryContext(ctx, `SELECT topic, count(*), count(*) FILTER (WHERE deliver_at <= $2), min(deliver_at)
-		FROM (SELECT topic, deliver_at FROM `+pgsql.QuoteIdent(t.Scheduled)+`
-			WHERE cancelled_at IS NULL ORDER BY deliver_at, id LIMIT $1) s
-		GROUP BY topic ORDER BY min(deliver_at), topic`, maxRows, s.At)
+	rows, err := q.QueryContext(ctx, scheduledWaiting.SQL(t), maxRows, s.At)
 	if err != nil {
 		return Scheduled{}, fmt.Errorf("reading the scheduled events: %w", err)
 	}
@@ -101,8 +97,7 @@ func ReadScheduled(ctx context.Context, q Querier, t Tables, maxRows int) (Sched
 	}
 	s.WaitingCapped = s.Waiting >= int64(maxRows)
 	s.OverdueCapped = s.Overdue >= int64(maxRows)
-	if err := queryRow(ctx, q, `SELECT count(*) FROM (SELECT 1 FROM `+pgsql.QuoteIdent(t.Scheduled)+`
-		WHERE cancelled_at IS NOT NULL LIMIT $1) c`, []any{maxRows}, &s.Cancelled); err != nil {
+	if err := queryRow(ctx, q, scheduledCancelled.SQL(t), []any{maxRows}, &s.Cancelled); err != nil {
 		return Scheduled{}, fmt.Errorf("counting the cancelled scheduled events: %w", err)
 	}
 	s.CancelledCapped = s.Cancelled >= int64(maxRows)
@@ -138,9 +133,7 @@ func (t Tables) ReadScheduledOfEvent(ctx context.Context, q Querier, id uuid.UUI
 	if !exists {
 		return ScheduledRow{}, sql.ErrNoRows
 	}
-	rows, err := q.QueryContext(ctx, `SELECT id, event_id, event_name, event_version, topic, aggregate_type,
-		aggregate_id, payload::text, headers::text, coalesce(readable_from, 0), deliver_at, created_at, cancelled_at
-		FROM `+pgsql.QuoteIdent(t.Scheduled)+` WHERE event_id = $1`, id)
+	rows, err := q.QueryContext(ctx, scheduledOfEvent.SQL(t), id)
 	if err != nil {
 		return ScheduledRow{}, fmt.Errorf("reading the scheduled row of event %s: %w", id, err)
 	}
@@ -182,11 +175,42 @@ func (t Tables) DeleteCancelled(ctx context.Context, db interface {
 	if batch <= 0 {
 		batch = 1000
 	}
-	s := pgsql.QuoteIdent(t.Scheduled)
-	n, err := retention.InBatches(ctx, db, `DELETE FROM `+s+` WHERE id IN (SELECT id FROM `+s+`
-		WHERE cancelled_at < $1 ORDER BY cancelled_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, cutoff, batch)
+	n, err := retention.InBatches(ctx, db, scheduledDeleteCancelled.SQL(t), cutoff, batch)
 	if err != nil {
 		return n, fmt.Errorf("deleting the cancelled events of %s: %w", t.Scheduled, err)
 	}
 	return n, nil
 }
+
+var (
+	// scheduledNow reads the database's clock and whether table $1 (the
+	// scheduled table, quoted) exists.
+	scheduledNow = define("scheduled/now", func(Tables) string {
+		return `SELECT clock_timestamp(), to_regclass($1) IS NOT NULL`
+	})
+	// scheduledWaiting counts the first $1 waiting events in due order by
+	// topic, those due at $2, and the earliest due.
+	scheduledWaiting = define("scheduled/waiting", func(t Tables) string {
+		return `SELECT topic, count(*), count(*) FILTER (WHERE deliver_at <= $2), min(deliver_at)
+		FROM (SELECT topic, deliver_at FROM ` + pgsql.QuoteIdent(t.Scheduled) + `
+			WHERE cancelled_at IS NULL ORDER BY deliver_at, id LIMIT $1) s
+		GROUP BY topic ORDER BY min(deliver_at), topic`
+	})
+	// scheduledCancelled counts up to $1 cancelled events.
+	scheduledCancelled = define("scheduled/cancelled", func(t Tables) string {
+		return `SELECT count(*) FROM (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Scheduled) + `
+		WHERE cancelled_at IS NOT NULL LIMIT $1) c`
+	})
+	// scheduledOfEvent reads the scheduled row of event $1.
+	scheduledOfEvent = define("scheduled/of-event", func(t Tables) string {
+		return `SELECT id, event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload::text, headers::text, coalesce(readable_from, 0), deliver_at, created_at, cancelled_at
+		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` WHERE event_id = $1`
+	})
+	// scheduledDeleteCancelled deletes up to $2 events cancelled before $1.
+	scheduledDeleteCancelled = define("scheduled/delete-cancelled", func(t Tables) string {
+		s := pgsql.QuoteIdent(t.Scheduled)
+		return `DELETE FROM ` + s + ` WHERE id IN (SELECT id FROM ` + s + `
+		WHERE cancelled_at < $1 ORDER BY cancelled_at LIMIT $2 FOR UPDATE SKIP LOCKED)`
+	})
+)

@@ -31,7 +31,9 @@ import (
 // SettleQuery is the statement that settles the position of consumer $1 on
 // topic $2, aggregate $3/$4; it returns the position's last_seq and
 // held_seq after it, and whether it changed them.
-func (t Tables) SettleQuery() string {
+func (t Tables) SettleQuery() string { return settlePosition.SQL(t) }
+
+var settlePosition = define("settle/settle", func(t Tables) string {
 	p, d := pgsql.QuoteIdent(t.Positions), pgsql.QuoteIdent(t.DeadLetters)
 	return `WITH RECURSIVE pos AS (
 		SELECT id, last_seq, held_seq, held_event_id FROM ` + p + `
@@ -74,7 +76,7 @@ func (t Tables) SettleQuery() string {
 		WHERE was = last_seq OR waiting_seq IS NULL OR ` + t.NotifyWaiters("settled", "settled.last_seq", "settled.waiting_seq") + ` IS NOT NULL
 	UNION ALL
 	SELECT last_seq, coalesce(held_seq, 0), false FROM pos WHERE NOT EXISTS (SELECT 1 FROM settled)`
-}
+})
 
 // Settled is a position after SettleQuery.
 type Settled struct {
@@ -105,8 +107,7 @@ func (t Tables) Settle(ctx context.Context, q Querier, consumer, topic, aggregat
 
 // PositionsOf lists the consumers with a position on the aggregate.
 func (t Tables) PositionsOf(ctx context.Context, q Querier, topic, aggregateType, aggregateID string) ([]string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT consumer FROM `+pgsql.QuoteIdent(t.Positions)+`
-		WHERE topic = $1 AND aggregate_type = $2 AND aggregate_id = $3 ORDER BY consumer`, topic, aggregateType, aggregateID)
+	rows, err := q.QueryContext(ctx, settlePositionsOf.SQL(t), topic, aggregateType, aggregateID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the positions of aggregate %s/%s: %w", aggregateType, aggregateID, err)
 	}
@@ -121,3 +122,10 @@ func (t Tables) PositionsOf(ctx context.Context, q Querier, topic, aggregateType
 	}
 	return out, rows.Err()
 }
+
+// settlePositionsOf reads the consumers with a position on aggregate
+// $2/$3 of topic $1.
+var settlePositionsOf = define("settle/positions-of", func(t Tables) string {
+	return `SELECT consumer FROM ` + pgsql.QuoteIdent(t.Positions) + `
+		WHERE topic = $1 AND aggregate_type = $2 AND aggregate_id = $3 ORDER BY consumer`
+})

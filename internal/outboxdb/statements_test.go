@@ -38,3 +38,15 @@ func TestStatementsGolden(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// defined is the statement named name; the test fails when there is none.
+func defined(t *testing.T, name string) *outboxdb.Statement {
+	t.Helper()
+	for _, s := range outboxdb.Statements() {
+		if s.Name() == name {
+			return s
+		}
+	}
+	t.Fatalf("no statement %q is defined", name)
+	return nil
+}

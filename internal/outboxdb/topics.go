@@ -3,7 +3,6 @@ package outboxdb
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -13,8 +12,7 @@ import (
 // as the table tells at a glance (along the primary key, however large
 // the table).
 func (t Tables) RecentTopics(ctx context.Context, q Querier, rows int) ([]string, error) {
-	rs, err := q.QueryContext(ctx, `SELECT DISTINCT topic FROM (SELECT topic FROM `+pgsql.QuoteIdent(t.Outbox)+
-		` ORDER BY id DESC LIMIT `+strconv.Itoa(rows)+`) recent ORDER BY topic`)
+	rs, err := q.QueryContext(ctx, recentTopics.SQL(t), rows)
 	if err != nil {
 		return nil, fmt.Errorf("reading the recent topics of %q: %w", t.Outbox, err)
 	}
@@ -32,3 +30,9 @@ func (t Tables) RecentTopics(ctx context.Context, q Querier, rows int) ([]string
 	}
 	return topics, nil
 }
+
+// recentTopics reads the topics of the last $1 rows, in name order.
+var recentTopics = define("topics/recent", func(t Tables) string {
+	return `SELECT DISTINCT topic FROM (SELECT topic FROM ` + pgsql.QuoteIdent(t.Outbox) +
+		` ORDER BY id DESC LIMIT $1) recent ORDER BY topic`
+})

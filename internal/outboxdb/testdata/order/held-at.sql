@@ -1,3 +1,0 @@
--- The consumers' held-at statement (internal/outboxdb).
-SELECT EXISTS (SELECT 1 FROM "outbox_consumer_positions"
-				WHERE consumer = $1 AND topic = $2 AND aggregate_type = $3 AND aggregate_id = $4 AND held_seq = $5)

@@ -1,3 +1,0 @@
--- The consumers' record-processed statement (internal/outboxdb).
-INSERT INTO "outbox_processed_events" (consumer, event_id, event_name, attempts)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, event_id) DO NOTHING

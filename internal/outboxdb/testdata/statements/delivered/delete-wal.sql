@@ -1,0 +1,2 @@
+-- delivered/delete-wal
+DELETE FROM "outbox_events" WHERE id IN (SELECT o.id FROM "outbox_events" o JOIN "outbox_events_wal_progress" p ON p.created IS NOT NULL AND p.delivered IS NOT NULL AND o.delivered_at IS NULL AND o.transaction_id >= pg_snapshot_xmin(p.created) AND o.transaction_id < pg_snapshot_xmax(p.delivered) AND pg_visible_in_snapshot(o.transaction_id, p.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, p.created) WHERE o.created_at < $1 LIMIT $2 FOR UPDATE OF o SKIP LOCKED)

@@ -1,0 +1,2 @@
+-- delivered/mark-wal
+UPDATE "outbox_events" o SET delivered_at = now() FROM "outbox_events_wal_progress" p WHERE p.slot = $1 AND p.created IS NOT NULL AND p.delivered IS NOT NULL AND o.delivered_at IS NULL AND o.transaction_id >= pg_snapshot_xmin(p.created) AND o.transaction_id < pg_snapshot_xmax(p.delivered) AND pg_visible_in_snapshot(o.transaction_id, p.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, p.created)

@@ -1,0 +1,2 @@
+-- exists/table
+SELECT to_regclass($1) IS NOT NULL

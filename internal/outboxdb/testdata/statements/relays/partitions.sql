@@ -1,0 +1,2 @@
+-- relays/partitions
+SELECT count(DISTINCT partition) FROM "outbox_events_partitions"
