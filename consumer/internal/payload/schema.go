@@ -103,6 +103,8 @@ func (s *Schema) Decode(payload []byte, v any) error {
 	if err != nil {
 		return err
 	}
+	// json/v1 keeps encoding/json's meaning (it is what encoding/json
+	// becomes with GOEXPERIMENT=jsonv2) at a third of its cost here.
 	if err := jsonv1.Unmarshal(clean, v); err != nil {
 		return fmt.Errorf("decoding %q version %d payload: %w", s.event, s.version, err)
 	}
