@@ -2,10 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -36,40 +32,13 @@ func logsStarting(l *captureLogs, level watermill.LogLevel, prefix string) []wat
 	return out
 }
 
-// otherDatabase opens a database of its own on the test server, which
-// the NOTIFY of the test's database does not reach (notifications are per
-// database), as a LISTEN connection to the wrong place would be.
-func otherDatabase(t *testing.T) *sql.DB {
-	t.Helper()
-	admin, err := pgschema.Open(pgtest.ServerURL())
-	require.NoError(t, err)
-	t.Cleanup(func() { admin.Close() })
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "entoutbox_listen_" + hex.EncodeToString(suffix)
-	_, err = admin.Exec(`CREATE DATABASE ` + name)
-	require.NoError(t, err)
-	u, err := url.Parse(pgtest.ServerURL())
-	require.NoError(t, err)
-	u.Path = "/" + name
-	db, err := pgschema.Open(u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		db.Close()
-		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
-			t.Logf("dropping database %s: %v", name, err)
-		}
-	})
-	return db
-}
-
 // ListenDB reaches a database the writes' notifications do not reach: the
 // subscriber says so at start, naming the fix, and delivers by polling.
 func TestListenCheckDetectsLostNotifications(t *testing.T) {
 	t.Parallel()
 	b := setupEmit(t)
 	logs := newCaptureLogs()
-	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{ListenDB: otherDatabase(t), PollOnly: true,
+	sub, err := relay.NewSubscriber(b.db.DB, relay.SubscriberConfig{ListenDB: pgtest.OtherDatabase(t), PollOnly: true,
 		PollInterval: 200 * time.Millisecond, Logger: logs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })

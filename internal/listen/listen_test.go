@@ -2,10 +2,7 @@ package listen_test
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/listen"
-	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
@@ -206,7 +202,7 @@ func TestTheCheckSeesNotificationsArrive(t *testing.T) {
 func TestTheCheckReportsLostNotificationsAndListeningGoesOn(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	other := otherDatabase(t)
+	other := pgtest.OtherDatabase(t)
 	logs := watermill.NewCaptureLogger()
 	l := listen.New(listen.Config{DB: other, Check: db.DB, CheckAdvice: "do this", Channels: channels(db, "rows"),
 		Logger: logs})
@@ -224,31 +220,6 @@ func TestTheCheckReportsLostNotificationsAndListeningGoesOn(t *testing.T) {
 	require.NoError(t, err)
 	signalled(t, w.Missed(), "the loss")
 	require.Eventually(t, l.Listening, patience, time.Millisecond)
-}
-
-// otherDatabase opens a database of its own on the test server, which
-// the notifications of the test's database do not reach.
-func otherDatabase(t *testing.T) *sql.DB {
-	t.Helper()
-	admin := pgtest.OpenDB(t, pgtest.ServerURL())
-	t.Cleanup(func() { admin.Close() })
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "entoutbox_listen_" + hex.EncodeToString(suffix)
-	_, err := admin.Exec(`CREATE DATABASE ` + name)
-	require.NoError(t, err)
-	u, err := url.Parse(pgtest.ServerURL())
-	require.NoError(t, err)
-	u.Path = "/" + name
-	db, err := pgschema.Open(u.String())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		db.Close()
-		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
-			t.Logf("dropping database %s: %v", name, err)
-		}
-	})
-	return db
 }
 
 // A database without the pgx driver cannot listen: Run says so at once.

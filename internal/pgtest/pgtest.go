@@ -4,7 +4,10 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -138,4 +141,33 @@ func DropWAL(t testing.TB, db *sql.DB, slot, publication string) {
 	if _, err := db.ExecContext(ctx, `DROP PUBLICATION IF EXISTS `+pgsql.QuoteIdent(publication)); err != nil {
 		t.Logf("dropping publication %s: %v", publication, err)
 	}
+}
+
+// OtherDatabase is a new database of its own on the test server, dropped
+// at the end of the test: one the notifications of the test's database do
+// not reach (they are per database), as a LISTEN connection to the wrong
+// place would be.
+func OtherDatabase(t testing.TB) *sql.DB {
+	t.Helper()
+	admin := OpenDB(t, ServerURL())
+	t.Cleanup(func() { admin.Close() }) // last: after the drop below
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	name := "entoutbox_other_" + hex.EncodeToString(suffix)
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("creating a database of the test's own: %v", err)
+	}
+	u, err := url.Parse(ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	db := OpenDB(t, u.String())
+	t.Cleanup(func() {
+		db.Close()
+		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+			t.Logf("dropping database %s: %v", name, err)
+		}
+	})
+	return db
 }
