@@ -17,7 +17,7 @@ import (
 // contract, so that the check says exactly what the file says. A keyword
 // the generator does not know fails generation rather than pass unchecked.
 func payloadChecks(m *Model) (string, error) {
-	g := &checkGen{names: map[string]bool{}, patterns: map[string]string{}, bounds: map[string]string{}}
+	g := newCheckGen()
 	for _, e := range m.Events {
 		for _, v := range e.Versions {
 			g.names[payloadCheckName(e.GoName, v.Number)] = true
@@ -34,8 +34,12 @@ func payloadChecks(m *Model) (string, error) {
 			where := fmt.Sprintf("%s v%d", e.Name, v.Number)
 			root := payloadCheckName(e.GoName, v.Number)
 			delete(g.names, root) // reserved from the other versions' nodes, for this one
-			if _, err := g.node(root, where, doc); err != nil {
+			written, err := g.node(root, where, doc)
+			if err != nil {
 				return "", fmt.Errorf("entoutbox: the payload check of %s: %w", where, err)
+			}
+			if written != root { // the same schema as an earlier node's: its check, under this name
+				fmt.Fprintf(&g.vars, "// %s checks %s: its schema is %s's.\nvar %s = %s\n\n", root, where, written, root, written)
 			}
 		}
 	}
@@ -67,6 +71,14 @@ type checkGen struct {
 	names       map[string]bool   // function and variable names taken
 	patterns    map[string]string // pattern → its variable
 	bounds      map[string]string // bound as written → its variable
+	// checks is the function written for each schema, by its checked
+	// keywords: a node two events or versions share is checked by one.
+	checks map[string]string
+}
+
+func newCheckGen() *checkGen {
+	return &checkGen{names: map[string]bool{}, patterns: map[string]string{}, bounds: map[string]string{},
+		checks: map[string]string{}}
 }
 
 // checkKeywords are the keywords a generated check knows; annotations
@@ -92,13 +104,31 @@ func (g *checkGen) node(name, where string, s map[string]any) (string, error) {
 	if trivial {
 		return "nil", nil
 	}
+	key := checkedKeywords(s)
+	if written, ok := g.checks[key]; ok {
+		return written, nil
+	}
 	name = g.unique(name)
 	n, err := g.readNode(name, where, s)
 	if err != nil {
 		return "", err
 	}
 	g.writeNode(name, where, n)
+	g.checks[key] = name
 	return name, nil
+}
+
+// checkedKeywords is s without its annotations, as canonical JSON (sorted
+// keys): two nodes with the same are checked alike.
+func checkedKeywords(s map[string]any) string {
+	checked := map[string]any{}
+	for k, v := range s {
+		if !checkKeywords[k] {
+			checked[k] = v
+		}
+	}
+	b, _ := json.Marshal(checked) // values read from JSON: they marshal
+	return string(b)
 }
 
 // checkNode is a schema node as the generated function checks it.

@@ -15,14 +15,14 @@ func TestPayloadCheckRefusesUnknownKeywords(t *testing.T) {
 		"multipleOf": json.Number("2"), "minItems": json.Number("1"), "uniqueItems": true,
 		"patternProperties": map[string]any{}, "anyOf": []any{}, "$ref": "#/x",
 	} {
-		g := &checkGen{names: map[string]bool{}, patterns: map[string]string{}, bounds: map[string]string{}}
+		g := newCheckGen()
 		s := map[string]any{"type": "object", "properties": map[string]any{
 			"a": map[string]any{"type": "integer", keyword: value}}}
 		_, err := g.node("outboxCheckXV1", "x v1", s)
 		require.EqualError(t, err, `x v1.a: the generated check does not know keyword "`+keyword+`"`)
 	}
 	// Annotations check nothing: a node of annotations alone takes any value.
-	g := &checkGen{names: map[string]bool{}, patterns: map[string]string{}, bounds: map[string]string{}}
+	g := newCheckGen()
 	check, err := g.node("outboxCheckXV1", "x v1", map[string]any{"description": "any JSON value", "default": 1})
 	require.NoError(t, err)
 	require.Equal(t, "nil", check)

@@ -1058,7 +1058,7 @@ var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
 
 var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
 	"amount_cents": outboxCheckOrderPaidV1AmountCents,
-	"order_id":     outboxCheckOrderPaidV1OrderId,
+	"order_id":     outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
@@ -1068,7 +1068,7 @@ var outboxBound3 = consumer.NewPayloadBound("0")
 var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
 	"amount_cents": outboxCheckOrderPaidV2AmountCents,
 	"currency":     outboxCheckOrderPaidV2Currency,
-	"order_id":     outboxCheckOrderPaidV2OrderId,
+	"order_id":     outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckProfileUpdatedV1Required = []string{"balance", "display_name", "plan", "score", "session_id", "settings", "tags", "updated_at", "verified"}
@@ -1108,24 +1108,24 @@ var outboxCheckProfileUpdatedV1Props = map[string]consumer.PayloadCheck{
 var outboxCheckPriceChangedV1Required = []string{"cents", "sku"}
 
 var outboxCheckPriceChangedV1Props = map[string]consumer.PayloadCheck{
-	"cents": outboxCheckPriceChangedV1Cents,
-	"sku":   outboxCheckPriceChangedV1Sku,
+	"cents": outboxCheckOrderPaidV1AmountCents,
+	"sku":   outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckPriceChangedV2Required = []string{"cents", "sku"}
 
 var outboxCheckPriceChangedV2Props = map[string]consumer.PayloadCheck{
-	"cents":    outboxCheckPriceChangedV2Cents,
-	"currency": outboxCheckPriceChangedV2Currency,
-	"sku":      outboxCheckPriceChangedV2Sku,
+	"cents":    outboxCheckOrderPaidV1AmountCents,
+	"currency": outboxCheckProfileUpdatedV1DisplayName,
+	"sku":      outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckPriceChangedV3Required = []string{"amount", "sku"}
 
 var outboxCheckPriceChangedV3Props = map[string]consumer.PayloadCheck{
-	"amount":   outboxCheckPriceChangedV3Amount,
-	"currency": outboxCheckPriceChangedV3Currency,
-	"sku":      outboxCheckPriceChangedV3Sku,
+	"amount":   outboxCheckProfileUpdatedV1Balance,
+	"currency": outboxCheckProfileUpdatedV1DisplayName,
+	"sku":      outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckOrderPlacedV1Required = []string{"address", "lines", "order_id"}
@@ -1133,8 +1133,8 @@ var outboxCheckOrderPlacedV1Required = []string{"address", "lines", "order_id"}
 var outboxCheckOrderPlacedV1AddressRequired = []string{"city", "street"}
 
 var outboxCheckOrderPlacedV1AddressProps = map[string]consumer.PayloadCheck{
-	"city":   outboxCheckOrderPlacedV1AddressCity,
-	"street": outboxCheckOrderPlacedV1AddressStreet,
+	"city":   outboxCheckProfileUpdatedV1DisplayName,
+	"street": outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckOrderPlacedV1LinesItemRequired = []string{"qty", "sku"}
@@ -1143,13 +1143,13 @@ var outboxBound8 = consumer.NewPayloadBound("1")
 
 var outboxCheckOrderPlacedV1LinesItemProps = map[string]consumer.PayloadCheck{
 	"qty": outboxCheckOrderPlacedV1LinesItemQty,
-	"sku": outboxCheckOrderPlacedV1LinesItemSku,
+	"sku": outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
 	"address":  outboxCheckOrderPlacedV1Address,
 	"lines":    outboxCheckOrderPlacedV1Lines,
-	"order_id": outboxCheckOrderPlacedV1OrderId,
+	"order_id": outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckOrderPlacedV2Required = []string{"address", "lines", "order_id"}
@@ -1157,9 +1157,9 @@ var outboxCheckOrderPlacedV2Required = []string{"address", "lines", "order_id"}
 var outboxCheckOrderPlacedV2AddressRequired = []string{"city", "street"}
 
 var outboxCheckOrderPlacedV2AddressProps = map[string]consumer.PayloadCheck{
-	"city":    outboxCheckOrderPlacedV2AddressCity,
-	"country": outboxCheckOrderPlacedV2AddressCountry,
-	"street":  outboxCheckOrderPlacedV2AddressStreet,
+	"city":    outboxCheckProfileUpdatedV1DisplayName,
+	"country": outboxCheckProfileUpdatedV1DisplayName,
+	"street":  outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxCheckOrderPlacedV2AttributesValueRequired = []string{"value"}
@@ -1171,9 +1171,9 @@ var outboxCheckOrderPlacedV2AttributesValueProps = map[string]consumer.PayloadCh
 var outboxCheckOrderPlacedV2LinesItemRequired = []string{"qty", "sku"}
 
 var outboxCheckOrderPlacedV2LinesItemProps = map[string]consumer.PayloadCheck{
-	"pack": outboxCheckOrderPlacedV2LinesItemPack,
-	"qty":  outboxCheckOrderPlacedV2LinesItemQty,
-	"sku":  outboxCheckOrderPlacedV2LinesItemSku,
+	"pack": outboxCheckOrderPaidV1AmountCents,
+	"qty":  outboxCheckOrderPlacedV1LinesItemQty,
+	"sku":  outboxCheckProfileUpdatedV1DisplayName,
 	"unit": outboxCheckOrderPlacedV2LinesItemUnit,
 }
 
@@ -1181,17 +1181,10 @@ var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
 	"address":    outboxCheckOrderPlacedV2Address,
 	"attributes": outboxCheckOrderPlacedV2Attributes,
 	"lines":      outboxCheckOrderPlacedV2Lines,
-	"order_id":   outboxCheckOrderPlacedV2OrderId,
+	"order_id":   outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckCartChangedV1Required = []string{"lines"}
-
-var outboxCheckCartChangedV1LinesItemRequired = []string{"cents", "sku"}
-
-var outboxCheckCartChangedV1LinesItemProps = map[string]consumer.PayloadCheck{
-	"cents": outboxCheckCartChangedV1LinesItemCents,
-	"sku":   outboxCheckCartChangedV1LinesItemSku,
-}
 
 var outboxCheckCartChangedV1Props = map[string]consumer.PayloadCheck{
 	"lines": outboxCheckCartChangedV1Lines,
@@ -1199,27 +1192,11 @@ var outboxCheckCartChangedV1Props = map[string]consumer.PayloadCheck{
 
 var outboxCheckCartChangedV2Required = []string{"lines"}
 
-var outboxCheckCartChangedV2LinesItemRequired = []string{"cents", "sku"}
-
-var outboxCheckCartChangedV2LinesItemProps = map[string]consumer.PayloadCheck{
-	"cents":    outboxCheckCartChangedV2LinesItemCents,
-	"currency": outboxCheckCartChangedV2LinesItemCurrency,
-	"sku":      outboxCheckCartChangedV2LinesItemSku,
-}
-
 var outboxCheckCartChangedV2Props = map[string]consumer.PayloadCheck{
 	"lines": outboxCheckCartChangedV2Lines,
 }
 
 var outboxCheckCartChangedV3Required = []string{"lines"}
-
-var outboxCheckCartChangedV3LinesItemRequired = []string{"amount", "sku"}
-
-var outboxCheckCartChangedV3LinesItemProps = map[string]consumer.PayloadCheck{
-	"amount":   outboxCheckCartChangedV3LinesItemAmount,
-	"currency": outboxCheckCartChangedV3LinesItemCurrency,
-	"sku":      outboxCheckCartChangedV3LinesItemSku,
-}
 
 var outboxCheckCartChangedV3Props = map[string]consumer.PayloadCheck{
 	"lines": outboxCheckCartChangedV3Lines,
@@ -1228,15 +1205,15 @@ var outboxCheckCartChangedV3Props = map[string]consumer.PayloadCheck{
 var outboxCheckShipmentBookedV1Required = []string{"carrier", "order_id"}
 
 var outboxCheckShipmentBookedV1Props = map[string]consumer.PayloadCheck{
-	"carrier":  outboxCheckShipmentBookedV1Carrier,
-	"order_id": outboxCheckShipmentBookedV1OrderId,
+	"carrier":  outboxCheckProfileUpdatedV1DisplayName,
+	"order_id": outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckShipmentBookedV2Required = []string{"carrier", "order_id", "service"}
 
 var outboxCheckShipmentBookedV2Props = map[string]consumer.PayloadCheck{
-	"carrier":  outboxCheckShipmentBookedV2Carrier,
-	"order_id": outboxCheckShipmentBookedV2OrderId,
+	"carrier":  outboxCheckProfileUpdatedV1DisplayName,
+	"order_id": outboxCheckOrderPaidV1AmountCents,
 	"service":  outboxCheckShipmentBookedV2Service,
 }
 
@@ -1245,9 +1222,9 @@ var outboxCheckAllKindsV1Required = []string{"address", "at", "b", "f", "friends
 var outboxCheckAllKindsV1AddressRequired = []string{"city"}
 
 var outboxCheckAllKindsV1AddressProps = map[string]consumer.PayloadCheck{
-	"city":    outboxCheckAllKindsV1AddressCity,
-	"country": outboxCheckAllKindsV1AddressCountry,
-	"zip":     outboxCheckAllKindsV1AddressZip,
+	"city":    outboxCheckProfileUpdatedV1DisplayName,
+	"country": outboxCheckProfileUpdatedV1DisplayName,
+	"zip":     outboxCheckProfileUpdatedV1Nickname,
 }
 
 var outboxCheckAllKindsV1AttrsValueRequired = []string{"value"}
@@ -1260,7 +1237,7 @@ var outboxCheckAllKindsV1AttrsValueProps = map[string]consumer.PayloadCheck{
 var outboxCheckAllKindsV1BillingRequired = []string{"vat"}
 
 var outboxCheckAllKindsV1BillingProps = map[string]consumer.PayloadCheck{
-	"vat": outboxCheckAllKindsV1BillingVat,
+	"vat": outboxCheckProfileUpdatedV1DisplayName,
 }
 
 var outboxBound9 = consumer.NewPayloadBound("-1000.5")
@@ -1272,46 +1249,46 @@ var outboxBound11 = consumer.NewPayloadBound("150")
 var outboxCheckAllKindsV1LinesItemRequired = []string{"qty", "sku"}
 
 var outboxCheckAllKindsV1LinesItemProps = map[string]consumer.PayloadCheck{
-	"qty":  outboxCheckAllKindsV1LinesItemQty,
-	"sku":  outboxCheckAllKindsV1LinesItemSku,
-	"unit": outboxCheckAllKindsV1LinesItemUnit,
+	"qty":  outboxCheckAllKindsV1I32,
+	"sku":  outboxCheckProfileUpdatedV1DisplayName,
+	"unit": outboxCheckOrderPlacedV2LinesItemUnit,
 }
 
 var outboxCheckAllKindsV1Props = map[string]consumer.PayloadCheck{
 	"address":    outboxCheckAllKindsV1Address,
-	"at":         outboxCheckAllKindsV1At,
+	"at":         outboxCheckProfileUpdatedV1UpdatedAt,
 	"attrs":      outboxCheckAllKindsV1Attrs,
-	"avatar":     outboxCheckAllKindsV1Avatar,
-	"b":          outboxCheckAllKindsV1B,
+	"avatar":     outboxCheckProfileUpdatedV1Avatar,
+	"b":          outboxCheckProfileUpdatedV1Verified,
 	"billing":    outboxCheckAllKindsV1Billing,
 	"coords":     outboxCheckAllKindsV1Coords,
-	"deleted_at": outboxCheckAllKindsV1DeletedAt,
+	"deleted_at": outboxCheckProfileUpdatedV1DeletedAt,
 	"extra":      nil,
 	"f":          outboxCheckAllKindsV1F,
-	"flag":       outboxCheckAllKindsV1Flag,
-	"friends":    outboxCheckAllKindsV1Friends,
+	"flag":       outboxCheckProfileUpdatedV1Verified,
+	"friends":    outboxCheckProfileUpdatedV1FriendIds,
 	"grid":       outboxCheckAllKindsV1Grid,
 	"i":          outboxCheckAllKindsV1I,
 	"i32":        outboxCheckAllKindsV1I32,
-	"i64":        outboxCheckAllKindsV1I64,
-	"id":         outboxCheckAllKindsV1Id,
-	"label":      outboxCheckAllKindsV1Label,
-	"level":      outboxCheckAllKindsV1Level,
+	"i64":        outboxCheckOrderPaidV1AmountCents,
+	"id":         outboxCheckProfileUpdatedV1SessionId,
+	"label":      outboxCheckProfileUpdatedV1DisplayName,
+	"level":      outboxCheckOrderPaidV1AmountCents,
 	"lines":      outboxCheckAllKindsV1Lines,
-	"locale":     outboxCheckAllKindsV1Locale,
-	"lucky":      outboxCheckAllKindsV1Lucky,
+	"locale":     outboxCheckProfileUpdatedV1DisplayName,
+	"lucky":      outboxCheckProfileUpdatedV1FriendIds,
 	"nick":       outboxCheckAllKindsV1Nick,
-	"note":       outboxCheckAllKindsV1Note,
+	"note":       outboxCheckProfileUpdatedV1Nickname,
 	"other_id":   outboxCheckAllKindsV1OtherId,
-	"plan":       outboxCheckAllKindsV1Plan,
+	"plan":       outboxCheckProfileUpdatedV1Plan,
 	"ratio":      outboxCheckAllKindsV1Ratio,
 	"ref":        outboxCheckAllKindsV1Ref,
 	"s":          outboxCheckAllKindsV1S,
 	"settings":   nil,
-	"sig":        outboxCheckAllKindsV1Sig,
+	"sig":        outboxCheckProfileUpdatedV1Avatar,
 	"size":       outboxCheckAllKindsV1Size,
 	"stock":      outboxCheckAllKindsV1Stock,
-	"tags":       outboxCheckAllKindsV1Tags,
+	"tags":       outboxCheckProfileUpdatedV1Tags,
 	"theme":      outboxCheckAllKindsV1Theme,
 }
 
@@ -1320,101 +1297,82 @@ var outboxCheckAllKindsV2Required = []string{"address", "at", "b", "f", "friends
 var outboxCheckAllKindsV2AddressRequired = []string{"city"}
 
 var outboxCheckAllKindsV2AddressProps = map[string]consumer.PayloadCheck{
-	"city":    outboxCheckAllKindsV2AddressCity,
-	"country": outboxCheckAllKindsV2AddressCountry,
-	"street":  outboxCheckAllKindsV2AddressStreet,
-	"zip":     outboxCheckAllKindsV2AddressZip,
+	"city":    outboxCheckProfileUpdatedV1DisplayName,
+	"country": outboxCheckProfileUpdatedV1DisplayName,
+	"street":  outboxCheckProfileUpdatedV1Nickname,
+	"zip":     outboxCheckProfileUpdatedV1Nickname,
 }
 
 var outboxCheckAllKindsV2AttrsValueRequired = []string{"value"}
 
 var outboxCheckAllKindsV2AttrsValueProps = map[string]consumer.PayloadCheck{
-	"at":    outboxCheckAllKindsV2AttrsValueAt,
-	"shown": outboxCheckAllKindsV2AttrsValueShown,
-	"value": outboxCheckAllKindsV2AttrsValueValue,
-}
-
-var outboxCheckAllKindsV2BillingRequired = []string{"vat"}
-
-var outboxCheckAllKindsV2BillingProps = map[string]consumer.PayloadCheck{
-	"vat": outboxCheckAllKindsV2BillingVat,
+	"at":    outboxCheckAllKindsV1AttrsValueAt,
+	"shown": outboxCheckProfileUpdatedV1Verified,
+	"value": outboxCheckAllKindsV1AttrsValueValue,
 }
 
 var outboxCheckAllKindsV2LinesItemRequired = []string{"qty", "sku"}
 
 var outboxCheckAllKindsV2LinesItemProps = map[string]consumer.PayloadCheck{
-	"discount": outboxCheckAllKindsV2LinesItemDiscount,
-	"qty":      outboxCheckAllKindsV2LinesItemQty,
-	"sku":      outboxCheckAllKindsV2LinesItemSku,
-	"unit":     outboxCheckAllKindsV2LinesItemUnit,
+	"discount": outboxCheckProfileUpdatedV1Balance,
+	"qty":      outboxCheckAllKindsV1I32,
+	"sku":      outboxCheckProfileUpdatedV1DisplayName,
+	"unit":     outboxCheckOrderPlacedV2LinesItemUnit,
 }
 
 var outboxCheckAllKindsV2Props = map[string]consumer.PayloadCheck{
 	"address":    outboxCheckAllKindsV2Address,
-	"at":         outboxCheckAllKindsV2At,
+	"at":         outboxCheckProfileUpdatedV1UpdatedAt,
 	"attrs":      outboxCheckAllKindsV2Attrs,
-	"avatar":     outboxCheckAllKindsV2Avatar,
-	"b":          outboxCheckAllKindsV2B,
-	"billing":    outboxCheckAllKindsV2Billing,
-	"channel":    outboxCheckAllKindsV2Channel,
-	"coords":     outboxCheckAllKindsV2Coords,
-	"deleted_at": outboxCheckAllKindsV2DeletedAt,
+	"avatar":     outboxCheckProfileUpdatedV1Avatar,
+	"b":          outboxCheckProfileUpdatedV1Verified,
+	"billing":    outboxCheckAllKindsV1Billing,
+	"channel":    outboxCheckProfileUpdatedV1Nickname,
+	"coords":     outboxCheckAllKindsV1Coords,
+	"deleted_at": outboxCheckProfileUpdatedV1DeletedAt,
 	"extra":      nil,
-	"f":          outboxCheckAllKindsV2F,
-	"flag":       outboxCheckAllKindsV2Flag,
-	"friends":    outboxCheckAllKindsV2Friends,
-	"grid":       outboxCheckAllKindsV2Grid,
-	"i":          outboxCheckAllKindsV2I,
-	"i32":        outboxCheckAllKindsV2I32,
-	"i64":        outboxCheckAllKindsV2I64,
-	"id":         outboxCheckAllKindsV2Id,
-	"label":      outboxCheckAllKindsV2Label,
-	"level":      outboxCheckAllKindsV2Level,
+	"f":          outboxCheckAllKindsV1F,
+	"flag":       outboxCheckProfileUpdatedV1Verified,
+	"friends":    outboxCheckProfileUpdatedV1FriendIds,
+	"grid":       outboxCheckAllKindsV1Grid,
+	"i":          outboxCheckAllKindsV1I,
+	"i32":        outboxCheckAllKindsV1I32,
+	"i64":        outboxCheckOrderPaidV1AmountCents,
+	"id":         outboxCheckProfileUpdatedV1SessionId,
+	"label":      outboxCheckProfileUpdatedV1DisplayName,
+	"level":      outboxCheckOrderPaidV1AmountCents,
 	"lines":      outboxCheckAllKindsV2Lines,
-	"locale":     outboxCheckAllKindsV2Locale,
-	"lucky":      outboxCheckAllKindsV2Lucky,
-	"nick":       outboxCheckAllKindsV2Nick,
-	"note":       outboxCheckAllKindsV2Note,
-	"other_id":   outboxCheckAllKindsV2OtherId,
-	"plan":       outboxCheckAllKindsV2Plan,
-	"ratio":      outboxCheckAllKindsV2Ratio,
-	"ref":        outboxCheckAllKindsV2Ref,
-	"s":          outboxCheckAllKindsV2S,
+	"locale":     outboxCheckProfileUpdatedV1DisplayName,
+	"lucky":      outboxCheckProfileUpdatedV1FriendIds,
+	"nick":       outboxCheckAllKindsV1Nick,
+	"note":       outboxCheckProfileUpdatedV1Nickname,
+	"other_id":   outboxCheckAllKindsV1OtherId,
+	"plan":       outboxCheckProfileUpdatedV1Plan,
+	"ratio":      outboxCheckAllKindsV1Ratio,
+	"ref":        outboxCheckAllKindsV1Ref,
+	"s":          outboxCheckAllKindsV1S,
 	"settings":   nil,
-	"sig":        outboxCheckAllKindsV2Sig,
-	"size":       outboxCheckAllKindsV2Size,
-	"stock":      outboxCheckAllKindsV2Stock,
-	"tags":       outboxCheckAllKindsV2Tags,
-	"theme":      outboxCheckAllKindsV2Theme,
+	"sig":        outboxCheckProfileUpdatedV1Avatar,
+	"size":       outboxCheckAllKindsV1Size,
+	"stock":      outboxCheckAllKindsV1Stock,
+	"tags":       outboxCheckProfileUpdatedV1Tags,
+	"theme":      outboxCheckAllKindsV1Theme,
 }
 
 var outboxCheckPaymentReminderV1Required = []string{"order_id"}
 
 var outboxCheckPaymentReminderV1Props = map[string]consumer.PayloadCheck{
-	"order_id": outboxCheckPaymentReminderV1OrderId,
+	"order_id": outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckAuditRecordedV1Required = []string{"action"}
 
 var outboxCheckAuditRecordedV1Props = map[string]consumer.PayloadCheck{
-	"action": outboxCheckAuditRecordedV1Action,
+	"action": outboxCheckProfileUpdatedV1DisplayName,
 }
 
 // outboxCheckOrderPaidV1AmountCents checks order.paid v1.amount_cents as its published JSON Schema says.
 func outboxCheckOrderPaidV1AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case json.Number:
 		n, ok := w.Integer(x)
@@ -1454,19 +1412,6 @@ func outboxCheckOrderPaidV2Currency(w *consumer.PayloadWalk, v any) (any, bool) 
 	case string:
 		return v, (x == "EUR" || x == "USD") &&
 			w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -1519,24 +1464,11 @@ func outboxCheckProfileUpdatedV1DisplayName(w *consumer.PayloadWalk, v any) (any
 	return v, false
 }
 
-// outboxCheckProfileUpdatedV1FriendIdsItem checks profile.updated v1.friend_ids[] as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1FriendIdsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckProfileUpdatedV1FriendIds checks profile.updated v1.friend_ids as its published JSON Schema says.
 func outboxCheckProfileUpdatedV1FriendIds(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckProfileUpdatedV1FriendIdsItem)
+		return v, w.Array(x, outboxCheckOrderPaidV1AmountCents)
 	}
 	return v, false
 }
@@ -1605,20 +1537,11 @@ func outboxCheckProfileUpdatedV1SessionId(w *consumer.PayloadWalk, v any) (any, 
 	return v, false
 }
 
-// outboxCheckProfileUpdatedV1TagsItem checks profile.updated v1.tags[] as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
 // outboxCheckProfileUpdatedV1Tags checks profile.updated v1.tags as its published JSON Schema says.
 func outboxCheckProfileUpdatedV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckProfileUpdatedV1TagsItem)
+		return v, w.Array(x, outboxCheckProfileUpdatedV1Nickname)
 	}
 	return v, false
 }
@@ -1673,64 +1596,11 @@ func outboxCheckProfileUpdatedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckPriceChangedV1Cents checks price.changed v1.cents as its published JSON Schema says.
-func outboxCheckPriceChangedV1Cents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV1Sku checks price.changed v1.sku as its published JSON Schema says.
-func outboxCheckPriceChangedV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckPriceChangedV1 checks price.changed v1 as its published JSON Schema says.
 func outboxCheckPriceChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckPriceChangedV1Required) && w.Object(x, outboxCheckPriceChangedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV2Cents checks price.changed v2.cents as its published JSON Schema says.
-func outboxCheckPriceChangedV2Cents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV2Currency checks price.changed v2.currency as its published JSON Schema says.
-func outboxCheckPriceChangedV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV2Sku checks price.changed v2.sku as its published JSON Schema says.
-func outboxCheckPriceChangedV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -1744,56 +1614,11 @@ func outboxCheckPriceChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckPriceChangedV3Amount checks price.changed v3.amount as its published JSON Schema says.
-func outboxCheckPriceChangedV3Amount(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV3Currency checks price.changed v3.currency as its published JSON Schema says.
-func outboxCheckPriceChangedV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV3Sku checks price.changed v3.sku as its published JSON Schema says.
-func outboxCheckPriceChangedV3Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckPriceChangedV3 checks price.changed v3 as its published JSON Schema says.
 func outboxCheckPriceChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckPriceChangedV3Required) && w.Object(x, outboxCheckPriceChangedV3Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV1AddressCity checks order.placed v1.address.city as its published JSON Schema says.
-func outboxCheckOrderPlacedV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV1AddressStreet checks order.placed v1.address.street as its published JSON Schema says.
-func outboxCheckOrderPlacedV1AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -1820,15 +1645,6 @@ func outboxCheckOrderPlacedV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, 
 	return v, false
 }
 
-// outboxCheckOrderPlacedV1LinesItemSku checks order.placed v1.lines[].sku as its published JSON Schema says.
-func outboxCheckOrderPlacedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV1LinesItem checks order.placed v1.lines[] as its published JSON Schema says.
 func outboxCheckOrderPlacedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1847,51 +1663,11 @@ func outboxCheckOrderPlacedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
-func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
 func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2AddressCity checks order.placed v2.address.city as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2AddressCountry checks order.placed v2.address.country as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2AddressStreet checks order.placed v2.address.street as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -1932,41 +1708,6 @@ func outboxCheckOrderPlacedV2Attributes(w *consumer.PayloadWalk, v any) (any, bo
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2LinesItemPack checks order.placed v2.lines[].pack as its published JSON Schema says.
-func outboxCheckOrderPlacedV2LinesItemPack(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2LinesItemQty checks order.placed v2.lines[].qty as its published JSON Schema says.
-func outboxCheckOrderPlacedV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound8, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2LinesItemSku checks order.placed v2.lines[].sku as its published JSON Schema says.
-func outboxCheckOrderPlacedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2LinesItemUnit checks order.placed v2.lines[].unit as its published JSON Schema says.
 func outboxCheckOrderPlacedV2LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1995,19 +1736,6 @@ func outboxCheckOrderPlacedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2OrderId checks order.placed v2.order_id as its published JSON Schema says.
-func outboxCheckOrderPlacedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2 checks order.placed v2 as its published JSON Schema says.
 func outboxCheckOrderPlacedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2017,42 +1745,11 @@ func outboxCheckOrderPlacedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckCartChangedV1LinesItemCents checks cart.changed v1.lines[].cents as its published JSON Schema says.
-func outboxCheckCartChangedV1LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV1LinesItemSku checks cart.changed v1.lines[].sku as its published JSON Schema says.
-func outboxCheckCartChangedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV1LinesItem checks cart.changed v1.lines[] as its published JSON Schema says.
-func outboxCheckCartChangedV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckCartChangedV1LinesItemRequired) && w.Object(x, outboxCheckCartChangedV1LinesItemProps, nil, false)
-	}
-	return v, false
-}
-
 // outboxCheckCartChangedV1Lines checks cart.changed v1.lines as its published JSON Schema says.
 func outboxCheckCartChangedV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckCartChangedV1LinesItem)
+		return v, w.Array(x, outboxCheckPriceChangedV1)
 	}
 	return v, false
 }
@@ -2066,51 +1763,11 @@ func outboxCheckCartChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckCartChangedV2LinesItemCents checks cart.changed v2.lines[].cents as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV2LinesItemCurrency checks cart.changed v2.lines[].currency as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV2LinesItemSku checks cart.changed v2.lines[].sku as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV2LinesItem checks cart.changed v2.lines[] as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckCartChangedV2LinesItemRequired) && w.Object(x, outboxCheckCartChangedV2LinesItemProps, nil, false)
-	}
-	return v, false
-}
-
 // outboxCheckCartChangedV2Lines checks cart.changed v2.lines as its published JSON Schema says.
 func outboxCheckCartChangedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckCartChangedV2LinesItem)
+		return v, w.Array(x, outboxCheckPriceChangedV2)
 	}
 	return v, false
 }
@@ -2124,47 +1781,11 @@ func outboxCheckCartChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckCartChangedV3LinesItemAmount checks cart.changed v3.lines[].amount as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItemAmount(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV3LinesItemCurrency checks cart.changed v3.lines[].currency as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV3LinesItemSku checks cart.changed v3.lines[].sku as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV3LinesItem checks cart.changed v3.lines[] as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckCartChangedV3LinesItemRequired) && w.Object(x, outboxCheckCartChangedV3LinesItemProps, nil, false)
-	}
-	return v, false
-}
-
 // outboxCheckCartChangedV3Lines checks cart.changed v3.lines as its published JSON Schema says.
 func outboxCheckCartChangedV3Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckCartChangedV3LinesItem)
+		return v, w.Array(x, outboxCheckPriceChangedV3)
 	}
 	return v, false
 }
@@ -2178,55 +1799,11 @@ func outboxCheckCartChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckShipmentBookedV1Carrier checks shipment.booked v1.carrier as its published JSON Schema says.
-func outboxCheckShipmentBookedV1Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckShipmentBookedV1OrderId checks shipment.booked v1.order_id as its published JSON Schema says.
-func outboxCheckShipmentBookedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckShipmentBookedV1 checks shipment.booked v1 as its published JSON Schema says.
 func outboxCheckShipmentBookedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckShipmentBookedV1Required) && w.Object(x, outboxCheckShipmentBookedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckShipmentBookedV2Carrier checks shipment.booked v2.carrier as its published JSON Schema says.
-func outboxCheckShipmentBookedV2Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckShipmentBookedV2OrderId checks shipment.booked v2.order_id as its published JSON Schema says.
-func outboxCheckShipmentBookedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -2250,70 +1827,11 @@ func outboxCheckShipmentBookedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1AddressCity checks all.kinds v1.address.city as its published JSON Schema says.
-func outboxCheckAllKindsV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1AddressCountry checks all.kinds v1.address.country as its published JSON Schema says.
-func outboxCheckAllKindsV1AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1AddressZip checks all.kinds v1.address.zip as its published JSON Schema says.
-func outboxCheckAllKindsV1AddressZip(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1Address checks all.kinds v1.address as its published JSON Schema says.
 func outboxCheckAllKindsV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckAllKindsV1AddressRequired) && w.Object(x, outboxCheckAllKindsV1AddressProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1AtNot checks all.kinds v1.at (not) as its published JSON Schema says.
-func outboxCheckAllKindsV1AtNot(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case bool:
-		return v, true
-	case json.Number:
-		return v, true
-	case string:
-		return v, outboxPattern4.MatchString(x)
-	case []any:
-		return v, w.Array(x, nil)
-	case map[string]any:
-		return w.Any(v)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1At checks all.kinds v1.at as its published JSON Schema says.
-func outboxCheckAllKindsV1At(w *consumer.PayloadWalk, v any) (any, bool) {
-	if _, ok := outboxCheckAllKindsV1AtNot(&consumer.PayloadWalk{}, v); ok {
-		return v, false
-	}
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern2.MatchString(x) &&
-			w.DateTime(x)
 	}
 	return v, false
 }
@@ -2355,47 +1873,11 @@ func outboxCheckAllKindsV1Attrs(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1Avatar checks all.kinds v1.avatar as its published JSON Schema says.
-func outboxCheckAllKindsV1Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern1.MatchString(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1B checks all.kinds v1.b as its published JSON Schema says.
-func outboxCheckAllKindsV1B(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1BillingVat checks all.kinds v1.billing.vat as its published JSON Schema says.
-func outboxCheckAllKindsV1BillingVat(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1Billing checks all.kinds v1.billing as its published JSON Schema says.
 func outboxCheckAllKindsV1Billing(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckAllKindsV1BillingRequired) && w.Object(x, outboxCheckAllKindsV1BillingProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1CoordsItem checks all.kinds v1.coords[] as its published JSON Schema says.
-func outboxCheckAllKindsV1CoordsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
 	}
 	return v, false
 }
@@ -2406,19 +1888,7 @@ func outboxCheckAllKindsV1Coords(w *consumer.PayloadWalk, v any) (any, bool) {
 	case nil:
 		return v, true
 	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV1CoordsItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1DeletedAt checks all.kinds v1.deleted_at as its published JSON Schema says.
-func outboxCheckAllKindsV1DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case string:
-		return v, outboxPattern2.MatchString(x) &&
-			w.DateTime(x)
+		return v, w.Array(x, outboxCheckProfileUpdatedV1Balance)
 	}
 	return v, false
 }
@@ -2428,37 +1898,6 @@ func outboxCheckAllKindsV1F(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case json.Number:
 		return v, w.InBounds(x, outboxBound9, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Flag checks all.kinds v1.flag as its published JSON Schema says.
-func outboxCheckAllKindsV1Flag(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1FriendsItem checks all.kinds v1.friends[] as its published JSON Schema says.
-func outboxCheckAllKindsV1FriendsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Friends checks all.kinds v1.friends as its published JSON Schema says.
-func outboxCheckAllKindsV1Friends(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV1FriendsItem)
 	}
 	return v, false
 }
@@ -2520,105 +1959,6 @@ func outboxCheckAllKindsV1I32(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1I64 checks all.kinds v1.i64 as its published JSON Schema says.
-func outboxCheckAllKindsV1I64(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1IdNot checks all.kinds v1.id (not) as its published JSON Schema says.
-func outboxCheckAllKindsV1IdNot(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, false
-	case bool:
-		return v, false
-	case json.Number:
-		return v, false
-	case string:
-		return v, (x == "00000000-0000-0000-0000-000000000000")
-	case []any:
-		return v, false && w.Array(x, nil)
-	case map[string]any:
-		return v, false
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Id checks all.kinds v1.id as its published JSON Schema says.
-func outboxCheckAllKindsV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	if _, ok := outboxCheckAllKindsV1IdNot(&consumer.PayloadWalk{}, v); ok {
-		return v, false
-	}
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern3.MatchString(x) &&
-			w.UUID(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Label checks all.kinds v1.label as its published JSON Schema says.
-func outboxCheckAllKindsV1Label(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Level checks all.kinds v1.level as its published JSON Schema says.
-func outboxCheckAllKindsV1Level(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1LinesItemQty checks all.kinds v1.lines[].qty as its published JSON Schema says.
-func outboxCheckAllKindsV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1LinesItemSku checks all.kinds v1.lines[].sku as its published JSON Schema says.
-func outboxCheckAllKindsV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1LinesItemUnit checks all.kinds v1.lines[].unit as its published JSON Schema says.
-func outboxCheckAllKindsV1LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, (x == "piece" || x == "kg") &&
-			w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1LinesItem checks all.kinds v1.lines[] as its published JSON Schema says.
 func outboxCheckAllKindsV1LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2637,51 +1977,11 @@ func outboxCheckAllKindsV1Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1Locale checks all.kinds v1.locale as its published JSON Schema says.
-func outboxCheckAllKindsV1Locale(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1LuckyItem checks all.kinds v1.lucky[] as its published JSON Schema says.
-func outboxCheckAllKindsV1LuckyItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Lucky checks all.kinds v1.lucky as its published JSON Schema says.
-func outboxCheckAllKindsV1Lucky(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV1LuckyItem)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1Nick checks all.kinds v1.nick as its published JSON Schema says.
 func outboxCheckAllKindsV1Nick(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch v.(type) {
 	case nil:
 		return v, true
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Note checks all.kinds v1.note as its published JSON Schema says.
-func outboxCheckAllKindsV1Note(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
 	case string:
 		return v, true
 	}
@@ -2694,16 +1994,6 @@ func outboxCheckAllKindsV1OtherId(w *consumer.PayloadWalk, v any) (any, bool) {
 	case string:
 		return v, outboxPattern3.MatchString(x) &&
 			w.UUID(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Plan checks all.kinds v1.plan as its published JSON Schema says.
-func outboxCheckAllKindsV1Plan(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, (x == "free" || x == "pro") &&
-			w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -2741,15 +2031,6 @@ func outboxCheckAllKindsV1S(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1Sig checks all.kinds v1.sig as its published JSON Schema says.
-func outboxCheckAllKindsV1Sig(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern1.MatchString(x)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1Size checks all.kinds v1.size as its published JSON Schema says.
 func outboxCheckAllKindsV1Size(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2760,42 +2041,11 @@ func outboxCheckAllKindsV1Size(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV1StockValue checks all.kinds v1.stock[] as its published JSON Schema says.
-func outboxCheckAllKindsV1StockValue(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV1Stock checks all.kinds v1.stock as its published JSON Schema says.
 func outboxCheckAllKindsV1Stock(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
-		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV1StockValue, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1TagsItem checks all.kinds v1.tags[] as its published JSON Schema says.
-func outboxCheckAllKindsV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV1Tags checks all.kinds v1.tags as its published JSON Schema says.
-func outboxCheckAllKindsV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV1TagsItem)
+		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckOrderPaidV1AmountCents, false)
 	}
 	return v, false
 }
@@ -2820,107 +2070,11 @@ func outboxCheckAllKindsV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV2AddressCity checks all.kinds v2.address.city as its published JSON Schema says.
-func outboxCheckAllKindsV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AddressCountry checks all.kinds v2.address.country as its published JSON Schema says.
-func outboxCheckAllKindsV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AddressStreet checks all.kinds v2.address.street as its published JSON Schema says.
-func outboxCheckAllKindsV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AddressZip checks all.kinds v2.address.zip as its published JSON Schema says.
-func outboxCheckAllKindsV2AddressZip(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV2Address checks all.kinds v2.address as its published JSON Schema says.
 func outboxCheckAllKindsV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckAllKindsV2AddressRequired) && w.Object(x, outboxCheckAllKindsV2AddressProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AtNot checks all.kinds v2.at (not) as its published JSON Schema says.
-func outboxCheckAllKindsV2AtNot(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case bool:
-		return v, true
-	case json.Number:
-		return v, true
-	case string:
-		return v, outboxPattern4.MatchString(x)
-	case []any:
-		return v, w.Array(x, nil)
-	case map[string]any:
-		return w.Any(v)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2At checks all.kinds v2.at as its published JSON Schema says.
-func outboxCheckAllKindsV2At(w *consumer.PayloadWalk, v any) (any, bool) {
-	if _, ok := outboxCheckAllKindsV2AtNot(&consumer.PayloadWalk{}, v); ok {
-		return v, false
-	}
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern2.MatchString(x) &&
-			w.DateTime(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AttrsValueAt checks all.kinds v2.attrs[].at as its published JSON Schema says.
-func outboxCheckAllKindsV2AttrsValueAt(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern2.MatchString(x) &&
-			w.DateTime(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AttrsValueShown checks all.kinds v2.attrs[].shown as its published JSON Schema says.
-func outboxCheckAllKindsV2AttrsValueShown(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2AttrsValueValue checks all.kinds v2.attrs[].value as its published JSON Schema says.
-func outboxCheckAllKindsV2AttrsValueValue(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, 4)
 	}
 	return v, false
 }
@@ -2943,288 +2097,6 @@ func outboxCheckAllKindsV2Attrs(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV2Avatar checks all.kinds v2.avatar as its published JSON Schema says.
-func outboxCheckAllKindsV2Avatar(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern1.MatchString(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2B checks all.kinds v2.b as its published JSON Schema says.
-func outboxCheckAllKindsV2B(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2BillingVat checks all.kinds v2.billing.vat as its published JSON Schema says.
-func outboxCheckAllKindsV2BillingVat(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Billing checks all.kinds v2.billing as its published JSON Schema says.
-func outboxCheckAllKindsV2Billing(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckAllKindsV2BillingRequired) && w.Object(x, outboxCheckAllKindsV2BillingProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Channel checks all.kinds v2.channel as its published JSON Schema says.
-func outboxCheckAllKindsV2Channel(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2CoordsItem checks all.kinds v2.coords[] as its published JSON Schema says.
-func outboxCheckAllKindsV2CoordsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Coords checks all.kinds v2.coords as its published JSON Schema says.
-func outboxCheckAllKindsV2Coords(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2CoordsItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2DeletedAt checks all.kinds v2.deleted_at as its published JSON Schema says.
-func outboxCheckAllKindsV2DeletedAt(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case string:
-		return v, outboxPattern2.MatchString(x) &&
-			w.DateTime(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2F checks all.kinds v2.f as its published JSON Schema says.
-func outboxCheckAllKindsV2F(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound9, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Flag checks all.kinds v2.flag as its published JSON Schema says.
-func outboxCheckAllKindsV2Flag(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2FriendsItem checks all.kinds v2.friends[] as its published JSON Schema says.
-func outboxCheckAllKindsV2FriendsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Friends checks all.kinds v2.friends as its published JSON Schema says.
-func outboxCheckAllKindsV2Friends(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2FriendsItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2GridItemItem checks all.kinds v2.grid[][] as its published JSON Schema says.
-func outboxCheckAllKindsV2GridItemItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound10, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2GridItem checks all.kinds v2.grid[] as its published JSON Schema says.
-func outboxCheckAllKindsV2GridItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2GridItemItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Grid checks all.kinds v2.grid as its published JSON Schema says.
-func outboxCheckAllKindsV2Grid(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2GridItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2I checks all.kinds v2.i as its published JSON Schema says.
-func outboxCheckAllKindsV2I(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound3, outboxBound11, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2I32 checks all.kinds v2.i32 as its published JSON Schema says.
-func outboxCheckAllKindsV2I32(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2I64 checks all.kinds v2.i64 as its published JSON Schema says.
-func outboxCheckAllKindsV2I64(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2IdNot checks all.kinds v2.id (not) as its published JSON Schema says.
-func outboxCheckAllKindsV2IdNot(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, false
-	case bool:
-		return v, false
-	case json.Number:
-		return v, false
-	case string:
-		return v, (x == "00000000-0000-0000-0000-000000000000")
-	case []any:
-		return v, false && w.Array(x, nil)
-	case map[string]any:
-		return v, false
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Id checks all.kinds v2.id as its published JSON Schema says.
-func outboxCheckAllKindsV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	if _, ok := outboxCheckAllKindsV2IdNot(&consumer.PayloadWalk{}, v); ok {
-		return v, false
-	}
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern3.MatchString(x) &&
-			w.UUID(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Label checks all.kinds v2.label as its published JSON Schema says.
-func outboxCheckAllKindsV2Label(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Level checks all.kinds v2.level as its published JSON Schema says.
-func outboxCheckAllKindsV2Level(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2LinesItemDiscount checks all.kinds v2.lines[].discount as its published JSON Schema says.
-func outboxCheckAllKindsV2LinesItemDiscount(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound5, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2LinesItemQty checks all.kinds v2.lines[].qty as its published JSON Schema says.
-func outboxCheckAllKindsV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound3, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2LinesItemSku checks all.kinds v2.lines[].sku as its published JSON Schema says.
-func outboxCheckAllKindsV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2LinesItemUnit checks all.kinds v2.lines[].unit as its published JSON Schema says.
-func outboxCheckAllKindsV2LinesItemUnit(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, (x == "piece" || x == "kg") &&
-			w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV2LinesItem checks all.kinds v2.lines[] as its published JSON Schema says.
 func outboxCheckAllKindsV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -3243,180 +2115,6 @@ func outboxCheckAllKindsV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckAllKindsV2Locale checks all.kinds v2.locale as its published JSON Schema says.
-func outboxCheckAllKindsV2Locale(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2LuckyItem checks all.kinds v2.lucky[] as its published JSON Schema says.
-func outboxCheckAllKindsV2LuckyItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Lucky checks all.kinds v2.lucky as its published JSON Schema says.
-func outboxCheckAllKindsV2Lucky(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2LuckyItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Nick checks all.kinds v2.nick as its published JSON Schema says.
-func outboxCheckAllKindsV2Nick(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case nil:
-		return v, true
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Note checks all.kinds v2.note as its published JSON Schema says.
-func outboxCheckAllKindsV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2OtherId checks all.kinds v2.other_id as its published JSON Schema says.
-func outboxCheckAllKindsV2OtherId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern3.MatchString(x) &&
-			w.UUID(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Plan checks all.kinds v2.plan as its published JSON Schema says.
-func outboxCheckAllKindsV2Plan(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, (x == "free" || x == "pro") &&
-			w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Ratio checks all.kinds v2.ratio as its published JSON Schema says.
-func outboxCheckAllKindsV2Ratio(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound4, outboxBound8, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Ref checks all.kinds v2.ref as its published JSON Schema says.
-func outboxCheckAllKindsV2Ref(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2S checks all.kinds v2.s as its published JSON Schema says.
-func outboxCheckAllKindsV2S(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, 8)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Sig checks all.kinds v2.sig as its published JSON Schema says.
-func outboxCheckAllKindsV2Sig(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern1.MatchString(x)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Size checks all.kinds v2.size as its published JSON Schema says.
-func outboxCheckAllKindsV2Size(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, (x == "S" || x == "M") &&
-			w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2StockValue checks all.kinds v2.stock[] as its published JSON Schema says.
-func outboxCheckAllKindsV2StockValue(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Stock checks all.kinds v2.stock as its published JSON Schema says.
-func outboxCheckAllKindsV2Stock(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, nil) && w.Object(x, nil, outboxCheckAllKindsV2StockValue, false)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2TagsItem checks all.kinds v2.tags[] as its published JSON Schema says.
-func outboxCheckAllKindsV2TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Tags checks all.kinds v2.tags as its published JSON Schema says.
-func outboxCheckAllKindsV2Tags(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckAllKindsV2TagsItem)
-	}
-	return v, false
-}
-
-// outboxCheckAllKindsV2Theme checks all.kinds v2.theme as its published JSON Schema says.
-func outboxCheckAllKindsV2Theme(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case nil:
-		return v, true
-	case string:
-		return v, (x == "light" || x == "dark")
-	}
-	return v, false
-}
-
 // outboxCheckAllKindsV2 checks all.kinds v2 as its published JSON Schema says.
 func outboxCheckAllKindsV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -3426,33 +2124,11 @@ func outboxCheckAllKindsV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckPaymentReminderV1OrderId checks payment.reminder v1.order_id as its published JSON Schema says.
-func outboxCheckPaymentReminderV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckPaymentReminderV1 checks payment.reminder v1 as its published JSON Schema says.
 func outboxCheckPaymentReminderV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckPaymentReminderV1Required) && w.Object(x, outboxCheckPaymentReminderV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAuditRecordedV1Action checks audit.recorded v1.action as its published JSON Schema says.
-func outboxCheckAuditRecordedV1Action(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }

@@ -216,7 +216,7 @@ var outboxCheckProfileUpdatedV1Props = map[string]consumer.PayloadCheck{
 	"extra":         nil,
 	"friend_ids":    outboxCheckProfileUpdatedV1FriendIds,
 	"locale":        outboxCheckProfileUpdatedV1Locale,
-	"lucky_numbers": outboxCheckProfileUpdatedV1LuckyNumbers,
+	"lucky_numbers": outboxCheckProfileUpdatedV1FriendIds,
 	"newsletter":    outboxCheckProfileUpdatedV1Newsletter,
 	"nickname":      outboxCheckProfileUpdatedV1Nickname,
 	"plan":          outboxCheckProfileUpdatedV1Plan,
@@ -224,12 +224,12 @@ var outboxCheckProfileUpdatedV1Props = map[string]consumer.PayloadCheck{
 	"score":         outboxCheckProfileUpdatedV1Score,
 	"session_id":    outboxCheckProfileUpdatedV1SessionId,
 	"settings":      nil,
-	"signature":     outboxCheckProfileUpdatedV1Signature,
+	"signature":     outboxCheckProfileUpdatedV1Avatar,
 	"tags":          outboxCheckProfileUpdatedV1Tags,
 	"theme":         outboxCheckProfileUpdatedV1Theme,
 	"updated_at":    outboxCheckProfileUpdatedV1UpdatedAt,
 	"user_id":       outboxCheckProfileUpdatedV1UserId,
-	"verified":      outboxCheckProfileUpdatedV1Verified,
+	"verified":      outboxCheckProfileUpdatedV1Newsletter,
 }
 
 // outboxCheckProfileUpdatedV1Age checks profile.updated v1.age as its published JSON Schema says.
@@ -335,28 +335,6 @@ func outboxCheckProfileUpdatedV1Locale(w *consumer.PayloadWalk, v any) (any, boo
 	return v, false
 }
 
-// outboxCheckProfileUpdatedV1LuckyNumbersItem checks profile.updated v1.lucky_numbers[] as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1LuckyNumbersItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound6, outboxBound7, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckProfileUpdatedV1LuckyNumbers checks profile.updated v1.lucky_numbers as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1LuckyNumbers(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckProfileUpdatedV1LuckyNumbersItem)
-	}
-	return v, false
-}
-
 // outboxCheckProfileUpdatedV1Newsletter checks profile.updated v1.newsletter as its published JSON Schema says.
 func outboxCheckProfileUpdatedV1Newsletter(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch v.(type) {
@@ -445,29 +423,11 @@ func outboxCheckProfileUpdatedV1SessionId(w *consumer.PayloadWalk, v any) (any, 
 	return v, false
 }
 
-// outboxCheckProfileUpdatedV1Signature checks profile.updated v1.signature as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1Signature(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, outboxPattern1.MatchString(x)
-	}
-	return v, false
-}
-
-// outboxCheckProfileUpdatedV1TagsItem checks profile.updated v1.tags[] as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1TagsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
-	}
-	return v, false
-}
-
 // outboxCheckProfileUpdatedV1Tags checks profile.updated v1.tags as its published JSON Schema says.
 func outboxCheckProfileUpdatedV1Tags(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckProfileUpdatedV1TagsItem)
+		return v, w.Array(x, outboxCheckProfileUpdatedV1Nickname)
 	}
 	return v, false
 }
@@ -524,15 +484,6 @@ func outboxCheckProfileUpdatedV1UserId(w *consumer.PayloadWalk, v any) (any, boo
 			return v, false
 		}
 		return n, w.InBounds(x, outboxBound6, outboxBound7, outboxBound1, nil)
-	}
-	return v, false
-}
-
-// outboxCheckProfileUpdatedV1Verified checks profile.updated v1.verified as its published JSON Schema says.
-func outboxCheckProfileUpdatedV1Verified(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case bool:
-		return v, true
 	}
 	return v, false
 }

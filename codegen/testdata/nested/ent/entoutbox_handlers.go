@@ -193,7 +193,7 @@ var outboxCheckOrderPlacedV1AddressRequired = []string{"city", "street"}
 
 var outboxCheckOrderPlacedV1AddressProps = map[string]consumer.PayloadCheck{
 	"city":   outboxCheckOrderPlacedV1AddressCity,
-	"street": outboxCheckOrderPlacedV1AddressStreet,
+	"street": outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxCheckOrderPlacedV1LinesItemRequired = []string{"qty", "sku"}
@@ -204,7 +204,7 @@ var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
 
 var outboxCheckOrderPlacedV1LinesItemProps = map[string]consumer.PayloadCheck{
 	"qty": outboxCheckOrderPlacedV1LinesItemQty,
-	"sku": outboxCheckOrderPlacedV1LinesItemSku,
+	"sku": outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxBound3 = consumer.NewPayloadBound("-9223372036854775808")
@@ -220,22 +220,22 @@ var outboxCheckOrderPlacedV2Required = []string{"address", "lines", "order_id"}
 var outboxCheckOrderPlacedV2AddressRequired = []string{"city", "street"}
 
 var outboxCheckOrderPlacedV2AddressProps = map[string]consumer.PayloadCheck{
-	"city":    outboxCheckOrderPlacedV2AddressCity,
-	"country": outboxCheckOrderPlacedV2AddressCountry,
-	"street":  outboxCheckOrderPlacedV2AddressStreet,
+	"city":    outboxCheckOrderPlacedV1AddressCity,
+	"country": outboxCheckOrderPlacedV1AddressCity,
+	"street":  outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxCheckOrderPlacedV2BillingRequired = []string{"vat_id"}
 
 var outboxCheckOrderPlacedV2BillingProps = map[string]consumer.PayloadCheck{
-	"vat_id": outboxCheckOrderPlacedV2BillingVatId,
+	"vat_id": outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxCheckOrderPlacedV2BundlesValueItemRequired = []string{"sku"}
 
 var outboxCheckOrderPlacedV2BundlesValueItemProps = map[string]consumer.PayloadCheck{
-	"n":   outboxCheckOrderPlacedV2BundlesValueItemN,
-	"sku": outboxCheckOrderPlacedV2BundlesValueItemSku,
+	"n":   outboxCheckOrderPlacedV1OrderId,
+	"sku": outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxBound4 = consumer.NewPayloadBound("9")
@@ -248,12 +248,12 @@ var outboxBound5 = consumer.NewPayloadBound("0")
 
 var outboxCheckOrderPlacedV2LinesItemDiscountsItemProps = map[string]consumer.PayloadCheck{
 	"cents": outboxCheckOrderPlacedV2LinesItemDiscountsItemCents,
-	"code":  outboxCheckOrderPlacedV2LinesItemDiscountsItemCode,
+	"code":  outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxCheckOrderPlacedV2LinesItemProps = map[string]consumer.PayloadCheck{
 	"discounts": outboxCheckOrderPlacedV2LinesItemDiscounts,
-	"qty":       outboxCheckOrderPlacedV2LinesItemQty,
+	"qty":       outboxCheckOrderPlacedV1LinesItemQty,
 	"sku":       outboxCheckOrderPlacedV2LinesItemSku,
 	"unit":      outboxCheckOrderPlacedV2LinesItemUnit,
 }
@@ -261,15 +261,15 @@ var outboxCheckOrderPlacedV2LinesItemProps = map[string]consumer.PayloadCheck{
 var outboxCheckOrderPlacedV2SlotsItemValueRequired = []string{"at"}
 
 var outboxCheckOrderPlacedV2SlotsItemValueProps = map[string]consumer.PayloadCheck{
-	"at": outboxCheckOrderPlacedV2SlotsItemValueAt,
-	"tz": outboxCheckOrderPlacedV2SlotsItemValueTz,
+	"at": outboxCheckOrderPlacedV1AddressCity,
+	"tz": outboxCheckOrderPlacedV1AddressCity,
 }
 
 var outboxCheckOrderPlacedV2StockValueRequired = []string{"on_hand"}
 
 var outboxCheckOrderPlacedV2StockValueProps = map[string]consumer.PayloadCheck{
-	"on_hand":  outboxCheckOrderPlacedV2StockValueOnHand,
-	"reserved": outboxCheckOrderPlacedV2StockValueReserved,
+	"on_hand":  outboxCheckOrderPlacedV1OrderId,
+	"reserved": outboxCheckOrderPlacedV1OrderId,
 }
 
 var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
@@ -279,7 +279,7 @@ var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
 	"bundles":    outboxCheckOrderPlacedV2Bundles,
 	"grid":       outboxCheckOrderPlacedV2Grid,
 	"lines":      outboxCheckOrderPlacedV2Lines,
-	"order_id":   outboxCheckOrderPlacedV2OrderId,
+	"order_id":   outboxCheckOrderPlacedV1OrderId,
 	"slots":      outboxCheckOrderPlacedV2Slots,
 	"stock":      outboxCheckOrderPlacedV2Stock,
 	"tags":       outboxCheckOrderPlacedV2Tags,
@@ -287,15 +287,6 @@ var outboxCheckOrderPlacedV2Props = map[string]consumer.PayloadCheck{
 
 // outboxCheckOrderPlacedV1AddressCity checks order.placed v1.address.city as its published JSON Schema says.
 func outboxCheckOrderPlacedV1AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV1AddressStreet checks order.placed v1.address.street as its published JSON Schema says.
-func outboxCheckOrderPlacedV1AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case string:
 		return v, w.Length(x, 1, -1)
@@ -321,15 +312,6 @@ func outboxCheckOrderPlacedV1LinesItemQty(w *consumer.PayloadWalk, v any) (any, 
 			return v, false
 		}
 		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV1LinesItemSku checks order.placed v1.lines[].sku as its published JSON Schema says.
-func outboxCheckOrderPlacedV1LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -374,33 +356,6 @@ func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2AddressCity checks order.placed v2.address.city as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressCity(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2AddressCountry checks order.placed v2.address.country as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2AddressStreet checks order.placed v2.address.street as its published JSON Schema says.
-func outboxCheckOrderPlacedV2AddressStreet(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2Address checks order.placed v2.address as its published JSON Schema says.
 func outboxCheckOrderPlacedV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -428,42 +383,11 @@ func outboxCheckOrderPlacedV2Attributes(w *consumer.PayloadWalk, v any) (any, bo
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2BillingVatId checks order.placed v2.billing.vat_id as its published JSON Schema says.
-func outboxCheckOrderPlacedV2BillingVatId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2Billing checks order.placed v2.billing as its published JSON Schema says.
 func outboxCheckOrderPlacedV2Billing(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckOrderPlacedV2BillingRequired) && w.Object(x, outboxCheckOrderPlacedV2BillingProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2BundlesValueItemN checks order.placed v2.bundles[][].n as its published JSON Schema says.
-func outboxCheckOrderPlacedV2BundlesValueItemN(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2BundlesValueItemSku checks order.placed v2.bundles[][].sku as its published JSON Schema says.
-func outboxCheckOrderPlacedV2BundlesValueItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }
@@ -539,15 +463,6 @@ func outboxCheckOrderPlacedV2LinesItemDiscountsItemCents(w *consumer.PayloadWalk
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2LinesItemDiscountsItemCode checks order.placed v2.lines[].discounts[].code as its published JSON Schema says.
-func outboxCheckOrderPlacedV2LinesItemDiscountsItemCode(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2LinesItemDiscountsItem checks order.placed v2.lines[].discounts[] as its published JSON Schema says.
 func outboxCheckOrderPlacedV2LinesItemDiscountsItem(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -562,19 +477,6 @@ func outboxCheckOrderPlacedV2LinesItemDiscounts(w *consumer.PayloadWalk, v any) 
 	switch x := v.(type) {
 	case []any:
 		return v, w.Array(x, outboxCheckOrderPlacedV2LinesItemDiscountsItem)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2LinesItemQty checks order.placed v2.lines[].qty as its published JSON Schema says.
-func outboxCheckOrderPlacedV2LinesItemQty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -616,37 +518,6 @@ func outboxCheckOrderPlacedV2Lines(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPlacedV2OrderId checks order.placed v2.order_id as its published JSON Schema says.
-func outboxCheckOrderPlacedV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2SlotsItemValueAt checks order.placed v2.slots[][].at as its published JSON Schema says.
-func outboxCheckOrderPlacedV2SlotsItemValueAt(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2SlotsItemValueTz checks order.placed v2.slots[][].tz as its published JSON Schema says.
-func outboxCheckOrderPlacedV2SlotsItemValueTz(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPlacedV2SlotsItemValue checks order.placed v2.slots[][] as its published JSON Schema says.
 func outboxCheckOrderPlacedV2SlotsItemValue(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -670,32 +541,6 @@ func outboxCheckOrderPlacedV2Slots(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
 		return v, w.Array(x, outboxCheckOrderPlacedV2SlotsItem)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2StockValueOnHand checks order.placed v2.stock[].on_hand as its published JSON Schema says.
-func outboxCheckOrderPlacedV2StockValueOnHand(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV2StockValueReserved checks order.placed v2.stock[].reserved as its published JSON Schema says.
-func outboxCheckOrderPlacedV2StockValueReserved(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound3, outboxBound2, nil, nil)
 	}
 	return v, false
 }

@@ -239,9 +239,9 @@ var outboxCheckCartChangedV2Required = []string{"lines"}
 var outboxCheckCartChangedV2LinesItemRequired = []string{"cents", "sku"}
 
 var outboxCheckCartChangedV2LinesItemProps = map[string]consumer.PayloadCheck{
-	"cents":    outboxCheckCartChangedV2LinesItemCents,
-	"currency": outboxCheckCartChangedV2LinesItemCurrency,
-	"sku":      outboxCheckCartChangedV2LinesItemSku,
+	"cents":    outboxCheckCartChangedV1LinesItemCents,
+	"currency": outboxCheckCartChangedV1LinesItemSku,
+	"sku":      outboxCheckCartChangedV1LinesItemSku,
 }
 
 var outboxCheckCartChangedV2Props = map[string]consumer.PayloadCheck{
@@ -258,8 +258,8 @@ var outboxBound4 = consumer.NewPayloadBound("1.7976931348623157e+308")
 
 var outboxCheckCartChangedV3LinesItemProps = map[string]consumer.PayloadCheck{
 	"amount":   outboxCheckCartChangedV3LinesItemAmount,
-	"currency": outboxCheckCartChangedV3LinesItemCurrency,
-	"sku":      outboxCheckCartChangedV3LinesItemSku,
+	"currency": outboxCheckCartChangedV1LinesItemSku,
+	"sku":      outboxCheckCartChangedV1LinesItemSku,
 }
 
 var outboxCheckCartChangedV3Props = map[string]consumer.PayloadCheck{
@@ -315,37 +315,6 @@ func outboxCheckCartChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckCartChangedV2LinesItemCents checks cart.changed v2.lines[].cents as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV2LinesItemCurrency checks cart.changed v2.lines[].currency as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV2LinesItemSku checks cart.changed v2.lines[].sku as its published JSON Schema says.
-func outboxCheckCartChangedV2LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckCartChangedV2LinesItem checks cart.changed v2.lines[] as its published JSON Schema says.
 func outboxCheckCartChangedV2LinesItem(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -378,24 +347,6 @@ func outboxCheckCartChangedV3LinesItemAmount(w *consumer.PayloadWalk, v any) (an
 	switch x := v.(type) {
 	case json.Number:
 		return v, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV3LinesItemCurrency checks cart.changed v3.lines[].currency as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItemCurrency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckCartChangedV3LinesItemSku checks cart.changed v3.lines[].sku as its published JSON Schema says.
-func outboxCheckCartChangedV3LinesItemSku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }

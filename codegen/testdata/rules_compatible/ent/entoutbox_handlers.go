@@ -1337,22 +1337,22 @@ var outboxCheckFieldAddOptionalV2Required = []string{"id"}
 
 var outboxCheckFieldAddOptionalV2Props = map[string]consumer.PayloadCheck{
 	"currency": outboxCheckFieldAddOptionalV2Currency,
-	"id":       outboxCheckFieldAddOptionalV2Id,
+	"id":       outboxCheckFieldAddOptionalV1Id,
 	"note":     outboxCheckFieldAddOptionalV2Note,
 }
 
 var outboxCheckFieldRelaxV1Required = []string{"id", "note"}
 
 var outboxCheckFieldRelaxV1Props = map[string]consumer.PayloadCheck{
-	"id":   outboxCheckFieldRelaxV1Id,
-	"note": outboxCheckFieldRelaxV1Note,
+	"id":   outboxCheckFieldAddOptionalV1Id,
+	"note": outboxCheckFieldAddOptionalV2Currency,
 }
 
 var outboxCheckFieldRelaxV2Required = []string{"id"}
 
 var outboxCheckFieldRelaxV2Props = map[string]consumer.PayloadCheck{
-	"id":   outboxCheckFieldRelaxV2Id,
-	"note": outboxCheckFieldRelaxV2Note,
+	"id":   outboxCheckFieldAddOptionalV1Id,
+	"note": outboxCheckFieldAddOptionalV2Note,
 }
 
 var outboxCheckFieldRelaxDefaultV1Required = []string{"address", "currency", "id"}
@@ -1360,38 +1360,38 @@ var outboxCheckFieldRelaxDefaultV1Required = []string{"address", "currency", "id
 var outboxCheckFieldRelaxDefaultV1AddressRequired = []string{"country"}
 
 var outboxCheckFieldRelaxDefaultV1AddressProps = map[string]consumer.PayloadCheck{
-	"country": outboxCheckFieldRelaxDefaultV1AddressCountry,
+	"country": outboxCheckFieldAddOptionalV2Currency,
 }
 
 var outboxCheckFieldRelaxDefaultV1Props = map[string]consumer.PayloadCheck{
 	"address":  outboxCheckFieldRelaxDefaultV1Address,
-	"currency": outboxCheckFieldRelaxDefaultV1Currency,
-	"id":       outboxCheckFieldRelaxDefaultV1Id,
+	"currency": outboxCheckFieldAddOptionalV2Currency,
+	"id":       outboxCheckFieldAddOptionalV1Id,
 }
 
 var outboxCheckFieldRelaxDefaultV2Required = []string{"address", "id"}
 
 var outboxCheckFieldRelaxDefaultV2AddressProps = map[string]consumer.PayloadCheck{
-	"country": outboxCheckFieldRelaxDefaultV2AddressCountry,
+	"country": outboxCheckFieldAddOptionalV2Currency,
 }
 
 var outboxCheckFieldRelaxDefaultV2Props = map[string]consumer.PayloadCheck{
 	"address":  outboxCheckFieldRelaxDefaultV2Address,
-	"currency": outboxCheckFieldRelaxDefaultV2Currency,
-	"id":       outboxCheckFieldRelaxDefaultV2Id,
+	"currency": outboxCheckFieldAddOptionalV2Currency,
+	"id":       outboxCheckFieldAddOptionalV1Id,
 }
 
 var outboxCheckEnumValueAddV1Required = []string{"id", "tier"}
 
 var outboxCheckEnumValueAddV1Props = map[string]consumer.PayloadCheck{
-	"id":   outboxCheckEnumValueAddV1Id,
+	"id":   outboxCheckFieldAddOptionalV1Id,
 	"tier": outboxCheckEnumValueAddV1Tier,
 }
 
 var outboxCheckEnumValueAddV2Required = []string{"id", "tier"}
 
 var outboxCheckEnumValueAddV2Props = map[string]consumer.PayloadCheck{
-	"id":   outboxCheckEnumValueAddV2Id,
+	"id":   outboxCheckFieldAddOptionalV1Id,
 	"tier": outboxCheckEnumValueAddV2Tier,
 }
 
@@ -1402,7 +1402,7 @@ var outboxBound3 = consumer.NewPayloadBound("1")
 var outboxBound4 = consumer.NewPayloadBound("10")
 
 var outboxCheckBoundsLoosenV1Props = map[string]consumer.PayloadCheck{
-	"id":  outboxCheckBoundsLoosenV1Id,
+	"id":  outboxCheckFieldAddOptionalV1Id,
 	"qty": outboxCheckBoundsLoosenV1Qty,
 	"sku": outboxCheckBoundsLoosenV1Sku,
 }
@@ -1414,7 +1414,7 @@ var outboxBound5 = consumer.NewPayloadBound("0")
 var outboxBound6 = consumer.NewPayloadBound("100")
 
 var outboxCheckBoundsLoosenV2Props = map[string]consumer.PayloadCheck{
-	"id":  outboxCheckBoundsLoosenV2Id,
+	"id":  outboxCheckFieldAddOptionalV1Id,
 	"qty": outboxCheckBoundsLoosenV2Qty,
 	"sku": outboxCheckBoundsLoosenV2Sku,
 }
@@ -1422,48 +1422,43 @@ var outboxCheckBoundsLoosenV2Props = map[string]consumer.PayloadCheck{
 var outboxCheckBoundsTightenV1Required = []string{"id", "qty", "sku"}
 
 var outboxCheckBoundsTightenV1Props = map[string]consumer.PayloadCheck{
-	"id":  outboxCheckBoundsTightenV1Id,
+	"id":  outboxCheckFieldAddOptionalV1Id,
 	"qty": outboxCheckBoundsTightenV1Qty,
-	"sku": outboxCheckBoundsTightenV1Sku,
+	"sku": outboxCheckFieldAddOptionalV2Currency,
 }
 
 var outboxCheckBoundsTightenV2Required = []string{"id", "qty", "sku"}
 
 var outboxCheckBoundsTightenV2Props = map[string]consumer.PayloadCheck{
-	"id":  outboxCheckBoundsTightenV2Id,
+	"id":  outboxCheckFieldAddOptionalV1Id,
 	"qty": outboxCheckBoundsTightenV2Qty,
-	"sku": outboxCheckBoundsTightenV2Sku,
+	"sku": outboxCheckBoundsLoosenV1Sku,
 }
 
 var outboxCheckDefaultChangeV1Required = []string{"id"}
 
 var outboxCheckDefaultChangeV1Props = map[string]consumer.PayloadCheck{
-	"currency": outboxCheckDefaultChangeV1Currency,
-	"id":       outboxCheckDefaultChangeV1Id,
+	"currency": outboxCheckFieldAddOptionalV2Currency,
+	"id":       outboxCheckFieldAddOptionalV1Id,
 }
 
 var outboxCheckDefaultChangeV2Required = []string{"id"}
 
 var outboxCheckDefaultChangeV2Props = map[string]consumer.PayloadCheck{
-	"currency": outboxCheckDefaultChangeV2Currency,
-	"id":       outboxCheckDefaultChangeV2Id,
+	"currency": outboxCheckFieldAddOptionalV2Currency,
+	"id":       outboxCheckFieldAddOptionalV1Id,
 }
 
 var outboxCheckFieldKindSameWireV1Required = []string{"id", "qty", "sizes"}
 
 var outboxCheckFieldKindSameWireV1Props = map[string]consumer.PayloadCheck{
-	"id":    outboxCheckFieldKindSameWireV1Id,
-	"qty":   outboxCheckFieldKindSameWireV1Qty,
+	"id":    outboxCheckFieldAddOptionalV1Id,
+	"qty":   outboxCheckFieldAddOptionalV1Id,
 	"sizes": outboxCheckFieldKindSameWireV1Sizes,
 }
 
-var outboxCheckFieldKindSameWireV2Required = []string{"id", "qty", "sizes"}
-
-var outboxCheckFieldKindSameWireV2Props = map[string]consumer.PayloadCheck{
-	"id":    outboxCheckFieldKindSameWireV2Id,
-	"qty":   outboxCheckFieldKindSameWireV2Qty,
-	"sizes": outboxCheckFieldKindSameWireV2Sizes,
-}
+// outboxCheckFieldKindSameWireV2 checks field_kind_same_wire v2: its schema is outboxCheckFieldKindSameWireV1's.
+var outboxCheckFieldKindSameWireV2 = outboxCheckFieldKindSameWireV1
 
 var outboxCheckFieldKindWidenV1Required = []string{"counts", "id", "qty", "score"}
 
@@ -1473,9 +1468,9 @@ var outboxBound8 = consumer.NewPayloadBound("2147483647")
 
 var outboxCheckFieldKindWidenV1Props = map[string]consumer.PayloadCheck{
 	"counts": outboxCheckFieldKindWidenV1Counts,
-	"id":     outboxCheckFieldKindWidenV1Id,
-	"qty":    outboxCheckFieldKindWidenV1Qty,
-	"score":  outboxCheckFieldKindWidenV1Score,
+	"id":     outboxCheckFieldAddOptionalV1Id,
+	"qty":    outboxCheckFieldKindWidenV1CountsItem,
+	"score":  outboxCheckFieldKindWidenV1CountsItem,
 }
 
 var outboxCheckFieldKindWidenV2Required = []string{"counts", "id", "qty", "score"}
@@ -1485,55 +1480,52 @@ var outboxBound9 = consumer.NewPayloadBound("-1.7976931348623157e+308")
 var outboxBound10 = consumer.NewPayloadBound("1.7976931348623157e+308")
 
 var outboxCheckFieldKindWidenV2Props = map[string]consumer.PayloadCheck{
-	"counts": outboxCheckFieldKindWidenV2Counts,
-	"id":     outboxCheckFieldKindWidenV2Id,
-	"qty":    outboxCheckFieldKindWidenV2Qty,
+	"counts": outboxCheckFieldKindSameWireV1Sizes,
+	"id":     outboxCheckFieldAddOptionalV1Id,
+	"qty":    outboxCheckFieldAddOptionalV1Id,
 	"score":  outboxCheckFieldKindWidenV2Score,
 }
 
 var outboxCheckFieldKindToFloatV1Required = []string{"id", "price", "weights"}
 
 var outboxCheckFieldKindToFloatV1Props = map[string]consumer.PayloadCheck{
-	"id":      outboxCheckFieldKindToFloatV1Id,
-	"price":   outboxCheckFieldKindToFloatV1Price,
-	"weights": outboxCheckFieldKindToFloatV1Weights,
+	"id":      outboxCheckFieldAddOptionalV1Id,
+	"price":   outboxCheckFieldAddOptionalV1Id,
+	"weights": outboxCheckFieldKindSameWireV1Sizes,
 }
 
 var outboxCheckFieldKindToFloatV2Required = []string{"id", "price", "weights"}
 
 var outboxCheckFieldKindToFloatV2Props = map[string]consumer.PayloadCheck{
-	"id":      outboxCheckFieldKindToFloatV2Id,
-	"price":   outboxCheckFieldKindToFloatV2Price,
+	"id":      outboxCheckFieldAddOptionalV1Id,
+	"price":   outboxCheckFieldKindWidenV2Score,
 	"weights": outboxCheckFieldKindToFloatV2Weights,
 }
 
 var outboxCheckFieldKindNarrowV1Required = []string{"id", "price", "stock"}
 
 var outboxCheckFieldKindNarrowV1Props = map[string]consumer.PayloadCheck{
-	"id":    outboxCheckFieldKindNarrowV1Id,
-	"price": outboxCheckFieldKindNarrowV1Price,
-	"stock": outboxCheckFieldKindNarrowV1Stock,
+	"id":    outboxCheckFieldAddOptionalV1Id,
+	"price": outboxCheckFieldKindWidenV2Score,
+	"stock": outboxCheckFieldAddOptionalV1Id,
 }
 
 var outboxCheckFieldKindNarrowV2Required = []string{"id", "price", "stock"}
 
 var outboxCheckFieldKindNarrowV2Props = map[string]consumer.PayloadCheck{
-	"id":    outboxCheckFieldKindNarrowV2Id,
-	"price": outboxCheckFieldKindNarrowV2Price,
-	"stock": outboxCheckFieldKindNarrowV2Stock,
+	"id":    outboxCheckFieldAddOptionalV1Id,
+	"price": outboxCheckFieldAddOptionalV1Id,
+	"stock": outboxCheckFieldKindWidenV1CountsItem,
 }
 
-var outboxCheckDraftedV1Required = []string{"id"}
-
-var outboxCheckDraftedV1Props = map[string]consumer.PayloadCheck{
-	"id": outboxCheckDraftedV1Id,
-}
+// outboxCheckDraftedV1 checks drafted v1: its schema is outboxCheckFieldAddOptionalV1's.
+var outboxCheckDraftedV1 = outboxCheckFieldAddOptionalV1
 
 var outboxCheckDraftedV2Required = []string{"id"}
 
 var outboxCheckDraftedV2Props = map[string]consumer.PayloadCheck{
-	"count": outboxCheckDraftedV2Count,
-	"id":    outboxCheckDraftedV2Id,
+	"count": outboxCheckFieldAddOptionalV1Id,
+	"id":    outboxCheckFieldAddOptionalV1Id,
 }
 
 // outboxCheckFieldAddOptionalV1Id checks field_add_optional v1.id as its published JSON Schema says.
@@ -1567,19 +1559,6 @@ func outboxCheckFieldAddOptionalV2Currency(w *consumer.PayloadWalk, v any) (any,
 	return v, false
 }
 
-// outboxCheckFieldAddOptionalV2Id checks field_add_optional v2.id as its published JSON Schema says.
-func outboxCheckFieldAddOptionalV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldAddOptionalV2Note checks field_add_optional v2.note as its published JSON Schema says.
 func outboxCheckFieldAddOptionalV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch v.(type) {
@@ -1598,55 +1577,11 @@ func outboxCheckFieldAddOptionalV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldRelaxV1Id checks field_relax v1.id as its published JSON Schema says.
-func outboxCheckFieldRelaxV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxV1Note checks field_relax v1.note as its published JSON Schema says.
-func outboxCheckFieldRelaxV1Note(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckFieldRelaxV1 checks field_relax v1 as its published JSON Schema says.
 func outboxCheckFieldRelaxV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldRelaxV1Required) && w.Object(x, outboxCheckFieldRelaxV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxV2Id checks field_relax v2.id as its published JSON Schema says.
-func outboxCheckFieldRelaxV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxV2Note checks field_relax v2.note as its published JSON Schema says.
-func outboxCheckFieldRelaxV2Note(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch v.(type) {
-	case string:
-		return v, true
 	}
 	return v, false
 }
@@ -1660,42 +1595,11 @@ func outboxCheckFieldRelaxV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldRelaxDefaultV1AddressCountry checks field_relax_default v1.address.country as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV1AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckFieldRelaxDefaultV1Address checks field_relax_default v1.address as its published JSON Schema says.
 func outboxCheckFieldRelaxDefaultV1Address(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldRelaxDefaultV1AddressRequired) && w.Object(x, outboxCheckFieldRelaxDefaultV1AddressProps, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxDefaultV1Currency checks field_relax_default v1.currency as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV1Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxDefaultV1Id checks field_relax_default v1.id as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -1709,15 +1613,6 @@ func outboxCheckFieldRelaxDefaultV1(w *consumer.PayloadWalk, v any) (any, bool) 
 	return v, false
 }
 
-// outboxCheckFieldRelaxDefaultV2AddressCountry checks field_relax_default v2.address.country as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV2AddressCountry(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckFieldRelaxDefaultV2Address checks field_relax_default v2.address as its published JSON Schema says.
 func outboxCheckFieldRelaxDefaultV2Address(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1727,46 +1622,11 @@ func outboxCheckFieldRelaxDefaultV2Address(w *consumer.PayloadWalk, v any) (any,
 	return v, false
 }
 
-// outboxCheckFieldRelaxDefaultV2Currency checks field_relax_default v2.currency as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckFieldRelaxDefaultV2Id checks field_relax_default v2.id as its published JSON Schema says.
-func outboxCheckFieldRelaxDefaultV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldRelaxDefaultV2 checks field_relax_default v2 as its published JSON Schema says.
 func outboxCheckFieldRelaxDefaultV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldRelaxDefaultV2Required) && w.Object(x, outboxCheckFieldRelaxDefaultV2Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckEnumValueAddV1Id checks enum_value_add v1.id as its published JSON Schema says.
-func outboxCheckEnumValueAddV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -1790,19 +1650,6 @@ func outboxCheckEnumValueAddV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckEnumValueAddV2Id checks enum_value_add v2.id as its published JSON Schema says.
-func outboxCheckEnumValueAddV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckEnumValueAddV2Tier checks enum_value_add v2.tier as its published JSON Schema says.
 func outboxCheckEnumValueAddV2Tier(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1818,19 +1665,6 @@ func outboxCheckEnumValueAddV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckEnumValueAddV2Required) && w.Object(x, outboxCheckEnumValueAddV2Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckBoundsLoosenV1Id checks bounds_loosen v1.id as its published JSON Schema says.
-func outboxCheckBoundsLoosenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -1866,19 +1700,6 @@ func outboxCheckBoundsLoosenV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckBoundsLoosenV2Id checks bounds_loosen v2.id as its published JSON Schema says.
-func outboxCheckBoundsLoosenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckBoundsLoosenV2Qty checks bounds_loosen v2.qty as its published JSON Schema says.
 func outboxCheckBoundsLoosenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1910,19 +1731,6 @@ func outboxCheckBoundsLoosenV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckBoundsTightenV1Id checks bounds_tighten v1.id as its published JSON Schema says.
-func outboxCheckBoundsTightenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckBoundsTightenV1Qty checks bounds_tighten v1.qty as its published JSON Schema says.
 func outboxCheckBoundsTightenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -1936,33 +1744,11 @@ func outboxCheckBoundsTightenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckBoundsTightenV1Sku checks bounds_tighten v1.sku as its published JSON Schema says.
-func outboxCheckBoundsTightenV1Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckBoundsTightenV1 checks bounds_tighten v1 as its published JSON Schema says.
 func outboxCheckBoundsTightenV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckBoundsTightenV1Required) && w.Object(x, outboxCheckBoundsTightenV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckBoundsTightenV2Id checks bounds_tighten v2.id as its published JSON Schema says.
-func outboxCheckBoundsTightenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -1980,42 +1766,11 @@ func outboxCheckBoundsTightenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckBoundsTightenV2Sku checks bounds_tighten v2.sku as its published JSON Schema says.
-func outboxCheckBoundsTightenV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, 8)
-	}
-	return v, false
-}
-
 // outboxCheckBoundsTightenV2 checks bounds_tighten v2 as its published JSON Schema says.
 func outboxCheckBoundsTightenV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckBoundsTightenV2Required) && w.Object(x, outboxCheckBoundsTightenV2Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckDefaultChangeV1Currency checks default_change v1.currency as its published JSON Schema says.
-func outboxCheckDefaultChangeV1Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckDefaultChangeV1Id checks default_change v1.id as its published JSON Schema says.
-func outboxCheckDefaultChangeV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -2029,28 +1784,6 @@ func outboxCheckDefaultChangeV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckDefaultChangeV2Currency checks default_change v2.currency as its published JSON Schema says.
-func outboxCheckDefaultChangeV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckDefaultChangeV2Id checks default_change v2.id as its published JSON Schema says.
-func outboxCheckDefaultChangeV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckDefaultChangeV2 checks default_change v2 as its published JSON Schema says.
 func outboxCheckDefaultChangeV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2060,50 +1793,11 @@ func outboxCheckDefaultChangeV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldKindSameWireV1Id checks field_kind_same_wire v1.id as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV1Qty checks field_kind_same_wire v1.qty as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV1SizesItem checks field_kind_same_wire v1.sizes[] as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV1SizesItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindSameWireV1Sizes checks field_kind_same_wire v1.sizes as its published JSON Schema says.
 func outboxCheckFieldKindSameWireV1Sizes(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckFieldKindSameWireV1SizesItem)
+		return v, w.Array(x, outboxCheckFieldAddOptionalV1Id)
 	}
 	return v, false
 }
@@ -2113,63 +1807,6 @@ func outboxCheckFieldKindSameWireV1(w *consumer.PayloadWalk, v any) (any, bool) 
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldKindSameWireV1Required) && w.Object(x, outboxCheckFieldKindSameWireV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV2Id checks field_kind_same_wire v2.id as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV2Qty checks field_kind_same_wire v2.qty as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV2SizesItem checks field_kind_same_wire v2.sizes[] as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV2SizesItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV2Sizes checks field_kind_same_wire v2.sizes as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV2Sizes(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckFieldKindSameWireV2SizesItem)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindSameWireV2 checks field_kind_same_wire v2 as its published JSON Schema says.
-func outboxCheckFieldKindSameWireV2(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckFieldKindSameWireV2Required) && w.Object(x, outboxCheckFieldKindSameWireV2Props, nil, false)
 	}
 	return v, false
 }
@@ -2196,98 +1833,11 @@ func outboxCheckFieldKindWidenV1Counts(w *consumer.PayloadWalk, v any) (any, boo
 	return v, false
 }
 
-// outboxCheckFieldKindWidenV1Id checks field_kind_widen v1.id as its published JSON Schema says.
-func outboxCheckFieldKindWidenV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV1Qty checks field_kind_widen v1.qty as its published JSON Schema says.
-func outboxCheckFieldKindWidenV1Qty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV1Score checks field_kind_widen v1.score as its published JSON Schema says.
-func outboxCheckFieldKindWidenV1Score(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindWidenV1 checks field_kind_widen v1 as its published JSON Schema says.
 func outboxCheckFieldKindWidenV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldKindWidenV1Required) && w.Object(x, outboxCheckFieldKindWidenV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV2CountsItem checks field_kind_widen v2.counts[] as its published JSON Schema says.
-func outboxCheckFieldKindWidenV2CountsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV2Counts checks field_kind_widen v2.counts as its published JSON Schema says.
-func outboxCheckFieldKindWidenV2Counts(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckFieldKindWidenV2CountsItem)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV2Id checks field_kind_widen v2.id as its published JSON Schema says.
-func outboxCheckFieldKindWidenV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindWidenV2Qty checks field_kind_widen v2.qty as its published JSON Schema says.
-func outboxCheckFieldKindWidenV2Qty(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -2310,54 +1860,6 @@ func outboxCheckFieldKindWidenV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldKindToFloatV1Id checks field_kind_to_float v1.id as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindToFloatV1Price checks field_kind_to_float v1.price as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV1Price(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindToFloatV1WeightsItem checks field_kind_to_float v1.weights[] as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV1WeightsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindToFloatV1Weights checks field_kind_to_float v1.weights as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV1Weights(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case []any:
-		return v, w.Array(x, outboxCheckFieldKindToFloatV1WeightsItem)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindToFloatV1 checks field_kind_to_float v1 as its published JSON Schema says.
 func outboxCheckFieldKindToFloatV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2367,42 +1869,11 @@ func outboxCheckFieldKindToFloatV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldKindToFloatV2Id checks field_kind_to_float v2.id as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindToFloatV2Price checks field_kind_to_float v2.price as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV2Price(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindToFloatV2WeightsItem checks field_kind_to_float v2.weights[] as its published JSON Schema says.
-func outboxCheckFieldKindToFloatV2WeightsItem(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindToFloatV2Weights checks field_kind_to_float v2.weights as its published JSON Schema says.
 func outboxCheckFieldKindToFloatV2Weights(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case []any:
-		return v, w.Array(x, outboxCheckFieldKindToFloatV2WeightsItem)
+		return v, w.Array(x, outboxCheckFieldKindWidenV2Score)
 	}
 	return v, false
 }
@@ -2416,41 +1887,6 @@ func outboxCheckFieldKindToFloatV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldKindNarrowV1Id checks field_kind_narrow v1.id as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindNarrowV1Price checks field_kind_narrow v1.price as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV1Price(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		return v, w.InBounds(x, outboxBound9, outboxBound10, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindNarrowV1Stock checks field_kind_narrow v1.stock as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV1Stock(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindNarrowV1 checks field_kind_narrow v1 as its published JSON Schema says.
 func outboxCheckFieldKindNarrowV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -2460,98 +1896,11 @@ func outboxCheckFieldKindNarrowV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckFieldKindNarrowV2Id checks field_kind_narrow v2.id as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindNarrowV2Price checks field_kind_narrow v2.price as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV2Price(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckFieldKindNarrowV2Stock checks field_kind_narrow v2.stock as its published JSON Schema says.
-func outboxCheckFieldKindNarrowV2Stock(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound7, outboxBound8, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckFieldKindNarrowV2 checks field_kind_narrow v2 as its published JSON Schema says.
 func outboxCheckFieldKindNarrowV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckFieldKindNarrowV2Required) && w.Object(x, outboxCheckFieldKindNarrowV2Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckDraftedV1Id checks drafted v1.id as its published JSON Schema says.
-func outboxCheckDraftedV1Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckDraftedV1 checks drafted v1 as its published JSON Schema says.
-func outboxCheckDraftedV1(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckDraftedV1Required) && w.Object(x, outboxCheckDraftedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckDraftedV2Count checks drafted v2.count as its published JSON Schema says.
-func outboxCheckDraftedV2Count(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckDraftedV2Id checks drafted v2.id as its published JSON Schema says.
-func outboxCheckDraftedV2Id(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }

@@ -560,22 +560,19 @@ var outboxCheckHoldExpiredV1Props = map[string]consumer.PayloadCheck{
 	"hold_id": outboxCheckHoldExpiredV1HoldId,
 }
 
-var outboxCheckOrderPlacedV1Required = []string{"order_id"}
-
-var outboxCheckOrderPlacedV1Props = map[string]consumer.PayloadCheck{
-	"order_id": outboxCheckOrderPlacedV1OrderId,
-}
+// outboxCheckOrderPlacedV1 checks order.placed v1: its schema is outboxCheckPaymentReminderV1's.
+var outboxCheckOrderPlacedV1 = outboxCheckPaymentReminderV1
 
 var outboxCheckAuditRecordedV1Required = []string{"action"}
 
 var outboxCheckAuditRecordedV1Props = map[string]consumer.PayloadCheck{
-	"action": outboxCheckAuditRecordedV1Action,
+	"action": outboxCheckHoldExpiredV1HoldId,
 }
 
 var outboxCheckLedgerClosedV1Required = []string{"ledger"}
 
 var outboxCheckLedgerClosedV1Props = map[string]consumer.PayloadCheck{
-	"ledger": outboxCheckLedgerClosedV1Ledger,
+	"ledger": outboxCheckHoldExpiredV1HoldId,
 }
 
 // outboxCheckPaymentReminderV1OrderId checks payment.reminder v1.order_id as its published JSON Schema says.
@@ -618,51 +615,11 @@ func outboxCheckHoldExpiredV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPlacedV1OrderId checks order.placed v1.order_id as its published JSON Schema says.
-func outboxCheckOrderPlacedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPlacedV1 checks order.placed v1 as its published JSON Schema says.
-func outboxCheckOrderPlacedV1(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case map[string]any:
-		return v, w.Required(x, outboxCheckOrderPlacedV1Required) && w.Object(x, outboxCheckOrderPlacedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckAuditRecordedV1Action checks audit.recorded v1.action as its published JSON Schema says.
-func outboxCheckAuditRecordedV1Action(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckAuditRecordedV1 checks audit.recorded v1 as its published JSON Schema says.
 func outboxCheckAuditRecordedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckAuditRecordedV1Required) && w.Object(x, outboxCheckAuditRecordedV1Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckLedgerClosedV1Ledger checks ledger.closed v1.ledger as its published JSON Schema says.
-func outboxCheckLedgerClosedV1Ledger(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }

@@ -226,9 +226,9 @@ var outboxCheckPriceChangedV1Props = map[string]consumer.PayloadCheck{
 var outboxCheckPriceChangedV2Required = []string{"cents", "sku"}
 
 var outboxCheckPriceChangedV2Props = map[string]consumer.PayloadCheck{
-	"cents":    outboxCheckPriceChangedV2Cents,
-	"currency": outboxCheckPriceChangedV2Currency,
-	"sku":      outboxCheckPriceChangedV2Sku,
+	"cents":    outboxCheckPriceChangedV1Cents,
+	"currency": outboxCheckPriceChangedV1Sku,
+	"sku":      outboxCheckPriceChangedV1Sku,
 }
 
 var outboxCheckPriceChangedV3Required = []string{"amount", "sku"}
@@ -239,8 +239,8 @@ var outboxBound4 = consumer.NewPayloadBound("1.7976931348623157e+308")
 
 var outboxCheckPriceChangedV3Props = map[string]consumer.PayloadCheck{
 	"amount":   outboxCheckPriceChangedV3Amount,
-	"currency": outboxCheckPriceChangedV3Currency,
-	"sku":      outboxCheckPriceChangedV3Sku,
+	"currency": outboxCheckPriceChangedV1Sku,
+	"sku":      outboxCheckPriceChangedV1Sku,
 }
 
 // outboxCheckPriceChangedV1Cents checks price.changed v1.cents as its published JSON Schema says.
@@ -274,37 +274,6 @@ func outboxCheckPriceChangedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckPriceChangedV2Cents checks price.changed v2.cents as its published JSON Schema says.
-func outboxCheckPriceChangedV2Cents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV2Currency checks price.changed v2.currency as its published JSON Schema says.
-func outboxCheckPriceChangedV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV2Sku checks price.changed v2.sku as its published JSON Schema says.
-func outboxCheckPriceChangedV2Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
 // outboxCheckPriceChangedV2 checks price.changed v2 as its published JSON Schema says.
 func outboxCheckPriceChangedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
@@ -319,24 +288,6 @@ func outboxCheckPriceChangedV3Amount(w *consumer.PayloadWalk, v any) (any, bool)
 	switch x := v.(type) {
 	case json.Number:
 		return v, w.InBounds(x, outboxBound3, outboxBound4, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV3Currency checks price.changed v3.currency as its published JSON Schema says.
-func outboxCheckPriceChangedV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckPriceChangedV3Sku checks price.changed v3.sku as its published JSON Schema says.
-func outboxCheckPriceChangedV3Sku(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
 	}
 	return v, false
 }

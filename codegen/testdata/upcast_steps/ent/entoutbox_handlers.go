@@ -220,39 +220,26 @@ var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
 
 var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
 	"cents":    outboxCheckOrderPaidV1Cents,
-	"order_id": outboxCheckOrderPaidV1OrderId,
+	"order_id": outboxCheckOrderPaidV1Cents,
 }
 
 var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
 
 var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
-	"amount_cents": outboxCheckOrderPaidV2AmountCents,
-	"order_id":     outboxCheckOrderPaidV2OrderId,
+	"amount_cents": outboxCheckOrderPaidV1Cents,
+	"order_id":     outboxCheckOrderPaidV1Cents,
 }
 
 var outboxCheckOrderPaidV3Required = []string{"amount_cents", "order_id", "region"}
 
 var outboxCheckOrderPaidV3Props = map[string]consumer.PayloadCheck{
-	"amount_cents": outboxCheckOrderPaidV3AmountCents,
-	"order_id":     outboxCheckOrderPaidV3OrderId,
+	"amount_cents": outboxCheckOrderPaidV1Cents,
+	"order_id":     outboxCheckOrderPaidV1Cents,
 	"region":       outboxCheckOrderPaidV3Region,
 }
 
 // outboxCheckOrderPaidV1Cents checks order.paid v1.cents as its published JSON Schema says.
 func outboxCheckOrderPaidV1Cents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case json.Number:
 		n, ok := w.Integer(x)
@@ -273,63 +260,11 @@ func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
-func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPaidV2 checks order.paid v2 as its published JSON Schema says.
 func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckOrderPaidV2Required) && w.Object(x, outboxCheckOrderPaidV2Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV3AmountCents checks order.paid v3.amount_cents as its published JSON Schema says.
-func outboxCheckOrderPaidV3AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV3OrderId checks order.paid v3.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV3OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }

@@ -289,48 +289,35 @@ var outboxBound2 = consumer.NewPayloadBound("9223372036854775807")
 
 var outboxCheckOrderPaidV1Props = map[string]consumer.PayloadCheck{
 	"amount_cents": outboxCheckOrderPaidV1AmountCents,
-	"order_id":     outboxCheckOrderPaidV1OrderId,
+	"order_id":     outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckOrderPaidV2Required = []string{"amount_cents", "order_id"}
 
 var outboxCheckOrderPaidV2Props = map[string]consumer.PayloadCheck{
-	"amount_cents": outboxCheckOrderPaidV2AmountCents,
+	"amount_cents": outboxCheckOrderPaidV1AmountCents,
 	"currency":     outboxCheckOrderPaidV2Currency,
-	"order_id":     outboxCheckOrderPaidV2OrderId,
+	"order_id":     outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckOrderPaidV3Required = []string{"amount_cents", "order_id"}
 
 var outboxCheckOrderPaidV3Props = map[string]consumer.PayloadCheck{
-	"amount_cents": outboxCheckOrderPaidV3AmountCents,
-	"currency":     outboxCheckOrderPaidV3Currency,
-	"installments": outboxCheckOrderPaidV3Installments,
-	"order_id":     outboxCheckOrderPaidV3OrderId,
+	"amount_cents": outboxCheckOrderPaidV1AmountCents,
+	"currency":     outboxCheckOrderPaidV2Currency,
+	"installments": outboxCheckOrderPaidV1AmountCents,
+	"order_id":     outboxCheckOrderPaidV1AmountCents,
 }
 
 var outboxCheckOrderShippedV1Required = []string{"carrier", "order_id"}
 
 var outboxCheckOrderShippedV1Props = map[string]consumer.PayloadCheck{
-	"carrier":  outboxCheckOrderShippedV1Carrier,
-	"order_id": outboxCheckOrderShippedV1OrderId,
+	"carrier":  outboxCheckOrderPaidV2Currency,
+	"order_id": outboxCheckOrderPaidV1AmountCents,
 }
 
 // outboxCheckOrderPaidV1AmountCents checks order.paid v1.amount_cents as its published JSON Schema says.
 func outboxCheckOrderPaidV1AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV1OrderId checks order.paid v1.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case json.Number:
 		n, ok := w.Integer(x)
@@ -351,37 +338,11 @@ func outboxCheckOrderPaidV1(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPaidV2AmountCents checks order.paid v2.amount_cents as its published JSON Schema says.
-func outboxCheckOrderPaidV2AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPaidV2Currency checks order.paid v2.currency as its published JSON Schema says.
 func outboxCheckOrderPaidV2Currency(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case string:
 		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV2OrderId checks order.paid v2.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV2OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
@@ -395,81 +356,11 @@ func outboxCheckOrderPaidV2(w *consumer.PayloadWalk, v any) (any, bool) {
 	return v, false
 }
 
-// outboxCheckOrderPaidV3AmountCents checks order.paid v3.amount_cents as its published JSON Schema says.
-func outboxCheckOrderPaidV3AmountCents(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV3Currency checks order.paid v3.currency as its published JSON Schema says.
-func outboxCheckOrderPaidV3Currency(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV3Installments checks order.paid v3.installments as its published JSON Schema says.
-func outboxCheckOrderPaidV3Installments(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
-// outboxCheckOrderPaidV3OrderId checks order.paid v3.order_id as its published JSON Schema says.
-func outboxCheckOrderPaidV3OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
-	}
-	return v, false
-}
-
 // outboxCheckOrderPaidV3 checks order.paid v3 as its published JSON Schema says.
 func outboxCheckOrderPaidV3(w *consumer.PayloadWalk, v any) (any, bool) {
 	switch x := v.(type) {
 	case map[string]any:
 		return v, w.Required(x, outboxCheckOrderPaidV3Required) && w.Object(x, outboxCheckOrderPaidV3Props, nil, false)
-	}
-	return v, false
-}
-
-// outboxCheckOrderShippedV1Carrier checks order.shipped v1.carrier as its published JSON Schema says.
-func outboxCheckOrderShippedV1Carrier(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case string:
-		return v, w.Length(x, 1, -1)
-	}
-	return v, false
-}
-
-// outboxCheckOrderShippedV1OrderId checks order.shipped v1.order_id as its published JSON Schema says.
-func outboxCheckOrderShippedV1OrderId(w *consumer.PayloadWalk, v any) (any, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		n, ok := w.Integer(x)
-		if !ok {
-			return v, false
-		}
-		return n, w.InBounds(x, outboxBound1, outboxBound2, nil, nil)
 	}
 	return v, false
 }
