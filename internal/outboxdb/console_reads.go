@@ -5,17 +5,25 @@ import "github.com/entoutbox/entoutbox/internal/pgsql"
 // The console's reads of the outbox's tables (package console): each
 // bounded, through an index named in its comment.
 
+// looseScan is the recursive CTE cte of the distinct values of column in
+// table, one index probe per value (a loose index scan, which PostgreSQL
+// does not plan by itself); alias names the table in the probe.
+func looseScan(cte, column, table, alias string) string {
+	c := alias + "." + column
+	return cte + ` AS (
+			(SELECT ` + column + ` FROM ` + table + ` ORDER BY ` + column + ` LIMIT 1)
+			UNION ALL
+			SELECT (SELECT ` + c + ` FROM ` + table + ` ` + alias + ` WHERE ` + c + ` > ` + cte + "." + column + ` ORDER BY ` + c + ` LIMIT 1)
+			FROM ` + cte + ` WHERE ` + cte + "." + column + ` IS NOT NULL
+		)`
+}
+
 // ConsoleProcessedBy reads who processed event $1 (consumer, processed_at,
 // attempts), probing the (consumer, event_id) index once per consumer, the
 // names found by a loose scan of the same index.
 var ConsoleProcessedBy = define("console/processed-by", func(t Tables) string {
 	processed := pgsql.QuoteIdent(t.Processed)
-	return `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		)
+	return `WITH RECURSIVE ` + looseScan("names", "consumer", processed, "p") + `
 		SELECT consumer, processed_at, attempts FROM ` + processed + `
 		WHERE consumer = ANY (ARRAY(SELECT consumer FROM names WHERE consumer IS NOT NULL)) AND event_id = $1
 		ORDER BY processed_at`
@@ -27,12 +35,7 @@ var ConsoleProcessedBy = define("console/processed-by", func(t Tables) string {
 // processed_at index.
 var ConsoleConsumers = define("console/consumers", func(t Tables) string {
 	processed := pgsql.QuoteIdent(t.Processed)
-	return `WITH RECURSIVE names AS (
-			(SELECT consumer FROM ` + processed + ` ORDER BY consumer LIMIT 1)
-			UNION ALL
-			SELECT (SELECT p.consumer FROM ` + processed + ` p WHERE p.consumer > names.consumer ORDER BY p.consumer LIMIT 1)
-			FROM names WHERE names.consumer IS NOT NULL
-		), recent AS (
+	return `WITH RECURSIVE ` + looseScan("names", "consumer", processed, "p") + `, recent AS (
 			SELECT consumer, count(*) AS n, max(processed_at) AS last FROM ` + processed + `
 			WHERE processed_at > now() - interval '1 minute' GROUP BY consumer
 		)

@@ -124,12 +124,7 @@ var ConsoleOutboxIndexes = define("console/outbox-indexes", func(Tables) string 
 // index on (aggregate_type, aggregate_id): one probe per type.
 var ConsoleAggregateTypes = define("console/aggregate-types", func(t Tables) string {
 	o := pgsql.QuoteIdent(t.Outbox)
-	return `WITH RECURSIVE types AS (
-			(SELECT aggregate_type FROM ` + o + ` ORDER BY aggregate_type LIMIT 1)
-			UNION ALL
-			SELECT (SELECT o.aggregate_type FROM ` + o + ` o WHERE o.aggregate_type > types.aggregate_type ORDER BY o.aggregate_type LIMIT 1)
-			FROM types WHERE types.aggregate_type IS NOT NULL
-		) SELECT aggregate_type FROM types WHERE aggregate_type IS NOT NULL`
+	return `WITH RECURSIVE ` + looseScan("types", "aggregate_type", o, "o") + ` SELECT aggregate_type FROM types WHERE aggregate_type IS NOT NULL`
 })
 
 // ConsoleAggregateIndex is the index the console advises for a search by
