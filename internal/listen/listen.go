@@ -76,6 +76,8 @@ type Listener struct {
 
 	mu      sync.Mutex
 	waiters map[*waiter]bool
+
+	onWait func(time.Duration) // tests': each wait Run chooses before reconnecting
 }
 
 // New returns a listener on cfg; Run runs it.
@@ -154,7 +156,11 @@ func (l *Listener) Run(ctx context.Context) error {
 		}
 		l.cfg.Logger.Info(l.cfg.Lost, l.fields(watermill.LogFields{"err": err}))
 		l.missed()
-		wait := time.NewTimer(backoff.Exponential(firstWait, l.cfg.MaxWait, attempt))
+		d := backoff.Exponential(firstWait, l.cfg.MaxWait, attempt)
+		if l.onWait != nil {
+			l.onWait(d)
+		}
+		wait := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 		case <-wait.C:

@@ -116,6 +116,7 @@ func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 	chs := channels(db, "rows")
 	logs := watermill.NewCaptureLogger()
 	l := listen.New(listen.Config{DB: pool, Channels: chs, Logger: logs, Lost: "lost it"})
+	waits := listen.RecordWaits(l)
 	w := l.Wakeups()
 	defer w.Close()
 	run(t, l)
@@ -130,6 +131,7 @@ func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 			assert.NoError(t, err)
 			held <- c
 		}()
+		before := waits.Len()
 		var killed bool
 		require.NoError(t, db.DB.QueryRow(`SELECT pg_terminate_backend($1)`, int64(pid)).Scan(&killed))
 		require.True(t, killed)
@@ -137,11 +139,12 @@ func TestAKilledConnectionIsReplacedAndWaitersLookOnce(t *testing.T) {
 		signalled(t, w.Missed(), "the loss")
 		require.Zero(t, l.PID())
 		require.NoError(t, c.Close())
-		freed := time.Now()
 		require.Eventually(t, func() bool { again := l.PID(); return again != 0 && again != pid },
 			patience, time.Millisecond, "loss %d: not listening again", i+1)
-		// A wait that kept doubling from 100 ms would be 3.2 s by the sixth loss.
-		require.Less(t, time.Since(freed), 2500*time.Millisecond, "loss %d", i+1)
+		// A notification came on the lost connection (the one before):
+		// the wait starts again from the shortest, where one that kept
+		// doubling would be 3.2 s by the sixth loss.
+		require.Equal(t, listen.FirstWait, waits.At(before), "loss %d: the first wait after it", i+1)
 		drain(w.Missed())
 		notify(t, db.DB, chs[0], "")
 		signalled(t, w.C(chs[0]), "a notification after the loss")
@@ -156,18 +159,19 @@ func TestAConnectionThatStayedUpResetsTheWait(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	l := listen.New(listen.Config{DB: db.DB, Channels: channels(db, "rows")})
+	waits := listen.RecordWaits(l)
 	run(t, l)
 	require.Eventually(t, l.Listening, patience, time.Millisecond)
 	for i := range 5 {
 		time.Sleep(listen.Healthy + 200*time.Millisecond)
 		pid := l.PID()
+		before := waits.Len()
 		_, err := db.DB.Exec(`SELECT pg_terminate_backend($1)`, int64(pid))
 		require.NoError(t, err)
-		cut := time.Now()
 		require.Eventually(t, func() bool { again := l.PID(); return again != 0 && again != pid },
 			patience, time.Millisecond, "loss %d: not listening again", i+1)
 		// A wait that kept doubling from 100 ms would be 1.6 s by the fifth loss.
-		require.Less(t, time.Since(cut), 1200*time.Millisecond, "loss %d", i+1)
+		require.Equal(t, listen.FirstWait, waits.At(before), "loss %d: the first wait after it", i+1)
 	}
 }
 
