@@ -18,6 +18,10 @@ var funcs = template.FuncMap{
 	// each version's.
 	"outboxPayloadChecks":    payloadChecks,
 	"outboxPayloadCheckName": payloadCheckName,
+	// The readers of each event's latest struct from its checked payload,
+	// as Go, and the name of each event's ("": encoding/json reads it).
+	"outboxPayloadReaders":    payloadReaders,
+	"outboxPayloadReaderName": payloadReaderName,
 }
 
 // comment renders text as // lines, one per line of text.

@@ -20,12 +20,32 @@ func init() {
 		fastCheckDisagreements.Add(1)
 		fmt.Fprintln(os.Stderr, "consumer: the generated schema check disagrees with the library:", d)
 	}
+	payload.Read = func(path string, generated bool) {
+		n, _ := generatedReads.LoadOrStore(fmt.Sprintf("%s\x00%v", path, generated), new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
 	payload.Observe = func(path string, p []byte, valid bool) {
 		generatedVerdicts.Store(path+"\x00"+string(p), valid)
 	}
 }
 
 var generatedVerdicts sync.Map
+
+// generatedReads counts, per schema file and outcome, the payloads the
+// generated readers read (true) or left to encoding/json (false).
+var generatedReads sync.Map
+
+// GeneratedReads is how many payloads given to the schema file at path
+// the generated reader read, and how many it left to encoding/json.
+func GeneratedReads(path string) (read, declined int64) {
+	if n, ok := generatedReads.Load(path + "\x00true"); ok {
+		read = n.(*atomic.Int64).Load()
+	}
+	if n, ok := generatedReads.Load(path + "\x00false"); ok {
+		declined = n.(*atomic.Int64).Load()
+	}
+	return read, declined
+}
 
 // GeneratedVerdict is the generated check's verdict on the last payload
 // given to the schema file at path (relative to the ent package), if any.
@@ -79,9 +99,9 @@ func DecodePayload(h any, name string, version int, payload []byte) (any, error)
 // end of tb, as outside tests (for benchmarks): no cross-check, no
 // verdicts noted.
 func WithoutFastCrossCheck(tb interface{ Cleanup(func()) }) {
-	saved, observe := payload.CrossCheck, payload.Observe
-	payload.CrossCheck, payload.Observe = nil, nil
-	tb.Cleanup(func() { payload.CrossCheck, payload.Observe = saved, observe })
+	saved, observe, read := payload.CrossCheck, payload.Observe, payload.Read
+	payload.CrossCheck, payload.Observe, payload.Read = nil, nil, nil
+	tb.Cleanup(func() { payload.CrossCheck, payload.Observe, payload.Read = saved, observe, read })
 }
 
 // WithOutagePauses sets how long a delivery waits for an outage to end

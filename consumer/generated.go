@@ -8,10 +8,12 @@ import (
 	"bytes"
 	"context"
 	stdsql "database/sql"
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"regexp"
+	"time"
 
 	"entgo.io/ent/dialect"
 
@@ -200,3 +202,41 @@ func NewPayloadBound(s string) *PayloadBound { return payload.NewBound(s) }
 // For generated code. NewPayloadPattern compiles a pattern of a published
 // schema.
 func NewPayloadPattern(expr string) *regexp.Regexp { return payload.NewPattern(expr) }
+
+// For generated code. PayloadReader is what go generate writes to read a
+// checked payload into the struct of an event's latest version (see the
+// payload package inside this one).
+type PayloadReader[T any] = payload.Reader[T]
+
+// For generated code. DecodeGeneratedPayload is s.Decode(payload, e),
+// reading the document the check parsed into e with read.
+func DecodeGeneratedPayload[T any](s *PayloadSchema, payload_ []byte, e *T, read PayloadReader[T]) error {
+	return payload.DecodeWith(s, payload_, e, read)
+}
+
+// For generated code. PayloadInt reads a checked integer of bits bits.
+func PayloadInt(v any, bits int) (int64, bool) { return payload.Int(v, bits) }
+
+// For generated code. PayloadFloat reads a checked number.
+func PayloadFloat(v any) (float64, bool) { return payload.Float(v) }
+
+// For generated code. PayloadTime reads a checked date-time.
+func PayloadTime(v any) (time.Time, bool) { return payload.Time(v) }
+
+// For generated code. PayloadText reads a checked string into dst.
+func PayloadText[T any, PT interface {
+	*T
+	encoding.TextUnmarshaler
+}](v any, dst PT) bool {
+	return payload.Text[T, PT](v, dst)
+}
+
+// For generated code. PayloadBytes reads a checked base64 string.
+func PayloadBytes(v any) ([]byte, bool) { return payload.Bytes(v) }
+
+// For generated code. PayloadRaw is the JSON of key's value in raw.
+func PayloadRaw(raw []byte, key string) (json.RawMessage, bool) { return payload.Raw(raw, key) }
+
+// For generated code. PayloadKeyFolds reports whether key may name one
+// of fields for encoding/json, which ignores case.
+func PayloadKeyFolds(key string, fields ...string) bool { return payload.KeyFolds(key, fields...) }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/internal/schematest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
@@ -36,5 +37,41 @@ func TestDecodedPayloadsReadAsEncodingJSON(t *testing.T) {
 		got, err := consumer.DecodePayload(h, "profile.updated", 1, []byte(payload))
 		require.NoError(t, err, what)
 		require.Equal(t, &want, got, "%s: %s", what, payload)
+	}
+}
+
+// TestGeneratedReadersReadAsEncodingJSON holds the readers go generate
+// writes (the checked document read into the latest version's struct,
+// rather than the payload decoded a second time) to encoding/json: every
+// payload made from every published schema (schematest.Variants) that a
+// version accepts is decoded as that version, and the package's
+// cross-check decodes it with encoding/json too and compares the structs
+// (defaults set before reading, nested objects, lists, maps, nulls, raw
+// JSON, base64, UUIDs, times). Each event's reader must read most of its
+// latest version's payloads itself: one that declines everything would
+// pass the comparison.
+func TestGeneratedReadersReadAsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	h := testent.NewOutboxHandlers(testent.NewClient()) // decoding needs no database
+	schemas, latest := publishedSchemas(t)
+	decoded := map[string]int64{}
+	for _, s := range schemas {
+		for _, p := range schematest.Variants(s.schema.Doc) {
+			if !s.schema.Valid(p.JSON) {
+				continue
+			}
+			if _, err := consumer.DecodePayload(h, s.name, s.version, p.JSON); err == nil {
+				decoded[s.id]++
+			}
+		}
+	}
+	require.Zero(t, consumer.FastCheckDisagreements(), "a generated reader and encoding/json read a payload apart (see the log)")
+	for _, s := range schemas {
+		read, declined := consumer.GeneratedReads("entoutbox/schemas/" + s.id + ".json")
+		t.Logf("%s: %d decoded, the reader read %d and left %d to encoding/json", s.id, decoded[s.id], read, declined)
+		require.Positive(t, decoded[s.id], s.id)
+		if s.version == latest[s.name] { // older ones may take the upcasters' road
+			require.GreaterOrEqual(t, 2*read, decoded[s.id], "%s: the generated reader reads less than half the payloads", s.id)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/consumer"
+	"github.com/entoutbox/entoutbox/internal/schematest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
@@ -62,4 +64,30 @@ func profilePayload(b *testing.B) []byte {
 		b.Fatal(err)
 	}
 	return payload
+}
+
+// BenchmarkDecodeEachEvent decodes, per event of internal/testent, the
+// sample payload of its latest version's published schema (every field
+// present), as the generated handlers do, check included.
+func BenchmarkDecodeEachEvent(b *testing.B) {
+	consumer.WithoutFastCrossCheck(b)
+	h := testent.NewOutboxHandlers(testent.NewClient())
+	schemas, latest := publishedSchemas(b)
+	for _, s := range schemas {
+		if s.version != latest[s.name] {
+			continue
+		}
+		payload, err := json.Marshal(schematest.Sample(s.schema.Doc))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("%s/%dB", s.name, len(payload)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := consumer.DecodePayload(h, s.name, s.version, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -38,7 +38,7 @@ var schemaFile = regexp.MustCompile(`^(.+)\.v([0-9]+)\.json$`)
 
 // publishedSchemas loads every schema internal/testent publishes, with the
 // newest version of each event.
-func publishedSchemas(t *testing.T) ([]publishedSchema, map[string]int) {
+func publishedSchemas(t testing.TB) ([]publishedSchema, map[string]int) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(testentContract, "schemas", "*.json"))
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"entgo.io/ent/dialect"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
@@ -193,7 +194,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPaidSchemas[version-1], payload, e, outboxReadOrderPaid); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -291,7 +292,7 @@ func outboxDecodeProfileUpdated(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "profile.updated", version, 1)
 	}
 	e := &ProfileUpdated{}
-	if err := outboxProfileUpdatedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxProfileUpdatedSchemas[version-1], payload, e, outboxReadProfileUpdated); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -406,7 +407,7 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "price.changed", version, 3, err)
 		}
-	} else if err := outboxPriceChangedSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxPriceChangedSchemas[version-1], payload, e, outboxReadPriceChanged); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -506,7 +507,7 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPlacedSchemas[version-1], payload, e, outboxReadOrderPlaced); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -634,7 +635,7 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "cart.changed", version, 3, err)
 		}
-	} else if err := outboxCartChangedSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxCartChangedSchemas[version-1], payload, e, outboxReadCartChanged); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -753,7 +754,7 @@ func outboxDecodeShipmentBooked(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "shipment.booked", version, 2, err)
 		}
-	} else if err := outboxShipmentBookedSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxShipmentBookedSchemas[version-1], payload, e, outboxReadShipmentBooked); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -852,7 +853,7 @@ func outboxDecodeAllKinds(version int, payload []byte) (any, error) {
 	}
 	e := &AllKinds{}
 	e.outboxPrefill()
-	if err := outboxAllKindsSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxAllKindsSchemas[version-1], payload, e, outboxReadAllKinds); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -950,7 +951,7 @@ func outboxDecodePaymentReminder(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "payment.reminder", version, 1)
 	}
 	e := &PaymentReminder{}
-	if err := outboxPaymentReminderSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxPaymentReminderSchemas[version-1], payload, e, outboxReadPaymentReminder); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -1040,7 +1041,7 @@ func outboxDecodeAuditRecorded(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "audit.recorded", version, 1)
 	}
 	e := &AuditRecorded{}
-	if err := outboxAuditRecordedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxAuditRecordedSchemas[version-1], payload, e, outboxReadAuditRecorded); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -2140,6 +2141,1012 @@ func outboxCheckAuditRecordedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckAuditRecordedV1Required) && w.Object(x, outboxCheckAuditRecordedV1Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadOrderPaid reads the fields of a checked "order.paid" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "amount_cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.AmountCents = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadProfileUpdated reads the fields of a checked "profile.updated" payload into e (see consumer.PayloadReader).
+func outboxReadProfileUpdated(doc map[string]any, raw []byte, e *ProfileUpdated) bool {
+	for k, v := range doc {
+		switch k {
+		case "display_name":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.DisplayName = x0
+		case "nickname":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Nickname = x0
+		case "verified":
+			x0, ok := v.(bool)
+			if !ok {
+				return false
+			}
+			e.Verified = x0
+		case "score":
+			n0, ok := consumer.PayloadInt(v, 32)
+			if !ok {
+				return false
+			}
+			x0 := int32(n0)
+			e.Score = x0
+		case "balance":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Balance = x0
+		case "updated_at":
+			x0, ok := consumer.PayloadTime(v)
+			if !ok {
+				return false
+			}
+			e.UpdatedAt = x0
+		case "deleted_at":
+			if v == nil {
+				e.DeletedAt = nil
+			} else {
+				x0, ok := consumer.PayloadTime(v)
+				if !ok {
+					return false
+				}
+				e.DeletedAt = &x0
+			}
+		case "session_id":
+			var x0 uuid.UUID
+			if !consumer.PayloadText(v, &x0) {
+				return false
+			}
+			e.SessionID = x0
+		case "plan":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Plan = x0
+		case "avatar":
+			if v == nil {
+				e.Avatar = nil
+			} else {
+				x0, ok := consumer.PayloadBytes(v)
+				if !ok {
+					return false
+				}
+				e.Avatar = x0
+			}
+		case "settings":
+			x0, ok := consumer.PayloadRaw(raw, "settings")
+			if !ok {
+				return false
+			}
+			e.Settings = x0
+		case "tags":
+			if v == nil {
+				e.Tags = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]string, len(a0))
+				for i0, v0 := range a0 {
+					x1, ok := v0.(string)
+					if !ok {
+						return false
+					}
+					s0[i0] = x1
+				}
+				e.Tags = s0
+			}
+		case "friend_ids":
+			if v == nil {
+				e.FriendIds = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]int64, len(a0))
+				for i0, v0 := range a0 {
+					n1, ok := consumer.PayloadInt(v0, 64)
+					if !ok {
+						return false
+					}
+					x1 := int64(n1)
+					s0[i0] = x1
+				}
+				e.FriendIds = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "display_name", "nickname", "verified", "score", "balance", "updated_at", "deleted_at", "session_id", "plan", "avatar", "settings", "tags", "friend_ids") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadPriceChanged reads the fields of a checked "price.changed" payload into e (see consumer.PayloadReader).
+func outboxReadPriceChanged(doc map[string]any, raw []byte, e *PriceChanged) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "amount":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Amount = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlaced reads the fields of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]OrderPlacedLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					s0[i0].outboxPrefill()
+					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		case "address":
+			m0, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			e.Address.outboxPrefill()
+			if !outboxReadOrderPlacedAddress(m0, nil, &e.Address) {
+				return false
+			}
+		case "attributes":
+			if v == nil {
+				e.Attributes = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]OrderPlacedAttribute, len(m0))
+				for k0, v0 := range m0 {
+					var x0 OrderPlacedAttribute
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					if !outboxReadOrderPlacedAttribute(m1, nil, &x0) {
+						return false
+					}
+					t0[k0] = x0
+				}
+				e.Attributes = t0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "lines", "address", "attributes") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedLine reads the fields of "lines[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Qty = x0
+		case "unit":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Unit = x0
+		case "pack":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Pack = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "pack") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedAddress reads the fields of "address" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlacedAddress) bool {
+	for k, v := range doc {
+		switch k {
+		case "street":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Street = x0
+		case "city":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.City = x0
+		case "country":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Country = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "street", "city", "country") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedAttribute reads the fields of "attributes{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedAttribute(doc map[string]any, raw []byte, e *OrderPlacedAttribute) bool {
+	for k, v := range doc {
+		switch k {
+		case "value":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Value = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "value") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadCartChanged reads the fields of a checked "cart.changed" payload into e (see consumer.PayloadReader).
+func outboxReadCartChanged(doc map[string]any, raw []byte, e *CartChanged) bool {
+	for k, v := range doc {
+		switch k {
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]CartChangedLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					s0[i0].outboxPrefill()
+					if !outboxReadCartChangedLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "lines") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadCartChangedLine reads the fields of "lines[]" of a checked "cart.changed" payload into e (see consumer.PayloadReader).
+func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "amount":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Amount = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadShipmentBooked reads the fields of a checked "shipment.booked" payload into e (see consumer.PayloadReader).
+func outboxReadShipmentBooked(doc map[string]any, raw []byte, e *ShipmentBooked) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "carrier":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Carrier = x0
+		case "service":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Service = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "carrier", "service") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAllKinds reads the fields of a checked "all.kinds" payload into e (see consumer.PayloadReader).
+func outboxReadAllKinds(doc map[string]any, raw []byte, e *AllKinds) bool {
+	for k, v := range doc {
+		switch k {
+		case "s":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.S = x0
+		case "note":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Note = x0
+		case "locale":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Locale = x0
+		case "label":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Label = x0
+		case "nick":
+			if v == nil {
+				e.Nick = nil
+			} else {
+				x0, ok := v.(string)
+				if !ok {
+					return false
+				}
+				e.Nick = &x0
+			}
+		case "b":
+			x0, ok := v.(bool)
+			if !ok {
+				return false
+			}
+			e.B = x0
+		case "flag":
+			if v == nil {
+				e.Flag = nil
+			} else {
+				x0, ok := v.(bool)
+				if !ok {
+					return false
+				}
+				e.Flag = &x0
+			}
+		case "i":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.I = x0
+		case "i32":
+			n0, ok := consumer.PayloadInt(v, 32)
+			if !ok {
+				return false
+			}
+			x0 := int32(n0)
+			e.I32 = x0
+		case "i64":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.I64 = x0
+		case "ref":
+			if v == nil {
+				e.Ref = nil
+			} else {
+				n0, ok := consumer.PayloadInt(v, 64)
+				if !ok {
+					return false
+				}
+				x0 := int64(n0)
+				e.Ref = &x0
+			}
+		case "level":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Level = x0
+		case "f":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.F = x0
+		case "ratio":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Ratio = x0
+		case "at":
+			x0, ok := consumer.PayloadTime(v)
+			if !ok {
+				return false
+			}
+			e.At = x0
+		case "deleted_at":
+			if v == nil {
+				e.DeletedAt = nil
+			} else {
+				x0, ok := consumer.PayloadTime(v)
+				if !ok {
+					return false
+				}
+				e.DeletedAt = &x0
+			}
+		case "id":
+			var x0 uuid.UUID
+			if !consumer.PayloadText(v, &x0) {
+				return false
+			}
+			e.ID = x0
+		case "other_id":
+			var x0 uuid.UUID
+			if !consumer.PayloadText(v, &x0) {
+				return false
+			}
+			e.OtherID = x0
+		case "plan":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Plan = x0
+		case "theme":
+			if v == nil {
+				e.Theme = nil
+			} else {
+				x0, ok := v.(string)
+				if !ok {
+					return false
+				}
+				e.Theme = &x0
+			}
+		case "size":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Size = x0
+		case "sig":
+			if v == nil {
+				e.Sig = nil
+			} else {
+				x0, ok := consumer.PayloadBytes(v)
+				if !ok {
+					return false
+				}
+				e.Sig = x0
+			}
+		case "avatar":
+			if v == nil {
+				e.Avatar = nil
+			} else {
+				x0, ok := consumer.PayloadBytes(v)
+				if !ok {
+					return false
+				}
+				e.Avatar = x0
+			}
+		case "settings":
+			x0, ok := consumer.PayloadRaw(raw, "settings")
+			if !ok {
+				return false
+			}
+			e.Settings = x0
+		case "extra":
+			x0, ok := consumer.PayloadRaw(raw, "extra")
+			if !ok {
+				return false
+			}
+			e.Extra = x0
+		case "tags":
+			if v == nil {
+				e.Tags = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]string, len(a0))
+				for i0, v0 := range a0 {
+					x1, ok := v0.(string)
+					if !ok {
+						return false
+					}
+					s0[i0] = x1
+				}
+				e.Tags = s0
+			}
+		case "lucky":
+			if v == nil {
+				e.Lucky = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]int, len(a0))
+				for i0, v0 := range a0 {
+					n1, ok := consumer.PayloadInt(v0, 0)
+					if !ok {
+						return false
+					}
+					x1 := int(n1)
+					s0[i0] = x1
+				}
+				e.Lucky = s0
+			}
+		case "friends":
+			if v == nil {
+				e.Friends = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]int64, len(a0))
+				for i0, v0 := range a0 {
+					n1, ok := consumer.PayloadInt(v0, 64)
+					if !ok {
+						return false
+					}
+					x1 := int64(n1)
+					s0[i0] = x1
+				}
+				e.Friends = s0
+			}
+		case "coords":
+			if v == nil {
+				e.Coords = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]float64, len(a0))
+				for i0, v0 := range a0 {
+					x1, ok := consumer.PayloadFloat(v0)
+					if !ok {
+						return false
+					}
+					s0[i0] = x1
+				}
+				e.Coords = s0
+			}
+		case "channel":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Channel = x0
+		case "address":
+			m0, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			e.Address.outboxPrefill()
+			if !outboxReadAllKindsAddress(m0, nil, &e.Address) {
+				return false
+			}
+		case "billing":
+			if v == nil {
+				e.Billing = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				p0 := new(AllKindsBilling)
+				if !outboxReadAllKindsBilling(m0, nil, p0) {
+					return false
+				}
+				e.Billing = p0
+			}
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]AllKindsLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					s0[i0].outboxPrefill()
+					if !outboxReadAllKindsLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		case "grid":
+			if v == nil {
+				e.Grid = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([][]int, len(a0))
+				for i0, v0 := range a0 {
+					if v0 == nil {
+						s0[i0] = nil
+					} else {
+						a1, ok := v0.([]any)
+						if !ok {
+							return false
+						}
+						s1 := make([]int, len(a1))
+						for i1, v1 := range a1 {
+							n2, ok := consumer.PayloadInt(v1, 0)
+							if !ok {
+								return false
+							}
+							x2 := int(n2)
+							s1[i1] = x2
+						}
+						s0[i0] = s1
+					}
+				}
+				e.Grid = s0
+			}
+		case "stock":
+			if v == nil {
+				e.Stock = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]int64, len(m0))
+				for k0, v0 := range m0 {
+					var x0 int64
+					n1, ok := consumer.PayloadInt(v0, 64)
+					if !ok {
+						return false
+					}
+					x1 := int64(n1)
+					x0 = x1
+					t0[k0] = x0
+				}
+				e.Stock = t0
+			}
+		case "attrs":
+			if v == nil {
+				e.Attrs = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]AllKindsAttr, len(m0))
+				for k0, v0 := range m0 {
+					var x0 AllKindsAttr
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					x0.outboxPrefill()
+					if !outboxReadAllKindsAttr(m1, nil, &x0) {
+						return false
+					}
+					t0[k0] = x0
+				}
+				e.Attrs = t0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "s", "note", "locale", "label", "nick", "b", "flag", "i", "i32", "i64", "ref", "level", "f", "ratio", "at", "deleted_at", "id", "other_id", "plan", "theme", "size", "sig", "avatar", "settings", "extra", "tags", "lucky", "friends", "coords", "channel", "address", "billing", "lines", "grid", "stock", "attrs") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAllKindsAddress reads the fields of "address" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
+func outboxReadAllKindsAddress(doc map[string]any, raw []byte, e *AllKindsAddress) bool {
+	for k, v := range doc {
+		switch k {
+		case "city":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.City = x0
+		case "zip":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Zip = x0
+		case "country":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Country = x0
+		case "street":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Street = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "city", "zip", "country", "street") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAllKindsBilling reads the fields of "billing" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
+func outboxReadAllKindsBilling(doc map[string]any, raw []byte, e *AllKindsBilling) bool {
+	for k, v := range doc {
+		switch k {
+		case "vat":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Vat = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "vat") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAllKindsLine reads the fields of "lines[]" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
+func outboxReadAllKindsLine(doc map[string]any, raw []byte, e *AllKindsLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 32)
+			if !ok {
+				return false
+			}
+			x0 := int32(n0)
+			e.Qty = x0
+		case "unit":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Unit = x0
+		case "discount":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Discount = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "discount") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAllKindsAttr reads the fields of "attrs{}" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
+func outboxReadAllKindsAttr(doc map[string]any, raw []byte, e *AllKindsAttr) bool {
+	for k, v := range doc {
+		switch k {
+		case "value":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Value = x0
+		case "at":
+			x0, ok := consumer.PayloadTime(v)
+			if !ok {
+				return false
+			}
+			e.At = x0
+		case "shown":
+			x0, ok := v.(bool)
+			if !ok {
+				return false
+			}
+			e.Shown = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "value", "at", "shown") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadPaymentReminder reads the fields of a checked "payment.reminder" payload into e (see consumer.PayloadReader).
+func outboxReadPaymentReminder(doc map[string]any, raw []byte, e *PaymentReminder) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAuditRecorded reads the fields of a checked "audit.recorded" payload into e (see consumer.PayloadReader).
+func outboxReadAuditRecorded(doc map[string]any, raw []byte, e *AuditRecorded) bool {
+	for k, v := range doc {
+		switch k {
+		case "action":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Action = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "action") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -99,10 +99,15 @@ func (noLoader) Load(string) (any, error) { return nil, os.ErrNotExist }
 // *events.ValidationError naming each field the schema refuses by its path
 // (lines[0].sku, attributes["gift"].value).
 func (s *Schema) Decode(payload []byte, v any) error {
-	_, clean, err := s.check(payload)
+	_, clean, _, err := s.check(payload)
 	if err != nil {
 		return err
 	}
+	return s.decodeLibrary(clean, v)
+}
+
+// decodeLibrary decodes clean, JSON the schema accepted, into v.
+func (s *Schema) decodeLibrary(clean []byte, v any) error {
 	// json/v1 keeps encoding/json's meaning (it is what encoding/json
 	// becomes with GOEXPERIMENT=jsonv2) at a third of its cost here.
 	if err := jsonv1.Unmarshal(clean, v); err != nil {
@@ -115,7 +120,7 @@ func (s *Schema) Decode(payload []byte, v any) error {
 // upcaster, as DecodeFields does: numbers are json.Number, and keys the
 // schema does not declare are left out.
 func (s *Schema) Fields(payload []byte) (map[string]any, error) {
-	doc, _, err := s.check(payload)
+	doc, _, _, err := s.check(payload)
 	if err != nil {
 		return nil, err
 	}
@@ -131,38 +136,37 @@ func (s *Schema) Fields(payload []byte) (map[string]any, error) {
 // keys the schema does not declare, a key given twice or integers written
 // as 1.0 or 1e3, the document re-encoded (without the undeclared keys, each
 // key once, integers as integers). Plain payloads are read by parseFast,
-// the rest by encoding/json.
-func (s *Schema) check(payload []byte) (any, []byte, error) {
-	doc, written, parsed := parseFast(payload)
-	if CrossCheck != nil && parsed {
+// the rest by encoding/json; plain tells which (escapes in a string, for
+// one, send a payload to encoding/json).
+func (s *Schema) check(payload []byte) (doc any, clean []byte, plain bool, err error) {
+	doc, written, plain := parseFast(payload)
+	if CrossCheck != nil && plain {
 		if lib, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload)); err != nil || !reflect.DeepEqual(lib, doc) || keysWritten(payload) != written {
 			CrossCheck(fmt.Sprintf("%s: parseFast reads %#v (%d keys), encoding/json %#v (%d keys, %v): %s",
 				s.path, doc, written, lib, keysWritten(payload), err, payload))
 		}
 	}
-	if !parsed {
-		var err error
+	if !plain {
 		doc, err = jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 		if err != nil {
-			return nil, nil, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
+			return nil, nil, false, s.invalid([]failure{{reason: "is not JSON: " + err.Error()}})
 		}
 		written = keysWritten(payload)
 	}
 	var changed, twice bool
-	var err error
 	if s.gen != nil {
 		doc, changed, twice, err = s.checkGenerated(doc, written, payload)
 	} else {
 		doc, changed, twice, err = s.checkLibrary(doc, written)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if !changed && !twice {
-		return doc, payload, nil
+		return doc, payload, plain, nil
 	}
-	clean, err := encodeDocument(doc)
-	return doc, clean, err
+	clean, err = encodeDocument(doc)
+	return doc, clean, plain, err
 }
 
 // checkGenerated checks doc with the generated check, and normalizes it

@@ -172,7 +172,7 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPlacedSchemas[version-1], payload, e, outboxReadOrderPlaced); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -265,7 +265,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPaidSchemas[version-1], payload, e, outboxReadOrderPaid); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -363,7 +363,7 @@ func outboxDecodeOrderCancelled(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.cancelled", version, 1)
 	}
 	e := &OrderCancelled{}
-	if err := outboxOrderCancelledSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderCancelledSchemas[version-1], payload, e, outboxReadOrderCancelled); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -621,6 +621,210 @@ func outboxCheckOrderCancelledV1(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckOrderCancelledV1Required) && w.Object(x, outboxCheckOrderCancelledV1Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadOrderPlaced reads the fields of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]OrderPlacedLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		case "ship_to":
+			m0, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			e.ShipTo.outboxPrefill()
+			if !outboxReadOrderPlacedShipTo(m0, nil, &e.ShipTo) {
+				return false
+			}
+		case "attributes":
+			if v == nil {
+				e.Attributes = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]string, len(m0))
+				for k0, v0 := range m0 {
+					var x0 string
+					x1, ok := v0.(string)
+					if !ok {
+						return false
+					}
+					x0 = x1
+					t0[k0] = x0
+				}
+				e.Attributes = t0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "lines", "ship_to", "attributes") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedLine reads the fields of "lines[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Qty = x0
+		case "unit_cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.UnitCents = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit_cents") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedShipTo reads the fields of "ship_to" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedShipTo(doc map[string]any, raw []byte, e *OrderPlacedShipTo) bool {
+	for k, v := range doc {
+		switch k {
+		case "name":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Name = x0
+		case "street":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Street = x0
+		case "city":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.City = x0
+		case "country":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Country = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "name", "street", "city", "country") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPaid reads the fields of a checked "order.paid" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "amount_cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.AmountCents = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderCancelled reads the fields of a checked "order.cancelled" payload into e (see consumer.PayloadReader).
+func outboxReadOrderCancelled(doc map[string]any, raw []byte, e *OrderCancelled) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "reason":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Reason = x0
+		case "cancelled_at":
+			x0, ok := consumer.PayloadTime(v)
+			if !ok {
+				return false
+			}
+			e.CancelledAt = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "reason", "cancelled_at") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

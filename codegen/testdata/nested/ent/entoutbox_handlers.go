@@ -169,7 +169,7 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPlaced{}
 	e.outboxPrefill()
-	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPlacedSchemas[version-1], payload, e, outboxReadOrderPlaced); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -589,6 +589,442 @@ func outboxCheckOrderPlacedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckOrderPlacedV2Required) && w.Object(x, outboxCheckOrderPlacedV2Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadOrderPlaced reads the fields of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]OrderPlacedLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					s0[i0].outboxPrefill()
+					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		case "address":
+			m0, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			e.Address.outboxPrefill()
+			if !outboxReadOrderPlacedAddress(m0, nil, &e.Address) {
+				return false
+			}
+		case "billing":
+			if v == nil {
+				e.Billing = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				p0 := new(OrderPlacedBilling)
+				if !outboxReadOrderPlacedBilling(m0, nil, p0) {
+					return false
+				}
+				e.Billing = p0
+			}
+		case "tags":
+			if v == nil {
+				e.Tags = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]string, len(a0))
+				for i0, v0 := range a0 {
+					x1, ok := v0.(string)
+					if !ok {
+						return false
+					}
+					s0[i0] = x1
+				}
+				e.Tags = s0
+			}
+		case "attributes":
+			if v == nil {
+				e.Attributes = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]string, len(m0))
+				for k0, v0 := range m0 {
+					var x0 string
+					x1, ok := v0.(string)
+					if !ok {
+						return false
+					}
+					x0 = x1
+					t0[k0] = x0
+				}
+				e.Attributes = t0
+			}
+		case "stock":
+			if v == nil {
+				e.Stock = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string]OrderPlacedStock, len(m0))
+				for k0, v0 := range m0 {
+					var x0 OrderPlacedStock
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					x0.outboxPrefill()
+					if !outboxReadOrderPlacedStock(m1, nil, &x0) {
+						return false
+					}
+					t0[k0] = x0
+				}
+				e.Stock = t0
+			}
+		case "grid":
+			if v == nil {
+				e.Grid = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([][]int, len(a0))
+				for i0, v0 := range a0 {
+					if v0 == nil {
+						s0[i0] = nil
+					} else {
+						a1, ok := v0.([]any)
+						if !ok {
+							return false
+						}
+						s1 := make([]int, len(a1))
+						for i1, v1 := range a1 {
+							n2, ok := consumer.PayloadInt(v1, 0)
+							if !ok {
+								return false
+							}
+							x2 := int(n2)
+							s1[i1] = x2
+						}
+						s0[i0] = s1
+					}
+				}
+				e.Grid = s0
+			}
+		case "bundles":
+			if v == nil {
+				e.Bundles = nil
+			} else {
+				m0, ok := v.(map[string]any)
+				if !ok {
+					return false
+				}
+				t0 := make(map[string][]OrderPlacedBundle, len(m0))
+				for k0, v0 := range m0 {
+					var x0 []OrderPlacedBundle
+					if v0 == nil {
+						x0 = nil
+					} else {
+						a1, ok := v0.([]any)
+						if !ok {
+							return false
+						}
+						s1 := make([]OrderPlacedBundle, len(a1))
+						for i1, v1 := range a1 {
+							m2, ok := v1.(map[string]any)
+							if !ok {
+								return false
+							}
+							s1[i1].outboxPrefill()
+							if !outboxReadOrderPlacedBundle(m2, nil, &s1[i1]) {
+								return false
+							}
+						}
+						x0 = s1
+					}
+					t0[k0] = x0
+				}
+				e.Bundles = t0
+			}
+		case "slots":
+			if v == nil {
+				e.Slots = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]map[string]OrderPlacedSlot, len(a0))
+				for i0, v0 := range a0 {
+					if v0 == nil {
+						s0[i0] = nil
+					} else {
+						m1, ok := v0.(map[string]any)
+						if !ok {
+							return false
+						}
+						t1 := make(map[string]OrderPlacedSlot, len(m1))
+						for k1, v1 := range m1 {
+							var x1 OrderPlacedSlot
+							m2, ok := v1.(map[string]any)
+							if !ok {
+								return false
+							}
+							x1.outboxPrefill()
+							if !outboxReadOrderPlacedSlot(m2, nil, &x1) {
+								return false
+							}
+							t1[k1] = x1
+						}
+						s0[i0] = t1
+					}
+				}
+				e.Slots = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "lines", "address", "billing", "tags", "attributes", "stock", "grid", "bundles", "slots") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedLine reads the fields of "lines[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Qty = x0
+		case "unit":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Unit = x0
+		case "discounts":
+			if v == nil {
+				e.Discounts = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]OrderPlacedLineDiscount, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					if !outboxReadOrderPlacedLineDiscount(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Discounts = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "discounts") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedLineDiscount reads the fields of "lines[].discounts[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedLineDiscount(doc map[string]any, raw []byte, e *OrderPlacedLineDiscount) bool {
+	for k, v := range doc {
+		switch k {
+		case "code":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Code = x0
+		case "cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.Cents = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "code", "cents") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedAddress reads the fields of "address" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlacedAddress) bool {
+	for k, v := range doc {
+		switch k {
+		case "street":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Street = x0
+		case "city":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.City = x0
+		case "country":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Country = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "street", "city", "country") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedBilling reads the fields of "billing" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedBilling(doc map[string]any, raw []byte, e *OrderPlacedBilling) bool {
+	for k, v := range doc {
+		switch k {
+		case "vat_id":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.VatID = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "vat_id") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedStock reads the fields of "stock{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedStock(doc map[string]any, raw []byte, e *OrderPlacedStock) bool {
+	for k, v := range doc {
+		switch k {
+		case "on_hand":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.OnHand = x0
+		case "reserved":
+			if v == nil {
+				e.Reserved = nil
+			} else {
+				n0, ok := consumer.PayloadInt(v, 0)
+				if !ok {
+					return false
+				}
+				x0 := int(n0)
+				e.Reserved = &x0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "on_hand", "reserved") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedBundle reads the fields of "bundles{}[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedBundle(doc map[string]any, raw []byte, e *OrderPlacedBundle) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "n":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.N = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "n") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlacedSlot reads the fields of "slots[]{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlacedSlot(doc map[string]any, raw []byte, e *OrderPlacedSlot) bool {
+	for k, v := range doc {
+		switch k {
+		case "at":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.At = x0
+		case "tz":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Tz = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "at", "tz") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

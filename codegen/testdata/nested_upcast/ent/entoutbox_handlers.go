@@ -199,7 +199,7 @@ func outboxDecodeCartChanged(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "cart.changed", version, 3, err)
 		}
-	} else if err := outboxCartChangedSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxCartChangedSchemas[version-1], payload, e, outboxReadCartChanged); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -376,6 +376,71 @@ func outboxCheckCartChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckCartChangedV3Required) && w.Object(x, outboxCheckCartChangedV3Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadCartChanged reads the fields of a checked "cart.changed" payload into e (see consumer.PayloadReader).
+func outboxReadCartChanged(doc map[string]any, raw []byte, e *CartChanged) bool {
+	for k, v := range doc {
+		switch k {
+		case "lines":
+			if v == nil {
+				e.Lines = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]CartChangedLine, len(a0))
+				for i0, v0 := range a0 {
+					m1, ok := v0.(map[string]any)
+					if !ok {
+						return false
+					}
+					s0[i0].outboxPrefill()
+					if !outboxReadCartChangedLine(m1, nil, &s0[i0]) {
+						return false
+					}
+				}
+				e.Lines = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "lines") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadCartChangedLine reads the fields of "lines[]" of a checked "cart.changed" payload into e (see consumer.PayloadReader).
+func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLine) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "amount":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Amount = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -203,7 +203,7 @@ func outboxDecodeFieldAddOptional(version int, payload []byte) (any, error) {
 	}
 	e := &FieldAddOptional{}
 	e.outboxPrefill()
-	if err := outboxFieldAddOptionalSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldAddOptionalSchemas[version-1], payload, e, outboxReadFieldAddOptional); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -302,7 +302,7 @@ func outboxDecodeFieldRelax(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_relax", version, 2)
 	}
 	e := &FieldRelax{}
-	if err := outboxFieldRelaxSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldRelaxSchemas[version-1], payload, e, outboxReadFieldRelax); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -401,7 +401,7 @@ func outboxDecodeFieldRelaxDefault(version int, payload []byte) (any, error) {
 	}
 	e := &FieldRelaxDefault{}
 	e.outboxPrefill()
-	if err := outboxFieldRelaxDefaultSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldRelaxDefaultSchemas[version-1], payload, e, outboxReadFieldRelaxDefault); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -500,7 +500,7 @@ func outboxDecodeEnumValueAdd(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "enum_value_add", version, 2)
 	}
 	e := &EnumValueAdd{}
-	if err := outboxEnumValueAddSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxEnumValueAddSchemas[version-1], payload, e, outboxReadEnumValueAdd); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -598,7 +598,7 @@ func outboxDecodeBoundsLoosen(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "bounds_loosen", version, 2)
 	}
 	e := &BoundsLoosen{}
-	if err := outboxBoundsLoosenSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxBoundsLoosenSchemas[version-1], payload, e, outboxReadBoundsLoosen); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -696,7 +696,7 @@ func outboxDecodeBoundsTighten(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "bounds_tighten", version, 2)
 	}
 	e := &BoundsTighten{}
-	if err := outboxBoundsTightenSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxBoundsTightenSchemas[version-1], payload, e, outboxReadBoundsTighten); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -795,7 +795,7 @@ func outboxDecodeDefaultChange(version int, payload []byte) (any, error) {
 	}
 	e := &DefaultChange{}
 	e.outboxPrefill()
-	if err := outboxDefaultChangeSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxDefaultChangeSchemas[version-1], payload, e, outboxReadDefaultChange); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -894,7 +894,7 @@ func outboxDecodeFieldKindSameWire(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_same_wire", version, 2)
 	}
 	e := &FieldKindSameWire{}
-	if err := outboxFieldKindSameWireSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldKindSameWireSchemas[version-1], payload, e, outboxReadFieldKindSameWire); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -992,7 +992,7 @@ func outboxDecodeFieldKindWiden(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_widen", version, 2)
 	}
 	e := &FieldKindWiden{}
-	if err := outboxFieldKindWidenSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldKindWidenSchemas[version-1], payload, e, outboxReadFieldKindWiden); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -1090,7 +1090,7 @@ func outboxDecodeFieldKindToFloat(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "field_kind_to_float", version, 2)
 	}
 	e := &FieldKindToFloat{}
-	if err := outboxFieldKindToFloatSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxFieldKindToFloatSchemas[version-1], payload, e, outboxReadFieldKindToFloat); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -1208,7 +1208,7 @@ func outboxDecodeFieldKindNarrow(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "field_kind_narrow", version, 2, err)
 		}
-	} else if err := outboxFieldKindNarrowSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxFieldKindNarrowSchemas[version-1], payload, e, outboxReadFieldKindNarrow); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -1306,7 +1306,7 @@ func outboxDecodeDrafted(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "drafted", version, 2)
 	}
 	e := &Drafted{}
-	if err := outboxDraftedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxDraftedSchemas[version-1], payload, e, outboxReadDrafted); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -1912,6 +1912,439 @@ func outboxCheckDraftedV2(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckDraftedV2Required) && w.Object(x, outboxCheckDraftedV2Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadFieldAddOptional reads the fields of a checked "field_add_optional" payload into e (see consumer.PayloadReader).
+func outboxReadFieldAddOptional(doc map[string]any, raw []byte, e *FieldAddOptional) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "note":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Note = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "note", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldRelax reads the fields of a checked "field_relax" payload into e (see consumer.PayloadReader).
+func outboxReadFieldRelax(doc map[string]any, raw []byte, e *FieldRelax) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "note":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Note = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "note") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldRelaxDefault reads the fields of a checked "field_relax_default" payload into e (see consumer.PayloadReader).
+func outboxReadFieldRelaxDefault(doc map[string]any, raw []byte, e *FieldRelaxDefault) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		case "address":
+			m0, ok := v.(map[string]any)
+			if !ok {
+				return false
+			}
+			e.Address.outboxPrefill()
+			if !outboxReadFieldRelaxDefaultAddress(m0, nil, &e.Address) {
+				return false
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "currency", "address") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldRelaxDefaultAddress reads the fields of "address" of a checked "field_relax_default" payload into e (see consumer.PayloadReader).
+func outboxReadFieldRelaxDefaultAddress(doc map[string]any, raw []byte, e *FieldRelaxDefaultAddress) bool {
+	for k, v := range doc {
+		switch k {
+		case "country":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Country = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "country") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadEnumValueAdd reads the fields of a checked "enum_value_add" payload into e (see consumer.PayloadReader).
+func outboxReadEnumValueAdd(doc map[string]any, raw []byte, e *EnumValueAdd) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "tier":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Tier = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "tier") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadBoundsLoosen reads the fields of a checked "bounds_loosen" payload into e (see consumer.PayloadReader).
+func outboxReadBoundsLoosen(doc map[string]any, raw []byte, e *BoundsLoosen) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Qty = x0
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "qty", "sku") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadBoundsTighten reads the fields of a checked "bounds_tighten" payload into e (see consumer.PayloadReader).
+func outboxReadBoundsTighten(doc map[string]any, raw []byte, e *BoundsTighten) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Qty = x0
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "qty", "sku") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadDefaultChange reads the fields of a checked "default_change" payload into e (see consumer.PayloadReader).
+func outboxReadDefaultChange(doc map[string]any, raw []byte, e *DefaultChange) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "currency") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldKindSameWire reads the fields of a checked "field_kind_same_wire" payload into e (see consumer.PayloadReader).
+func outboxReadFieldKindSameWire(doc map[string]any, raw []byte, e *FieldKindSameWire) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.Qty = x0
+		case "sizes":
+			if v == nil {
+				e.Sizes = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]int64, len(a0))
+				for i0, v0 := range a0 {
+					n1, ok := consumer.PayloadInt(v0, 64)
+					if !ok {
+						return false
+					}
+					x1 := int64(n1)
+					s0[i0] = x1
+				}
+				e.Sizes = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "qty", "sizes") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldKindWiden reads the fields of a checked "field_kind_widen" payload into e (see consumer.PayloadReader).
+func outboxReadFieldKindWiden(doc map[string]any, raw []byte, e *FieldKindWiden) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "qty":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.Qty = x0
+		case "score":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Score = x0
+		case "counts":
+			if v == nil {
+				e.Counts = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]int64, len(a0))
+				for i0, v0 := range a0 {
+					n1, ok := consumer.PayloadInt(v0, 64)
+					if !ok {
+						return false
+					}
+					x1 := int64(n1)
+					s0[i0] = x1
+				}
+				e.Counts = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "qty", "score", "counts") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldKindToFloat reads the fields of a checked "field_kind_to_float" payload into e (see consumer.PayloadReader).
+func outboxReadFieldKindToFloat(doc map[string]any, raw []byte, e *FieldKindToFloat) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "price":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Price = x0
+		case "weights":
+			if v == nil {
+				e.Weights = nil
+			} else {
+				a0, ok := v.([]any)
+				if !ok {
+					return false
+				}
+				s0 := make([]float64, len(a0))
+				for i0, v0 := range a0 {
+					x1, ok := consumer.PayloadFloat(v0)
+					if !ok {
+						return false
+					}
+					s0[i0] = x1
+				}
+				e.Weights = s0
+			}
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "price", "weights") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadFieldKindNarrow reads the fields of a checked "field_kind_narrow" payload into e (see consumer.PayloadReader).
+func outboxReadFieldKindNarrow(doc map[string]any, raw []byte, e *FieldKindNarrow) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "price":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Price = x0
+		case "stock":
+			n0, ok := consumer.PayloadInt(v, 32)
+			if !ok {
+				return false
+			}
+			x0 := int32(n0)
+			e.Stock = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "price", "stock") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadDrafted reads the fields of a checked "drafted" payload into e (see consumer.PayloadReader).
+func outboxReadDrafted(doc map[string]any, raw []byte, e *Drafted) bool {
+	for k, v := range doc {
+		switch k {
+		case "id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.ID = x0
+		case "count":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Count = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "id", "count") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

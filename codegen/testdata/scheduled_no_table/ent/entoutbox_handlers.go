@@ -174,7 +174,7 @@ func outboxDecodePaymentReminder(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "payment.reminder", version, 1)
 	}
 	e := &PaymentReminder{}
-	if err := outboxPaymentReminderSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxPaymentReminderSchemas[version-1], payload, e, outboxReadPaymentReminder); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -264,7 +264,7 @@ func outboxDecodeHoldExpired(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "hold.expired", version, 1)
 	}
 	e := &HoldExpired{}
-	if err := outboxHoldExpiredSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxHoldExpiredSchemas[version-1], payload, e, outboxReadHoldExpired); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -354,7 +354,7 @@ func outboxDecodeOrderPlaced(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.placed", version, 1)
 	}
 	e := &OrderPlaced{}
-	if err := outboxOrderPlacedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPlacedSchemas[version-1], payload, e, outboxReadOrderPlaced); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -444,7 +444,7 @@ func outboxDecodeAuditRecorded(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "audit.recorded", version, 1)
 	}
 	e := &AuditRecorded{}
-	if err := outboxAuditRecordedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxAuditRecordedSchemas[version-1], payload, e, outboxReadAuditRecorded); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -534,7 +534,7 @@ func outboxDecodeLedgerClosed(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "ledger.closed", version, 1)
 	}
 	e := &LedgerClosed{}
-	if err := outboxLedgerClosedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxLedgerClosedSchemas[version-1], payload, e, outboxReadLedgerClosed); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -631,6 +631,103 @@ func outboxCheckLedgerClosedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckLedgerClosedV1Required) && w.Object(x, outboxCheckLedgerClosedV1Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadPaymentReminder reads the fields of a checked "payment.reminder" payload into e (see consumer.PayloadReader).
+func outboxReadPaymentReminder(doc map[string]any, raw []byte, e *PaymentReminder) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadHoldExpired reads the fields of a checked "hold.expired" payload into e (see consumer.PayloadReader).
+func outboxReadHoldExpired(doc map[string]any, raw []byte, e *HoldExpired) bool {
+	for k, v := range doc {
+		switch k {
+		case "hold_id":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.HoldID = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "hold_id") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderPlaced reads the fields of a checked "order.placed" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadAuditRecorded reads the fields of a checked "audit.recorded" payload into e (see consumer.PayloadReader).
+func outboxReadAuditRecorded(doc map[string]any, raw []byte, e *AuditRecorded) bool {
+	for k, v := range doc {
+		switch k {
+		case "action":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Action = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "action") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadLedgerClosed reads the fields of a checked "ledger.closed" payload into e (see consumer.PayloadReader).
+func outboxReadLedgerClosed(doc map[string]any, raw []byte, e *LedgerClosed) bool {
+	for k, v := range doc {
+		switch k {
+		case "ledger":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Ledger = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "ledger") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -194,7 +194,7 @@ func outboxDecodePriceChanged(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "price.changed", version, 3, err)
 		}
-	} else if err := outboxPriceChangedSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxPriceChangedSchemas[version-1], payload, e, outboxReadPriceChanged); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -299,6 +299,37 @@ func outboxCheckPriceChangedV3(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckPriceChangedV3Required) && w.Object(x, outboxCheckPriceChangedV3Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadPriceChanged reads the fields of a checked "price.changed" payload into e (see consumer.PayloadReader).
+func outboxReadPriceChanged(doc map[string]any, raw []byte, e *PriceChanged) bool {
+	for k, v := range doc {
+		switch k {
+		case "sku":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Sku = x0
+		case "amount":
+			x0, ok := consumer.PayloadFloat(v)
+			if !ok {
+				return false
+			}
+			e.Amount = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

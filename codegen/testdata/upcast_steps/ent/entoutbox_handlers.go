@@ -195,7 +195,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 		if err := json.Unmarshal(upcast, e); err != nil {
 			return nil, fmt.Errorf("decoding %q version %d payload upcast to version %d: %w", "order.paid", version, 3, err)
 		}
-	} else if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+	} else if err := consumer.DecodeGeneratedPayload(outboxOrderPaidSchemas[version-1], payload, e, outboxReadOrderPaid); err != nil {
 		return nil, err
 	}
 	// A payload of the latest version (or of a later one read as it) is
@@ -285,6 +285,39 @@ func outboxCheckOrderPaidV3(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckOrderPaidV3Required) && w.Object(x, outboxCheckOrderPaidV3Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadOrderPaid reads the fields of a checked "order.paid" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "amount_cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.AmountCents = x0
+		case "region":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Region = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "region") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.

@@ -173,7 +173,7 @@ func outboxDecodeOrderPaid(version int, payload []byte) (any, error) {
 	}
 	e := &OrderPaid{}
 	e.outboxPrefill()
-	if err := outboxOrderPaidSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderPaidSchemas[version-1], payload, e, outboxReadOrderPaid); err != nil {
 		return nil, err
 	}
 	e.outboxSetDefaults()
@@ -271,7 +271,7 @@ func outboxDecodeOrderShipped(version int, payload []byte) (any, error) {
 		return nil, fmt.Errorf("event %q version %d is not declared (versions 1 to %d)", "order.shipped", version, 1)
 	}
 	e := &OrderShipped{}
-	if err := outboxOrderShippedSchemas[version-1].Decode(payload, e); err != nil {
+	if err := consumer.DecodeGeneratedPayload(outboxOrderShippedSchemas[version-1], payload, e, outboxReadOrderShipped); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -372,6 +372,72 @@ func outboxCheckOrderShippedV1(w *consumer.PayloadWalk, v any) (any, bool) {
 		return v, w.Required(x, outboxCheckOrderShippedV1Required) && w.Object(x, outboxCheckOrderShippedV1Props, nil, false)
 	}
 	return v, false
+}
+
+// outboxReadOrderPaid reads the fields of a checked "order.paid" payload into e (see consumer.PayloadReader).
+func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "amount_cents":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.AmountCents = x0
+		case "currency":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Currency = x0
+		case "installments":
+			n0, ok := consumer.PayloadInt(v, 0)
+			if !ok {
+				return false
+			}
+			x0 := int(n0)
+			e.Installments = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency", "installments") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// outboxReadOrderShipped reads the fields of a checked "order.shipped" payload into e (see consumer.PayloadReader).
+func outboxReadOrderShipped(doc map[string]any, raw []byte, e *OrderShipped) bool {
+	for k, v := range doc {
+		switch k {
+		case "order_id":
+			n0, ok := consumer.PayloadInt(v, 64)
+			if !ok {
+				return false
+			}
+			x0 := int64(n0)
+			e.OrderID = x0
+		case "carrier":
+			x0, ok := v.(string)
+			if !ok {
+				return false
+			}
+			e.Carrier = x0
+		default:
+			if consumer.PayloadKeyFolds(k, "order_id", "carrier") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // outboxTables are the consumers' tables in this schema.
