@@ -9,10 +9,12 @@ import (
 	"sync"
 
 	"entgo.io/ent/dialect"
+	"entgo.io/ent/dialect/sql"
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // Batch holds the events emitted in one transaction and writes them
@@ -47,9 +49,14 @@ type Batch struct {
 	// (SetMetrics not called) counts nothing.
 	metrics EmitCounter
 
-	mu      sync.Mutex
-	held    []Row
-	written map[string]int // events written by name, while metrics is set
+	// keepIDs is set where the database has no transaction id to find
+	// the rows written by (see Wrote): wroteIDs then keeps their event ids.
+	keepIDs bool
+
+	mu       sync.Mutex
+	held     []Row
+	written  map[string]int // events written by name, while metrics is set
+	wroteIDs []any
 	// ended is set once the transaction commits or rolls back: checked
 	// under mu, which every write takes anyway, so it costs Add nothing.
 	ended bool
@@ -75,7 +82,7 @@ const maxBatchRows = 1000
 // NewBatch returns a Batch writing to table through drv, the driver of an
 // ent transaction.
 func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
-	return &Batch{drv: drv, table: table, metrics: loadEmitCounter()}
+	return NewBatchFor(drv, Tables{Outbox: table})
 }
 
 // NewNumberedBatch is NewBatch that also numbers each event in its
@@ -83,7 +90,7 @@ func NewBatch(drv dialect.ExecQuerier, table string) *Batch {
 // seqTable (see InsertNumberedQuery), so that consumers can apply an
 // aggregate's events in order with any number of instances.
 func NewNumberedBatch(drv dialect.ExecQuerier, table, seqTable string) *Batch {
-	return &Batch{drv: drv, table: table, seqTable: seqTable, metrics: loadEmitCounter()}
+	return NewBatchFor(drv, Tables{Outbox: table, Sequence: seqTable})
 }
 
 // Tables names the tables a Batch writes to: the outbox, and the optional
@@ -99,7 +106,29 @@ type Tables struct {
 // table, and events.DeliverAt and DeliverAfter accepted when it has a
 // Scheduled one.
 func NewBatchFor(drv dialect.ExecQuerier, t Tables) *Batch {
-	return &Batch{drv: drv, table: t.Outbox, seqTable: t.Sequence, scheduledTable: t.Scheduled, metrics: loadEmitCounter()}
+	b := &Batch{drv: drv, table: t.Outbox, seqTable: t.Sequence, scheduledTable: t.Scheduled, metrics: loadEmitCounter()}
+	if d, err := tablesFor(drv, outboxdb.Tables{}); err == nil && d.Dialect != outboxdb.Postgres {
+		b.keepIDs = true
+	}
+	return b
+}
+
+// Wrote is the condition on the rows of the outbox table, or of the
+// scheduled events' table, that holds for those b's transaction wrote:
+// what the generated Emitted and Scheduled query. On PostgreSQL, the rows
+// of its transaction id (those written without Emit too); elsewhere the
+// events b wrote.
+func (b *Batch) Wrote(s *sql.Selector) *sql.Predicate {
+	if !b.keepIDs {
+		return sql.ExprP(s.C("transaction_id") + " = " + outboxdb.ThisTransaction)
+	}
+	b.mu.Lock()
+	ids := slices.Clone(b.wroteIDs)
+	b.mu.Unlock()
+	if len(ids) == 0 {
+		return sql.False()
+	}
+	return sql.In(s.C("event_id"), ids...)
 }
 
 // Add checks ev and holds it until the next flush, or writes it at once
@@ -245,6 +274,11 @@ func (b *Batch) flushLocked(ctx context.Context) error {
 }
 
 func (b *Batch) wroteLocked(rows []Row) {
+	if b.keepIDs {
+		for _, r := range rows {
+			b.wroteIDs = append(b.wroteIDs, r.EventID.String())
+		}
+	}
 	if b.metrics == nil {
 		return
 	}

@@ -77,15 +77,20 @@ func emitRows(rows []Row) ([]outboxdb.EmitRow, error) {
 	return out, nil
 }
 
-// insert writes rows in one statement. A row whose event id is already in
-// the outbox, or waiting in scheduledTable ("" for none), fails it with
-// events.ErrDuplicateEventID, the transaction still usable.
+// insert writes rows (in one statement on PostgreSQL). A row whose event
+// id is already in the outbox, or waiting in scheduledTable ("" for
+// none), fails it with events.ErrDuplicateEventID, the transaction still
+// usable.
 func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, scheduledTable string, rows []Row) error {
-	query, args, err := insertQuery(outboxdb.Tables{Outbox: table, Sequences: seqTable, Scheduled: scheduledTable}, rows)
+	t, err := tablesFor(drv, outboxdb.Tables{Outbox: table, Sequences: seqTable, Scheduled: scheduledTable})
 	if err != nil {
 		return err
 	}
-	n, err := execWrite(ctx, drv, query, args, "writing", rows)
+	ers, err := emitRows(rows)
+	if err != nil {
+		return err
+	}
+	n, err := execWrites(ctx, drv, t.EmitWrites(ers), "writing", rows)
 	if err != nil || n == len(rows) {
 		return err
 	}
@@ -95,8 +100,7 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 			// took (the counter is still locked by it).
 			r := rows[0]
 			var res stdsql.Result
-			if err := drv.Exec(ctx, outboxdb.EmitGiveBack.SQL(outboxdb.Tables{Sequences: seqTable}),
-				[]any{r.Topic, r.AggregateType, r.AggregateID}, &res); err != nil {
+			if err := drv.Exec(ctx, outboxdb.EmitGiveBack.SQL(t), []any{r.Topic, r.AggregateType, r.AggregateID}, &res); err != nil {
 				return fmt.Errorf("outbox: giving back the number of duplicate event %s: %w", r.EventID, err)
 			}
 		}
@@ -105,16 +109,41 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 	return fmt.Errorf("%w: %d of %d events were already in the outbox or scheduled", events.ErrDuplicateEventID, len(rows)-n, len(rows))
 }
 
+// tablesFor is t in the dialect drv speaks (PostgreSQL when it does not
+// say); an error names a database the outbox does not run on.
+func tablesFor(drv dialect.ExecQuerier, t outboxdb.Tables) (outboxdb.Tables, error) {
+	d, ok := drv.(interface{ Dialect() string })
+	if !ok {
+		return t, nil
+	}
+	var err error
+	if t.Dialect, err = outboxdb.DialectOf(d.Dialect()); err != nil {
+		return t, fmt.Errorf("outbox: %w", err)
+	}
+	return t, nil
+}
+
+// execWrites runs writes in order, the last a write of rows that affects
+// one row per row written, and returns how many it wrote; doing
+// ("writing", "scheduling") names the write in its errors.
+func execWrites(ctx context.Context, drv dialect.ExecQuerier, writes []outboxdb.Write, doing string, rows []Row) (int, error) {
+	for _, w := range writes[:len(writes)-1] {
+		var res stdsql.Result
+		if err := drv.Exec(ctx, w.SQL, w.Args, &res); err != nil {
+			return 0, writeError(err, doing, rows)
+		}
+	}
+	last := writes[len(writes)-1]
+	return execWrite(ctx, drv, last.SQL, last.Args, doing, rows)
+}
+
 // execWrite runs query, a write of rows that returns one row per row
 // written, and returns how many it wrote; doing ("writing", "scheduling")
 // names the write in its errors.
 func execWrite(ctx context.Context, drv dialect.ExecQuerier, query string, args []any, doing string, rows []Row) (int, error) {
 	var res stdsql.Result
 	if err := drv.Exec(ctx, query, args, &res); err != nil {
-		if len(rows) == 1 {
-			return 0, fmt.Errorf("outbox: %s %q event %s: %w", doing, rows[0].Name, rows[0].EventID, err)
-		}
-		return 0, fmt.Errorf("outbox: %s %d events: %w", doing, len(rows), err)
+		return 0, writeError(err, doing, rows)
 	}
 	if res == nil {
 		return 0, errors.New("outbox: the driver returned no result")
@@ -124,4 +153,12 @@ func execWrite(ctx context.Context, drv dialect.ExecQuerier, query string, args 
 		return 0, fmt.Errorf("outbox: counting the rows written: %w", err)
 	}
 	return int(n), nil
+}
+
+// writeError is err, met writing rows, naming them.
+func writeError(err error, doing string, rows []Row) error {
+	if len(rows) == 1 {
+		return fmt.Errorf("outbox: %s %q event %s: %w", doing, rows[0].Name, rows[0].EventID, err)
+	}
+	return fmt.Errorf("outbox: %s %d events: %w", doing, len(rows), err)
 }

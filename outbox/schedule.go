@@ -5,6 +5,7 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
@@ -40,14 +41,18 @@ func InsertScheduledQuery(outboxTable, seqTable, scheduledTable string, rows []R
 	return q, args, nil
 }
 
-// insertScheduled writes scheduled rows in one statement, as insert does
-// the others.
+// insertScheduled writes scheduled rows (in one statement on
+// PostgreSQL), as insert does the others.
 func insertScheduled(ctx context.Context, drv dialect.ExecQuerier, outboxTable, seqTable, scheduledTable string, rows []Row) error {
-	query, args, err := InsertScheduledQuery(outboxTable, seqTable, scheduledTable, rows)
+	t, err := tablesFor(drv, outboxdb.Tables{Outbox: outboxTable, Sequences: seqTable, Scheduled: scheduledTable})
 	if err != nil {
 		return err
 	}
-	n, err := execWrite(ctx, drv, query, args, "scheduling", rows)
+	ers, err := emitRows(rows)
+	if err != nil {
+		return err
+	}
+	n, err := execWrites(ctx, drv, t.ScheduleWrites(ers, time.Now()), "scheduling", rows)
 	if err != nil || n == len(rows) {
 		return err
 	}
@@ -70,7 +75,10 @@ func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduled
 		return 0, errors.New("outbox: Cancel needs the scheduled events' table: add type ScheduledEvent struct{ schema.ScheduledEvent } " +
 			"to your ent schema, run go generate and migrate")
 	}
-	t := outboxdb.Tables{Outbox: outboxTable, Scheduled: scheduledTable}
+	t, err := tablesFor(drv, outboxdb.Tables{Outbox: outboxTable, Scheduled: scheduledTable})
+	if err != nil {
+		return 0, err
+	}
 	var res stdsql.Result
 	if err := drv.Exec(ctx, outboxdb.EmitCancel.SQL(t), []any{id.String()}, &res); err != nil {
 		if errors.Is(err, stdsql.ErrTxDone) {

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,12 +17,17 @@ import (
 
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/sqlitetest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
 type emitBundle struct {
-	db     *pgtest.DB
+	db     *pgtest.DB // on PostgreSQL
+	sql    *sql.DB    // the database, whichever it is
 	client *testent.Client
+	// oneWriter is set where one transaction writes at a time (SQLite):
+	// writers of different aggregates wait for each other too.
+	oneWriter bool
 }
 
 func setupEmit(t *testing.T) *emitBundle {
@@ -29,7 +35,27 @@ func setupEmit(t *testing.T) *emitBundle {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	pgtest.Migrate(t, client.Schema.Create)
-	return &emitBundle{db: db, client: client}
+	return &emitBundle{db: db, sql: db.DB, client: client}
+}
+
+// setupEmitSQLite is setupEmit on a SQLite file of t's own.
+func setupEmitSQLite(t *testing.T) *emitBundle {
+	t.Helper()
+	db := sqlitetest.Open(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.SQLite, db)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	return &emitBundle{sql: db, client: client, oneWriter: true}
+}
+
+// onEveryDatabase runs test on each database Emit writes to, as
+// subtests in parallel: the same guarantees, from the same test code.
+func onEveryDatabase(t *testing.T, test func(t *testing.T, b *emitBundle)) {
+	for name, setup := range map[string]func(*testing.T) *emitBundle{"PostgreSQL": setupEmit, "SQLite": setupEmitSQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t))
+		})
+	}
 }
 
 // outboxRow is a row as stored, read with plain SQL.

@@ -66,7 +66,7 @@ func (Outbox) Fields() []ent.Field {
 		// transactions that commit late.
 		field.Uint64("transaction_id").Optional().Immutable().
 			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
-			Annotations(entsql.DefaultExpr("pg_current_xact_id()")),
+			Annotations(entsql.DefaultExprs(map[string]string{dialect.Postgres: "pg_current_xact_id()"})),
 		// Delivery state, owned by the relay.
 		// Which relay holds which aggregate lives in the relay's own lease
 		// table, so claiming rows never rewrites them.

@@ -61,7 +61,7 @@ func (ScheduledEvent) Fields() []ent.Field {
 		// generated Scheduled, as Emitted for the outbox).
 		field.Uint64("transaction_id").Optional().Immutable().
 			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
-			Annotations(entsql.DefaultExpr("pg_current_xact_id()")),
+			Annotations(entsql.DefaultExprs(map[string]string{dialect.Postgres: "pg_current_xact_id()"})),
 		field.Time("cancelled_at").Optional().Nillable().
 			Comment("set by Cancel: the event is never sent; kept to be seen, removed by retention like delivered events"),
 	}

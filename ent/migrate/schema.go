@@ -119,7 +119,7 @@ var (
 		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
 		{Name: "aggregate_seq", Type: field.TypeInt64, Nullable: true},
 		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
-		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
+		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: map[string]schema.Expr{"postgres": "pg_current_xact_id()"}, SchemaType: map[string]string{"postgres": "xid8"}},
 		{Name: "available_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
 		{Name: "attempts", Type: field.TypeInt, Default: 0},
 		{Name: "delivered_at", Type: field.TypeTime, Nullable: true},
@@ -187,7 +187,7 @@ var (
 		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
 		{Name: "deliver_at", Type: field.TypeTime},
 		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
-		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: schema.Expr("pg_current_xact_id()"), SchemaType: map[string]string{"postgres": "xid8"}},
+		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: map[string]schema.Expr{"postgres": "pg_current_xact_id()"}, SchemaType: map[string]string{"postgres": "xid8"}},
 		{Name: "cancelled_at", Type: field.TypeTime, Nullable: true},
 	}
 	// OutboxScheduledEventsTable holds the schema information for the "outbox_scheduled_events" table.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
@@ -143,6 +144,9 @@ func (t Tables) emitInsertNumbered(rows []EmitRow) (string, []any) {
 var EmitGiveBack = define("emit/give-back-number", func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Sequences) + ` SET last_seq = last_seq - 1
 				WHERE topic = $1 AND aggregate_type = $2 AND aggregate_id = $3`
+}).also(SQLite, func(t Tables) string {
+	return `UPDATE ` + pgsql.QuoteIdent(t.Sequences) + ` SET last_seq = last_seq - 1
+				WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3`
 })
 
 // aggregateKey is what Emit numbers events by: an aggregate on a topic.
@@ -170,28 +174,44 @@ var emitExample = []EmitRow{{Topic: "t", AggregateType: "a", AggregateID: "1"},
 
 // The emit statements' shapes, each with a golden file.
 var (
-	_ = define("emit/insert", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox}.EmitInsert(emitExample)
-		return q
+	_ = emitShape("emit/insert", func(t Tables) Tables { return Tables{Outbox: t.Outbox} })
+	_ = emitShape("emit/insert-not-scheduled", func(t Tables) Tables { return Tables{Outbox: t.Outbox, Scheduled: t.Scheduled} })
+	_ = emitShape("emit/insert-numbered", func(t Tables) Tables { return Tables{Outbox: t.Outbox, Sequences: t.Sequences} })
+	_ = emitShape("emit/insert-numbered-not-scheduled", func(t Tables) Tables {
+		return Tables{Outbox: t.Outbox, Sequences: t.Sequences, Scheduled: t.Scheduled}
 	})
-	_ = define("emit/insert-not-scheduled", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox, Scheduled: t.Scheduled}.EmitInsert(emitExample)
-		return q
-	})
-	_ = define("emit/insert-numbered", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox, Sequences: t.Sequences}.EmitInsert(emitExample)
-		return q
-	})
-	_ = define("emit/insert-numbered-not-scheduled", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox, Sequences: t.Sequences, Scheduled: t.Scheduled}.EmitInsert(emitExample)
-		return q
-	})
-	_ = define("emit/schedule", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox, Scheduled: t.Scheduled}.EmitSchedule(emitExample)
-		return q
-	})
-	_ = define("emit/schedule-numbered", func(t Tables) string {
-		q, _ := Tables{Outbox: t.Outbox, Sequences: t.Sequences, Scheduled: t.Scheduled}.EmitSchedule(emitExample)
-		return q
+	_ = scheduleShape("emit/schedule", func(t Tables) Tables { return Tables{Outbox: t.Outbox, Scheduled: t.Scheduled} })
+	_ = scheduleShape("emit/schedule-numbered", func(t Tables) Tables {
+		return Tables{Outbox: t.Outbox, Sequences: t.Sequences, Scheduled: t.Scheduled}
 	})
 )
+
+// emitShape defines the statements EmitWrites runs for emitExample on
+// the tables of t that tables keeps, in every dialect.
+func emitShape(name string, tables func(Tables) Tables) *Statement {
+	render := func(t Tables) string {
+		u := tables(t)
+		u.Dialect = t.Dialect
+		return joinWrites(u.EmitWrites(emitExample))
+	}
+	return define(name, render).also(SQLite, render)
+}
+
+// scheduleShape is emitShape for ScheduleWrites.
+func scheduleShape(name string, tables func(Tables) Tables) *Statement {
+	render := func(t Tables) string {
+		u := tables(t)
+		u.Dialect = t.Dialect
+		return joinWrites(u.ScheduleWrites(emitExample, time.Time{}))
+	}
+	return define(name, render).also(SQLite, render)
+}
+
+// joinWrites is the text of writes, one statement after the other.
+func joinWrites(writes []Write) string {
+	texts := make([]string, len(writes))
+	for i, w := range writes {
+		texts[i] = w.SQL
+	}
+	return strings.Join(texts, ";\n")
+}

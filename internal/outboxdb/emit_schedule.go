@@ -65,6 +65,8 @@ func (t Tables) EmitSchedule(rows []EmitRow) (string, []any) {
 // affected when it did.
 var EmitCancel = define("emit/cancel", func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Scheduled) + ` SET cancelled_at = clock_timestamp() WHERE event_id = $1 AND cancelled_at IS NULL`
+}).also(SQLite, func(t Tables) string {
+	return `UPDATE ` + pgsql.QuoteIdent(t.Scheduled) + ` SET cancelled_at = CURRENT_TIMESTAMP WHERE event_id = ?1 AND cancelled_at IS NULL`
 })
 
 // EmitCancelFind tells where the event $1 a cancel did not cancel is: in
@@ -73,4 +75,7 @@ var EmitCancel = define("emit/cancel", func(t Tables) string {
 var EmitCancelFind = define("emit/cancel-find", func(t Tables) string {
 	return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` WHERE event_id = $1), EXISTS (SELECT 1 FROM ` +
 		pgsql.QuoteIdent(t.Outbox) + ` WHERE event_id = $1)`
+}).also(SQLite, func(t Tables) string {
+	return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` WHERE event_id = ?1), EXISTS (SELECT 1 FROM ` +
+		pgsql.QuoteIdent(t.Outbox) + ` WHERE event_id = ?1)`
 })

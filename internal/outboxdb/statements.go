@@ -17,8 +17,8 @@ import (
 // filters, a batch size) is built by a function of this package; it
 // defines one Statement per shape worth reviewing, as an example.
 type Statement struct {
-	name   string
-	render func(Tables) string
+	name  string
+	forms map[Dialect]func(Tables) string
 }
 
 // statements is every defined statement by name.
@@ -30,16 +30,37 @@ func define(name string, render func(t Tables) string) *Statement {
 	if _, dup := statements[name]; dup {
 		panic(fmt.Sprintf("outboxdb: statement %q defined twice", name))
 	}
-	s := &Statement{name: name, render: render}
+	s := &Statement{name: name, forms: map[Dialect]func(Tables) string{Postgres: render}}
 	statements[name] = s
+	return s
+}
+
+// also gives s its form for dialect d, rendered by render.
+func (s *Statement) also(d Dialect, render func(t Tables) string) *Statement {
+	s.forms[d] = render
 	return s
 }
 
 // Name is the statement's name: "area/what".
 func (s *Statement) Name() string { return s.name }
 
-// SQL is the statement's text for the tables t.
-func (s *Statement) SQL(t Tables) string { return s.render(t) }
+// SQL is the statement's text for the tables t, in t's dialect. Asking
+// for a form the statement lacks is a programming error: the callers of
+// the statements another database runs check its dialect first.
+func (s *Statement) SQL(t Tables) string {
+	render, ok := s.forms[t.Dialect]
+	if !ok {
+		panic(fmt.Sprintf("outboxdb: statement %q has no %s form", s.name, t.Dialect))
+	}
+	return render(t)
+}
+
+// Dialects are the databases s has a form for, PostgreSQL first.
+func (s *Statement) Dialects() []Dialect { return slices.Sorted(maps.Keys(s.forms)) }
+
+// Golden is the path of the golden file of s's form for d, below
+// testdata/statements.
+func (s *Statement) Golden(d Dialect) string { return s.name + d.goldenSuffix() + ".sql" }
 
 // Statements is every defined statement, by name.
 func Statements() []*Statement {

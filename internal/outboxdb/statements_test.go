@@ -19,9 +19,12 @@ func TestStatementsGolden(t *testing.T) {
 	dir := filepath.Join("testdata", "statements")
 	want := map[string]bool{}
 	for _, s := range outboxdb.Statements() {
-		name := s.Name() + ".sql"
-		want[filepath.FromSlash(name)] = true
-		golden(t, filepath.Join("statements", name), "-- "+s.Name()+"\n"+strings.TrimSpace(s.SQL(tables))+"\n")
+		for _, d := range s.Dialects() {
+			name := s.Golden(d)
+			want[filepath.FromSlash(name)] = true
+			tables.Dialect = d
+			golden(t, filepath.Join("statements", name), "-- "+s.Name()+"\n"+strings.TrimSpace(s.SQL(tables))+"\n")
+		}
 	}
 	if *update {
 		return

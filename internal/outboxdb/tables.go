@@ -18,6 +18,8 @@ type Tables struct {
 	// The consumers' tables: processed events (dedupe), positions and
 	// the aggregates' counters.
 	Processed, Positions, Sequences string
+	// Dialect is the database the tables live in: PostgreSQL when zero.
+	Dialect Dialect
 }
 
 // New names the tables of the outbox table outbox and the dead-letter

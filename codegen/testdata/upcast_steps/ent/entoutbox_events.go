@@ -268,11 +268,15 @@ func (c *OutboxClient) Flush(ctx context.Context) error {
 // Emitted returns the events emitted in c's transaction, in emit order,
 // after writing those still held: what tests assert on.
 func (c *OutboxClient) Emitted(ctx context.Context) ([]*Outbox, error) {
-	if err := c.Flush(ctx); err != nil {
+	b, err := c.outboxBatch()
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Flush(ctx); err != nil {
 		return nil, err
 	}
 	return c.Query().
-		Where(func(s *sql.Selector) { s.Where(sql.ExprP(s.C("transaction_id") + " = pg_current_xact_id()")) }).
+		Where(func(s *sql.Selector) { s.Where(b.Wrote(s)) }).
 		Order(func(s *sql.Selector) { s.OrderBy(s.C("id")) }).
 		All(ctx)
 }

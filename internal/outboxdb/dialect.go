@@ -1,0 +1,48 @@
+package outboxdb
+
+import "fmt"
+
+// Dialect is the database a Tables' statements are written for. The zero
+// value is PostgreSQL, which every statement is written for; a statement
+// another database runs has a form for it too (Statement.also), and the
+// golden file of that form beside the PostgreSQL one.
+type Dialect string
+
+// The dialects, named as ent names them (dialect.Postgres, dialect.SQLite,
+// dialect.MySQL), except PostgreSQL, the zero value.
+const (
+	Postgres Dialect = ""
+	SQLite   Dialect = "sqlite3"
+)
+
+// DialectOf is the dialect of ent's dialect name; an error names the
+// databases the outbox runs on.
+func DialectOf(entDialect string) (Dialect, error) {
+	switch entDialect {
+	case "postgres", "":
+		return Postgres, nil
+	case string(SQLite):
+		return SQLite, nil
+	}
+	return "", fmt.Errorf("the outbox runs on PostgreSQL and SQLite, not on %q", entDialect)
+}
+
+// String is the database's name, for messages.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "PostgreSQL"
+	case SQLite:
+		return "SQLite"
+	}
+	return string(d)
+}
+
+// goldenSuffix tells a form's golden file from the PostgreSQL one's:
+// emit/give-back-number.sqlite.sql beside emit/give-back-number.sql.
+func (d Dialect) goldenSuffix() string {
+	if d == Postgres {
+		return ""
+	}
+	return ".sqlite"
+}
