@@ -119,9 +119,10 @@ type Config struct {
 }
 
 var (
-	allPaths       = []Path{PathFast, PathWAL, PathCompatible}
+	allPaths       = []Path{PathFast, PathWAL, PathCompatible, PathPoll}
 	fastWAL        = []Path{PathFast, PathWAL}
-	fastCompatible = []Path{PathFast, PathCompatible}
+	fastWALPoll    = []Path{PathFast, PathWAL, PathPoll}
+	pollingPaths   = []Path{PathFast, PathCompatible, PathPoll}
 )
 
 // pathSettings are the settings of Config that only some read paths use,
@@ -132,11 +133,11 @@ var pathSettings = []struct {
 	paths []Path
 	given func(c *Config) bool
 }{
-	{"PollInterval", fastCompatible, func(c *Config) bool { return c.PollInterval != 0 }},
-	{"Concurrency", fastWAL, func(c *Config) bool { return c.Concurrency != 0 }},
+	{"PollInterval", pollingPaths, func(c *Config) bool { return c.PollInterval != 0 }},
+	{"Concurrency", fastWALPoll, func(c *Config) bool { return c.Concurrency != 0 }},
 	{"MaxBytesInFlight", fastWAL, func(c *Config) bool { return c.MaxBytesInFlight != 0 }},
-	{"MaxAttempts", fastWAL, func(c *Config) bool { return c.MaxAttempts != 0 }},
-	{"MaxBackoff", fastWAL, func(c *Config) bool { return c.MaxBackoff != 0 }},
+	{"MaxAttempts", fastWALPoll, func(c *Config) bool { return c.MaxAttempts != 0 }},
+	{"MaxBackoff", fastWALPoll, func(c *Config) bool { return c.MaxBackoff != 0 }},
 
 	{"Fast.RelayID", []Path{PathFast}, func(c *Config) bool { return c.Fast.RelayID != "" }},
 	{"Fast.Lease", []Path{PathFast}, func(c *Config) bool { return c.Fast.Lease != 0 }},
@@ -192,11 +193,18 @@ func (e *WrongPathError) Error() string {
 // it before it fills in the defaults.
 func (c Config) Validate() error {
 	path := c.Path
+	sqlite := sqliteDB(c.DB)
 	if path == "" {
-		path = PathFast
+		path = pick(sqlite, PathPoll, PathFast)
 	}
-	if path != PathFast && path != PathCompatible && path != PathWAL {
-		return fmt.Errorf("relay: Config.Path is %q; want %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL)
+	if path != PathFast && path != PathCompatible && path != PathWAL && path != PathPoll {
+		return fmt.Errorf("relay: Config.Path is %q; want %q, %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL, PathPoll)
+	}
+	if sqlite != (path == PathPoll) {
+		if sqlite {
+			return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, row locks, logical replication); on SQLite the relay polls: %q, the default there", path, PathPoll)
+		}
+		return fmt.Errorf("relay: Config.Path %q is SQLite's; on PostgreSQL use %q, %q or %q", path, PathFast, PathCompatible, PathWAL)
 	}
 	for _, s := range pathSettings {
 		if s.given(&c) && !slices.Contains(s.paths, path) {
@@ -253,7 +261,7 @@ func (c Config) Validate() error {
 // setDefaults fills in the defaults of the settings the relay's path uses.
 func (c *Config) setDefaults() {
 	if c.Path == "" {
-		c.Path = PathFast
+		c.Path = pick(sqliteDB(c.DB), PathPoll, PathFast)
 	}
 	if c.Table == "" {
 		c.Table = schema.OutboxTable

@@ -20,8 +20,8 @@ import (
 // Validate reads no database: a DB that is never opened will do.
 func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 	t.Parallel()
-	fast, wal, compatible := relay.PathFast, relay.PathWAL, relay.PathCompatible
-	all := []relay.Path{fast, wal, compatible}
+	fast, wal, compatible, poll := relay.PathFast, relay.PathWAL, relay.PathCompatible, relay.PathPoll
+	all := []relay.Path{fast, wal, compatible} // PostgreSQL's (poll is SQLite's: TestPollPathIsSQLites)
 	for _, s := range []struct {
 		name  string
 		set   func(c *relay.Config)
@@ -31,11 +31,11 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 		{"RetryInterval", func(c *relay.Config) { c.RetryInterval = time.Second }, all},
 		{"TopicPrefix", func(c *relay.Config) { c.TopicPrefix = "staging_" }, all},
 		{"CloseTimeout", func(c *relay.Config) { c.CloseTimeout = time.Second }, all},
-		{"PollInterval", func(c *relay.Config) { c.PollInterval = time.Second }, []relay.Path{fast, compatible}},
-		{"Concurrency", func(c *relay.Config) { c.Concurrency = 3 }, []relay.Path{fast, wal}},
+		{"PollInterval", func(c *relay.Config) { c.PollInterval = time.Second }, []relay.Path{fast, compatible, poll}},
+		{"Concurrency", func(c *relay.Config) { c.Concurrency = 3 }, []relay.Path{fast, wal, poll}},
 		{"MaxBytesInFlight", func(c *relay.Config) { c.MaxBytesInFlight = 1 << 20 }, []relay.Path{fast, wal}},
-		{"MaxAttempts", func(c *relay.Config) { c.MaxAttempts = 3 }, []relay.Path{fast, wal}},
-		{"MaxBackoff", func(c *relay.Config) { c.MaxBackoff = time.Minute }, []relay.Path{fast, wal}},
+		{"MaxAttempts", func(c *relay.Config) { c.MaxAttempts = 3 }, []relay.Path{fast, wal, poll}},
+		{"MaxBackoff", func(c *relay.Config) { c.MaxBackoff = time.Minute }, []relay.Path{fast, wal, poll}},
 		{"Fast.RelayID", func(c *relay.Config) { c.Fast.RelayID = "r1" }, []relay.Path{fast}},
 		{"Fast.Lease", func(c *relay.Config) { c.Fast.Lease = 5 * time.Second }, []relay.Path{fast}},
 		{"Fast.Partitions", func(c *relay.Config) { c.Fast.Partitions = 8 }, []relay.Path{fast}},
@@ -73,7 +73,7 @@ func TestValidateRefusesASettingOfAnotherPath(t *testing.T) {
 	require.EqualError(t, err, "relay: Config.WAL.Slot applies to the wal path only; this relay runs the fast path")
 	err = relay.Config{DB: &sql.DB{}, Publisher: gochannel.NewGoChannel(gochannel.Config{}, nil), Path: compatible,
 		Concurrency: 8}.Validate()
-	require.EqualError(t, err, "relay: Config.Concurrency applies to the fast and wal paths only; this relay runs the compatible path")
+	require.EqualError(t, err, "relay: Config.Concurrency applies to the fast, wal and poll paths only; this relay runs the compatible path")
 }
 
 // The settings the paths share are checked once, under their own names.

@@ -24,6 +24,7 @@ import (
 type emitBundle struct {
 	db     *pgtest.DB // on PostgreSQL
 	sql    *sql.DB    // the database, whichever it is
+	url    string     // its URL, for commands
 	client *testent.Client
 	// oneWriter is set where one transaction writes at a time (SQLite):
 	// writers of different aggregates wait for each other too.
@@ -35,16 +36,16 @@ func setupEmit(t *testing.T) *emitBundle {
 	db := pgtest.New(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 	pgtest.Migrate(t, client.Schema.Create)
-	return &emitBundle{db: db, sql: db.DB, client: client}
+	return &emitBundle{db: db, sql: db.DB, url: db.URL, client: client}
 }
 
 // setupEmitSQLite is setupEmit on a SQLite file of t's own.
 func setupEmitSQLite(t *testing.T) *emitBundle {
 	t.Helper()
-	db := sqlitetest.Open(t)
+	db, url := sqlitetest.Open(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.SQLite, db)))
 	require.NoError(t, client.Schema.Create(context.Background()))
-	return &emitBundle{sql: db, client: client, oneWriter: true}
+	return &emitBundle{sql: db, url: url, client: client, oneWriter: true}
 }
 
 // onEveryDatabase runs test on each database Emit writes to, as

@@ -42,7 +42,7 @@ func (e *buildError) Error() string { return e.err.Error() + ":\n" + e.out }
 func TestRelayKilledMidStream(t *testing.T) {
 	skipIfShort(t, "kills relay processes")
 	t.Parallel()
-	forPaths(t, testRelayKilledMidStream)
+	forPathsOf(t, everyDatabase, testRelayKilledMidStream)
 }
 
 func testRelayKilledMidStream(t *testing.T, p *onPath) {
@@ -59,7 +59,7 @@ func testRelayKilledMidStream(t *testing.T, p *onPath) {
 	start := func() (*exec.Cmd, *lockedBuffer) {
 		cmd := exec.Command(bin, append(p.relayArgs(), "--broker", brokerURL, "--topic-prefix", prefix,
 			"--batch-size", fmt.Sprint(batch), "--log-level", "info")...)
-		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+p.db.URL)
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+p.url)
 		logs := &lockedBuffer{}
 		cmd.Stderr = logs
 		startDyingWithTest(t, cmd)

@@ -42,7 +42,7 @@ func (p failingPublisher) Publish(topic string, msgs ...*message.Message) error 
 // attempts).
 func TestPoisonRowIsDeadLetteredWithoutBlockingOthers(t *testing.T) {
 	t.Parallel()
-	forPathsOf(t, []relay.Path{relay.PathFast, relay.PathWAL}, testPoisonRowIsDeadLettered)
+	forPathsOf(t, []relay.Path{relay.PathFast, relay.PathWAL, relay.PathPoll}, testPoisonRowIsDeadLettered)
 }
 
 func testPoisonRowIsDeadLettered(t *testing.T, p *onPath) {
@@ -73,11 +73,11 @@ func testPoisonRowIsDeadLettered(t *testing.T, p *onPath) {
 
 	var reason, eventID string
 	var attempts, left int
-	require.NoError(t, b.db.DB.QueryRow(`SELECT event_id, reason, attempts FROM outbox_dead_letters`).Scan(&eventID, &reason, &attempts))
+	require.NoError(t, b.sql.QueryRow(`SELECT event_id, reason, attempts FROM outbox_dead_letters`).Scan(&eventID, &reason, &attempts))
 	require.Equal(t, poison, eventID)
 	require.Equal(t, "message rejected by the broker (after 4 attempts)", reason)
 	require.Equal(t, 4, attempts)
-	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE event_id = $1`, poison).Scan(&left))
+	require.NoError(t, b.sql.QueryRow(`SELECT count(*) FROM outbox_events WHERE event_id = $1`, poison).Scan(&left))
 	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
 }
 

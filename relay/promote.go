@@ -77,7 +77,7 @@ type sharedPromoter struct {
 
 // scheduledTables names the relay's tables for its promoter.
 func (c Config) scheduledTables() outboxdb.Tables {
-	t := outboxdb.New(c.Table, c.DeadLetterTable)
+	t := c.tables()
 	t.Scheduled, t.Sequences = c.ScheduledTable, c.SequenceTable
 	return t
 }
@@ -86,6 +86,9 @@ func (c Config) scheduledTables() outboxdb.Tables {
 // ListenDB when set, none with PollOnly (a pooler in transaction mode: it
 // looks every few seconds), DB otherwise.
 func (c Config) promoterListenDB() *sql.DB {
+	if c.Path == PathPoll { // SQLite: no LISTEN
+		return nil
+	}
 	if c.Path == PathFast {
 		return c.subscriberConfig().listenDB(c.DB)
 	}

@@ -37,6 +37,13 @@ const (
 	// no write per delivered row: the slot's confirmed position is the
 	// delivery state. One relay streams a slot; others wait as standbys.
 	PathWAL Path = "wal"
+	// PathPoll is the path on SQLite, and its default there: it polls
+	// the undelivered rows in id order (PollInterval; SQLite has no
+	// LISTEN), at most one publish per aggregate in flight. One relay at a
+	// time: SQLite has no row locks to share the rows by, and a second
+	// relay on the same file would send rows again out of their
+	// aggregate's order.
+	PathPoll Path = "poll"
 )
 
 func checkTableName(table string) error {
@@ -64,8 +71,8 @@ const maxIdentifier = 63
 // checkTables refuses an outbox table that does not exist or is not one,
 // and a dead-letter table that does not exist or lacks a column the relay
 // writes.
-func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
-	if err := outboxdb.New(table, deadLetterTable).Check(ctx, db); err != nil {
+func checkTables(ctx context.Context, db *sql.DB, t outboxdb.Tables) error {
+	if err := t.Check(ctx, db); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
@@ -112,7 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("relay: database is not reachable: %w", err)
 	}
-	if err := checkTables(ctx, r.cfg.DB, r.cfg.Table, r.cfg.DeadLetterTable); err != nil {
+	if err := checkTables(ctx, r.cfg.DB, r.cfg.tables()); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -134,6 +141,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		err = r.runCompatible(ctx)
 	case PathWAL:
 		err = r.runWAL(ctx)
+	case PathPoll:
+		err = r.runPoll(ctx)
 	default:
 		err = r.runFast(ctx)
 	}
@@ -153,7 +162,7 @@ func (r *Relay) logStart(ctx context.Context, promoting bool) {
 	fields := watermill.LogFields{"path": r.cfg.Path, "table": r.cfg.Table, "topic_prefix": r.cfg.TopicPrefix,
 		"publishes_to": r.cfg.TopicPrefix + "<the event's topic>", "scheduled_table": r.cfg.ScheduledTable,
 		"promotes_scheduled": promoting}
-	topics, err := outboxdb.New(r.cfg.Table, r.cfg.DeadLetterTable).RecentTopics(ctx, r.cfg.DB, startTopicRows)
+	topics, err := r.cfg.tables().RecentTopics(ctx, r.cfg.DB, startTopicRows)
 	if err != nil {
 		fields["recent_topics_error"] = err.Error()
 	} else {

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"cmp"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,11 @@ func quick(path relay.Path, cfg relay.Config) relay.Config {
 
 // paths is every read path: the shared tests run on each.
 var paths = []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL}
+
+// everyDatabase is every read path, and the poll path on SQLite: the
+// guarantee tests (delivery, order, kills, broken rows, dead letters)
+// run on each, from the same code.
+var everyDatabase = append(slices.Clone(paths), relay.PathPoll)
 
 // onPath is a shared test's run on one read path: an outbox of its own
 // and, on the WAL path, a slot and a publication of their own, the slot
@@ -58,7 +64,11 @@ func forPathsOf(t *testing.T, of []relay.Path, test func(t *testing.T, p *onPath
 
 func setupPath(t *testing.T, path relay.Path) *onPath {
 	t.Helper()
-	if path != relay.PathWAL {
+	switch path {
+	case relay.PathPoll: // SQLite's
+		return &onPath{path: path, emitBundle: setupEmitSQLite(t)}
+	case relay.PathWAL:
+	default:
 		return &onPath{path: path, emitBundle: setupEmit(t)}
 	}
 	s := setupWAL(t)
@@ -73,7 +83,7 @@ func (p *onPath) config(cfg relay.Config) relay.Config {
 	if p.wal != nil {
 		cfg = p.wal.config(cfg)
 	}
-	cfg.DB = cmp.Or(db, p.db.DB)
+	cfg.DB = cmp.Or(db, p.sql)
 	return quick(p.path, cfg)
 }
 
@@ -92,7 +102,7 @@ func (p *onPath) relayArgs() []string {
 
 func TestRelayInProcess(t *testing.T) {
 	t.Parallel()
-	forPaths(t, testRelayInProcess)
+	forPathsOf(t, everyDatabase, testRelayInProcess)
 }
 
 func testRelayInProcess(t *testing.T, p *onPath) {
@@ -121,7 +131,7 @@ func testRelayInProcess(t *testing.T, p *onPath) {
 
 func TestRelaySetsAsideBrokenRows(t *testing.T) {
 	t.Parallel()
-	forPaths(t, testRelaySetsAsideBrokenRows)
+	forPathsOf(t, everyDatabase, testRelaySetsAsideBrokenRows)
 }
 
 func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
@@ -130,9 +140,9 @@ func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
 
 	before := emitOrders(t, b.client, 5, 2, 0)
 	// Rows written by hand that no broker can take.
-	_, err := b.db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
-		(gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', 'order-x', '{"order_id": 1}', '{"attempt": 3}'),
-		(gen_random_uuid(), 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`)
+	_, err := b.sql.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
+		($1, 'order.paid', 2, 'orders', 'Order', 'order-x', '{"order_id": 1}', '{"attempt": 3}'),
+		($2, 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`, uuid.NewString(), uuid.NewString())
 	require.NoError(t, err)
 	after := emitOrders(t, b.client, 5, 2, 0)
 
@@ -146,7 +156,11 @@ func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
 	// left the outbox for the dead letters.
 	waitDelivered(t, b, 2)
 
-	rows, err := b.db.DB.Query(`SELECT aggregate_id, source, reason, convert_from(payload, 'UTF8') FROM outbox_dead_letters ORDER BY aggregate_id`)
+	payloadText := "convert_from(payload, 'UTF8')"
+	if b.db == nil {
+		payloadText = "CAST(payload AS TEXT)" // SQLite
+	}
+	rows, err := b.sql.Query(`SELECT aggregate_id, source, reason, ` + payloadText + ` FROM outbox_dead_letters ORDER BY aggregate_id`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var dead [][4]string
@@ -163,7 +177,7 @@ func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
 	require.Equal(t, "order-y", dead[1][0])
 	require.Equal(t, "topic is empty", dead[1][2])
 	var left int
-	require.NoError(t, b.db.DB.QueryRow(`SELECT count(*) FROM outbox_events WHERE aggregate_id IN ('order-x', 'order-y')`).Scan(&left))
+	require.NoError(t, b.sql.QueryRow(`SELECT count(*) FROM outbox_events WHERE aggregate_id IN ('order-x', 'order-y')`).Scan(&left))
 	require.Zero(t, left, "a dead-lettered row is moved out of the outbox")
 }
 
@@ -240,7 +254,7 @@ func TestNewRefusesBadConfigNamingTheField(t *testing.T) {
 		cfg  relay.Config
 		want string
 	}{
-		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast", "compatible" or "wal"`},
+		{relay.Config{Path: "slow"}, `relay: Config.Path is "slow"; want "fast", "compatible", "wal" or "poll"`},
 		{relay.Config{CloseTimeout: -time.Second}, "relay: Config.CloseTimeout must not be negative, not -1s"},
 		{relay.Config{ScheduledTable: strings.Repeat("s", 64)}, `relay: Config.ScheduledTable "` + strings.Repeat("s", 64) +
 			`" is 64 bytes, at most 63 (PostgreSQL identifiers hold 63 bytes)`},

@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/sqlitedb"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/tracing"
@@ -45,10 +46,10 @@ type relayOptions struct {
 // flag applies to every path. Their help says so, and one given for
 // another path is an error rather than ignored.
 var pathFlags = map[string][]relay.Path{
-	"poll-interval":       {relay.PathFast, relay.PathCompatible},
-	"concurrency":         {relay.PathFast, relay.PathWAL},
+	"poll-interval":       {relay.PathFast, relay.PathCompatible, relay.PathPoll},
+	"concurrency":         {relay.PathFast, relay.PathWAL, relay.PathPoll},
 	"max-bytes-in-flight": {relay.PathFast, relay.PathWAL},
-	"max-attempts":        {relay.PathFast, relay.PathWAL},
+	"max-attempts":        {relay.PathFast, relay.PathWAL, relay.PathPoll},
 	"lease":               {relay.PathFast},
 	"partitions":          {relay.PathFast},
 	"poll-only":           {relay.PathFast},
@@ -106,7 +107,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	cfg := &o.cfg
 	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
 	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes), compatible (watermill-sql subscriber + forwarder) "+
-		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION)")
+		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION); "+
+		"on SQLite (--database-url sqlite:PATH) poll, the only path there and its default")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.StringVar(&cfg.ScheduledTable, "scheduled-table", "", "table of the events emitted for a later time, moved into the outbox "+
@@ -193,6 +195,9 @@ func pathsOnly(paths []relay.Path) string {
 // the command line or through the environment) for a path that does not
 // use it.
 func (o *relayOptions) check(flags *pflag.FlagSet) error {
+	if sqlitedb.IsURL(o.databaseURL) && !flags.Changed("path") {
+		o.path = string(relay.PathPoll) // SQLite's path
+	}
 	path := relay.Path(o.path)
 	switch {
 	case o.brokerURL == "":
@@ -205,8 +210,8 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--cloudevents-prefix needs --cloudevents-source")
 	case o.maxConns < minRelayConns:
 		return fmt.Errorf("--max-connections %d: the relay needs at least %d", o.maxConns, minRelayConns)
-	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL:
-		return fmt.Errorf("--path %q: want %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL)
+	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL && path != relay.PathPoll:
+		return fmt.Errorf("--path %q: want %s, %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL, relay.PathPoll)
 	}
 	var err error
 	flags.Visit(func(f *pflag.Flag) {

@@ -23,11 +23,11 @@ func TestRelayRefusesAFlagOfAnotherPath(t *testing.T) {
 	_, err := run(t, nil, "relay", "--broker", "mem://", "--path", "wal", "--lease", "5s")
 	require.EqualError(t, err, "--lease applies to the fast path only; this relay runs the wal path")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--path", "compatible", "--concurrency", "8")
-	require.EqualError(t, err, "--concurrency applies to the fast and wal paths only; this relay runs the compatible path")
+	require.EqualError(t, err, "--concurrency applies to the fast, wal and poll paths only; this relay runs the compatible path")
 	_, err = run(t, map[string]string{"ENTOUTBOX_CONSUMER_GROUP": "billing"}, "relay", "--broker", "mem://")
 	require.EqualError(t, err, "ENTOUTBOX_CONSUMER_GROUP (--consumer-group) applies to the compatible path only; this relay runs the fast path")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--path", "slow")
-	require.EqualError(t, err, `--path "slow": want fast, compatible or wal`)
+	require.EqualError(t, err, `--path "slow": want fast, compatible, wal or poll`)
 
 	for _, path := range []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL} {
 		o, flags := parseRelayFlags(t, "--path", string(path))
@@ -142,9 +142,12 @@ func TestRelayHelpSaysWhichPaths(t *testing.T) {
 	for _, flag := range []string{"concurrency", "max-attempts", "max-bytes-in-flight"} {
 		require.NotContains(t, usage(flag), "(fast path")
 		require.NotContains(t, usage(flag), "; fast path")
-		require.Contains(t, usage(flag), "fast and wal paths only")
 	}
-	require.Contains(t, usage("poll-interval"), "fast and compatible paths only")
+	require.Contains(t, usage("max-bytes-in-flight"), "fast and wal paths only")
+	for _, flag := range []string{"concurrency", "max-attempts"} {
+		require.Contains(t, usage(flag), "fast, wal and poll paths only")
+	}
+	require.Contains(t, usage("poll-interval"), "fast, compatible and poll paths only")
 	for _, flag := range []string{"lease", "partitions", "poll-only", "delete-delivered", "relay-id", "listen-database-url"} {
 		require.Contains(t, usage(flag), "fast path only)", "--%s", flag)
 	}

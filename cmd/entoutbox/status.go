@@ -19,6 +19,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
+	"github.com/entoutbox/entoutbox/internal/sqlitedb"
+	"github.com/entoutbox/entoutbox/relay"
 )
 
 // statusOptions are the status command's flags.
@@ -365,7 +367,10 @@ func openServiceDB(databaseURL, app string, logger *slog.Logger, redact redactor
 
 func openDBWith(databaseURL string, opts pgdial.Options) (*sql.DB, error) {
 	if databaseURL == "" {
-		return nil, errors.New("no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the PostgreSQL URL of the database holding the outbox")
+		return nil, errors.New("no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://… or sqlite:PATH)")
+	}
+	if sqlitedb.IsURL(databaseURL) {
+		return sqlitedb.Open(databaseURL)
 	}
 	db, err := pgdial.Open(databaseURL, opts)
 	if err != nil {
@@ -378,5 +383,14 @@ func openDBWith(databaseURL string, opts pgdial.Options) (*sql.DB, error) {
 // does, saying what to run, where the first query would fail with a bare
 // "relation ... does not exist".
 func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string) error {
-	return outboxdb.New(table, deadLetterTable).Check(ctx, db)
+	return tablesOf(db, table, deadLetterTable).Check(ctx, db)
+}
+
+// tablesOf names the outbox's tables in db's dialect.
+func tablesOf(db *sql.DB, table, deadLetterTable string) outboxdb.Tables {
+	t := outboxdb.New(table, deadLetterTable)
+	if relay.SQLite(db) {
+		t.Dialect = outboxdb.SQLite
+	}
+	return t
 }

@@ -46,3 +46,7 @@ func (d Dialect) goldenSuffix() string {
 	}
 	return ".sqlite"
 }
+
+// sqliteNow is SQLite's clock as its statements write times: UTC, to the
+// millisecond, in a form its date functions and the drivers read.
+const sqliteNow = `strftime('%Y-%m-%d %H:%M:%f', 'now')`

@@ -117,9 +117,10 @@ func (t Tables) ScheduleWrites(rows []EmitRow, now time.Time) []Write {
 		if i > 0 {
 			q.WriteByte(',')
 		}
-		at := r.DeliverAt
-		if at == nil {
-			at = now.Add(time.Duration(r.DeliverAfter) * time.Microsecond)
+		// In UTC, so that the times compare as text too.
+		at := now.Add(time.Duration(r.DeliverAfter) * time.Microsecond).UTC()
+		if t, ok := r.DeliverAt.(time.Time); ok {
+			at = t.UTC()
 		}
 		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
 		args = append(args, r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,

@@ -39,7 +39,8 @@ func queryRow(ctx context.Context, q Querier, query string, args []any, dst ...a
 // The catalog reads: they name a table by parameter, not by Tables.
 var (
 	// existsTable tells whether table $1 (quoted) exists.
-	existsTable = define("exists/table", func(Tables) string { return `SELECT to_regclass($1) IS NOT NULL` })
+	existsTable = define("exists/table", func(Tables) string { return `SELECT to_regclass($1) IS NOT NULL` }).
+			also(SQLite, func(Tables) string { return `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)` })
 	// existsColumn tells whether table $1 (quoted) has column $2.
 	existsColumn = define("exists/column", func(Tables) string {
 		return `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
@@ -51,6 +52,10 @@ var (
 		return `SELECT to_regclass($1) IS NOT NULL, array_to_string(ARRAY(
 			SELECT c FROM unnest(string_to_array($2, ',')) c WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
 				WHERE a.attrelid = to_regclass($1) AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped)), ', ')`
+	}).also(SQLite, func(Tables) string {
+		return `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1), COALESCE((
+			SELECT group_concat(c.value, ', ') FROM json_each('["' || replace(?2, ',', '","') || '"]') c
+			WHERE c.value NOT IN (SELECT name FROM pragma_table_info(?1))), '')`
 	})
 )
 
@@ -60,8 +65,13 @@ const MigrateHint = "run the ent migration first: client.Schema.Create"
 
 // TableExists tells whether table name exists (on the search path).
 func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
+	return Tables{}.TableExists(ctx, q, name)
+}
+
+// TableExists tells whether table name exists in t's database.
+func (t Tables) TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var exists bool
-	if err := queryRow(ctx, q, existsTable.SQL(Tables{}), []any{pgsql.QuoteIdent(name)}, &exists); err != nil {
+	if err := queryRow(ctx, q, existsTable.SQL(t), []any{t.catalogName(name)}, &exists); err != nil {
 		return false, fmt.Errorf("looking for table %q: %w", name, err)
 	}
 	return exists, nil
@@ -77,9 +87,18 @@ func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, e
 	return exists, nil
 }
 
+// catalogName is table as the catalog reads take it: quoted for
+// PostgreSQL's to_regclass, as it is for SQLite's catalog.
+func (t Tables) catalogName(table string) string {
+	if t.Dialect == SQLite {
+		return table
+	}
+	return pgsql.QuoteIdent(table)
+}
+
 // missingColumns tells whether table exists and which of columns it lacks.
-func missingColumns(ctx context.Context, q Querier, table string, columns []string) (exists bool, missing string, err error) {
-	if err := queryRow(ctx, q, existsMissingColumns.SQL(Tables{}), []any{pgsql.QuoteIdent(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
+func (t Tables) missingColumns(ctx context.Context, q Querier, table string, columns []string) (exists bool, missing string, err error) {
+	if err := queryRow(ctx, q, existsMissingColumns.SQL(t), []any{t.catalogName(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
 		return false, "", fmt.Errorf("looking for table %q: %w", table, err)
 	}
 	return exists, missing, nil
@@ -101,7 +120,7 @@ var deadLetterColumns = []string{"aggregate_seq"}
 // writes, saying what to run.
 func (t Tables) Check(ctx context.Context, q Querier) error {
 	const migrate = MigrateHint
-	exists, missing, err := missingColumns(ctx, q, t.Outbox, outboxColumns)
+	exists, missing, err := t.missingColumns(ctx, q, t.Outbox, outboxColumns)
 	if err != nil {
 		return err
 	}
@@ -111,7 +130,7 @@ func (t Tables) Check(ctx context.Context, q Querier) error {
 	if missing != "" {
 		return fmt.Errorf("table %q is not an outbox table: it lacks the columns %s (%s)", t.Outbox, missing, migrate)
 	}
-	exists, missing, err = missingColumns(ctx, q, t.DeadLetters, deadLetterColumns)
+	exists, missing, err = t.missingColumns(ctx, q, t.DeadLetters, deadLetterColumns)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,9 @@ import (
 // by another relay, finds nothing and writes nothing (and the outbox
 // holds one row per event id).
 func (t Tables) MoveToDeadLetters(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
+	if t.Dialect == SQLite {
+		return t.moveToDeadLettersSQLite(ctx, e, id, reason, attempts)
+	}
 	res, err := e.ExecContext(ctx, moveToLetters.SQL(t), id, reason, attempts)
 	if err != nil {
 		return false, fmt.Errorf("moving row %d to %s: %w", id, t.DeadLetters, err)
@@ -78,7 +81,7 @@ func (t Tables) writeDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow,
 		return false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if eventID != nil {
+	if eventID != nil && t.Dialect != SQLite { // SQLite's writers take turns already
 		if _, err := tx.ExecContext(ctx, moveLockEvent.SQL(t), t.DeadLetters+"/relay/"+row.EventID.String()); err != nil {
 			return false, err
 		}
@@ -105,6 +108,16 @@ var (
 		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id, aggregate_seq,
 			convert_to(payload::text, 'UTF8'), headers, $2, GREATEST(attempts, $3), now()
 		FROM moved`
+	}).also(SQLite, func(t Tables) string { // then moveDeleteRow, in the same transaction
+		return `INSERT INTO ` + pgsql.QuoteIdent(t.DeadLetters) + ` (event_id, source, event_name, event_version, topic,
+			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+		SELECT event_id, 'relay', event_name, event_version, topic, aggregate_type, aggregate_id, aggregate_seq,
+			CAST(payload AS BLOB), headers, ?2, MAX(attempts, ?3), ` + sqliteNow + `
+		FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = ?1`
+	})
+	// moveDeleteRow deletes outbox row $1, moved to the dead letters.
+	moveDeleteRow = defineOnly("move/delete-row", SQLite, func(t Tables) string {
+		return `DELETE FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = ?1`
 	})
 	// moveLockEvent takes the transaction's lock on key $1, the letter's
 	// table, source and event.
@@ -122,5 +135,57 @@ var (
 		SELECT $1::uuid, 'relay', $2, $3, $4, $5, $6, $11, $7, $8::jsonb, $9, $10, now()
 		WHERE $1::uuid IS NULL OR NOT EXISTS (SELECT 1 FROM ` + letters + `
 			WHERE (event_id = $1::uuid OR retried_event_id = $1::uuid) AND source = 'relay')`
+	}).also(SQLite, func(t Tables) string {
+		letters := pgsql.QuoteIdent(t.DeadLetters)
+		return `INSERT INTO ` + letters + ` (event_id, source, event_name,
+		event_version, topic, aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
+		SELECT ?1, 'relay', ?2, ?3, ?4, ?5, ?6, ?11, ?7, ?8, ?9, ?10, ` + sqliteNow + `
+		WHERE ?1 IS NULL OR NOT EXISTS (SELECT 1 FROM ` + letters + `
+			WHERE (event_id = ?1 OR retried_event_id = ?1) AND source = 'relay')`
 	})
 )
+
+// moveToDeadLettersSQLite is MoveToDeadLetters on SQLite, whose DELETE
+// cannot feed an INSERT: the copy and the delete in one transaction (of
+// e's, or of its own when e is a database).
+func (t Tables) moveToDeadLettersSQLite(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
+	move := func(e Execer) (bool, error) {
+		res, err := e.ExecContext(ctx, moveToLetters.SQL(t), id, reason, attempts)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 {
+			return false, err
+		}
+		_, err = e.ExecContext(ctx, moveDeleteRow.SQL(t), id)
+		return err == nil, err
+	}
+	var moved bool
+	err := inTx(ctx, e, func(e Execer) (err error) {
+		moved, err = move(e)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("moving row %d to %s: %w", id, t.DeadLetters, err)
+	}
+	return moved, nil
+}
+
+// inTx runs fn in a transaction: e's own when it is one, else a new one of
+// e's database.
+func inTx(ctx context.Context, e Execer, fn func(Execer) error) error {
+	db, ok := e.(*sql.DB)
+	if !ok {
+		return fn(e)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -101,6 +101,13 @@ var _ = define("promote/promote-unnumbered", func(t Tables) string {
 // outbox (PromoteQuery); locked is false when another promotion held the
 // lock, and then nothing moved.
 func (t Tables) Promote(ctx context.Context, q Querier, limit int) (moved int, locked bool, err error) {
+	if t.Dialect == SQLite {
+		moved, err = t.promoteSQLite(ctx, q, limit)
+		if err != nil {
+			return 0, false, fmt.Errorf("moving the due events of %s into %s: %w", t.Scheduled, t.Outbox, err)
+		}
+		return moved, true, nil
+	}
 	var notified int
 	if err := queryRow(ctx, q, t.PromoteQuery(), []any{limit}, &locked, &moved, &notified); err != nil {
 		return 0, false, fmt.Errorf("moving the due events of %s into %s: %w", t.Scheduled, t.Outbox, err)
@@ -130,4 +137,9 @@ var promoteNextDue = define("promote/next-due", func(t Tables) string {
 		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` s WHERE s.cancelled_at IS NULL
 		AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = s.event_id)
 		ORDER BY s.deliver_at, s.id LIMIT 1`
+}).also(SQLite, func(t Tables) string {
+	return `SELECT CAST(ROUND((julianday(s.deliver_at) - julianday('now')) * 86400000000.0) AS INTEGER)
+		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` s WHERE s.cancelled_at IS NULL
+		AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = s.event_id)
+		ORDER BY julianday(s.deliver_at), s.id LIMIT 1`
 })

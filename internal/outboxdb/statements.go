@@ -35,6 +35,14 @@ func define(name string, render func(t Tables) string) *Statement {
 	return s
 }
 
+// defineOnly names the statement render builds for dialect d alone: a
+// statement of a path only that database runs.
+func defineOnly(name string, d Dialect, render func(t Tables) string) *Statement {
+	s := define(name, render)
+	s.forms = map[Dialect]func(Tables) string{d: render}
+	return s
+}
+
 // also gives s its form for dialect d, rendered by render.
 func (s *Statement) also(d Dialect, render func(t Tables) string) *Statement {
 	s.forms[d] = render

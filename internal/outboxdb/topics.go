@@ -35,4 +35,7 @@ func (t Tables) RecentTopics(ctx context.Context, q Querier, rows int) ([]string
 var recentTopics = define("topics/recent", func(t Tables) string {
 	return `SELECT DISTINCT topic FROM (SELECT topic FROM ` + pgsql.QuoteIdent(t.Outbox) +
 		` ORDER BY id DESC LIMIT $1) recent ORDER BY topic`
+}).also(SQLite, func(t Tables) string {
+	return `SELECT DISTINCT topic FROM (SELECT topic FROM ` + pgsql.QuoteIdent(t.Outbox) +
+		` ORDER BY id DESC LIMIT ?1) recent ORDER BY topic`
 })

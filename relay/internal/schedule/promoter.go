@@ -92,12 +92,12 @@ func Check(ctx context.Context, q outboxdb.Querier, tables outboxdb.Tables) (out
 	if tables.Scheduled == "" {
 		return tables, false, nil
 	}
-	exists, err := outboxdb.TableExists(ctx, q, tables.Scheduled)
+	exists, err := tables.TableExists(ctx, q, tables.Scheduled)
 	if err != nil || !exists {
 		return tables, false, err
 	}
 	if tables.Sequences != "" {
-		seq, err := outboxdb.TableExists(ctx, q, tables.Sequences)
+		seq, err := tables.TableExists(ctx, q, tables.Sequences)
 		if err != nil {
 			return tables, false, err
 		}

@@ -1,0 +1,95 @@
+package outboxdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
+
+var (
+	// promoteDueSQLite reads up to ?1 due events of the scheduled table,
+	// in due order, each with its headers as they go out (the time it was
+	// due added, as PostgreSQL's promotion adds it).
+	promoteDueSQLite = defineOnly("promote/due", SQLite, func(t Tables) string {
+		return `SELECT s.id, s.event_id, s.event_name, s.event_version, s.topic, s.aggregate_type, s.aggregate_id, s.payload,
+		json_set(CASE WHEN json_type(s.headers) = 'object' THEN s.headers ELSE '{}' END, '$.outbox_deliver_at',
+			strftime('%Y-%m-%dT%H:%M:%fZ', s.deliver_at)), s.readable_from
+		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` s WHERE s.cancelled_at IS NULL AND julianday(s.deliver_at) <= julianday('now')
+		AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = s.event_id)
+		ORDER BY julianday(s.deliver_at), s.id LIMIT ?1`
+	})
+	// promoteDeleteSQLite deletes scheduled event ?1, promoted.
+	promoteDeleteSQLite = defineOnly("promote/delete", SQLite, func(t Tables) string {
+		return `DELETE FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` WHERE id = ?1`
+	})
+)
+
+// promoteSQLite is Promote on SQLite: in one transaction, the due events
+// are read, written to the outbox as Emit writes (numbered from the
+// counters), and deleted from the scheduled table. One transaction writes
+// at a time: no lock to take, no row to skip.
+func (t Tables) promoteSQLite(ctx context.Context, q Querier, limit int) (int, error) {
+	db, ok := q.(*sql.DB)
+	if !ok {
+		return 0, errors.New("promoting on SQLite takes a *sql.DB")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, ids, err := t.dueSQLite(ctx, tx, limit)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	for _, w := range (Tables{Outbox: t.Outbox, Sequences: t.Sequences, Dialect: SQLite}).EmitWrites(rows) {
+		if _, err := tx.ExecContext(ctx, w.SQL, w.Args...); err != nil {
+			return 0, err
+		}
+	}
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, promoteDeleteSQLite.SQL(t), id); err != nil {
+			return 0, err
+		}
+	}
+	return len(rows), tx.Commit()
+}
+
+// dueSQLite reads up to limit due events as the emit path writes them,
+// and their ids in the scheduled table.
+func (t Tables) dueSQLite(ctx context.Context, tx *sql.Tx, limit int) ([]EmitRow, []int64, error) {
+	rs, err := tx.QueryContext(ctx, promoteDueSQLite.SQL(t), limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rs.Close()
+	var (
+		rows []EmitRow
+		ids  []int64
+	)
+	for rs.Next() {
+		var (
+			id       int64
+			r        EmitRow
+			payload  []byte
+			headers  sql.NullString
+			readable sql.NullInt64
+		)
+		if err := rs.Scan(&id, &r.EventID, &r.Name, &r.Version, &r.Topic, &r.AggregateType, &r.AggregateID, &payload,
+			&headers, &readable); err != nil {
+			return nil, nil, err
+		}
+		r.Payload = strings.Clone(string(payload))
+		if headers.Valid {
+			r.Headers = headers.String
+		}
+		if readable.Valid {
+			r.ReadableFrom = readable.Int64
+		}
+		rows, ids = append(rows, r), append(ids, id)
+	}
+	return rows, ids, rs.Err()
+}

@@ -1,0 +1,2 @@
+-- exists/table
+SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)

@@ -1,0 +1,2 @@
+-- poll/delivered-delete
+DELETE FROM "outbox_events" WHERE id = ?1

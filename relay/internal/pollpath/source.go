@@ -1,0 +1,304 @@
+// Package pollpath is the relay's read path on SQLite: it polls the
+// undelivered rows in id order and hands the engine, for each aggregate,
+// its oldest row, and the next one only once that one is settled. SQLite
+// has no LISTEN and no row locks, and lets one transaction write at a
+// time: one relay runs at a time (a second one sends the same rows again,
+// which consumers' dedupe absorbs, but the order of an aggregate between
+// the two is not kept).
+package pollpath
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay/internal/engine"
+)
+
+// Settings is what the poll path takes of the relay's settings.
+type Settings struct {
+	DB           *sql.DB
+	Tables       outboxdb.Tables // in the SQLite dialect
+	BatchSize    int
+	PollInterval time.Duration
+	Delete       bool // delete delivered rows rather than mark them
+	CloseTimeout time.Duration
+	Attributes   engine.Attributes
+	Logger       watermill.LoggerAdapter
+	Metrics      *metrics.Metrics
+}
+
+// Policy is the poll path's failure policy: maxAttempts failed publishes,
+// backoff between them.
+func Policy(maxAttempts int, backoff func(attempt int) time.Duration) engine.Policy {
+	return engine.Policy{MaxAttempts: maxAttempts, Backoff: backoff}
+}
+
+// Source is the poll path.
+type Source struct {
+	cfg Settings
+
+	mu sync.Mutex
+	// out holds the aggregates with a row handed out and not yet settled.
+	out map[engine.Aggregate]bool
+	// settled is signalled when a row is settled: its aggregate may go on.
+	settled chan struct{}
+	// inFlight counts the rows handed out and not yet settled.
+	inFlight sync.WaitGroup
+	// recent holds the rows settled lately, by the count of settles
+	// when each was: a read begun before a row's settle was recorded may
+	// still return it undelivered, and must not hand it out again.
+	recent  map[int64]uint64
+	settles uint64
+
+	// The scan: rows are read in id order after cursor, a page at a time,
+	// and a pass ends when a page comes back short. An aggregate met in a
+	// pass and not handed out (its row out, or waiting for a retry) is
+	// passed over for the rest of the pass, so that none of its later rows
+	// goes before it.
+	cursor   int64
+	skipped  map[engine.Aggregate]bool
+	ready    []*engine.Row
+	sqlRead  string
+	sqlDone  string
+	sqlFail  string
+	relayTag string
+	// stopped ends when the relay stops: a write that settles a row is
+	// tried again until it works or then.
+	stopped context.Context
+}
+
+// New is the poll path on cfg's database.
+func New(cfg Settings) *Source {
+	done := outboxdb.PollDelivered
+	if cfg.Delete {
+		done = outboxdb.PollDeliveredDelete
+	}
+	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
+		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
+		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables), relayTag: "poll"}
+}
+
+// Run relays until ctx ends, then waits for the publishes in flight (up
+// to CloseTimeout).
+func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
+	s.stopped = ctx
+	s.cfg.Logger.Info("Relay running", map[string]any{"path": "poll", "table": s.cfg.Tables.Outbox})
+	e.Run(ctx, s.next)
+	engine.AwaitPublishes(&s.inFlight, s.cfg.CloseTimeout, s.cfg.Logger)
+	return nil
+}
+
+// next is the next row whose turn came, for the engine; false once ctx
+// ends.
+func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
+	for {
+		r, err := s.nextRow(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("Reading the outbox failed; trying again", err, nil)
+		}
+		if r != nil {
+			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes)}, true
+		}
+		wait := time.NewTimer(s.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, false
+		case <-s.settled:
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
+}
+
+// nextRow is the next row to hand out, or nil when a whole pass found
+// none (the caller then waits for a settled row or the poll interval).
+func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
+	for {
+		if r := s.takeReady(ctx); r != nil {
+			return r, nil
+		}
+		s.mu.Lock()
+		before := s.settles
+		s.mu.Unlock()
+		rows, err := s.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		for id, at := range s.recent {
+			if at <= before { // recorded before the read began: it cannot have returned it
+				delete(s.recent, id)
+			}
+		}
+		for _, r := range rows {
+			s.cursor = r.ID
+			if _, settled := s.recent[r.ID]; settled {
+				continue
+			}
+			a := r.Aggregate()
+			if s.skipped[a] || s.out[a] || r.Wait > 0 || s.queued(a) {
+				s.skipped[a] = true
+				continue
+			}
+			s.ready = append(s.ready, r)
+		}
+		endOfPass := len(rows) < s.cfg.BatchSize
+		if endOfPass {
+			s.cursor = 0
+			clear(s.skipped)
+		}
+		found := len(s.ready) > 0
+		s.mu.Unlock()
+		if !found && endOfPass {
+			return nil, nil
+		}
+	}
+}
+
+// queued tells whether a row of a waits in ready.
+func (s *Source) queued(a engine.Aggregate) bool {
+	for _, r := range s.ready {
+		if r.Aggregate() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// takeReady hands out the first ready row, dead-lettering malformed ones
+// on the way.
+func (s *Source) takeReady(ctx context.Context) *engine.Row {
+	for {
+		s.mu.Lock()
+		if len(s.ready) == 0 {
+			s.mu.Unlock()
+			return nil
+		}
+		r := s.ready[0]
+		s.ready = s.ready[1:]
+		s.out[r.Aggregate()] = true
+		s.inFlight.Add(1)
+		s.mu.Unlock()
+		if err := r.Check(); err != nil {
+			s.deadLetter(ctx, r, engine.Malformed(err.Error(), r.Attempts))
+			s.settle(r)
+			continue
+		}
+		return r
+	}
+}
+
+// read reads the next page of undelivered rows.
+func (s *Source) read(ctx context.Context) ([]*engine.Row, error) {
+	s.mu.Lock()
+	cursor := s.cursor
+	s.mu.Unlock()
+	rs, err := s.cfg.DB.QueryContext(ctx, s.sqlRead, cursor, s.cfg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var rows []*engine.Row
+	for rs.Next() {
+		r := &engine.Row{}
+		var waitMS int64
+		if err := rs.Scan(&r.ID, &r.EventID, &r.Name, &r.Version, &r.Topic, &r.AggregateType, &r.AggregateID,
+			&r.Payload, &r.Headers, &r.ReadableFrom, &r.AggregateSeq, &r.CreatedAt, &r.Attempts, &waitMS); err != nil {
+			return nil, err
+		}
+		r.Wait = time.Duration(waitMS) * time.Millisecond
+		r.Size = int64(len(r.Payload) + len(r.Headers))
+		rows = append(rows, r)
+	}
+	return rows, rs.Err()
+}
+
+// settle ends r's turn: its aggregate may go on.
+func (s *Source) settle(r *engine.Row) {
+	s.mu.Lock()
+	delete(s.out, r.Aggregate())
+	s.settles++
+	s.recent[r.ID] = s.settles
+	s.mu.Unlock()
+	s.inFlight.Done()
+	select {
+	case s.settled <- struct{}{}:
+	default:
+	}
+}
+
+// record runs a write that settles r, again until it works or the relay
+// stops: an aggregate goes on only once its row is recorded.
+func (s *Source) record(ctx context.Context, what string, write func(context.Context) error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := write(context.WithoutCancel(ctx))
+		if err == nil {
+			return
+		}
+		s.cfg.Logger.Error("Recording "+what+" failed; trying again", err, nil)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// deadLetter moves r to the dead letters as dec says.
+func (s *Source) deadLetter(ctx context.Context, r *engine.Row, dec engine.Decision) {
+	s.record(ctx, "a dead letter", func(ctx context.Context) error {
+		moved, err := s.cfg.Tables.MoveToDeadLetters(ctx, s.cfg.DB, r.ID, dec.Reason, dec.Attempts)
+		if err == nil && !moved {
+			return errors.New("the row is no longer in the outbox")
+		}
+		return err
+	})
+	engine.DeadLettered(s.cfg.Metrics, s.cfg.Logger, "poll", s.relayTag, r, dec)
+}
+
+// delivery is a row handed to the engine.
+type delivery struct {
+	s   *Source
+	r   *engine.Row
+	msg *message.Message
+}
+
+func (d *delivery) Row() *engine.Row          { return d.r }
+func (d *delivery) Message() *message.Message { return d.msg }
+
+// MayPublish is always true: one relay runs at a time.
+func (d *delivery) MayPublish() bool { return true }
+
+func (d *delivery) Delivered() {
+	d.s.record(d.s.stopped, "a delivery", func(ctx context.Context) error {
+		_, err := d.s.cfg.DB.ExecContext(ctx, d.s.sqlDone, d.r.ID)
+		return err
+	})
+	d.s.settle(d.r)
+}
+
+func (d *delivery) Unsent() { d.s.settle(d.r) }
+
+// Failed carries out the failure policy's decision: a retry after its
+// wait, recorded on the row, or the dead letters.
+func (d *delivery) Failed(dec engine.Decision) {
+	ctx := d.s.stopped
+	if dec.DeadLetter {
+		d.s.deadLetter(ctx, d.r, dec)
+	} else {
+		d.s.record(ctx, "a failed publish", func(ctx context.Context) error {
+			_, err := d.s.cfg.DB.ExecContext(ctx, d.s.sqlFail, d.r.ID, dec.Attempts, dec.Wait.Milliseconds(), dec.Reason)
+			return err
+		})
+	}
+	d.s.settle(d.r)
+}
