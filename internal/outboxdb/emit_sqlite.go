@@ -117,11 +117,11 @@ func (t Tables) ScheduleWrites(rows []EmitRow, now time.Time) []Write {
 		if i > 0 {
 			q.WriteByte(',')
 		}
-		// In UTC, so that the times compare as text too.
-		at := now.Add(time.Duration(r.DeliverAfter) * time.Microsecond).UTC()
+		due := now.Add(time.Duration(r.DeliverAfter) * time.Microsecond)
 		if t, ok := r.DeliverAt.(time.Time); ok {
-			at = t.UTC()
+			due = t
 		}
+		at := sqliteTime(due)
 		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?)")
 		args = append(args, r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
 			r.Payload, r.Headers, r.ReadableFrom, at, i)
@@ -137,3 +137,8 @@ func (t Tables) ScheduleWrites(rows []EmitRow, now time.Time) []Write {
 // ThisTransaction is PostgreSQL's id of the transaction running the
 // statement, as the outbox's transaction_id column keeps it.
 const ThisTransaction = "pg_current_xact_id()"
+
+// sqliteTime is t as SQLite's date functions read it (julianday compares
+// what the promoter reads), in UTC: a driver's own form of a time.Time
+// parameter may be one they do not read.
+func sqliteTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000") }

@@ -2,21 +2,21 @@ package outboxdb
 
 import (
 	"context"
+	"encoding/json"
 	"database/sql"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 var (
 	// promoteDueSQLite reads up to ?1 due events of the scheduled table,
-	// in due order, each with its headers as they go out (the time it was
-	// due added, as PostgreSQL's promotion adds it).
+	// in due order.
 	promoteDueSQLite = defineOnly("promote/due", SQLite, func(t Tables) string {
 		return `SELECT s.id, s.event_id, s.event_name, s.event_version, s.topic, s.aggregate_type, s.aggregate_id, s.payload,
-		json_set(CASE WHEN json_type(s.headers) = 'object' THEN s.headers ELSE '{}' END, '$.outbox_deliver_at',
-			strftime('%Y-%m-%dT%H:%M:%fZ', s.deliver_at)), s.readable_from
+		s.headers, s.deliver_at, s.readable_from
 		FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` s WHERE s.cancelled_at IS NULL AND julianday(s.deliver_at) <= julianday('now')
 		AND NOT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = s.event_id)
 		ORDER BY julianday(s.deliver_at), s.id LIMIT ?1`
@@ -76,20 +76,32 @@ func (t Tables) dueSQLite(ctx context.Context, tx *sql.Tx, limit int) ([]EmitRow
 			r        EmitRow
 			payload  []byte
 			headers  sql.NullString
+			due      time.Time
 			readable sql.NullInt64
 		)
 		if err := rs.Scan(&id, &r.EventID, &r.Name, &r.Version, &r.Topic, &r.AggregateType, &r.AggregateID, &payload,
-			&headers, &readable); err != nil {
+			&headers, &due, &readable); err != nil {
 			return nil, nil, err
 		}
 		r.Payload = strings.Clone(string(payload))
-		if headers.Valid {
-			r.Headers = headers.String
-		}
+		r.Headers = withDeliverAt(headers.String, due)
 		if readable.Valid {
 			r.ReadableFrom = readable.Int64
 		}
 		rows, ids = append(rows, r), append(ids, id)
 	}
 	return rows, ids, rs.Err()
+}
+
+// withDeliverAt is the headers of a promoted event, the time it was due
+// added (outbox_deliver_at, in the form PostgreSQL's promotion writes it);
+// headers that are no JSON object are replaced, as there.
+func withDeliverAt(headers string, due time.Time) string {
+	h := map[string]any{}
+	if json.Unmarshal([]byte(headers), &h) != nil || h == nil {
+		h = map[string]any{}
+	}
+	h["outbox_deliver_at"] = due.UTC().Format("2006-01-02T15:04:05.000000Z")
+	b, _ := json.Marshal(h) // a map of JSON values encodes
+	return string(b)
 }

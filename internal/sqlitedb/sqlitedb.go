@@ -16,9 +16,10 @@ import (
 // the writer), a busy timeout so that a writer waits for another's
 // transaction instead of failing with SQLITE_BUSY, and transactions that
 // take the write lock when they begin (BEGIN IMMEDIATE), so that two never
-// both read and then both wait to write.
+// both read and then both wait to write; times written in the form
+// SQLite's date functions read.
 func DSN(path string) string {
-	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(60000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+	return "file:" + path + "?_pragma=foreign_keys(1)&_pragma=busy_timeout(60000)&_pragma=journal_mode(WAL)&_txlock=immediate&_time_format=sqlite"
 }
 
 // IsURL tells whether url names a SQLite file: sqlite:PATH (sqlite:///abs

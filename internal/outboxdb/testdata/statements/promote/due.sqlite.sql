@@ -1,7 +1,6 @@
 -- promote/due
 SELECT s.id, s.event_id, s.event_name, s.event_version, s.topic, s.aggregate_type, s.aggregate_id, s.payload,
-		json_set(CASE WHEN json_type(s.headers) = 'object' THEN s.headers ELSE '{}' END, '$.outbox_deliver_at',
-			strftime('%Y-%m-%dT%H:%M:%fZ', s.deliver_at)), s.readable_from
+		s.headers, s.deliver_at, s.readable_from
 		FROM "outbox_scheduled_events" s WHERE s.cancelled_at IS NULL AND julianday(s.deliver_at) <= julianday('now')
 		AND NOT EXISTS (SELECT 1 FROM "outbox_events" o WHERE o.event_id = s.event_id)
 		ORDER BY julianday(s.deliver_at), s.id LIMIT ?1
