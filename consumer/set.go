@@ -202,6 +202,10 @@ func (s *Set) own(ctx context.Context) (release func(), err error) {
 // For generated code. Register adds fn as consumer's handler of the named
 // event. Each consumer name handles an event once; two names both see it.
 func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
+	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres {
+		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL only for now, not on %s "+
+			"(there, Emit, outboxtest's RequireEmitted and RequireScheduled, and the relay run)", consumer, d.Dialect())
+	}
 	if consumer == "" {
 		return fmt.Errorf("consumer: handler of %q: consumer name is empty", event)
 	}

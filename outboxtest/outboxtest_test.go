@@ -39,12 +39,41 @@ func failure(t *testing.T, fn func(tb testing.TB)) string {
 	return r.failure
 }
 
+// eachDatabase runs test on a client of its own on PostgreSQL and on
+// SQLite (outboxtest.SQLite): the assertions hold on both.
+func eachDatabase(t *testing.T, test func(t *testing.T, client *testent.Client)) {
+	for name, open := range map[string]func(t *testing.T) *testent.Client{
+		"PostgreSQL": func(t *testing.T) *testent.Client {
+			db := pgtest.New(t)
+			client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+			pgtest.Migrate(t, client.Schema.Create)
+			return client
+		},
+		"SQLite": func(t *testing.T) *testent.Client {
+			client := testent.NewClient(testent.Driver(outboxtest.SQLite(t)))
+			require.NoError(t, client.Schema.Create(context.Background()))
+			return client
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, open(t))
+		})
+	}
+}
+
+// RequireEmitted finds the events of the transaction, and of it alone:
+// not those committed before.
 func TestRequireEmittedInTheTransaction(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	eachDatabase(t, requireEmittedInTheTransaction)
+}
+
+func requireEmittedInTheTransaction(t *testing.T, client *testent.Client) {
 	ctx := context.Background()
-	pgtest.Migrate(t, client.Schema.Create)
+	require.NoError(t, client.WithTx(ctx, func(tx *testent.Tx) error { // another transaction's
+		return tx.Outbox.EmitOrderPaid(ctx, "6", testent.OrderPaid{OrderID: 6, AmountCents: 600})
+	}))
 
 	tx, err := client.Tx(ctx)
 	require.NoError(t, err)

@@ -5,13 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
-	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outboxtest"
 )
@@ -21,10 +18,11 @@ import (
 // scheduled instead.
 func TestRequireScheduled(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	eachDatabase(t, requireScheduled)
+}
+
+func requireScheduled(t *testing.T, client *testent.Client) {
 	ctx := context.Background()
-	pgtest.Migrate(t, client.Schema.Create)
 
 	tx, err := client.Tx(ctx)
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestClearErrors(t *testing.T) {
 	t.Setenv("ENTOUTBOX_DATABASE_URL", "")
 	t.Setenv("DATABASE_URL", "")
 	_, err := run(t, nil, "status")
-	require.EqualError(t, err, "no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the PostgreSQL URL of the database holding the outbox")
+	require.EqualError(t, err, "no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://… or sqlite:PATH)")
 	_, err = run(t, nil, "relay", "--database-url", "postgres://x")
 	require.EqualError(t, err, "no broker: set --broker or ENTOUTBOX_BROKER")
 	_, err = run(t, nil, "relay", "--database-url", pgtest.ServerURL(), "--broker", "foo://x")
@@ -135,4 +136,16 @@ func TestCommandsOnADatabaseWithoutTheTables(t *testing.T) {
 	require.EqualError(t, err, `table "outbox_events" is not an outbox table: it lacks the columns event_id, event_name, `+
 		`event_version, topic, aggregate_type, aggregate_id, payload, headers, created_at, transaction_id, available_at, `+
 		`attempts, delivered_at, last_error, readable_from, aggregate_seq (run the ent migration first: client.Schema.Create)`)
+}
+
+// On SQLite the command runs the relay; the others say so rather than
+// fail on PostgreSQL's SQL.
+func TestCommandsOtherThanTheRelayRefuseSQLiteClearly(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "app.db")
+	for _, args := range [][]string{{"status"}, {"dead-letters", "list"}, {"cleanup"}} {
+		_, err := run(t, nil, append(args, "--database-url", url)...)
+		require.EqualError(t, err, "on SQLite the command runs the relay only for now (entoutbox relay --database-url sqlite:PATH); "+
+			"status, dead letters, cleanup, replay and the console need PostgreSQL", "%v", args)
+	}
 }

@@ -22,7 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/entoutbox/entoutbox/broker"
-	"github.com/entoutbox/entoutbox/internal/sqlitedb"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/tracing"

@@ -19,7 +19,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
-	"github.com/entoutbox/entoutbox/internal/sqlitedb"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -348,6 +348,10 @@ func humanBytes(n int64) string {
 const commandConnectWait = 2 * time.Minute
 
 func openDB(databaseURL string) (*sql.DB, error) {
+	if sqlitedb.IsURL(databaseURL) {
+		return nil, errors.New("on SQLite the command runs the relay only for now (entoutbox relay --database-url sqlite:PATH); " +
+			"status, dead letters, cleanup, replay and the console need PostgreSQL")
+	}
 	return openDBWith(databaseURL, pgdial.Options{MaxWait: commandConnectWait, ApplicationName: "entoutbox"})
 }
 

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/entoutbox/entoutbox/internal/sqlitedb"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
 // Open opens a new SQLite file of t's own, closed and removed when t ends,

@@ -1,7 +1,12 @@
 // Package sqlitedb opens SQLite databases the way the outbox needs them:
 // modernc.org/sqlite (no cgo), foreign keys on, writers that wait for
 // each other instead of failing, and transactions that take the write
-// lock when they begin.
+// lock when they begin. On SQLite, Emit, outboxtest's RequireEmitted and
+// RequireScheduled and the relay (one at a time, relay.PathPoll) run;
+// generated consumers need PostgreSQL for now.
+//
+//	db, err := sqlitedb.Open("sqlite:app.db")
+//	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))
 package sqlitedb
 
 import (
