@@ -55,10 +55,19 @@ func TestBenchRuns(t *testing.T) {
 		ConsumerAggregates: 20,
 		ConsumerConns:      4,
 		ConsumerPerTx:      50,
+		SQLite:             true,
 	})
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatalf("run: %v", err)
+	}
+	// The SQLite section ran each measure, every event arriving.
+	for _, row := range []string{"SQLite emit cost", "SQLite drain, poll path", "SQLite commit-to-broker at 100 events/s, default poll interval 100ms",
+		"SQLite commit-to-broker at 100 events/s, poll interval 20ms"} {
+		line := tableLine(out.String(), row)
+		if line == "" || strings.Contains(line, "missing") || strings.Contains(line, "n/a") {
+			t.Errorf("SQLite section: %q: %q", row, line)
+		}
 	}
 	for _, want := range []string{"relay", "drain ev/s", "p99 held-tx", "peak RSS",
 		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost",

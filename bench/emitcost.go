@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -143,7 +144,11 @@ func (e *env) timeVariants(ctx context.Context, variants []*emitVariant) error {
 			}
 		}
 	}
-	e.progress("timing %d transactions of each: bare INSERT, bare 10-row INSERT, 1 Emit, 10 Emits", e.cfg.EmitTx)
+	names := make([]string, len(variants))
+	for i, v := range variants {
+		names[i] = v.name
+	}
+	e.progress("timing %d transactions of each: %s", e.cfg.EmitTx, strings.Join(names, ", "))
 	for i := range e.cfg.EmitTx {
 		for k := range variants {
 			v := variants[(i+k)%len(variants)] // rotate who goes first

@@ -72,6 +72,7 @@ type config struct {
 	SkewAggregates         []int // aggregate counts of the one-instance rows
 	SkewInstances          []int // instance counts of the rows at SkewInstanceAggregates
 	SkewInstanceAggregates []int
+	SQLite                 bool      // the SQLite section (see sqlite.go)
 	SkewRounds             int       // times each row runs, interleaved with the rows of its aggregate count; the table prints the median
 	Progress               io.Writer // progress lines; nil discards them
 	Bin                    string    // the entoutbox command the relays run; "" builds it from this module
@@ -113,6 +114,7 @@ func main() {
 	flag.StringVar(&skewInstances, "skew-instances", "1,2,3", "instance counts of the key-skew table's rows at --skew-instance-aggregates")
 	flag.StringVar(&skewInstanceAggregates, "skew-instance-aggregates", "10,1000", "aggregate counts at which the key-skew table runs each of --skew-instances")
 	flag.IntVar(&cfg.SkewRounds, "skew-rounds", 1, "times each row of the key-skew table runs, the rows of one aggregate count taking turns; the table prints the median rate and the range (3 with --consumer-skew)")
+	flag.BoolVar(&cfg.SQLite, "sqlite", true, "the SQLite section: emit cost, drain and commit-to-broker latency on a SQLite file and the relay's poll path")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
@@ -135,6 +137,9 @@ func main() {
 		}
 		if !given["skew-rounds"] {
 			cfg.SkewRounds = 3
+		}
+		if !given["sqlite"] {
+			cfg.SQLite = false
 		}
 	}
 	for _, l := range []struct {
@@ -223,6 +228,7 @@ type report struct {
 	consumersErr error
 	skew         []skewResult
 	skewErr      error
+	sqlite       string
 }
 
 // measureAll measures each row, then the sections the flags ask for.
@@ -242,6 +248,10 @@ func measureAll(ctx context.Context, e *env, specs []rowSpec) (report, error) {
 		if rep.emitLine, err = measureEmitCost(ctx, e); err != nil {
 			rep.emitLine = "emit cost: n/a (" + firstLine(err) + ")"
 		}
+	}
+	if e.cfg.SQLite {
+		e.progress("== SQLite")
+		rep.sqlite = sqliteSection(measureSQLite(ctx, e))
 	}
 	if e.cfg.ConsumerEvents > 0 {
 		e.progress("== consumers")
@@ -274,6 +284,9 @@ func (rep report) print(out io.Writer, cfg config) error {
 	}
 	if rep.emitLine != "" {
 		fmt.Fprintln(out, rep.emitLine)
+	}
+	if rep.sqlite != "" {
+		fmt.Fprintln(out, rep.sqlite)
 	}
 	if rep.consumersErr != nil {
 		fmt.Fprintf(out, "\nconsumers: n/a (%s)\n", firstLine(rep.consumersErr))

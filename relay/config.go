@@ -119,10 +119,10 @@ type Config struct {
 }
 
 var (
-	allPaths       = []Path{PathFast, PathWAL, PathCompatible, PathPoll}
-	fastWAL        = []Path{PathFast, PathWAL}
-	fastWALPoll    = []Path{PathFast, PathWAL, PathPoll}
-	pollingPaths   = []Path{PathFast, PathCompatible, PathPoll}
+	allPaths     = []Path{PathFast, PathWAL, PathCompatible, PathPoll}
+	fastWAL      = []Path{PathFast, PathWAL}
+	fastWALPoll  = []Path{PathFast, PathWAL, PathPoll}
+	pollingPaths = []Path{PathFast, PathCompatible, PathPoll}
 )
 
 // pathSettings are the settings of Config that only some read paths use,
@@ -285,7 +285,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.BatchSize, pick(compatible, DefaultCompatibleBatchSize, DefaultBatchSize))
 	orDefault(&c.RetryInterval, pick(compatible, DefaultCompatibleRetryInterval, DefaultRetryInterval))
 	if c.Path != PathWAL {
-		orDefault(&c.PollInterval, pick(compatible, DefaultCompatiblePollInterval, DefaultPollInterval))
+		orDefault(&c.PollInterval, pick(compatible, DefaultCompatiblePollInterval, pick(c.Path == PathPoll, DefaultSQLitePollInterval, DefaultPollInterval)))
 	}
 	if !compatible {
 		orDefault(&c.Concurrency, DefaultConcurrency)

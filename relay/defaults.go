@@ -25,7 +25,11 @@ const (
 	DefaultSubscriberCloseTimeout = 2 * time.Second
 	DefaultConsumerGroup          = "entoutbox_relay"
 
-	DefaultPollInterval           = 500 * time.Millisecond // fast path, without a notification
+	DefaultPollInterval = 500 * time.Millisecond // fast path, without a notification
+	// DefaultSQLitePollInterval is the poll path's: SQLite has no LISTEN,
+	// so the poll interval is what wakes the relay (a commit waits half of
+	// it on average), and a read of a local file costs little.
+	DefaultSQLitePollInterval     = 100 * time.Millisecond
 	DefaultCompatiblePollInterval = time.Second
 	// DefaultRetryInterval is the fast and wal paths' first retry of a
 	// failed publish; the wait doubles up to DefaultMaxBackoff.

@@ -123,7 +123,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"(default %s, doubling up to %s; a fixed %s on the compatible path)",
 		relay.DefaultRetryInterval, relay.DefaultMaxBackoff, relay.DefaultCompatibleRetryInterval))
 	f.DurationVar(&cfg.PollInterval, "poll-interval", 0, fmt.Sprintf("how often an idle relay looks for new rows without a notification "+
-		"(default %s; %s on the compatible path)", relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval))
+		"(default %s; %s on the compatible path, %s on the poll path)", relay.DefaultPollInterval, relay.DefaultCompatiblePollInterval,
+		relay.DefaultSQLitePollInterval))
 	f.IntVar(&o.maxConns, "max-connections", defaultRelayConns, fmt.Sprintf("connections to --database-url the relay holds at most "+
 		"(at least %d): its LISTEN, its liveness lock, its claims, the scheduled events' LISTEN and its other statements", minRelayConns))
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, fmt.Sprintf("publishes in flight at once (default %d)", relay.DefaultConcurrency))
