@@ -72,20 +72,28 @@ func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet
 		}
 		procArgs = slices.Clone(procArgs)
 		procArgs[2] = withApplicationName(s.url, fmt.Sprintf("entoutbox relay %d", i+1)) // --database-url
-		p := &relayProc{cmd: exec.Command(bin, procArgs...), stderr: &capBuffer{}, done: make(chan struct{})}
-		p.cmd.Stderr = p.stderr
-		if err := p.cmd.Start(); err != nil {
+		if err := rs.start(bin, procArgs); err != nil {
 			_ = rs.stop()
-			return nil, fmt.Errorf("starting the relay: %w", err)
+			return nil, err
 		}
-		rs.procs = append(rs.procs, p)
-		go func() {
-			p.err = p.cmd.Wait()
-			close(p.done)
-			rs.ended(p)
-		}()
 	}
 	return rs, nil
+}
+
+// start runs one more relay of the set: bin with args.
+func (rs *relaySet) start(bin string, args []string) error {
+	p := &relayProc{cmd: exec.Command(bin, args...), stderr: &capBuffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("starting the relay: %w", err)
+	}
+	rs.procs = append(rs.procs, p)
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+		rs.ended(p)
+	}()
+	return nil
 }
 
 // pids is the process ids of the relays.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -177,17 +176,9 @@ func startSQLiteRelay(e *env, url, prefix string, poll time.Duration) (*relaySet
 		args = append(args, "--poll-interval", poll.String())
 	}
 	rs := &relaySet{exited: make(chan struct{})}
-	p := &relayProc{cmd: exec.Command(e.bin, args...), stderr: &capBuffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the SQLite relay: %w", err)
+	if err := rs.start(e.bin, args); err != nil {
+		return nil, err
 	}
-	rs.procs = append(rs.procs, p)
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-		rs.ended(p)
-	}()
 	return rs, nil
 }
 

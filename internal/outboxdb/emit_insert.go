@@ -111,12 +111,8 @@ func (t Tables) emitInsertNumbered(rows []EmitRow) (string, []any) {
 		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq)" +
 		" SELECT v.event_id, v.event_name, v.event_version, v.topic, v.aggregate_type, v.aggregate_id, v.payload, v.headers," +
 		" v.readable_from, n.last_seq - v.back FROM (VALUES ")
-	// back is how many rows of the same aggregate follow the row here:
-	// the counter ends at the last one's number.
-	later := maps.Clone(counts)
+	back := backs(rows, counts)
 	for i, r := range rows {
-		k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
-		later[k]--
 		if i > 0 {
 			q.WriteByte(',')
 		}
@@ -124,7 +120,7 @@ func (t Tables) emitInsertNumbered(rows []EmitRow) (string, []any) {
 		fmt.Fprintf(&q, "($%d::uuid,$%d::text,$%d::int,$%d::text,$%d::text,$%d::text,$%d::jsonb,$%d::jsonb,$%d::int,$%d::bigint,$%d::int)",
 			n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8, n+9, n+10, n+11)
 		args = append(args, r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
-			r.Payload, r.Headers, r.ReadableFrom, later[k], i)
+			r.Payload, r.Headers, r.ReadableFrom, back[i], i)
 	}
 	q.WriteString(") AS v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
 		" readable_from, back, ord) JOIN numbered n USING (topic, aggregate_type, aggregate_id)")
@@ -148,6 +144,20 @@ var EmitGiveBack = define("emit/give-back-number", func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Sequences) + ` SET last_seq = last_seq - 1
 				WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3`
 })
+
+// backs is, for each row, how many rows of the same aggregate follow it
+// (counts: the rows of each aggregate): its number is the counter's last
+// minus that, the counter ending at the last one's number.
+func backs(rows []EmitRow, counts map[aggregateKey]int64) []int64 {
+	later := maps.Clone(counts)
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
+		later[k]--
+		out[i] = later[k]
+	}
+	return out
+}
 
 // aggregateKey is what Emit numbers events by: an aggregate on a topic.
 type aggregateKey struct{ topic, typ, id string }

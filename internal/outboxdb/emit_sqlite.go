@@ -2,7 +2,6 @@ package outboxdb
 
 import (
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -69,19 +68,15 @@ func (t Tables) sqliteInsert(rows []EmitRow, seq string) Write {
 	)
 	q.WriteString("WITH v (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers," +
 		" readable_from, seq, back, ord) AS (VALUES ")
-	// back is how many rows of the same aggregate follow the row here:
-	// the counter ends at the last one's number.
 	_, counts := countByAggregate(rows)
-	later := maps.Clone(counts)
+	back := backs(rows, counts)
 	for i, r := range rows {
-		k := aggregateKey{r.Topic, r.AggregateType, r.AggregateID}
-		later[k]--
 		if i > 0 {
 			q.WriteByte(',')
 		}
 		q.WriteString("(?,?,?,?,?,?,?,?,?,?,?,?)")
 		args = append(args, r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
-			r.Payload, r.Headers, r.ReadableFrom, r.Seq, later[k], i)
+			r.Payload, r.Headers, r.ReadableFrom, r.Seq, back[i], i)
 	}
 	q.WriteString(") INSERT INTO " + pgsql.QuoteIdent(t.Outbox) +
 		" (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers, readable_from, aggregate_seq)" +
