@@ -3,11 +3,14 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay/internal/pollpath"
+	"github.com/google/uuid"
 )
 
 // SQLite tells whether db is a SQLite database (modernc.org/sqlite or
@@ -41,8 +44,15 @@ func (r *Relay) runPoll(ctx context.Context) error {
 	c := r.cfg
 	src := pollpath.New(pollpath.Settings{DB: c.DB, Tables: c.tables(), BatchSize: c.BatchSize,
 		PollInterval: c.PollInterval, CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(),
-		Logger: c.Logger, Metrics: c.Metrics})
+		Logger: c.Logger, Metrics: c.Metrics, RelayID: pollRelayID()})
 	e := r.newEngine(c.Concurrency, pollpath.Policy(c.MaxAttempts, c.backoff))
 	defer e.Stop(c.CloseTimeout)
 	return src.Run(ctx, e)
+}
+
+// pollRelayID names this relay in the poll path's lease: host, process and
+// a random part (two relays of one process are two).
+func pollRelayID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), uuid.NewString()[:8])
 }

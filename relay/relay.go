@@ -40,9 +40,9 @@ const (
 	// PathPoll is the path on SQLite, and its default there: it polls
 	// the undelivered rows in id order (PollInterval; SQLite has no
 	// LISTEN), at most one publish per aggregate in flight. One relay at a
-	// time: SQLite has no row locks to share the rows by, and a second
-	// relay on the same file would send rows again out of their
-	// aggregate's order.
+	// time, holding the outbox's lease (SQLite has no row locks to share
+	// the rows by): another relay on the same file waits, and takes over
+	// when it stops or within seconds of its death.
 	PathPoll Path = "poll"
 )
 

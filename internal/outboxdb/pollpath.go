@@ -31,3 +31,32 @@ var (
 		available_at = strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', ?3 / 1000.0)), last_error = ?4 WHERE id = ?1`
 	})
 )
+
+// PollLease is the table of the poll path's lease: one row, the relay
+// that relays the outbox now and until when. SQLite has no row locks to
+// share rows between relays, so one relays at a time and the others wait.
+func (t Tables) PollLease() string { return t.Outbox + pollLeaseSuffix }
+
+const pollLeaseSuffix = "_relay_lease"
+
+var (
+	// PollLeaseCreate creates the lease's table.
+	PollLeaseCreate = defineOnly("poll/lease-create", SQLite, func(t Tables) string {
+		return `CREATE TABLE IF NOT EXISTS ` + pgsql.QuoteIdent(t.PollLease()) + ` (
+		id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, until TEXT NOT NULL)`
+	})
+	// PollLeaseTake takes or renews the lease for relay ?1 for ?2
+	// milliseconds: one row changed when it holds it, none when another
+	// relay's lease runs.
+	PollLeaseTake = defineOnly("poll/lease-take", SQLite, func(t Tables) string {
+		l := pgsql.QuoteIdent(t.PollLease())
+		return `INSERT INTO ` + l + ` (id, holder, until)
+		VALUES (1, ?1, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('+%.3f seconds', ?2 / 1000.0)))
+		ON CONFLICT (id) DO UPDATE SET holder = excluded.holder, until = excluded.until
+		WHERE ` + l + `.holder = excluded.holder OR julianday(` + l + `.until) < julianday('now')`
+	})
+	// PollLeaseRelease gives the lease of relay ?1 up.
+	PollLeaseRelease = defineOnly("poll/lease-release", SQLite, func(t Tables) string {
+		return `DELETE FROM ` + pgsql.QuoteIdent(t.PollLease()) + ` WHERE holder = ?1`
+	})
+)

@@ -2,16 +2,17 @@
 // undelivered rows in id order and hands the engine, for each aggregate,
 // its oldest row, and the next one only once that one is settled. SQLite
 // has no LISTEN and no row locks, and lets one transaction write at a
-// time: one relay runs at a time (a second one sends the same rows again,
-// which consumers' dedupe absorbs, but the order of an aggregate between
-// the two is not kept).
+// time: one relay runs at a time, holding the outbox's lease; the others
+// wait to take over.
 package pollpath
 
 import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -33,6 +34,7 @@ type Settings struct {
 	Attributes   engine.Attributes
 	Logger       watermill.LoggerAdapter
 	Metrics      *metrics.Metrics
+	RelayID      string // holds the lease while it relays
 }
 
 // Policy is the poll path's failure policy: maxAttempts failed publishes,
@@ -70,6 +72,9 @@ type Source struct {
 	sqlDone  string
 	sqlFail  string
 	relayTag string
+	// leaseUntil is when the lease held runs out, at the latest (unix
+	// nanoseconds); see takeLease.
+	leaseUntil atomic.Int64
 	// stopped ends when the relay stops: a write that settles a row is
 	// tried again until it works or then.
 	stopped context.Context
@@ -83,17 +88,118 @@ func New(cfg Settings) *Source {
 	}
 	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
 		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
-		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables), relayTag: "poll"}
+		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables), relayTag: cfg.RelayID}
 }
 
+// The lease: held leaseFor, renewed every leaseRenew; a relay without it
+// tries to take it every leaseRetry.
+const (
+	leaseFor   = 2 * time.Second
+	leaseRenew = 500 * time.Millisecond
+	leaseRetry = 250 * time.Millisecond
+)
+
 // Run relays until ctx ends, then waits for the publishes in flight (up
-// to CloseTimeout).
+// to CloseTimeout). It relays only while it holds the outbox's lease:
+// another relay holding it, it waits, and takes over when that one stops
+// or its lease runs out (a killed relay's, within leaseFor).
 func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 	s.stopped = ctx
-	s.cfg.Logger.Info("Relay running", map[string]any{"path": "poll", "table": s.cfg.Tables.Outbox})
-	e.Run(ctx, s.next)
-	engine.AwaitPublishes(&s.inFlight, s.cfg.CloseTimeout, s.cfg.Logger)
-	return nil
+	if _, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
+		return fmt.Errorf("relay: creating the lease table %q: %w", s.cfg.Tables.PollLease(), err)
+	}
+	defer func() { // a stopping relay hands over at once
+		_, _ = s.cfg.DB.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
+	}()
+	for {
+		if !s.awaitLease(ctx) {
+			return nil
+		}
+		s.cfg.Logger.Info("Relay running", map[string]any{"path": "poll", "table": s.cfg.Tables.Outbox, "relay": s.cfg.RelayID})
+		term, lost := context.WithCancel(ctx)
+		go s.keepLease(term, lost)
+		e.Run(term, s.next)
+		lost()
+		engine.AwaitPublishes(&s.inFlight, s.cfg.CloseTimeout, s.cfg.Logger)
+		s.reset()
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.cfg.Logger.Info("Lost the lease of the outbox: another relay took it; waiting", map[string]any{"relay": s.cfg.RelayID})
+	}
+}
+
+// awaitLease takes the lease, waiting while another relay holds it; false
+// when ctx ended first.
+func (s *Source) awaitLease(ctx context.Context) bool {
+	said := false
+	for {
+		held, err := s.takeLease(ctx)
+		switch {
+		case held:
+			return true
+		case err != nil && ctx.Err() == nil:
+			s.cfg.Logger.Error("Taking the lease of the outbox failed; trying again", err, nil)
+		case err == nil && !said:
+			s.cfg.Logger.Info("Another relay relays the outbox (SQLite: one at a time); waiting to take over",
+				map[string]any{"relay": s.cfg.RelayID, "lease_table": s.cfg.Tables.PollLease()})
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(leaseRetry):
+		}
+	}
+}
+
+// keepLease renews the lease until term ends, and ends it (lost) when a
+// renewal finds another relay's lease.
+func (s *Source) keepLease(term context.Context, lost context.CancelFunc) {
+	t := time.NewTicker(leaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-term.Done():
+			return
+		case <-t.C:
+		}
+		held, err := s.takeLease(term)
+		if err == nil && !held || err != nil && !s.leased() {
+			lost() // another relay's now, or it may be
+			return
+		}
+	}
+}
+
+// takeLease takes or renews the lease. Held, it runs until leaseFor
+// after the attempt began, by this process's clock: a renewal that stalls
+// (the write lock held by a long transaction) stops the publishes when
+// the lease may have run out, before another relay can have taken it.
+func (s *Source) takeLease(ctx context.Context) (bool, error) {
+	began := time.Now()
+	res, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseTake.SQL(s.cfg.Tables), s.cfg.RelayID, leaseFor.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n != 1 {
+		return false, err
+	}
+	s.leaseUntil.Store(began.Add(leaseFor).UnixNano())
+	return true, nil
+}
+
+// leased tells whether the lease certainly still runs.
+func (s *Source) leased() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }
+
+// reset forgets the scan of a term that ended: the next reads afresh.
+func (s *Source) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cursor, s.ready = 0, nil
+	clear(s.skipped)
+	clear(s.out)
 }
 
 // next is the next row whose turn came, for the engine; false once ctx
@@ -105,7 +211,7 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 			s.cfg.Logger.Error("Reading the outbox failed; trying again", err, nil)
 		}
 		if r != nil {
-			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes)}, true
+			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes), term: ctx}, true
 		}
 		wait := time.NewTimer(s.cfg.PollInterval)
 		select {
@@ -267,16 +373,19 @@ func (s *Source) deadLetter(ctx context.Context, r *engine.Row, dec engine.Decis
 
 // delivery is a row handed to the engine.
 type delivery struct {
-	s   *Source
-	r   *engine.Row
-	msg *message.Message
+	s    *Source
+	r    *engine.Row
+	msg  *message.Message
+	term context.Context // the lease's term it was handed out in
 }
 
 func (d *delivery) Row() *engine.Row          { return d.r }
 func (d *delivery) Message() *message.Message { return d.msg }
 
-// MayPublish is always true: one relay runs at a time.
-func (d *delivery) MayPublish() bool { return true }
+// MayPublish is true while the relay holds the lease it was handed out
+// under: a relay that lost it, or cannot tell it still holds it,
+// publishes no more.
+func (d *delivery) MayPublish() bool { return d.term.Err() == nil && d.s.leased() }
 
 func (d *delivery) Delivered() {
 	d.s.record(d.s.stopped, "a delivery", func(ctx context.Context) error {
