@@ -22,9 +22,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/entoutbox/entoutbox/broker"
-	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/tracing"
 )
 

@@ -2,8 +2,8 @@ package outboxdb
 
 import (
 	"context"
-	"encoding/json"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
