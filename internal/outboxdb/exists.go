@@ -39,10 +39,11 @@ func queryRow(ctx context.Context, q Querier, query string, args []any, dst ...a
 // The catalog reads: they name a table by parameter, not by Tables.
 var (
 	// existsTable tells whether table $1 (quoted) exists.
-	existsTable = define("exists/table", func(Tables) string { return `SELECT to_regclass($1) IS NOT NULL` }).
-			also(SQLite, func(Tables) string {
-			return `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)`
-		})
+	existsTable = define("exists/table", func(Tables) string {
+		return `SELECT to_regclass($1) IS NOT NULL`
+	}).also(SQLite, func(Tables) string {
+		return `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)`
+	})
 	// existsColumn tells whether table $1 (quoted) has column $2.
 	existsColumn = define("exists/column", func(Tables) string {
 		return `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)
