@@ -58,7 +58,7 @@ func newEnv(ctx context.Context, cfg config) (_ *env, err error) {
 	_ = b.Close()
 
 	// Only the relay rows and the consumer section's publishing run it.
-	if e.bin = cfg.Bin; e.bin == "" && (len(cfg.Paths) > 0 || cfg.ConsumerEvents > 0) {
+	if e.bin = cfg.Bin; e.bin == "" && (len(cfg.Paths) > 0 || cfg.ConsumerEvents > 0 || cfg.SQLite) {
 		e.progress("building the entoutbox command")
 		if e.binDir, err = os.MkdirTemp("", "entoutbox-bench"); err != nil {
 			return nil, fmt.Errorf("making a directory for the relay binary: %w", err)

@@ -16,13 +16,15 @@ var (
 		MAX(0, CAST(ROUND((julianday(available_at) - julianday('now')) * 86400000.0) AS INTEGER))
 		FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE delivered_at IS NULL AND id > ?1 ORDER BY id LIMIT ?2`
 	})
-	// PollDelivered records row ?1 delivered.
+	// PollDelivered records the rows ?1 (a JSON array of ids) delivered.
 	PollDelivered = defineOnly("poll/delivered", SQLite, func(t Tables) string {
-		return `UPDATE ` + pgsql.QuoteIdent(t.Outbox) + ` SET delivered_at = ` + sqliteNow + ` WHERE id = ?1`
+		return `UPDATE ` + pgsql.QuoteIdent(t.Outbox) + ` SET delivered_at = ` + sqliteNow +
+			` WHERE id IN (SELECT value FROM json_each(?1))`
 	})
-	// PollDeliveredDelete deletes row ?1, delivered (Delete mode).
+	// PollDeliveredDelete deletes the rows ?1 (a JSON array of ids),
+	// delivered (Delete mode).
 	PollDeliveredDelete = defineOnly("poll/delivered-delete", SQLite, func(t Tables) string {
-		return `DELETE FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id = ?1`
+		return `DELETE FROM ` + pgsql.QuoteIdent(t.Outbox) + ` WHERE id IN (SELECT value FROM json_each(?1))`
 	})
 	// PollFailed records a failed publish of row ?1: ?2 attempts so far,
 	// tried again ?3 milliseconds from now, for reason ?4.

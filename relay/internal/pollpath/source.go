@@ -9,6 +9,7 @@ package pollpath
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -72,6 +73,12 @@ type Source struct {
 	sqlDone  string
 	sqlFail  string
 	relayTag string
+	// acks are the rows delivered and not yet recorded: one write records
+	// those that came while the previous one ran (SQLite commits one
+	// write at a time, each with its sync), then settles them.
+	acksMu  sync.Mutex
+	acks    []*engine.Row
+	ackKick chan struct{}
 	// leaseUntil is when the lease held runs out, at the latest (unix
 	// nanoseconds); see takeLease.
 	leaseUntil atomic.Int64
@@ -87,6 +94,7 @@ func New(cfg Settings) *Source {
 		done = outboxdb.PollDeliveredDelete
 	}
 	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
+		ackKick: make(chan struct{}, 1),
 		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
 		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables), relayTag: cfg.RelayID}
 }
@@ -108,6 +116,15 @@ func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 	if _, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
 		return fmt.Errorf("relay: creating the lease table %q: %w", s.cfg.Tables.PollLease(), err)
 	}
+	// The acks are recorded until the relay has waited for the last
+	// publishes: flushing stops after the loop below.
+	flushing, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		s.flushAcks(flushing)
+	}()
+	defer func() { stopFlushing(); <-flushed }()
 	defer func() { // a stopping relay hands over at once
 		_, _ = s.cfg.DB.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
 	}()
@@ -192,6 +209,46 @@ func (s *Source) takeLease(ctx context.Context) (bool, error) {
 
 // leased tells whether the lease certainly still runs.
 func (s *Source) leased() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }
+
+// flushAcks records the queued acks, each batch in one write, until ctx
+// ends; then the last ones.
+func (s *Source) flushAcks(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			s.flushAcksOnce()
+			return
+		case <-s.ackKick:
+			s.flushAcksOnce()
+		}
+	}
+}
+
+// maxAcks bounds the ids of one write.
+const maxAcks = 1000
+
+func (s *Source) flushAcksOnce() {
+	s.acksMu.Lock()
+	rows := s.acks
+	s.acks = nil
+	s.acksMu.Unlock()
+	for len(rows) > 0 {
+		batch := rows[:min(len(rows), maxAcks)]
+		rows = rows[len(batch):]
+		ids := make([]int64, len(batch))
+		for i, r := range batch {
+			ids[i] = r.ID
+		}
+		list, _ := json.Marshal(ids) // ints encode
+		s.record(s.stopped, "deliveries", func(ctx context.Context) error {
+			_, err := s.cfg.DB.ExecContext(ctx, s.sqlDone, string(list))
+			return err
+		})
+		for _, r := range batch {
+			s.settle(r)
+		}
+	}
+}
 
 // reset forgets the scan of a term that ended: the next reads afresh.
 func (s *Source) reset() {
@@ -387,12 +444,16 @@ func (d *delivery) Message() *message.Message { return d.msg }
 // publishes no more.
 func (d *delivery) MayPublish() bool { return d.term.Err() == nil && d.s.leased() }
 
+// Delivered queues the row's ack: the acks flusher records it with the
+// others that came meanwhile, in one write, then settles it.
 func (d *delivery) Delivered() {
-	d.s.record(d.s.stopped, "a delivery", func(ctx context.Context) error {
-		_, err := d.s.cfg.DB.ExecContext(ctx, d.s.sqlDone, d.r.ID)
-		return err
-	})
-	d.s.settle(d.r)
+	d.s.acksMu.Lock()
+	d.s.acks = append(d.s.acks, d.r)
+	d.s.acksMu.Unlock()
+	select {
+	case d.s.ackKick <- struct{}{}:
+	default:
+	}
 }
 
 func (d *delivery) Unsent() { d.s.settle(d.r) }

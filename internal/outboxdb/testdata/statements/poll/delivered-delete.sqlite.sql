@@ -1,2 +1,2 @@
 -- poll/delivered-delete
-DELETE FROM "outbox_events" WHERE id = ?1
+DELETE FROM "outbox_events" WHERE id IN (SELECT value FROM json_each(?1))
