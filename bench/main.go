@@ -121,26 +121,7 @@ func main() {
 	flag.Parse()
 	cfg.Paths = splitList(paths)
 	if consumerSkew {
-		given := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		if !given["paths"] {
-			cfg.Paths = nil
-		}
-		if !given["emit-tx"] {
-			cfg.EmitTx = 0
-		}
-		if !given["consumer-events"] {
-			cfg.ConsumerEvents = 0
-		}
-		if !given["skew-events"] {
-			cfg.SkewEvents = 10000
-		}
-		if !given["skew-rounds"] {
-			cfg.SkewRounds = 3
-		}
-		if !given["sqlite"] {
-			cfg.SQLite = false
-		}
+		cfg.skewAlone()
 	}
 	for _, l := range []struct {
 		flag string
@@ -161,6 +142,31 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Stdout, cfg); err != nil {
 		log.Fatalf("bench: %v", err)
+	}
+}
+
+// skewAlone is --consumer-skew: the key-skew table alone, at full size,
+// but for the flags given.
+func (cfg *config) skewAlone() {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["paths"] {
+		cfg.Paths = nil
+	}
+	if !given["emit-tx"] {
+		cfg.EmitTx = 0
+	}
+	if !given["consumer-events"] {
+		cfg.ConsumerEvents = 0
+	}
+	if !given["skew-events"] {
+		cfg.SkewEvents = 10000
+	}
+	if !given["skew-rounds"] {
+		cfg.SkewRounds = 3
+	}
+	if !given["sqlite"] {
+		cfg.SQLite = false
 	}
 }
 
