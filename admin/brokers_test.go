@@ -87,10 +87,14 @@ func retryAndReplayOn(t *testing.T, url, service string) {
 	// effects, processed events and positions cleared): it handles the
 	// event each time.
 	for i := 1; i <= 2; i++ {
+		// Read before the clearing: the retry's copy of the event may reach
+		// audit only after it (a broker that polls, a busy machine), and
+		// is then handled as new, the replay's copy being its duplicate.
+		// Either way audit handles the event once more, and only once.
+		before := auditCalls.Load()
 		e.client.Invoice.Delete().Where(invoice.Consumer("audit")).ExecX(ctx)
 		e.client.ProcessedEvent.Delete().Where(processedevent.Consumer("audit")).ExecX(ctx)
 		e.client.ConsumerPosition.Delete().Where(consumerposition.Consumer("audit")).ExecX(ctx)
-		before := auditCalls.Load()
 		n, err := e.admin.Replay(ctx, e.broker.Publisher(), admin.Range{Events: []string{"order.paid"}},
 			admin.ReplayOptions{TopicPrefix: e.prefix})
 		require.NoError(t, err)
