@@ -33,6 +33,25 @@ type bundle struct {
 	client *testent.Client
 }
 
+// eachDatabase runs test on a bundle of its own on PostgreSQL and on
+// SQLite: the consumers' guarantees hold on both, from the same code.
+func eachDatabase(t *testing.T, test func(t *testing.T, b *bundle)) {
+	for name, open := range map[string]func(t *testing.T) *bundle{"PostgreSQL": setup, "SQLite": setupSQLite} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, open(t))
+		})
+	}
+}
+
+// setupSQLite is setup on a SQLite file of t's own (b.db is nil).
+func setupSQLite(t *testing.T) *bundle {
+	t.Helper()
+	client := testent.NewClient(testent.Driver(outboxtest.SQLite(t)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	return &bundle{client: client}
+}
+
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
@@ -61,128 +80,133 @@ func (b *bundle) invoices(t *testing.T, consumerName string) int {
 
 func TestDirectDuplicatesHaveOneEffect(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var calls atomic.Int64
-	h := testent.NewOutboxHandlers(b.client, fast()...)
-	h.OnOrderPaid("billing", invoiceHandler(&calls))
-	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 7, AmountCents: 700, Currency: "USD"}, "7")
-	for range 5 {
-		require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
-	}
-	require.Equal(t, 1, b.invoices(t, "billing"))
-	require.Equal(t, int64(1), calls.Load(), "duplicates do not reach the handler")
-	pe := b.client.ProcessedEvent.Query().OnlyX(ctx)
-	require.Equal(t, "billing", pe.Consumer)
-	require.Equal(t, msg.UUID, pe.EventID.String())
-	require.Equal(t, 1, pe.Attempts)
+	eachDatabase(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		h := testent.NewOutboxHandlers(b.client, fast()...)
+		h.OnOrderPaid("billing", invoiceHandler(&calls))
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 7, AmountCents: 700, Currency: "USD"}, "7")
+		for range 5 {
+			require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+		}
+		require.Equal(t, 1, b.invoices(t, "billing"))
+		require.Equal(t, int64(1), calls.Load(), "duplicates do not reach the handler")
+		pe := b.client.ProcessedEvent.Query().OnlyX(ctx)
+		require.Equal(t, "billing", pe.Consumer)
+		require.Equal(t, msg.UUID, pe.EventID.String())
+		require.Equal(t, 1, pe.Attempts)
+	})
 }
 
 func TestEachConsumerNameHandlesTheEventOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var calls atomic.Int64
-	h := testent.NewOutboxHandlers(b.client, fast()...)
-	h.OnOrderPaid("billing", invoiceHandler(&calls))
-	h.OnOrderPaid("audit", invoiceHandler(&calls))
-	msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 1, AmountCents: 5}, "1")
-	for range 3 {
-		require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
-		require.NoError(t, h.Handle(ctx, "audit", msg.Copy()))
-	}
-	require.Equal(t, 1, b.invoices(t, "billing"))
-	require.Equal(t, 1, b.invoices(t, "audit"))
+	eachDatabase(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		h := testent.NewOutboxHandlers(b.client, fast()...)
+		h.OnOrderPaid("billing", invoiceHandler(&calls))
+		h.OnOrderPaid("audit", invoiceHandler(&calls))
+		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: 1, AmountCents: 5}, "1")
+		for range 3 {
+			require.NoError(t, h.Handle(ctx, "billing", msg.Copy()))
+			require.NoError(t, h.Handle(ctx, "audit", msg.Copy()))
+		}
+		require.Equal(t, 1, b.invoices(t, "billing"))
+		require.Equal(t, 1, b.invoices(t, "audit"))
+	})
 }
 
 // Two instances of the same consumer name get the same event at the same
 // time: the unique (consumer, event id) makes one wait and then skip.
 func TestConcurrentDuplicatesAcrossInstances(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var calls atomic.Int64
-	slow := func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
-		time.Sleep(30 * time.Millisecond) // hold the transaction open while the twin arrives
-		return invoiceHandler(&calls)(ctx, tx, e, m)
-	}
-	instances := []*testent.OutboxHandlers{testent.NewOutboxHandlers(b.client, fast()...), testent.NewOutboxHandlers(b.client, fast()...)}
-	for _, h := range instances {
-		h.OnOrderPaid("billing", slow)
-	}
-	const events = 10
-	var wg sync.WaitGroup
-	for i := range events {
-		msg := outboxtest.Message(t, testent.OrderPaid{OrderID: int64(i + 1), AmountCents: 5}, "a")
+	eachDatabase(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		slow := func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+			time.Sleep(30 * time.Millisecond) // hold the transaction open while the twin arrives
+			return invoiceHandler(&calls)(ctx, tx, e, m)
+		}
+		instances := []*testent.OutboxHandlers{testent.NewOutboxHandlers(b.client, fast()...), testent.NewOutboxHandlers(b.client, fast()...)}
 		for _, h := range instances {
-			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					assert.NoError(t, h.Handle(ctx, "billing", msg.Copy())) // assert: FailNow must not run in a goroutine
-				}()
+			h.OnOrderPaid("billing", slow)
+		}
+		const events = 10
+		var wg sync.WaitGroup
+		for i := range events {
+			msg := outboxtest.Message(t, testent.OrderPaid{OrderID: int64(i + 1), AmountCents: 5}, "a")
+			for _, h := range instances {
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						assert.NoError(t, h.Handle(ctx, "billing", msg.Copy())) // assert: FailNow must not run in a goroutine
+					}()
+				}
 			}
 		}
-	}
-	wg.Wait()
-	require.Equal(t, events, b.invoices(t, "billing"))
-	require.Equal(t, int64(events), calls.Load())
+		wg.Wait()
+		require.Equal(t, events, b.invoices(t, "billing"))
+		require.Equal(t, int64(events), calls.Load())
+	})
 }
 
 func TestFailingTwiceThenSucceedingHasOneEffect(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var attempts []int
-	h := testent.NewOutboxHandlers(b.client, fast()...)
-	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
-		attempts = append(attempts, m.Attempt)
-		// The effect is written before the failure: it must roll back.
-		if err := tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(1).SetCurrency("EUR").SetConsumer("billing").Exec(ctx); err != nil {
-			return err
-		}
-		switch m.Attempt {
-		case 1:
-			return errors.New("payment service unavailable")
-		case 2:
-			panic("nil map somewhere")
-		}
-		return nil
+	eachDatabase(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var attempts []int
+		h := testent.NewOutboxHandlers(b.client, fast()...)
+		h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+			attempts = append(attempts, m.Attempt)
+			// The effect is written before the failure: it must roll back.
+			if err := tx.Invoice.Create().SetOrderID(e.OrderID).SetAmountCents(1).SetCurrency("EUR").SetConsumer("billing").Exec(ctx); err != nil {
+				return err
+			}
+			switch m.Attempt {
+			case 1:
+				return errors.New("payment service unavailable")
+			case 2:
+				panic("nil map somewhere")
+			}
+			return nil
+		})
+		require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 5}, "3")))
+		require.Equal(t, []int{1, 2, 3}, attempts)
+		require.Equal(t, 1, b.invoices(t, "billing"))
+		require.Equal(t, 3, b.client.ProcessedEvent.Query().OnlyX(ctx).Attempts, "the successful attempt is recorded")
+		require.Zero(t, b.client.DeadLetter.Query().CountX(ctx))
 	})
-	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 3, AmountCents: 5}, "3")))
-	require.Equal(t, []int{1, 2, 3}, attempts)
-	require.Equal(t, 1, b.invoices(t, "billing"))
-	require.Equal(t, 3, b.client.ProcessedEvent.Query().OnlyX(ctx).Attempts, "the successful attempt is recorded")
-	require.Zero(t, b.client.DeadLetter.Query().CountX(ctx))
 }
 
 func TestAlwaysFailingGoesToDeadLettersAndOthersFlow(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var calls atomic.Int64
-	h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(3))...)
-	h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
-		if e.OrderID == 13 {
-			return errors.New("order 13 is cursed")
-		}
-		return invoiceHandler(&calls)(ctx, tx, e, m)
-	})
-	poison := outboxtest.Message(t, testent.OrderPaid{OrderID: 13, AmountCents: 5}, "13", events.WithHeader("correlation_id", "c-13"))
-	require.NoError(t, h.Handle(ctx, "billing", poison), "given up on: acknowledged")
-	require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 14, AmountCents: 5}, "14")))
-	require.Equal(t, 1, b.invoices(t, "billing"), "the next event is handled")
+	eachDatabase(t, func(t *testing.T, b *bundle) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		h := testent.NewOutboxHandlers(b.client, append(fast(), consumer.WithMaxAttempts(3))...)
+		h.OnOrderPaid("billing", func(ctx context.Context, tx *testent.Tx, e *testent.OrderPaid, m events.Meta) error {
+			if e.OrderID == 13 {
+				return errors.New("order 13 is cursed")
+			}
+			return invoiceHandler(&calls)(ctx, tx, e, m)
+		})
+		poison := outboxtest.Message(t, testent.OrderPaid{OrderID: 13, AmountCents: 5}, "13", events.WithHeader("correlation_id", "c-13"))
+		require.NoError(t, h.Handle(ctx, "billing", poison), "given up on: acknowledged")
+		require.NoError(t, h.Handle(ctx, "billing", outboxtest.Message(t, testent.OrderPaid{OrderID: 14, AmountCents: 5}, "14")))
+		require.Equal(t, 1, b.invoices(t, "billing"), "the next event is handled")
 
-	dl := b.client.DeadLetter.Query().OnlyX(ctx)
-	require.Equal(t, "billing", dl.Source)
-	require.Equal(t, poison.UUID, dl.EventID.String())
-	require.Equal(t, "order 13 is cursed", dl.Reason)
-	require.Equal(t, 3, dl.Attempts)
-	require.Equal(t, "order.paid", dl.EventName)
-	require.Equal(t, "13", dl.AggregateID)
-	require.JSONEq(t, string(poison.Payload), string(dl.Payload))
-	require.JSONEq(t, `{"correlation_id": "c-13"}`, string(dl.Headers))
-	require.Zero(t, b.client.ProcessedEvent.Query().Where(processedevent.EventID(uuid.MustParse(poison.UUID))).CountX(ctx))
+		dl := b.client.DeadLetter.Query().OnlyX(ctx)
+		require.Equal(t, "billing", dl.Source)
+		require.Equal(t, poison.UUID, dl.EventID.String())
+		require.Equal(t, "order 13 is cursed", dl.Reason)
+		require.Equal(t, 3, dl.Attempts)
+		require.Equal(t, "order.paid", dl.EventName)
+		require.Equal(t, "13", dl.AggregateID)
+		require.JSONEq(t, string(poison.Payload), string(dl.Payload))
+		require.JSONEq(t, `{"correlation_id": "c-13"}`, string(dl.Headers))
+		require.Zero(t, b.client.ProcessedEvent.Query().Where(processedevent.EventID(uuid.MustParse(poison.UUID))).CountX(ctx))
+	})
 }
 
 func TestOlderVersionsAreUpcast(t *testing.T) {

@@ -133,6 +133,7 @@ func InsertDeadLetter(ctx context.Context, db dialect.ExecQuerier, table string,
 // positions, and, for an event with a seq, holds its aggregate or passes
 // over it (WithPassOverDeadLetters) in the same transaction.
 func StoreDeadLetter(ctx context.Context, db dialect.ExecQuerier, t Tables, d DeadLetter) error {
+	t.Dialect = outboxdb.DialectFrom(db)
 	if !ordering.Ordered(t, d.Meta) {
 		return insertDeadLetter(ctx, db, t.DeadLetters, t.Positions != "", d, nil)
 	}

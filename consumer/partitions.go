@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/consumer/internal/sharing"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 const (
@@ -55,7 +56,7 @@ type sharedSubscriber struct {
 // has a database to keep the members in; else sub.
 func (s *Set) partitioned(consumer string, sub message.Subscriber) message.Subscriber {
 	ps, ok := sub.(partitionSubscriber)
-	if !ok || s.db == nil || s.tables.Positions == "" {
+	if !ok || s.db == nil || s.tables.Positions == "" || s.tables.Dialect == outboxdb.SQLite { // SQLite: one process
 		return sub
 	}
 	shared := &sharedSubscriber{partitionSubscriber: ps, set: s, consumer: consumer}

@@ -17,7 +17,6 @@ import (
 	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // For generated code. AddToRouter adds Watermill handlers for each consumer
@@ -130,7 +129,8 @@ func (s *Set) checkSchema(ctx context.Context) error {
 			continue
 		}
 		var rows entsql.Rows
-		if err := s.db.Query(ctx, `SELECT to_regclass($1) IS NOT NULL`, []any{pgsql.QuoteIdent(t.name)}, &rows); err != nil {
+		catalog := outboxdb.Tables{Dialect: s.tables.Dialect}
+		if err := s.db.Query(ctx, catalog.TableExistsQuery(), []any{catalog.TableArg(t.name)}, &rows); err != nil {
 			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
 		}
 		exists, err := ordering.ScanBool(&rows)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/consumer/internal/batching"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/tracing"
 )
 
@@ -66,7 +67,13 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	if db == nil {
 		tables.Positions = "" // nothing to keep them with
 	}
+	tables.Dialect = outboxdb.DialectFrom(db)
 	cfg := newConfig(opts)
+	if tables.Dialect == outboxdb.SQLite {
+		// The batches' run statement takes arrays, which SQLite has not;
+		// its writers take turns anyway.
+		cfg.BatchSize = 1
+	}
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
 		db: db, tables: tables, slots: make(chan struct{}, cfg.Concurrency), handlers: map[string]map[string]HandlerFunc{},
 		txHandlers: map[string]map[string]TxHandlerFunc{}, manyHandlers: map[string]map[string]*batching.Handler{}}
@@ -202,9 +209,8 @@ func (s *Set) own(ctx context.Context) (release func(), err error) {
 // For generated code. Register adds fn as consumer's handler of the named
 // event. Each consumer name handles an event once; two names both see it.
 func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
-	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres {
-		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL only for now, not on %s "+
-			"(there, Emit, outboxtest's RequireEmitted and RequireScheduled, and the relay run)", consumer, d.Dialect())
+	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres && d.Dialect() != dialect.SQLite {
+		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL and SQLite, not on %s", consumer, d.Dialect())
 	}
 	if consumer == "" {
 		return fmt.Errorf("consumer: handler of %q: consumer name is empty", event)

@@ -27,6 +27,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/entoutbox/entoutbox/internal/listen"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // wakeChannel is the channel on which the moves of t's positions wake the
@@ -79,7 +80,7 @@ type waker struct {
 // a database/sql database (ent's SQL driver).
 func newWaker(db dialect.ExecQuerier, t Tables, tu *turns, logger watermill.LoggerAdapter) *waker {
 	w := &waker{channel: wakeChannel(t), turns: tu, logger: logger}
-	if d, ok := db.(interface{ DB() *sql.DB }); ok && t.Positions != "" {
+	if d, ok := db.(interface{ DB() *sql.DB }); ok && t.Positions != "" && t.Dialect != outboxdb.SQLite { // no LISTEN on SQLite
 		w.db = d.DB()
 	}
 	return w

@@ -22,7 +22,8 @@ import (
 //	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.EmittedX(ctx))
 //
 // or with ent's enttest: enttest.NewClient(t, enttest.WithOptions(ent.Driver(outboxtest.SQLite(t)))).
-// Handlers and the Harness need PostgreSQL (New).
+// Generated handlers run on it too (handlers.Handle with Message); the
+// Harness needs PostgreSQL (New).
 func SQLite(t testing.TB) *entsql.Driver {
 	t.Helper()
 	db, err := sqlitedb.Open("sqlite:" + filepath.Join(t.TempDir(), "outbox.db"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -29,8 +30,14 @@ func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.
 	if !ok {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
+		var maxSleep time.Duration
+		if tables.Dialect == outboxdb.SQLite {
+			// No notification tells of an event scheduled sooner: look
+			// every second (a read of a local file).
+			maxSleep = sqlitePromoteSleep
+		}
 		run := schedule.New(schedule.Settings{DB: db, ListenDB: listen, Tables: tables, Logger: logger,
-			BatchSize: batch, Metrics: schedule.Metrics{
+			BatchSize: batch, MaxSleep: maxSleep, Metrics: schedule.Metrics{
 				Promoted: m.ScheduledPromoted,
 				Failed:   func(error) { m.ScheduledPromoteFailed() },
 			}})
@@ -58,6 +65,9 @@ func sharePromoter(db, listen *sql.DB, tables outboxdb.Tables, logger watermill.
 		})
 	}
 }
+
+// sqlitePromoteSleep bounds how late a scheduled event is moved on SQLite.
+const sqlitePromoteSleep = time.Second
 
 // promoters are the promoters running in the process.
 var promoters = struct {

@@ -9,12 +9,14 @@
 // deadline, delivered when it is due; the deadline of an order paid in time
 // is called off before it comes.
 //
-//	go run ./examples/orders                                # embedded NATS, nothing to install
+//	go run ./examples/orders                                # SQLite and embedded NATS: nothing to install
+//	go run ./examples/orders --database-url postgres://postgres@127.0.0.1:5432/test
 //	go run ./examples/orders --broker amqp://guest:guest@127.0.0.1:5672/
 //
-// It reads DATABASE_URL (default: the local PostgreSQL) and works in its own
-// PostgreSQL schema, "orders_example", which it drops and creates afresh on
-// every run.
+// By default it works in a SQLite file of its own in the temporary
+// directory, made afresh on every run. Given a PostgreSQL URL (or
+// DATABASE_URL), it works in its own PostgreSQL schema, "orders_example",
+// which it drops and creates afresh on every run.
 package main
 
 import (
@@ -27,6 +29,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -43,10 +46,13 @@ import (
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
+	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+// defaultDatabaseURL is a SQLite file in the temporary directory.
+var defaultDatabaseURL = "sqlite:" + filepath.Join(os.TempDir(), "entoutbox-orders-example.db")
 
 // Config is what the example runs with.
 type Config struct {
@@ -62,7 +68,7 @@ func main() {
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = defaultDatabaseURL
 	}
-	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
+	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "sqlite:PATH or a PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Schema, "schema", cfg.Schema, "PostgreSQL schema to create and use")
 	flag.StringVar(&cfg.Broker, "broker", "", "broker URL (nats://, amqp://, redis://, kafka://, postgres://, mem://); empty: an embedded NATS server")
 	flag.IntVar(&cfg.Orders, "orders", 3, "number of orders to place")
@@ -116,7 +122,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	if err := waitHandled(ctx, t, cfg, deadline, relayDone, routerDone); err != nil {
 		return err
 	}
-	backlog, err := waitRelayed(ctx, db, deadline)
+	pending, err := waitRelayed(ctx, client, deadline)
 	if err != nil {
 		return err
 	}
@@ -125,7 +131,7 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 		return err
 	}
 	fmt.Fprintf(out, "done: %d orders placed and paid, %d events relayed (pending in the outbox: %d), %d shipped, %d invoices written once each, %d unpaid order cancelled when its deadline came\n",
-		cfg.Orders, 2*cfg.Orders+len(t.expired), backlog.Pending, len(t.shipped), invoices, len(t.expired))
+		cfg.Orders, 2*cfg.Orders+len(t.expired), pending, len(t.shipped), invoices, len(t.expired))
 	return nil
 }
 
@@ -287,11 +293,11 @@ func waitHandled(ctx context.Context, t *tally, cfg Config, deadline time.Time, 
 
 // waitRelayed waits until the outbox has nothing pending or the deadline
 // passes: the relay records deliveries per batch, right after the broker's acks.
-func waitRelayed(ctx context.Context, db *sql.DB, deadline time.Time) (relay.Backlog, error) {
+func waitRelayed(ctx context.Context, client *ent.Client, deadline time.Time) (int, error) {
 	for {
-		backlog, err := relay.ReadBacklog(ctx, db, "", "")
-		if err != nil || backlog.Pending == 0 || time.Now().After(deadline) {
-			return backlog, err
+		pending, err := client.Outbox.Query().Where(outbox.DeliveredAtIsNil()).Count(ctx)
+		if err != nil || pending == 0 || time.Now().After(deadline) {
+			return pending, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -429,6 +435,9 @@ func placeOrders(ctx context.Context, out io.Writer, client *ent.Client, n int) 
 // openClient connects, creates the example's schema and migrates it. Its
 // errors show the database URL with its password redacted.
 func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
+	if sqlitedb.IsURL(cfg.DatabaseURL) {
+		return openSQLite(ctx, cfg.DatabaseURL)
+	}
 	admin, err := sql.Open("pgx", cfg.DatabaseURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening database: %w", err)
@@ -447,6 +456,26 @@ func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
 		return nil, nil, fmt.Errorf("migrating: %w", err)
+	}
+	return client, db, nil
+}
+
+// openSQLite makes the SQLite file of url afresh and migrates it.
+func openSQLite(ctx context.Context, url string) (*ent.Client, *sql.DB, error) {
+	path := sqlitedb.Path(url)
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, fmt.Errorf("making %s afresh: %w", path, err)
+		}
+	}
+	db, err := sqlitedb.Open(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))
+	if err := client.Schema.Create(ctx); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("migrating %s: %w", path, err)
 	}
 	return client, db, nil
 }

@@ -50,3 +50,12 @@ func (d Dialect) goldenSuffix() string {
 // sqliteNow is SQLite's clock as its statements write times: UTC, to the
 // millisecond, in a form its date functions and the drivers read.
 const sqliteNow = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
+
+// DialectFrom is the dialect of q when it says (an ent driver: Dialect()),
+// PostgreSQL otherwise.
+func DialectFrom(q any) Dialect {
+	if d, ok := q.(interface{ Dialect() string }); ok && d.Dialect() == string(SQLite) {
+		return SQLite
+	}
+	return Postgres
+}

@@ -90,6 +90,13 @@ func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, e
 	return exists, nil
 }
 
+// TableExistsQuery tells whether the table named by its one argument
+// (TableArg) exists, in t's dialect.
+func (t Tables) TableExistsQuery() string { return existsTable.SQL(t) }
+
+// TableArg is table as TableExistsQuery takes it.
+func (t Tables) TableArg(table string) string { return t.catalogName(table) }
+
 // catalogName is table as the catalog reads take it: quoted for
 // PostgreSQL's to_regclass, as it is for SQLite's catalog.
 func (t Tables) catalogName(table string) string {

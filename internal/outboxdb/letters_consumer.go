@@ -15,6 +15,15 @@ func (t Tables) ConsumerLetterInsert(withSeq bool) string {
 		columns, values = ", aggregate_seq", ", $12::bigint"
 	}
 	d := pgsql.QuoteIdent(t.DeadLetters)
+	if t.Dialect == SQLite {
+		if withSeq {
+			values = ", ?12"
+		}
+		return `INSERT INTO ` + d + ` (event_id, source, event_name, event_version, topic,
+		aggregate_type, aggregate_id, payload, headers, reason, attempts` + columns + `)
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11` + values + `
+		WHERE ?1 IS NULL OR NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE event_id = ?1 AND source = ?2)`
+	}
 	return `INSERT INTO ` + d + ` (event_id, source, event_name, event_version, topic,
 		aggregate_type, aggregate_id, payload, headers, reason, attempts` + columns + `)
 		SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::text, $11::bigint` + values + `
@@ -23,6 +32,8 @@ func (t Tables) ConsumerLetterInsert(withSeq bool) string {
 
 // The consumer letter's shapes, each with a golden file.
 var (
-	_ = define("letters/consumer-insert", func(t Tables) string { return t.ConsumerLetterInsert(false) })
-	_ = define("letters/consumer-insert-with-seq", func(t Tables) string { return t.ConsumerLetterInsert(true) })
+	_ = define("letters/consumer-insert", func(t Tables) string { return t.ConsumerLetterInsert(false) }).
+		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(false) })
+	_ = define("letters/consumer-insert-with-seq", func(t Tables) string { return t.ConsumerLetterInsert(true) }).
+		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(true) })
 )

@@ -16,6 +16,7 @@ import (
 	"entgo.io/ent/dialect"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/consumer/internal/ordering"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
@@ -44,7 +45,7 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 	if err != nil {
 		return false, err
 	}
-	query := outboxdb.Tables{DeadLetters: table}.ConsumerLetterInsert(withSeq)
+	query := outboxdb.Tables{DeadLetters: table, Dialect: outboxdb.DialectFrom(db)}.ConsumerLetterInsert(withSeq)
 	insert := func(ctx context.Context, db dialect.ExecQuerier) error {
 		if positions != nil {
 			if err := positions(ctx, db); err != nil {
@@ -59,8 +60,11 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 		written = err != nil || n > 0 // unknown counts as written
 		return nil
 	}
-	if drv, ok := db.(dialect.Driver); ok && l.Meta.EventID != uuid.Nil {
+	sqlite := outboxdb.DialectFrom(db) == outboxdb.SQLite
+	if drv, ok := db.(dialect.Driver); ok && l.Meta.EventID != uuid.Nil && !sqlite {
 		err = insertLocked(ctx, drv, table+"/"+l.Meta.Consumer+"/"+l.Meta.EventID.String(), insert)
+	} else if ok && sqlite { // its writers take turns: the transaction alone
+		err = ordering.InTx(ctx, drv, func(ctx context.Context, tx dialect.ExecQuerier) error { return insert(ctx, tx) })
 	} else {
 		err = insert(ctx, db)
 	}

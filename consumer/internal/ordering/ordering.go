@@ -121,6 +121,12 @@ type position struct {
 // delivery of the aggregate, on any instance, waits here.
 func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (position, error) {
 	var p position
+	if t.sqlite() { // made first, then read (SQLite's transaction holds the write lock already)
+		var res stdsql.Result
+		if err := tx.Exec(ctx, t.DB().LockPositionCreateQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &res); err != nil {
+			return p, err
+		}
+	}
 	var rows entsql.Rows
 	err := tx.Query(ctx, t.DB().LockPositionQuery(),
 		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.EventID, m.AggregateSeq}, &rows)
@@ -201,6 +207,9 @@ func Record(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 // every other case it changes nothing and next is false: the caller takes
 // the full path (lockPosition).
 func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
+	if t.sqlite() {
+		return false, false, nil // the run statement takes arrays: the full path
+	}
 	args := []any{[]string{m.Consumer}, []int32{0}, []string{m.Topic}, []string{m.AggregateType}, []string{m.AggregateID},
 		[]int64{m.AggregateSeq}, []uuid.UUID{m.EventID}, []string{m.Name}, []bool{true}, []int64{int64(max(m.Attempt, 1))}}
 	var rows entsql.Rows
@@ -231,13 +240,7 @@ func outOfOrder(m events.Meta, p position) *OutOfOrderError {
 // dedupe record (the positions were cleared, not the records) makes it a
 // duplicate, and the caller's rollback leaves the position where it was.
 func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (bool, error) {
-	var rows entsql.Rows
-	err := tx.Query(ctx, t.DB().ApplyQuery(),
-		[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1), m.AggregateSeq, p.id}, &rows)
-	if err != nil {
-		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
-	}
-	fresh, err := ScanBool(&rows)
+	fresh, err := applyRecord(ctx, tx, t, m, p)
 	if err != nil || !fresh || !p.held.Valid || p.held.Int64 != m.AggregateSeq {
 		return fresh, err
 	}
@@ -245,6 +248,32 @@ func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta,
 	// aside behind it hold it at the next one, or were discarded (skipped).
 	_, err = Settle(ctx, tx, t, m)
 	return true, err
+}
+
+// applyRecord records m and moves position p to it: ApplyQuery, or on
+// SQLite its two statements.
+func applyRecord(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (bool, error) {
+	if !t.sqlite() {
+		var rows entsql.Rows
+		err := tx.Query(ctx, t.DB().ApplyQuery(),
+			[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1), m.AggregateSeq, p.id}, &rows)
+		if err != nil {
+			return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+		}
+		return ScanBool(&rows)
+	}
+	var res stdsql.Result
+	if err := tx.Exec(ctx, t.DB().RecordProcessedQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res); err != nil {
+		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if err := moveTo(ctx, tx, t, p, m.AggregateSeq); err != nil {
+		return false, fmt.Errorf("consumer: moving the position of %q to event %s: %w", m.Consumer, m.EventID, err)
+	}
+	return n == 1, nil
 }
 
 // SettleAlone settles m's aggregate's position in a transaction of its
@@ -264,6 +293,9 @@ func SettleAlone(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 // Settle runs internal/outboxdb's SettleQuery on m's aggregate in tx, and
 // tells whether the position changed.
 func Settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
+	if t.sqlite() {
+		return settleSQLite(ctx, tx, t, m)
+	}
 	q := outboxdb.Tables{Positions: t.Positions, DeadLetters: t.DeadLetters}.SettleQuery()
 	var rows entsql.Rows
 	if err := tx.Query(ctx, q, []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows); err != nil {
@@ -280,6 +312,39 @@ func Settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}
 	return changed, nil
+}
+
+// settleSQLite is Settle on SQLite: the target read, then written when it
+// differs.
+func settleSQLite(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	var rows entsql.Rows
+	if err := tx.Query(ctx, t.DB().SettleTargetQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows); err != nil {
+		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	var (
+		id, last, to            int64
+		held, wasHeld           stdsql.NullInt64
+		heldEvent, wasHeldEvent stdsql.NullString
+		found                   bool
+	)
+	if rows.Next() {
+		found = true
+		if err := rows.Scan(&id, &last, &to, &held, &heldEvent, &wasHeld, &wasHeldEvent); err != nil {
+			rows.Close()
+			return false, err
+		}
+	}
+	if err := rows.Close(); err != nil || !found {
+		return false, err
+	}
+	if to == last && held == wasHeld && heldEvent == wasHeldEvent {
+		return false, nil
+	}
+	var res stdsql.Result
+	if err := tx.Exec(ctx, t.DB().SettleUpdateQuery(), []any{id, to, held, heldEvent}, &res); err != nil {
+		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
+	}
+	return true, nil
 }
 
 // recordRetried records m as processed when it is an event this consumer
@@ -463,12 +528,19 @@ type Tables struct {
 	// (schema.ConsumerPosition); "" when the application has none, and
 	// then an aggregate's events are not put in order by the consumer.
 	Positions string
+	// Dialect is the database the tables live in; the handler set sets it
+	// from its database (PostgreSQL when zero).
+	Dialect outboxdb.Dialect
 }
 
 // DB is t as internal/outboxdb names them, for its statements.
 func (t Tables) DB() outboxdb.Tables {
-	return outboxdb.Tables{Processed: t.Processed, DeadLetters: t.DeadLetters, Positions: t.Positions}
+	return outboxdb.Tables{Processed: t.Processed, DeadLetters: t.DeadLetters, Positions: t.Positions, Dialect: t.Dialect}
 }
+
+// sqlite tells whether t's statements are SQLite's: there a statement that
+// does several things on PostgreSQL is several, run here in order.
+func (t Tables) sqlite() bool { return t.Dialect == outboxdb.SQLite }
 
 // InTx runs f in a transaction of db's when db is a driver, else on db.
 func InTx(ctx context.Context, db dialect.ExecQuerier, f func(context.Context, dialect.ExecQuerier) error) error {
