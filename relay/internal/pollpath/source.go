@@ -116,8 +116,11 @@ func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 	if _, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
 		return fmt.Errorf("relay: creating the lease table %q: %w", s.cfg.Tables.PollLease(), err)
 	}
+	defer func() { // a stopping relay hands over at once, its last acks recorded (below)
+		_, _ = s.cfg.DB.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
+	}()
 	// The acks are recorded until the relay has waited for the last
-	// publishes: flushing stops after the loop below.
+	// publishes: flushing stops after the loop below, before the release.
 	flushing, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
 	flushed := make(chan struct{})
 	go func() {
@@ -125,9 +128,6 @@ func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 		s.flushAcks(flushing)
 	}()
 	defer func() { stopFlushing(); <-flushed }()
-	defer func() { // a stopping relay hands over at once
-		_, _ = s.cfg.DB.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
-	}()
 	for {
 		if !s.awaitLease(ctx) {
 			return nil
