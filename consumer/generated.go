@@ -215,16 +215,26 @@ func DecodeGeneratedPayload[T any](s *PayloadSchema, payload_ []byte, e *T, read
 	return payload.DecodeWith(s, payload_, e, read)
 }
 
-// For generated code. PayloadInt reads a checked integer of bits bits.
-func PayloadInt(v any, bits int) (int64, bool) { return payload.Int(v, bits) }
+// For generated code. The readers of one value of a checked payload (see
+// the payload package inside this one): each reads v into dst as
+// encoding/json would, or returns false.
 
-// For generated code. PayloadFloat reads a checked number.
-func PayloadFloat(v any) (float64, bool) { return payload.Float(v) }
+// For generated code. PayloadString reads a string.
+func PayloadString(v any, dst *string) bool { return payload.String(v, dst) }
 
-// For generated code. PayloadTime reads a checked date-time.
-func PayloadTime(v any) (time.Time, bool) { return payload.Time(v) }
+// For generated code. PayloadBool reads a bool.
+func PayloadBool(v any, dst *bool) bool { return payload.Bool(v, dst) }
 
-// For generated code. PayloadText reads a checked string into dst.
+// For generated code. PayloadInt reads an integer.
+func PayloadInt[T ~int | ~int32 | ~int64](v any, dst *T) bool { return payload.Int(v, dst) }
+
+// For generated code. PayloadFloat reads a number.
+func PayloadFloat(v any, dst *float64) bool { return payload.Float(v, dst) }
+
+// For generated code. PayloadTime reads a date-time.
+func PayloadTime(v any, dst *time.Time) bool { return payload.Time(v, dst) }
+
+// For generated code. PayloadText reads a string into a TextUnmarshaler.
 func PayloadText[T any, PT interface {
 	*T
 	encoding.TextUnmarshaler
@@ -232,11 +242,29 @@ func PayloadText[T any, PT interface {
 	return payload.Text[T, PT](v, dst)
 }
 
-// For generated code. PayloadBytes reads a checked base64 string.
-func PayloadBytes(v any) ([]byte, bool) { return payload.Bytes(v) }
+// For generated code. PayloadBytes reads a base64 string.
+func PayloadBytes(v any, dst *[]byte) bool { return payload.Bytes(v, dst) }
 
-// For generated code. PayloadRaw is the JSON of key's value in raw.
-func PayloadRaw(raw []byte, key string) (json.RawMessage, bool) { return payload.Raw(raw, key) }
+// For generated code. PayloadPtr reads a value or null into a pointer.
+func PayloadPtr[T any](v any, dst **T, read func(any, *T) bool) bool { return payload.Ptr(v, dst, read) }
+
+// For generated code. PayloadList reads an array or null into a slice.
+func PayloadList[T any](v any, dst *[]T, read func(any, *T) bool) bool {
+	return payload.List(v, dst, read)
+}
+
+// For generated code. PayloadMap reads an object or null into a map.
+func PayloadMap[T any](v any, dst *map[string]T, read func(any, *T) bool) bool {
+	return payload.Map(v, dst, read)
+}
+
+// For generated code. PayloadRaw reads the JSON of key's value in raw
+// into dst.
+func PayloadRaw(raw []byte, key string, dst *json.RawMessage) bool {
+	m, ok := payload.Raw(raw, key)
+	*dst = m
+	return ok
+}
 
 // For generated code. PayloadKeyFolds reports whether key may name one
 // of fields for encoding/json, which ignores case.

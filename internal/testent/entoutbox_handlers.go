@@ -2148,25 +2148,17 @@ func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "amount_cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.AmountCents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.AmountCents = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency") {
 				return false
@@ -2181,116 +2173,56 @@ func outboxReadProfileUpdated(doc map[string]any, raw []byte, e *ProfileUpdated)
 	for k, v := range doc {
 		switch k {
 		case "display_name":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.DisplayName) {
 				return false
 			}
-			e.DisplayName = x0
 		case "nickname":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Nickname) {
 				return false
 			}
-			e.Nickname = x0
 		case "verified":
-			x0, ok := v.(bool)
-			if !ok {
+			if !consumer.PayloadBool(v, &e.Verified) {
 				return false
 			}
-			e.Verified = x0
 		case "score":
-			n0, ok := consumer.PayloadInt(v, 32)
-			if !ok {
+			if !consumer.PayloadInt[int32](v, &e.Score) {
 				return false
 			}
-			x0 := int32(n0)
-			e.Score = x0
 		case "balance":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Balance) {
 				return false
 			}
-			e.Balance = x0
 		case "updated_at":
-			x0, ok := consumer.PayloadTime(v)
-			if !ok {
+			if !consumer.PayloadTime(v, &e.UpdatedAt) {
 				return false
 			}
-			e.UpdatedAt = x0
 		case "deleted_at":
-			if v == nil {
-				e.DeletedAt = nil
-			} else {
-				x0, ok := consumer.PayloadTime(v)
-				if !ok {
-					return false
-				}
-				e.DeletedAt = &x0
+			if !consumer.PayloadPtr(v, &e.DeletedAt, consumer.PayloadTime) {
+				return false
 			}
 		case "session_id":
-			var x0 uuid.UUID
-			if !consumer.PayloadText(v, &x0) {
+			if !consumer.PayloadText[uuid.UUID](v, &e.SessionID) {
 				return false
 			}
-			e.SessionID = x0
 		case "plan":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Plan) {
 				return false
 			}
-			e.Plan = x0
 		case "avatar":
-			if v == nil {
-				e.Avatar = nil
-			} else {
-				x0, ok := consumer.PayloadBytes(v)
-				if !ok {
-					return false
-				}
-				e.Avatar = x0
+			if !consumer.PayloadBytes(v, &e.Avatar) {
+				return false
 			}
 		case "settings":
-			x0, ok := consumer.PayloadRaw(raw, "settings")
-			if !ok {
+			if !consumer.PayloadRaw(raw, "settings", &e.Settings) {
 				return false
 			}
-			e.Settings = x0
 		case "tags":
-			if v == nil {
-				e.Tags = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]string, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Tags = s0
+			if !consumer.PayloadList(v, &e.Tags, consumer.PayloadString) {
+				return false
 			}
 		case "friend_ids":
-			if v == nil {
-				e.FriendIds = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int64, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					s0[i0] = x1
-				}
-				e.FriendIds = s0
+			if !consumer.PayloadList(v, &e.FriendIds, consumer.PayloadInt[int64]) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "display_name", "nickname", "verified", "score", "balance", "updated_at", "deleted_at", "session_id", "plan", "avatar", "settings", "tags", "friend_ids") {
@@ -2306,23 +2238,17 @@ func outboxReadPriceChanged(doc map[string]any, raw []byte, e *PriceChanged) boo
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "amount":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Amount) {
 				return false
 			}
-			e.Amount = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
 				return false
@@ -2337,63 +2263,20 @@ func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool 
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]OrderPlacedLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					s0[i0].outboxPrefill()
-					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadOrderPlacedLineValue) {
+				return false
 			}
 		case "address":
-			m0, ok := v.(map[string]any)
-			if !ok {
-				return false
-			}
-			e.Address.outboxPrefill()
-			if !outboxReadOrderPlacedAddress(m0, nil, &e.Address) {
+			if !outboxReadOrderPlacedAddressValue(v, &e.Address) {
 				return false
 			}
 		case "attributes":
-			if v == nil {
-				e.Attributes = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]OrderPlacedAttribute, len(m0))
-				for k0, v0 := range m0 {
-					var x0 OrderPlacedAttribute
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					if !outboxReadOrderPlacedAttribute(m1, nil, &x0) {
-						return false
-					}
-					t0[k0] = x0
-				}
-				e.Attributes = t0
+			if !consumer.PayloadMap(v, &e.Attributes, outboxReadOrderPlacedAttributeValue) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "lines", "address", "attributes") {
@@ -2409,31 +2292,21 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Qty) {
 				return false
 			}
-			x0 := int(n0)
-			e.Qty = x0
 		case "unit":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Unit) {
 				return false
 			}
-			e.Unit = x0
 		case "pack":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Pack) {
 				return false
 			}
-			x0 := int(n0)
-			e.Pack = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "pack") {
 				return false
@@ -2443,28 +2316,32 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	return true
 }
 
+// outboxReadOrderPlacedLineValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedLineValue(v any, e *OrderPlacedLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedLine(m, nil, e)
+}
+
 // outboxReadOrderPlacedAddress reads the fields of "address" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlacedAddress) bool {
 	for k, v := range doc {
 		switch k {
 		case "street":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Street) {
 				return false
 			}
-			e.Street = x0
 		case "city":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.City) {
 				return false
 			}
-			e.City = x0
 		case "country":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Country) {
 				return false
 			}
-			e.Country = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "street", "city", "country") {
 				return false
@@ -2474,16 +2351,24 @@ func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlaced
 	return true
 }
 
+// outboxReadOrderPlacedAddressValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedAddressValue(v any, e *OrderPlacedAddress) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedAddress(m, nil, e)
+}
+
 // outboxReadOrderPlacedAttribute reads the fields of "attributes{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedAttribute(doc map[string]any, raw []byte, e *OrderPlacedAttribute) bool {
 	for k, v := range doc {
 		switch k {
 		case "value":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Value) {
 				return false
 			}
-			e.Value = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "value") {
 				return false
@@ -2493,30 +2378,22 @@ func outboxReadOrderPlacedAttribute(doc map[string]any, raw []byte, e *OrderPlac
 	return true
 }
 
+// outboxReadOrderPlacedAttributeValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedAttributeValue(v any, e *OrderPlacedAttribute) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	return outboxReadOrderPlacedAttribute(m, nil, e)
+}
+
 // outboxReadCartChanged reads the fields of a checked "cart.changed" payload into e (see consumer.PayloadReader).
 func outboxReadCartChanged(doc map[string]any, raw []byte, e *CartChanged) bool {
 	for k, v := range doc {
 		switch k {
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]CartChangedLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					s0[i0].outboxPrefill()
-					if !outboxReadCartChangedLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadCartChangedLineValue) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "lines") {
@@ -2532,23 +2409,17 @@ func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLin
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "amount":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Amount) {
 				return false
 			}
-			e.Amount = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
 				return false
@@ -2558,29 +2429,32 @@ func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLin
 	return true
 }
 
+// outboxReadCartChangedLineValue reads an object of the document into e, its defaults set first.
+func outboxReadCartChangedLineValue(v any, e *CartChangedLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadCartChangedLine(m, nil, e)
+}
+
 // outboxReadShipmentBooked reads the fields of a checked "shipment.booked" payload into e (see consumer.PayloadReader).
 func outboxReadShipmentBooked(doc map[string]any, raw []byte, e *ShipmentBooked) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "carrier":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Carrier) {
 				return false
 			}
-			e.Carrier = x0
 		case "service":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Service) {
 				return false
 			}
-			e.Service = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "carrier", "service") {
 				return false
@@ -2595,386 +2469,148 @@ func outboxReadAllKinds(doc map[string]any, raw []byte, e *AllKinds) bool {
 	for k, v := range doc {
 		switch k {
 		case "s":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.S) {
 				return false
 			}
-			e.S = x0
 		case "note":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Note) {
 				return false
 			}
-			e.Note = x0
 		case "locale":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Locale) {
 				return false
 			}
-			e.Locale = x0
 		case "label":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Label) {
 				return false
 			}
-			e.Label = x0
 		case "nick":
-			if v == nil {
-				e.Nick = nil
-			} else {
-				x0, ok := v.(string)
-				if !ok {
-					return false
-				}
-				e.Nick = &x0
+			if !consumer.PayloadPtr(v, &e.Nick, consumer.PayloadString) {
+				return false
 			}
 		case "b":
-			x0, ok := v.(bool)
-			if !ok {
+			if !consumer.PayloadBool(v, &e.B) {
 				return false
 			}
-			e.B = x0
 		case "flag":
-			if v == nil {
-				e.Flag = nil
-			} else {
-				x0, ok := v.(bool)
-				if !ok {
-					return false
-				}
-				e.Flag = &x0
+			if !consumer.PayloadPtr(v, &e.Flag, consumer.PayloadBool) {
+				return false
 			}
 		case "i":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.I) {
 				return false
 			}
-			x0 := int(n0)
-			e.I = x0
 		case "i32":
-			n0, ok := consumer.PayloadInt(v, 32)
-			if !ok {
+			if !consumer.PayloadInt[int32](v, &e.I32) {
 				return false
 			}
-			x0 := int32(n0)
-			e.I32 = x0
 		case "i64":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.I64) {
 				return false
 			}
-			x0 := int64(n0)
-			e.I64 = x0
 		case "ref":
-			if v == nil {
-				e.Ref = nil
-			} else {
-				n0, ok := consumer.PayloadInt(v, 64)
-				if !ok {
-					return false
-				}
-				x0 := int64(n0)
-				e.Ref = &x0
+			if !consumer.PayloadPtr(v, &e.Ref, consumer.PayloadInt[int64]) {
+				return false
 			}
 		case "level":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Level) {
 				return false
 			}
-			x0 := int(n0)
-			e.Level = x0
 		case "f":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.F) {
 				return false
 			}
-			e.F = x0
 		case "ratio":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Ratio) {
 				return false
 			}
-			e.Ratio = x0
 		case "at":
-			x0, ok := consumer.PayloadTime(v)
-			if !ok {
+			if !consumer.PayloadTime(v, &e.At) {
 				return false
 			}
-			e.At = x0
 		case "deleted_at":
-			if v == nil {
-				e.DeletedAt = nil
-			} else {
-				x0, ok := consumer.PayloadTime(v)
-				if !ok {
-					return false
-				}
-				e.DeletedAt = &x0
+			if !consumer.PayloadPtr(v, &e.DeletedAt, consumer.PayloadTime) {
+				return false
 			}
 		case "id":
-			var x0 uuid.UUID
-			if !consumer.PayloadText(v, &x0) {
+			if !consumer.PayloadText[uuid.UUID](v, &e.ID) {
 				return false
 			}
-			e.ID = x0
 		case "other_id":
-			var x0 uuid.UUID
-			if !consumer.PayloadText(v, &x0) {
+			if !consumer.PayloadText[uuid.UUID](v, &e.OtherID) {
 				return false
 			}
-			e.OtherID = x0
 		case "plan":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Plan) {
 				return false
 			}
-			e.Plan = x0
 		case "theme":
-			if v == nil {
-				e.Theme = nil
-			} else {
-				x0, ok := v.(string)
-				if !ok {
-					return false
-				}
-				e.Theme = &x0
+			if !consumer.PayloadPtr(v, &e.Theme, consumer.PayloadString) {
+				return false
 			}
 		case "size":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Size) {
 				return false
 			}
-			e.Size = x0
 		case "sig":
-			if v == nil {
-				e.Sig = nil
-			} else {
-				x0, ok := consumer.PayloadBytes(v)
-				if !ok {
-					return false
-				}
-				e.Sig = x0
+			if !consumer.PayloadBytes(v, &e.Sig) {
+				return false
 			}
 		case "avatar":
-			if v == nil {
-				e.Avatar = nil
-			} else {
-				x0, ok := consumer.PayloadBytes(v)
-				if !ok {
-					return false
-				}
-				e.Avatar = x0
+			if !consumer.PayloadBytes(v, &e.Avatar) {
+				return false
 			}
 		case "settings":
-			x0, ok := consumer.PayloadRaw(raw, "settings")
-			if !ok {
+			if !consumer.PayloadRaw(raw, "settings", &e.Settings) {
 				return false
 			}
-			e.Settings = x0
 		case "extra":
-			x0, ok := consumer.PayloadRaw(raw, "extra")
-			if !ok {
+			if !consumer.PayloadRaw(raw, "extra", &e.Extra) {
 				return false
 			}
-			e.Extra = x0
 		case "tags":
-			if v == nil {
-				e.Tags = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]string, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Tags = s0
+			if !consumer.PayloadList(v, &e.Tags, consumer.PayloadString) {
+				return false
 			}
 		case "lucky":
-			if v == nil {
-				e.Lucky = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 0)
-					if !ok {
-						return false
-					}
-					x1 := int(n1)
-					s0[i0] = x1
-				}
-				e.Lucky = s0
+			if !consumer.PayloadList(v, &e.Lucky, consumer.PayloadInt[int]) {
+				return false
 			}
 		case "friends":
-			if v == nil {
-				e.Friends = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int64, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					s0[i0] = x1
-				}
-				e.Friends = s0
+			if !consumer.PayloadList(v, &e.Friends, consumer.PayloadInt[int64]) {
+				return false
 			}
 		case "coords":
-			if v == nil {
-				e.Coords = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]float64, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := consumer.PayloadFloat(v0)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Coords = s0
+			if !consumer.PayloadList(v, &e.Coords, consumer.PayloadFloat) {
+				return false
 			}
 		case "channel":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Channel) {
 				return false
 			}
-			e.Channel = x0
 		case "address":
-			m0, ok := v.(map[string]any)
-			if !ok {
-				return false
-			}
-			e.Address.outboxPrefill()
-			if !outboxReadAllKindsAddress(m0, nil, &e.Address) {
+			if !outboxReadAllKindsAddressValue(v, &e.Address) {
 				return false
 			}
 		case "billing":
-			if v == nil {
-				e.Billing = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				p0 := new(AllKindsBilling)
-				if !outboxReadAllKindsBilling(m0, nil, p0) {
-					return false
-				}
-				e.Billing = p0
+			if !consumer.PayloadPtr(v, &e.Billing, outboxReadAllKindsBillingValue) {
+				return false
 			}
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]AllKindsLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					s0[i0].outboxPrefill()
-					if !outboxReadAllKindsLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadAllKindsLineValue) {
+				return false
 			}
 		case "grid":
-			if v == nil {
-				e.Grid = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([][]int, len(a0))
-				for i0, v0 := range a0 {
-					if v0 == nil {
-						s0[i0] = nil
-					} else {
-						a1, ok := v0.([]any)
-						if !ok {
-							return false
-						}
-						s1 := make([]int, len(a1))
-						for i1, v1 := range a1 {
-							n2, ok := consumer.PayloadInt(v1, 0)
-							if !ok {
-								return false
-							}
-							x2 := int(n2)
-							s1[i1] = x2
-						}
-						s0[i0] = s1
-					}
-				}
-				e.Grid = s0
+			if !consumer.PayloadList(v, &e.Grid, func(v any, d *[]int) bool { return consumer.PayloadList(v, d, consumer.PayloadInt[int]) }) {
+				return false
 			}
 		case "stock":
-			if v == nil {
-				e.Stock = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]int64, len(m0))
-				for k0, v0 := range m0 {
-					var x0 int64
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					x0 = x1
-					t0[k0] = x0
-				}
-				e.Stock = t0
+			if !consumer.PayloadMap(v, &e.Stock, consumer.PayloadInt[int64]) {
+				return false
 			}
 		case "attrs":
-			if v == nil {
-				e.Attrs = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]AllKindsAttr, len(m0))
-				for k0, v0 := range m0 {
-					var x0 AllKindsAttr
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					x0.outboxPrefill()
-					if !outboxReadAllKindsAttr(m1, nil, &x0) {
-						return false
-					}
-					t0[k0] = x0
-				}
-				e.Attrs = t0
+			if !consumer.PayloadMap(v, &e.Attrs, outboxReadAllKindsAttrValue) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "s", "note", "locale", "label", "nick", "b", "flag", "i", "i32", "i64", "ref", "level", "f", "ratio", "at", "deleted_at", "id", "other_id", "plan", "theme", "size", "sig", "avatar", "settings", "extra", "tags", "lucky", "friends", "coords", "channel", "address", "billing", "lines", "grid", "stock", "attrs") {
@@ -2990,29 +2626,21 @@ func outboxReadAllKindsAddress(doc map[string]any, raw []byte, e *AllKindsAddres
 	for k, v := range doc {
 		switch k {
 		case "city":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.City) {
 				return false
 			}
-			e.City = x0
 		case "zip":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Zip) {
 				return false
 			}
-			e.Zip = x0
 		case "country":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Country) {
 				return false
 			}
-			e.Country = x0
 		case "street":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Street) {
 				return false
 			}
-			e.Street = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "city", "zip", "country", "street") {
 				return false
@@ -3022,16 +2650,24 @@ func outboxReadAllKindsAddress(doc map[string]any, raw []byte, e *AllKindsAddres
 	return true
 }
 
+// outboxReadAllKindsAddressValue reads an object of the document into e, its defaults set first.
+func outboxReadAllKindsAddressValue(v any, e *AllKindsAddress) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadAllKindsAddress(m, nil, e)
+}
+
 // outboxReadAllKindsBilling reads the fields of "billing" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
 func outboxReadAllKindsBilling(doc map[string]any, raw []byte, e *AllKindsBilling) bool {
 	for k, v := range doc {
 		switch k {
 		case "vat":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Vat) {
 				return false
 			}
-			e.Vat = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "vat") {
 				return false
@@ -3041,35 +2677,35 @@ func outboxReadAllKindsBilling(doc map[string]any, raw []byte, e *AllKindsBillin
 	return true
 }
 
+// outboxReadAllKindsBillingValue reads an object of the document into e, its defaults set first.
+func outboxReadAllKindsBillingValue(v any, e *AllKindsBilling) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	return outboxReadAllKindsBilling(m, nil, e)
+}
+
 // outboxReadAllKindsLine reads the fields of "lines[]" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
 func outboxReadAllKindsLine(doc map[string]any, raw []byte, e *AllKindsLine) bool {
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 32)
-			if !ok {
+			if !consumer.PayloadInt[int32](v, &e.Qty) {
 				return false
 			}
-			x0 := int32(n0)
-			e.Qty = x0
 		case "unit":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Unit) {
 				return false
 			}
-			e.Unit = x0
 		case "discount":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Discount) {
 				return false
 			}
-			e.Discount = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "discount") {
 				return false
@@ -3079,28 +2715,32 @@ func outboxReadAllKindsLine(doc map[string]any, raw []byte, e *AllKindsLine) boo
 	return true
 }
 
+// outboxReadAllKindsLineValue reads an object of the document into e, its defaults set first.
+func outboxReadAllKindsLineValue(v any, e *AllKindsLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadAllKindsLine(m, nil, e)
+}
+
 // outboxReadAllKindsAttr reads the fields of "attrs{}" of a checked "all.kinds" payload into e (see consumer.PayloadReader).
 func outboxReadAllKindsAttr(doc map[string]any, raw []byte, e *AllKindsAttr) bool {
 	for k, v := range doc {
 		switch k {
 		case "value":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Value) {
 				return false
 			}
-			e.Value = x0
 		case "at":
-			x0, ok := consumer.PayloadTime(v)
-			if !ok {
+			if !consumer.PayloadTime(v, &e.At) {
 				return false
 			}
-			e.At = x0
 		case "shown":
-			x0, ok := v.(bool)
-			if !ok {
+			if !consumer.PayloadBool(v, &e.Shown) {
 				return false
 			}
-			e.Shown = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "value", "at", "shown") {
 				return false
@@ -3110,17 +2750,24 @@ func outboxReadAllKindsAttr(doc map[string]any, raw []byte, e *AllKindsAttr) boo
 	return true
 }
 
+// outboxReadAllKindsAttrValue reads an object of the document into e, its defaults set first.
+func outboxReadAllKindsAttrValue(v any, e *AllKindsAttr) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadAllKindsAttr(m, nil, e)
+}
+
 // outboxReadPaymentReminder reads the fields of a checked "payment.reminder" payload into e (see consumer.PayloadReader).
 func outboxReadPaymentReminder(doc map[string]any, raw []byte, e *PaymentReminder) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id") {
 				return false
@@ -3135,11 +2782,9 @@ func outboxReadAuditRecorded(doc map[string]any, raw []byte, e *AuditRecorded) b
 	for k, v := range doc {
 		switch k {
 		case "action":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Action) {
 				return false
 			}
-			e.Action = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "action") {
 				return false

@@ -59,42 +59,62 @@ func DecodeWith[T any](s *Schema, payload []byte, e *T, read Reader[T]) error {
 // given to the schema at path (or declined it).
 var Read func(path string, generated bool)
 
-// Int is v, a number the schema accepted as an integer, as an integer of
-// bits bits; false where encoding/json would refuse it (out of range).
-func Int(v any, bits int) (int64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(string(n), 10, bits)
-	return i, err == nil
+// The readers of one value: each reads v, a value of a checked document,
+// into dst as encoding/json reads its JSON, or returns false (the
+// generated reader then declines the payload). They compose: Ptr, List
+// and Map take the reader of what they hold.
+
+// String reads a string.
+func String(v any, dst *string) bool {
+	s, ok := v.(string)
+	*dst = s
+	return ok
 }
 
-// Float is v, a number, as a float64; false where encoding/json would
-// refuse it (out of range).
-func Float(v any) (float64, bool) {
+// Bool reads a bool.
+func Bool(v any, dst *bool) bool {
+	b, ok := v.(bool)
+	*dst = b
+	return ok
+}
+
+// Int reads a number the schema accepted as an integer into an integer
+// type; false where encoding/json would refuse it (out of T's range).
+func Int[T ~int | ~int32 | ~int64](v any, dst *T) bool {
 	n, ok := v.(json.Number)
 	if !ok {
-		return 0, false
+		return false
+	}
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil || int64(T(i)) != i {
+		return false
+	}
+	*dst = T(i)
+	return true
+}
+
+// Float reads a number; false where encoding/json would refuse it (out
+// of range).
+func Float(v any, dst *float64) bool {
+	n, ok := v.(json.Number)
+	if !ok {
+		return false
 	}
 	f, err := strconv.ParseFloat(string(n), 64)
-	return f, err == nil
+	*dst = f
+	return err == nil
 }
 
-// Time is v, a string, read as time.Time reads JSON (RFC 3339, strictly):
+// Time reads a string as time.Time reads JSON (RFC 3339, strictly):
 // DecodeWith hands it only strings written without escapes, which
 // time.Time.UnmarshalJSON reads as UnmarshalText does.
-func Time(v any) (time.Time, bool) {
+func Time(v any, dst *time.Time) bool {
 	s, ok := v.(string)
-	if !ok {
-		return time.Time{}, false
-	}
-	var t time.Time
-	return t, t.UnmarshalText([]byte(s)) == nil
+	return ok && dst.UnmarshalText([]byte(s)) == nil
 }
 
-// Text reads v, a string, into dst as encoding/json reads a string into a
-// type that implements encoding.TextUnmarshaler (a UUID).
+// Text reads a string into a type that implements
+// encoding.TextUnmarshaler (a UUID), as encoding/json does.
 func Text[T any, PT interface {
 	*T
 	encoding.TextUnmarshaler
@@ -103,16 +123,81 @@ func Text[T any, PT interface {
 	return ok && dst.UnmarshalText([]byte(s)) == nil
 }
 
-// Bytes is v, a string, read as encoding/json reads a []byte: standard
-// base64, new lines ignored; "" is an empty, non-nil slice.
-func Bytes(v any) ([]byte, bool) {
+// Bytes reads a string as encoding/json reads a []byte: standard base64,
+// new lines ignored; "" is an empty, non-nil slice, null nil.
+func Bytes(v any, dst *[]byte) bool {
+	if v == nil {
+		*dst = nil
+		return true
+	}
 	s, ok := v.(string)
 	if !ok {
-		return nil, false
+		return false
 	}
 	b := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
 	n, err := base64.StdEncoding.Decode(b, []byte(s))
-	return b[:n], err == nil
+	*dst = b[:n]
+	return err == nil
+}
+
+// Ptr reads a value that may be null into a pointer: nil for null, else
+// a new T that read reads.
+func Ptr[T any](v any, dst **T, read func(any, *T) bool) bool {
+	if v == nil {
+		*dst = nil
+		return true
+	}
+	p := new(T)
+	if !read(v, p) {
+		return false
+	}
+	*dst = p
+	return true
+}
+
+// List reads an array into a new slice, each element read by read into a
+// zero value (as encoding/json reads into a nil slice): nil for null,
+// empty and non-nil for [].
+func List[T any](v any, dst *[]T, read func(any, *T) bool) bool {
+	if v == nil {
+		*dst = nil
+		return true
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	out := make([]T, len(a))
+	for i, x := range a {
+		if !read(x, &out[i]) {
+			return false
+		}
+	}
+	*dst = out
+	return true
+}
+
+// Map reads an object into a new map, each value read by read into a zero
+// value: nil for null.
+func Map[T any](v any, dst *map[string]T, read func(any, *T) bool) bool {
+	if v == nil {
+		*dst = nil
+		return true
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	out := make(map[string]T, len(m))
+	for k, x := range m {
+		var e T
+		if !read(x, &e) {
+			return false
+		}
+		out[k] = e
+	}
+	*dst = out
+	return true
 }
 
 // KeyFolds reports whether key, which names no field exactly, could name

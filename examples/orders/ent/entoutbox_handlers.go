@@ -628,60 +628,20 @@ func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool 
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]OrderPlacedLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadOrderPlacedLineValue) {
+				return false
 			}
 		case "ship_to":
-			m0, ok := v.(map[string]any)
-			if !ok {
-				return false
-			}
-			e.ShipTo.outboxPrefill()
-			if !outboxReadOrderPlacedShipTo(m0, nil, &e.ShipTo) {
+			if !outboxReadOrderPlacedShipToValue(v, &e.ShipTo) {
 				return false
 			}
 		case "attributes":
-			if v == nil {
-				e.Attributes = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]string, len(m0))
-				for k0, v0 := range m0 {
-					var x0 string
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					x0 = x1
-					t0[k0] = x0
-				}
-				e.Attributes = t0
+			if !consumer.PayloadMap(v, &e.Attributes, consumer.PayloadString) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "lines", "ship_to", "attributes") {
@@ -697,25 +657,17 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Qty) {
 				return false
 			}
-			x0 := int(n0)
-			e.Qty = x0
 		case "unit_cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.UnitCents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.UnitCents = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit_cents") {
 				return false
@@ -725,34 +677,35 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	return true
 }
 
+// outboxReadOrderPlacedLineValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedLineValue(v any, e *OrderPlacedLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	return outboxReadOrderPlacedLine(m, nil, e)
+}
+
 // outboxReadOrderPlacedShipTo reads the fields of "ship_to" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedShipTo(doc map[string]any, raw []byte, e *OrderPlacedShipTo) bool {
 	for k, v := range doc {
 		switch k {
 		case "name":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Name) {
 				return false
 			}
-			e.Name = x0
 		case "street":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Street) {
 				return false
 			}
-			e.Street = x0
 		case "city":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.City) {
 				return false
 			}
-			e.City = x0
 		case "country":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Country) {
 				return false
 			}
-			e.Country = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "name", "street", "city", "country") {
 				return false
@@ -762,30 +715,32 @@ func outboxReadOrderPlacedShipTo(doc map[string]any, raw []byte, e *OrderPlacedS
 	return true
 }
 
+// outboxReadOrderPlacedShipToValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedShipToValue(v any, e *OrderPlacedShipTo) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedShipTo(m, nil, e)
+}
+
 // outboxReadOrderPaid reads the fields of a checked "order.paid" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "amount_cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.AmountCents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.AmountCents = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency") {
 				return false
@@ -800,24 +755,17 @@ func outboxReadOrderCancelled(doc map[string]any, raw []byte, e *OrderCancelled)
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "reason":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Reason) {
 				return false
 			}
-			e.Reason = x0
 		case "cancelled_at":
-			x0, ok := consumer.PayloadTime(v)
-			if !ok {
+			if !consumer.PayloadTime(v, &e.CancelledAt) {
 				return false
 			}
-			e.CancelledAt = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "reason", "cancelled_at") {
 				return false

@@ -503,220 +503,96 @@ func outboxReadProfileUpdated(doc map[string]any, raw []byte, e *ProfileUpdated)
 	for k, v := range doc {
 		switch k {
 		case "display_name":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.DisplayName) {
 				return false
 			}
-			e.DisplayName = x0
 		case "nickname":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Nickname) {
 				return false
 			}
-			e.Nickname = x0
 		case "locale":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Locale) {
 				return false
 			}
-			e.Locale = x0
 		case "verified":
-			x0, ok := v.(bool)
-			if !ok {
+			if !consumer.PayloadBool(v, &e.Verified) {
 				return false
 			}
-			e.Verified = x0
 		case "newsletter":
-			if v == nil {
-				e.Newsletter = nil
-			} else {
-				x0, ok := v.(bool)
-				if !ok {
-					return false
-				}
-				e.Newsletter = &x0
+			if !consumer.PayloadPtr(v, &e.Newsletter, consumer.PayloadBool) {
+				return false
 			}
 		case "age":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Age) {
 				return false
 			}
-			x0 := int(n0)
-			e.Age = x0
 		case "score":
-			n0, ok := consumer.PayloadInt(v, 32)
-			if !ok {
+			if !consumer.PayloadInt[int32](v, &e.Score) {
 				return false
 			}
-			x0 := int32(n0)
-			e.Score = x0
 		case "user_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.UserID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.UserID = x0
 		case "referrer_id":
-			if v == nil {
-				e.ReferrerID = nil
-			} else {
-				n0, ok := consumer.PayloadInt(v, 64)
-				if !ok {
-					return false
-				}
-				x0 := int64(n0)
-				e.ReferrerID = &x0
+			if !consumer.PayloadPtr(v, &e.ReferrerID, consumer.PayloadInt[int64]) {
+				return false
 			}
 		case "balance":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Balance) {
 				return false
 			}
-			e.Balance = x0
 		case "updated_at":
-			x0, ok := consumer.PayloadTime(v)
-			if !ok {
+			if !consumer.PayloadTime(v, &e.UpdatedAt) {
 				return false
 			}
-			e.UpdatedAt = x0
 		case "deleted_at":
-			if v == nil {
-				e.DeletedAt = nil
-			} else {
-				x0, ok := consumer.PayloadTime(v)
-				if !ok {
-					return false
-				}
-				e.DeletedAt = &x0
+			if !consumer.PayloadPtr(v, &e.DeletedAt, consumer.PayloadTime) {
+				return false
 			}
 		case "session_id":
-			var x0 uuid.UUID
-			if !consumer.PayloadText(v, &x0) {
+			if !consumer.PayloadText[uuid.UUID](v, &e.SessionID) {
 				return false
 			}
-			e.SessionID = x0
 		case "plan":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Plan) {
 				return false
 			}
-			e.Plan = x0
 		case "theme":
-			if v == nil {
-				e.Theme = nil
-			} else {
-				x0, ok := v.(string)
-				if !ok {
-					return false
-				}
-				e.Theme = &x0
+			if !consumer.PayloadPtr(v, &e.Theme, consumer.PayloadString) {
+				return false
 			}
 		case "avatar":
-			if v == nil {
-				e.Avatar = nil
-			} else {
-				x0, ok := consumer.PayloadBytes(v)
-				if !ok {
-					return false
-				}
-				e.Avatar = x0
+			if !consumer.PayloadBytes(v, &e.Avatar) {
+				return false
 			}
 		case "signature":
-			if v == nil {
-				e.Signature = nil
-			} else {
-				x0, ok := consumer.PayloadBytes(v)
-				if !ok {
-					return false
-				}
-				e.Signature = x0
+			if !consumer.PayloadBytes(v, &e.Signature) {
+				return false
 			}
 		case "settings":
-			x0, ok := consumer.PayloadRaw(raw, "settings")
-			if !ok {
+			if !consumer.PayloadRaw(raw, "settings", &e.Settings) {
 				return false
 			}
-			e.Settings = x0
 		case "extra":
-			x0, ok := consumer.PayloadRaw(raw, "extra")
-			if !ok {
+			if !consumer.PayloadRaw(raw, "extra", &e.Extra) {
 				return false
 			}
-			e.Extra = x0
 		case "tags":
-			if v == nil {
-				e.Tags = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]string, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Tags = s0
+			if !consumer.PayloadList(v, &e.Tags, consumer.PayloadString) {
+				return false
 			}
 		case "lucky_numbers":
-			if v == nil {
-				e.LuckyNumbers = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 0)
-					if !ok {
-						return false
-					}
-					x1 := int(n1)
-					s0[i0] = x1
-				}
-				e.LuckyNumbers = s0
+			if !consumer.PayloadList(v, &e.LuckyNumbers, consumer.PayloadInt[int]) {
+				return false
 			}
 		case "friend_ids":
-			if v == nil {
-				e.FriendIds = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int64, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					s0[i0] = x1
-				}
-				e.FriendIds = s0
+			if !consumer.PayloadList(v, &e.FriendIds, consumer.PayloadInt[int64]) {
+				return false
 			}
 		case "coordinates":
-			if v == nil {
-				e.Coordinates = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]float64, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := consumer.PayloadFloat(v0)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Coordinates = s0
+			if !consumer.PayloadList(v, &e.Coordinates, consumer.PayloadFloat) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "display_name", "nickname", "locale", "verified", "newsletter", "age", "score", "user_id", "referrer_id", "balance", "updated_at", "deleted_at", "session_id", "plan", "theme", "avatar", "signature", "settings", "extra", "tags", "lucky_numbers", "friend_ids", "coordinates") {

@@ -596,217 +596,48 @@ func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool 
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]OrderPlacedLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					s0[i0].outboxPrefill()
-					if !outboxReadOrderPlacedLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadOrderPlacedLineValue) {
+				return false
 			}
 		case "address":
-			m0, ok := v.(map[string]any)
-			if !ok {
-				return false
-			}
-			e.Address.outboxPrefill()
-			if !outboxReadOrderPlacedAddress(m0, nil, &e.Address) {
+			if !outboxReadOrderPlacedAddressValue(v, &e.Address) {
 				return false
 			}
 		case "billing":
-			if v == nil {
-				e.Billing = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				p0 := new(OrderPlacedBilling)
-				if !outboxReadOrderPlacedBilling(m0, nil, p0) {
-					return false
-				}
-				e.Billing = p0
+			if !consumer.PayloadPtr(v, &e.Billing, outboxReadOrderPlacedBillingValue) {
+				return false
 			}
 		case "tags":
-			if v == nil {
-				e.Tags = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]string, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Tags = s0
+			if !consumer.PayloadList(v, &e.Tags, consumer.PayloadString) {
+				return false
 			}
 		case "attributes":
-			if v == nil {
-				e.Attributes = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]string, len(m0))
-				for k0, v0 := range m0 {
-					var x0 string
-					x1, ok := v0.(string)
-					if !ok {
-						return false
-					}
-					x0 = x1
-					t0[k0] = x0
-				}
-				e.Attributes = t0
+			if !consumer.PayloadMap(v, &e.Attributes, consumer.PayloadString) {
+				return false
 			}
 		case "stock":
-			if v == nil {
-				e.Stock = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string]OrderPlacedStock, len(m0))
-				for k0, v0 := range m0 {
-					var x0 OrderPlacedStock
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					x0.outboxPrefill()
-					if !outboxReadOrderPlacedStock(m1, nil, &x0) {
-						return false
-					}
-					t0[k0] = x0
-				}
-				e.Stock = t0
+			if !consumer.PayloadMap(v, &e.Stock, outboxReadOrderPlacedStockValue) {
+				return false
 			}
 		case "grid":
-			if v == nil {
-				e.Grid = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([][]int, len(a0))
-				for i0, v0 := range a0 {
-					if v0 == nil {
-						s0[i0] = nil
-					} else {
-						a1, ok := v0.([]any)
-						if !ok {
-							return false
-						}
-						s1 := make([]int, len(a1))
-						for i1, v1 := range a1 {
-							n2, ok := consumer.PayloadInt(v1, 0)
-							if !ok {
-								return false
-							}
-							x2 := int(n2)
-							s1[i1] = x2
-						}
-						s0[i0] = s1
-					}
-				}
-				e.Grid = s0
+			if !consumer.PayloadList(v, &e.Grid, func(v any, d *[]int) bool { return consumer.PayloadList(v, d, consumer.PayloadInt[int]) }) {
+				return false
 			}
 		case "bundles":
-			if v == nil {
-				e.Bundles = nil
-			} else {
-				m0, ok := v.(map[string]any)
-				if !ok {
-					return false
-				}
-				t0 := make(map[string][]OrderPlacedBundle, len(m0))
-				for k0, v0 := range m0 {
-					var x0 []OrderPlacedBundle
-					if v0 == nil {
-						x0 = nil
-					} else {
-						a1, ok := v0.([]any)
-						if !ok {
-							return false
-						}
-						s1 := make([]OrderPlacedBundle, len(a1))
-						for i1, v1 := range a1 {
-							m2, ok := v1.(map[string]any)
-							if !ok {
-								return false
-							}
-							s1[i1].outboxPrefill()
-							if !outboxReadOrderPlacedBundle(m2, nil, &s1[i1]) {
-								return false
-							}
-						}
-						x0 = s1
-					}
-					t0[k0] = x0
-				}
-				e.Bundles = t0
+			if !consumer.PayloadMap(v, &e.Bundles, func(v any, d *[]OrderPlacedBundle) bool {
+				return consumer.PayloadList(v, d, outboxReadOrderPlacedBundleValue)
+			}) {
+				return false
 			}
 		case "slots":
-			if v == nil {
-				e.Slots = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]map[string]OrderPlacedSlot, len(a0))
-				for i0, v0 := range a0 {
-					if v0 == nil {
-						s0[i0] = nil
-					} else {
-						m1, ok := v0.(map[string]any)
-						if !ok {
-							return false
-						}
-						t1 := make(map[string]OrderPlacedSlot, len(m1))
-						for k1, v1 := range m1 {
-							var x1 OrderPlacedSlot
-							m2, ok := v1.(map[string]any)
-							if !ok {
-								return false
-							}
-							x1.outboxPrefill()
-							if !outboxReadOrderPlacedSlot(m2, nil, &x1) {
-								return false
-							}
-							t1[k1] = x1
-						}
-						s0[i0] = t1
-					}
-				}
-				e.Slots = s0
+			if !consumer.PayloadList(v, &e.Slots, func(v any, d *map[string]OrderPlacedSlot) bool {
+				return consumer.PayloadMap(v, d, outboxReadOrderPlacedSlotValue)
+			}) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "lines", "address", "billing", "tags", "attributes", "stock", "grid", "bundles", "slots") {
@@ -822,43 +653,20 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Qty) {
 				return false
 			}
-			x0 := int(n0)
-			e.Qty = x0
 		case "unit":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Unit) {
 				return false
 			}
-			e.Unit = x0
 		case "discounts":
-			if v == nil {
-				e.Discounts = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]OrderPlacedLineDiscount, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					if !outboxReadOrderPlacedLineDiscount(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Discounts = s0
+			if !consumer.PayloadList(v, &e.Discounts, outboxReadOrderPlacedLineDiscountValue) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "qty", "unit", "discounts") {
@@ -869,23 +677,28 @@ func outboxReadOrderPlacedLine(doc map[string]any, raw []byte, e *OrderPlacedLin
 	return true
 }
 
+// outboxReadOrderPlacedLineValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedLineValue(v any, e *OrderPlacedLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedLine(m, nil, e)
+}
+
 // outboxReadOrderPlacedLineDiscount reads the fields of "lines[].discounts[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedLineDiscount(doc map[string]any, raw []byte, e *OrderPlacedLineDiscount) bool {
 	for k, v := range doc {
 		switch k {
 		case "code":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Code) {
 				return false
 			}
-			e.Code = x0
 		case "cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.Cents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.Cents = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "code", "cents") {
 				return false
@@ -895,28 +708,31 @@ func outboxReadOrderPlacedLineDiscount(doc map[string]any, raw []byte, e *OrderP
 	return true
 }
 
+// outboxReadOrderPlacedLineDiscountValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedLineDiscountValue(v any, e *OrderPlacedLineDiscount) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	return outboxReadOrderPlacedLineDiscount(m, nil, e)
+}
+
 // outboxReadOrderPlacedAddress reads the fields of "address" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlacedAddress) bool {
 	for k, v := range doc {
 		switch k {
 		case "street":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Street) {
 				return false
 			}
-			e.Street = x0
 		case "city":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.City) {
 				return false
 			}
-			e.City = x0
 		case "country":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Country) {
 				return false
 			}
-			e.Country = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "street", "city", "country") {
 				return false
@@ -926,16 +742,24 @@ func outboxReadOrderPlacedAddress(doc map[string]any, raw []byte, e *OrderPlaced
 	return true
 }
 
+// outboxReadOrderPlacedAddressValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedAddressValue(v any, e *OrderPlacedAddress) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedAddress(m, nil, e)
+}
+
 // outboxReadOrderPlacedBilling reads the fields of "billing" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedBilling(doc map[string]any, raw []byte, e *OrderPlacedBilling) bool {
 	for k, v := range doc {
 		switch k {
 		case "vat_id":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.VatID) {
 				return false
 			}
-			e.VatID = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "vat_id") {
 				return false
@@ -945,27 +769,26 @@ func outboxReadOrderPlacedBilling(doc map[string]any, raw []byte, e *OrderPlaced
 	return true
 }
 
+// outboxReadOrderPlacedBillingValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedBillingValue(v any, e *OrderPlacedBilling) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	return outboxReadOrderPlacedBilling(m, nil, e)
+}
+
 // outboxReadOrderPlacedStock reads the fields of "stock{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedStock(doc map[string]any, raw []byte, e *OrderPlacedStock) bool {
 	for k, v := range doc {
 		switch k {
 		case "on_hand":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.OnHand) {
 				return false
 			}
-			x0 := int(n0)
-			e.OnHand = x0
 		case "reserved":
-			if v == nil {
-				e.Reserved = nil
-			} else {
-				n0, ok := consumer.PayloadInt(v, 0)
-				if !ok {
-					return false
-				}
-				x0 := int(n0)
-				e.Reserved = &x0
+			if !consumer.PayloadPtr(v, &e.Reserved, consumer.PayloadInt[int]) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "on_hand", "reserved") {
@@ -976,23 +799,28 @@ func outboxReadOrderPlacedStock(doc map[string]any, raw []byte, e *OrderPlacedSt
 	return true
 }
 
+// outboxReadOrderPlacedStockValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedStockValue(v any, e *OrderPlacedStock) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedStock(m, nil, e)
+}
+
 // outboxReadOrderPlacedBundle reads the fields of "bundles{}[]" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedBundle(doc map[string]any, raw []byte, e *OrderPlacedBundle) bool {
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "n":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.N) {
 				return false
 			}
-			x0 := int(n0)
-			e.N = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "n") {
 				return false
@@ -1002,22 +830,28 @@ func outboxReadOrderPlacedBundle(doc map[string]any, raw []byte, e *OrderPlacedB
 	return true
 }
 
+// outboxReadOrderPlacedBundleValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedBundleValue(v any, e *OrderPlacedBundle) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedBundle(m, nil, e)
+}
+
 // outboxReadOrderPlacedSlot reads the fields of "slots[]{}" of a checked "order.placed" payload into e (see consumer.PayloadReader).
 func outboxReadOrderPlacedSlot(doc map[string]any, raw []byte, e *OrderPlacedSlot) bool {
 	for k, v := range doc {
 		switch k {
 		case "at":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.At) {
 				return false
 			}
-			e.At = x0
 		case "tz":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Tz) {
 				return false
 			}
-			e.Tz = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "at", "tz") {
 				return false
@@ -1025,6 +859,16 @@ func outboxReadOrderPlacedSlot(doc map[string]any, raw []byte, e *OrderPlacedSlo
 		}
 	}
 	return true
+}
+
+// outboxReadOrderPlacedSlotValue reads an object of the document into e, its defaults set first.
+func outboxReadOrderPlacedSlotValue(v any, e *OrderPlacedSlot) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadOrderPlacedSlot(m, nil, e)
 }
 
 // outboxTables are the consumers' tables in this schema.

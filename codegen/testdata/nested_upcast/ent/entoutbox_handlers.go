@@ -383,25 +383,8 @@ func outboxReadCartChanged(doc map[string]any, raw []byte, e *CartChanged) bool 
 	for k, v := range doc {
 		switch k {
 		case "lines":
-			if v == nil {
-				e.Lines = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]CartChangedLine, len(a0))
-				for i0, v0 := range a0 {
-					m1, ok := v0.(map[string]any)
-					if !ok {
-						return false
-					}
-					s0[i0].outboxPrefill()
-					if !outboxReadCartChangedLine(m1, nil, &s0[i0]) {
-						return false
-					}
-				}
-				e.Lines = s0
+			if !consumer.PayloadList(v, &e.Lines, outboxReadCartChangedLineValue) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "lines") {
@@ -417,23 +400,17 @@ func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLin
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "amount":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Amount) {
 				return false
 			}
-			e.Amount = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
 				return false
@@ -441,6 +418,16 @@ func outboxReadCartChangedLine(doc map[string]any, raw []byte, e *CartChangedLin
 		}
 	}
 	return true
+}
+
+// outboxReadCartChangedLineValue reads an object of the document into e, its defaults set first.
+func outboxReadCartChangedLineValue(v any, e *CartChangedLine) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadCartChangedLine(m, nil, e)
 }
 
 // outboxTables are the consumers' tables in this schema.

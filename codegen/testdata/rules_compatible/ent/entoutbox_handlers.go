@@ -1919,24 +1919,17 @@ func outboxReadFieldAddOptional(doc map[string]any, raw []byte, e *FieldAddOptio
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "note":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Note) {
 				return false
 			}
-			e.Note = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "note", "currency") {
 				return false
@@ -1951,18 +1944,13 @@ func outboxReadFieldRelax(doc map[string]any, raw []byte, e *FieldRelax) bool {
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "note":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Note) {
 				return false
 			}
-			e.Note = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "note") {
 				return false
@@ -1977,25 +1965,15 @@ func outboxReadFieldRelaxDefault(doc map[string]any, raw []byte, e *FieldRelaxDe
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		case "address":
-			m0, ok := v.(map[string]any)
-			if !ok {
-				return false
-			}
-			e.Address.outboxPrefill()
-			if !outboxReadFieldRelaxDefaultAddress(m0, nil, &e.Address) {
+			if !outboxReadFieldRelaxDefaultAddressValue(v, &e.Address) {
 				return false
 			}
 		default:
@@ -2012,11 +1990,9 @@ func outboxReadFieldRelaxDefaultAddress(doc map[string]any, raw []byte, e *Field
 	for k, v := range doc {
 		switch k {
 		case "country":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Country) {
 				return false
 			}
-			e.Country = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "country") {
 				return false
@@ -2026,23 +2002,28 @@ func outboxReadFieldRelaxDefaultAddress(doc map[string]any, raw []byte, e *Field
 	return true
 }
 
+// outboxReadFieldRelaxDefaultAddressValue reads an object of the document into e, its defaults set first.
+func outboxReadFieldRelaxDefaultAddressValue(v any, e *FieldRelaxDefaultAddress) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	e.outboxPrefill()
+	return outboxReadFieldRelaxDefaultAddress(m, nil, e)
+}
+
 // outboxReadEnumValueAdd reads the fields of a checked "enum_value_add" payload into e (see consumer.PayloadReader).
 func outboxReadEnumValueAdd(doc map[string]any, raw []byte, e *EnumValueAdd) bool {
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "tier":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Tier) {
 				return false
 			}
-			e.Tier = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "tier") {
 				return false
@@ -2057,25 +2038,17 @@ func outboxReadBoundsLoosen(doc map[string]any, raw []byte, e *BoundsLoosen) boo
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Qty) {
 				return false
 			}
-			x0 := int(n0)
-			e.Qty = x0
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "qty", "sku") {
 				return false
@@ -2090,25 +2063,17 @@ func outboxReadBoundsTighten(doc map[string]any, raw []byte, e *BoundsTighten) b
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Qty) {
 				return false
 			}
-			x0 := int(n0)
-			e.Qty = x0
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "qty", "sku") {
 				return false
@@ -2123,18 +2088,13 @@ func outboxReadDefaultChange(doc map[string]any, raw []byte, e *DefaultChange) b
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "currency") {
 				return false
@@ -2149,37 +2109,16 @@ func outboxReadFieldKindSameWire(doc map[string]any, raw []byte, e *FieldKindSam
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.Qty) {
 				return false
 			}
-			x0 := int64(n0)
-			e.Qty = x0
 		case "sizes":
-			if v == nil {
-				e.Sizes = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int64, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					s0[i0] = x1
-				}
-				e.Sizes = s0
+			if !consumer.PayloadList(v, &e.Sizes, consumer.PayloadInt[int64]) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "qty", "sizes") {
@@ -2195,43 +2134,20 @@ func outboxReadFieldKindWiden(doc map[string]any, raw []byte, e *FieldKindWiden)
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "qty":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.Qty) {
 				return false
 			}
-			x0 := int64(n0)
-			e.Qty = x0
 		case "score":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Score) {
 				return false
 			}
-			e.Score = x0
 		case "counts":
-			if v == nil {
-				e.Counts = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]int64, len(a0))
-				for i0, v0 := range a0 {
-					n1, ok := consumer.PayloadInt(v0, 64)
-					if !ok {
-						return false
-					}
-					x1 := int64(n1)
-					s0[i0] = x1
-				}
-				e.Counts = s0
+			if !consumer.PayloadList(v, &e.Counts, consumer.PayloadInt[int64]) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "qty", "score", "counts") {
@@ -2247,35 +2163,16 @@ func outboxReadFieldKindToFloat(doc map[string]any, raw []byte, e *FieldKindToFl
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "price":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Price) {
 				return false
 			}
-			e.Price = x0
 		case "weights":
-			if v == nil {
-				e.Weights = nil
-			} else {
-				a0, ok := v.([]any)
-				if !ok {
-					return false
-				}
-				s0 := make([]float64, len(a0))
-				for i0, v0 := range a0 {
-					x1, ok := consumer.PayloadFloat(v0)
-					if !ok {
-						return false
-					}
-					s0[i0] = x1
-				}
-				e.Weights = s0
+			if !consumer.PayloadList(v, &e.Weights, consumer.PayloadFloat) {
+				return false
 			}
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "price", "weights") {
@@ -2291,26 +2188,17 @@ func outboxReadFieldKindNarrow(doc map[string]any, raw []byte, e *FieldKindNarro
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "price":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Price) {
 				return false
 			}
-			x0 := int(n0)
-			e.Price = x0
 		case "stock":
-			n0, ok := consumer.PayloadInt(v, 32)
-			if !ok {
+			if !consumer.PayloadInt[int32](v, &e.Stock) {
 				return false
 			}
-			x0 := int32(n0)
-			e.Stock = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "price", "stock") {
 				return false
@@ -2325,19 +2213,13 @@ func outboxReadDrafted(doc map[string]any, raw []byte, e *Drafted) bool {
 	for k, v := range doc {
 		switch k {
 		case "id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.ID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.ID = x0
 		case "count":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Count) {
 				return false
 			}
-			x0 := int(n0)
-			e.Count = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "id", "count") {
 				return false

@@ -638,12 +638,9 @@ func outboxReadPaymentReminder(doc map[string]any, raw []byte, e *PaymentReminde
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id") {
 				return false
@@ -658,11 +655,9 @@ func outboxReadHoldExpired(doc map[string]any, raw []byte, e *HoldExpired) bool 
 	for k, v := range doc {
 		switch k {
 		case "hold_id":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.HoldID) {
 				return false
 			}
-			e.HoldID = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "hold_id") {
 				return false
@@ -677,12 +672,9 @@ func outboxReadOrderPlaced(doc map[string]any, raw []byte, e *OrderPlaced) bool 
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id") {
 				return false
@@ -697,11 +689,9 @@ func outboxReadAuditRecorded(doc map[string]any, raw []byte, e *AuditRecorded) b
 	for k, v := range doc {
 		switch k {
 		case "action":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Action) {
 				return false
 			}
-			e.Action = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "action") {
 				return false
@@ -716,11 +706,9 @@ func outboxReadLedgerClosed(doc map[string]any, raw []byte, e *LedgerClosed) boo
 	for k, v := range doc {
 		switch k {
 		case "ledger":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Ledger) {
 				return false
 			}
-			e.Ledger = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "ledger") {
 				return false

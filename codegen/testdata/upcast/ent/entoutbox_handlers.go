@@ -306,23 +306,17 @@ func outboxReadPriceChanged(doc map[string]any, raw []byte, e *PriceChanged) boo
 	for k, v := range doc {
 		switch k {
 		case "sku":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Sku) {
 				return false
 			}
-			e.Sku = x0
 		case "amount":
-			x0, ok := consumer.PayloadFloat(v)
-			if !ok {
+			if !consumer.PayloadFloat(v, &e.Amount) {
 				return false
 			}
-			e.Amount = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "sku", "amount", "currency") {
 				return false

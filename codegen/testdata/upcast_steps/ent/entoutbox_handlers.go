@@ -292,25 +292,17 @@ func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "amount_cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.AmountCents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.AmountCents = x0
 		case "region":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Region) {
 				return false
 			}
-			e.Region = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "region") {
 				return false

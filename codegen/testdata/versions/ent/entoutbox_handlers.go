@@ -379,32 +379,21 @@ func outboxReadOrderPaid(doc map[string]any, raw []byte, e *OrderPaid) bool {
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "amount_cents":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.AmountCents) {
 				return false
 			}
-			x0 := int64(n0)
-			e.AmountCents = x0
 		case "currency":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Currency) {
 				return false
 			}
-			e.Currency = x0
 		case "installments":
-			n0, ok := consumer.PayloadInt(v, 0)
-			if !ok {
+			if !consumer.PayloadInt[int](v, &e.Installments) {
 				return false
 			}
-			x0 := int(n0)
-			e.Installments = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "amount_cents", "currency", "installments") {
 				return false
@@ -419,18 +408,13 @@ func outboxReadOrderShipped(doc map[string]any, raw []byte, e *OrderShipped) boo
 	for k, v := range doc {
 		switch k {
 		case "order_id":
-			n0, ok := consumer.PayloadInt(v, 64)
-			if !ok {
+			if !consumer.PayloadInt[int64](v, &e.OrderID) {
 				return false
 			}
-			x0 := int64(n0)
-			e.OrderID = x0
 		case "carrier":
-			x0, ok := v.(string)
-			if !ok {
+			if !consumer.PayloadString(v, &e.Carrier) {
 				return false
 			}
-			e.Carrier = x0
 		default:
 			if consumer.PayloadKeyFolds(k, "order_id", "carrier") {
 				return false
