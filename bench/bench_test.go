@@ -62,7 +62,8 @@ func TestBenchRuns(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	// The SQLite section ran each measure, every event arriving.
-	for _, row := range []string{"SQLite emit cost", "SQLite drain, poll path", "SQLite commit-to-broker at 100 events/s, default poll interval 100ms",
+	for _, row := range []string{"SQLite emit cost", "SQLite drain, poll path, 1 relay, 50 aggregates", "SQLite drain, poll path, 1 relay, 10 aggregates",
+		"SQLite drain, poll path, 1 relay, 50 aggregates, 200000 delivered rows kept", "SQLite commit-to-broker at 100 events/s, default poll interval 100ms",
 		"SQLite commit-to-broker at 100 events/s, poll interval 20ms"} {
 		line := tableLine(out.String(), row)
 		if line == "" || strings.Contains(line, "missing") || strings.Contains(line, "n/a") {

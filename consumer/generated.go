@@ -246,7 +246,9 @@ func PayloadText[T any, PT interface {
 func PayloadBytes(v any, dst *[]byte) bool { return payload.Bytes(v, dst) }
 
 // For generated code. PayloadPtr reads a value or null into a pointer.
-func PayloadPtr[T any](v any, dst **T, read func(any, *T) bool) bool { return payload.Ptr(v, dst, read) }
+func PayloadPtr[T any](v any, dst **T, read func(any, *T) bool) bool {
+	return payload.Ptr(v, dst, read)
+}
 
 // For generated code. PayloadList reads an array or null into a slice.
 func PayloadList[T any](v any, dst *[]T, read func(any, *T) bool) bool {

@@ -13,10 +13,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// SQLite tells whether db is a SQLite database (modernc.org/sqlite or
+// IsSQLite tells whether db is a SQLite database (modernc.org/sqlite or
 // mattn/go-sqlite3), by its driver's type: the relay then polls
 // (PathPoll).
-func SQLite(db *sql.DB) bool { return sqliteDB(db) }
+func IsSQLite(db *sql.DB) bool { return sqliteDB(db) }
 
 func sqliteDB(db *sql.DB) (sqlite bool) {
 	if db == nil {

@@ -26,7 +26,7 @@ const natsScheduled = "nats://127.0.0.1:4222"
 // dbNow is the database's clock.
 func dbNow(t *testing.T, db *sql.DB) time.Time {
 	t.Helper()
-	if relay.SQLite(db) { // its clock is this process's
+	if relay.IsSQLite(db) { // its clock is this process's
 		return time.Now()
 	}
 	var now time.Time
@@ -71,7 +71,7 @@ func receiveTimed(t *testing.T, b broker.Broker, db *sql.DB, prefix string) *tim
 
 func (r *timedReceiver) add(t *testing.T, db *sql.DB, msg *message.Message) {
 	at := time.Now() // SQLite's clock is this process's
-	if !relay.SQLite(db) {
+	if !relay.IsSQLite(db) {
 		if err := db.QueryRow(`SELECT clock_timestamp()`).Scan(&at); err != nil {
 			t.Errorf("reading the database's clock: %v", err)
 			return

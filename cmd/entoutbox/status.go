@@ -393,7 +393,7 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 // tablesOf names the outbox's tables in db's dialect.
 func tablesOf(db *sql.DB, table, deadLetterTable string) outboxdb.Tables {
 	t := outboxdb.New(table, deadLetterTable)
-	if relay.SQLite(db) {
+	if relay.IsSQLite(db) {
 		t.Dialect = outboxdb.SQLite
 	}
 	return t

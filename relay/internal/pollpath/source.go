@@ -66,13 +66,12 @@ type Source struct {
 	// pass and not handed out (its row out, or waiting for a retry) is
 	// passed over for the rest of the pass, so that none of its later rows
 	// goes before it.
-	cursor   int64
-	skipped  map[engine.Aggregate]bool
-	ready    []*engine.Row
-	sqlRead  string
-	sqlDone  string
-	sqlFail  string
-	relayTag string
+	cursor  int64
+	skipped map[engine.Aggregate]bool
+	ready   []*engine.Row
+	sqlRead string
+	sqlDone string
+	sqlFail string
 	// acks are the rows delivered and not yet recorded: one write records
 	// those that came while the previous one ran (SQLite commits one
 	// write at a time, each with its sync), then settles them.
@@ -96,7 +95,7 @@ func New(cfg Settings) *Source {
 	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
 		ackKick: make(chan struct{}, 1),
 		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
-		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables), relayTag: cfg.RelayID}
+		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables)}
 }
 
 // The lease: held leaseFor, renewed every leaseRenew; a relay without it
@@ -425,7 +424,7 @@ func (s *Source) deadLetter(ctx context.Context, r *engine.Row, dec engine.Decis
 		}
 		return err
 	})
-	engine.DeadLettered(s.cfg.Metrics, s.cfg.Logger, "poll", s.relayTag, r, dec)
+	engine.DeadLettered(s.cfg.Metrics, s.cfg.Logger, "poll", s.cfg.RelayID, r, dec)
 }
 
 // delivery is a row handed to the engine.
