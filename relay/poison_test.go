@@ -149,44 +149,46 @@ func (p *flakyPublisher) Publish(topic string, msgs ...*message.Message) error {
 // aggregates do not wait for it: they arrive while it backs off.
 func TestTransientFailureHoldsBackOnlyItsAggregateInOrder(t *testing.T) {
 	t.Parallel()
-	b := setupEmit(t)
-	pubsub, got := receiveInProcess(t, "orders")
+	forPathsOf(t, []relay.Path{relay.PathFast, relay.PathPoll}, func(t *testing.T, p *onPath) {
+		b := p.emitBundle
+		pubsub, got := receiveInProcess(t, "orders")
 
-	want := emitOrders(t, b.client, 60, 6, 0)
-	const slow = "order-1"
-	flaky := want.perAggregate[slow][0] // the first row: the rest of its aggregate is behind it
-	others := emitted{ids: map[string]bool{}}
-	for agg, ids := range want.perAggregate {
-		if agg != slow {
-			for _, id := range ids {
-				others.ids[id] = true
+		want := emitOrders(t, b.client, 60, 6, 0)
+		const slow = "order-1"
+		flaky := want.perAggregate[slow][0] // the first row: the rest of its aggregate is behind it
+		others := emitted{ids: map[string]bool{}}
+		for agg, ids := range want.perAggregate {
+			if agg != slow {
+				for _, id := range ids {
+					others.ids[id] = true
+				}
 			}
 		}
-	}
-	// The first retry comes a second after the first failure: ample time
-	// for the other aggregates' 50 in-process publishes, unless they wait.
-	var othersDuringBackoff, laterFirst atomic.Bool
-	pub := &flakyPublisher{Publisher: pubsub, event: flaky, failures: 2, onTry: func(try int) {
-		if try == 2 {
-			othersDuringBackoff.Store(got.hasAll(others))
-		}
-		got.mu.Lock()
-		defer got.mu.Unlock()
-		if len(got.perAggregate[slow]) > 0 {
-			laterFirst.Store(true)
-		}
-	}}
-	cfg := quick(relay.PathFast, relay.Config{DB: b.db.DB, Publisher: pub})
-	cfg.RetryInterval = time.Second
-	stop := runRelay(t, cfg)
-	got.waitFor(t, want, patience)
-	waitDelivered(t, b, 0)
-	require.NoError(t, stop())
+		// The first retry comes a second after the first failure: ample time
+		// for the other aggregates' 50 in-process publishes, unless they wait.
+		var othersDuringBackoff, laterFirst atomic.Bool
+		pub := &flakyPublisher{Publisher: pubsub, event: flaky, failures: 2, onTry: func(try int) {
+			if try == 2 {
+				othersDuringBackoff.Store(got.hasAll(others))
+			}
+			got.mu.Lock()
+			defer got.mu.Unlock()
+			if len(got.perAggregate[slow]) > 0 {
+				laterFirst.Store(true)
+			}
+		}}
+		cfg := p.config(relay.Config{Publisher: pub})
+		cfg.RetryInterval = time.Second
+		stop := runRelay(t, cfg)
+		got.waitFor(t, want, patience)
+		waitDelivered(t, b, 0)
+		require.NoError(t, stop())
 
-	pub.mu.Lock()
-	require.Equal(t, 3, pub.tries, "the failing event is tried until it succeeds, then not again")
-	pub.mu.Unlock()
-	require.False(t, laterFirst.Load(), "a later event of the failing aggregate went out before it")
-	require.True(t, othersDuringBackoff.Load(), "the other aggregates waited for the failing one")
-	got.requireExactly(t, want) // the failing event included, first of its aggregate
+		pub.mu.Lock()
+		require.Equal(t, 3, pub.tries, "the failing event is tried until it succeeds, then not again")
+		pub.mu.Unlock()
+		require.False(t, laterFirst.Load(), "a later event of the failing aggregate went out before it")
+		require.True(t, othersDuringBackoff.Load(), "the other aggregates waited for the failing one")
+		got.requireExactly(t, want) // the failing event included, first of its aggregate
+	})
 }

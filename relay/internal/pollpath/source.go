@@ -69,9 +69,18 @@ type Source struct {
 	cursor  int64
 	skipped map[engine.Aggregate]bool
 	ready   []*engine.Row
-	sqlRead string
-	sqlDone string
-	sqlFail string
+	// The rows read behind an aggregate's row that is out or ready, in id
+	// order, up to BatchSize in all: when that row is settled the next
+	// goes out without a read (a hot aggregate would otherwise cost a
+	// scan of the whole backlog per event). known holds the ids of the
+	// rows ready, behind or out, so that a read does not take them twice.
+	behind   map[engine.Aggregate][]*engine.Row
+	buffered int
+	waiting  map[engine.Aggregate]bool // a row of it is ready
+	known    map[int64]bool
+	sqlRead  string
+	sqlDone  string
+	sqlFail  string
 	// acks are the rows delivered and not yet recorded: one write records
 	// those that came while the previous one ran (SQLite commits one
 	// write at a time, each with its sync), then settles them.
@@ -93,7 +102,8 @@ func New(cfg Settings) *Source {
 		done = outboxdb.PollDeliveredDelete
 	}
 	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
-		ackKick: make(chan struct{}, 1),
+		ackKick: make(chan struct{}, 1), behind: map[engine.Aggregate][]*engine.Row{}, waiting: map[engine.Aggregate]bool{},
+		known:   map[int64]bool{},
 		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
 		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables)}
 }
@@ -244,7 +254,7 @@ func (s *Source) flushAcksOnce() {
 			return err
 		})
 		for _, r := range batch {
-			s.settle(r)
+			s.settle(r, true)
 		}
 	}
 }
@@ -253,9 +263,12 @@ func (s *Source) flushAcksOnce() {
 func (s *Source) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cursor, s.ready = 0, nil
+	s.cursor, s.ready, s.buffered = 0, nil, 0
 	clear(s.skipped)
 	clear(s.out)
+	clear(s.behind)
+	clear(s.waiting)
+	clear(s.known)
 }
 
 // next is the next row whose turn came, for the engine; false once ctx
@@ -303,15 +316,10 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		}
 		for _, r := range rows {
 			s.cursor = r.ID
-			if _, settled := s.recent[r.ID]; settled {
+			if _, settled := s.recent[r.ID]; settled || s.known[r.ID] {
 				continue
 			}
-			a := r.Aggregate()
-			if s.skipped[a] || s.out[a] || r.Wait > 0 || s.queued(a) {
-				s.skipped[a] = true
-				continue
-			}
-			s.ready = append(s.ready, r)
+			s.place(r)
 		}
 		endOfPass := len(rows) < s.cfg.BatchSize
 		if endOfPass {
@@ -326,14 +334,28 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 	}
 }
 
-// queued tells whether a row of a waits in ready.
-func (s *Source) queued(a engine.Aggregate) bool {
-	for _, r := range s.ready {
-		if r.Aggregate() == a {
-			return true
+// place puts r, an undelivered row just read, where it belongs: ready
+// when its aggregate has nothing out or ready, behind the aggregate's
+// rows when it has (while the buffer has room), else passed over for the
+// rest of the pass, as the aggregate's later rows then are too.
+func (s *Source) place(r *engine.Row) {
+	a := r.Aggregate()
+	switch {
+	case r.Wait > 0 || s.skipped[a]:
+		s.skipped[a] = true
+	case s.out[a] || s.waiting[a]:
+		if s.buffered >= s.cfg.BatchSize {
+			s.skipped[a] = true
+			return
 		}
+		s.behind[a] = append(s.behind[a], r)
+		s.buffered++
+		s.known[r.ID] = true
+	default:
+		s.ready = append(s.ready, r)
+		s.waiting[a] = true
+		s.known[r.ID] = true
 	}
-	return false
 }
 
 // takeReady hands out the first ready row, dead-lettering malformed ones
@@ -348,11 +370,12 @@ func (s *Source) takeReady(ctx context.Context) *engine.Row {
 		r := s.ready[0]
 		s.ready = s.ready[1:]
 		s.out[r.Aggregate()] = true
+		delete(s.waiting, r.Aggregate())
 		s.inFlight.Add(1)
 		s.mu.Unlock()
 		if err := r.Check(); err != nil {
 			s.deadLetter(ctx, r, engine.Malformed(err.Error(), r.Attempts))
-			s.settle(r)
+			s.settle(r, true)
 			continue
 		}
 		return r
@@ -384,12 +407,34 @@ func (s *Source) read(ctx context.Context) ([]*engine.Row, error) {
 	return rows, rs.Err()
 }
 
-// settle ends r's turn: its aggregate may go on.
-func (s *Source) settle(r *engine.Row) {
+// settle ends r's turn. With next, r is done (delivered, or in the dead
+// letters) and its aggregate goes on; without, r comes again (a retry
+// after its wait, or unsent) and nothing of its aggregate goes before it.
+func (s *Source) settle(r *engine.Row, next bool) {
+	a := r.Aggregate()
 	s.mu.Lock()
-	delete(s.out, r.Aggregate())
+	delete(s.out, a)
+	delete(s.known, r.ID)
 	s.settles++
 	s.recent[r.ID] = s.settles
+	q := s.behind[a]
+	switch {
+	case len(q) > 0 && next: // the aggregate goes on with the next row read
+		s.ready = append(s.ready, q[0])
+		s.waiting[a] = true
+		s.behind[a] = q[1:]
+		s.buffered--
+	case !next: // r comes again first: the rows behind it, and those the pass has yet to read, wait for it
+		for _, b := range q {
+			delete(s.known, b.ID)
+		}
+		s.buffered -= len(q)
+		s.behind[a] = nil
+		s.skipped[a] = true
+	}
+	if len(s.behind[a]) == 0 {
+		delete(s.behind, a)
+	}
 	s.mu.Unlock()
 	s.inFlight.Done()
 	select {
@@ -455,7 +500,7 @@ func (d *delivery) Delivered() {
 	}
 }
 
-func (d *delivery) Unsent() { d.s.settle(d.r) }
+func (d *delivery) Unsent() { d.s.settle(d.r, false) }
 
 // Failed carries out the failure policy's decision: a retry after its
 // wait, recorded on the row, or the dead letters.
@@ -469,5 +514,5 @@ func (d *delivery) Failed(dec engine.Decision) {
 			return err
 		})
 	}
-	d.s.settle(d.r)
+	d.s.settle(d.r, dec.DeadLetter)
 }
