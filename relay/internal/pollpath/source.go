@@ -254,7 +254,7 @@ func (s *Source) flushAcksOnce() {
 			return err
 		})
 		for _, r := range batch {
-			s.settle(r, true)
+			s.forget(r) // released when the broker took it
 		}
 	}
 }
@@ -302,8 +302,11 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 			return r, nil
 		}
 		s.mu.Lock()
-		before := s.settles
+		before, full := s.settles, s.buffered >= s.cfg.BatchSize/2
 		s.mu.Unlock()
+		if full { // what is read waits already: read again once half of it went out
+			return nil, nil
+		}
 		rows, err := s.read(ctx)
 		if err != nil {
 			return nil, err
@@ -407,16 +410,22 @@ func (s *Source) read(ctx context.Context) ([]*engine.Row, error) {
 	return rows, rs.Err()
 }
 
-// settle ends r's turn. With next, r is done (delivered, or in the dead
-// letters) and its aggregate goes on; without, r comes again (a retry
-// after its wait, or unsent) and nothing of its aggregate goes before it.
+// settle ends r's turn once what became of it is recorded: release, then
+// forget.
 func (s *Source) settle(r *engine.Row, next bool) {
+	s.release(r, next)
+	s.forget(r)
+}
+
+// release lets r's aggregate go on. With next, r is done (the broker took
+// it, or it is in the dead letters) and the aggregate's next row may go
+// out: its order at the broker needs no more. Without, r comes again (a
+// retry after its wait, or unsent) and nothing of its aggregate goes
+// before it.
+func (s *Source) release(r *engine.Row, next bool) {
 	a := r.Aggregate()
 	s.mu.Lock()
 	delete(s.out, a)
-	delete(s.known, r.ID)
-	s.settles++
-	s.recent[r.ID] = s.settles
 	q := s.behind[a]
 	switch {
 	case len(q) > 0 && next: // the aggregate goes on with the next row read
@@ -424,7 +433,7 @@ func (s *Source) settle(r *engine.Row, next bool) {
 		s.waiting[a] = true
 		s.behind[a] = q[1:]
 		s.buffered--
-	case !next: // r comes again first: the rows behind it, and those the pass has yet to read, wait for it
+	case !next: // the rows behind it, and those the pass has yet to read, wait for it
 		for _, b := range q {
 			delete(s.known, b.ID)
 		}
@@ -436,11 +445,22 @@ func (s *Source) settle(r *engine.Row, next bool) {
 		delete(s.behind, a)
 	}
 	s.mu.Unlock()
-	s.inFlight.Done()
 	select {
 	case s.settled <- struct{}{}:
 	default:
 	}
+}
+
+// forget ends r's turn once the database records it (delivered, moved,
+// or its retry): a read may then take it again only if it began before
+// (recent).
+func (s *Source) forget(r *engine.Row) {
+	s.mu.Lock()
+	delete(s.known, r.ID)
+	s.settles++
+	s.recent[r.ID] = s.settles
+	s.mu.Unlock()
+	s.inFlight.Done()
 }
 
 // record runs a write that settles r, again until it works or the relay
@@ -488,9 +508,13 @@ func (d *delivery) Message() *message.Message { return d.msg }
 // publishes no more.
 func (d *delivery) MayPublish() bool { return d.term.Err() == nil && d.s.leased() }
 
-// Delivered queues the row's ack: the acks flusher records it with the
-// others that came meanwhile, in one write, then settles it.
+// Delivered lets the row's aggregate go on, and queues its ack: the acks
+// flusher records it with the others that came meanwhile, in one write.
+// Until then the row stays known (no read takes it again); after a
+// crash, it and those of its aggregate published after it go again, in
+// their order.
 func (d *delivery) Delivered() {
+	d.s.release(d.r, true)
 	d.s.acksMu.Lock()
 	d.s.acks = append(d.s.acks, d.r)
 	d.s.acksMu.Unlock()
