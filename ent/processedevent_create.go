@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
@@ -139,8 +140,11 @@ func (_c *ProcessedEventCreate) check() error {
 	if _, ok := _c.mutation.Attempts(); !ok {
 		return &ValidationError{Name: "attempts", err: errors.New(`ent: missing required field "ProcessedEvent.attempts"`)}
 	}
-	if _, ok := _c.mutation.ProcessedAt(); !ok {
-		return &ValidationError{Name: "processed_at", err: errors.New(`ent: missing required field "ProcessedEvent.processed_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.ProcessedAt(); !ok {
+			return &ValidationError{Name: "processed_at", err: errors.New(`ent: missing required field "ProcessedEvent.processed_at"`)}
+		}
 	}
 	return nil
 }

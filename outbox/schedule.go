@@ -79,6 +79,7 @@ func Cancel(ctx context.Context, drv dialect.ExecQuerier, outboxTable, scheduled
 	if err != nil {
 		return 0, err
 	}
+	drv = outboxdb.Bound(drv, t.Dialect)
 	var res stdsql.Result
 	if err := drv.Exec(ctx, outboxdb.EmitCancel.SQL(t), []any{id.String()}, &res); err != nil {
 		if errors.Is(err, stdsql.ErrTxDone) {

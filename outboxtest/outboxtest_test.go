@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outboxtest"
@@ -39,14 +40,20 @@ func failure(t *testing.T, fn func(tb testing.TB)) string {
 	return r.failure
 }
 
-// eachDatabase runs test on a client of its own on PostgreSQL and on
-// SQLite (outboxtest.SQLite): the assertions hold on both.
+// eachDatabase runs test on a client of its own on PostgreSQL, MariaDB and
+// SQLite (outboxtest.SQLite): the assertions hold on each.
 func eachDatabase(t *testing.T, test func(t *testing.T, client *testent.Client)) {
 	for name, open := range map[string]func(t *testing.T) *testent.Client{
 		"PostgreSQL": func(t *testing.T) *testent.Client {
 			db := pgtest.New(t)
 			client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
 			pgtest.Migrate(t, client.Schema.Create)
+			return client
+		},
+		"MariaDB": func(t *testing.T) *testent.Client {
+			db, _ := mysqltest.Open(t)
+			client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
+			require.NoError(t, client.Schema.Create(context.Background()))
 			return client
 		},
 		"SQLite": func(t *testing.T) *testent.Client {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/sqlitetest"
 	"github.com/entoutbox/entoutbox/internal/testent"
@@ -48,10 +49,20 @@ func setupEmitSQLite(t *testing.T) *emitBundle {
 	return &emitBundle{sql: db, url: url, client: client, oneWriter: true}
 }
 
+// setupEmitMySQL is setupEmit on a MariaDB (or MySQL) database of t's own.
+func setupEmitMySQL(t *testing.T) *emitBundle {
+	t.Helper()
+	db, url := mysqltest.Open(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	return &emitBundle{sql: db, url: url, client: client}
+}
+
 // onEveryDatabase runs test on each database Emit writes to, as
 // subtests in parallel: the same guarantees, from the same test code.
 func onEveryDatabase(t *testing.T, test func(t *testing.T, b *emitBundle)) {
-	for name, setup := range map[string]func(*testing.T) *emitBundle{"PostgreSQL": setupEmit, "SQLite": setupEmitSQLite} {
+	for name, setup := range map[string]func(*testing.T) *emitBundle{
+		"PostgreSQL": setupEmit, "MariaDB": setupEmitMySQL, "SQLite": setupEmitSQLite} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			test(t, setup(t))

@@ -44,16 +44,16 @@ func (DeadLetter) Fields() []ent.Field {
 			Comment("the headers as stored, which may not be an object of strings"),
 		field.Text("reason"),
 		field.Int("attempts").Default(0),
-		field.Time("created_at").Default(time.Now).Immutable().
-			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+		field.Time("created_at").SchemaType(timestamp()).Default(time.Now).Immutable().
+			Annotations(now()),
 		// What an operator did with it (the admin package). A letter is
 		// never deleted for being handled: retention removes settled ones.
-		field.Time("retried_at").Optional().Nillable().
+		field.Time("retried_at").SchemaType(timestamp()).Optional().Nillable().
 			Comment("when the event went back to the outbox for another delivery"),
 		field.UUID("retried_event_id", uuid.UUID{}).Optional().Nillable().
 			Comment("the event id of a retried letter, whose event_id is cleared: consumers skip an event " +
 				"that has a dead letter of theirs with its id, and a retried one must reach them again"),
-		field.Time("discarded_at").Optional().Nillable().
+		field.Time("discarded_at").SchemaType(timestamp()).Optional().Nillable().
 			Comment("when an operator set the letter aside for good; its consumer still skips the event"),
 		field.Text("discard_note").Optional().Comment("why it was discarded"),
 	}

@@ -59,8 +59,8 @@ func (Outbox) Fields() []ent.Field {
 		// migration installs (outbox.Migrate). NULL without the sequence
 		// table.
 		field.Int64("aggregate_seq").Optional().Nillable().Immutable().Positive(),
-		field.Time("created_at").Default(time.Now).Immutable().
-			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+		field.Time("created_at").SchemaType(timestamp()).Default(time.Now).Immutable().
+			Annotations(now()),
 		// transaction_id lets the compatible (watermill-sql) read path order
 		// rows by commit visibility, and the fast relay find the rows of
 		// transactions that commit late.
@@ -70,11 +70,11 @@ func (Outbox) Fields() []ent.Field {
 		// Delivery state, owned by the relay.
 		// Which relay holds which aggregate lives in the relay's own lease
 		// table, so claiming rows never rewrites them.
-		field.Time("available_at").Default(time.Now).
-			Annotations(entsql.Default("CURRENT_TIMESTAMP")).
+		field.Time("available_at").SchemaType(timestamp()).Default(time.Now).
+			Annotations(now()).
 			Comment("when the relay tries the event next: pushed back after a failed publish"),
 		field.Int("attempts").Default(0).NonNegative().Comment("failed publishes so far"),
-		field.Time("delivered_at").Optional().Nillable().
+		field.Time("delivered_at").SchemaType(timestamp()).Optional().Nillable().
 			Comment("set when the broker acknowledged the message"),
 		field.Text("last_error").Optional(),
 	}
@@ -99,3 +99,15 @@ func (Outbox) Indexes() []ent.Index {
 }
 
 func jsonb() map[string]string { return map[string]string{dialect.Postgres: "jsonb"} }
+
+// timestamp is a time column's type where ent's own would lose time:
+// MySQL's timestamp keeps whole seconds (a scheduled event rounded down
+// would be due early) and ends in 2038.
+func timestamp() map[string]string { return map[string]string{dialect.MySQL: "datetime(6)"} }
+
+// now is a time column's default: the database's clock (to the
+// microsecond on MySQL, whose datetime(6) refuses a default of less).
+func now() schema.Annotation {
+	return entsql.DefaultExprs(map[string]string{dialect.Postgres: "CURRENT_TIMESTAMP", dialect.SQLite: "CURRENT_TIMESTAMP",
+		dialect.MySQL: "CURRENT_TIMESTAMP(6)"})
+}

@@ -34,8 +34,8 @@ func (ProcessedEvent) Fields() []ent.Field {
 		field.UUID("event_id", uuid.UUID{}).Immutable(),
 		field.String("event_name").Immutable(),
 		field.Int("attempts").Default(1).Immutable().Comment("the try on which the handler succeeded"),
-		field.Time("processed_at").Default(time.Now).Immutable().
-			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+		field.Time("processed_at").SchemaType(timestamp()).Default(time.Now).Immutable().
+			Annotations(now()),
 	}
 }
 

@@ -53,16 +53,16 @@ func (ScheduledEvent) Fields() []ent.Field {
 		field.JSON("payload", json.RawMessage{}).Immutable().SchemaType(jsonb()),
 		field.JSON("headers", map[string]string{}).Optional().Immutable().SchemaType(jsonb()),
 		field.Int("readable_from").Optional().Nillable().Immutable().Positive(),
-		field.Time("deliver_at").Immutable().
+		field.Time("deliver_at").SchemaType(timestamp()).Immutable().
 			Comment("when the event is due, by the database's clock; never sent before"),
-		field.Time("created_at").Default(time.Now).Immutable().
-			Annotations(entsql.Default("CURRENT_TIMESTAMP")),
+		field.Time("created_at").SchemaType(timestamp()).Default(time.Now).Immutable().
+			Annotations(now()),
 		// transaction_id finds what one transaction scheduled (the
 		// generated Scheduled, as Emitted for the outbox).
 		field.Uint64("transaction_id").Optional().Immutable().
 			SchemaType(map[string]string{dialect.Postgres: "xid8"}).
 			Annotations(entsql.DefaultExprs(map[string]string{dialect.Postgres: "pg_current_xact_id()"})),
-		field.Time("cancelled_at").Optional().Nillable().
+		field.Time("cancelled_at").SchemaType(timestamp()).Optional().Nillable().
 			Comment("set by Cancel: the event is never sent; kept to be seen, removed by retention like delivered events"),
 	}
 }

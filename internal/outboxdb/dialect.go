@@ -1,6 +1,11 @@
 package outboxdb
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/entoutbox/entoutbox/internal/pgsql"
+)
 
 // Dialect is the database a Tables' statements are written for. The zero
 // value is PostgreSQL, which every statement is written for; a statement
@@ -9,10 +14,12 @@ import "fmt"
 type Dialect string
 
 // The dialects, named as ent names them (dialect.Postgres, dialect.SQLite,
-// dialect.MySQL), except PostgreSQL, the zero value.
+// dialect.MySQL), except PostgreSQL, the zero value. MySQL is MySQL 8 and
+// MariaDB 10.6+: their forms use what both have.
 const (
 	Postgres Dialect = ""
 	SQLite   Dialect = "sqlite3"
+	MySQL    Dialect = "mysql"
 )
 
 // DialectOf is the dialect of ent's dialect name; an error names the
@@ -23,8 +30,10 @@ func DialectOf(entDialect string) (Dialect, error) {
 		return Postgres, nil
 	case string(SQLite):
 		return SQLite, nil
+	case string(MySQL):
+		return MySQL, nil
 	}
-	return "", fmt.Errorf("the outbox runs on PostgreSQL and SQLite, not on %q", entDialect)
+	return "", fmt.Errorf("the outbox runs on PostgreSQL, MySQL/MariaDB and SQLite, not on %q", entDialect)
 }
 
 // String is the database's name, for messages.
@@ -34,6 +43,8 @@ func (d Dialect) String() string {
 		return "PostgreSQL"
 	case SQLite:
 		return "SQLite"
+	case MySQL:
+		return "MySQL"
 	}
 	return string(d)
 }
@@ -41,8 +52,11 @@ func (d Dialect) String() string {
 // goldenSuffix tells a form's golden file from the PostgreSQL one's:
 // emit/give-back-number.sqlite.sql beside emit/give-back-number.sql.
 func (d Dialect) goldenSuffix() string {
-	if d == Postgres {
+	switch d {
+	case Postgres:
 		return ""
+	case MySQL:
+		return ".mysql"
 	}
 	return ".sqlite"
 }
@@ -54,8 +68,27 @@ const sqliteNow = `strftime('%Y-%m-%d %H:%M:%f', 'now')`
 // DialectFrom is the dialect of q when it says (an ent driver: Dialect()),
 // PostgreSQL otherwise.
 func DialectFrom(q any) Dialect {
-	if d, ok := q.(interface{ Dialect() string }); ok && d.Dialect() == string(SQLite) {
-		return SQLite
+	if d, ok := q.(interface{ Dialect() string }); ok {
+		switch Dialect(d.Dialect()) {
+		case SQLite:
+			return SQLite
+		case MySQL:
+			return MySQL
+		}
 	}
 	return Postgres
+}
+
+// mysqlNow is MySQL's clock as its statements write times: UTC (the
+// session's zone, see package mysqldb, is irrelevant to it), to the
+// microsecond, as the datetime(6) columns keep them.
+const mysqlNow = `UTC_TIMESTAMP(6)`
+
+// quote quotes the identifier name for d: backticks on MySQL, whose
+// double quotes are strings.
+func (d Dialect) quote(name string) string {
+	if d == MySQL {
+		return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+	}
+	return pgsql.QuoteIdent(name)
 }

@@ -143,6 +143,9 @@ var EmitGiveBack = define("emit/give-back-number", func(t Tables) string {
 }).also(SQLite, func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Sequences) + ` SET last_seq = last_seq - 1
 				WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3`
+}).also(MySQL, func(t Tables) string {
+	return `UPDATE ` + MySQL.quote(t.Sequences) + ` SET last_seq = last_seq - 1
+				WHERE topic = ? AND aggregate_type = ? AND aggregate_id = ?`
 })
 
 // backs is, for each row, how many rows of the same aggregate follow it
@@ -204,7 +207,7 @@ func emitShape(name string, tables func(Tables) Tables) *Statement {
 		u.Dialect = t.Dialect
 		return joinWrites(u.EmitWrites(emitExample))
 	}
-	return define(name, render).also(SQLite, render)
+	return define(name, render).also(SQLite, render).also(MySQL, render)
 }
 
 // scheduleShape is emitShape for ScheduleWrites.
@@ -214,7 +217,7 @@ func scheduleShape(name string, tables func(Tables) Tables) *Statement {
 		u.Dialect = t.Dialect
 		return joinWrites(u.ScheduleWrites(emitExample, time.Time{}))
 	}
-	return define(name, render).also(SQLite, render)
+	return define(name, render).also(SQLite, render).also(MySQL, render)
 }
 
 // joinWrites is the text of writes, one statement after the other.

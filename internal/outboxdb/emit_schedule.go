@@ -67,6 +67,8 @@ var EmitCancel = define("emit/cancel", func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Scheduled) + ` SET cancelled_at = clock_timestamp() WHERE event_id = $1 AND cancelled_at IS NULL`
 }).also(SQLite, func(t Tables) string {
 	return `UPDATE ` + pgsql.QuoteIdent(t.Scheduled) + ` SET cancelled_at = CURRENT_TIMESTAMP WHERE event_id = ?1 AND cancelled_at IS NULL`
+}).also(MySQL, func(t Tables) string {
+	return `UPDATE ` + MySQL.quote(t.Scheduled) + ` SET cancelled_at = ` + mysqlNow + ` WHERE event_id = ?1 AND cancelled_at IS NULL`
 })
 
 // EmitCancelFind tells where the event $1 a cancel did not cancel is: in
@@ -78,4 +80,7 @@ var EmitCancelFind = define("emit/cancel-find", func(t Tables) string {
 }).also(SQLite, func(t Tables) string {
 	return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Scheduled) + ` WHERE event_id = ?1), EXISTS (SELECT 1 FROM ` +
 		pgsql.QuoteIdent(t.Outbox) + ` WHERE event_id = ?1)`
+}).also(MySQL, func(t Tables) string {
+	return `SELECT EXISTS (SELECT 1 FROM ` + MySQL.quote(t.Scheduled) + ` WHERE event_id = ?1), EXISTS (SELECT 1 FROM ` +
+		MySQL.quote(t.Outbox) + ` WHERE event_id = ?1)`
 })

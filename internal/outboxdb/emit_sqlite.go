@@ -17,15 +17,22 @@ type Write struct {
 // EmitWrites are the statements that write rows as Emit does, to run in
 // order in the emitting transaction; the last one's rows affected is the
 // number of rows it inserted (the others skipped as duplicates, see
-// EmitInsert). PostgreSQL takes one statement, EmitInsert. SQLite has no
+// EmitInsert). PostgreSQL takes one statement, EmitInsert; MySQL two (see
+// emit_mysql.go). SQLite has no
 // INSERT inside a WITH and no NOTIFY: its counters move first, by as
 // many numbers as each aggregate has rows, and the insert then reads
 // them. SQLite lets one transaction write at a time, so the counters need
 // no lock to number without gaps in commit order.
 func (t Tables) EmitWrites(rows []EmitRow) []Write {
-	if t.Dialect != SQLite {
+	switch t.Dialect {
+	case Postgres:
 		q, args := t.EmitInsert(rows)
 		return []Write{{q, args}}
+	case MySQL:
+		if t.Sequences == "" {
+			return []Write{t.mysqlInsert(rows, "v.seq")}
+		}
+		return []Write{t.mysqlCount(rows), t.mysqlInsert(rows, t.mysqlSeq())}
 	}
 	var writes []Write
 	seq := "v.seq"
@@ -97,9 +104,12 @@ func (t Tables) sqliteInsert(rows []EmitRow, seq string) Write {
 // due at the time now plus the delay, and the aggregate's counter needs
 // no lock (one transaction writes at a time).
 func (t Tables) ScheduleWrites(rows []EmitRow, now time.Time) []Write {
-	if t.Dialect != SQLite {
+	switch t.Dialect {
+	case Postgres:
 		q, args := t.EmitSchedule(rows)
 		return []Write{{q, args}}
+	case MySQL:
+		return t.mysqlSchedule(rows)
 	}
 	const rowColumns = 11
 	var (

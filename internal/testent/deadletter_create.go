@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
@@ -290,8 +291,11 @@ func (_c *DeadLetterCreate) check() error {
 	if _, ok := _c.mutation.Attempts(); !ok {
 		return &ValidationError{Name: "attempts", err: errors.New(`testent: missing required field "DeadLetter.attempts"`)}
 	}
-	if _, ok := _c.mutation.CreatedAt(); !ok {
-		return &ValidationError{Name: "created_at", err: errors.New(`testent: missing required field "DeadLetter.created_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.CreatedAt(); !ok {
+			return &ValidationError{Name: "created_at", err: errors.New(`testent: missing required field "DeadLetter.created_at"`)}
+		}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/entoutbox/entoutbox/internal/testent/scheduledevent"
@@ -215,8 +216,11 @@ func (_c *ScheduledEventCreate) check() error {
 	if _, ok := _c.mutation.DeliverAt(); !ok {
 		return &ValidationError{Name: "deliver_at", err: errors.New(`testent: missing required field "ScheduledEvent.deliver_at"`)}
 	}
-	if _, ok := _c.mutation.CreatedAt(); !ok {
-		return &ValidationError{Name: "created_at", err: errors.New(`testent: missing required field "ScheduledEvent.created_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.CreatedAt(); !ok {
+			return &ValidationError{Name: "created_at", err: errors.New(`testent: missing required field "ScheduledEvent.created_at"`)}
+		}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/consumerposition"
@@ -209,8 +210,11 @@ func (_c *ConsumerPositionCreate) check() error {
 			return &ValidationError{Name: "last_seq", err: fmt.Errorf(`ent: validator failed for field "ConsumerPosition.last_seq": %w`, err)}
 		}
 	}
-	if _, ok := _c.mutation.UpdatedAt(); !ok {
-		return &ValidationError{Name: "updated_at", err: errors.New(`ent: missing required field "ConsumerPosition.updated_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.UpdatedAt(); !ok {
+			return &ValidationError{Name: "updated_at", err: errors.New(`ent: missing required field "ConsumerPosition.updated_at"`)}
+		}
 	}
 	return nil
 }

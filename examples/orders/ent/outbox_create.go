@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
@@ -275,11 +276,17 @@ func (_c *OutboxCreate) check() error {
 			return &ValidationError{Name: "aggregate_seq", err: fmt.Errorf(`ent: validator failed for field "Outbox.aggregate_seq": %w`, err)}
 		}
 	}
-	if _, ok := _c.mutation.CreatedAt(); !ok {
-		return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "Outbox.created_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.CreatedAt(); !ok {
+			return &ValidationError{Name: "created_at", err: errors.New(`ent: missing required field "Outbox.created_at"`)}
+		}
 	}
-	if _, ok := _c.mutation.AvailableAt(); !ok {
-		return &ValidationError{Name: "available_at", err: errors.New(`ent: missing required field "Outbox.available_at"`)}
+	switch _c.driver.Dialect() {
+	case dialect.SQLite:
+		if _, ok := _c.mutation.AvailableAt(); !ok {
+			return &ValidationError{Name: "available_at", err: errors.New(`ent: missing required field "Outbox.available_at"`)}
+		}
 	}
 	if _, ok := _c.mutation.Attempts(); !ok {
 		return &ValidationError{Name: "attempts", err: errors.New(`ent: missing required field "Outbox.attempts"`)}

@@ -33,17 +33,17 @@ var (
 	// OutboxConsumerPositionsColumns holds the columns for the "outbox_consumer_positions" table.
 	OutboxConsumerPositionsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeInt64, Increment: true},
-		{Name: "consumer", Type: field.TypeString},
-		{Name: "topic", Type: field.TypeString},
-		{Name: "aggregate_type", Type: field.TypeString},
-		{Name: "aggregate_id", Type: field.TypeString},
+		{Name: "consumer", Type: field.TypeString, SchemaType: map[string]string{"mysql": "varchar(191)"}},
+		{Name: "topic", Type: field.TypeString, SchemaType: map[string]string{"mysql": "varchar(191)"}},
+		{Name: "aggregate_type", Type: field.TypeString, SchemaType: map[string]string{"mysql": "varchar(191)"}},
+		{Name: "aggregate_id", Type: field.TypeString, SchemaType: map[string]string{"mysql": "varchar(191)"}},
 		{Name: "last_seq", Type: field.TypeInt64},
 		{Name: "held_seq", Type: field.TypeInt64, Nullable: true},
 		{Name: "held_event_id", Type: field.TypeUUID, Nullable: true},
-		{Name: "held_at", Type: field.TypeTime, Nullable: true},
-		{Name: "waiting_since", Type: field.TypeTime, Nullable: true},
+		{Name: "held_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "waiting_since", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "waiting_seq", Type: field.TypeInt64, Nullable: true},
-		{Name: "updated_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "updated_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 	}
 	// OutboxConsumerPositionsTable holds the schema information for the "outbox_consumer_positions" table.
 	OutboxConsumerPositionsTable = &schema.Table{
@@ -81,10 +81,10 @@ var (
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "reason", Type: field.TypeString, Size: 2147483647},
 		{Name: "attempts", Type: field.TypeInt, Default: 0},
-		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
-		{Name: "retried_at", Type: field.TypeTime, Nullable: true},
+		{Name: "created_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "retried_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "retried_event_id", Type: field.TypeUUID, Nullable: true},
-		{Name: "discarded_at", Type: field.TypeTime, Nullable: true},
+		{Name: "discarded_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "discard_note", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// OutboxDeadLettersTable holds the schema information for the "outbox_dead_letters" table.
@@ -144,11 +144,11 @@ var (
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
 		{Name: "aggregate_seq", Type: field.TypeInt64, Nullable: true},
-		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "created_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: map[string]schema.Expr{"postgres": "pg_current_xact_id()"}, SchemaType: map[string]string{"postgres": "xid8"}},
-		{Name: "available_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "available_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "attempts", Type: field.TypeInt, Default: 0},
-		{Name: "delivered_at", Type: field.TypeTime, Nullable: true},
+		{Name: "delivered_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "last_error", Type: field.TypeString, Nullable: true, Size: 2147483647},
 	}
 	// OutboxEventsTable holds the schema information for the "outbox_events" table.
@@ -179,7 +179,7 @@ var (
 		{Name: "event_id", Type: field.TypeUUID},
 		{Name: "event_name", Type: field.TypeString},
 		{Name: "attempts", Type: field.TypeInt, Default: 1},
-		{Name: "processed_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "processed_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 	}
 	// OutboxProcessedEventsTable holds the schema information for the "outbox_processed_events" table.
 	OutboxProcessedEventsTable = &schema.Table{
@@ -211,10 +211,10 @@ var (
 		{Name: "payload", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "headers", Type: field.TypeJSON, Nullable: true, SchemaType: map[string]string{"postgres": "jsonb"}},
 		{Name: "readable_from", Type: field.TypeInt, Nullable: true},
-		{Name: "deliver_at", Type: field.TypeTime},
-		{Name: "created_at", Type: field.TypeTime, Default: "CURRENT_TIMESTAMP"},
+		{Name: "deliver_at", Type: field.TypeTime, SchemaType: map[string]string{"mysql": "datetime(6)"}},
+		{Name: "created_at", Type: field.TypeTime, Default: map[string]schema.Expr{"mysql": "CURRENT_TIMESTAMP(6)", "postgres": "CURRENT_TIMESTAMP", "sqlite3": "CURRENT_TIMESTAMP"}, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 		{Name: "transaction_id", Type: field.TypeUint64, Nullable: true, Default: map[string]schema.Expr{"postgres": "pg_current_xact_id()"}, SchemaType: map[string]string{"postgres": "xid8"}},
-		{Name: "cancelled_at", Type: field.TypeTime, Nullable: true},
+		{Name: "cancelled_at", Type: field.TypeTime, Nullable: true, SchemaType: map[string]string{"mysql": "datetime(6)"}},
 	}
 	// OutboxScheduledEventsTable holds the schema information for the "outbox_scheduled_events" table.
 	OutboxScheduledEventsTable = &schema.Table{
