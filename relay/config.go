@@ -193,18 +193,19 @@ func (e *WrongPathError) Error() string {
 // it before it fills in the defaults.
 func (c Config) Validate() error {
 	path := c.Path
-	sqlite := sqliteDB(c.DB)
+	polling := polls(c.DB)
 	if path == "" {
-		path = pick(sqlite, PathPoll, PathFast)
+		path = pick(polling, PathPoll, PathFast)
 	}
 	if path != PathFast && path != PathCompatible && path != PathWAL && path != PathPoll {
 		return fmt.Errorf("relay: Config.Path is %q; want %q, %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL, PathPoll)
 	}
-	if sqlite != (path == PathPoll) {
-		if sqlite {
-			return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, row locks, logical replication); on SQLite the relay polls: %q, the default there", path, PathPoll)
+	if polling != (path == PathPoll) {
+		if polling {
+			return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, snapshots of commit order, logical replication); on %s the relay polls: %q, the default there",
+				path, dialectOf(c.DB), PathPoll)
 		}
-		return fmt.Errorf("relay: Config.Path %q is SQLite's; on PostgreSQL use %q, %q or %q", path, PathFast, PathCompatible, PathWAL)
+		return fmt.Errorf("relay: Config.Path %q is SQLite's and MySQL's; on PostgreSQL use %q, %q or %q", path, PathFast, PathCompatible, PathWAL)
 	}
 	for _, s := range pathSettings {
 		if s.given(&c) && !slices.Contains(s.paths, path) {
@@ -261,7 +262,7 @@ func (c Config) Validate() error {
 // setDefaults fills in the defaults of the settings the relay's path uses.
 func (c *Config) setDefaults() {
 	if c.Path == "" {
-		c.Path = pick(sqliteDB(c.DB), PathPoll, PathFast)
+		c.Path = pick(polls(c.DB), PathPoll, PathFast)
 	}
 	if c.Table == "" {
 		c.Table = schema.OutboxTable

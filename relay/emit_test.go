@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,16 @@ type emitBundle struct {
 	// oneWriter is set where one transaction writes at a time (SQLite):
 	// writers of different aggregates wait for each other too.
 	oneWriter bool
+	mysql     bool // on MariaDB (or MySQL)
+}
+
+// rebind is query, written with PostgreSQL's $1, $2 (which SQLite reads
+// too), with MySQL's ? on MySQL: each parameter used once, in order.
+func (b *emitBundle) rebind(query string) string {
+	if !b.mysql {
+		return query
+	}
+	return regexp.MustCompile(`\$\d+`).ReplaceAllString(query, "?")
 }
 
 func setupEmit(t *testing.T) *emitBundle {
@@ -55,7 +66,7 @@ func setupEmitMySQL(t *testing.T) *emitBundle {
 	db, url := mysqltest.Open(t)
 	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
 	require.NoError(t, client.Schema.Create(context.Background()))
-	return &emitBundle{sql: db, url: url, client: client}
+	return &emitBundle{sql: db, url: url, client: client, mysql: true}
 }
 
 // onEveryDatabase runs test on each database Emit writes to, as

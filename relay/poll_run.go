@@ -16,30 +16,46 @@ import (
 // IsSQLite tells whether db is a SQLite database (modernc.org/sqlite or
 // mattn/go-sqlite3), by its driver's type: the relay then polls
 // (PathPoll).
-func IsSQLite(db *sql.DB) bool { return sqliteDB(db) }
+func IsSQLite(db *sql.DB) bool { return dialectOf(db) == outboxdb.SQLite }
 
-func sqliteDB(db *sql.DB) (sqlite bool) {
+// IsMySQL tells whether db is a MySQL or MariaDB database
+// (github.com/go-sql-driver/mysql), by its driver's type: the relay then
+// polls (PathPoll).
+func IsMySQL(db *sql.DB) bool { return dialectOf(db) == outboxdb.MySQL }
+
+// dialectOf is db's database, by its driver's type: PostgreSQL unless it
+// is SQLite's or MySQL's.
+func dialectOf(db *sql.DB) (d outboxdb.Dialect) {
 	if db == nil {
-		return false
+		return outboxdb.Postgres
 	}
 	defer func() { // a DB not made by sql.Open has no driver to ask
 		if recover() != nil {
-			sqlite = false
+			d = outboxdb.Postgres
 		}
 	}()
-	return strings.Contains(strings.ToLower(reflect.TypeOf(db.Driver()).String()), "sqlite")
+	switch driver := strings.ToLower(reflect.TypeOf(db.Driver()).String()); {
+	case strings.Contains(driver, "sqlite"):
+		return outboxdb.SQLite
+	case strings.Contains(driver, "mysql"):
+		return outboxdb.MySQL
+	}
+	return outboxdb.Postgres
 }
+
+// polls tells whether db's database takes the poll path alone: it has no
+// LISTEN, no snapshot of commit order, no logical replication the other
+// paths read.
+func polls(db *sql.DB) bool { return dialectOf(db) != outboxdb.Postgres }
 
 // tables are the relay's tables in its database's dialect.
 func (c Config) tables() outboxdb.Tables {
 	t := outboxdb.New(c.Table, c.DeadLetterTable)
-	if sqliteDB(c.DB) {
-		t.Dialect = outboxdb.SQLite
-	}
+	t.Dialect = dialectOf(c.DB)
 	return t
 }
 
-// runPoll runs the poll path: SQLite's.
+// runPoll runs the poll path: SQLite's and MySQL's.
 func (r *Relay) runPoll(ctx context.Context) error {
 	c := r.cfg
 	src := pollpath.New(pollpath.Settings{DB: c.DB, Tables: c.tables(), BatchSize: c.BatchSize,

@@ -31,10 +31,14 @@ func quick(path relay.Path, cfg relay.Config) relay.Config {
 // paths is every read path: the shared tests run on each.
 var paths = []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL}
 
-// everyDatabase is every read path, and the poll path on SQLite: the
-// guarantee tests (delivery, order, kills, broken rows, dead letters)
-// run on each, from the same code.
-var everyDatabase = append(slices.Clone(paths), relay.PathPoll)
+// everyDatabase is every read path, and the poll path on SQLite and on
+// MariaDB: the guarantee tests (delivery, order, kills, broken rows, dead
+// letters) run on each, from the same code.
+var everyDatabase = append(slices.Clone(paths), relay.PathPoll, pollMariaDB)
+
+// pollMariaDB names the poll path on MariaDB (relay.PathPoll names it on
+// SQLite) for setupPath.
+const pollMariaDB relay.Path = "poll-mariadb"
 
 // onPath is a shared test's run on one read path: an outbox of its own
 // and, on the WAL path, a slot and a publication of their own, the slot
@@ -67,6 +71,8 @@ func setupPath(t *testing.T, path relay.Path) *onPath {
 	switch path {
 	case relay.PathPoll: // SQLite's
 		return &onPath{path: path, emitBundle: setupEmitSQLite(t)}
+	case pollMariaDB:
+		return &onPath{path: relay.PathPoll, emitBundle: setupEmitMySQL(t)}
 	case relay.PathWAL:
 	default:
 		return &onPath{path: path, emitBundle: setupEmit(t)}
@@ -140,9 +146,9 @@ func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
 
 	before := emitOrders(t, b.client, 5, 2, 0)
 	// Rows written by hand that no broker can take.
-	_, err := b.sql.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
+	_, err := b.sql.Exec(b.rebind(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers) VALUES
 		($1, 'order.paid', 2, 'orders', 'Order', 'order-x', '{"order_id": 1}', '{"attempt": 3}'),
-		($2, 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`, uuid.NewString(), uuid.NewString())
+		($2, 'order.paid', 2, '', 'Order', 'order-y', '{"order_id": 2}', NULL)`), uuid.NewString(), uuid.NewString())
 	require.NoError(t, err)
 	after := emitOrders(t, b.client, 5, 2, 0)
 
@@ -157,7 +163,10 @@ func testRelaySetsAsideBrokenRows(t *testing.T, p *onPath) {
 	waitDelivered(t, b, 2)
 
 	payloadText := "convert_from(payload, 'UTF8')"
-	if b.db == nil {
+	switch {
+	case b.mysql:
+		payloadText = "CAST(payload AS CHAR)"
+	case b.db == nil:
 		payloadText = "CAST(payload AS TEXT)" // SQLite
 	}
 	rows, err := b.sql.Query(`SELECT aggregate_id, source, reason, ` + payloadText + ` FROM outbox_dead_letters ORDER BY aggregate_id`)

@@ -26,12 +26,23 @@ const natsScheduled = "nats://127.0.0.1:4222"
 // dbNow is the database's clock.
 func dbNow(t *testing.T, db *sql.DB) time.Time {
 	t.Helper()
+	now, err := dbClock(db)
+	require.NoError(t, err)
+	return now
+}
+
+// dbClock reads the clock the relay compares deliver_at with.
+func dbClock(db *sql.DB) (time.Time, error) {
 	if relay.IsSQLite(db) { // its clock is this process's
-		return time.Now()
+		return time.Now(), nil
+	}
+	query := `SELECT clock_timestamp()`
+	if relay.IsMySQL(db) {
+		query = `SELECT UTC_TIMESTAMP(6)`
 	}
 	var now time.Time
-	require.NoError(t, db.QueryRow(`SELECT clock_timestamp()`).Scan(&now))
-	return now
+	err := db.QueryRow(query).Scan(&now)
+	return now, err
 }
 
 // arrival is a message as it arrived, with the database's clock then.
@@ -70,12 +81,10 @@ func receiveTimed(t *testing.T, b broker.Broker, db *sql.DB, prefix string) *tim
 }
 
 func (r *timedReceiver) add(t *testing.T, db *sql.DB, msg *message.Message) {
-	at := time.Now() // SQLite's clock is this process's
-	if !relay.IsSQLite(db) {
-		if err := db.QueryRow(`SELECT clock_timestamp()`).Scan(&at); err != nil {
-			t.Errorf("reading the database's clock: %v", err)
-			return
-		}
+	at, err := dbClock(db)
+	if err != nil {
+		t.Errorf("reading the database's clock: %v", err)
+		return
 	}
 	a := arrival{id: msg.UUID, agg: msg.Metadata.Get(events.MetaAggregateID), at: at}
 	a.seq, _ = strconv.ParseInt(msg.Metadata.Get(events.MetaAggregateSeq), 10, 64)
@@ -245,8 +254,8 @@ func testScheduledEventsArriveWhenDue(t *testing.T, p *onPath) {
 		require.ElementsMatch(t, a.all, perAgg[name])
 	}
 	var pending, cancelled int
-	require.NoError(t, p.sql.QueryRow(`SELECT count(*) FILTER (WHERE cancelled_at IS NULL), count(*) FILTER (WHERE cancelled_at IS NOT NULL)
-		FROM outbox_scheduled_events`).Scan(&pending, &cancelled))
+	require.NoError(t, p.sql.QueryRow(`SELECT coalesce(sum(CASE WHEN cancelled_at IS NULL THEN 1 ELSE 0 END), 0),
+		coalesce(sum(CASE WHEN cancelled_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM outbox_scheduled_events`).Scan(&pending, &cancelled))
 	require.Equal(t, 3, pending, "the events due in an hour wait")
 	require.Equal(t, 3, cancelled, "the cancelled events stay, to be seen")
 }

@@ -84,7 +84,7 @@ func TestClearErrors(t *testing.T) {
 	t.Setenv("ENTOUTBOX_DATABASE_URL", "")
 	t.Setenv("DATABASE_URL", "")
 	_, err := run(t, nil, "status")
-	require.EqualError(t, err, "no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://… or sqlite:PATH)")
+	require.EqualError(t, err, "no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://…, mysql://… or sqlite:PATH)")
 	_, err = run(t, nil, "relay", "--database-url", "postgres://x")
 	require.EqualError(t, err, "no broker: set --broker or ENTOUTBOX_BROKER")
 	_, err = run(t, nil, "relay", "--database-url", pgtest.ServerURL(), "--broker", "foo://x")

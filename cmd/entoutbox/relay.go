@@ -24,6 +24,7 @@ import (
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/tracing"
 )
@@ -108,7 +109,7 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
 	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes), compatible (watermill-sql subscriber + forwarder) "+
 		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION); "+
-		"on SQLite (--database-url sqlite:PATH) poll, the only path there and its default")
+		"on SQLite (--database-url sqlite:PATH) and MySQL/MariaDB (mysql://…) poll, the only path there and its default")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.StringVar(&cfg.ScheduledTable, "scheduled-table", "", "table of the events emitted for a later time, moved into the outbox "+
@@ -196,8 +197,8 @@ func pathsOnly(paths []relay.Path) string {
 // the command line or through the environment) for a path that does not
 // use it.
 func (o *relayOptions) check(flags *pflag.FlagSet) error {
-	if sqlitedb.IsURL(o.databaseURL) && !flags.Changed("path") {
-		o.path = string(relay.PathPoll) // SQLite's path
+	if (sqlitedb.IsURL(o.databaseURL) || mysqldb.IsURL(o.databaseURL)) && !flags.Changed("path") {
+		o.path = string(relay.PathPoll) // SQLite's and MySQL's path
 	}
 	path := relay.Path(o.path)
 	switch {

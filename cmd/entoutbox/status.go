@@ -20,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
@@ -352,6 +353,10 @@ func openDB(databaseURL string) (*sql.DB, error) {
 		return nil, errors.New("on SQLite the command runs the relay only for now (entoutbox relay --database-url sqlite:PATH); " +
 			"status, dead letters, cleanup, replay and the console need PostgreSQL")
 	}
+	if mysqldb.IsURL(databaseURL) {
+		return nil, errors.New("on MySQL/MariaDB the command runs the relay only for now (entoutbox relay --database-url mysql://…); " +
+			"status, dead letters, cleanup, replay and the console need PostgreSQL")
+	}
 	return openDBWith(databaseURL, pgdial.Options{MaxWait: commandConnectWait, ApplicationName: "entoutbox"})
 }
 
@@ -371,10 +376,13 @@ func openServiceDB(databaseURL, app string, logger *slog.Logger, redact redactor
 
 func openDBWith(databaseURL string, opts pgdial.Options) (*sql.DB, error) {
 	if databaseURL == "" {
-		return nil, errors.New("no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://… or sqlite:PATH)")
+		return nil, errors.New("no database: set --database-url, ENTOUTBOX_DATABASE_URL or DATABASE_URL to the URL of the database holding the outbox (postgres://…, mysql://… or sqlite:PATH)")
 	}
 	if sqlitedb.IsURL(databaseURL) {
 		return sqlitedb.Open(databaseURL)
+	}
+	if mysqldb.IsURL(databaseURL) {
+		return mysqldb.Open(databaseURL)
 	}
 	db, err := pgdial.Open(databaseURL, opts)
 	if err != nil {
@@ -393,8 +401,11 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 // tablesOf names the outbox's tables in db's dialect.
 func tablesOf(db *sql.DB, table, deadLetterTable string) outboxdb.Tables {
 	t := outboxdb.New(table, deadLetterTable)
-	if relay.IsSQLite(db) {
+	switch {
+	case relay.IsSQLite(db):
 		t.Dialect = outboxdb.SQLite
+	case relay.IsMySQL(db):
+		t.Dialect = outboxdb.MySQL
 	}
 	return t
 }

@@ -74,7 +74,7 @@ func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 // TableExists tells whether table name exists in t's database.
 func (t Tables) TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var exists bool
-	if err := queryRow(ctx, q, existsTable.SQL(t), []any{t.catalogName(name)}, &exists); err != nil {
+	if err := queryRow(ctx, t.bound(q), existsTable.SQL(t), []any{t.catalogName(name)}, &exists); err != nil {
 		return false, fmt.Errorf("looking for table %q: %w", name, err)
 	}
 	return exists, nil
@@ -98,9 +98,9 @@ func (t Tables) TableExistsQuery() string { return existsTable.SQL(t) }
 func (t Tables) TableArg(table string) string { return t.catalogName(table) }
 
 // catalogName is table as the catalog reads take it: quoted for
-// PostgreSQL's to_regclass, as it is for SQLite's catalog.
+// PostgreSQL's to_regclass, as it is for SQLite's and MySQL's catalogs.
 func (t Tables) catalogName(table string) string {
-	if t.Dialect == SQLite {
+	if t.Dialect != Postgres {
 		return table
 	}
 	return pgsql.QuoteIdent(table)
@@ -108,7 +108,7 @@ func (t Tables) catalogName(table string) string {
 
 // missingColumns tells whether table exists and which of columns it lacks.
 func (t Tables) missingColumns(ctx context.Context, q Querier, table string, columns []string) (exists bool, missing string, err error) {
-	if err := queryRow(ctx, q, existsMissingColumns.SQL(t), []any{t.catalogName(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
+	if err := queryRow(ctx, t.bound(q), existsMissingColumns.SQL(t), []any{t.catalogName(table), strings.Join(columns, ",")}, &exists, &missing); err != nil {
 		return false, "", fmt.Errorf("looking for table %q: %w", table, err)
 	}
 	return exists, missing, nil

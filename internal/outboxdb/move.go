@@ -17,7 +17,7 @@ import (
 // by another relay, finds nothing and writes nothing (and the outbox
 // holds one row per event id).
 func (t Tables) MoveToDeadLetters(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
-	if t.Dialect == SQLite {
+	if t.Dialect != Postgres {
 		return t.moveToDeadLettersSQLite(ctx, e, id, reason, attempts)
 	}
 	res, err := e.ExecContext(ctx, moveToLetters.SQL(t), id, reason, attempts)
@@ -81,7 +81,7 @@ func (t Tables) writeDeadLetter(ctx context.Context, db *sql.DB, row CarriedRow,
 		return false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if eventID != nil && t.Dialect != SQLite { // SQLite's writers take turns already
+	if eventID != nil && t.Dialect == Postgres { // SQLite's writers take turns already; MySQL relays one at a time
 		if _, err := tx.ExecContext(ctx, moveLockEvent.SQL(t), t.DeadLetters+"/relay/"+row.EventID.String()); err != nil {
 			return false, err
 		}
@@ -145,11 +145,12 @@ var (
 	})
 )
 
-// moveToDeadLettersSQLite is MoveToDeadLetters on SQLite, whose DELETE
-// cannot feed an INSERT: the copy and the delete in one transaction (of
-// e's, or of its own when e is a database).
+// moveToDeadLettersSQLite is MoveToDeadLetters on SQLite and MySQL, whose
+// DELETE cannot feed an INSERT: the copy and the delete in one
+// transaction (of e's, or of its own when e is a database).
 func (t Tables) moveToDeadLettersSQLite(ctx context.Context, e Execer, id int64, reason string, attempts int) (bool, error) {
 	move := func(e Execer) (bool, error) {
+		e = t.boundExec(e)
 		res, err := e.ExecContext(ctx, moveToLetters.SQL(t), id, reason, attempts)
 		if err != nil {
 			return false, err

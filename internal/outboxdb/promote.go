@@ -101,8 +101,8 @@ var _ = define("promote/promote-unnumbered", func(t Tables) string {
 // outbox (PromoteQuery); locked is false when another promotion held the
 // lock, and then nothing moved.
 func (t Tables) Promote(ctx context.Context, q Querier, limit int) (moved int, locked bool, err error) {
-	if t.Dialect == SQLite {
-		moved, err = t.promoteSQLite(ctx, q, limit)
+	if t.Dialect != Postgres {
+		moved, err = t.promoteSerial(ctx, q, limit)
 		if err != nil {
 			return 0, false, fmt.Errorf("moving the due events of %s into %s: %w", t.Scheduled, t.Outbox, err)
 		}
@@ -121,7 +121,7 @@ func (t Tables) Promote(ctx context.Context, q Querier, limit int) (moved int, l
 // event id is in the outbox already, see PromoteQuery).
 func (t Tables) NextDue(ctx context.Context, q Querier) (time.Duration, bool, error) {
 	var us sql.NullInt64
-	if err := queryRow(ctx, q, promoteNextDue.SQL(t), nil, &us); err != nil {
+	if err := queryRow(ctx, t.bound(q), promoteNextDue.SQL(t), nil, &us); err != nil {
 		if err == sql.ErrNoRows {
 			return 0, false, nil
 		}

@@ -27,14 +27,16 @@ var (
 	})
 )
 
-// promoteSQLite is Promote on SQLite: in one transaction, the due events
-// are read, written to the outbox as Emit writes (numbered from the
-// counters), and deleted from the scheduled table. One transaction writes
-// at a time: no lock to take, no row to skip.
-func (t Tables) promoteSQLite(ctx context.Context, q Querier, limit int) (int, error) {
+// promoteSerial is Promote on SQLite and MySQL: in one transaction, the
+// due events are read, written to the outbox as Emit writes (numbered
+// from the counters), and deleted from the scheduled table. On SQLite one
+// transaction writes at a time: no lock to take, no row to skip. On MySQL
+// the read locks the events it takes and skips those another promotion
+// or a Cancel holds.
+func (t Tables) promoteSerial(ctx context.Context, q Querier, limit int) (int, error) {
 	db, ok := q.(*sql.DB)
 	if !ok {
-		return 0, errors.New("promoting on SQLite takes a *sql.DB")
+		return 0, errors.New("promoting on " + t.Dialect.String() + " takes a *sql.DB")
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -45,13 +47,13 @@ func (t Tables) promoteSQLite(ctx context.Context, q Querier, limit int) (int, e
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	for _, w := range (Tables{Outbox: t.Outbox, Sequences: t.Sequences, Dialect: SQLite}).EmitWrites(rows) {
+	for _, w := range (Tables{Outbox: t.Outbox, Sequences: t.Sequences, Dialect: t.Dialect}).EmitWrites(rows) {
 		if _, err := tx.ExecContext(ctx, w.SQL, w.Args...); err != nil {
 			return 0, err
 		}
 	}
 	for _, id := range ids {
-		if _, err := tx.ExecContext(ctx, promoteDeleteSQLite.SQL(t), id); err != nil {
+		if _, err := t.boundExec(tx).ExecContext(ctx, promoteDeleteSQLite.SQL(t), id); err != nil {
 			return 0, err
 		}
 	}
@@ -61,7 +63,7 @@ func (t Tables) promoteSQLite(ctx context.Context, q Querier, limit int) (int, e
 // dueSQLite reads up to limit due events as the emit path writes them,
 // and their ids in the scheduled table.
 func (t Tables) dueSQLite(ctx context.Context, tx *sql.Tx, limit int) ([]EmitRow, []int64, error) {
-	rs, err := tx.QueryContext(ctx, promoteDueSQLite.SQL(t), limit)
+	rs, err := t.bound(tx).QueryContext(ctx, promoteDueSQLite.SQL(t), limit)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,7 +12,7 @@ import (
 // as the table tells at a glance (along the primary key, however large
 // the table).
 func (t Tables) RecentTopics(ctx context.Context, q Querier, rows int) ([]string, error) {
-	rs, err := q.QueryContext(ctx, recentTopics.SQL(t), rows)
+	rs, err := t.bound(q).QueryContext(ctx, recentTopics.SQL(t), rows)
 	if err != nil {
 		return nil, fmt.Errorf("reading the recent topics of %q: %w", t.Outbox, err)
 	}

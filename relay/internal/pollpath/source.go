@@ -1,9 +1,15 @@
-// Package pollpath is the relay's read path on SQLite: it polls the
-// undelivered rows in id order and hands the engine, for each aggregate,
-// its oldest row, and the next one only once that one is settled. SQLite
-// has no LISTEN and no row locks, and lets one transaction write at a
-// time: one relay runs at a time, holding the outbox's lease; the others
-// wait to take over.
+// Package pollpath is the relay's read path on SQLite and MySQL: it polls
+// the undelivered rows in id order and hands the engine, for each
+// aggregate, its oldest row, and the next one only once that one is
+// settled. Neither has LISTEN; SQLite has no row locks and lets one
+// transaction write at a time. One relay runs at a time, holding the
+// outbox's lease; the others wait to take over.
+//
+// On MySQL ids are taken when rows are written, not when they commit: a
+// row may commit after a later id was read. The scan starts again from
+// the first undelivered row at each pass, so such a row is read at the
+// next pass; an aggregate's rows are written one transaction at a time
+// (its counter's row lock), so its ids follow its order all the same.
 package pollpath
 
 import (
@@ -27,7 +33,7 @@ import (
 // Settings is what the poll path takes of the relay's settings.
 type Settings struct {
 	DB           *sql.DB
-	Tables       outboxdb.Tables // in the SQLite dialect
+	Tables       outboxdb.Tables // in the SQLite or MySQL dialect
 	BatchSize    int
 	PollInterval time.Duration
 	Delete       bool // delete delivered rows rather than mark them
@@ -47,6 +53,7 @@ func Policy(maxAttempts int, backoff func(attempt int) time.Duration) engine.Pol
 // Source is the poll path.
 type Source struct {
 	cfg Settings
+	db  outboxdb.SQLQuerier // cfg.DB, binding the statements' parameters
 
 	mu sync.Mutex
 	// out holds the aggregates with a row handed out and not yet settled.
@@ -101,7 +108,7 @@ func New(cfg Settings) *Source {
 	if cfg.Delete {
 		done = outboxdb.PollDeliveredDelete
 	}
-	return &Source{cfg: cfg, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
+	return &Source{cfg: cfg, db: outboxdb.BoundSQL(cfg.DB, cfg.Tables.Dialect), out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
 		ackKick: make(chan struct{}, 1), behind: map[engine.Aggregate][]*engine.Row{}, waiting: map[engine.Aggregate]bool{},
 		known:   map[int64]bool{},
 		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
@@ -122,11 +129,11 @@ const (
 // or its lease runs out (a killed relay's, within leaseFor).
 func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 	s.stopped = ctx
-	if _, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
+	if _, err := s.db.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
 		return fmt.Errorf("relay: creating the lease table %q: %w", s.cfg.Tables.PollLease(), err)
 	}
 	defer func() { // a stopping relay hands over at once, its last acks recorded (below)
-		_, _ = s.cfg.DB.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
+		_, _ = s.db.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
 	}()
 	// The acks are recorded until the relay has waited for the last
 	// publishes: flushing stops after the loop below, before the release.
@@ -167,7 +174,7 @@ func (s *Source) awaitLease(ctx context.Context) bool {
 		case err != nil && ctx.Err() == nil:
 			s.cfg.Logger.Error("Taking the lease of the outbox failed; trying again", err, nil)
 		case err == nil && !said:
-			s.cfg.Logger.Info("Another relay relays the outbox (SQLite: one at a time); waiting to take over",
+			s.cfg.Logger.Info("Another relay relays the outbox (the poll path: one at a time); waiting to take over",
 				map[string]any{"relay": s.cfg.RelayID, "lease_table": s.cfg.Tables.PollLease()})
 			said = true
 		}
@@ -204,12 +211,12 @@ func (s *Source) keepLease(term context.Context, lost context.CancelFunc) {
 // the lease may have run out, before another relay can have taken it.
 func (s *Source) takeLease(ctx context.Context) (bool, error) {
 	began := time.Now()
-	res, err := s.cfg.DB.ExecContext(ctx, outboxdb.PollLeaseTake.SQL(s.cfg.Tables), s.cfg.RelayID, leaseFor.Milliseconds())
+	res, err := s.db.ExecContext(ctx, outboxdb.PollLeaseTake.SQL(s.cfg.Tables), s.cfg.RelayID, leaseFor.Milliseconds())
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
-	if err != nil || n != 1 {
+	if err != nil || n == 0 { // MySQL counts an update 2
 		return false, err
 	}
 	s.leaseUntil.Store(began.Add(leaseFor).UnixNano())
@@ -250,7 +257,7 @@ func (s *Source) flushAcksOnce() {
 		}
 		list, _ := json.Marshal(ids) // ints encode
 		s.record(s.stopped, "deliveries", func(ctx context.Context) error {
-			_, err := s.cfg.DB.ExecContext(ctx, s.sqlDone, string(list))
+			_, err := s.db.ExecContext(ctx, s.sqlDone, string(list))
 			return err
 		})
 		for _, r := range batch {
@@ -390,7 +397,7 @@ func (s *Source) read(ctx context.Context) ([]*engine.Row, error) {
 	s.mu.Lock()
 	cursor := s.cursor
 	s.mu.Unlock()
-	rs, err := s.cfg.DB.QueryContext(ctx, s.sqlRead, cursor, s.cfg.BatchSize)
+	rs, err := s.db.QueryContext(ctx, s.sqlRead, cursor, s.cfg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -534,7 +541,7 @@ func (d *delivery) Failed(dec engine.Decision) {
 		d.s.deadLetter(ctx, d.r, dec)
 	} else {
 		d.s.record(ctx, "a failed publish", func(ctx context.Context) error {
-			_, err := d.s.cfg.DB.ExecContext(ctx, d.s.sqlFail, d.r.ID, dec.Attempts, dec.Wait.Milliseconds(), dec.Reason)
+			_, err := d.s.db.ExecContext(ctx, d.s.sqlFail, d.r.ID, dec.Attempts, dec.Wait.Milliseconds(), dec.Reason)
 			return err
 		})
 	}

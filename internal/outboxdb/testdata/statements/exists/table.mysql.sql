@@ -1,0 +1,2 @@
+-- exists/table
+SELECT EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?1)

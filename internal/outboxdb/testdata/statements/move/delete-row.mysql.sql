@@ -1,0 +1,2 @@
+-- move/delete-row
+DELETE FROM `outbox_events` WHERE id = ?1

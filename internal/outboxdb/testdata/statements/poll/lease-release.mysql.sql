@@ -1,0 +1,2 @@
+-- poll/lease-release
+DELETE FROM `outbox_events_relay_lease` WHERE holder = ?1

@@ -1,0 +1,5 @@
+-- poll/pending
+SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers,
+		COALESCE(readable_from, 0), COALESCE(aggregate_seq, 0), created_at, attempts,
+		GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), available_at) DIV 1000)
+		FROM `outbox_events` WHERE delivered_at IS NULL AND id > ?1 ORDER BY id LIMIT ?2
