@@ -23,8 +23,8 @@ import (
 
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/metrics"
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/mysqldb"
+	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/tracing"
 )

@@ -19,8 +19,8 @@ import (
 	"github.com/entoutbox/entoutbox/internal/lag"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/mysqldb"
+	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
