@@ -20,6 +20,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/deadletter"
@@ -36,7 +37,7 @@ type bundle struct {
 // eachDatabase runs test on a bundle of its own on PostgreSQL and on
 // SQLite: the consumers' guarantees hold on both, from the same code.
 func eachDatabase(t *testing.T, test func(t *testing.T, b *bundle)) {
-	for name, open := range map[string]func(t *testing.T) *bundle{"PostgreSQL": setup, "SQLite": setupSQLite} {
+	for name, open := range map[string]func(t *testing.T) *bundle{"PostgreSQL": setup, "SQLite": setupSQLite, "MariaDB": setupMySQL} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			test(t, open(t))
@@ -48,6 +49,16 @@ func eachDatabase(t *testing.T, test func(t *testing.T, b *bundle)) {
 func setupSQLite(t *testing.T) *bundle {
 	t.Helper()
 	client := testent.NewClient(testent.Driver(outboxtest.SQLite(t)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	return &bundle{client: client}
+}
+
+// setupMySQL is setup on a MariaDB (or MySQL) database of t's own (b.db
+// is nil).
+func setupMySQL(t *testing.T) *bundle {
+	t.Helper()
+	db, _ := mysqltest.Open(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
 	require.NoError(t, client.Schema.Create(context.Background()))
 	return &bundle{client: client}
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
-// Handlers run on PostgreSQL and SQLite; on another database registering
+// Handlers run on PostgreSQL, MySQL and SQLite; on another database registering
 // one says so, rather than failing later on an SQL error.
 func TestHandlersOnAnotherDatabaseAreRefusedClearly(t *testing.T) {
 	t.Parallel()
-	db, _ := sqlitetest.Open(t) // a client that says it is MySQL
-	h := testent.NewOutboxHandlers(testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db))))
+	db, _ := sqlitetest.Open(t) // a client that says it is a graph database
+	h := testent.NewOutboxHandlers(testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Gremlin, db))))
 	err := h.RegisterOrderPaid("billing", func(context.Context, *testent.Tx, *testent.OrderPaid, events.Meta) error { return nil })
-	require.EqualError(t, err, `consumer: "billing": handlers run on PostgreSQL and SQLite, not on mysql`)
+	require.EqualError(t, err, `consumer: "billing": handlers run on PostgreSQL, MySQL and SQLite, not on gremlin`)
 }

@@ -96,7 +96,7 @@ func RecordDelivery(ctx context.Context, tx dialect.ExecQuerier, t Tables, m eve
 		return ordering.Record(ctx, tx, t, m)
 	}
 	var res stdsql.Result
-	err := tx.Exec(ctx, t.DB().RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	err := ordering.On(t, tx).Exec(ctx, t.DB().RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
 	if err != nil {
 		return false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
 	}

@@ -56,7 +56,9 @@ type sharedSubscriber struct {
 // has a database to keep the members in; else sub.
 func (s *Set) partitioned(consumer string, sub message.Subscriber) message.Subscriber {
 	ps, ok := sub.(partitionSubscriber)
-	if !ok || s.db == nil || s.tables.Positions == "" || s.tables.Dialect == outboxdb.SQLite { // SQLite: one process
+	if !ok || s.db == nil || s.tables.Positions == "" || s.tables.Dialect != outboxdb.Postgres {
+		// SQLite is one process's; on MySQL every instance reads every
+		// partition, the positions' locks keeping each aggregate's order.
 		return sub
 	}
 	shared := &sharedSubscriber{partitionSubscriber: ps, set: s, consumer: consumer}

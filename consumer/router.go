@@ -130,7 +130,7 @@ func (s *Set) checkSchema(ctx context.Context) error {
 		}
 		var rows entsql.Rows
 		catalog := outboxdb.Tables{Dialect: s.tables.Dialect}
-		if err := s.db.Query(ctx, catalog.TableExistsQuery(), []any{catalog.TableArg(t.name)}, &rows); err != nil {
+		if err := outboxdb.Bound(s.db, catalog.Dialect).Query(ctx, catalog.TableExistsQuery(), []any{catalog.TableArg(t.name)}, &rows); err != nil {
 			return fmt.Errorf("consumer: looking for the %s table %q: %w", t.what, t.name, err)
 		}
 		exists, err := ordering.ScanBool(&rows)

@@ -69,9 +69,9 @@ func NewSetFor(types []EventType, db dialect.ExecQuerier, tables Tables, deadLet
 	}
 	tables.Dialect = outboxdb.DialectFrom(db)
 	cfg := newConfig(opts)
-	if tables.Dialect == outboxdb.SQLite {
-		// The batches' run statement takes arrays, which SQLite has not;
-		// its writers take turns anyway.
+	if tables.Dialect == outboxdb.SQLite || tables.Dialect == outboxdb.MySQL {
+		// The batches' run statement takes arrays, which SQLite and MySQL
+		// have not.
 		cfg.BatchSize = 1
 	}
 	s := &Set{cfg: cfg, tracer: tracing.New(cfg.TracerProvider), types: map[string]EventType{}, deadLetter: deadLetter,
@@ -209,8 +209,9 @@ func (s *Set) own(ctx context.Context) (release func(), err error) {
 // For generated code. Register adds fn as consumer's handler of the named
 // event. Each consumer name handles an event once; two names both see it.
 func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
-	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres && d.Dialect() != dialect.SQLite {
-		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL and SQLite, not on %s", consumer, d.Dialect())
+	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres && d.Dialect() != dialect.SQLite &&
+		d.Dialect() != dialect.MySQL {
+		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL, MySQL and SQLite, not on %s", consumer, d.Dialect())
 	}
 	if consumer == "" {
 		return fmt.Errorf("consumer: handler of %q: consumer name is empty", event)

@@ -357,7 +357,7 @@ func (s *Set) heldComesBack(ctx context.Context, m events.Meta, held *HeldError)
 	var back bool
 	err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 		var rows entsql.Rows
-		if err := db.Query(ctx, t.DB().RetriedBackQuery(),
+		if err := ordering.On(t, db).Query(ctx, t.DB().RetriedBackQuery(),
 			[]any{m.Consumer, held.HeldEventID, s.cfg.MaxGap.Seconds()}, &rows); err != nil {
 			return fmt.Errorf("consumer: reading whether event %s of %q was retried: %w", held.HeldEventID, m.Consumer, err)
 		}
@@ -387,7 +387,7 @@ func (s *Set) waitRelease(ctx context.Context, m events.Meta, held *HeldError) e
 		var still bool
 		err := s.onPositions(ctx, func(ctx context.Context, db dialect.ExecQuerier, t Tables) error {
 			var rows entsql.Rows
-			if err := db.Query(ctx, t.DB().HeldAtQuery(),
+			if err := ordering.On(t, db).Query(ctx, t.DB().HeldAtQuery(),
 				[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, held.HeldSeq}, &rows); err != nil {
 				return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 			}

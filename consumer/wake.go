@@ -80,7 +80,7 @@ type waker struct {
 // a database/sql database (ent's SQL driver).
 func newWaker(db dialect.ExecQuerier, t Tables, tu *turns, logger watermill.LoggerAdapter) *waker {
 	w := &waker{channel: wakeChannel(t), turns: tu, logger: logger}
-	if d, ok := db.(interface{ DB() *sql.DB }); ok && t.Positions != "" && t.Dialect != outboxdb.SQLite { // no LISTEN on SQLite
+	if d, ok := db.(interface{ DB() *sql.DB }); ok && t.Positions != "" && t.Dialect == outboxdb.Postgres { // LISTEN is PostgreSQL's
 		w.db = d.DB()
 	}
 	return w

@@ -81,3 +81,15 @@ func Open(u string) (*sql.DB, error) {
 	}
 	return sql.OpenDB(conn), nil
 }
+
+// WithDatabase is the URL u (see IsURL) naming database name instead of
+// its own: a program that makes a database of its own on the server u
+// names opens it at this URL.
+func WithDatabase(u, name string) (string, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("mysqldb: %w", err)
+	}
+	parsed.Path = "/" + name
+	return parsed.String(), nil
+}

@@ -11,12 +11,14 @@
 //
 //	go run ./examples/orders                                # SQLite and embedded NATS: nothing to install
 //	go run ./examples/orders --database-url postgres://postgres@127.0.0.1:5432/test
+//	go run ./examples/orders --database-url mysql://root@127.0.0.1:3306/test
 //	go run ./examples/orders --broker amqp://guest:guest@127.0.0.1:5672/
 //
 // By default it works in a SQLite file of its own in the temporary
 // directory, made afresh on every run. Given a PostgreSQL URL (or
 // DATABASE_URL), it works in its own PostgreSQL schema, "orders_example",
-// which it drops and creates afresh on every run.
+// which it drops and creates afresh on every run; given a MySQL or MariaDB
+// URL, in a database of that name on the server, made afresh likewise.
 package main
 
 import (
@@ -47,6 +49,7 @@ import (
 	"github.com/entoutbox/entoutbox/examples/orders/ent"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/order"
 	"github.com/entoutbox/entoutbox/examples/orders/ent/outbox"
+	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 )
@@ -68,7 +71,7 @@ func main() {
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = defaultDatabaseURL
 	}
-	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "sqlite:PATH or a PostgreSQL URL (env DATABASE_URL)")
+	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "sqlite:PATH, a PostgreSQL or a mysql:// URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Schema, "schema", cfg.Schema, "PostgreSQL schema to create and use")
 	flag.StringVar(&cfg.Broker, "broker", "", "broker URL (nats://, amqp://, redis://, kafka://, postgres://, mem://); empty: an embedded NATS server")
 	flag.IntVar(&cfg.Orders, "orders", 3, "number of orders to place")
@@ -438,6 +441,9 @@ func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	if sqlitedb.IsURL(cfg.DatabaseURL) {
 		return openSQLite(ctx, cfg.DatabaseURL)
 	}
+	if mysqldb.IsURL(cfg.DatabaseURL) {
+		return openMySQL(ctx, cfg)
+	}
 	admin, err := sql.Open("pgx", cfg.DatabaseURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening database: %w", err)
@@ -453,6 +459,39 @@ func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 		return nil, nil, fmt.Errorf("opening database: %w", err)
 	}
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
+	if err := client.Schema.Create(ctx); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("migrating: %w", err)
+	}
+	return client, db, nil
+}
+
+// openMySQL makes the example's database (named as its PostgreSQL schema)
+// afresh on the MySQL or MariaDB server of cfg's URL, and migrates it.
+func openMySQL(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
+	admin, err := mysqldb.Open(cfg.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening database: %w", err)
+	}
+	name := "`" + strings.ReplaceAll(cfg.Schema, "`", "``") + "`"
+	_, err = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name)
+	if err == nil {
+		_, err = admin.ExecContext(ctx, `CREATE DATABASE `+name+` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin`)
+	}
+	admin.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating database %s (is MySQL running at %s?): %w",
+			cfg.Schema, broker.Redacted(cfg.DatabaseURL), err)
+	}
+	url, err := mysqldb.WithDatabase(cfg.DatabaseURL, cfg.Schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := mysqldb.Open(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening database: %w", err)
+	}
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.MySQL, db)))
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
 		return nil, nil, fmt.Errorf("migrating: %w", err)

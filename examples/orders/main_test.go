@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	neturl "net/url"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
@@ -22,6 +25,19 @@ func TestExampleRunsEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _, _ = db.DB.Exec(`DROP SCHEMA IF EXISTS "` + schema + `" CASCADE`) })
 	err := Run(context.Background(), &out, Config{DatabaseURL: pgtest.ServerURL(), Schema: schema, Orders: 3, Timeout: 3 * time.Minute})
 	// PostgreSQL's sequence gives the rolled-back order's id to no one.
+	requireExampleRan(t, out.String(), err, 5, 6)
+}
+
+// On MariaDB (or MySQL), in a database of the test's own.
+func TestExampleRunsEndToEndOnMariaDB(t *testing.T) {
+	t.Parallel()
+	_, url := mysqltest.Open(t) // made afresh by the example, dropped at the end
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	err = Run(context.Background(), &out, Config{DatabaseURL: url, Schema: path.Base(u.Path), Orders: 3, Timeout: 3 * time.Minute})
+	// InnoDB's auto-increment, like PostgreSQL's sequence, gives the
+	// rolled-back order's id to no one.
 	requireExampleRan(t, out.String(), err, 5, 6)
 }
 

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/entoutbox/entoutbox/internal/pgtest"
@@ -42,8 +41,11 @@ func Open(t testing.TB) (*sql.DB, string) {
 		_ = admin.Close()
 		t.Fatalf("mysqltest: creating database %s: %v", name, err)
 	}
-	url := withDatabase(ServerURL(), name)
-	db, err := mysqldb.Open(url)
+	url, err := mysqldb.WithDatabase(ServerURL(), name)
+	var db *sql.DB
+	if err == nil {
+		db, err = mysqldb.Open(url)
+	}
 	if err != nil {
 		t.Fatalf("mysqltest: %v", err)
 	}
@@ -55,19 +57,6 @@ func Open(t testing.TB) (*sql.DB, string) {
 		_ = admin.Close()
 	})
 	return db, url
-}
-
-// withDatabase is the server URL u naming database name instead.
-func withDatabase(u, name string) string {
-	rest := u[strings.Index(u, "://")+3:]
-	q := ""
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		rest, q = rest[:i], rest[i:]
-	}
-	if i := strings.IndexByte(rest, '/'); i >= 0 {
-		rest = rest[:i]
-	}
-	return u[:strings.Index(u, "://")+3] + rest + "/" + name + q
 }
 
 func randomSuffix() string {

@@ -15,13 +15,17 @@ func (t Tables) ConsumerLetterInsert(withSeq bool) string {
 		columns, values = ", aggregate_seq", ", $12::bigint"
 	}
 	d := pgsql.QuoteIdent(t.DeadLetters)
-	if t.Dialect == SQLite {
+	if t.Dialect == SQLite || t.Dialect == MySQL {
 		if withSeq {
 			values = ", ?12"
 		}
+		from := "" // MySQL's SELECT takes a WHERE only after a FROM
+		if t.Dialect == MySQL {
+			d, from = MySQL.quote(t.DeadLetters), " FROM DUAL"
+		}
 		return `INSERT INTO ` + d + ` (event_id, source, event_name, event_version, topic,
 		aggregate_type, aggregate_id, payload, headers, reason, attempts` + columns + `)
-		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11` + values + `
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11` + values + from + `
 		WHERE ?1 IS NULL OR NOT EXISTS (SELECT 1 FROM ` + d + ` WHERE event_id = ?1 AND source = ?2)`
 	}
 	return `INSERT INTO ` + d + ` (event_id, source, event_name, event_version, topic,
@@ -33,7 +37,9 @@ func (t Tables) ConsumerLetterInsert(withSeq bool) string {
 // The consumer letter's shapes, each with a golden file.
 var (
 	_ = define("letters/consumer-insert", func(t Tables) string { return t.ConsumerLetterInsert(false) }).
-		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(false) })
+		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(false) }).
+		also(MySQL, func(t Tables) string { return t.ConsumerLetterInsert(false) })
 	_ = define("letters/consumer-insert-with-seq", func(t Tables) string { return t.ConsumerLetterInsert(true) }).
-		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(true) })
+		also(SQLite, func(t Tables) string { return t.ConsumerLetterInsert(true) }).
+		also(MySQL, func(t Tables) string { return t.ConsumerLetterInsert(true) })
 )

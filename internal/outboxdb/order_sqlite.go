@@ -12,17 +12,19 @@ import "github.com/entoutbox/entoutbox/internal/pgsql"
 // sqliteSeconds is the seconds from the time column col to now.
 func sqliteSeconds(col string) string { return `(julianday('now') - julianday(` + col + `)) * 86400.0` }
 
-// sqliteMove is the SET items that move a position to seq to (an SQL
-// expression), releasing the aggregate when it was held there: as
-// moveReleasing, without the notification.
-func sqliteMove(to string) string {
+// serialMove is the SET items that move a position to seq to (an SQL
+// expression), releasing the aggregate when it was held there, now being
+// the database's clock: as moveReleasing, without the notification. Each
+// item reads only columns set after it, as MySQL reads the new values of
+// those set before.
+func serialMove(to, now string) string {
 	return `last_seq = ` + to + `,
-			waiting_since = CASE WHEN waiting_seq > ` + to + ` THEN ` + sqliteNow + ` END,
+			waiting_since = CASE WHEN waiting_seq > ` + to + ` THEN ` + now + ` END,
 			waiting_seq = CASE WHEN waiting_seq > ` + to + ` THEN waiting_seq END,
 			held_event_id = CASE WHEN held_seq = ` + to + ` THEN NULL ELSE held_event_id END,
 			held_at = CASE WHEN held_seq = ` + to + ` THEN NULL ELSE held_at END,
 			held_seq = CASE WHEN held_seq = ` + to + ` THEN NULL ELSE held_seq END,
-			updated_at = ` + sqliteNow
+			updated_at = ` + now
 }
 
 // LockPositionCreateQuery makes the position of consumer $1 on topic $2,
@@ -67,7 +69,7 @@ func init() {
 		WHERE p.consumer = ?1 AND p.topic = ?2 AND p.aggregate_type = ?3 AND p.aggregate_id = ?4`
 	})
 	orderMove.also(SQLite, func(t Tables) string {
-		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET ` + sqliteMove("?2") + ` WHERE id = ?1`
+		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET ` + serialMove("?2", sqliteNow) + ` WHERE id = ?1`
 	})
 	orderHold.also(SQLite, func(t Tables) string {
 		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET held_seq = ?2, held_event_id = ?3, held_at = ` + sqliteNow +

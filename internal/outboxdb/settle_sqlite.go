@@ -11,20 +11,33 @@ import "github.com/entoutbox/entoutbox/internal/pgsql"
 // SettleTargetQuery returns the position's id, last_seq, the seq to move
 // to, the held seq and event after the move, and the held seq and event
 // before it; no row when there is no position.
-func (t Tables) SettleTargetQuery() string { return t.cached(settleTargetSQLite) }
+func (t Tables) SettleTargetQuery() string { return t.cached(settleTarget) }
 
 // SettleUpdateQuery moves position $1 to seq $2, held at $3, event $4
 // (NULLs: released).
-func (t Tables) SettleUpdateQuery() string { return t.cached(settleUpdateSQLite) }
+func (t Tables) SettleUpdateQuery() string { return t.cached(settleUpdate) }
 
 var (
-	settleTargetSQLite = defineOnly("settle/target", SQLite, func(t Tables) string {
-		return `WITH RECURSIVE pos AS (
-		SELECT id, last_seq, held_seq, held_event_id FROM ` + pgsql.QuoteIdent(t.Positions) + `
+	settleTarget = defineOnly("settle/target", SQLite, func(t Tables) string { return settleTargetOf(t, pgsql.QuoteIdent) })
+	settleUpdate = defineOnly("settle/update", SQLite, func(t Tables) string {
+		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET last_seq = ?2, held_seq = ?3, held_event_id = ?4,
+			held_at = CASE WHEN ?3 IS NULL THEN NULL WHEN ?3 IS held_seq THEN held_at ELSE ` + sqliteNow + ` END,
+			waiting_since = CASE WHEN ?2 = last_seq THEN waiting_since WHEN waiting_seq > ?2 THEN ` + sqliteNow + ` END,
+			waiting_seq = CASE WHEN waiting_seq > ?2 THEN waiting_seq END,
+			updated_at = ` + sqliteNow + `
+		WHERE id = ?1`
+	})
+)
+
+// settleTargetOf is SettleTargetQuery with names quoted by quote (the
+// statement is SQLite's and MySQL's alike).
+func settleTargetOf(t Tables, quote func(string) string) string {
+	return `WITH RECURSIVE pos AS (
+		SELECT id, last_seq, held_seq, held_event_id FROM ` + quote(t.Positions) + `
 		WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4),
 	letters AS (
 		SELECT aggregate_seq AS seq, event_id, discarded_at IS NOT NULL AS discarded, source = ?1 AS own
-		FROM ` + pgsql.QuoteIdent(t.DeadLetters) + `
+		FROM ` + quote(t.DeadLetters) + `
 		WHERE source IN (?1, 'relay') AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
 			AND aggregate_seq IS NOT NULL AND retried_at IS NULL),
 	skipped (seq) AS (
@@ -42,13 +55,4 @@ var (
 		CASE WHEN moved.to_seq = moved.last_seq AND moved.held_seq IS NOT NULL THEN moved.held_event_id ELSE next.event_id END,
 		moved.held_seq, moved.held_event_id
 	FROM moved LEFT JOIN next ON next.id = moved.id`
-	})
-	settleUpdateSQLite = defineOnly("settle/update", SQLite, func(t Tables) string {
-		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET last_seq = ?2, held_seq = ?3, held_event_id = ?4,
-			held_at = CASE WHEN ?3 IS NULL THEN NULL WHEN ?3 IS held_seq THEN held_at ELSE ` + sqliteNow + ` END,
-			waiting_since = CASE WHEN ?2 = last_seq THEN waiting_since WHEN waiting_seq > ?2 THEN ` + sqliteNow + ` END,
-			waiting_seq = CASE WHEN waiting_seq > ?2 THEN waiting_seq END,
-			updated_at = ` + sqliteNow + `
-		WHERE id = ?1`
-	})
-)
+}

@@ -45,7 +45,8 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 	if err != nil {
 		return false, err
 	}
-	query := outboxdb.Tables{DeadLetters: table, Dialect: outboxdb.DialectFrom(db)}.ConsumerLetterInsert(withSeq)
+	dialectOf := outboxdb.DialectFrom(db)
+	query := outboxdb.Tables{DeadLetters: table, Dialect: dialectOf}.ConsumerLetterInsert(withSeq)
 	insert := func(ctx context.Context, db dialect.ExecQuerier) error {
 		if positions != nil {
 			if err := positions(ctx, db); err != nil {
@@ -53,17 +54,22 @@ func Insert(ctx context.Context, db dialect.ExecQuerier, table string, withSeq b
 			}
 		}
 		var res stdsql.Result
-		if err := db.Exec(ctx, query, args, &res); err != nil {
+		if err := outboxdb.Bound(db, dialectOf).Exec(ctx, query, args, &res); err != nil {
 			return err
 		}
 		n, err := res.RowsAffected()
 		written = err != nil || n > 0 // unknown counts as written
 		return nil
 	}
-	sqlite := outboxdb.DialectFrom(db) == outboxdb.SQLite
-	if drv, ok := db.(dialect.Driver); ok && l.Meta.EventID != uuid.Nil && !sqlite {
+	pg := dialectOf == outboxdb.Postgres
+	if drv, ok := db.(dialect.Driver); ok && l.Meta.EventID != uuid.Nil && pg {
 		err = insertLocked(ctx, drv, table+"/"+l.Meta.Consumer+"/"+l.Meta.EventID.String(), insert)
-	} else if ok && sqlite { // its writers take turns: the transaction alone
+	} else if ok && !pg {
+		// SQLite's writers take turns: the transaction alone. On MySQL,
+		// two letters of one event at once lock the same gap of the
+		// event_id index: one of them deadlocks, and is written again
+		// (its delivery is nacked, and finds the other's letter when it comes
+		// again).
 		err = ordering.InTx(ctx, drv, func(ctx context.Context, tx dialect.ExecQuerier) error { return insert(ctx, tx) })
 	} else {
 		err = insert(ctx, db)

@@ -121,7 +121,9 @@ type position struct {
 // delivery of the aggregate, on any instance, waits here.
 func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (position, error) {
 	var p position
-	if t.sqlite() { // made first, then read (SQLite's transaction holds the write lock already)
+	// Made first, then read: SQLite's transaction holds the write lock
+	// already; MySQL's upsert locks the row, made or found.
+	if t.serial() {
 		var res stdsql.Result
 		if err := tx.Exec(ctx, t.DB().LockPositionCreateQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &res); err != nil {
 			return p, err
@@ -152,6 +154,7 @@ func lockPosition(ctx context.Context, tx dialect.ExecQuerier, t Tables, m event
 // *OutOfOrderError or *HeldError for an event that must not be applied
 // now.
 func Record(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	tx = On(t, tx)
 	next, fresh, err := recordNext(ctx, tx, t, m)
 	if err != nil || next {
 		return fresh, err
@@ -207,7 +210,7 @@ func Record(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 // every other case it changes nothing and next is false: the caller takes
 // the full path (lockPosition).
 func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
-	if t.sqlite() {
+	if t.serial() {
 		return false, false, nil // the run statement takes arrays: the full path
 	}
 	args := []any{[]string{m.Consumer}, []int32{0}, []string{m.Topic}, []string{m.AggregateType}, []string{m.AggregateID},
@@ -253,7 +256,7 @@ func apply(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta,
 // applyRecord records m and moves position p to it: ApplyQuery, or on
 // SQLite its two statements.
 func applyRecord(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, p position) (bool, error) {
-	if !t.sqlite() {
+	if !t.serial() {
 		var rows entsql.Rows
 		err := tx.Query(ctx, t.DB().ApplyQuery(),
 			[]any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1), m.AggregateSeq, p.id}, &rows)
@@ -281,6 +284,7 @@ func applyRecord(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events
 // whether the position changed.
 func SettleAlone(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
 	err = InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+		tx = On(t, tx)
 		if _, err := lockPosition(ctx, tx, t, m); err != nil {
 			return fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 		}
@@ -293,7 +297,8 @@ func SettleAlone(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 // Settle runs internal/outboxdb's SettleQuery on m's aggregate in tx, and
 // tells whether the position changed.
 func Settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
-	if t.sqlite() {
+	tx = On(t, tx)
+	if t.serial() {
 		return settleSQLite(ctx, tx, t, m)
 	}
 	q := outboxdb.Tables{Positions: t.Positions, DeadLetters: t.DeadLetters}.SettleQuery()
@@ -386,6 +391,7 @@ const (
 // waits for its turn like any event, or the position could not move past
 // it.
 func HoldOrPass(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta, order LetterOrder) error {
+	tx = On(t, tx)
 	p, err := lockPosition(ctx, tx, t, m)
 	if err != nil {
 		return fmt.Errorf("reading the position of aggregate %s/%s: %w", m.AggregateType, m.AggregateID, err)
@@ -427,6 +433,7 @@ func moveTo(ctx context.Context, tx dialect.ExecQuerier, t Tables, p position, s
 // not wait for one it will never apply. It returns false for a duplicate,
 // and an *OutOfOrderError or *HeldError like Record.
 func PassUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	tx = On(t, tx)
 	p, err := lockPosition(ctx, tx, t, m)
 	if err != nil {
 		return false, fmt.Errorf("consumer: reading the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
@@ -454,20 +461,36 @@ func PassUnhandled(ctx context.Context, tx dialect.ExecQuerier, t Tables, m even
 // it is the first, and its seq, if it is the lowest (the mark on which a
 // move of the position wakes the waiters: wake.go). It returns the gap as
 // it is now, or nil when there is none, like LookAtPosition.
-func NoteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
-	var rows entsql.Rows
-	err := db.Query(ctx, t.DB().NoteWaitingQuery(),
-		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}, &rows)
+func NoteWaiting(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (gap *OutOfOrderError, err error) {
+	args := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}
+	if t.Dialect == outboxdb.MySQL { // no RETURNING: the note, then the read
+		err = InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+			var res stdsql.Result
+			if err := On(t, tx).Exec(ctx, t.DB().NoteWaitingQuery(), args, &res); err != nil {
+				return err
+			}
+			gap, err = LookAtPosition(ctx, tx, t, m)
+			return err
+		})
+	} else {
+		var rows entsql.Rows
+		if err = db.Query(ctx, t.DB().NoteWaitingQuery(), args, &rows); err == nil {
+			gap, err = scanGap(&rows, m)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer: noting that %q waits on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}
-	return scanGap(&rows, m)
+	return gap, nil
 }
 
 // StartAggregate starts m's aggregate, to which m's consumer has applied
 // nothing, at its lowest waiting seq, once that waited startAfter. It
 // returns that seq, or 0 when the aggregate was not started.
 func StartAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (int64, error) {
+	if t.Dialect == outboxdb.MySQL {
+		return startAggregateMySQL(ctx, db, t, m, startAfter)
+	}
 	var rows entsql.Rows
 	// The lowest waiting event may wait in another instance: it is woken.
 	err := db.Query(ctx, t.DB().StartAggregateQuery(),
@@ -485,11 +508,48 @@ func StartAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m eve
 	return seq, rows.Close()
 }
 
+// startAggregateMySQL is StartAggregate without RETURNING: the start, then
+// the seq it started at read in the same transaction.
+func startAggregateMySQL(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (seq int64, err error) {
+	key := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}
+	err = InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
+		tx = On(t, tx)
+		var res stdsql.Result
+		if err := tx.Exec(ctx, t.DB().StartAggregateQuery(), append(key, startAfter.Seconds()), &res); err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		var rows entsql.Rows
+		if err := tx.Query(ctx, t.DB().PositionQuery(), key, &rows); err != nil {
+			return err
+		}
+		defer rows.Close()
+		var last int64
+		var held bool
+		var waited stdsql.NullFloat64
+		var mark stdsql.NullInt64
+		if rows.Next() {
+			if err := rows.Scan(&last, &held, &waited, &mark); err != nil {
+				return err
+			}
+			seq = mark.Int64
+		}
+		return rows.Close()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("consumer: starting aggregate %s/%s for %q: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
+	}
+	return seq, nil
+}
+
 // LookAtPosition reads m's aggregate's position without locking it, for a
 // delivery that waits for its turn: the gap as it is now, or nil when m
 // may be its aggregate's next, or is behind a held one, or was applied
 // (the handler's path tells which).
 func LookAtPosition(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta) (*OutOfOrderError, error) {
+	db = On(t, db)
 	var rows entsql.Rows
 	err := db.Query(ctx, t.DB().PositionQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows)
 	if err != nil {
@@ -538,9 +598,15 @@ func (t Tables) DB() outboxdb.Tables {
 	return outboxdb.Tables{Processed: t.Processed, DeadLetters: t.DeadLetters, Positions: t.Positions, Dialect: t.Dialect}
 }
 
-// sqlite tells whether t's statements are SQLite's: there a statement that
-// does several things on PostgreSQL is several, run here in order.
-func (t Tables) sqlite() bool { return t.Dialect == outboxdb.SQLite }
+// serial tells whether t's statements are SQLite's or MySQL's: there a
+// statement that does several things on PostgreSQL is several, run here
+// in order.
+func (t Tables) serial() bool { return t.Dialect == outboxdb.SQLite || t.Dialect == outboxdb.MySQL }
+
+// On is q running t's statements: bound on their way to MySQL, whose
+// placeholders are not numbered (outboxdb.Bind). A function, not a method:
+// Tables is the consumer package's, for generated code.
+func On(t Tables, q dialect.ExecQuerier) dialect.ExecQuerier { return outboxdb.Bound(q, t.Dialect) }
 
 // InTx runs f in a transaction of db's when db is a driver, else on db.
 func InTx(ctx context.Context, db dialect.ExecQuerier, f func(context.Context, dialect.ExecQuerier) error) error {

@@ -1,0 +1,3 @@
+-- order/held-at
+SELECT EXISTS (SELECT 1 FROM `outbox_consumer_positions`
+				WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4 AND held_seq = ?5)
