@@ -90,6 +90,9 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 	if err != nil {
 		return err
 	}
+	if err := emitAhead(ctx, drv, t, ers, false, rows); err != nil {
+		return err
+	}
 	n, err := execWrites(ctx, drv, t.EmitWrites(ers), "writing", rows)
 	if err != nil || n == len(rows) {
 		return err
@@ -107,6 +110,24 @@ func insert(ctx context.Context, drv dialect.ExecQuerier, table, seqTable, sched
 		return fmt.Errorf("%w: %s (%q)", events.ErrDuplicateEventID, rows[0].EventID, rows[0].Name)
 	}
 	return fmt.Errorf("%w: %d of %d events were already in the outbox or scheduled", events.ErrDuplicateEventID, len(rows)-n, len(rows))
+}
+
+// emitAhead runs what comes before the write of rows (as ers) on MySQL
+// (outboxdb's EmitAhead), turning its refusal of an event id in the other
+// table into events.ErrDuplicateEventID.
+func emitAhead(ctx context.Context, drv dialect.ExecQuerier, t outboxdb.Tables, ers []outboxdb.EmitRow, schedule bool, rows []Row) error {
+	err := t.EmitAhead(ctx, drv, ers, schedule)
+	if errors.Is(err, outboxdb.ErrDuplicateInOtherTable) {
+		return fmt.Errorf("%w: %w", events.ErrDuplicateEventID, err)
+	}
+	if err != nil {
+		doing := "writing"
+		if schedule {
+			doing = "scheduling"
+		}
+		return writeError(err, doing, rows)
+	}
+	return nil
 }
 
 // tablesFor is t in the dialect drv speaks (PostgreSQL when it does not

@@ -52,6 +52,9 @@ func insertScheduled(ctx context.Context, drv dialect.ExecQuerier, outboxTable, 
 	if err != nil {
 		return err
 	}
+	if err := emitAhead(ctx, drv, t, ers, true, rows); err != nil {
+		return err
+	}
 	n, err := execWrites(ctx, drv, t.ScheduleWrites(ers, time.Now()), "scheduling", rows)
 	if err != nil || n == len(rows) {
 		return err

@@ -1,40 +1,227 @@
 package outboxdb
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"strings"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 )
 
 // Emit on MySQL (MySQL 8, MariaDB 10.6+), which has no INSERT inside a
-// WITH, no ON CONFLICT and no NOTIFY. As on SQLite, the counters move
-// first, by as many numbers as each aggregate has rows, and the insert
-// then reads them: the upsert leaves each counter row locked by the
-// transaction until it ends (InnoDB's record lock), so the aggregate's
-// other writers wait on it and the numbers have no gaps and follow commit
-// order. The counters are written in key order, so that two transactions
-// writing the same aggregates never wait on each other in a cycle within
-// a statement. A duplicate event id is skipped by a no-op update (the
-// rows affected count only the rows inserted); INSERT IGNORE would turn
-// every other error into a warning too.
+// WITH, no ON CONFLICT, no RETURNING and no NOTIFY, and whose InnoDB locks
+// the gaps of an index where a statement searches it, not only the rows it
+// finds. The statements are chosen so that Emit takes no gap lock: an
+// upsert on the counters' unique key, or an INSERT … SELECT reading the
+// counters or another table, would hold next-key locks that make
+// transactions writing unrelated aggregates, which sort next to each other
+// ("2" lies between "199" and "20"), deadlock. So, ahead of the insert
+// (EmitAhead):
+//
+//   - each aggregate's counter is moved on by an UPDATE on its whole key
+//     (a lock on that row alone, held until the transaction ends: the
+//     aggregate's other writers wait on it, and the numbers have no gaps
+//     and follow commit order), which returns the new value through
+//     LAST_INSERT_ID(expr); a counter not there yet is inserted;
+//   - the event ids already in the other table (scheduled, or in the
+//     outbox) are looked for with a plain read, which locks nothing, as
+//     PostgreSQL's NOT EXISTS does.
+//
+// The insert then writes each row with its number. The counters are moved
+// in key order, so that two transactions writing the same aggregates
+// never wait on each other in a cycle. A duplicate event id in the outbox
+// is skipped by a no-op update (the rows affected count only the rows
+// inserted); INSERT IGNORE would turn every other error into a warning
+// too.
 
-// mysqlCount moves the counters of rows' aggregates on by their rows,
-// creating those that are new.
-func (t Tables) mysqlCount(rows []EmitRow) Write {
+// EmitAhead does, in drv's transaction, what must come before rows are
+// written (EmitWrites) or scheduled (schedule true: ScheduleWrites) on
+// MySQL: it numbers the rows (the counters moved on, or for scheduled
+// rows locked, made at 0 when new) and refuses, with
+// ErrDuplicateInOtherTable, a row whose event id is in the other table.
+// Elsewhere it does nothing.
+func (t Tables) EmitAhead(ctx context.Context, drv dialect.ExecQuerier, rows []EmitRow, schedule bool) error {
+	if t.Dialect != MySQL {
+		return nil
+	}
+	other := t.Scheduled
+	if schedule {
+		other = t.Outbox
+	}
+	if other != "" {
+		if err := t.mysqlRefuseIn(ctx, drv, other, rows); err != nil {
+			return err
+		}
+	}
+	if t.Sequences == "" {
+		return nil
+	}
 	keys, counts := countByAggregate(rows)
-	var (
-		q    strings.Builder
-		args = make([]any, 0, 4*len(keys))
-	)
-	q.WriteString("INSERT INTO " + MySQL.quote(t.Sequences) + " (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
+	exist, err := t.mysqlCounters(ctx, drv, keys)
+	if err != nil {
+		return fmt.Errorf("reading the counters: %w", err)
+	}
+	last := make(map[aggregateKey]int64, len(keys))
+	for _, k := range keys {
+		take := counts[k]
+		if schedule {
+			take = 0 // locked, as on PostgreSQL, without a number
+		}
+		n, err := t.mysqlMoveCounter(ctx, drv, k, take, exist[k])
+		if err != nil {
+			return fmt.Errorf("moving the counter of aggregate %s/%s on %q: %w", k.typ, k.id, k.topic, err)
+		}
+		last[k] = n
+	}
+	if schedule {
+		return nil
+	}
+	back := backs(rows, counts)
+	for i := range rows {
+		rows[i].Seq = last[aggregateKey{rows[i].Topic, rows[i].AggregateType, rows[i].AggregateID}] - back[i]
+	}
+	return nil
+}
+
+// ErrDuplicateInOtherTable is EmitAhead's refusal of a row whose event id
+// is scheduled (for an event written now) or in the outbox (for one
+// scheduled).
+var ErrDuplicateInOtherTable = errors.New("event id already scheduled or in the outbox")
+
+// mysqlRefuseIn refuses rows when one's event id is in table.
+func (t Tables) mysqlRefuseIn(ctx context.Context, drv dialect.ExecQuerier, table string, rows []EmitRow) error {
+	args := make([]any, len(rows))
+	for i, r := range rows {
+		args[i] = r.EventID
+	}
+	var found entsql.Rows
+	query := strings.Replace(mysqlFindEvents.SQL(Tables{Dialect: MySQL, Outbox: table}), "?", "?"+strings.Repeat(",?", len(rows)-1), 1)
+	if err := drv.Query(ctx, query, args, &found); err != nil {
+		return err
+	}
+	defer found.Close()
+	if found.Next() {
+		var id string
+		if err := found.Scan(&id); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s", ErrDuplicateInOtherTable, id)
+	}
+	return found.Close()
+}
+
+// mysqlMoveCounter moves k's counter on by take and returns its value, or
+// with take 0 locks it alone; exists is whether a plain read found it.
+// A counter found is moved (or locked) by its key alone: a lock on its
+// row. A locking statement on a key that is not there would lock the gap
+// where it would be, so a new counter is inserted instead, by an upsert:
+// an insert takes no gap lock, and the upsert, when another transaction
+// made the counter at once, waits for it and then moves it (with an
+// exclusive lock: a plain insert's duplicate would leave a shared one,
+// which two such transactions would then both wait to upgrade).
+func (t Tables) mysqlMoveCounter(ctx context.Context, drv dialect.ExecQuerier, k aggregateKey, take int64, exists bool) (int64, error) {
+	key := []any{k.topic, k.typ, k.id}
+	if exists {
+		last, found, err := t.mysqlTakeFound(ctx, drv, key, take)
+		if err != nil || found {
+			return last, err
+		}
+	}
+	var res sql.Result
+	if err := drv.Exec(ctx, mysqlCounterMake.SQL(t), append(key, take), &res); err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n != 2 {
+		return take, err // made (1), or locked without a number (0)
+	}
+	return res.LastInsertId() // moved: the value, by LAST_INSERT_ID(expr)
+}
+
+// mysqlTakeFound moves the counter of key on by take, or with take 0
+// locks it, and returns its value; found is false when it is not there.
+func (t Tables) mysqlTakeFound(ctx context.Context, drv dialect.ExecQuerier, key []any, take int64) (last int64, found bool, err error) {
+	if take > 0 { // one statement: LAST_INSERT_ID(expr) returns the value
+		var res sql.Result
+		if err := drv.Exec(ctx, mysqlCounterTake.SQL(t), append([]any{take}, key...), &res); err != nil {
+			return 0, false, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 {
+			return 0, false, err
+		}
+		last, err = res.LastInsertId()
+		return last, true, err
+	}
+	var rows entsql.Rows
+	if err := drv.Query(ctx, mysqlCounterLock.SQL(t), key, &rows); err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
+	if found = rows.Next(); found {
+		if err := rows.Scan(&last); err != nil {
+			return 0, false, err
+		}
+	}
+	return last, found, rows.Close()
+}
+
+// mysqlCounters tells which of keys have a counter, by a plain read (it
+// locks nothing).
+func (t Tables) mysqlCounters(ctx context.Context, drv dialect.ExecQuerier, keys []aggregateKey) (map[aggregateKey]bool, error) {
+	var q strings.Builder
+	args := make([]any, 0, 3*len(keys))
+	q.WriteString(mysqlCounterRead.SQL(t))
 	for i, k := range keys {
 		if i > 0 {
-			q.WriteByte(',')
+			q.WriteString(" OR ")
 		}
-		q.WriteString("(?,?,?,?)")
-		args = append(args, k.topic, k.typ, k.id, counts[k])
+		q.WriteString("(topic = ? AND aggregate_type = ? AND aggregate_id = ?)")
+		args = append(args, k.topic, k.typ, k.id)
 	}
-	q.WriteString(" ON DUPLICATE KEY UPDATE last_seq = last_seq + VALUES(last_seq)")
-	return Write{q.String(), args}
+	var rows entsql.Rows
+	if err := drv.Query(ctx, q.String(), args, &rows); err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := make(map[aggregateKey]bool, len(keys))
+	for rows.Next() {
+		var k aggregateKey
+		if err := rows.Scan(&k.topic, &k.typ, &k.id); err != nil {
+			return nil, err
+		}
+		found[k] = true
+	}
+	return found, rows.Close()
 }
+
+// The statements of EmitAhead, each with a golden file.
+var (
+	mysqlCounterTake = defineOnly("emit/counter-take", MySQL, func(t Tables) string {
+		return `UPDATE ` + MySQL.quote(t.Sequences) + ` SET last_seq = LAST_INSERT_ID(last_seq + ?)
+			WHERE topic = ? AND aggregate_type = ? AND aggregate_id = ?`
+	})
+	mysqlCounterMake = defineOnly("emit/counter-make", MySQL, func(t Tables) string {
+		return `INSERT INTO ` + MySQL.quote(t.Sequences) + ` (topic, aggregate_type, aggregate_id, last_seq) VALUES (?, ?, ?, ?)
+			ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + VALUES(last_seq))`
+	})
+	// The counters there (the WHERE is the keys').
+	mysqlCounterRead = defineOnly("emit/counter-read", MySQL, func(t Tables) string {
+		return `SELECT topic, aggregate_type, aggregate_id FROM ` + MySQL.quote(t.Sequences) + ` WHERE `
+	})
+	mysqlCounterLock = defineOnly("emit/counter-lock", MySQL, func(t Tables) string {
+		return `SELECT last_seq FROM ` + MySQL.quote(t.Sequences) +
+			` WHERE topic = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE`
+	})
+	// The event ids of rows found in t.Outbox (the one ? stands for the
+	// list of them).
+	mysqlFindEvents = defineOnly("emit/find-events", MySQL, func(t Tables) string {
+		return `SELECT event_id FROM ` + MySQL.quote(t.Outbox) + ` WHERE event_id IN (?) LIMIT 1`
+	})
+)
 
 // mysqlRows is rows as a derived table v of the columns cols, one SELECT
 // per row (MySQL 8 and MariaDB spell a VALUES table differently), with
@@ -80,42 +267,16 @@ func (t Tables) mysqlInsert(rows []EmitRow, seq string) Write {
 		return []any{r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
 			r.Payload, r.Headers, r.ReadableFrom, r.Seq, back[i], i}
 	})
-	if t.Scheduled != "" {
-		q.WriteString(" WHERE NOT EXISTS (SELECT 1 FROM " + MySQL.quote(t.Scheduled) + " s WHERE s.event_id = v.event_id)")
-	}
+	// The rows scheduled were refused ahead (EmitAhead).
 	q.WriteString(" ORDER BY v.ord ON DUPLICATE KEY UPDATE " + outbox + ".id = " + outbox + ".id")
 	return Write{q.String(), args}
 }
 
-// mysqlSeq is the number of row v: its aggregate's counter, moved on by
-// this write, less the rows of the aggregate after it.
-func (t Tables) mysqlSeq() string {
-	return "(SELECT s.last_seq FROM " + MySQL.quote(t.Sequences) + " s WHERE s.topic = v.topic" +
-		" AND s.aggregate_type = v.aggregate_type AND s.aggregate_id = v.aggregate_id) - v.back"
-}
-
 // mysqlSchedule schedules rows in their order, each due at its DeliverAt
 // or at the database's clock plus DeliverAfter, skipping an event id
-// already scheduled or in the outbox. With t.Sequences, the counters of
-// the rows' aggregates are locked first (made at 0 when new) without
-// taking a number, as on PostgreSQL (EmitSchedule).
+// already scheduled. Their aggregates' counters were locked ahead, and
+// the rows in the outbox refused (EmitAhead).
 func (t Tables) mysqlSchedule(rows []EmitRow) []Write {
-	var writes []Write
-	if t.Sequences != "" {
-		keys, _ := countByAggregate(rows)
-		var q strings.Builder
-		args := make([]any, 0, 3*len(keys))
-		q.WriteString("INSERT INTO " + MySQL.quote(t.Sequences) + " (topic, aggregate_type, aggregate_id, last_seq) VALUES ")
-		for i, k := range keys {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteString("(?,?,?,0)")
-			args = append(args, k.topic, k.typ, k.id)
-		}
-		q.WriteString(" ON DUPLICATE KEY UPDATE last_seq = last_seq")
-		writes = append(writes, Write{q.String(), args})
-	}
 	const rowColumns = 12
 	var q strings.Builder
 	args := make([]any, 0, rowColumns*len(rows))
@@ -129,7 +290,6 @@ func (t Tables) mysqlSchedule(rows []EmitRow) []Write {
 		return []any{r.EventID, r.Name, r.Version, r.Topic, r.AggregateType, r.AggregateID,
 			r.Payload, r.Headers, r.ReadableFrom, r.DeliverAt, r.DeliverAfter, i}
 	})
-	q.WriteString(" WHERE NOT EXISTS (SELECT 1 FROM " + MySQL.quote(t.Outbox) + " o WHERE o.event_id = v.event_id)" +
-		" ORDER BY v.ord ON DUPLICATE KEY UPDATE " + scheduled + ".id = " + scheduled + ".id")
-	return append(writes, Write{q.String(), args})
+	q.WriteString(" ORDER BY v.ord ON DUPLICATE KEY UPDATE " + scheduled + ".id = " + scheduled + ".id")
+	return []Write{{q.String(), args}}
 }

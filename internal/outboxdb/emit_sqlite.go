@@ -17,8 +17,8 @@ type Write struct {
 // EmitWrites are the statements that write rows as Emit does, to run in
 // order in the emitting transaction; the last one's rows affected is the
 // number of rows it inserted (the others skipped as duplicates, see
-// EmitInsert). PostgreSQL takes one statement, EmitInsert; MySQL two (see
-// emit_mysql.go). SQLite has no
+// EmitInsert). PostgreSQL takes one statement, EmitInsert; MySQL one,
+// after EmitAhead (see emit_mysql.go). SQLite has no
 // INSERT inside a WITH and no NOTIFY: its counters move first, by as
 // many numbers as each aggregate has rows, and the insert then reads
 // them. SQLite lets one transaction write at a time, so the counters need
@@ -28,11 +28,8 @@ func (t Tables) EmitWrites(rows []EmitRow) []Write {
 	case Postgres:
 		q, args := t.EmitInsert(rows)
 		return []Write{{q, args}}
-	case MySQL:
-		if t.Sequences == "" {
-			return []Write{t.mysqlInsert(rows, "v.seq")}
-		}
-		return []Write{t.mysqlCount(rows), t.mysqlInsert(rows, t.mysqlSeq())}
+	case MySQL: // numbered ahead (EmitAhead)
+		return []Write{t.mysqlInsert(rows, "v.seq")}
 	}
 	var writes []Write
 	seq := "v.seq"

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	entsql "entgo.io/ent/dialect/sql"
+
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
@@ -47,7 +49,11 @@ func (t Tables) promoteSerial(ctx context.Context, q Querier, limit int) (int, e
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	for _, w := range (Tables{Outbox: t.Outbox, Sequences: t.Sequences, Dialect: t.Dialect}).EmitWrites(rows) {
+	emit := Tables{Outbox: t.Outbox, Sequences: t.Sequences, Dialect: t.Dialect}
+	if err := emit.EmitAhead(ctx, entsql.Conn{ExecQuerier: tx}, rows, false); err != nil {
+		return 0, err
+	}
+	for _, w := range emit.EmitWrites(rows) {
 		if _, err := tx.ExecContext(ctx, w.SQL, w.Args...); err != nil {
 			return 0, err
 		}
