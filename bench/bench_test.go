@@ -13,8 +13,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/mysqldb"
 )
 
 const testBroker = "nats://127.0.0.1:4222"
@@ -56,6 +58,8 @@ func TestBenchRuns(t *testing.T) {
 		ConsumerConns:      4,
 		ConsumerPerTx:      50,
 		SQLite:             true,
+		MySQL:              true,
+		MySQLURL:           mysqltest.ServerURL(),
 	})
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
@@ -70,6 +74,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("SQLite section: %q: %q", row, line)
 		}
 	}
+	checkMySQLSection(t, out.String())
 	for _, want := range []string{"relay", "drain ev/s", "p99 held-tx", "peak RSS",
 		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost",
 		"connections at peak, per process: a relay"} {
@@ -97,6 +102,48 @@ func TestBenchRuns(t *testing.T) {
 		case strings.Contains(line, "n/a") || strings.Contains(line, "handled after") || strings.Contains(line, "dedupe records"):
 			t.Errorf("consumer row did not work: %s", line)
 		}
+	}
+}
+
+// checkMySQLSection checks that the MariaDB section ran each measure,
+// every event arriving, or, without the server, said why not in its place.
+func checkMySQLSection(t *testing.T, out string) {
+	t.Helper()
+	db, err := mysqldb.Open(mysqltest.ServerURL())
+	if err == nil {
+		err = db.Ping()
+		_ = db.Close()
+	}
+	if err != nil {
+		if line := tableLine(out, "MariaDB: n/a (MariaDB/MySQL at "); line == "" {
+			t.Errorf("without the server (%v), the MariaDB section does not say so", err)
+		}
+		return
+	}
+	name := "MariaDB"
+	if tableLine(out, "MySQL emit cost") != "" {
+		name = "MySQL"
+	}
+	if env := tableLine(out, "env: "); !strings.Contains(env, ", "+name+" ") {
+		t.Errorf("the env line does not name the %s server: %q", name, env)
+	}
+	for _, row := range []string{"emit cost", "drain, poll path, 1 relay, 50 aggregates", "drain, poll path, 1 relay, 10 aggregates",
+		"drain, poll path, 1 relay, 50 aggregates, 200000 delivered rows kept", "commit-to-broker at 100 events/s, default poll interval 100ms",
+		"commit-to-broker at 100 events/s, poll interval 20ms"} {
+		line := tableLine(out, name+" "+row)
+		if line == "" || strings.Contains(line, "missing") || strings.Contains(line, "n/a") {
+			t.Errorf("%s section: %q: %q", name, row, line)
+		}
+	}
+}
+
+// Without the MariaDB server, its section says so in its place; the rest
+// of the run is not its concern.
+func TestMySQLSectionWithoutServer(t *testing.T) {
+	e := &env{cfg: config{MySQLURL: "mysql://root@127.0.0.1:1/test?timeout=2s"}}
+	text, server := measureMySQL(context.Background(), e)
+	if !strings.HasPrefix(text, "MariaDB: n/a (MariaDB/MySQL at mysql://root@127.0.0.1:1/test?timeout=2s is not reachable: ") || server != "" {
+		t.Errorf("section %q, server %q", text, server)
 	}
 }
 

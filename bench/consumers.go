@@ -88,7 +88,7 @@ func measureConsumers(ctx context.Context, e *env) ([]consumerResult, error) {
 	defer deleteNATSStream(cfg.Broker, topic)
 
 	e.progress("consumers: emitting %d events over %d aggregates with no relay running", cfg.ConsumerEvents, cfg.ConsumerAggregates)
-	ids, err := prefill(ctx, s.client, cfg.ConsumerEvents, cfg.ConsumerAggregates)
+	ids, _, err := prefill(ctx, s.client, cfg.ConsumerEvents, cfg.ConsumerAggregates)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 
 	"github.com/entoutbox/entoutbox/events"
@@ -47,33 +49,50 @@ var payload = func() testent.ProfileUpdated {
 func aggregateID(i, n int) string { return strconv.Itoa(i % n) }
 
 // prefill emits n events in transactions of 100 from a few connections at
-// once, for the drain measurement, and returns their ids.
-func prefill(ctx context.Context, client *testent.Client, n, aggregates int) ([]string, error) {
-	const perTx, workers = 100, 4
-	ids := make([]string, n)
+// once, for the drain measurement, and returns their ids. A transaction
+// that MySQL/MariaDB aborted to break a deadlock runs again, as the error
+// asks ("try restarting transaction"), up to maxDeadlocks times; deadlocks
+// is how many times one did (never on PostgreSQL).
+func prefill(ctx context.Context, client *testent.Client, n, aggregates int) (ids []string, deadlocks int, err error) {
+	const perTx, workers, maxDeadlocks = 100, 4, 10
+	ids = make([]string, n)
 	for i := range ids {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return nil, fmt.Errorf("generating an event id: %w", err)
+			return nil, 0, fmt.Errorf("generating an event id: %w", err)
 		}
 		ids[i] = id.String()
 	}
-	err := inBatches(ctx, n, perTx, workers, func(start int) error {
+	var retried atomic.Int64
+	err = inBatches(ctx, n, perTx, workers, func(start int) error {
 		end := min(start+perTx, n)
-		err := client.WithTx(ctx, func(tx *testent.Tx) error {
-			for i := start; i < end; i++ {
-				if err := emitOne(ctx, tx, ids[i], i, aggregates); err != nil {
-					return err
+		for attempt := 0; ; attempt++ {
+			err := client.WithTx(ctx, func(tx *testent.Tx) error {
+				for i := start; i < end; i++ {
+					if err := emitOne(ctx, tx, ids[i], i, aggregates); err != nil {
+						return err
+					}
 				}
+				return nil
+			})
+			if isDeadlock(err) && attempt < maxDeadlocks && ctx.Err() == nil {
+				retried.Add(1)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("emitting events %d to %d: %w", start, end, err)
 			}
 			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("emitting events %d to %d: %w", start, end, err)
 		}
-		return nil
 	})
-	return ids, err
+	return ids, int(retried.Load()), err
+}
+
+// isDeadlock tells whether err is MySQL's or MariaDB's deadlock error:
+// the transaction was rolled back to break one.
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213 // ER_LOCK_DEADLOCK
 }
 
 // inBatches calls write with the start of each batch of perTx out of n,

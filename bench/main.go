@@ -6,6 +6,7 @@
 //	go run ./bench --baseline-bin /path/to/old-entoutbox   # each row before and after a change
 //	go run ./bench --paths scheduled --emit-tx 0 --consumer-events 0   # the scheduled events' section alone
 //	go run ./bench --consumer-skew       # the consumers' key-skew table alone, 10,000 events a row
+//	go run ./bench --paths= --consumer-events 0 --skew-events 0   # the emit cost, the SQLite and the MariaDB sections
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
@@ -73,6 +74,8 @@ type config struct {
 	SkewInstances          []int // instance counts of the rows at SkewInstanceAggregates
 	SkewInstanceAggregates []int
 	SQLite                 bool      // the SQLite section (see sqlite.go)
+	MySQL                  bool      // the MariaDB section (see mysql.go)
+	MySQLURL               string    // the MariaDB/MySQL server it makes its databases on
 	SkewRounds             int       // times each row runs, interleaved with the rows of its aggregate count; the table prints the median
 	Progress               io.Writer // progress lines; nil discards them
 	Bin                    string    // the entoutbox command the relays run; "" builds it from this module
@@ -80,9 +83,12 @@ type config struct {
 }
 
 func main() {
-	cfg := config{DatabaseURL: os.Getenv("DATABASE_URL"), Progress: os.Stderr}
+	cfg := config{DatabaseURL: os.Getenv("DATABASE_URL"), MySQLURL: os.Getenv("MYSQL_URL"), Progress: os.Stderr}
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = defaultDatabaseURL
+	}
+	if cfg.MySQLURL == "" {
+		cfg.MySQLURL = defaultMySQLURL
 	}
 	var paths, skewAggregates, skewInstances, skewInstanceAggregates string
 	var consumerSkew bool
@@ -115,6 +121,8 @@ func main() {
 	flag.StringVar(&skewInstanceAggregates, "skew-instance-aggregates", "10,1000", "aggregate counts at which the key-skew table runs each of --skew-instances")
 	flag.IntVar(&cfg.SkewRounds, "skew-rounds", 1, "times each row of the key-skew table runs, the rows of one aggregate count taking turns; the table prints the median rate and the range (3 with --consumer-skew)")
 	flag.BoolVar(&cfg.SQLite, "sqlite", true, "the SQLite section: emit cost, drain and commit-to-broker latency on a SQLite file and the relay's poll path")
+	flag.BoolVar(&cfg.MySQL, "mysql", true, "the MariaDB section: the same measures as --sqlite's on a database of its own on --mysql-url's server (n/a when that server is not reachable)")
+	flag.StringVar(&cfg.MySQLURL, "mysql-url", cfg.MySQLURL, "MariaDB/MySQL server URL, naming a database that exists, for the MariaDB section (env MYSQL_URL)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
@@ -168,6 +176,9 @@ func (cfg *config) skewAlone() {
 	if !given["sqlite"] {
 		cfg.SQLite = false
 	}
+	if !given["mysql"] {
+		cfg.MySQL = false
+	}
 }
 
 func splitList(s string) []string {
@@ -214,8 +225,12 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "env: %d CPUs, %s, PostgreSQL %s, broker %s (events received by a core NATS subscription on the topic's partition subjects, T.*)\n",
-		runtime.NumCPU(), runtime.Version(), e.serverVersion, broker.Redacted(cfg.Broker))
+	servers := "PostgreSQL " + e.serverVersion
+	if rep.mysqlServer != "" {
+		servers += ", " + rep.mysqlServer
+	}
+	fmt.Fprintf(out, "env: %d CPUs, %s, %s, broker %s (events received by a core NATS subscription on the topic's partition subjects, T.*)\n",
+		runtime.NumCPU(), runtime.Version(), servers, broker.Redacted(cfg.Broker))
 	fmt.Fprintf(out, "flags: %s\n\n", cfg.describe())
 	if err := rep.print(out, cfg); err != nil {
 		return err
@@ -235,6 +250,8 @@ type report struct {
 	skew         []skewResult
 	skewErr      error
 	sqlite       string
+	mysql        string
+	mysqlServer  string // its name and version, for the env line
 }
 
 // measureAll measures each row, then the sections the flags ask for.
@@ -257,7 +274,12 @@ func measureAll(ctx context.Context, e *env, specs []rowSpec) (report, error) {
 	}
 	if e.cfg.SQLite {
 		e.progress("== SQLite")
-		rep.sqlite = sqliteSection(measureSQLite(ctx, e))
+		lines, err := measurePoll(ctx, e, sqlitePoll)
+		rep.sqlite = sectionText(sqlitePoll.name, lines, err)
+	}
+	if e.cfg.MySQL {
+		e.progress("== MariaDB")
+		rep.mysql, rep.mysqlServer = measureMySQL(ctx, e)
 	}
 	if e.cfg.ConsumerEvents > 0 {
 		e.progress("== consumers")
@@ -291,8 +313,10 @@ func (rep report) print(out io.Writer, cfg config) error {
 	if rep.emitLine != "" {
 		fmt.Fprintln(out, rep.emitLine)
 	}
-	if rep.sqlite != "" {
-		fmt.Fprintln(out, rep.sqlite)
+	for _, section := range []string{rep.sqlite, rep.mysql} {
+		if section != "" {
+			fmt.Fprintln(out, section)
+		}
 	}
 	if rep.consumersErr != nil {
 		fmt.Fprintf(out, "\nconsumers: n/a (%s)\n", firstLine(rep.consumersErr))
@@ -333,8 +357,8 @@ func (c config) check() error {
 		return errors.New("the key-skew table has no row: give --skew-aggregates, or --skew-instances and --skew-instance-aggregates")
 	case slices.ContainsFunc(slices.Concat(c.SkewAggregates, c.SkewInstances, c.SkewInstanceAggregates), func(n int) bool { return n <= 0 }):
 		return errors.New("--skew-aggregates, --skew-instances and --skew-instance-aggregates must be positive")
-	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0:
-		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0 and --skew-events 0")
+	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0 && !c.SQLite && !c.MySQL:
+		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0, --skew-events 0, --sqlite=false and --mysql=false")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
 	case c.ScheduledWaiting < 0 || c.ScheduledSectionWaiting < 0:

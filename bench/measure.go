@@ -147,7 +147,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 
 	// Drain: everything is committed before the relay starts.
 	e.progress("emitting %d events with no relay running", cfg.Events)
-	ids, err := prefill(ctx, s.client, cfg.Events, cfg.Aggregates)
+	ids, _, err := prefill(ctx, s.client, cfg.Events, cfg.Aggregates)
 	if err != nil {
 		return err
 	}
