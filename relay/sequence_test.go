@@ -211,7 +211,10 @@ func TestEmitOnDistinctAggregatesDoesNotDeadlock(t *testing.T) {
 					err := b.client.WithTx(ctx, func(tx *testent.Tx) error {
 						for k := range perTx {
 							agg := strconv.Itoa(w + writers*((i*perTx+k*7)%pool)) // this writer's own
-							if err := tx.Outbox.EmitOrderPaid(ctx, agg, testent.OrderPaid{OrderID: int64(k), AmountCents: 1}); err != nil {
+							// An id of its own: each Emit writes at once, in
+							// the order of the loop, not batched in key order.
+							if err := tx.Outbox.EmitOrderPaid(ctx, agg, testent.OrderPaid{OrderID: int64(k), AmountCents: 1},
+								events.WithEventID(uuid.Must(uuid.NewV7()))); err != nil {
 								return err
 							}
 						}

@@ -51,18 +51,13 @@ func (t Tables) EmitAhead(ctx context.Context, drv dialect.ExecQuerier, rows []E
 	if schedule {
 		other = t.Outbox
 	}
-	if other != "" {
-		if err := t.mysqlRefuseIn(ctx, drv, other, rows); err != nil {
-			return err
-		}
+	keys, counts := countByAggregate(rows)
+	exist, err := t.mysqlLook(ctx, drv, other, rows, keys)
+	if err != nil {
+		return err
 	}
 	if t.Sequences == "" {
 		return nil
-	}
-	keys, counts := countByAggregate(rows)
-	exist, err := t.mysqlCounters(ctx, drv, keys)
-	if err != nil {
-		return fmt.Errorf("reading the counters: %w", err)
 	}
 	last := make(map[aggregateKey]int64, len(keys))
 	for _, k := range keys {
@@ -91,26 +86,56 @@ func (t Tables) EmitAhead(ctx context.Context, drv dialect.ExecQuerier, rows []E
 // scheduled).
 var ErrDuplicateInOtherTable = errors.New("event id already scheduled or in the outbox")
 
-// mysqlRefuseIn refuses rows when one's event id is in table.
-func (t Tables) mysqlRefuseIn(ctx context.Context, drv dialect.ExecQuerier, table string, rows []EmitRow) error {
-	args := make([]any, len(rows))
-	for i, r := range rows {
-		args[i] = r.EventID
+// mysqlLook reads, in one plain read (it locks nothing), which of keys
+// have a counter (with t.Sequences), and whether an event id of rows is
+// in table other ("" for none): then it refuses rows.
+func (t Tables) mysqlLook(ctx context.Context, drv dialect.ExecQuerier, other string, rows []EmitRow, keys []aggregateKey) (map[aggregateKey]bool, error) {
+	var (
+		parts []string
+		args  []any
+	)
+	if t.Sequences != "" { // first: the union's columns take its types
+		var q strings.Builder
+		q.WriteString("(" + mysqlCounterRead.SQL(t))
+		for i, k := range keys {
+			if i > 0 {
+				q.WriteString(" OR ")
+			}
+			q.WriteString("(topic = ? AND aggregate_type = ? AND aggregate_id = ?)")
+			args = append(args, k.topic, k.typ, k.id)
+		}
+		parts = append(parts, q.String()+")")
+	}
+	if other != "" {
+		parts = append(parts, "("+strings.Replace(mysqlFindEvents.SQL(Tables{Dialect: MySQL, Outbox: other}),
+			"?", "?"+strings.Repeat(",?", len(rows)-1), 1)+")")
+		for _, r := range rows {
+			args = append(args, r.EventID)
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil
 	}
 	var found entsql.Rows
-	query := strings.Replace(mysqlFindEvents.SQL(Tables{Dialect: MySQL, Outbox: table}), "?", "?"+strings.Repeat(",?", len(rows)-1), 1)
-	if err := drv.Query(ctx, query, args, &found); err != nil {
-		return err
+	if err := drv.Query(ctx, strings.Join(parts, " UNION ALL "), args, &found); err != nil {
+		return nil, fmt.Errorf("reading the counters and event ids: %w", err)
 	}
 	defer found.Close()
-	if found.Next() {
-		var id string
-		if err := found.Scan(&id); err != nil {
-			return err
+	exist := make(map[aggregateKey]bool, len(keys))
+	for found.Next() {
+		var (
+			event          bool
+			topic, typ, id sql.NullString
+		)
+		if err := found.Scan(&event, &topic, &typ, &id); err != nil {
+			return nil, err
 		}
-		return fmt.Errorf("%w: %s", ErrDuplicateInOtherTable, id)
+		if event {
+			return nil, fmt.Errorf("%w: %s", ErrDuplicateInOtherTable, topic.String)
+		}
+		exist[aggregateKey{topic.String, typ.String, id.String}] = true
 	}
-	return found.Close()
+	return exist, found.Close()
 }
 
 // mysqlMoveCounter moves k's counter on by take and returns its value, or
@@ -169,35 +194,6 @@ func (t Tables) mysqlTakeFound(ctx context.Context, drv dialect.ExecQuerier, key
 	return last, found, rows.Close()
 }
 
-// mysqlCounters tells which of keys have a counter, by a plain read (it
-// locks nothing).
-func (t Tables) mysqlCounters(ctx context.Context, drv dialect.ExecQuerier, keys []aggregateKey) (map[aggregateKey]bool, error) {
-	var q strings.Builder
-	args := make([]any, 0, 3*len(keys))
-	q.WriteString(mysqlCounterRead.SQL(t))
-	for i, k := range keys {
-		if i > 0 {
-			q.WriteString(" OR ")
-		}
-		q.WriteString("(topic = ? AND aggregate_type = ? AND aggregate_id = ?)")
-		args = append(args, k.topic, k.typ, k.id)
-	}
-	var rows entsql.Rows
-	if err := drv.Query(ctx, q.String(), args, &rows); err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	found := make(map[aggregateKey]bool, len(keys))
-	for rows.Next() {
-		var k aggregateKey
-		if err := rows.Scan(&k.topic, &k.typ, &k.id); err != nil {
-			return nil, err
-		}
-		found[k] = true
-	}
-	return found, rows.Close()
-}
-
 // The statements of EmitAhead, each with a golden file.
 var (
 	mysqlCounterTake = defineOnly("emit/counter-take", MySQL, func(t Tables) string {
@@ -208,18 +204,18 @@ var (
 		return `INSERT INTO ` + MySQL.quote(t.Sequences) + ` (topic, aggregate_type, aggregate_id, last_seq) VALUES (?, ?, ?, ?)
 			ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + VALUES(last_seq))`
 	})
-	// The counters there (the WHERE is the keys').
+	// The counters there (the WHERE is the keys'), before the ids found.
 	mysqlCounterRead = defineOnly("emit/counter-read", MySQL, func(t Tables) string {
-		return `SELECT topic, aggregate_type, aggregate_id FROM ` + MySQL.quote(t.Sequences) + ` WHERE `
+		return `SELECT 0, topic, aggregate_type, aggregate_id FROM ` + MySQL.quote(t.Sequences) + ` WHERE `
 	})
 	mysqlCounterLock = defineOnly("emit/counter-lock", MySQL, func(t Tables) string {
 		return `SELECT last_seq FROM ` + MySQL.quote(t.Sequences) +
 			` WHERE topic = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE`
 	})
-	// The event ids of rows found in t.Outbox (the one ? stands for the
-	// list of them).
+	// An event id of rows found in t.Outbox (the one ? stands for the
+	// list of them), in the columns of the counters read.
 	mysqlFindEvents = defineOnly("emit/find-events", MySQL, func(t Tables) string {
-		return `SELECT event_id FROM ` + MySQL.quote(t.Outbox) + ` WHERE event_id IN (?) LIMIT 1`
+		return `SELECT 1, event_id, '', '' FROM ` + MySQL.quote(t.Outbox) + ` WHERE event_id IN (?) LIMIT 1`
 	})
 )
 

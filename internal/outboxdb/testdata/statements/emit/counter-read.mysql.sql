@@ -1,2 +1,2 @@
 -- emit/counter-read
-SELECT topic, aggregate_type, aggregate_id FROM `outbox_aggregate_sequences` WHERE
+SELECT 0, topic, aggregate_type, aggregate_id FROM `outbox_aggregate_sequences` WHERE

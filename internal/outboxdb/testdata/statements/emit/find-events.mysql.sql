@@ -1,2 +1,2 @@
 -- emit/find-events
-SELECT event_id FROM `outbox_events` WHERE event_id IN (?) LIMIT 1
+SELECT 1, event_id, '', '' FROM `outbox_events` WHERE event_id IN (?) LIMIT 1
