@@ -49,17 +49,7 @@ func init() {
 	// REPEATABLE READ a plain read could see the row as it was when the
 	// transaction's snapshot was taken. ?5 the event, ?6 its seq.
 	orderLockPosition.also(MySQL, func(t Tables) string {
-		letters := q(t.DeadLetters)
-		return `SELECT p.id, p.last_seq, p.held_seq, p.held_event_id, ` + mysqlSeconds("p.waiting_since") + `,
-			EXISTS (SELECT 1 FROM ` + letters + ` WHERE event_id = ?5 AND source = ?1),
-			CASE WHEN p.held_seq IS NOT NULL OR ?6 > p.last_seq + 1 THEN EXISTS (SELECT 1 FROM ` + letters + `
-				WHERE source IN (?1, 'relay') AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
-					AND aggregate_seq = p.last_seq + 1 AND discarded_at IS NOT NULL AND retried_at IS NULL)
-				AND NOT EXISTS (SELECT 1 FROM ` + letters + ` WHERE source = ?1 AND topic = ?2
-					AND aggregate_type = ?3 AND aggregate_id = ?4 AND aggregate_seq = p.last_seq + 1
-					AND event_id IS NOT NULL AND discarded_at IS NULL AND retried_at IS NULL) ELSE 0 END
-		FROM ` + q(t.Positions) + ` p
-		WHERE p.consumer = ?1 AND p.topic = ?2 AND p.aggregate_type = ?3 AND p.aggregate_id = ?4 FOR UPDATE`
+		return serialLockPosition(t, q, mysqlSeconds("p.waiting_since")) + ` FOR UPDATE`
 	})
 	orderMove.also(MySQL, func(t Tables) string {
 		return `UPDATE ` + q(t.Positions) + ` SET ` + serialMove("?2", mysqlNow) + ` WHERE id = ?1`

@@ -56,17 +56,7 @@ func init() {
 	})
 	// The read after LockPositionCreateQuery: ?5 the event, ?6 its seq.
 	orderLockPosition.also(SQLite, func(t Tables) string {
-		letters := pgsql.QuoteIdent(t.DeadLetters)
-		return `SELECT p.id, p.last_seq, p.held_seq, p.held_event_id, ` + sqliteSeconds("p.waiting_since") + `,
-			EXISTS (SELECT 1 FROM ` + letters + ` WHERE event_id = ?5 AND source = ?1),
-			CASE WHEN p.held_seq IS NOT NULL OR ?6 > p.last_seq + 1 THEN EXISTS (SELECT 1 FROM ` + letters + `
-				WHERE source IN (?1, 'relay') AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
-					AND aggregate_seq = p.last_seq + 1 AND discarded_at IS NOT NULL AND retried_at IS NULL)
-				AND NOT EXISTS (SELECT 1 FROM ` + letters + ` WHERE source = ?1 AND topic = ?2
-					AND aggregate_type = ?3 AND aggregate_id = ?4 AND aggregate_seq = p.last_seq + 1
-					AND event_id IS NOT NULL AND discarded_at IS NULL AND retried_at IS NULL) ELSE 0 END
-		FROM ` + pgsql.QuoteIdent(t.Positions) + ` p
-		WHERE p.consumer = ?1 AND p.topic = ?2 AND p.aggregate_type = ?3 AND p.aggregate_id = ?4`
+		return serialLockPosition(t, pgsql.QuoteIdent, sqliteSeconds("p.waiting_since"))
 	})
 	orderMove.also(SQLite, func(t Tables) string {
 		return `UPDATE ` + pgsql.QuoteIdent(t.Positions) + ` SET ` + serialMove("?2", sqliteNow) + ` WHERE id = ?1`
@@ -107,4 +97,21 @@ func init() {
 		return `SELECT EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.Positions) + `
 				WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4 AND held_seq = ?5)`
 	})
+}
+
+// serialLockPosition is the read after LockPositionCreateQuery on SQLite
+// and MySQL, names quoted by quote, waited the seconds since
+// p.waiting_since: ?5 the event, ?6 its seq.
+func serialLockPosition(t Tables, quote func(string) string, waited string) string {
+	letters := quote(t.DeadLetters)
+	return `SELECT p.id, p.last_seq, p.held_seq, p.held_event_id, ` + waited + `,
+			EXISTS (SELECT 1 FROM ` + letters + ` WHERE event_id = ?5 AND source = ?1),
+			CASE WHEN p.held_seq IS NOT NULL OR ?6 > p.last_seq + 1 THEN EXISTS (SELECT 1 FROM ` + letters + `
+				WHERE source IN (?1, 'relay') AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
+					AND aggregate_seq = p.last_seq + 1 AND discarded_at IS NOT NULL AND retried_at IS NULL)
+				AND NOT EXISTS (SELECT 1 FROM ` + letters + ` WHERE source = ?1 AND topic = ?2
+					AND aggregate_type = ?3 AND aggregate_id = ?4 AND aggregate_seq = p.last_seq + 1
+					AND event_id IS NOT NULL AND discarded_at IS NULL AND retried_at IS NULL) ELSE 0 END
+		FROM ` + quote(t.Positions) + ` p
+		WHERE p.consumer = ?1 AND p.topic = ?2 AND p.aggregate_type = ?3 AND p.aggregate_id = ?4`
 }

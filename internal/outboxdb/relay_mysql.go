@@ -49,6 +49,12 @@ func init() {
 		return `DELETE FROM ` + q(t.PollLease()) + ` WHERE holder = ?1`
 	})
 
+}
+
+// The dead letters of rows set aside, the promotion of scheduled events,
+// and the catalog reads of the relay's start, on MySQL.
+func init() {
+	q := MySQL.quote
 	moveToLetters.also(MySQL, func(t Tables) string { // then moveDeleteRow, in the same transaction
 		return `INSERT INTO ` + q(t.DeadLetters) + ` (event_id, source, event_name, event_version, topic,
 			aggregate_type, aggregate_id, aggregate_seq, payload, headers, reason, attempts, created_at)
