@@ -41,7 +41,7 @@ type tx interface {
 }
 
 // Open returns an Admin working on the tables t names in db (database/sql
-// with the pgx driver). It reads nothing yet: a table that does not exist
+// with the pgx driver, or MySQL's: package mysqldb). It reads nothing yet: a table that does not exist
 // fails the first call that needs it.
 func Open(db *sql.DB, t Tables) (*Admin, error) {
 	if db == nil {
@@ -50,6 +50,9 @@ func Open(db *sql.DB, t Tables) (*Admin, error) {
 	tables, err := tablesOf(t)
 	if err != nil {
 		return nil, err
+	}
+	if tables.Dialect = outboxdb.DialectOfDB(db); tables.Dialect == outboxdb.SQLite {
+		return nil, errors.New("admin: the repairs run on PostgreSQL and MySQL; on SQLite not yet")
 	}
 	return &Admin{db: db, tables: tables,
 		begin: func(ctx context.Context) (tx, error) { return db.BeginTx(ctx, nil) }}, nil

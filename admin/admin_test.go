@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"github.com/entoutbox/entoutbox/ent/deadletter"
 	outboxrow "github.com/entoutbox/entoutbox/ent/outbox"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/internal/testent/invoice"
@@ -44,7 +46,8 @@ const amqpURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 // env is one test's outbox: its own schema, topic prefix and broker.
 type env struct {
-	db     *pgtest.DB
+	db     *pgtest.DB      // on PostgreSQL
+	sql    *sql.DB         // the database, whichever it is
 	client *testent.Client // the application's, with the handlers
 	admin  *admin.Admin
 	ent    *ent.Client
@@ -67,8 +70,38 @@ func setupOn(t *testing.T, url, service string) *env {
 	db := pgtest.New(t)
 	e := &env{db: db, client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))}
 	pgtest.Migrate(t, e.client.Schema.Create)
-	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	a, err := admin.Open(db.DB, admin.Tables{})
+	return e.opened(t, db.DB, dialect.Postgres, url, service)
+}
+
+// setupMySQL is setup on a MariaDB (or MySQL) database of the test's own.
+func setupMySQL(t *testing.T, withBroker bool) *env {
+	t.Helper()
+	db, _ := mysqltest.Open(t)
+	e := &env{client: testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))}
+	require.NoError(t, e.client.Schema.Create(context.Background()))
+	if !withBroker {
+		return e.opened(t, db, dialect.MySQL, "", "")
+	}
+	return e.opened(t, db, dialect.MySQL, amqpURL, "RabbitMQ at 127.0.0.1:5672")
+}
+
+// onPostgresAndMariaDB runs test on each database the repairs run on.
+func onPostgresAndMariaDB(t *testing.T, withBroker bool, test func(t *testing.T, e *env)) {
+	for name, setup := range map[string]func(*testing.T, bool) *env{"PostgreSQL": setup, "MariaDB": setupMySQL} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, setup(t, withBroker))
+		})
+	}
+}
+
+// opened is e, migrated on db (of ent's dialect d), with its Admin and
+// the broker at url ("" for none; service names it).
+func (e *env) opened(t *testing.T, db *sql.DB, d, url, service string) *env {
+	t.Helper()
+	e.sql = db
+	e.ent = ent.NewClient(ent.Driver(entsql.OpenDB(d, db)))
+	a, err := admin.Open(db, admin.Tables{})
 	require.NoError(t, err)
 	e.admin = a
 	if url != "" {
@@ -111,7 +144,7 @@ func (e *env) consume(t *testing.T, h *testent.OutboxHandlers) {
 // relay runs a fast relay publishing to pub until the test ends.
 func (e *env) relay(t *testing.T, pub message.Publisher) {
 	t.Helper()
-	r, err := relay.New(relay.Config{DB: e.db.DB, Publisher: pub, TopicPrefix: e.prefix,
+	r, err := relay.New(relay.Config{DB: e.sql, Publisher: pub, TopicPrefix: e.prefix,
 		MaxAttempts: 1, PollInterval: 50 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,12 +269,11 @@ func TestRetryConsumerDeadLetterDeliversOnce(t *testing.T) {
 	t.Parallel()
 	// The outbox row retained, and removed (--delete-delivered, retention):
 	// then the event is rebuilt from the dead letter.
-	t.Run("retained", func(t *testing.T) { t.Parallel(); retryConsumerDeadLetter(t, false) })
-	t.Run("removed", func(t *testing.T) { t.Parallel(); retryConsumerDeadLetter(t, true) })
+	onPostgresAndMariaDB(t, true, func(t *testing.T, e *env) { retryConsumerDeadLetter(t, e, false) })
+	t.Run("removed", func(t *testing.T) { t.Parallel(); retryConsumerDeadLetter(t, setup(t, true), true) })
 }
 
-func retryConsumerDeadLetter(t *testing.T, removed bool) {
-	e := setup(t, true)
+func retryConsumerDeadLetter(t *testing.T, e *env, removed bool) {
 	ctx := context.Background()
 	billingCalls, auditCalls, broken := e.consumeInvoices(t)
 	e.relay(t, e.broker.Publisher())
@@ -345,7 +377,10 @@ func (e *env) addLetter(t *testing.T, source, reason string, at time.Time) *ent.
 // filters and states find it, and only purge removes settled letters.
 func TestDiscardKeepsTheLetterMarked(t *testing.T) {
 	t.Parallel()
-	e := setup(t, false)
+	onPostgresAndMariaDB(t, false, discardKeepsTheLetterMarked)
+}
+
+func discardKeepsTheLetterMarked(t *testing.T, e *env) {
 	ctx := context.Background()
 	old := e.addLetter(t, "billing", "card declined", time.Now().Add(-48*time.Hour))
 	recent := e.addLetter(t, "audit", "disk full", time.Now())

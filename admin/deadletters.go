@@ -327,7 +327,7 @@ func (a *Admin) requeue(ctx context.Context, tx tx, d DeadLetter) (Outcome, stri
 		outcome = Requeued
 	}
 	// The writer's own INSERT, with the NOTIFY that wakes the fast relay.
-	q, args, err := outbox.InsertQuery(a.tables.Outbox, []outbox.Row{row})
+	q, args, err := outbox.InsertQueryOn(string(a.tables.Dialect), a.tables.Outbox, []outbox.Row{row})
 	if err != nil {
 		return "", "", err
 	}

@@ -46,6 +46,8 @@ type ReplayOptions struct {
 // before it.
 func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts ReplayOptions) (int, error) {
 	switch {
+	case a.tables.Dialect != outboxdb.Postgres:
+		return 0, fmt.Errorf("admin: replay runs on PostgreSQL; on %s not yet", a.tables.Dialect)
 	case len(r.Events) == 0:
 		return 0, errors.New("admin: replay needs at least one event name")
 	case !r.Since.IsZero() && !r.Until.IsZero() && !r.Until.After(r.Since):

@@ -3,8 +3,6 @@ package admin
 import (
 	"context"
 	"fmt"
-
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // Position is a consumer's position on one aggregate that a repair moved
@@ -31,7 +29,7 @@ func keyOf(d DeadLetter) (aggregateKey, bool) {
 // consumer's for a relay letter (its event was never sent to any). It
 // returns those that changed.
 func (a *Admin) settle(ctx context.Context, tx tx, k aggregateKey) ([]Position, error) {
-	exists, err := outboxdb.TableExists(ctx, tx, a.tables.Positions)
+	exists, err := a.tables.TableExists(ctx, tx, a.tables.Positions)
 	if err != nil || !exists {
 		return nil, err
 	}

@@ -46,6 +46,25 @@ func InsertNumberedQuery(table, seqTable string, rows []Row) (string, []any, err
 // insertQuery is the INSERT of rows into t.Outbox (internal/outboxdb owns
 // its text): numbered from t.Sequences when set, skipping a row whose
 // event id waits in t.Scheduled when set.
+// InsertQueryOn is InsertQuery for the database ent names dialectName
+// ("postgres", "mysql", "sqlite3"): on MySQL and SQLite an INSERT that
+// skips a duplicate event id, and affects one row per row inserted.
+func InsertQueryOn(dialectName, table string, rows []Row) (string, []any, error) {
+	d, err := outboxdb.DialectOf(dialectName)
+	if err != nil {
+		return "", nil, fmt.Errorf("outbox: %w", err)
+	}
+	if d == outboxdb.Postgres {
+		return InsertQuery(table, rows)
+	}
+	ers, err := emitRows(rows)
+	if err != nil {
+		return "", nil, err
+	}
+	w := outboxdb.Tables{Outbox: table, Dialect: d}.EmitWrites(ers) // one write: nothing to number
+	return w[0].SQL, w[0].Args, nil
+}
+
 func insertQuery(t outboxdb.Tables, rows []Row) (string, []any, error) {
 	ers, err := emitRows(rows)
 	if err != nil {

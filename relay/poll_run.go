@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"reflect"
-	"strings"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay/internal/pollpath"
@@ -23,25 +21,8 @@ func IsSQLite(db *sql.DB) bool { return dialectOf(db) == outboxdb.SQLite }
 // polls (PathPoll).
 func IsMySQL(db *sql.DB) bool { return dialectOf(db) == outboxdb.MySQL }
 
-// dialectOf is db's database, by its driver's type: PostgreSQL unless it
-// is SQLite's or MySQL's.
-func dialectOf(db *sql.DB) (d outboxdb.Dialect) {
-	if db == nil {
-		return outboxdb.Postgres
-	}
-	defer func() { // a DB not made by sql.Open has no driver to ask
-		if recover() != nil {
-			d = outboxdb.Postgres
-		}
-	}()
-	switch driver := strings.ToLower(reflect.TypeOf(db.Driver()).String()); {
-	case strings.Contains(driver, "sqlite"):
-		return outboxdb.SQLite
-	case strings.Contains(driver, "mysql"):
-		return outboxdb.MySQL
-	}
-	return outboxdb.Postgres
-}
+// dialectOf is db's database, by its driver's type.
+func dialectOf(db *sql.DB) outboxdb.Dialect { return outboxdb.DialectOfDB(db) }
 
 // polls tells whether db's database takes the poll path alone: it has no
 // LISTEN, no snapshot of commit order, no logical replication the other

@@ -7,11 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/ent"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/metrics"
 )
 
@@ -90,4 +95,51 @@ func TestDiscardSkipsTheHeldEventAndSaysWhere(t *testing.T) {
 	require.NoError(t, db.DB.QueryRow(`SELECT last_seq, coalesce(waiting_seq, 0) FROM outbox_consumer_positions`).Scan(&last, &waiting))
 	require.Equal(t, int64(3), last)
 	require.Zero(t, waiting, "nothing waits for seq 3 any more")
+}
+
+// The same repairs on MariaDB: `dead-letters list` and `discard` take a
+// mysql:// URL, and the discards move the held position as on PostgreSQL
+// (settled in steps there: locked, read, written).
+func TestDiscardSkipsTheHeldEventOnMariaDB(t *testing.T) {
+	t.Parallel()
+	db, url := mysqltest.Open(t)
+	app := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
+	require.NoError(t, app.Schema.Create(context.Background()))
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.MySQL, db)))
+	ctx := context.Background()
+	held, behind := uuid.New(), uuid.New()
+	letter := func(id uuid.UUID, seq int64) string {
+		d, err := client.DeadLetter.Create().SetEventID(id).SetSource("billing").SetEventName("order.paid").
+			SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").SetAggregateSeq(seq).
+			SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).SetReason("ledger closed").
+			SetAttempts(1).SetCreatedAt(time.Now()).Save(ctx)
+		require.NoError(t, err)
+		return strconv.FormatInt(d.ID, 10)
+	}
+	heldLetter, behindLetter := letter(held, 2), letter(behind, 3)
+	_, err := db.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
+		held_seq, held_event_id, held_at, waiting_seq, updated_at)
+		VALUES ('billing', 'orders', 'Order', '9', 1, 2, ?, UTC_TIMESTAMP(6), 3, UTC_TIMESTAMP(6))`, held)
+	require.NoError(t, err)
+
+	out, err := run(t, nil, "dead-letters", "list", "--state", "open", "--database-url", url)
+	require.NoError(t, err)
+	require.Contains(t, out, held.String())
+	require.Contains(t, out, behind.String())
+
+	out, err = run(t, nil, "dead-letters", "discard", heldLetter, "--note", "refunded by hand", "--database-url", url)
+	require.NoError(t, err)
+	require.Contains(t, out, "  position of billing on orders Order/9: at seq 2, held at seq 3 behind its open dead letter "+
+		"(retry it, or discard it to skip it)\n")
+
+	out, err = run(t, nil, "dead-letters", "discard", behindLetter, "--note", "refunded by hand", "--database-url", url)
+	require.NoError(t, err)
+	require.Contains(t, out, "  position of billing on orders Order/9: at seq 3, not held: its later events are applied\n")
+	var last, waiting int64
+	require.NoError(t, db.QueryRow(`SELECT last_seq, coalesce(waiting_seq, 0) FROM outbox_consumer_positions`).Scan(&last, &waiting))
+	require.Equal(t, int64(3), last)
+	require.Zero(t, waiting, "nothing waits for seq 3 any more")
+
+	_, err = run(t, nil, "status", "--database-url", url)
+	require.ErrorContains(t, err, "status, cleanup, replay and the console need PostgreSQL")
 }

@@ -354,9 +354,14 @@ func openDB(databaseURL string) (*sql.DB, error) {
 			"status, dead letters, cleanup, replay and the console need PostgreSQL")
 	}
 	if mysqldb.IsURL(databaseURL) {
-		return nil, errors.New("on MySQL/MariaDB the command runs the relay only for now (entoutbox relay --database-url mysql://…); " +
-			"status, dead letters, cleanup, replay and the console need PostgreSQL")
+		return nil, errors.New("on MySQL/MariaDB the command runs the relay and the dead letters only for now " +
+			"(entoutbox relay, entoutbox dead-letters --database-url mysql://…); status, cleanup, replay and the console need PostgreSQL")
 	}
+	return openCommandDB(databaseURL)
+}
+
+// openCommandDB opens the database of a short command, whichever it is.
+func openCommandDB(databaseURL string) (*sql.DB, error) {
 	return openDBWith(databaseURL, pgdial.Options{MaxWait: commandConnectWait, ApplicationName: "entoutbox"})
 }
 

@@ -42,6 +42,9 @@ type Delivery struct {
 // ReadDelivery looks up which paths have marks to read on t: the WAL
 // path's progress table exists once a WAL relay ran.
 func (t Tables) ReadDelivery(ctx context.Context, q Querier) (Delivery, error) {
+	if t.Dialect != Postgres {
+		return Delivery{}, nil // the WAL path is PostgreSQL's
+	}
 	exists, err := TableExists(ctx, q, t.WALProgress())
 	if err != nil || !exists {
 		return Delivery{}, err

@@ -1,7 +1,9 @@
 package outboxdb
 
 import (
+	"database/sql"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -75,6 +77,26 @@ func DialectFrom(q any) Dialect {
 		case MySQL:
 			return MySQL
 		}
+	}
+	return Postgres
+}
+
+// DialectOfDB is db's database, by its driver's type: PostgreSQL unless it
+// is SQLite's or MySQL's (a *sql.DB does not say which it is).
+func DialectOfDB(db *sql.DB) (d Dialect) {
+	if db == nil {
+		return Postgres
+	}
+	defer func() { // a DB not made by sql.Open has no driver to ask
+		if recover() != nil {
+			d = Postgres
+		}
+	}()
+	switch driver := strings.ToLower(reflect.TypeOf(db.Driver()).String()); {
+	case strings.Contains(driver, "sqlite"):
+		return SQLite
+	case strings.Contains(driver, "mysql"):
+		return MySQL
 	}
 	return Postgres
 }

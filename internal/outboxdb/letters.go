@@ -3,14 +3,13 @@ package outboxdb
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 )
 
 // DeadLetter is a row of the dead-letter table, as an operator's repairs
@@ -64,13 +63,17 @@ type LetterFilter struct {
 	Limit  int       // at most this many; 0 for all
 }
 
-// where is f's condition and its arguments.
-func (f LetterFilter) where() (string, []any, error) {
+// where is f's condition and its arguments, in dialect d.
+func (f LetterFilter) where(d Dialect) (string, []any, error) {
 	var (
 		conds []string
 		args  []any
 	)
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	mark := "$" // MySQL's forms number their parameters as SQLite's do (Bind)
+	if d != Postgres {
+		mark = "?"
+	}
+	arg := func(v any) string { args = append(args, v); return mark + strconv.Itoa(len(args)) }
 	if f.Source != "" {
 		conds = append(conds, "source = "+arg(f.Source))
 	}
@@ -78,7 +81,11 @@ func (f LetterFilter) where() (string, []any, error) {
 		conds = append(conds, "event_name = "+arg(f.Event))
 	}
 	if f.Reason != "" {
-		conds = append(conds, "strpos(reason, "+arg(f.Reason)+") > 0")
+		if d == MySQL {
+			conds = append(conds, "LOCATE("+arg(f.Reason)+", reason) > 0")
+		} else {
+			conds = append(conds, "strpos(reason, "+arg(f.Reason)+") > 0")
+		}
 	}
 	if !f.Since.IsZero() {
 		conds = append(conds, "created_at >= "+arg(f.Since))
@@ -99,11 +106,18 @@ func (f LetterFilter) where() (string, []any, error) {
 	return strings.Join(conds, " AND "), args, nil
 }
 
-// letterColumns are the columns a DeadLetter is scanned from.
-const letterColumns = `id, coalesce(retried_event_id, event_id), source, coalesce(event_name, ''),
+// letterColumns are the columns a DeadLetter is scanned from, in t's
+// dialect (MySQL's JSON is text already).
+func (t Tables) letterColumns() string {
+	headers := "headers::text"
+	if t.Dialect == MySQL {
+		headers = "headers"
+	}
+	return `id, coalesce(retried_event_id, event_id), source, coalesce(event_name, ''),
 	coalesce(event_version, 0), coalesce(topic, ''), coalesce(aggregate_type, ''), coalesce(aggregate_id, ''),
-	coalesce(aggregate_seq, 0), payload, headers::text, reason, attempts, created_at, retried_at, discarded_at,
+	coalesce(aggregate_seq, 0), payload, ` + headers + `, reason, attempts, created_at, retried_at, discarded_at,
 	coalesce(discard_note, '')`
+}
 
 // readLetters runs a query of letterColumns and scans its rows.
 func readLetters(ctx context.Context, q Querier, query string, args ...any) ([]DeadLetter, error) {
@@ -136,11 +150,11 @@ func readLetters(ctx context.Context, q Querier, query string, args ...any) ([]D
 // ReadDeadLetters reads the dead letters f selects, newest first: the
 // primary key serves it, and the (source, created_at) index with a source.
 func (t Tables) ReadDeadLetters(ctx context.Context, q Querier, f LetterFilter) ([]DeadLetter, error) {
-	where, args, err := f.where()
+	where, args, err := f.where(t.Dialect)
 	if err != nil {
 		return nil, err
 	}
-	ds, err := readLetters(ctx, q, lettersList(t, where, f.Limit), args...)
+	ds, err := readLetters(ctx, t.bound(q), lettersList(t, where, f.Limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -150,11 +164,11 @@ func (t Tables) ReadDeadLetters(ctx context.Context, q Querier, f LetterFilter) 
 // ReadDeadLetterIDs lists the ids of the dead letters f selects, oldest
 // first.
 func (t Tables) ReadDeadLetterIDs(ctx context.Context, q Querier, f LetterFilter) ([]int64, error) {
-	where, args, err := f.where()
+	where, args, err := f.where(t.Dialect)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, lettersIDs(t, where, f.Limit), args...)
+	rows, err := t.bound(q).QueryContext(ctx, lettersIDs(t, where, f.Limit), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -173,14 +187,14 @@ func (t Tables) ReadDeadLetterIDs(ctx context.Context, q Querier, f LetterFilter
 // lettersList reads the letters of condition where, newest first, at
 // most limit (all when not positive).
 func lettersList(t Tables, where string, limit int) string {
-	return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+	return `SELECT ` + t.letterColumns() + ` FROM ` + t.Dialect.quote(t.DeadLetters) +
 		` WHERE ` + where + ` ORDER BY id DESC` + limitClause(limit)
 }
 
 // lettersIDs reads the ids of the letters of condition where, oldest
 // first, at most limit (all when not positive).
 func lettersIDs(t Tables, where string, limit int) string {
-	return `SELECT id FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE ` + where +
+	return `SELECT id FROM ` + t.Dialect.quote(t.DeadLetters) + ` WHERE ` + where +
 		` ORDER BY id` + limitClause(limit)
 }
 
@@ -191,14 +205,14 @@ var exampleFilter = LetterFilter{Source: "relay", Event: "order.paid", Reason: "
 
 // The listings, unfiltered and with every filter.
 var (
-	_ = define("letters/list", func(t Tables) string { return lettersList(t, "TRUE", 0) })
-	_ = define("letters/list-filtered", func(t Tables) string {
-		where, _, _ := exampleFilter.where()
+	_ = onPostgresAndMySQL("letters/list", func(t Tables) string { return lettersList(t, "TRUE", 0) })
+	_ = onPostgresAndMySQL("letters/list-filtered", func(t Tables) string {
+		where, _, _ := exampleFilter.where(t.Dialect)
 		return lettersList(t, where, exampleFilter.Limit)
 	})
-	_ = define("letters/ids", func(t Tables) string { return lettersIDs(t, "TRUE", 0) })
-	_ = define("letters/ids-filtered", func(t Tables) string {
-		where, _, _ := exampleFilter.where()
+	_ = onPostgresAndMySQL("letters/ids", func(t Tables) string { return lettersIDs(t, "TRUE", 0) })
+	_ = onPostgresAndMySQL("letters/ids-filtered", func(t Tables) string {
+		where, _, _ := exampleFilter.where(t.Dialect)
 		return lettersIDs(t, where, exampleFilter.Limit)
 	})
 )
@@ -207,26 +221,26 @@ var (
 var (
 	// lettersLock reads and locks the letters of ids $1, in id order.
 	lettersLock = define("letters/lock", func(t Tables) string {
-		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+		return `SELECT ` + t.letterColumns() + ` FROM ` + t.Dialect.quote(t.DeadLetters) +
 			` WHERE id = ANY($1) ORDER BY id FOR UPDATE`
 	})
 	// lettersRead reads letter $1.
 	lettersRead = define("letters/read", func(t Tables) string {
-		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) + ` WHERE id = $1`
+		return `SELECT ` + t.letterColumns() + ` FROM ` + t.Dialect.quote(t.DeadLetters) + ` WHERE id = $1`
 	})
 	// lettersOfEvent reads the letters of event $1, retried or not.
 	lettersOfEvent = define("letters/of-event", func(t Tables) string {
-		return `SELECT ` + letterColumns + ` FROM ` + pgsql.QuoteIdent(t.DeadLetters) +
+		return `SELECT ` + t.letterColumns() + ` FROM ` + t.Dialect.quote(t.DeadLetters) +
 			` WHERE event_id = $1 OR retried_event_id = $1 ORDER BY id`
 	})
 	// lettersMarkRetried marks letter $1 retried at $2.
 	lettersMarkRetried = define("letters/mark-retried", func(t Tables) string {
-		return `UPDATE ` + pgsql.QuoteIdent(t.DeadLetters) + ` SET retried_at = $2,
+		return `UPDATE ` + t.Dialect.quote(t.DeadLetters) + ` SET retried_at = $2,
 		retried_event_id = event_id, event_id = NULL WHERE id = $1`
 	})
 	// lettersMarkDiscarded marks letter $1 discarded at $2 with note $3.
 	lettersMarkDiscarded = define("letters/mark-discarded", func(t Tables) string {
-		return `UPDATE ` + pgsql.QuoteIdent(t.DeadLetters) + ` SET discarded_at = $2, discard_note = $3
+		return `UPDATE ` + t.Dialect.quote(t.DeadLetters) + ` SET discarded_at = $2, discard_note = $3
 		WHERE id = $1`
 	})
 	// The purge's deletes of settled letters (DeleteOlder).
@@ -246,7 +260,15 @@ func limitClause(n int) string {
 // the same letters waits, then reads what this one did. An id that does
 // not exist is left out.
 func (t Tables) LockDeadLetters(ctx context.Context, q Querier, ids ...int64) ([]DeadLetter, error) {
-	ds, err := readLetters(ctx, q, lettersLock.SQL(t), ids)
+	var arg any = ids
+	if t.Dialect == MySQL { // the ids as a JSON array (mysqlIDs)
+		b, err := json.Marshal(ids)
+		if err != nil {
+			return nil, err
+		}
+		arg = string(b)
+	}
+	ds, err := readLetters(ctx, t.bound(q), lettersLock.SQL(t), arg)
 	if err != nil {
 		return nil, fmt.Errorf("locking dead letters of %s: %w", t.DeadLetters, err)
 	}
@@ -256,7 +278,7 @@ func (t Tables) LockDeadLetters(ctx context.Context, q Querier, ids ...int64) ([
 // ReadDeadLetter reads the dead letter id; sql.ErrNoRows when there is
 // none.
 func (t Tables) ReadDeadLetter(ctx context.Context, q Querier, id int64) (DeadLetter, error) {
-	ds, err := readLetters(ctx, q, lettersRead.SQL(t), id)
+	ds, err := readLetters(ctx, t.bound(q), lettersRead.SQL(t), id)
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("reading dead letter %d of %s: %w", id, t.DeadLetters, err)
 	}
@@ -270,7 +292,7 @@ func (t Tables) ReadDeadLetter(ctx context.Context, q Querier, id int64) (DeadLe
 // in id order: by the event_id index, and retried ones by a scan of the
 // dead letters (a small table).
 func (t Tables) ReadLettersOfEvent(ctx context.Context, q Querier, id uuid.UUID) ([]DeadLetter, error) {
-	ds, err := readLetters(ctx, q, lettersOfEvent.SQL(t), id)
+	ds, err := readLetters(ctx, t.bound(q), lettersOfEvent.SQL(t), id)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters of event %s: %w", id, err)
 	}
@@ -288,7 +310,7 @@ type Execer interface {
 // dead letter of its own with the event's id in event_id, and a retried
 // event must reach it again.
 func (t Tables) MarkRetried(ctx context.Context, e Execer, id int64, at time.Time) error {
-	_, err := e.ExecContext(ctx, lettersMarkRetried.SQL(t), id, at)
+	_, err := t.boundExec(e).ExecContext(ctx, lettersMarkRetried.SQL(t), id, at)
 	if err != nil {
 		return fmt.Errorf("marking dead letter %d retried: %w", id, err)
 	}
@@ -298,7 +320,7 @@ func (t Tables) MarkRetried(ctx context.Context, e Execer, id int64, at time.Tim
 // MarkDiscarded marks the dead letter id discarded at at, with note. Its
 // event_id stays: its consumer keeps skipping the event.
 func (t Tables) MarkDiscarded(ctx context.Context, e Execer, id int64, at time.Time, note string) error {
-	_, err := e.ExecContext(ctx, lettersMarkDiscarded.SQL(t), id, at, note)
+	_, err := t.boundExec(e).ExecContext(ctx, lettersMarkDiscarded.SQL(t), id, at, note)
 	if err != nil {
 		return fmt.Errorf("discarding dead letter %d: %w", id, err)
 	}
@@ -311,7 +333,7 @@ func (t Tables) MarkDiscarded(ctx context.Context, e Execer, id int64, at time.T
 func (t Tables) PurgeSettled(ctx context.Context, e Execer, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for _, column := range []string{"retried_at", "discarded_at"} {
-		n, err := DeleteOlder(ctx, e, t.DeadLetters, column, cutoff, batch)
+		n, err := t.deleteOlderRows(ctx, e, t.DeadLetters, column, cutoff, batch)
 		total += n
 		if err != nil {
 			return total, err

@@ -45,6 +45,12 @@ func rowColumns(d Delivery) string {
 		o.available_at, o.attempts, coalesce(o.last_error, ''), o.delivered_at, ` + d.Delivered("o")
 }
 
+// mysqlRowColumns are rowColumns on MySQL, whose payload and JSON are
+// text already, and whose rows are delivered by the poll path alone.
+const mysqlRowColumns = `o.id, o.event_id, o.event_name, o.event_version, o.topic, o.aggregate_type, o.aggregate_id,
+		o.payload, o.headers, coalesce(o.readable_from, 0), coalesce(o.aggregate_seq, 0), o.created_at,
+		o.available_at, o.attempts, coalesce(o.last_error, ''), o.delivered_at, o.delivered_at IS NOT NULL`
+
 func readRows(ctx context.Context, q Querier, query string, args ...any) ([]Row, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -76,7 +82,7 @@ func readRows(ctx context.Context, q Querier, query string, args ...any) ([]Row,
 // event_id, and with lock locks it until the end of q's transaction (FOR
 // UPDATE); sql.ErrNoRows when the outbox holds none. d tells it delivered.
 func (t Tables) ReadRowOfEvent(ctx context.Context, q Querier, d Delivery, id uuid.UUID, lock bool) (Row, error) {
-	rs, err := readRows(ctx, q, rowOfEvent(t, d, lock), id)
+	rs, err := readRows(ctx, t.bound(q), rowOfEvent(t, d, lock), id)
 	if err != nil {
 		return Row{}, fmt.Errorf("reading the outbox row of event %s: %w", id, err)
 	}
@@ -88,7 +94,7 @@ func (t Tables) ReadRowOfEvent(ctx context.Context, q Querier, d Delivery, id uu
 
 // DeleteRow deletes the outbox row id.
 func (t Tables) DeleteRow(ctx context.Context, e Execer, id int64) error {
-	if _, err := e.ExecContext(ctx, rowsDelete.SQL(t), id); err != nil {
+	if _, err := t.boundExec(e).ExecContext(ctx, rowsDelete.SQL(t), id); err != nil {
 		return fmt.Errorf("deleting outbox row %d: %w", id, err)
 	}
 	return nil
@@ -115,6 +121,13 @@ func (t Tables) ReadDelivered(ctx context.Context, q Querier, d Delivery, r Deli
 
 // rowOfEvent reads the row of event $1, delivered by d, locked with lock.
 func rowOfEvent(t Tables, d Delivery, lock bool) string {
+	if t.Dialect == MySQL {
+		query := `SELECT ` + mysqlRowColumns + ` FROM ` + MySQL.quote(t.Outbox) + ` o WHERE o.event_id = ?1`
+		if lock {
+			query += ` FOR UPDATE`
+		}
+		return query
+	}
 	query := `SELECT ` + rowColumns(d) + ` FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE o.event_id = $1`
 	if lock {
 		query += ` FOR UPDATE OF o`

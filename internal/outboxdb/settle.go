@@ -87,6 +87,13 @@ type Settled struct {
 
 // Settle runs SettleQuery for consumer on the aggregate.
 func (t Tables) Settle(ctx context.Context, q Querier, consumer, topic, aggregateType, aggregateID string) (Settled, error) {
+	if t.Dialect == MySQL {
+		s, err := t.settleSerial(ctx, q, consumer, topic, aggregateType, aggregateID)
+		if err != nil {
+			err = fmt.Errorf("settling the position of %q on aggregate %s/%s: %w", consumer, aggregateType, aggregateID, err)
+		}
+		return s, err
+	}
 	var s Settled
 	rows, err := q.QueryContext(ctx, t.SettleQuery(), consumer, topic, aggregateType, aggregateID)
 	if err != nil {
@@ -107,7 +114,7 @@ func (t Tables) Settle(ctx context.Context, q Querier, consumer, topic, aggregat
 
 // PositionsOf lists the consumers with a position on the aggregate.
 func (t Tables) PositionsOf(ctx context.Context, q Querier, topic, aggregateType, aggregateID string) ([]string, error) {
-	rows, err := q.QueryContext(ctx, settlePositionsOf.SQL(t), topic, aggregateType, aggregateID)
+	rows, err := t.bound(q).QueryContext(ctx, settlePositionsOf.SQL(t), topic, aggregateType, aggregateID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the positions of aggregate %s/%s: %w", aggregateType, aggregateID, err)
 	}

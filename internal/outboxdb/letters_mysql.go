@@ -1,0 +1,124 @@
+package outboxdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/entoutbox/entoutbox/internal/retention"
+)
+
+// The operator's repairs of dead letters on MySQL (MySQL 8, MariaDB
+// 10.6+): the letters read, locked and marked, the outbox row of an event
+// read and deleted, the positions settled (serially: MySQL's UPDATE takes
+// no WITH that writes, and returns nothing), and settled letters purged.
+
+// onPostgresAndMySQL defines a statement whose text render builds for
+// either database from t.Dialect.
+func onPostgresAndMySQL(name string, render func(t Tables) string) *Statement {
+	return define(name, render).also(MySQL, render)
+}
+
+func init() {
+	q := MySQL.quote
+	lettersLock.also(MySQL, func(t Tables) string {
+		return `SELECT ` + t.letterColumns() + ` FROM ` + q(t.DeadLetters) +
+			` WHERE id IN (` + mysqlIDs("?1") + `) ORDER BY id FOR UPDATE`
+	})
+	lettersRead.also(MySQL, func(t Tables) string {
+		return `SELECT ` + t.letterColumns() + ` FROM ` + q(t.DeadLetters) + ` WHERE id = ?1`
+	})
+	lettersOfEvent.also(MySQL, func(t Tables) string {
+		return `SELECT ` + t.letterColumns() + ` FROM ` + q(t.DeadLetters) +
+			` WHERE event_id = ?1 OR retried_event_id = ?1 ORDER BY id`
+	})
+	// retried_event_id is set before event_id is cleared: MySQL's SET
+	// reads the new values of the columns set before.
+	lettersMarkRetried.also(MySQL, func(t Tables) string {
+		return `UPDATE ` + q(t.DeadLetters) + ` SET retried_at = ?2,
+		retried_event_id = event_id, event_id = NULL WHERE id = ?1`
+	})
+	lettersMarkDiscarded.also(MySQL, func(t Tables) string {
+		return `UPDATE ` + q(t.DeadLetters) + ` SET discarded_at = ?2, discard_note = ?3
+		WHERE id = ?1`
+	})
+	rowsDelete.also(MySQL, func(t Tables) string { return `DELETE FROM ` + q(t.Outbox) + ` WHERE id = ?1` })
+	settlePositionsOf.also(MySQL, func(t Tables) string {
+		return `SELECT consumer FROM ` + q(t.Positions) + `
+		WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3 ORDER BY consumer`
+	})
+}
+
+// settleLockPosition locks the position of consumer ?1 on topic ?2,
+// aggregate ?3/?4, before the serial settle reads it.
+var settleLockPosition = defineOnly("settle/lock-position", MySQL, func(t Tables) string {
+	return `SELECT id FROM ` + MySQL.quote(t.Positions) + `
+		WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4 FOR UPDATE`
+})
+
+// mysqlDeleteOlder deletes, oldest id first, at most ?2 rows of table
+// whose timeColumn is before ?1 (MySQL's DELETE takes an ORDER BY and a
+// LIMIT itself).
+func mysqlDeleteOlder(table, timeColumn string) string {
+	return `DELETE FROM ` + MySQL.quote(table) + ` WHERE ` + MySQL.quote(timeColumn) + ` < ?1 ORDER BY id LIMIT ?2`
+}
+
+// deleteOlderRows is DeleteOlder in t's dialect.
+func (t Tables) deleteOlderRows(ctx context.Context, e Execer, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
+	if t.Dialect != MySQL {
+		return DeleteOlder(ctx, e, table, timeColumn, cutoff, batch)
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	n, err := retention.InBatches(ctx, t.boundExec(e), mysqlDeleteOlder(table, timeColumn), cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("deleting old rows of %s: %w", table, err)
+	}
+	return n, nil
+}
+
+// settleSerial is Settle on MySQL: the position locked, the target read
+// (SettleTargetQuery), then written when it differs (SettleUpdateQuery).
+// q writes too (a transaction).
+func (t Tables) settleSerial(ctx context.Context, q Querier, consumer, topic, aggregateType, aggregateID string) (Settled, error) {
+	var s Settled
+	e, ok := q.(Execer)
+	if !ok {
+		return s, errors.New("settling a position on MySQL takes a transaction")
+	}
+	read := t.bound(q)
+	key := []any{consumer, topic, aggregateType, aggregateID}
+	var id int64
+	if err := queryRow(ctx, read, settleLockPosition.SQL(t), key, &id); err != nil {
+		return s, noRowsNil(err) // no position: nothing to settle
+	}
+	var (
+		to                      int64
+		held, wasHeld           sql.NullInt64
+		heldEvent, wasHeldEvent sql.NullString
+	)
+	err := queryRow(ctx, read, t.SettleTargetQuery(), key, &id, &s.LastSeq, &to, &held, &heldEvent, &wasHeld, &wasHeldEvent)
+	if err != nil {
+		return s, noRowsNil(err)
+	}
+	s.Found = true
+	if to != s.LastSeq || held != wasHeld || heldEvent != wasHeldEvent {
+		if _, err := t.boundExec(e).ExecContext(ctx, t.SettleUpdateQuery(), id, to, held, heldEvent); err != nil {
+			return s, err
+		}
+		s.Changed = true
+	}
+	s.LastSeq, s.HeldSeq = to, held.Int64
+	return s, nil
+}
+
+// noRowsNil is err, nil when it is sql.ErrNoRows.
+func noRowsNil(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
+}

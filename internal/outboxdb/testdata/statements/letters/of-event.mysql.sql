@@ -1,0 +1,5 @@
+-- letters/of-event
+SELECT id, coalesce(retried_event_id, event_id), source, coalesce(event_name, ''),
+	coalesce(event_version, 0), coalesce(topic, ''), coalesce(aggregate_type, ''), coalesce(aggregate_id, ''),
+	coalesce(aggregate_seq, 0), payload, headers, reason, attempts, created_at, retried_at, discarded_at,
+	coalesce(discard_note, '') FROM `outbox_dead_letters` WHERE event_id = ?1 OR retried_event_id = ?1 ORDER BY id

@@ -1,0 +1,2 @@
+-- rows/delete
+DELETE FROM `outbox_events` WHERE id = ?1
