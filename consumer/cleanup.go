@@ -23,5 +23,6 @@ func CleanupProcessed(ctx context.Context, db *sql.DB, table string, retain time
 	if table == "" {
 		table = schema.ProcessedEventTable
 	}
-	return outboxdb.DeleteOlder(ctx, db, table, "processed_at", time.Now().Add(-retain), batch)
+	t := outboxdb.Tables{Dialect: outboxdb.DialectOfDB(db)}
+	return t.DeleteOlder(ctx, db, table, "processed_at", time.Now().Add(-retain), batch)
 }

@@ -24,9 +24,10 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 		return 0, fmt.Errorf("relay: delivered retention must not be negative, not %s", retain)
 	}
 	t := outboxdb.New(table, "")
+	t.Dialect = dialectOf(db)
 	cutoff := time.Now().Add(-retain)
-	n, err := outboxdb.DeleteOlder(ctx, db, t.Outbox, "delivered_at", cutoff, batch)
-	if err != nil {
+	n, err := t.DeleteOlder(ctx, db, t.Outbox, "delivered_at", cutoff, batch)
+	if err != nil || t.Dialect != outboxdb.Postgres { // the WAL path is PostgreSQL's
 		return n, err
 	}
 	viaWAL, err := t.DeleteWALDelivered(ctx, db, cutoff, batch)
@@ -46,6 +47,7 @@ func CleanupCancelled(ctx context.Context, db *sql.DB, table string, retain time
 		return 0, fmt.Errorf("relay: cancelled retention must not be negative, not %s", retain)
 	}
 	t := outboxdb.New("", "")
+	t.Dialect = dialectOf(db)
 	if table != "" {
 		t.Scheduled = table
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -79,7 +79,11 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	db, err := openDB(o.databaseURL)
+	open := openDB
+	if mysqldb.IsURL(o.databaseURL) {
+		open = openCommandDB // the cleanup runs on MySQL too
+	}
+	db, err := open(o.databaseURL)
 	if err != nil {
 		return err
 	}
@@ -132,7 +136,7 @@ func (o *cleanupOptions) checkTables(ctx context.Context, db *sql.DB) error {
 		tables = append(tables, schema.DeadLetterTable)
 	}
 	for _, table := range tables {
-		exists, err := outboxdb.TableExists(ctx, db, table)
+		exists, err := tablesOf(db, "", "").TableExists(ctx, db, table)
 		if err != nil {
 			return err
 		}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"testing"
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
@@ -95,4 +97,57 @@ func TestCleanupRemovesCancelledScheduledEvents(t *testing.T) {
 		count(*) FILTER (WHERE cancelled_at IS NULL) FROM outbox_scheduled_events`).Scan(&cancelled, &waiting))
 	require.Equal(t, 1, cancelled)
 	require.Equal(t, 2, waiting)
+}
+
+// On MariaDB the cleanup deletes as on PostgreSQL, in batches: processed
+// records, delivered rows and cancelled scheduled events older than their
+// retention, settled dead letters, and nothing younger, pending, waiting
+// or open.
+func TestCleanupOnMariaDB(t *testing.T) {
+	t.Parallel()
+	db, url := mysqltest.Open(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
+	require.NoError(t, client.Schema.Create(context.Background()))
+	const old, recent = `UTC_TIMESTAMP(6) - INTERVAL 10 DAY`, `UTC_TIMESTAMP(6) - INTERVAL 1 HOUR`
+	for _, q := range []string{
+		`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at)
+		VALUES (UUID(), 'old', 2, 'orders', 'Order', '1', '{}', ` + old + `), (UUID(), 'old', 2, 'orders', 'Order', '2', '{}', ` + old + `),
+		(UUID(), 'old', 2, 'orders', 'Order', '3', '{}', ` + old + `), (UUID(), 'recent', 2, 'orders', 'Order', '4', '{}', ` + recent + `),
+		(UUID(), 'pending', 2, 'orders', 'Order', '5', '{}', NULL)`,
+		`INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at) VALUES
+		('billing', UUID(), 'old', ` + old + `), ('billing', UUID(), 'old', ` + old + `), ('billing', UUID(), 'recent', ` + recent + `)`,
+		`INSERT INTO outbox_dead_letters (source, event_name, reason, retried_at, discarded_at) VALUES
+		('billing', 'retried-old', 'x', ` + old + `, NULL), ('billing', 'discarded-recent', 'x', NULL, ` + recent + `),
+		('billing', 'open', 'x', NULL, NULL)`,
+		`INSERT INTO outbox_scheduled_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
+		deliver_at, cancelled_at) VALUES (UUID(), 'cancelled-old', 2, 'orders', 'Order', '6', '{}', ` + old + `, ` + old + `),
+		(UUID(), 'waiting', 2, 'orders', 'Order', '7', '{}', UTC_TIMESTAMP(6) + INTERVAL 1 DAY, NULL)`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err)
+	}
+	out, err := run(t, nil, "cleanup", "--database-url", url, "--processed-retention", "168h",
+		"--delivered-retention", "168h", "--settled-dead-letter-retention", "168h", "--batch-size", "2")
+	require.NoError(t, err)
+	for _, line := range []string{"deleted 2 processed-event records older than 168h0m0s",
+		"deleted 3 outbox rows delivered more than 168h0m0s ago",
+		"deleted 1 scheduled events cancelled more than 168h0m0s ago",
+		"deleted 1 dead letters retried or discarded more than 168h0m0s ago"} {
+		require.Contains(t, out, line)
+	}
+	names := func(table string) (out []string) {
+		rows, err := db.Query(`SELECT event_name FROM ` + table + ` ORDER BY event_name`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			require.NoError(t, rows.Scan(&name))
+			out = append(out, name)
+		}
+		return out
+	}
+	require.Equal(t, []string{"pending", "recent"}, names("outbox_events"))
+	require.Equal(t, []string{"recent"}, names("outbox_processed_events"))
+	require.Equal(t, []string{"discarded-recent", "open"}, names("outbox_dead_letters"))
+	require.Equal(t, []string{"waiting"}, names("outbox_scheduled_events"))
 }

@@ -141,5 +141,5 @@ func TestDiscardSkipsTheHeldEventOnMariaDB(t *testing.T) {
 	require.Zero(t, waiting, "nothing waits for seq 3 any more")
 
 	_, err = run(t, nil, "status", "--database-url", url)
-	require.ErrorContains(t, err, "status, cleanup, replay and the console need PostgreSQL")
+	require.ErrorContains(t, err, "status, replay and the console need PostgreSQL")
 }

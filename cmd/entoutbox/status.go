@@ -354,8 +354,8 @@ func openDB(databaseURL string) (*sql.DB, error) {
 			"status, dead letters, cleanup, replay and the console need PostgreSQL")
 	}
 	if mysqldb.IsURL(databaseURL) {
-		return nil, errors.New("on MySQL/MariaDB the command runs the relay and the dead letters only for now " +
-			"(entoutbox relay, entoutbox dead-letters --database-url mysql://…); status, cleanup, replay and the console need PostgreSQL")
+		return nil, errors.New("on MySQL/MariaDB the command runs the relay, the dead letters and the cleanup only for now " +
+			"(entoutbox relay, dead-letters, cleanup --database-url mysql://…); status, replay and the console need PostgreSQL")
 	}
 	return openCommandDB(databaseURL)
 }

@@ -333,7 +333,7 @@ func (t Tables) MarkDiscarded(ctx context.Context, e Execer, id int64, at time.T
 func (t Tables) PurgeSettled(ctx context.Context, e Execer, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	for _, column := range []string{"retried_at", "discarded_at"} {
-		n, err := t.deleteOlderRows(ctx, e, t.DeadLetters, column, cutoff, batch)
+		n, err := t.DeleteOlder(ctx, e, t.DeadLetters, column, cutoff, batch)
 		total += n
 		if err != nil {
 			return total, err

@@ -13,7 +13,8 @@ import (
 // The operator's repairs of dead letters on MySQL (MySQL 8, MariaDB
 // 10.6+): the letters read, locked and marked, the outbox row of an event
 // read and deleted, the positions settled (serially: MySQL's UPDATE takes
-// no WITH that writes, and returns nothing), and settled letters purged.
+// no WITH that writes, and returns nothing); and the cleanup's deletes of
+// old rows.
 
 // onPostgresAndMySQL defines a statement whose text render builds for
 // either database from t.Dialect.
@@ -45,6 +46,7 @@ func init() {
 		WHERE id = ?1`
 	})
 	rowsDelete.also(MySQL, func(t Tables) string { return `DELETE FROM ` + q(t.Outbox) + ` WHERE id = ?1` })
+	scheduledDeleteCancelled.also(MySQL, func(t Tables) string { return mysqlDeleteOlder(t.Scheduled, "cancelled_at") })
 	settlePositionsOf.also(MySQL, func(t Tables) string {
 		return `SELECT consumer FROM ` + q(t.Positions) + `
 		WHERE topic = ?1 AND aggregate_type = ?2 AND aggregate_id = ?3 ORDER BY consumer`
@@ -65,8 +67,8 @@ func mysqlDeleteOlder(table, timeColumn string) string {
 	return `DELETE FROM ` + MySQL.quote(table) + ` WHERE ` + MySQL.quote(timeColumn) + ` < ?1 ORDER BY id LIMIT ?2`
 }
 
-// deleteOlderRows is DeleteOlder in t's dialect.
-func (t Tables) deleteOlderRows(ctx context.Context, e Execer, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
+// DeleteOlder is the package's DeleteOlder in t's dialect.
+func (t Tables) DeleteOlder(ctx context.Context, e Execer, table, timeColumn string, cutoff time.Time, batch int) (int64, error) {
 	if t.Dialect != MySQL {
 		return DeleteOlder(ctx, e, table, timeColumn, cutoff, batch)
 	}

@@ -168,14 +168,14 @@ func (t Tables) DeleteCancelled(ctx context.Context, db interface {
 	Querier
 	Execer
 }, cutoff time.Time, batch int) (int64, error) {
-	exists, err := TableExists(ctx, db, t.Scheduled)
+	exists, err := t.TableExists(ctx, db, t.Scheduled)
 	if err != nil || !exists {
 		return 0, err
 	}
 	if batch <= 0 {
 		batch = 1000
 	}
-	n, err := retention.InBatches(ctx, db, scheduledDeleteCancelled.SQL(t), cutoff, batch)
+	n, err := retention.InBatches(ctx, t.boundExec(db), scheduledDeleteCancelled.SQL(t), cutoff, batch)
 	if err != nil {
 		return n, fmt.Errorf("deleting the cancelled events of %s: %w", t.Scheduled, err)
 	}
