@@ -74,6 +74,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("SQLite section: %q: %q", row, line)
 		}
 	}
+	checkPollConsumers(t, out.String(), "SQLite")
 	checkMySQLSection(t, out.String())
 	for _, want := range []string{"relay", "drain ev/s", "p99 held-tx", "peak RSS",
 		"stock watermill-sql + forwarder", "entoutbox fast, 1 replica", "entoutbox fast, 3 replicas", "emit cost",
@@ -133,6 +134,27 @@ func checkMySQLSection(t *testing.T, out string) {
 		line := tableLine(out, name+" "+row)
 		if line == "" || strings.Contains(line, "missing") || strings.Contains(line, "n/a") {
 			t.Errorf("%s section: %q: %q", name, row, line)
+		}
+	}
+	checkPollConsumers(t, out, name)
+}
+
+// checkPollConsumers checks that section name has a line for each
+// consumer over 10 and over 50 aggregates, each having handled the whole
+// backlog and written one dedupe record and one invoice per event (a line
+// says otherwise in its notes).
+func checkPollConsumers(t *testing.T, out, name string) {
+	t.Helper()
+	for _, aggregates := range []string{"10", "50"} {
+		for _, consumer := range []string{pollGeneratedName, "a hand-written Watermill handler, serial, 1 event per transaction"} {
+			row := name + " consumer, " + consumer + ", " + aggregates + " aggregates: "
+			line := tableLine(out, row)
+			switch {
+			case line == "":
+				t.Errorf("%s section lacks the line %q", name, row)
+			case strings.Contains(line, "n/a") || strings.Contains(line, "handled after") || strings.Contains(line, "dedupe records"):
+				t.Errorf("%s consumer line did not work: %s", name, line)
+			}
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/schema"
@@ -35,7 +36,22 @@ import (
 // handler written by hand, beside what the database alone allows for the
 // same two inserts. The rows run one after the other in one sandbox, each
 // consumer under a consumer name (its group on the broker) of its own, so
-// that each reads the whole backlog.
+// that each reads the whole backlog. The generated and the hand-written
+// rows take the database they write to (consumerDB), so that the SQLite
+// and MariaDB sections run them too (pollconsumers.go).
+
+// consumerDB is the database a consumer row writes its dedupe records and
+// invoices to: the consumer section's PostgreSQL sandbox, or a database of
+// a poll section.
+type consumerDB struct {
+	client  *testent.Client
+	db      *sql.DB
+	dialect outboxdb.Dialect
+}
+
+func (s *sandbox) consumerDB() consumerDB {
+	return consumerDB{client: s.client, db: s.db, dialect: outboxdb.Postgres}
+}
 
 // consumerResult is one row of the consumer table.
 type consumerResult struct {
@@ -72,6 +88,23 @@ var (
 	insertInvoiceMany = `INSERT INTO invoices (order_id, amount_cents, currency, consumer)` +
 		` SELECT o, a, $3, $4 FROM unnest($1::bigint[], $2::bigint[]) AS t(o, a)`
 )
+
+// handWrittenSQL is what a user writes on database d for the two inserts
+// of the hand-written handler: the dedupe record, which affects no row
+// when the event was handled before, and the invoice.
+func handWrittenSQL(d outboxdb.Dialect) (processed, invoice string) {
+	const plainInvoice = `INSERT INTO invoices (order_id, amount_cents, currency, consumer) VALUES (?, ?, ?, ?)`
+	const columns = ` (consumer, event_id, event_name, attempts) VALUES (?, ?, ?, 1)`
+	switch d {
+	case outboxdb.SQLite:
+		return `INSERT INTO ` + pgsql.QuoteIdent(schema.ProcessedEventTable) + columns +
+			` ON CONFLICT (consumer, event_id) DO NOTHING`, plainInvoice
+	case outboxdb.MySQL:
+		return "INSERT INTO `" + schema.ProcessedEventTable + "`" + columns +
+			` ON DUPLICATE KEY UPDATE consumer = consumer`, plainInvoice
+	}
+	return insertProcessed, insertInvoice
+}
 
 // measureConsumers emits the backlog, has the fast relay publish it (the
 // reference row), then measures each consumer row. An error means the
@@ -122,12 +155,13 @@ func (e *env) consumerRows(ctx context.Context, s *sandbox, prefix string, n int
 		return nil, fmt.Errorf("opening the broker for the consumers: %w", err)
 	}
 	defer br.Close()
+	db := s.consumerDB()
 
 	e.progress("consumers: generated handlers draining %d events", n)
-	results = append(results, e.generatedRow(ctx, s, br, prefix, n, generatedConsumer,
+	results = append(results, e.generatedRow(ctx, db, br, prefix, n, generatedConsumer,
 		"generated handlers, 1 instance, default settings (batches of up to 100 events)"))
 	e.progress("consumers: a generated batch handler draining %d events", n)
-	results = append(results, e.batchHandlerRow(ctx, s, br, prefix, n, generatedConsumer+"_bulk",
+	results = append(results, e.batchHandlerRow(ctx, db, br, prefix, n, generatedConsumer+"_bulk",
 		"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), default settings"))
 	if br.Scheme() == "nats" {
 		// One instance with more in flight than the default (128) fills
@@ -137,18 +171,18 @@ func (e *env) consumerRows(ctx context.Context, s *sandbox, prefix string, n int
 			return nil, fmt.Errorf("opening the broker with max_in_flight=256: %w", err)
 		}
 		e.progress("consumers: generated handlers, max_in_flight=256, draining %d events", n)
-		results = append(results, e.generatedRow(ctx, s, wide, prefix, n, generatedConsumer+"_wide",
+		results = append(results, e.generatedRow(ctx, db, wide, prefix, n, generatedConsumer+"_wide",
 			"generated handlers, 1 instance, default settings, broker URL ?max_in_flight=256"))
 		e.progress("consumers: a generated batch handler, max_in_flight=256, draining %d events", n)
-		results = append(results, e.batchHandlerRow(ctx, s, wide, prefix, n, generatedConsumer+"_bulk_wide",
+		results = append(results, e.batchHandlerRow(ctx, db, wide, prefix, n, generatedConsumer+"_bulk_wide",
 			"generated batch handler (OnProfileUpdatedBatch, one bulk INSERT per batch), broker URL ?max_in_flight=256"))
 		_ = wide.Close()
 	}
 	e.progress("consumers: generated handlers, one event per transaction, draining %d events", n)
-	results = append(results, e.generatedRow(ctx, s, br, prefix, n, generatedConsumer+"_alone",
+	results = append(results, e.generatedRow(ctx, db, br, prefix, n, generatedConsumer+"_alone",
 		"generated handlers, 1 instance, 1 event per transaction (WithBatchSize(1))", consumer.WithBatchSize(1)))
 	e.progress("consumers: a hand-written Watermill handler draining %d events", n)
-	results = append(results, e.handWrittenRow(ctx, s, br, topic, n))
+	results = append(results, e.handWrittenRow(ctx, db, br, topic, n, handWrittenConsumer))
 	return results, nil
 }
 
@@ -192,7 +226,7 @@ func (e *env) publishBacklog(ctx context.Context, s *sandbox, prefix string, n i
 		return res, err
 	}
 	res.cpuFrom = sampleCPU(rs.pids())
-	if err := waitBacklogEmpty(ctx, s, e.cfg.Timeout, rs.failed()); err != nil {
+	if err := waitBacklogEmpty(ctx, s.db, e.cfg.Timeout, rs.failed()); err != nil {
 		if rerr := rs.err(); rerr != nil {
 			err = rerr
 		}
@@ -257,11 +291,11 @@ func (c *handledClock) rate() (int, float64) {
 // settings, one instance. The count is taken when the handler's
 // transaction commits (an ent commit hook), which holds however the
 // handler set schedules and batches its deliveries.
-func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
+func (e *env) generatedRow(ctx context.Context, db consumerDB, br broker.Broker, prefix string, n int, consumerName, name string,
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := newBenchHandlers(s, prefix, opts)
+	h := newBenchHandlers(db.client, prefix, opts)
 	h.OnProfileUpdated(consumerName, func(ctx context.Context, tx *testent.Tx, ev *testent.ProfileUpdated, m events.Meta) error {
 		orderID, err := strconv.ParseInt(m.AggregateID, 10, 64)
 		if err != nil {
@@ -279,26 +313,26 @@ func (e *env) generatedRow(ctx context.Context, s *sandbox, br broker.Broker, pr
 		return tx.Invoice.Create().SetOrderID(orderID).SetAmountCents(int64(ev.Score)).
 			SetCurrency("EUR").SetConsumer(consumerName).Exec(ctx)
 	})
-	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
+	e.runRouter(ctx, db, &res, clock, consumerName, func(r *message.Router) error {
 		return h.AddToRouter(r, br.Subscriber)
 	})
 	return res
 }
 
-// newBenchHandlers is the generated handler set of a row: on the
-// sandbox's topics, quiet, with the row's options.
-func newBenchHandlers(s *sandbox, prefix string, opts []consumer.Option) *testent.OutboxHandlers {
-	return testent.NewOutboxHandlers(s.client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
+// newBenchHandlers is the generated handler set of a row: on client's
+// database and the row's topics, quiet, with the row's options.
+func newBenchHandlers(client *testent.Client, prefix string, opts []consumer.Option) *testent.OutboxHandlers {
+	return testent.NewOutboxHandlers(client, append([]consumer.Option{consumer.WithTopicPrefix(prefix),
 		consumer.WithLogger(watermill.NopLogger{})}, opts...)...)
 }
 
 // batchHandlerRow is generatedRow with a batch handler: the effects of a
 // shared transaction's events in one multi-row INSERT (CreateBulk).
-func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker, prefix string, n int, consumerName, name string,
+func (e *env) batchHandlerRow(ctx context.Context, db consumerDB, br broker.Broker, prefix string, n int, consumerName, name string,
 	opts ...consumer.Option) consumerResult {
 	res := consumerResult{name: name, process: "bench"}
 	clock := newHandledClock(n)
-	h := newBenchHandlers(s, prefix, opts)
+	h := newBenchHandlers(db.client, prefix, opts)
 	var calls, given atomic.Int64
 	h.OnProfileUpdatedBatch(consumerName, func(ctx context.Context, tx *testent.Tx, batch []testent.ProfileUpdatedDelivery) error {
 		calls.Add(1)
@@ -324,7 +358,7 @@ func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker,
 			c.SetOrderID(orders[i]).SetAmountCents(int64(batch[i].Event.Score)).SetCurrency("EUR").SetConsumer(consumerName)
 		}).Exec(ctx)
 	})
-	e.runRouter(ctx, s, &res, clock, consumerName, func(r *message.Router) error {
+	e.runRouter(ctx, db, &res, clock, consumerName, func(r *message.Router) error {
 		return h.AddToRouter(r, br.Subscriber)
 	})
 	if n := calls.Load(); n > 0 {
@@ -335,8 +369,9 @@ func (e *env) batchHandlerRow(ctx context.Context, s *sandbox, br broker.Broker,
 
 // handWrittenRow drains the backlog with what a user would write without
 // the generator: a Watermill handler, one message at a time, decoding the
-// payload and running the same two inserts in one transaction.
-func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, topic string, n int) consumerResult {
+// payload and running the same two inserts in one transaction, on db,
+// under consumerName.
+func (e *env) handWrittenRow(ctx context.Context, db consumerDB, br broker.Broker, topic string, n int, consumerName string) consumerResult {
 	res := consumerResult{name: "a hand-written Watermill handler, serial, 1 event per transaction", process: "bench"}
 	clock := newHandledClock(n)
 	handle := func(msg *message.Message) error {
@@ -344,22 +379,22 @@ func (e *env) handWrittenRow(ctx context.Context, s *sandbox, br broker.Broker, 
 		if err != nil {
 			return err
 		}
-		fresh, err := insertHandled(msg.Context(), s.db, handWrittenConsumer, id, msg.Metadata.Get(events.MetaEventName), orderID, int64(ev.Score))
+		fresh, err := insertHandled(msg.Context(), db.db, db.dialect, consumerName, id, msg.Metadata.Get(events.MetaEventName), orderID, int64(ev.Score))
 		if !fresh || err != nil {
 			return err // a duplicate is acknowledged
 		}
 		clock.committed()
 		return nil
 	}
-	e.runRouter(ctx, s, &res, clock, handWrittenConsumer, func(r *message.Router) error {
-		sub, err := br.Subscriber(handWrittenConsumer)
+	e.runRouter(ctx, db, &res, clock, consumerName, func(r *message.Router) error {
+		sub, err := br.Subscriber(consumerName)
 		if err != nil {
 			return err
 		}
 		if c, ok := sub.(broker.ConcurrentSubscriber); ok {
 			c.LimitInFlight(1) // serial: what a Watermill handler gets from most subscribers
 		}
-		r.AddConsumerHandler(handWrittenConsumer, topic, sub, handle)
+		r.AddConsumerHandler(consumerName, topic, sub, handle)
 		return nil
 	})
 	return res
@@ -381,21 +416,24 @@ func decodeHandWritten(msg *message.Message) (id uuid.UUID, ev testent.ProfileUp
 }
 
 // insertHandled writes the dedupe record of event id and, when it is new
-// (fresh), an invoice, in one transaction; a duplicate writes nothing.
-func insertHandled(ctx context.Context, db *sql.DB, consumerName string, id uuid.UUID, eventName string, orderID, amount int64) (fresh bool, err error) {
+// (fresh), an invoice, in one transaction on db, a database of dialect d;
+// a duplicate writes nothing.
+func insertHandled(ctx context.Context, db *sql.DB, d outboxdb.Dialect, consumerName string, id uuid.UUID, eventName string,
+	orderID, amount int64) (fresh bool, err error) {
+	processed, invoice := handWrittenSQL(d)
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback()
-	r, err := tx.ExecContext(ctx, insertProcessed, consumerName, id, eventName)
+	r, err := tx.ExecContext(ctx, processed, consumerName, id, eventName)
 	if err != nil {
 		return false, err
 	}
 	if n, err := r.RowsAffected(); err != nil || n == 0 {
 		return false, err
 	}
-	if _, err := tx.ExecContext(ctx, insertInvoice, orderID, amount, "EUR", consumerName); err != nil {
+	if _, err := tx.ExecContext(ctx, invoice, orderID, amount, "EUR", consumerName); err != nil {
 		return false, err
 	}
 	return true, tx.Commit()
@@ -403,8 +441,8 @@ func insertHandled(ctx context.Context, db *sql.DB, consumerName string, id uuid
 
 // runRouter runs a router with the handlers add puts on it until clock has
 // counted every event or the timeout passes, records the rate and the CPU
-// into res, and checks the effects the consumer wrote.
-func (e *env) runRouter(ctx context.Context, s *sandbox, res *consumerResult, clock *handledClock, consumerName string,
+// into res, and checks the effects the consumer wrote to db.
+func (e *env) runRouter(ctx context.Context, db consumerDB, res *consumerResult, clock *handledClock, consumerName string,
 	add func(*message.Router) error) {
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 30 * time.Second}, watermill.NopLogger{})
 	if err == nil {
@@ -452,7 +490,7 @@ func (e *env) runRouter(ctx context.Context, s *sandbox, res *consumerResult, cl
 	if res.events < clock.want && ctx.Err() == nil {
 		res.note("%d of %d events handled after %s", res.events, clock.want, e.cfg.Timeout)
 	}
-	res.checkEffects(ctx, s.db, consumerName)
+	res.checkEffects(ctx, db, consumerName)
 }
 
 // startCPUProfile profiles this process into path until stop.
@@ -470,11 +508,14 @@ func startCPUProfile(path string) (stop func(), err error) {
 
 // checkEffects notes when the consumer's dedupe records or invoices are
 // not one per counted event.
-func (r *consumerResult) checkEffects(ctx context.Context, db *sql.DB, consumerName string) {
+func (r *consumerResult) checkEffects(ctx context.Context, db consumerDB, consumerName string) {
 	var records, invoices int
-	err := db.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM `+pgsql.QuoteIdent(schema.ProcessedEventTable)+` WHERE consumer = $1),
-		(SELECT count(*) FROM invoices WHERE consumer = $1)`, consumerName).Scan(&records, &invoices)
+	p1, p2 := "$1", "$2"
+	if db.dialect != outboxdb.Postgres {
+		p1, p2 = "?", "?"
+	}
+	err := db.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM `+schema.ProcessedEventTable+` WHERE consumer = `+p1+`),
+		(SELECT count(*) FROM invoices WHERE consumer = `+p2+`)`, consumerName, consumerName).Scan(&records, &invoices)
 	switch {
 	case err != nil:
 		r.note("counting the effects: %v", err)
@@ -523,7 +564,7 @@ func floorRow(ctx context.Context, s *sandbox, name, consumerName string, ids []
 		return res
 	}
 	res.events = len(ids)
-	res.checkEffects(ctx, s.db, consumerName)
+	res.checkEffects(ctx, s.consumerDB(), consumerName)
 	return res
 }
 

@@ -19,6 +19,10 @@ import (
 // cpuGroups are the columns of the CPU line, in order.
 var cpuGroups = []string{"relay", "PostgreSQL", "broker", "bench", "other"}
 
+// mysqlServerGroup is the MariaDB or MySQL server's processes, which the
+// MariaDB section's consumer lines name.
+const mysqlServerGroup = "mysqld"
+
 type cpuSample struct {
 	ok    bool
 	at    time.Time
@@ -76,6 +80,8 @@ func sampleCPU(relayPIDs []int) cpuSample {
 			grp = "PostgreSQL"
 		case strings.HasPrefix(comm, "nats-server"):
 			grp = "broker"
+		case comm == "mariadbd" || comm == "mysqld":
+			grp = mysqlServerGroup // not a column of the CPU line: its "other"
 		}
 		if grp != "" {
 			s.procs[pid] = procCPUTime{grp: grp, cpu: cpu}

@@ -64,7 +64,7 @@ type config struct {
 	ConsumerProfile         string        // where to write a CPU profile of each consumer row's drain; "" for none
 	ProfileFor              time.Duration // how long that profile runs
 	// The consumer section (see consumers.go); ConsumerEvents 0 skips it.
-	ConsumerEvents     int // the backlog every consumer row drains
+	ConsumerEvents     int // the backlog every consumer row drains, the poll sections' too (pollconsumers.go)
 	ConsumerAggregates int // distinct aggregate ids of that backlog
 	ConsumerConns      int // connections of the many-connection floor
 	ConsumerPerTx      int // events per transaction of the batched floors
@@ -110,7 +110,7 @@ func main() {
 	flag.StringVar(&cfg.RelayProfile, "relay-profile", "", "write a CPU profile of the first relay of each row during its drain to this path prefix (<prefix>.<row>.pprof)")
 	flag.StringVar(&cfg.ConsumerProfile, "consumer-profile", "", "write a CPU profile of this process during each consumer row's drain to this path prefix (<prefix>.<consumer>.pprof)")
 	flag.DurationVar(&cfg.ProfileFor, "profile-for", 5*time.Second, "how long --relay-profile profiles (raise --events to keep the drain going that long)")
-	flag.IntVar(&cfg.ConsumerEvents, "consumer-events", 20000, "backlog in JetStream each consumer row drains (0 skips the consumer section)")
+	flag.IntVar(&cfg.ConsumerEvents, "consumer-events", 20000, "backlog in JetStream each consumer row drains, also in the SQLite and MariaDB sections (0 skips the consumer section and those rows)")
 	flag.IntVar(&cfg.ConsumerAggregates, "consumer-aggregates", 500, "distinct aggregate ids of the consumers' backlog")
 	flag.IntVar(&cfg.ConsumerConns, "consumer-conns", 8, "connections of the database floor that commits on many connections at once")
 	flag.IntVar(&cfg.ConsumerPerTx, "consumer-per-tx", 100, "events per transaction of the batched database floors")

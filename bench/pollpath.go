@@ -11,6 +11,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 	"github.com/google/uuid"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/relay"
 )
@@ -20,7 +21,8 @@ import (
 // PostgreSQL rows, in the same run: the emit cost beside a bare INSERT,
 // the drain of a backlog to the broker, and commit-to-broker latency at
 // --rate under the relay's default poll interval and a short one (neither
-// database has LISTEN: the poll interval is what wakes the relay).
+// database has LISTEN: the poll interval is what wakes the relay), and,
+// with --consumer-events, the consumers' events/s (pollconsumers.go).
 
 // pollSection is how one such section makes its databases.
 type pollSection struct {
@@ -35,15 +37,21 @@ type pollSection struct {
 
 // pollDB is one database of a section, the bench's own.
 type pollDB struct {
-	url    string // what the relay command is given
-	db     *sql.DB
-	client *testent.Client
-	remove func() // removes the database, once db is closed
+	url     string // what the relay command is given
+	db      *sql.DB
+	client  *testent.Client
+	dialect outboxdb.Dialect
+	remove  func() // removes the database, once db is closed
 }
 
 // migrate opens d's client on its database, in dialect, and creates the
 // tables; on failure it closes d. what names the database in the error.
 func (d *pollDB) migrate(ctx context.Context, dialect, what string) error {
+	var err error
+	if d.dialect, err = outboxdb.DialectOf(dialect); err != nil {
+		d.close()
+		return err
+	}
 	d.client = testent.NewClient(testent.Driver(entsql.OpenDB(dialect, d.db)))
 	if err := d.client.Schema.Create(ctx); err != nil {
 		d.close()
@@ -70,6 +78,10 @@ func measurePoll(ctx context.Context, e *env, sec pollSection) ([]string, error)
 	}
 	e.progress("%s: drain and latency", sec.name)
 	rows, err := pollRelayRows(ctx, e, sec)
+	if lines = append(lines, rows...); err != nil || e.cfg.ConsumerEvents == 0 {
+		return lines, err
+	}
+	rows, err = pollConsumerRows(ctx, e, sec)
 	return append(lines, rows...), err
 }
 
@@ -116,7 +128,8 @@ func pollRelayRows(ctx context.Context, e *env, sec pollSection) ([]string, erro
 		return nil, err
 	}
 	defer d.close()
-	prefix := fmt.Sprintf("%s%d_", sec.topic, time.Now().UnixNano())
+	prefix := pollPrefix(sec)
+	defer deleteNATSStream(e.cfg.Broker, prefix+"profiles")
 	recv, err := newReceiver(ctx, e.cfg.Broker, prefix+"profiles")
 	if err != nil {
 		return nil, fmt.Errorf("subscribing: %w", err)
@@ -201,7 +214,8 @@ func pollDrain(ctx context.Context, e *env, sec pollSection, aggregates, retaine
 			return "", fmt.Errorf("writing delivered rows: %w", err)
 		}
 	}
-	prefix := fmt.Sprintf("%s%d_", sec.topic, time.Now().UnixNano())
+	prefix := pollPrefix(sec)
+	defer deleteNATSStream(e.cfg.Broker, prefix+"profiles")
 	recv, err := newReceiver(ctx, e.cfg.Broker, prefix+"profiles")
 	if err != nil {
 		return "", fmt.Errorf("subscribing: %w", err)
@@ -224,6 +238,12 @@ func pollDrain(ctx context.Context, e *env, sec pollSection, aggregates, retaine
 		err = serr
 	}
 	return line + deadlockNote(deadlocks), err
+}
+
+// pollPrefix is a fresh topic prefix of the section's: its stream's name
+// has "bench_" in it, so that deleteNATSStream removes it at the end.
+func pollPrefix(sec pollSection) string {
+	return fmt.Sprintf("bench_%s%d_", sec.topic, time.Now().UnixNano())
 }
 
 // deadlockNote says how many of the backlog's transactions ran again after

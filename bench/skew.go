@@ -25,6 +25,7 @@ import (
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/outbox"
@@ -451,7 +452,7 @@ func skewHandWritten(in *skewInstance, name string) message.NoPublishHandlerFunc
 		if err != nil {
 			return fmt.Errorf("aggregate seq of event %s: %w", id, err)
 		}
-		fresh, err := insertHandled(msg.Context(), in.db, name, id, msg.Metadata.Get(events.MetaEventName), orderID, seq)
+		fresh, err := insertHandled(msg.Context(), in.db, outboxdb.Postgres, name, id, msg.Metadata.Get(events.MetaEventName), orderID, seq)
 		if !fresh || err != nil {
 			return err // a duplicate is acknowledged
 		}
