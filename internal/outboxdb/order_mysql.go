@@ -102,3 +102,15 @@ func init() {
 		WHERE id = ?1`
 	})
 }
+
+// MoveNextQuery moves the position of consumer ?1 on topic ?2, aggregate
+// ?3/?4, to seq ?5 when that is its next and it is not held: on MySQL the
+// first statement of the common case, a lock on the row alone (its whole
+// key); no row affected when it is not the case.
+func (t Tables) MoveNextQuery() string { return t.cached(orderMoveNext) }
+
+var orderMoveNext = defineOnly("order/move-next", MySQL, func(t Tables) string {
+	return `UPDATE ` + MySQL.quote(t.Positions) + ` SET ` + serialMove("?5", mysqlNow) + `
+		WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
+			AND last_seq = ?5 - 1 AND held_seq IS NULL`
+})

@@ -210,6 +210,9 @@ func Record(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 // every other case it changes nothing and next is false: the caller takes
 // the full path (lockPosition).
 func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
+	if t.Dialect == outboxdb.MySQL {
+		return recordNextMySQL(ctx, tx, t, m)
+	}
 	if t.serial() {
 		return false, false, nil // the run statement takes arrays: the full path
 	}
@@ -227,6 +230,45 @@ func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 		}
 	}
 	return next, fresh, rows.Close()
+}
+
+// recordNextMySQL is recordNext on MySQL, in two statements under a
+// savepoint: the position moved when m is its next and it is not held (a
+// lock on its row alone), then m recorded unless it is a duplicate or in
+// this consumer's dead letters. In any other case the savepoint is rolled
+// back and the full path decides. The first event of an aggregate takes
+// the full path at once: its position is likely not there, and a locking
+// statement on a missing key would lock the gap where it would be. No
+// plain read comes before the lock: the transaction's snapshot, which the
+// handler's reads see, is taken after it, with the previous event's
+// effect committed.
+func recordNextMySQL(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
+	if m.AggregateSeq < 2 {
+		return false, false, nil
+	}
+	var res stdsql.Result
+	if err := tx.Exec(ctx, `SAVEPOINT entoutbox_next`, []any{}, &res); err != nil {
+		return false, false, err
+	}
+	key := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, m.AggregateSeq}
+	if err := tx.Exec(ctx, t.DB().MoveNextQuery(), key, &res); err != nil {
+		return false, false, fmt.Errorf("consumer: moving the position of %q to event %s: %w", m.Consumer, m.EventID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, false, err
+	}
+	err = tx.Exec(ctx, t.DB().RecordDeliveryQuery(), []any{m.Consumer, m.EventID, m.Name, max(m.Attempt, 1)}, &res)
+	if err != nil {
+		return false, false, fmt.Errorf("consumer: recording event %s as processed by %q: %w", m.EventID, m.Consumer, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err == nil, err == nil, err
+	}
+	// A duplicate, or a letter of this consumer's: the full path tells.
+	if err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT entoutbox_next`, []any{}, &res); err != nil {
+		return false, false, err
+	}
+	return false, false, nil
 }
 
 func outOfOrder(m events.Meta, p position) *OutOfOrderError {
