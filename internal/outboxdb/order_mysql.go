@@ -1,5 +1,7 @@
 package outboxdb
 
+import "github.com/entoutbox/entoutbox/internal/pgsql"
+
 // The consumers' statements on MySQL (MySQL 8, MariaDB 10.6+). As on
 // SQLite, a statement that does several things on PostgreSQL (a WITH that
 // writes, RETURNING) is several here, run in order by the consumer
@@ -104,13 +106,16 @@ func init() {
 }
 
 // MoveNextQuery moves the position of consumer ?1 on topic ?2, aggregate
-// ?3/?4, to seq ?5 when that is its next and it is not held: on MySQL the
-// first statement of the common case, a lock on the row alone (its whole
-// key); no row affected when it is not the case.
+// ?3/?4, to seq ?5 when that is its next and it is not held: on MySQL and
+// SQLite the first statement of the common case (on MySQL a lock on the
+// row alone, by its whole key); no row affected when it is not the case.
 func (t Tables) MoveNextQuery() string { return t.cached(orderMoveNext) }
 
-var orderMoveNext = defineOnly("order/move-next", MySQL, func(t Tables) string {
-	return `UPDATE ` + MySQL.quote(t.Positions) + ` SET ` + serialMove("?5", mysqlNow) + `
+var orderMoveNext = defineOnly("order/move-next", MySQL, func(t Tables) string { return moveNext(t, MySQL.quote, mysqlNow) }).
+	also(SQLite, func(t Tables) string { return moveNext(t, pgsql.QuoteIdent, sqliteNow) })
+
+func moveNext(t Tables, quote func(string) string, now string) string {
+	return `UPDATE ` + quote(t.Positions) + ` SET ` + serialMove("?5", now) + `
 		WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
 			AND last_seq = ?5 - 1 AND held_seq IS NULL`
-})
+}

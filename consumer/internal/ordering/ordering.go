@@ -210,11 +210,8 @@ func Record(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 // every other case it changes nothing and next is false: the caller takes
 // the full path (lockPosition).
 func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
-	if t.Dialect == outboxdb.MySQL {
-		return recordNextMySQL(ctx, tx, t, m)
-	}
-	if t.serial() {
-		return false, false, nil // the run statement takes arrays: the full path
+	if t.serial() { // the run statement takes arrays
+		return recordNextSerial(ctx, tx, t, m)
 	}
 	args := []any{[]string{m.Consumer}, []int32{0}, []string{m.Topic}, []string{m.AggregateType}, []string{m.AggregateID},
 		[]int64{m.AggregateSeq}, []uuid.UUID{m.EventID}, []string{m.Name}, []bool{true}, []int64{int64(max(m.Attempt, 1))}}
@@ -232,17 +229,17 @@ func recordNext(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.
 	return next, fresh, rows.Close()
 }
 
-// recordNextMySQL is recordNext on MySQL, in two statements under a
-// savepoint: the position moved when m is its next and it is not held (a
+// recordNextSerial is recordNext on MySQL and SQLite, in two statements
+// under a savepoint: the position moved when m is its next and it is not held (a
 // lock on its row alone), then m recorded unless it is a duplicate or in
 // this consumer's dead letters. In any other case the savepoint is rolled
 // back and the full path decides. The first event of an aggregate takes
-// the full path at once: its position is likely not there, and a locking
-// statement on a missing key would lock the gap where it would be. No
+// the full path at once: its position is likely not there, and on MySQL a
+// locking statement on a missing key would lock the gap where it would be. No
 // plain read comes before the lock: the transaction's snapshot, which the
 // handler's reads see, is taken after it, with the previous event's
 // effect committed.
-func recordNextMySQL(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
+func recordNextSerial(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (next, fresh bool, err error) {
 	if m.AggregateSeq < 2 {
 		return false, false, nil
 	}
