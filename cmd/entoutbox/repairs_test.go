@@ -26,17 +26,8 @@ import (
 func TestDiscardSkipsTheHeldEventAndSaysWhere(t *testing.T) {
 	t.Parallel()
 	db, client := letterDB(t)
-	ctx := context.Background()
 	held, behind := uuid.New(), uuid.New()
-	letter := func(id uuid.UUID, seq int64) string {
-		d, err := client.DeadLetter.Create().SetEventID(id).SetSource("billing").SetEventName("order.paid").
-			SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").SetAggregateSeq(seq).
-			SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).SetReason("ledger closed").
-			SetAttempts(1).SetCreatedAt(time.Now()).Save(ctx)
-		require.NoError(t, err)
-		return strconv.FormatInt(d.ID, 10)
-	}
-	heldLetter, behindLetter := letter(held, 2), letter(behind, 3)
+	heldLetter, behindLetter := addHeldLetter(t, client, held, 2), addHeldLetter(t, client, behind, 3)
 	_, err := db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
 		held_seq, held_event_id, held_at, waiting_seq, updated_at) VALUES ('billing', 'orders', 'Order', '9', 1, 2, $1, now(), 3, now())`, held)
 	require.NoError(t, err)
@@ -106,17 +97,8 @@ func TestDiscardSkipsTheHeldEventOnMariaDB(t *testing.T) {
 	app := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db)))
 	require.NoError(t, app.Schema.Create(context.Background()))
 	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.MySQL, db)))
-	ctx := context.Background()
 	held, behind := uuid.New(), uuid.New()
-	letter := func(id uuid.UUID, seq int64) string {
-		d, err := client.DeadLetter.Create().SetEventID(id).SetSource("billing").SetEventName("order.paid").
-			SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").SetAggregateSeq(seq).
-			SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).SetReason("ledger closed").
-			SetAttempts(1).SetCreatedAt(time.Now()).Save(ctx)
-		require.NoError(t, err)
-		return strconv.FormatInt(d.ID, 10)
-	}
-	heldLetter, behindLetter := letter(held, 2), letter(behind, 3)
+	heldLetter, behindLetter := addHeldLetter(t, client, held, 2), addHeldLetter(t, client, behind, 3)
 	_, err := db.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
 		held_seq, held_event_id, held_at, waiting_seq, updated_at)
 		VALUES ('billing', 'orders', 'Order', '9', 1, 2, ?, UTC_TIMESTAMP(6), 3, UTC_TIMESTAMP(6))`, held)
@@ -142,4 +124,16 @@ func TestDiscardSkipsTheHeldEventOnMariaDB(t *testing.T) {
 
 	_, err = run(t, nil, "status", "--database-url", url)
 	require.ErrorContains(t, err, "status, replay and the console need PostgreSQL")
+}
+
+// addHeldLetter writes billing's dead letter of event id, seq seq of
+// aggregate Order/9, and returns its id as the commands take it.
+func addHeldLetter(t *testing.T, client *ent.Client, id uuid.UUID, seq int64) string {
+	t.Helper()
+	d, err := client.DeadLetter.Create().SetEventID(id).SetSource("billing").SetEventName("order.paid").
+		SetEventVersion(2).SetTopic("orders").SetAggregateType("Order").SetAggregateID("9").SetAggregateSeq(seq).
+		SetPayload([]byte(`{"order_id":9,"amount_cents":5,"currency":"EUR"}`)).SetReason("ledger closed").
+		SetAttempts(1).SetCreatedAt(time.Now()).Save(context.Background())
+	require.NoError(t, err)
+	return strconv.FormatInt(d.ID, 10)
 }
