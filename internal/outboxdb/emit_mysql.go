@@ -44,7 +44,7 @@ import (
 // ErrDuplicateInOtherTable, a row whose event id is in the other table.
 // Elsewhere it does nothing.
 func (t Tables) EmitAhead(ctx context.Context, drv dialect.ExecQuerier, rows []EmitRow, schedule bool) error {
-	if t.Dialect != MySQL {
+	if t.Dialect != MySQL || len(rows) == 0 {
 		return nil
 	}
 	other := t.Scheduled
