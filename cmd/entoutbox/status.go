@@ -20,7 +20,6 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/mysqldb"
-	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
@@ -406,11 +405,6 @@ func checkTables(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 // tablesOf names the outbox's tables in db's dialect.
 func tablesOf(db *sql.DB, table, deadLetterTable string) outboxdb.Tables {
 	t := outboxdb.New(table, deadLetterTable)
-	switch {
-	case relay.IsSQLite(db):
-		t.Dialect = outboxdb.SQLite
-	case relay.IsMySQL(db):
-		t.Dialect = outboxdb.MySQL
-	}
+	t.Dialect = outboxdb.DialectOfDB(db)
 	return t
 }

@@ -458,12 +458,7 @@ func openClient(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening database: %w", err)
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.Postgres, db)))
-	if err := client.Schema.Create(ctx); err != nil {
-		client.Close()
-		return nil, nil, fmt.Errorf("migrating: %w", err)
-	}
-	return client, db, nil
+	return migrated(ctx, dialect.Postgres, db, "migrating")
 }
 
 // openMySQL makes the example's database (named as its PostgreSQL schema)
@@ -491,12 +486,7 @@ func openMySQL(ctx context.Context, cfg Config) (*ent.Client, *sql.DB, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening database: %w", err)
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.MySQL, db)))
-	if err := client.Schema.Create(ctx); err != nil {
-		client.Close()
-		return nil, nil, fmt.Errorf("migrating: %w", err)
-	}
-	return client, db, nil
+	return migrated(ctx, dialect.MySQL, db, "migrating")
 }
 
 // openSQLite makes the SQLite file of url afresh and migrates it.
@@ -511,10 +501,16 @@ func openSQLite(ctx context.Context, url string) (*ent.Client, *sql.DB, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))
+	return migrated(ctx, dialect.SQLite, db, "migrating "+path)
+}
+
+// migrated is the ent client of db (of ent's dialect d), migrated; doing
+// names the migration in its error.
+func migrated(ctx context.Context, d string, db *sql.DB, doing string) (*ent.Client, *sql.DB, error) {
+	client := ent.NewClient(ent.Driver(entsql.OpenDB(d, db)))
 	if err := client.Schema.Create(ctx); err != nil {
 		client.Close()
-		return nil, nil, fmt.Errorf("migrating %s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", doing, err)
 	}
 	return client, db, nil
 }

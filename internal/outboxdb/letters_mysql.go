@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
 	"fmt"
 	"time"
 
@@ -82,33 +85,52 @@ func (t Tables) DeleteOlder(ctx context.Context, e Execer, table, timeColumn str
 	return n, nil
 }
 
-// settleSerial is Settle on MySQL: the position locked, the target read
-// (SettleTargetQuery), then written when it differs (SettleUpdateQuery).
-// q writes too (a transaction).
+// settleSerial is Settle on MySQL: the position locked, then settled in
+// steps (SettleSteps). q writes too (a transaction).
 func (t Tables) settleSerial(ctx context.Context, q Querier, consumer, topic, aggregateType, aggregateID string) (Settled, error) {
-	var s Settled
 	e, ok := q.(Execer)
 	if !ok {
-		return s, errors.New("settling a position on MySQL takes a transaction")
+		return Settled{}, errors.New("settling a position on MySQL takes a transaction")
 	}
-	read := t.bound(q)
-	key := []any{consumer, topic, aggregateType, aggregateID}
 	var id int64
-	if err := queryRow(ctx, read, settleLockPosition.SQL(t), key, &id); err != nil {
-		return s, noRowsNil(err) // no position: nothing to settle
+	err := queryRow(ctx, t.bound(q), settleLockPosition.SQL(t), []any{consumer, topic, aggregateType, aggregateID}, &id)
+	if err != nil {
+		return Settled{}, noRowsNil(err) // no position: nothing to settle
+	}
+	return t.SettleSteps(ctx, entsql.Conn{ExecQuerier: struct {
+		Querier
+		Execer
+	}{q, e}}, consumer, topic, aggregateType, aggregateID)
+}
+
+// SettleSteps is SettleQuery's work on SQLite and MySQL, in drv's
+// transaction, which holds the position's lock: where the position of
+// consumer on the aggregate is to be is read (SettleTargetQuery), and
+// written when it differs (SettleUpdateQuery).
+func (t Tables) SettleSteps(ctx context.Context, drv dialect.ExecQuerier, consumer, topic, aggregateType, aggregateID string) (Settled, error) {
+	var s Settled
+	drv = Bound(drv, t.Dialect)
+	var rows entsql.Rows
+	if err := drv.Query(ctx, t.SettleTargetQuery(), []any{consumer, topic, aggregateType, aggregateID}, &rows); err != nil {
+		return s, err
 	}
 	var (
-		to                      int64
+		id, to                  int64
 		held, wasHeld           sql.NullInt64
 		heldEvent, wasHeldEvent sql.NullString
 	)
-	err := queryRow(ctx, read, t.SettleTargetQuery(), key, &id, &s.LastSeq, &to, &held, &heldEvent, &wasHeld, &wasHeldEvent)
-	if err != nil {
-		return s, noRowsNil(err)
+	if s.Found = rows.Next(); s.Found {
+		if err := rows.Scan(&id, &s.LastSeq, &to, &held, &heldEvent, &wasHeld, &wasHeldEvent); err != nil {
+			rows.Close()
+			return s, err
+		}
 	}
-	s.Found = true
+	if err := rows.Close(); err != nil || !s.Found {
+		return s, err
+	}
 	if to != s.LastSeq || held != wasHeld || heldEvent != wasHeldEvent {
-		if _, err := t.boundExec(e).ExecContext(ctx, t.SettleUpdateQuery(), id, to, held, heldEvent); err != nil {
+		var res sql.Result
+		if err := drv.Exec(ctx, t.SettleUpdateQuery(), []any{id, to, held, heldEvent}, &res); err != nil {
 			return s, err
 		}
 		s.Changed = true

@@ -71,10 +71,10 @@ func init() {
 			waiting_since = CASE WHEN ` + gap + ` THEN COALESCE(waiting_since, ` + mysqlNow + `) ELSE waiting_since END,
 			waiting_seq = CASE WHEN ` + gap + ` THEN COALESCE(LEAST(waiting_seq, ?5), ?5) ELSE waiting_seq END`
 	})
-	// The start alone; the consumer reads the seq it started at after it
-	// (PositionQuery's waiting mark), in the same transaction.
+	// No RETURNING: the seq it started at comes back as the statement's
+	// LAST_INSERT_ID(expr).
 	orderStartAggregate.also(MySQL, func(t Tables) string {
-		return `UPDATE ` + q(t.Positions) + ` SET last_seq = waiting_seq - 1, updated_at = ` + mysqlNow + `
+		return `UPDATE ` + q(t.Positions) + ` SET last_seq = LAST_INSERT_ID(waiting_seq) - 1, updated_at = ` + mysqlNow + `
 			WHERE consumer = ?1 AND topic = ?2 AND aggregate_type = ?3 AND aggregate_id = ?4
 				AND last_seq = 0 AND held_seq IS NULL AND waiting_seq > 1 AND waiting_since <= ` + mysqlAgo("?5")
 	})

@@ -338,7 +338,7 @@ func SettleAlone(ctx context.Context, db dialect.ExecQuerier, t Tables, m events
 func Settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (changed bool, err error) {
 	tx = On(t, tx)
 	if t.serial() {
-		return settleSQLite(ctx, tx, t, m)
+		return settleSteps(ctx, tx, t, m)
 	}
 	q := outboxdb.Tables{Positions: t.Positions, DeadLetters: t.DeadLetters}.SettleQuery()
 	var rows entsql.Rows
@@ -358,37 +358,14 @@ func Settle(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta
 	return changed, nil
 }
 
-// settleSQLite is Settle on SQLite: the target read, then written when it
-// differs.
-func settleSQLite(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
-	var rows entsql.Rows
-	if err := tx.Query(ctx, t.DB().SettleTargetQuery(), []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}, &rows); err != nil {
+// settleSteps is Settle on SQLite and MySQL, whose position tx locked
+// already (lockPosition): outboxdb's SettleSteps.
+func settleSteps(ctx context.Context, tx dialect.ExecQuerier, t Tables, m events.Meta) (bool, error) {
+	s, err := t.DB().SettleSteps(ctx, tx, m.Consumer, m.Topic, m.AggregateType, m.AggregateID)
+	if err != nil {
 		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
 	}
-	var (
-		id, last, to            int64
-		held, wasHeld           stdsql.NullInt64
-		heldEvent, wasHeldEvent stdsql.NullString
-		found                   bool
-	)
-	if rows.Next() {
-		found = true
-		if err := rows.Scan(&id, &last, &to, &held, &heldEvent, &wasHeld, &wasHeldEvent); err != nil {
-			rows.Close()
-			return false, err
-		}
-	}
-	if err := rows.Close(); err != nil || !found {
-		return false, err
-	}
-	if to == last && held == wasHeld && heldEvent == wasHeldEvent {
-		return false, nil
-	}
-	var res stdsql.Result
-	if err := tx.Exec(ctx, t.DB().SettleUpdateQuery(), []any{id, to, held, heldEvent}, &res); err != nil {
-		return false, fmt.Errorf("consumer: settling the position of %q on aggregate %s/%s: %w", m.Consumer, m.AggregateType, m.AggregateID, err)
-	}
-	return true, nil
+	return s.Changed, nil
 }
 
 // recordRetried records m as processed when it is an event this consumer
@@ -547,36 +524,19 @@ func StartAggregate(ctx context.Context, db dialect.ExecQuerier, t Tables, m eve
 	return seq, rows.Close()
 }
 
-// startAggregateMySQL is StartAggregate without RETURNING: the start, then
-// the seq it started at read in the same transaction.
-func startAggregateMySQL(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (seq int64, err error) {
-	key := []any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID}
-	err = InTx(ctx, db, func(ctx context.Context, tx dialect.ExecQuerier) error {
-		tx = On(t, tx)
-		var res stdsql.Result
-		if err := tx.Exec(ctx, t.DB().StartAggregateQuery(), append(key, startAfter.Seconds()), &res); err != nil {
-			return err
+// startAggregateMySQL is StartAggregate without RETURNING: the seq it
+// started at is the statement's LAST_INSERT_ID(expr).
+func startAggregateMySQL(ctx context.Context, db dialect.ExecQuerier, t Tables, m events.Meta, startAfter time.Duration) (int64, error) {
+	var res stdsql.Result
+	err := On(t, db).Exec(ctx, t.DB().StartAggregateQuery(),
+		[]any{m.Consumer, m.Topic, m.AggregateType, m.AggregateID, startAfter.Seconds()}, &res)
+	var seq int64
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n == 1 {
+			seq, err = res.LastInsertId()
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err
-		}
-		var rows entsql.Rows
-		if err := tx.Query(ctx, t.DB().PositionQuery(), key, &rows); err != nil {
-			return err
-		}
-		defer rows.Close()
-		var last int64
-		var held bool
-		var waited stdsql.NullFloat64
-		var mark stdsql.NullInt64
-		if rows.Next() {
-			if err := rows.Scan(&last, &held, &waited, &mark); err != nil {
-				return err
-			}
-			seq = mark.Int64
-		}
-		return rows.Close()
-	})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("consumer: starting aggregate %s/%s for %q: %w", m.AggregateType, m.AggregateID, m.Consumer, err)
 	}
