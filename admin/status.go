@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,18 @@ type Status struct {
 	// Scheduled is the events emitted for a later time (events.DeliverAt):
 	// waiting, overdue and cancelled.
 	Scheduled ScheduledSummary `json:"scheduled"`
+	// Database is the database read: "PostgreSQL" or "MySQL" (MariaDB
+	// too). NotApplicable names what status shows on PostgreSQL alone and
+	// does not read there (the fast relays' partitions, the WAL relays'
+	// slots): empty on PostgreSQL.
+	Database      string   `json:"database"`
+	NotApplicable []string `json:"not_applicable"`
 }
+
+// notOnMySQL is what Status.NotApplicable names on MySQL: the fast and
+// WAL paths are PostgreSQL's, and the relay there polls.
+var notOnMySQL = []string{"fast relays (the fast path is PostgreSQL's; the relay polls here)",
+	"wal slots (the WAL path is PostgreSQL's)"}
 
 // ScheduledSummary is the scheduled events' table at one time of the
 // database's clock, each count up to outboxdb.DefaultMaxRows (its Capped
@@ -311,18 +323,26 @@ func ReadStatus(ctx context.Context, db *sql.DB, table, deadLetterTable string) 
 }
 
 // ReadTablesStatus reads the status of the tables tables names, as
-// ReadStatus does.
+// ReadStatus does, on PostgreSQL or MySQL (MariaDB too; see
+// Status.NotApplicable).
 func ReadTablesStatus(ctx context.Context, db *sql.DB, tables Tables) (Status, error) {
 	t, err := tablesOf(tables)
 	if err != nil {
 		return Status{}, err
+	}
+	if t.Dialect = outboxdb.DialectOfDB(db); t.Dialect == outboxdb.SQLite {
+		return Status{}, errors.New("admin: the status is read on PostgreSQL and MySQL; on SQLite not yet")
 	}
 	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
 		return Status{}, fmt.Errorf("admin: %w", err)
 	}
 	st := Status{At: time.Now(), Pending: p.Count, PendingCapped: p.Capped, OldestPending: p.Oldest,
-		Topics: []TopicBacklog{}, Relays: []RelayShare{}, WAL: []WALSlot{}}
+		Topics: []TopicBacklog{}, Relays: []RelayShare{}, WAL: []WALSlot{},
+		Database: t.Dialect.String(), NotApplicable: []string{}}
+	if t.Dialect == outboxdb.MySQL {
+		st.NotApplicable = append(st.NotApplicable, notOnMySQL...)
+	}
 	failing, err := outboxdb.ReadFailing(ctx, db, t, 0)
 	if err != nil {
 		return Status{}, fmt.Errorf("admin: %w", err)

@@ -84,6 +84,9 @@ func (m *Metrics) WatchBacklog(db *sql.DB, cfg BacklogConfig) error {
 	if db == nil {
 		return errors.New("metrics: WatchBacklog: db is nil")
 	}
+	if outboxdb.DialectOfDB(db) == outboxdb.SQLite {
+		return errors.New("metrics: WatchBacklog samples PostgreSQL and MySQL; on SQLite not yet")
+	}
 	defaults := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	cfg.Table, cfg.DeadLetterTable = defaults.Outbox, defaults.DeadLetters
 	if cfg.PositionTable == "" {
@@ -303,7 +306,7 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 // MaxCount of each source.
 func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog, error) {
 	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
-	t.Positions = cfg.PositionTable
+	t.Positions, t.Dialect = cfg.PositionTable, outboxdb.DialectOfDB(db)
 	p, err := outboxdb.ReadPending(ctx, db, t, cfg.MaxCount)
 	if err != nil {
 		return backlog{}, fmt.Errorf("metrics: sampling the outbox backlog: %w", err)
@@ -337,7 +340,7 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 			b.slots = append(b.slots, walSlot{name: s.Slot, active: s.Active, retained: s.RetainedBytes})
 		}
 	}
-	if b.held, err = sampleHeld(ctx, db, t.Positions, cfg.MaxCount); err != nil {
+	if b.held, err = sampleHeld(ctx, db, t, cfg.MaxCount); err != nil {
 		return backlog{}, err
 	}
 	t.Scheduled = cfg.ScheduledTable
@@ -350,16 +353,16 @@ func sampleBacklog(ctx context.Context, db *sql.DB, cfg BacklogConfig) (backlog,
 // sampleHeld counts the aggregates each consumer holds behind a dead
 // letter, through the positions' partial index of held ones, at most
 // MaxCount of them.
-func sampleHeld(ctx context.Context, db *sql.DB, table string, maxCount int) (map[string]int64, error) {
+func sampleHeld(ctx context.Context, db *sql.DB, t outboxdb.Tables, maxCount int) (map[string]int64, error) {
 	held := map[string]int64{}
-	exists, err := outboxdb.TableExists(ctx, db, table)
+	exists, err := t.TableExists(ctx, db, t.Positions)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: looking for the consumer positions: %w", err)
 	}
 	if !exists {
 		return held, nil
 	}
-	held, err = outboxdb.CountHeld(ctx, db, outboxdb.Tables{Positions: table}, maxCount)
+	held, err = outboxdb.CountHeld(ctx, db, t, maxCount)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: counting held aggregates: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
-	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -79,11 +78,7 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	open := openDB
-	if mysqldb.IsURL(o.databaseURL) {
-		open = openCommandDB // the cleanup runs on MySQL too
-	}
-	db, err := open(o.databaseURL)
+	db, err := openDB(o.databaseURL)
 	if err != nil {
 		return err
 	}

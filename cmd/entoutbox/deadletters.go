@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/entoutbox/entoutbox/admin"
-	"github.com/entoutbox/entoutbox/mysqldb"
 )
 
 // The retry design, shared by the help of retry and of the group.
@@ -50,11 +49,7 @@ type letterTables struct {
 // open opens the database and an Admin on the tables, once they are
 // there; done closes them.
 func (o *letterTables) open(ctx context.Context) (a *admin.Admin, done func(), err error) {
-	open := openDB
-	if mysqldb.IsURL(o.databaseURL) {
-		open = openCommandDB // the dead letters' repairs run on MySQL too
-	}
-	db, err := open(o.databaseURL)
+	db, err := openDB(o.databaseURL)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -146,6 +146,6 @@ func TestCommandsOtherThanTheRelayRefuseSQLiteClearly(t *testing.T) {
 	for _, args := range [][]string{{"status"}, {"dead-letters", "list"}, {"cleanup"}} {
 		_, err := run(t, nil, append(args, "--database-url", url)...)
 		require.EqualError(t, err, "on SQLite the command runs the relay only for now (entoutbox relay --database-url sqlite:PATH); "+
-			"status, dead letters, cleanup, replay and the console need PostgreSQL", "%v", args)
+			"status, dead letters, cleanup, replay and the console need PostgreSQL or MySQL/MariaDB", "%v", args)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
@@ -274,7 +275,7 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	if o.metricsAddr != "" {
 		reg = prometheus.NewRegistry()
 		if cfg.Metrics, err = newMetrics(reg, cfg.DB, metrics.BacklogConfig{Table: o.table, DeadLetterTable: cfg.DeadLetterTable,
-			ScheduledTable: cfg.ScheduledTable}); err != nil {
+			ScheduledTable: cfg.ScheduledTable}, logger); err != nil {
 			return err
 		}
 	}
@@ -432,8 +433,9 @@ func tuneGC(maxBytes int64) {
 }
 
 // newMetrics registers on reg the Go runtime's and the process's
-// collectors and the library's metrics, whose backlog gauges sample db.
-func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogConfig) (*metrics.Metrics, error) {
+// collectors and the library's metrics, whose backlog gauges sample db
+// (PostgreSQL or MySQL: on SQLite there are none, and logger says so).
+func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogConfig, logger *slog.Logger) (*metrics.Metrics, error) {
 	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
@@ -443,6 +445,10 @@ func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogCon
 	m, err := metrics.New(reg)
 	if err != nil {
 		return nil, err
+	}
+	if outboxdb.DialectOfDB(db) == outboxdb.SQLite {
+		logger.Info("on SQLite /metrics has the relay's counters, not the backlog gauges (pending events, lag, dead letters)")
+		return m, nil
 	}
 	if err := m.WatchBacklog(db, backlog); err != nil {
 		return nil, err

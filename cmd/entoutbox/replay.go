@@ -106,7 +106,7 @@ func (o *replayOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	db, err := openDB(o.databaseURL)
+	db, err := openPostgresDB(o.databaseURL, "replay")
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,9 @@ values in them replaced by placeholders (<uuid>, <id>, <n>, "…"), so that
 the letters of one cause are one line whatever order each names; an example
 as written follows each.
 
+On MySQL/MariaDB it prints the same but the fast relays and the WAL slots,
+PostgreSQL's paths alone, which it names as not applicable there.
+
 With --max-age, --max-dead-letters or --max-overdue it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.`,
 		Example: `  entoutbox status --json
@@ -190,6 +193,13 @@ func writeStatus(out io.Writer, st admin.Status) {
 		}
 	}
 	writeWALSlots(out, st.WAL)
+	for i, n := range st.NotApplicable {
+		label := "not on " + st.Database + ":"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(out, "%-21s%s\n", label, n)
+	}
 }
 
 // writeScheduled prints the scheduled events: how many wait, when the
@@ -347,16 +357,24 @@ func humanBytes(n int64) string {
 // runs (openServiceDB), a command run by hand or from cron a while.
 const commandConnectWait = 2 * time.Minute
 
+// openDB opens the database of a command other than the relay:
+// PostgreSQL or MySQL, not SQLite.
 func openDB(databaseURL string) (*sql.DB, error) {
 	if sqlitedb.IsURL(databaseURL) {
 		return nil, errors.New("on SQLite the command runs the relay only for now (entoutbox relay --database-url sqlite:PATH); " +
-			"status, dead letters, cleanup, replay and the console need PostgreSQL")
-	}
-	if mysqldb.IsURL(databaseURL) {
-		return nil, errors.New("on MySQL/MariaDB the command runs the relay, the dead letters and the cleanup only for now " +
-			"(entoutbox relay, dead-letters, cleanup --database-url mysql://…); status, replay and the console need PostgreSQL")
+			"status, dead letters, cleanup, replay and the console need PostgreSQL or MySQL/MariaDB")
 	}
 	return openCommandDB(databaseURL)
+}
+
+// openPostgresDB opens the database of a command that runs on PostgreSQL
+// alone, named command.
+func openPostgresDB(databaseURL, command string) (*sql.DB, error) {
+	if mysqldb.IsURL(databaseURL) {
+		return nil, fmt.Errorf("on MySQL/MariaDB %s needs PostgreSQL for now; the command runs the relay, status, "+
+			"dead-letters, cleanup and the console there (--database-url mysql://…)", command)
+	}
+	return openDB(databaseURL)
 }
 
 // openCommandDB opens the database of a short command, whichever it is.

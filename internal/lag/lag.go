@@ -7,12 +7,13 @@ package lag
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -24,9 +25,9 @@ type Config struct {
 	MaxRows int
 }
 
-// tables names cfg's tables for their statements.
-func (cfg Config) tables() outboxdb.Tables {
-	return outboxdb.Tables{Outbox: cfg.Outbox, Sequences: cfg.Sequences, Positions: cfg.Positions}
+// tables names cfg's tables for their statements in dialect d.
+func (cfg Config) tables(d outboxdb.Dialect) outboxdb.Tables {
+	return outboxdb.Tables{Outbox: cfg.Outbox, Sequences: cfg.Sequences, Positions: cfg.Positions, Dialect: d}
 }
 
 // DefaultMaxRows is Config.MaxRows' default.
@@ -57,8 +58,8 @@ type Reading struct {
 	Lags []Lag
 }
 
-// Read reads the lag in one snapshot. A database without the positions or
-// the sequences table has none.
+// Read reads the lag in one snapshot, on PostgreSQL or MySQL. A database
+// without the positions or the sequences table has none.
 //
 // The count reads every counter and position once (two sequential scans,
 // no join): per consumer and topic, the sum of the topic's counters less
@@ -87,17 +88,23 @@ func Read(ctx context.Context, db *sql.DB, cfg Config) (Reading, error) {
 	if cfg.MaxRows <= 0 {
 		cfg.MaxRows = DefaultMaxRows
 	}
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	d := outboxdb.DialectOfDB(db)
+	if d == outboxdb.SQLite {
+		return Reading{}, errors.New("lag: the consumers' lag is read on PostgreSQL and MySQL; on SQLite not yet")
+	}
+	t := cfg.tables(d)
+	sqlTx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if err != nil {
 		return Reading{}, fmt.Errorf("lag: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // read only
+	defer sqlTx.Rollback() //nolint:errcheck // read only
+	tx := outboxdb.BoundSQL(sqlTx, d)
 	var (
 		r      Reading
 		tables bool
 	)
-	if err := tx.QueryRowContext(ctx, outboxdb.LagTables.SQL(cfg.tables()),
-		pgsql.QuoteIdent(cfg.Sequences), pgsql.QuoteIdent(cfg.Positions)).Scan(&r.At, &tables); err != nil {
+	if err := tx.QueryRowContext(ctx, outboxdb.LagTables.SQL(t),
+		t.TableArg(cfg.Sequences), t.TableArg(cfg.Positions)).Scan(&r.At, &tables); err != nil {
 		return Reading{}, fmt.Errorf("lag: %w", err)
 	}
 	r.Lags = []Lag{}
@@ -106,20 +113,22 @@ func Read(ctx context.Context, db *sql.DB, cfg Config) (Reading, error) {
 	}
 	// JIT compiling these scans costs more than it saves (seen: 0.7 s of
 	// a 2 s read on 200k aggregates).
-	if _, err := tx.ExecContext(ctx, `SET LOCAL jit = off`); err != nil {
-		return Reading{}, fmt.Errorf("lag: %w", err)
+	if d == outboxdb.Postgres {
+		if _, err := tx.ExecContext(ctx, `SET LOCAL jit = off`); err != nil {
+			return Reading{}, fmt.Errorf("lag: %w", err)
+		}
 	}
-	if r.Lags, err = count(ctx, tx, cfg); err != nil {
+	if r.Lags, err = count(ctx, tx, t); err != nil {
 		return Reading{}, err
 	}
-	if err := locate(ctx, tx, cfg, r.Lags); err != nil {
+	if err := locate(ctx, tx, t, cfg.MaxRows, r.Lags); err != nil {
 		return Reading{}, err
 	}
 	return r, nil
 }
 
-func count(ctx context.Context, tx *sql.Tx, cfg Config) ([]Lag, error) {
-	rows, err := tx.QueryContext(ctx, outboxdb.LagCount.SQL(cfg.tables()))
+func count(ctx context.Context, tx outboxdb.SQLQuerier, t outboxdb.Tables) ([]Lag, error) {
+	rows, err := tx.QueryContext(ctx, outboxdb.LagCount.SQL(t))
 	if err != nil {
 		return nil, fmt.Errorf("lag: counting the events behind: %w", err)
 	}
@@ -143,7 +152,7 @@ func count(ctx context.Context, tx *sql.Tx, cfg Config) ([]Lag, error) {
 const firstChunk = 1000
 
 // locate fills Located and Oldest of lags.
-func locate(ctx context.Context, tx *sql.Tx, cfg Config, lags []Lag) error {
+func locate(ctx context.Context, tx outboxdb.SQLQuerier, t outboxdb.Tables, maxRows int, lags []Lag) error {
 	type key struct{ consumer, topic string }
 	behind := map[key]*Lag{}
 	for i := range lags {
@@ -151,10 +160,10 @@ func locate(ctx context.Context, tx *sql.Tx, cfg Config, lags []Lag) error {
 			behind[key{lags[i].Consumer, lags[i].Topic}] = &lags[i]
 		}
 	}
-	bounds, find := outboxdb.LagWalkBounds.SQL(cfg.tables()), outboxdb.LagLocate.SQL(cfg.tables())
+	bounds, find := outboxdb.LagWalkBounds.SQL(t), outboxdb.LagLocate.SQL(t)
 	below, chunk, walked := int64(math.MaxInt64), firstChunk, 0
-	for len(behind) > 0 && walked < cfg.MaxRows {
-		want := min(chunk, cfg.MaxRows-walked)
+	for len(behind) > 0 && walked < maxRows {
+		want := min(chunk, maxRows-walked)
 		var (
 			low int64
 			n   int
@@ -166,10 +175,20 @@ func locate(ctx context.Context, tx *sql.Tx, cfg Config, lags []Lag) error {
 			break
 		}
 		consumers, topics := make([]string, 0, len(behind)), make([]string, 0, len(behind))
+		pairs := make([][2]string, 0, len(behind)) // MySQL's form reads them as one JSON array
 		for k := range behind {
 			consumers, topics = append(consumers, k.consumer), append(topics, k.topic)
+			pairs = append(pairs, [2]string{k.consumer, k.topic})
 		}
-		rows, err := tx.QueryContext(ctx, find, low, below, consumers, topics)
+		args := []any{low, below, consumers, topics}
+		if t.Dialect == outboxdb.MySQL {
+			js, err := json.Marshal(pairs)
+			if err != nil {
+				return fmt.Errorf("lag: %w", err)
+			}
+			args = []any{low, below, string(js)}
+		}
+		rows, err := tx.QueryContext(ctx, find, args...)
 		if err != nil {
 			return fmt.Errorf("lag: locating the events behind: %w", err)
 		}

@@ -43,8 +43,12 @@ func ReadPending(ctx context.Context, q Querier, t Tables, maxRows int) (Pending
 		p   Pending
 		wal bool
 	)
-	if err := queryRow(ctx, q, backlogNow.SQL(t), []any{pgsql.QuoteIdent(t.WALProgress())},
-		&p.At, &wal); err != nil {
+	q = t.bound(q)
+	var progress []any // the WAL path's, PostgreSQL's alone
+	if t.Dialect == Postgres {
+		progress = []any{pgsql.QuoteIdent(t.WALProgress())}
+	}
+	if err := queryRow(ctx, q, backlogNow.SQL(t), progress, &p.At, &wal); err != nil {
 		return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
 	read := backlogPending
@@ -89,7 +93,8 @@ func ReadOpenDeadLetters(ctx context.Context, q Querier, t Tables, maxRows int) 
 	if maxRows <= 0 {
 		maxRows = DefaultMaxRows
 	}
-	settled, err := ColumnExists(ctx, q, t.DeadLetters, "discarded_at")
+	q = t.bound(q)
+	settled, err := t.columnExists(ctx, q, t.DeadLetters, "discarded_at")
 	if err != nil {
 		return OpenDeadLetters{}, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
@@ -149,7 +154,8 @@ func ReadDeadLetterSummary(ctx context.Context, q Querier, t Tables, maxRows, ma
 	if maxRows <= 0 {
 		maxRows = DefaultMaxRows
 	}
-	settled, err := ColumnExists(ctx, q, t.DeadLetters, "discarded_at")
+	q = t.bound(q)
+	settled, err := t.columnExists(ctx, q, t.DeadLetters, "discarded_at")
 	if err != nil {
 		return DeadLetterSummary{}, fmt.Errorf("reading the dead-letter table: %w", err)
 	}
@@ -232,15 +238,15 @@ func openLetters(t Tables, settled bool) string {
 	if settled {
 		open = " AND discarded_at IS NULL AND retried_at IS NULL"
 	}
-	dl := pgsql.QuoteIdent(t.DeadLetters)
+	dl, limit := t.Dialect.quote(t.DeadLetters), t.Dialect.param(1)
 	return `SELECT
-		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source = 'relay'` + open + ` LIMIT $1) r),
-		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source <> 'relay'` + open + ` LIMIT $1) c)`
+		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source = 'relay'` + open + ` LIMIT ` + limit + `) r),
+		(SELECT count(*) FROM (SELECT 1 FROM ` + dl + ` WHERE source <> 'relay'` + open + ` LIMIT ` + limit + `) c)`
 }
 
 // letterCounts is backlogLetterCounts, settled or not as openLetters.
 func letterCounts(t Tables, settled bool) string {
-	dl := pgsql.QuoteIdent(t.DeadLetters)
+	dl := t.Dialect.quote(t.DeadLetters)
 	count := func(state string) string {
 		where := ""
 		if settled {
@@ -248,7 +254,7 @@ func letterCounts(t Tables, settled bool) string {
 		} else if state != LetterOpen {
 			return "0"
 		}
-		return `(SELECT count(*) FROM (SELECT 1 FROM ` + dl + where + ` LIMIT $1) x)`
+		return `(SELECT count(*) FROM (SELECT 1 FROM ` + dl + where + ` LIMIT ` + t.Dialect.param(1) + `) x)`
 	}
 	return `SELECT ` + count(LetterOpen) + `, ` + count(LetterRetried) + `, ` + count(LetterDiscarded)
 }

@@ -30,11 +30,11 @@ type HeldAggregate struct {
 // index of held rows; none when there is no positions table.
 func ReadHeld(ctx context.Context, q Querier, t Tables, maxListed int) ([]Held, error) {
 	held := []Held{}
-	exists, err := TableExists(ctx, q, t.Positions)
+	exists, err := t.TableExists(ctx, q, t.Positions)
 	if err != nil || !exists {
 		return held, err
 	}
-	rows, err := q.QueryContext(ctx, heldRead.SQL(t), maxListed)
+	rows, err := t.bound(q).QueryContext(ctx, heldRead.SQL(t), maxListed)
 	if err != nil {
 		return nil, fmt.Errorf("reading held aggregates: %w", err)
 	}

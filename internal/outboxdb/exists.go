@@ -90,6 +90,16 @@ func ColumnExists(ctx context.Context, q Querier, table, column string) (bool, e
 	return exists, nil
 }
 
+// columnExists tells whether table has column in t's database, q bound
+// already (Tables.bound); false when there is no such table.
+func (t Tables) columnExists(ctx context.Context, q Querier, table, column string) (bool, error) {
+	var exists bool
+	if err := queryRow(ctx, q, existsColumn.SQL(t), []any{t.catalogName(table), column}, &exists); err != nil {
+		return false, fmt.Errorf("looking for column %s of table %q: %w", column, table, err)
+	}
+	return exists, nil
+}
+
 // TableExistsQuery tells whether the table named by its one argument
 // (TableArg) exists, in t's dialect.
 func (t Tables) TableExistsQuery() string { return existsTable.SQL(t) }

@@ -51,12 +51,14 @@ func ReadFailing(ctx context.Context, q Querier, t Tables, maxRows int) (Failing
 	if err != nil {
 		return f, err
 	}
-	parts, err := TableExists(ctx, q, t.Partitions())
-	if err != nil {
-		return f, err
+	parts := false // the fast relays' leases: PostgreSQL's alone
+	if t.Dialect == Postgres {
+		if parts, err = TableExists(ctx, q, t.Partitions()); err != nil {
+			return f, err
+		}
 	}
 	read := failingShapes[failingShape{wal: d.WAL(), leases: parts}]
-	rows, err := q.QueryContext(ctx, read.SQL(t), maxRows, MaxShares+maxFailingTopics)
+	rows, err := t.bound(q).QueryContext(ctx, read.SQL(t), maxRows, MaxShares+maxFailingTopics)
 	if err != nil {
 		return f, fmt.Errorf("reading the failing rows: %w", err)
 	}

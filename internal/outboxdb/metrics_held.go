@@ -18,7 +18,7 @@ var heldCounts = define("metrics/held-counts", func(t Tables) string {
 // letter, at most maxCount of them in all, by consumer; the positions
 // table must exist (TableExists).
 func CountHeld(ctx context.Context, q Querier, t Tables, maxCount int) (map[string]int64, error) {
-	rows, err := q.QueryContext(ctx, heldCounts.SQL(t), maxCount)
+	rows, err := t.bound(q).QueryContext(ctx, heldCounts.SQL(t), maxCount)
 	if err != nil {
 		return nil, err
 	}

@@ -42,8 +42,11 @@ const MaxShares = 1000
 
 // ReadShares reads how many partitions the fast relays of t share and who
 // owns which (at most MaxShares, by topic and relay); zero and none before
-// a fast relay first ran.
+// a fast relay first ran, and on another database than PostgreSQL.
 func ReadShares(ctx context.Context, q Querier, t Tables) (partitions int, shares []Share, err error) {
+	if t.Dialect != Postgres {
+		return 0, nil, nil // the fast path is PostgreSQL's
+	}
 	exists, err := TableExists(ctx, q, t.Partitions())
 	if err != nil || !exists {
 		return 0, nil, err

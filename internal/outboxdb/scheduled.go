@@ -67,7 +67,8 @@ func ReadScheduled(ctx context.Context, q Querier, t Tables, maxRows int) (Sched
 		maxRows = DefaultMaxRows
 	}
 	s := Scheduled{Topics: []TopicScheduled{}}
-	if err := queryRow(ctx, q, scheduledNow.SQL(t), []any{pgsql.QuoteIdent(t.Scheduled)}, &s.At, &s.Exists); err != nil {
+	q = t.bound(q)
+	if err := queryRow(ctx, q, scheduledNow.SQL(t), []any{t.catalogName(t.Scheduled)}, &s.At, &s.Exists); err != nil {
 		return Scheduled{}, fmt.Errorf("reading the scheduled events: %w", err)
 	}
 	if !s.Exists {

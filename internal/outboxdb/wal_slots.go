@@ -29,8 +29,11 @@ const MaxSlots = 1000
 // ReadSlots reads the slots of the WAL relays of t: those that ever
 // streamed it, as the relays registered them in the progress table, by
 // name, whatever their publication is named; none before a WAL relay first
-// ran. A slot dropped from the server is listed with Exists false.
+// ran, and on another database than PostgreSQL. A slot dropped from the server is listed with Exists false.
 func ReadSlots(ctx context.Context, q Querier, t Tables) ([]WALSlot, error) {
+	if t.Dialect != Postgres {
+		return nil, nil // the WAL path is PostgreSQL's
+	}
 	exists, err := TableExists(ctx, q, t.WALProgress())
 	if err != nil || !exists {
 		return nil, err

@@ -1,0 +1,2 @@
+-- backlog/now
+SELECT UTC_TIMESTAMP(6), FALSE
