@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,28 +15,35 @@ import (
 // a stuck promoter), and those cancelled; --max-overdue fails on them.
 func TestStatusShowsScheduledEvents(t *testing.T) {
 	t.Parallel()
-	db, _ := letterDB(t)
-	schedule := func(topic string, n int, in string, cancelled bool) {
+	onStatusDatabases(t, testStatusShowsScheduledEvents)
+}
+
+func testStatusShowsScheduledEvents(t *testing.T, db statusDB) {
+	schedule := func(topic string, n int, in time.Duration, cancelled bool) {
 		t.Helper()
-		_, err := db.DB.Exec(`INSERT INTO outbox_scheduled_events
-			(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at, cancelled_at)
-			SELECT gen_random_uuid(), 'order.reminded', 1, $1, 'Order', g::text, '{}', clock_timestamp() + $3::interval,
-				CASE WHEN $4 THEN clock_timestamp() END
-			FROM generate_series(1, $2) g`, topic, n, in, cancelled)
-		require.NoError(t, err)
+		cancelledAt := "NULL"
+		if cancelled {
+			cancelledAt = db.now()
+		}
+		for g := 1; g <= n; g++ {
+			db.exec(t, `INSERT INTO outbox_scheduled_events
+				(event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, deliver_at, cancelled_at)
+				VALUES ($1, 'order.reminded', 1, $2, 'Order', $3, '{}', `+db.at(in)+`, `+cancelledAt+`)`,
+				uuid.NewString(), topic, strconv.Itoa(g))
+		}
 	}
 	status := func(args ...string) (string, error) {
 		return run(t, nil, append([]string{"status", "--database-url", db.URL}, args...)...)
 	}
 
-	schedule("orders", 3, "1 hour", false)
-	schedule("orders", 2, "3 hours", true)
+	schedule("orders", 3, time.Hour, false)
+	schedule("orders", 2, 3*time.Hour, true)
 	out, err := status()
 	require.NoError(t, err)
 	require.Regexp(t, `\nscheduled events:    3 waiting, the next due \S+Z \(in (59m5\d|1h0m0)s\), 2 cancelled\n`, out)
 	require.NotContains(t, out, "OVERDUE")
 
-	schedule("mail", 1, "-2 minutes", false) // due, and no relay moved it
+	schedule("mail", 1, -2*time.Minute, false) // due, and no relay moved it
 	var st struct {
 		Scheduled struct {
 			Table                       bool

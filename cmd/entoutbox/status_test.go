@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,23 +13,23 @@ import (
 
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/metrics"
-	"github.com/entoutbox/entoutbox/outbox"
-	"github.com/entoutbox/entoutbox/schema"
 )
 
 func TestStatusJSONAndThresholds(t *testing.T) {
 	t.Parallel()
-	db, client := letterDB(t)
-	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
-		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() - interval '90 seconds' FROM generate_series(1, 3) g;
-		INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
-		VALUES (gen_random_uuid(), 'price.changed', 3, 'catalog', 'Product', 'p1', '{}', now() - interval '10 seconds')`)
-	require.NoError(t, err)
+	onStatusDatabases(t, testStatusJSONAndThresholds)
+}
+
+func testStatusJSONAndThresholds(t *testing.T, db statusDB) {
+	client := db.client
+	db.pending(t, "orders", 3, 90*time.Second, "")
+	db.pending(t, "catalog", 1, 10*time.Second, "")
 	addLetter(t, client, "billing", "the billing code has a bug", time.Now())
 	addLetter(t, client, "billing", "the billing code has a bug", time.Now())
 	addLetter(t, client, "relay", "publishing: connection refused", time.Now())
 	discarded := addLetter(t, client, "audit", "disk full", time.Now())
 	require.NoError(t, client.DeadLetter.UpdateOneID(discarded.ID).SetDiscardedAt(time.Now()).SetDiscardNote("x").Exec(context.Background()))
+	var err error
 
 	status := func(args ...string) (string, error) {
 		return run(t, nil, append([]string{"status", "--database-url", db.URL}, args...)...)
@@ -104,14 +104,14 @@ func TestStatusJSONAndThresholds(t *testing.T) {
 // not.
 func TestStatusShowsHeldAggregates(t *testing.T) {
 	t.Parallel()
-	db, _ := letterDB(t)
-	_, err := db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq,
-		held_seq, held_event_id, held_at, updated_at) VALUES
-		('billing', 'orders', 'Order', '7', 4, 5, '0190a3c2-0000-7000-8000-000000000005', now() - interval '2 hours', now()),
-		('billing', 'orders', 'Order', '8', 1, 2, '0190a3c2-0000-7000-8000-000000000002', now() - interval '3 hours', now()),
-		('billing', 'orders', 'Order', '9', 12, NULL, NULL, NULL, now()),
-		('audit', 'orders', 'Order', '7', 5, NULL, NULL, NULL, now())`)
-	require.NoError(t, err)
+	onStatusDatabases(t, testStatusShowsHeldAggregates)
+}
+
+func testStatusShowsHeldAggregates(t *testing.T, db statusDB) {
+	db.position(t, "billing", "orders", "7", 4, uuid.MustParse("0190a3c2-0000-7000-8000-000000000005"), 2*time.Hour)
+	db.position(t, "billing", "orders", "8", 1, uuid.MustParse("0190a3c2-0000-7000-8000-000000000002"), 3*time.Hour)
+	db.position(t, "billing", "orders", "9", 12, uuid.Nil, 0)
+	db.position(t, "audit", "orders", "7", 5, uuid.Nil, 0)
 
 	out, err := run(t, nil, "status", "--database-url", db.URL, "--json")
 	require.NoError(t, err)
@@ -152,30 +152,9 @@ func TestStatusShowsHeldAggregates(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.WatchBacklog(db.DB, metrics.BacklogConfig{MinInterval: time.Millisecond}))
 	require.Equal(t, 2.0, promtest.Value(t, reg, "entoutbox_consumer_held_aggregates", "consumer", "billing"))
-	_, err = db.DB.Exec(`UPDATE outbox_consumer_positions SET held_seq = NULL WHERE consumer = 'billing'`)
-	require.NoError(t, err)
+	db.exec(t, `UPDATE outbox_consumer_positions SET held_seq = NULL WHERE consumer = 'billing'`)
 	require.Equal(t, 0.0, promtest.Value(t, reg, "entoutbox_consumer_held_aggregates", "consumer", "billing"),
 		"a consumer that held aggregates reports 0 once they are released")
-}
-
-// emitDated writes an aggregate's events as Emit does, numbered, the k-th
-// written ages[k] ago.
-func emitDated(t *testing.T, db *sql.DB, topic, aggregateID string, ages ...time.Duration) {
-	t.Helper()
-	rows := make([]outbox.Row, len(ages))
-	for i := range rows {
-		rows[i] = outbox.Row{EventID: uuid.New(), Event: outbox.Event{Name: "order.paid", Version: 2, Topic: topic,
-			AggregateType: "Order", AggregateID: aggregateID, Payload: []byte(`{}`)}}
-	}
-	q, args, err := outbox.InsertNumberedQuery(schema.OutboxTable, schema.AggregateSequenceTable, rows)
-	require.NoError(t, err)
-	_, err = db.Exec(q, args...)
-	require.NoError(t, err)
-	for i, r := range rows {
-		_, err := db.Exec(`UPDATE outbox_events SET created_at = now() - make_interval(secs => $1) WHERE event_id = $2`,
-			ages[i].Seconds(), r.EventID)
-		require.NoError(t, err)
-	}
 }
 
 // Each consumer's lag per topic shows in status, text and JSON, and in the
@@ -184,13 +163,15 @@ func emitDated(t *testing.T, db *sql.DB, topic, aggregateID string, ages ...time
 // consumer whose positions are gone drops out.
 func TestStatusShowsConsumerLag(t *testing.T) {
 	t.Parallel()
-	db, _ := letterDB(t)
-	emitDated(t, db.DB, "orders", "1", 5*time.Hour, 4*time.Hour, 3*time.Hour)
-	emitDated(t, db.DB, "orders", "2", time.Hour)
-	_, err := db.DB.Exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at) VALUES
-		('billing', 'orders', 'Order', '1', 1, now()),
-		('audit', 'orders', 'Order', '1', 3, now()), ('audit', 'orders', 'Order', '2', 1, now())`)
-	require.NoError(t, err)
+	onStatusDatabases(t, testStatusShowsConsumerLag)
+}
+
+func testStatusShowsConsumerLag(t *testing.T, db statusDB) {
+	db.emitDated(t, "orders", "1", 5*time.Hour, 4*time.Hour, 3*time.Hour)
+	db.emitDated(t, "orders", "2", time.Hour)
+	db.position(t, "billing", "orders", "1", 1, uuid.Nil, 0)
+	db.position(t, "audit", "orders", "1", 3, uuid.Nil, 0)
+	db.position(t, "audit", "orders", "2", 1, uuid.Nil, 0)
 
 	type lagJSON struct {
 		Consumer, Topic string
@@ -243,14 +224,12 @@ func TestStatusShowsConsumerLag(t *testing.T) {
 
 	// The first event behind deleted (a relay with --delete-delivered):
 	// the age is of those left, and says so.
-	_, err = db.DB.Exec(`DELETE FROM outbox_events WHERE aggregate_id = '1' AND aggregate_seq = 2`)
-	require.NoError(t, err)
+	db.exec(t, `DELETE FROM outbox_events WHERE aggregate_id = '1' AND aggregate_seq = 2`)
 	out, err = run(t, nil, "status", "--database-url", db.URL)
 	require.NoError(t, err)
 	require.Regexp(t, `\n  billing on orders: 3, the oldest written at least 3h0m\d+s ago \(2 of them found`, out)
 	require.Equal(t, int64(2), readJSON()["billing"].Located)
-	_, err = db.DB.Exec(`DELETE FROM outbox_events`)
-	require.NoError(t, err)
+	db.exec(t, `DELETE FROM outbox_events`)
 	out, err = run(t, nil, "status", "--database-url", db.URL)
 	require.NoError(t, err)
 	require.Contains(t, out, "\n  billing on orders: 3, the oldest's age unknown")
@@ -258,11 +237,9 @@ func TestStatusShowsConsumerLag(t *testing.T) {
 
 	// Everything handled: 0, not the last value. audit's positions gone:
 	// its series go.
-	_, err = db.DB.Exec(`UPDATE outbox_consumer_positions SET last_seq = 3 WHERE consumer = 'billing';
-		INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
-		VALUES ('billing', 'orders', 'Order', '2', 1, now());
-		DELETE FROM outbox_consumer_positions WHERE consumer = 'audit'`)
-	require.NoError(t, err)
+	db.exec(t, `UPDATE outbox_consumer_positions SET last_seq = 3 WHERE consumer = 'billing'`)
+	db.position(t, "billing", "orders", "2", 1, uuid.Nil, 0)
+	db.exec(t, `DELETE FROM outbox_consumer_positions WHERE consumer = 'audit'`)
 	require.Eventually(t, func() bool {
 		return !promtest.Present(t, reg, "entoutbox_consumer_lag_events", "consumer", "audit", "topic", "orders")
 	}, patience, 10*time.Millisecond)
@@ -285,16 +262,22 @@ func TestStatusShowsConsumerLag(t *testing.T) {
 // source with two letters is not hidden by one with hundreds.
 func TestStatusGroupsDeadLettersBySourceAndReason(t *testing.T) {
 	t.Parallel()
-	db, _ := letterDB(t)
-	_, err := db.DB.Exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
-		SELECT gen_random_uuid(), 'billing', 'decoding order ' || g || ': invalid character ''' || chr(97 + g % 26) ||
-			''' looking for beginning of value', 1
-		FROM generate_series(1, 200) g;
-		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
-		SELECT gen_random_uuid(), 'billing', 'cause ' || chr(97 + g) || ': ' || gen_random_uuid(), 1 FROM generate_series(1, 25) g;
-		INSERT INTO outbox_dead_letters (event_id, source, reason, attempts)
-		SELECT gen_random_uuid(), 'relay', 'invalid topic "Orders!"', 5 FROM generate_series(1, 2) g`)
-	require.NoError(t, err)
+	onStatusDatabases(t, testStatusGroupsDeadLettersBySourceAndReason)
+}
+
+func testStatusGroupsDeadLettersBySourceAndReason(t *testing.T, db statusDB) {
+	letter := func(source, reason string) {
+		db.exec(t, `INSERT INTO outbox_dead_letters (event_id, source, reason, attempts, created_at) VALUES ($1, $2, $3, 1, `+
+			db.now()+`)`, uuid.NewString(), source, reason)
+	}
+	for g := 1; g <= 200; g++ {
+		letter("billing", fmt.Sprintf("decoding order %d: invalid character '%c' looking for beginning of value", g, 'a'+g%26))
+	}
+	for g := 1; g <= 25; g++ {
+		letter("billing", fmt.Sprintf("cause %c: %s", 'a'+g, uuid.NewString()))
+	}
+	letter("relay", `invalid topic "Orders!"`)
+	letter("relay", `invalid topic "Orders!"`)
 
 	out, err := run(t, nil, "status", "--database-url", db.URL)
 	require.NoError(t, err)
@@ -338,13 +321,23 @@ func TestStatusGroupsDeadLettersBySourceAndReason(t *testing.T) {
 // per topic and on the fast relay holding them, in text and JSON.
 func TestStatusShowsFailingRows(t *testing.T) {
 	t.Parallel()
-	db, _ := letterDB(t)
-	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
-			payload, attempts, last_error)
-		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', 1,
-			CASE WHEN g <= 3 THEN 'timeout waiting for ack from 127.0.0.1:4222' END
-		FROM generate_series(1, 5) g;
-		CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL, relay text NOT NULL DEFAULT '',
+	onStatusDatabases(t, testStatusShowsFailingRows)
+}
+
+// On PostgreSQL the failing rows show on the fast relay holding them too;
+// on MySQL, which has no fast relays, status says they do not apply.
+func testStatusShowsFailingRows(t *testing.T, db statusDB) {
+	db.pending(t, "orders", 3, 0, "timeout waiting for ack from 127.0.0.1:4222")
+	db.pending(t, "orders", 2, 0, "")
+	if db.mysql {
+		out, err := run(t, nil, "status", "--database-url", db.URL)
+		require.NoError(t, err)
+		require.Regexp(t, `\n  orders: 5, oldest \S+; 3 failing, last error: timeout waiting for ack from 127.0.0.1:4222\n`, out)
+		require.Contains(t, out, "\nnot on MySQL:        fast relays (the fast path is PostgreSQL's; the relay polls here)\n"+
+			"                     wal slots (the WAL path is PostgreSQL's)\n")
+		return
+	}
+	_, err := db.DB.Exec(`CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL, relay text NOT NULL DEFAULT '',
 			until timestamptz NOT NULL DEFAULT '-infinity', PRIMARY KEY (topic, partition));
 		CREATE TABLE outbox_events_relays (topic text NOT NULL, relay text NOT NULL, until timestamptz NOT NULL,
 			live_lock boolean NOT NULL DEFAULT false, PRIMARY KEY (topic, relay));
