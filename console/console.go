@@ -25,7 +25,9 @@ var staticFS embed.FS
 
 // Config configures a Console.
 type Config struct {
-	// DB holds the outbox (database/sql with the pgx driver).
+	// DB holds the outbox: database/sql with the pgx driver, or MySQL's
+	// (package mysqldb), where the overview and the dead letters are
+	// served and the event search and pages are not yet.
 	DB *sql.DB
 	// Table is the outbox table, as the relay's Config.Table names it;
 	// schema.OutboxTable when empty. The tables the relay names after it
@@ -109,6 +111,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.ScheduledTable != "" {
 		tables.Scheduled = cfg.ScheduledTable
 	}
+	tables.Dialect = outboxdb.DialectOfDB(cfg.DB)
 	c := &Console{cfg: cfg, admin: a, tables: tables, log: cfg.Logger,
 		logins: newLoginLimit(cfg.LoginAttempts), scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
@@ -123,8 +126,8 @@ func (c *Console) routes() {
 	static, _ := fs.Sub(staticFS, "static")
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
 	m.HandleFunc("GET /{$}", c.overview)
-	m.HandleFunc("GET /events", c.search)
-	m.HandleFunc("GET /events/{id}", c.event)
+	m.HandleFunc("GET /events", c.onPostgres(c.search))
+	m.HandleFunc("GET /events/{id}", c.onPostgres(c.event))
 	m.HandleFunc("GET /dead-letters", c.deadLetters)
 	m.HandleFunc("GET /dead-letters/{id}", c.deadLetter)
 	m.HandleFunc("POST /dead-letters/retry", c.action(c.retry))
@@ -192,6 +195,19 @@ func (c *Console) refuseUnauthenticated(w http.ResponseWriter, r *http.Request) 
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="entoutbox console", Basic realm="entoutbox console"`)
 	http.Error(w, "console: a token is required (Authorization: Bearer, basic auth, or log in)", http.StatusUnauthorized)
+}
+
+// onPostgres wraps a page whose reads are PostgreSQL's alone: on another
+// database it says so.
+func (c *Console) onPostgres(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if c.tables.Dialect != outboxdb.Postgres {
+			c.fail(w, r, http.StatusNotImplemented, fmt.Errorf("console: the event search and the event pages read "+
+				"PostgreSQL; on %s not yet (the overview and the dead letters are served)", c.tables.Dialect))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // action wraps a POST handler that changes dead letters: refused when

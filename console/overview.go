@@ -94,7 +94,7 @@ type rateChart struct {
 }
 
 func (c *Console) readDeliveryRate(ctx context.Context) (rateChart, error) {
-	db := c.cfg.DB
+	db := outboxdb.BoundSQL(c.cfg.DB, c.tables.Dialect)
 	n := int(rateWindow / rateBucket)
 	ch := rateChart{Buckets: make([]float64, n), Stride: 1}
 	var hi sql.NullInt64
@@ -179,7 +179,7 @@ type consumerActivity struct {
 // (consumer, event_id) index, one probe per consumer; the counts from a
 // range of the processed_at index.
 func readConsumers(ctx context.Context, db *sql.DB, t outboxdb.Tables) ([]consumerActivity, error) {
-	rows, err := db.QueryContext(ctx, consumersQuery(t))
+	rows, err := outboxdb.BoundSQL(db, t.Dialect).QueryContext(ctx, consumersQuery(t))
 	if err != nil {
 		return nil, fmt.Errorf("console: reading the consumers: %w", err)
 	}

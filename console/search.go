@@ -378,7 +378,7 @@ func (c *Console) boundScan(ctx context.Context, q eventQuery, lo, hi int64, f *
 // past the last id), by a binary search on the primary key: a probe per
 // halving, each an index lookup.
 func (c *Console) firstIDAt(ctx context.Context, at time.Time) (int64, error) {
-	db := c.cfg.DB
+	db := outboxdb.BoundSQL(c.cfg.DB, c.tables.Dialect)
 	var lo, hi sql.NullInt64
 	if err := db.QueryRowContext(ctx, outboxdb.ConsoleIDRange.SQL(c.tables)).Scan(&lo, &hi); err != nil {
 		return 0, fmt.Errorf("console: reading the id range: %w", err)

@@ -185,3 +185,41 @@ func init() {
 		GROUP BY c.consumer, c.topic`
 	})
 }
+
+// The console's overview on MySQL: the delivery rate (a range of the
+// primary key, or every ?3-th id of it, one lookup each) and the
+// consumers (MySQL reads the distinct names by a loose index scan of its
+// own).
+func init() {
+	q := MySQL.quote
+	ConsoleMaxID.also(MySQL, func(t Tables) string { return `SELECT MAX(id) FROM ` + q(t.Outbox) })
+	ConsoleIDRange.also(MySQL, func(t Tables) string { return `SELECT MIN(id), MAX(id) FROM ` + q(t.Outbox) })
+	ConsoleFirstIDFrom.also(MySQL, func(t Tables) string {
+		return `SELECT id, created_at FROM ` + q(t.Outbox) + ` WHERE id >= ?1 ORDER BY id LIMIT 1`
+	})
+	bucket := `CAST(FLOOR(TIMESTAMPDIFF(MICROSECOND, delivered_at, ` + mysqlNow + `) / 1000000 / ?4) AS SIGNED)`
+	ConsoleDeliveryRate.also(MySQL, func(t Tables) string {
+		return `SELECT ` + bucket + ` AS b, COUNT(*)
+		FROM ` + q(t.Outbox) + ` WHERE id BETWEEN ?1 AND ?2 AND ?3 = 1
+			AND delivered_at > ` + mysqlNow + ` - INTERVAL ?5 SECOND
+		GROUP BY b`
+	})
+	// The ids to look up are counted out by JSON_TABLE's ordinals over an
+	// array of as many zeros: no recursive CTE, whose depth MySQL 8 bounds
+	// at 1000 by default.
+	ConsoleDeliveryRateSampled.also(MySQL, func(t Tables) string {
+		return `SELECT ` + strings.ReplaceAll(bucket, "delivered_at", "o.delivered_at") + ` AS b, COUNT(*)
+		FROM JSON_TABLE(CONCAT('[', REPEAT('0,', FLOOR((?2 - ?1) / ?3)), '0]'), '$[*]' COLUMNS (k FOR ORDINALITY)) s
+		JOIN ` + q(t.Outbox) + ` o ON o.id = ?1 + (s.k - 1) * ?3
+		WHERE o.delivered_at > ` + mysqlNow + ` - INTERVAL ?5 SECOND
+		GROUP BY b`
+	})
+	ConsoleConsumers.also(MySQL, func(t Tables) string {
+		processed := q(t.Processed)
+		return `SELECT names.consumer, COALESCE(recent.n, 0), recent.last
+		FROM (SELECT consumer FROM ` + processed + ` GROUP BY consumer ORDER BY consumer LIMIT 1000) names
+		LEFT JOIN (SELECT consumer, COUNT(*) AS n, MAX(processed_at) AS last FROM ` + processed + `
+			WHERE processed_at > ` + mysqlNow + ` - INTERVAL 1 MINUTE GROUP BY consumer) recent ON recent.consumer = names.consumer
+		ORDER BY names.consumer`
+	})
+}

@@ -1,0 +1,107 @@
+package console_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"testing"
+	"time"
+
+	"entgo.io/ent/dialect"
+	entsql "entgo.io/ent/dialect/sql"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/console"
+	"github.com/entoutbox/entoutbox/internal/mysqltest"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/internal/testent"
+)
+
+var dollarParam = regexp.MustCompile(`\$(\d+)`)
+
+// The overview reads the same figures on PostgreSQL and MariaDB, from the
+// same code: pending per topic with the last error, the rows delivered in
+// the last ten minutes, the open dead letters by reason, the consumers and
+// their lag. On MariaDB it says the fast relays and the WAL slots do not
+// apply, and the event search says it is PostgreSQL's.
+func TestOverviewOnEveryDatabase(t *testing.T) {
+	t.Parallel()
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		pgtest.Migrate(t, testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))).Schema.Create)
+		testOverview(t, db.DB, false)
+	})
+	t.Run("mariadb", func(t *testing.T) {
+		t.Parallel()
+		db, _ := mysqltest.Open(t)
+		require.NoError(t, testent.NewClient(testent.Driver(entsql.OpenDB(dialect.MySQL, db))).Schema.Create(context.Background()))
+		testOverview(t, db, true)
+	})
+}
+
+func testOverview(t *testing.T, db *sql.DB, mysql bool) {
+	at := func(offset time.Duration) string {
+		if mysql {
+			return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", offset.Microseconds())
+		}
+		return fmt.Sprintf("(clock_timestamp() + make_interval(secs => %f))", offset.Seconds())
+	}
+	exec := func(query string, args ...any) {
+		t.Helper()
+		if mysql {
+			query, args = outboxdb.Bind(outboxdb.MySQL, dollarParam.ReplaceAllString(query, "?$1"), args)
+		}
+		_, err := db.Exec(query, args...)
+		require.NoError(t, err, query)
+	}
+	exec(`INSERT INTO outbox_aggregate_sequences (topic, aggregate_type, aggregate_id, last_seq) VALUES ('orders', 'Order', '1', 4)`)
+	for seq := 1; seq <= 4; seq++ {
+		// The first three written half an hour ago, delivered half a
+		// minute ago; the last written an hour ago, failing.
+		written, delivered, lastError := at(-30*time.Minute), at(-30*time.Second), any(nil)
+		if seq == 4 {
+			written, delivered, lastError = at(-time.Hour), "NULL", "timeout waiting for ack"
+		}
+		exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
+			aggregate_seq, created_at, delivered_at, last_error) VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', $2, `+
+			written+`, `+delivered+`, $3)`, uuid.NewString(), seq, lastError)
+	}
+	exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
+		VALUES ('billing', 'orders', 'Order', '1', 2, `+at(0)+`)`)
+	exec(`INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at) VALUES ('billing', $1, 'order.paid', `+
+		at(-10*time.Second)+`)`, uuid.NewString())
+	exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts, created_at) VALUES ($1, 'billing', 'ledger closed', 1, `+
+		at(0)+`)`, uuid.NewString())
+
+	c, err := console.New(console.Config{DB: db})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	client := browserClient(t)
+	status, body := get(t, client, srv.URL+"/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `id="pending">1</div>`)
+	require.Contains(t, body, `<div class="label">Delivered, last 10 min</div><div class="value">3</div>`)
+	require.Regexp(t, `orders</a></td><td class="n">1</td><td>1h0m\d+s ago</td>\s*<td class="n"><span class="bad">1</span></td>`+
+		`<td class="reason"><span class="bad">timeout waiting for ack</span>`, body)
+	require.Contains(t, body, `id="open-letters"><a href="/dead-letters">1</a>`)
+	require.Contains(t, body, "ledger closed")
+	require.Regexp(t, `(?s)<table id="consumers">.*<td><a href="[^"]*">billing</a></td><td class="n">1</td>`, body)
+	require.Regexp(t, `<tr><td>billing</td><td><a href="[^"]*/events\?topic=orders">orders</a></td><td class="n">2</td>`, body,
+		"billing applied seq 2 of 4")
+	if !mysql {
+		require.NotContains(t, body, `id="not-applicable"`)
+		return
+	}
+	require.Contains(t, body, `<p class="note" id="not-applicable">On MySQL the relay polls, one at a time; not applicable here: `+
+		`fast relays (the fast path is PostgreSQL&#39;s; the relay polls here); wal slots (the WAL path is PostgreSQL&#39;s).</p>`)
+	status, body = get(t, client, srv.URL+"/events?topic=orders")
+	require.Equal(t, http.StatusNotImplemented, status)
+	require.Contains(t, body, "the event search and the event pages read PostgreSQL; on MySQL not yet")
+}

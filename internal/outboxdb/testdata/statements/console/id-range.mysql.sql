@@ -1,0 +1,2 @@
+-- console/id-range
+SELECT MIN(id), MAX(id) FROM `outbox_events`

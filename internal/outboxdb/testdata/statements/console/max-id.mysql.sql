@@ -1,0 +1,2 @@
+-- console/max-id
+SELECT MAX(id) FROM `outbox_events`
