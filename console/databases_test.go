@@ -73,7 +73,7 @@ func testOverview(t *testing.T, db *sql.DB, mysql bool) {
 			written+`, `+delivered+`, $3)`, uuid.NewString(), seq, lastError)
 	}
 	exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
-		VALUES ('billing', 'orders', 'Order', '1', 2, `+at(0)+`)`)
+		VALUES ('billing', 'orders', 'Order', '1', 2, ` + at(0) + `)`)
 	exec(`INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at) VALUES ('billing', $1, 'order.paid', `+
 		at(-10*time.Second)+`)`, uuid.NewString())
 	exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts, created_at) VALUES ($1, 'billing', 'ledger closed', 1, `+
