@@ -62,6 +62,12 @@ const (
 // rows (package outboxdb, as entoutbox status reads them). A second call
 // replaces the first.
 //
+// db is PostgreSQL or MySQL (MariaDB too). MySQL has no partial index:
+// the pending rows are found by walking the primary key past the delivered
+// rows kept, as the poll relay finds them; it has no fast relays
+// (entoutbox_relays_holding_partitions is 0) nor WAL slots. On SQLite
+// WatchBacklog returns an error.
+//
 // While the database cannot be read, the gauges are absent rather than
 // frozen at their last values: a sample that fails drops them until one
 // works again. entoutbox_backlog_sample_age_seconds, the time since the

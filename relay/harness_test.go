@@ -260,13 +260,13 @@ func requirePayload(t *testing.T, msg *message.Message) {
 func waitDelivered(t *testing.T, b *emitBundle, deadLetters int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		if b.db == nil { // SQLite: the backlog's reads are PostgreSQL's
+		if b.db == nil && !b.mysql { // SQLite: the backlog's reads are PostgreSQL's and MySQL's
 			var pending, letters int64
 			require.NoError(t, b.sql.QueryRow(`SELECT (SELECT count(*) FROM outbox_events WHERE delivered_at IS NULL),
 				(SELECT count(*) FROM outbox_dead_letters)`).Scan(&pending, &letters))
 			return pending == 0 && letters == deadLetters
 		}
-		backlog, err := relay.ReadBacklog(context.Background(), b.db.DB, "", "")
+		backlog, err := relay.ReadBacklog(context.Background(), b.sql, "", "")
 		require.NoError(t, err)
 		return backlog.Pending == 0 && backlog.DeadLetters == deadLetters
 	}, patience, 20*time.Millisecond, "rows still pending")

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,12 +80,16 @@ func (b Backlog) Age(now time.Time) time.Duration {
 }
 
 // ReadBacklog reads the backlog of the outbox table (schema.OutboxTable
-// and schema.DeadLetterTable when the names are empty). It counts at most
+// and schema.DeadLetterTable when the names are empty), on PostgreSQL or
+// MySQL (where there are no fast relays nor WAL slots). It counts at most
 // outboxdb.DefaultMaxRows pending rows, and as many open dead letters of
 // each source (the relay's, the consumers'): PendingCapped tells the count
 // stopped there.
 func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string) (Backlog, error) {
-	t := outboxdb.New(table, deadLetterTable)
+	t, err := statusTables(db, table, deadLetterTable)
+	if err != nil {
+		return Backlog{}, err
+	}
 	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("relay: %w", err)
@@ -109,6 +114,16 @@ func ReadBacklog(ctx context.Context, db *sql.DB, table, deadLetterTable string)
 	return b, nil
 }
 
+// statusTables names the tables of the reads of the backlog, in db's
+// dialect: PostgreSQL's or MySQL's.
+func statusTables(db *sql.DB, table, deadLetterTable string) (outboxdb.Tables, error) {
+	t := outboxdb.New(table, deadLetterTable)
+	if t.Dialect = outboxdb.DialectOfDB(db); t.Dialect == outboxdb.SQLite {
+		return t, errors.New("relay: the backlog is read on PostgreSQL and MySQL; on SQLite not yet")
+	}
+	return t, nil
+}
+
 // TopicPending is the pending events of one topic.
 type TopicPending struct {
 	Topic         string
@@ -120,7 +135,11 @@ type TopicPending struct {
 // (schema.OutboxTable when empty) per topic, leaving out those the WAL path
 // delivered, among the first outboxdb.DefaultMaxRows pending rows.
 func ReadPendingByTopic(ctx context.Context, db *sql.DB, table string) ([]TopicPending, error) {
-	p, err := outboxdb.ReadPending(ctx, db, outboxdb.New(table, ""), 0)
+	t, err := statusTables(db, table, "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := outboxdb.ReadPending(ctx, db, t, 0)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -133,9 +152,12 @@ func ReadPendingByTopic(ctx context.Context, db *sql.DB, table string) ([]TopicP
 
 // ReadWALSlots reads the slots of the WAL relays of table (schema.OutboxTable
 // when empty): those that ever streamed it, from its progress table,
-// whatever their publication is named.
+// whatever their publication is named; none on another database than
+// PostgreSQL.
 func ReadWALSlots(ctx context.Context, db *sql.DB, table string) ([]WALSlot, error) {
-	slots, err := outboxdb.ReadSlots(ctx, db, outboxdb.New(table, ""))
+	t := outboxdb.New(table, "")
+	t.Dialect = outboxdb.DialectOfDB(db) // none but on PostgreSQL
+	slots, err := outboxdb.ReadSlots(ctx, db, t)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
