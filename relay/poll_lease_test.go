@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,4 +61,73 @@ func TestPollRelaysOneAtATime(t *testing.T) {
 		}
 	}
 	got.requireExactly(t, all)
+}
+
+// On MariaDB relays share the outbox, each relaying its share of the
+// partitions: a relay that joins takes the ones the others give back, and
+// one that stops hands its own over, while events flow through a broker
+// slow enough that publishes are in flight at each hand-over. Every event
+// arrives once (a partition changes hands only once nothing of it is in
+// flight and its acks are recorded), each aggregate in its order, and
+// every relay publishes its part.
+func TestPollRelaysShareTheOutboxOnMariaDB(t *testing.T) {
+	t.Parallel()
+	b := setupEmitMySQL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	slow := &slowPublisher{Publisher: pubsub, every: 40, delay: 1500 * time.Millisecond}
+	relays := []*countingPublisher{{Publisher: slow}, {Publisher: slow}, {Publisher: slow}}
+	start := func(i int) func() error {
+		return runRelay(t, quick(relay.PathPoll, relay.Config{DB: b.sql, Publisher: relays[i], Concurrency: 8}))
+	}
+
+	// A writer emits rounds of 100 events over 20 aggregates of their own
+	// until the relays have all joined and left.
+	var (
+		all     = emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+		writing = make(chan struct{})
+		wrote   = make(chan struct{})
+	)
+	go func() {
+		defer close(wrote)
+		for round := 0; ; round++ {
+			select {
+			case <-writing:
+				return
+			default:
+			}
+			all.add(emitOrdersAs(t, b.client, fmt.Sprintf("round%d", round), 100, 20, 0))
+		}
+	}()
+	stopFirst := start(0)
+	require.Eventually(t, func() bool { return relays[0].n.Load() > 100 }, patience, 20*time.Millisecond)
+	stopSecond, stopThird := start(1), start(2) // the first gives their share back
+	require.Eventually(t, func() bool { return relays[1].n.Load() > 200 && relays[2].n.Load() > 200 },
+		patience, 20*time.Millisecond, "the relays that joined were given no partitions")
+	require.NoError(t, stopSecond())
+	before := relays[0].n.Load()
+	require.Eventually(t, func() bool { return relays[0].n.Load() > before+200 }, patience, 20*time.Millisecond)
+	require.NoError(t, stopThird())
+	close(writing)
+	<-wrote
+	got.waitFor(t, all, patience)
+	require.NoError(t, stopFirst())
+	got.requireExactly(t, all)
+	t.Logf("%d events; published by each relay: %d, %d, %d", len(all.ids), relays[0].n.Load(), relays[1].n.Load(), relays[2].n.Load())
+}
+
+// slowPublisher takes delay over every every-th publish: such a publish
+// is in flight for longer than a relay takes to renew its leases, and
+// when partitions change hands.
+type slowPublisher struct {
+	message.Publisher
+	every int64
+	delay time.Duration
+	n     atomic.Int64
+}
+
+func (p *slowPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.n.Add(1)%p.every == 0 {
+		time.Sleep(p.delay)
+	}
+	return p.Publisher.Publish(topic, msgs...)
 }
