@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -130,4 +131,46 @@ func (p *slowPublisher) Publish(topic string, msgs ...*message.Message) error {
 		time.Sleep(p.delay)
 	}
 	return p.Publisher.Publish(topic, msgs...)
+}
+
+// A MariaDB relay whose lease renewals stall (the lease rows locked by
+// another transaction) publishes nothing once its lease may have run out,
+// by its own clock, while events keep coming; it goes on when the
+// renewal goes through, and nothing is lost.
+func TestPollRelayPublishesNothingPastItsLeaseOnMariaDB(t *testing.T) {
+	t.Parallel()
+	b := setupEmitMySQL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	pub := &countingPublisher{Publisher: pubsub}
+	stop := runRelay(t, quick(relay.PathPoll, relay.Config{DB: b.sql, Publisher: pub}))
+	all := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	first := emitOrdersAs(t, b.client, "before", 50, 5, 0)
+	all.add(first)
+	got.waitFor(t, first, patience)
+
+	ctx := context.Background()
+	lock, err := b.sql.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback() }()
+	_, err = lock.ExecContext(ctx, "SELECT * FROM outbox_events_relay_lease FOR UPDATE")
+	require.NoError(t, err)
+	locked := time.Now() // the last renewal began before: the lease runs 2s from then at most
+
+	for round := 0; time.Since(locked) < 3500*time.Millisecond; round++ {
+		all.add(emitOrdersAs(t, b.client, fmt.Sprintf("stalled%d", round), 10, 5, 0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Past the fence (2s, and the time a publish begun at it takes, with
+	// room for a busy machine).
+	fenced := pub.n.Load()
+	for round := 0; time.Since(locked) < 6*time.Second; round++ {
+		all.add(emitOrdersAs(t, b.client, fmt.Sprintf("fenced%d", round), 10, 5, 0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, fenced, pub.n.Load(), "the relay published past its lease, its renewal stalled")
+
+	require.NoError(t, lock.Rollback())
+	got.waitFor(t, all, patience)
+	require.NoError(t, stop())
+	got.requireExactly(t, all)
 }

@@ -277,6 +277,14 @@ func (s *Source) reset() {
 // ends.
 func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 	for {
+		if !s.clock.runs() { // a renewal stalls: nothing would be published, so nothing is read
+			select {
+			case <-ctx.Done():
+				return nil, false
+			case <-time.After(leaseRetry):
+			}
+			continue
+		}
 		r, err := s.nextRow(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("Reading the outbox failed; trying again", err, nil)
