@@ -174,18 +174,6 @@ type state struct {
 	outcomes  []Outcome
 }
 
-// tables is the default tables the harness's schema holds; the
-// scheduled events' table may be missing (Harness.scheduled).
-var tables = outboxdb.New("", "")
-
-// Wait's reads, rendered once.
-var (
-	scheduledDueQuery = outboxdb.OutboxtestScheduledDue.SQL(tables)
-	rowsQuery         = outboxdb.OutboxtestRows.SQL(tables)
-	relayLettersQuery = outboxdb.OutboxtestRelayLetters.SQL(tables)
-	outcomesQuery     = outboxdb.OutboxtestOutcomes.SQL(tables)
-)
-
 // event is an outbox row, a scheduled event due before the deadline, or
 // a relay dead letter.
 type event struct {
@@ -274,9 +262,11 @@ func notPublished(e event) string {
 // events are read first: one the relay moves in between is then read
 // twice, unsettled, never missed.
 func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, error) {
+	db := outboxdb.BoundSQL(h.db, h.tables.Dialect)
+	deadline = deadline.UTC() // as the database's times are
 	var evs []event
 	if h.scheduled {
-		rows, err := h.db.QueryContext(ctx, scheduledDueQuery, deadline)
+		rows, err := db.QueryContext(ctx, outboxdb.OutboxtestScheduledDue.SQL(h.tables), deadline)
 		if err != nil {
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
@@ -292,7 +282,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
 	}
-	rows, err := h.db.QueryContext(ctx, rowsQuery, deadline)
+	rows, err := db.QueryContext(ctx, outboxdb.OutboxtestRows.SQL(h.tables), deadline)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
@@ -308,7 +298,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
-	letters, err := h.db.QueryContext(ctx, relayLettersQuery)
+	letters, err := db.QueryContext(ctx, outboxdb.OutboxtestRelayLetters.SQL(h.tables))
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)
 	}
@@ -337,7 +327,7 @@ func (h *Harness) outcomes(ctx context.Context, settled []event) ([]Outcome, err
 		attempts int
 	}
 	results := map[delivery]result{}
-	rows, err := h.db.QueryContext(ctx, outcomesQuery)
+	rows, err := h.db.QueryContext(ctx, outboxdb.OutboxtestOutcomes.SQL(h.tables))
 	if err != nil {
 		return nil, fmt.Errorf("reading the consumers' outcomes: %w", err)
 	}
