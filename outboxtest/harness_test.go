@@ -294,7 +294,7 @@ func TestHarnessTimesOutSayingWhereEachEventStands(t *testing.T) {
 
 		failure := r.fails(func() { h.Wait() })
 		require.Regexp(t, `^outboxtest: after 3s, 1 of 1 events have not settled \(been handled or dead-lettered\):
-		order.paid [0-9a-f-]{36} \(aggregate `+strconv.FormatInt(id, 10)+`\): published; "billing" received it once and has not finished it$`, failure)
+	order.paid [0-9a-f-]{36} \(aggregate `+strconv.FormatInt(id, 10)+`\): published; "billing" received it once and has not finished it$`, failure)
 	})
 }
 
