@@ -194,7 +194,7 @@ func (h *Harness) Start(handlers ...Handlers) {
 		}
 	}
 	r, err := relay.New(relay.Config{DB: h.db, Publisher: b.Publisher(), TopicPrefix: h.prefix,
-		PollInterval: 50 * time.Millisecond, Logger: h.logger})
+		PollInterval: h.pollInterval(), Logger: h.logger})
 	if err != nil {
 		cancel()
 		b.Close()
@@ -328,4 +328,15 @@ func (l *testLog) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+}
+
+// pollInterval is how often the relay looks for new rows when nothing
+// wakes it: on PostgreSQL a commit does (LISTEN), so it is a fallback;
+// elsewhere it is the wait between a commit and its publication, and a
+// look at a SQLite file of the test's own costs little.
+func (h *Harness) pollInterval() time.Duration {
+	if h.tables.Dialect == outboxdb.SQLite {
+		return 10 * time.Millisecond
+	}
+	return 50 * time.Millisecond
 }
