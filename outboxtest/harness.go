@@ -30,19 +30,21 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 const DefaultTimeout = time.Minute
 
 // Harness runs one test's events end to end: a database of the test's
-// own (a PostgreSQL schema, a MySQL database or a SQLite file), the relay in-process on an in-memory broker of its own, and
-// the test's generated handlers consuming from it. Everything it made is
+// own (a PostgreSQL schema, a MySQL database or a SQLite file), the relay
+// in-process on an in-memory broker of its own, and the test's generated
+// handlers consuming from it. Everything it made is
 // stopped and dropped when the test ends, so tests using it run in
 // parallel and leave nothing behind. Build one per test with New.
 type Harness struct {
-	// DB is a pool working in the test's schema: build the ent client on
+	// DB is a pool working in the test's database: build the ent client on
 	// it (Driver does) and migrate it (Migrate). The harness closes it when
 	// the test ends; closing it earlier stops the handlers' work.
 	DB *sql.DB
 	// Schema is the name of the test's schema on PostgreSQL, of its
 	// database on MySQL, empty on SQLite. URL connects to it, for a pool
-	// of your own: on PostgreSQL with Schema as its search_path, on
-	// SQLite a sqlite: URL of the file (open it with package sqlitedb).
+	// of your own: on PostgreSQL with Schema as its search_path; on MySQL
+	// a mysql:// URL and on SQLite a sqlite: URL of the file (open them
+	// with packages mysqldb and sqlitedb).
 	Schema, URL string
 
 	t          testing.TB
@@ -58,7 +60,7 @@ type Harness struct {
 	quiet      watermill.LoggerAdapter // on log: the router's and the broker's, from warn
 
 	// Set by Start.
-	scheduled bool // the schema has the scheduled events' table
+	scheduled bool // the database has the scheduled events' table
 	stop      func()
 	stopped   chan struct{} // closed when the relay or the router stopped
 	stopErr   error         // why, read once stopped is closed
@@ -137,7 +139,7 @@ func (h *Harness) Driver() *entsql.Driver { return entsql.OpenDB(h.entDialect, h
 // concurrent map write.
 var migrateMu sync.Mutex
 
-// Migrate runs the ent migration on the test's schema: pass the client's
+// Migrate runs the ent migration on the test's database: pass the client's
 // Schema.Create. Parallel tests may call it at once.
 func (h *Harness) Migrate(create func(context.Context, ...schema.MigrateOption) error) {
 	h.t.Helper()
