@@ -217,23 +217,14 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 		case !e.dueAt.IsZero():
 			st.unsettled = append(st.unsettled, fmt.Sprintf("%s: scheduled for %s, not yet moved into the outbox by the relay",
 				e, e.dueAt.UTC().Format(time.RFC3339Nano)))
-		case !e.delivered:
+		case !e.delivered && !h.receivedAny(e):
 			st.unsettled = append(st.unsettled, e.String()+": "+notPublished(e))
 		default:
-			ok := true
-			for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
-				d := delivery{consumer: c, eventID: e.id.String()}
-				if acked[d] {
-					continue
-				}
-				ok = false
-				if n := h.received[d]; n > 0 {
-					st.unsettled = append(st.unsettled, fmt.Sprintf("%s: published; %q received it %s and has not finished it", e, c, times(n)))
-				} else {
-					st.unsettled = append(st.unsettled, fmt.Sprintf("%s: published; %q has not received it", e, c))
-				}
-			}
-			if ok {
+			if waits := h.consumersWaiting(e, acked); len(waits) > 0 {
+				st.unsettled = append(st.unsettled, waits...)
+			} else if !e.delivered {
+				st.unsettled = append(st.unsettled, e.String()+": settled by its consumers; the relay has not recorded it as published yet")
+			} else {
 				settled = append(settled, e)
 			}
 		}
@@ -244,6 +235,36 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 	}
 	st.outcomes, err = h.outcomes(ctx, settled)
 	return st, err
+}
+
+// receivedAny tells whether a consumer received e: it was published,
+// whether or not the relay recorded it yet (on SQLite a handler's
+// transaction holds the write lock that record waits for). h.mu is held.
+func (h *Harness) receivedAny(e event) bool {
+	for c := range h.subscribed[h.prefix+e.topic] {
+		if h.received[delivery{consumer: c, eventID: e.id.String()}] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// consumersWaiting says, for each consumer reading e's topic that has not
+// acknowledged e, where it stands with it. h.mu is held.
+func (h *Harness) consumersWaiting(e event, acked map[delivery]bool) []string {
+	var waits []string
+	for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
+		d := delivery{consumer: c, eventID: e.id.String()}
+		if acked[d] {
+			continue
+		}
+		if n := h.received[d]; n > 0 {
+			waits = append(waits, fmt.Sprintf("%s: published; %q received it %s and has not finished it", e, c, times(n)))
+		} else {
+			waits = append(waits, fmt.Sprintf("%s: published; %q has not received it", e, c))
+		}
+	}
+	return waits
 }
 
 func notPublished(e event) string {
