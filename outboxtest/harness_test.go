@@ -445,6 +445,15 @@ func TestHarnessWithoutAServer(t *testing.T) {
 	}
 }
 
+// A SQLite URL in DATABASE_URL would share one file between tests: New
+// refuses it, naming the option that gives each test its own.
+func TestHarnessRefusesASQLiteURL(t *testing.T) {
+	t.Setenv("DATABASE_URL", "sqlite:app.db")
+	r := &harnessTB{TB: t}
+	require.Equal(t, "outboxtest: sqlite:app.db is a SQLite URL; the harness makes a SQLite file of the test's own with "+
+		"outboxtest.New(t, outboxtest.OnSQLite())", r.fails(func() { outboxtest.New(r) }))
+}
+
 // A server that is there without the database (a fresh server has only
 // postgres) fails the test, CI or not: a skip would pass unseen.
 func TestHarnessOnAServerWithoutTheDatabase(t *testing.T) {
