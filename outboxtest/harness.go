@@ -32,9 +32,9 @@ const DefaultTimeout = time.Minute
 // Harness runs one test's events end to end: a database of the test's
 // own (a PostgreSQL schema, a MySQL database or a SQLite file), the relay
 // in-process on an in-memory broker of its own, and the test's generated
-// handlers consuming from it. Everything it made is
-// stopped and dropped when the test ends, so tests using it run in
-// parallel and leave nothing behind. Build one per test with New.
+// handlers consuming from it. Everything it made is stopped and dropped
+// when the test ends, so tests using it run in parallel and leave nothing
+// behind. Build one per test with New.
 type Harness struct {
 	// DB is a pool working in the test's database: build the ent client on
 	// it (Driver does) and migrate it (Migrate). The harness closes it when
