@@ -25,7 +25,8 @@ type Status struct {
 	OldestPending time.Time      `json:"oldest_pending"`
 	Topics        []TopicBacklog `json:"topics"`
 	// Partitions is how many partitions the fast relays share (0 before
-	// one ran) and Relays who holds them.
+	// one ran) and Relays who holds them; on MySQL, the poll relays (of
+	// every topic, holding no liveness lock).
 	Partitions  int               `json:"partitions"`
 	Relays      []RelayShare      `json:"relays"`
 	DeadLetters DeadLetterSummary `json:"dead_letters"`
@@ -47,15 +48,15 @@ type Status struct {
 	Scheduled ScheduledSummary `json:"scheduled"`
 	// Database is the database read: "PostgreSQL" or "MySQL" (MariaDB
 	// too). NotApplicable names what status shows on PostgreSQL alone and
-	// does not read there (the fast relays' partitions, the WAL relays'
-	// slots): empty on PostgreSQL.
+	// does not read there (the fast path, the WAL relays' slots): empty on
+	// PostgreSQL.
 	Database      string   `json:"database"`
 	NotApplicable []string `json:"not_applicable"`
 }
 
 // notOnMySQL is what Status.NotApplicable names on MySQL: the fast and
 // WAL paths are PostgreSQL's, and the relay there polls.
-var notOnMySQL = []string{"fast relays (the fast path is PostgreSQL's; the relay polls here)",
+var notOnMySQL = []string{"fast relays (the fast path is PostgreSQL's; the poll relays share the outbox here)",
 	"wal slots (the WAL path is PostgreSQL's)"}
 
 // ScheduledSummary is the scheduled events' table at one time of the

@@ -99,8 +99,8 @@ func testOverview(t *testing.T, db *sql.DB, mysql bool) {
 		require.NotContains(t, body, `id="not-applicable"`)
 		return
 	}
-	require.Contains(t, body, `<p class="note" id="not-applicable">On MySQL the relay polls, one at a time; not applicable here: `+
-		`fast relays (the fast path is PostgreSQL&#39;s; the relay polls here); wal slots (the WAL path is PostgreSQL&#39;s).</p>`)
+	require.Contains(t, body, `<p class="note" id="not-applicable">Not applicable on MySQL: `+
+		`fast relays (the fast path is PostgreSQL&#39;s; the poll relays share the outbox here); wal slots (the WAL path is PostgreSQL&#39;s).</p>`)
 	status, body = get(t, client, srv.URL+"/events?topic=orders")
 	require.Equal(t, http.StatusNotImplemented, status)
 	require.Contains(t, body, "the event search and the event pages read PostgreSQL; on MySQL not yet")

@@ -64,8 +64,9 @@ const (
 //
 // db is PostgreSQL or MySQL (MariaDB too). MySQL has no partial index:
 // the pending rows are found by walking the primary key past the delivered
-// rows kept, as the poll relay finds them; it has no fast relays
-// (entoutbox_relays_holding_partitions is 0) nor WAL slots. On SQLite
+// rows kept, as the poll relay finds them;
+// entoutbox_relays_holding_partitions counts the poll relays there, and
+// there are no WAL slots. On SQLite
 // WatchBacklog returns an error.
 //
 // While the database cannot be read, the gauges are absent rather than
@@ -184,7 +185,8 @@ func newBacklogCollector() *backlogCollector {
 			"Open dead letters (neither retried nor discarded), by source (relay, consumer) (sampled).",
 			[]string{"source"}, nil),
 		relaysDesc: prometheus.NewDesc("entoutbox_relays_holding_partitions",
-			"Fast relays holding partitions under an unexpired lease (sampled).", nil, nil),
+			"Relays holding partitions under an unexpired lease: the fast relays on PostgreSQL, the poll relays on MySQL "+
+				"(sampled).", nil, nil),
 		walRetainedDesc: prometheus.NewDesc("entoutbox_wal_slot_retained_bytes",
 			"WAL the server keeps for a WAL relay's replication slot, by slot; it grows without bound while no relay "+
 				"streams the slot (sampled).", []string{"slot"}, nil),

@@ -53,7 +53,8 @@ func (g gaugeDB) exec(t *testing.T, query string, args ...any) {
 // The backlog gauges read the same figures on PostgreSQL and MariaDB, from
 // the same code: pending events by topic and the oldest's age, open dead
 // letters by source, held aggregates, scheduled events, the consumers'
-// lag, and no fast relays (none ran; on MySQL there are none).
+// lag, and the relays holding partitions (the fast relays on PostgreSQL,
+// the poll relays on MySQL).
 func TestBacklogGaugesOnEveryDatabase(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
@@ -92,6 +93,8 @@ func testBacklogGauges(t *testing.T, g gaugeDB) {
 			payload, deliver_at) VALUES ($1, 'order.reminded', 1, 'orders', 'Order', 'c', '{}', `+g.at(in)+`)`, uuid.NewString())
 	}
 
+	g.leasePartitions(t, "r1", "r2")
+
 	reg := prometheus.NewPedanticRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
@@ -107,7 +110,7 @@ func testBacklogGauges(t *testing.T, g gaugeDB) {
 	require.Equal(t, 1.0, v("entoutbox_dead_letters", "source", "relay"))
 	require.Equal(t, 2.0, v("entoutbox_dead_letters", "source", "consumer"))
 	require.Equal(t, 1.0, v("entoutbox_consumer_held_aggregates", "consumer", "billing"))
-	require.Zero(t, v("entoutbox_relays_holding_partitions"))
+	require.Equal(t, 1.0, v("entoutbox_relays_holding_partitions"), "r1 holds one; r2's lease lapsed")
 	require.Equal(t, 2.0, v("entoutbox_scheduled_waiting_events"))
 	require.Equal(t, 1.0, v("entoutbox_scheduled_overdue_events"))
 	require.InDelta(t, 90, v("entoutbox_scheduled_overdue_seconds"), 30)
@@ -128,4 +131,24 @@ func TestWatchBacklogRefusesSQLite(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualError(t, m.WatchBacklog(db, metrics.BacklogConfig{}),
 		"metrics: WatchBacklog samples PostgreSQL and MySQL; on SQLite not yet")
+}
+
+// leasePartitions makes the outbox's relays share two partitions, as
+// relays lease them (fast relays on PostgreSQL, poll relays on MySQL):
+// live holds the first for a minute, lapsed held the second until a
+// minute ago.
+func (g gaugeDB) leasePartitions(t *testing.T, live, lapsed string) {
+	t.Helper()
+	if g.mysql {
+		g.exec(t, "CREATE TABLE outbox_events_relay_lease (id INT PRIMARY KEY, holder VARCHAR(255) NOT NULL, `until` DATETIME(6) NOT NULL)")
+		g.exec(t, "INSERT INTO outbox_events_relay_lease (id, holder, `until`) VALUES (0, $1, "+g.at(time.Minute)+"), (1, $2, "+
+			g.at(-time.Minute)+")", live, lapsed)
+		return
+	}
+	g.exec(t, `CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL, relay text NOT NULL DEFAULT '',
+		until timestamptz NOT NULL DEFAULT '-infinity', PRIMARY KEY (topic, partition))`)
+	g.exec(t, `CREATE TABLE outbox_events_relays (topic text NOT NULL, relay text NOT NULL, until timestamptz NOT NULL,
+		live_lock boolean NOT NULL DEFAULT false, PRIMARY KEY (topic, relay))`)
+	g.exec(t, `INSERT INTO outbox_events_partitions (topic, partition, relay, until) VALUES ('', 0, $1, `+g.at(time.Minute)+`),
+		('', 1, $2, `+g.at(-time.Minute)+`)`, live, lapsed)
 }

@@ -81,7 +81,8 @@ func (b Backlog) Age(now time.Time) time.Duration {
 
 // ReadBacklog reads the backlog of the outbox table (schema.OutboxTable
 // and schema.DeadLetterTable when the names are empty), on PostgreSQL or
-// MySQL (where there are no fast relays nor WAL slots). It counts at most
+// MySQL (where Relays are the poll relays, and there are no WAL slots).
+// It counts at most
 // outboxdb.DefaultMaxRows pending rows, and as many open dead letters of
 // each source (the relay's, the consumers'): PendingCapped tells the count
 // stopped there.

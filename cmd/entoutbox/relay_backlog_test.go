@@ -32,8 +32,9 @@ func metricValue(t *testing.T, body, series string) float64 {
 
 // The relay command's /metrics samples the backlog of the database it
 // relays from, PostgreSQL or MariaDB, from the same code: the open dead
-// letters, the held aggregates and the scheduled events waiting, with no
-// failed sample.
+// letters, the held aggregates, the scheduled events waiting and the relay
+// holding partitions (the fast path's on PostgreSQL, the poll path's on
+// MariaDB), with no failed sample; status shows the relay too.
 func TestRelayServesBacklogMetrics(t *testing.T) {
 	t.Parallel()
 	onStatusDatabases(t, func(t *testing.T, db statusDB) {
@@ -55,6 +56,17 @@ func TestRelayServesBacklogMetrics(t *testing.T) {
 		require.Equal(t, 1.0, metricValue(t, body, "entoutbox_scheduled_waiting_events"))
 		require.Zero(t, metricValue(t, body, "entoutbox_outbox_oldest_pending_age_seconds"))
 		require.Zero(t, metricValue(t, body, "entoutbox_backlog_sample_errors_total"))
+		require.Eventually(t, func() bool {
+			_, body = get(t, addr, "/metrics")
+			return metricValue(t, body, "entoutbox_relays_holding_partitions") == 1
+		}, patience, 50*time.Millisecond, "the relay leases its partitions; logs:\n%s", r.logs)
+		out, err := run(t, nil, "status", "--database-url", db.URL)
+		require.NoError(t, err)
+		kind := "fast"
+		if db.mysql {
+			kind = "poll"
+		}
+		require.Regexp(t, `\n`+kind+` relays:         1, sharing \d+ partitions\n  \S+ owns \d+ \(every topic\), lease until `, out)
 		require.NoError(t, r.stop())
 	})
 }

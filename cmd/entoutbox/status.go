@@ -169,29 +169,7 @@ func writeStatus(out io.Writer, st admin.Status) {
 	writeScheduled(out, st.Scheduled)
 	writeHeld(out, st)
 	writeLag(out, st)
-	if st.Partitions > 0 {
-		fmt.Fprintf(out, "fast relays:         %d, sharing %d partitions\n", len(st.Relays), st.Partitions)
-		for _, r := range st.Relays {
-			topic := r.Topic
-			if topic == "" {
-				topic = "every topic"
-			}
-			state := "lease until " + r.LeaseUntil.UTC().Format(time.RFC3339)
-			switch {
-			case r.Lapsed:
-				state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
-					st.At.Sub(r.LeaseUntil).Round(time.Second))
-			case r.Locks && !r.Live:
-				state += "; not running (its liveness lock is gone): taken over within seconds"
-			case r.Failing > 0:
-				state += fmt.Sprintf("; failing: %s (%d pending rows of its partitions failed last time)",
-					oneLine(r.LastError, 160), r.Failing)
-			case !r.Locks:
-				state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
-			}
-			fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
-		}
-	}
+	writeRelays(out, st)
 	writeWALSlots(out, st.WAL)
 	for i, n := range st.NotApplicable {
 		label := "not on " + st.Database + ":"
@@ -199,6 +177,40 @@ func writeStatus(out io.Writer, st admin.Status) {
 			label = ""
 		}
 		fmt.Fprintf(out, "%-21s%s\n", label, n)
+	}
+}
+
+// writeRelays prints the relays sharing the outbox's partitions: the fast
+// relays on PostgreSQL, the poll relays on MySQL (which hold no liveness
+// lock: another takes their partitions when their lease ends).
+func writeRelays(out io.Writer, st admin.Status) {
+	if st.Partitions == 0 {
+		return
+	}
+	label, poll := "fast relays:", st.Database == "MySQL"
+	if poll {
+		label = "poll relays:"
+	}
+	fmt.Fprintf(out, "%-21s%d, sharing %d partitions\n", label, len(st.Relays), st.Partitions)
+	for _, r := range st.Relays {
+		topic := r.Topic
+		if topic == "" {
+			topic = "every topic"
+		}
+		state := "lease until " + r.LeaseUntil.UTC().Format(time.RFC3339)
+		switch {
+		case r.Lapsed:
+			state = fmt.Sprintf("lease lapsed %s ago: stopped renewing; the next relay to rebalance takes them",
+				st.At.Sub(r.LeaseUntil).Round(time.Second))
+		case r.Locks && !r.Live:
+			state += "; not running (its liveness lock is gone): taken over within seconds"
+		case r.Failing > 0:
+			state += fmt.Sprintf("; failing: %s (%d pending rows of its partitions failed last time)",
+				oneLine(r.LastError, 160), r.Failing)
+		case !r.Locks && !poll:
+			state += "; holds no liveness lock (poll-only, or an earlier version): taken over when its lease ends"
+		}
+		fmt.Fprintf(out, "  %s owns %d (%s), %s\n", r.Relay, r.Partitions, topic, state)
 	}
 }
 

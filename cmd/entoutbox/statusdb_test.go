@@ -115,3 +115,21 @@ func (d statusDB) position(t *testing.T, consumer, topic, id string, seq int64, 
 		held_seq, held_event_id, held_at, updated_at) VALUES ($1, $2, 'Order', $3, $4, $5, $6, `+d.at(-heldFor)+`, `+d.now()+`)`,
 		consumer, topic, id, seq, seq+1, held.String())
 }
+
+// leasePartition makes the outbox's relays share one partition, held by
+// relay until for, as a relay leases it: a fast relay on PostgreSQL, a
+// poll relay on MySQL.
+func (d statusDB) leasePartition(t *testing.T, relay string, until time.Duration) {
+	t.Helper()
+	if d.mysql {
+		d.exec(t, "CREATE TABLE outbox_events_relay_lease (id INT PRIMARY KEY, holder VARCHAR(255) NOT NULL, `until` DATETIME(6) NOT NULL)")
+		d.exec(t, "INSERT INTO outbox_events_relay_lease (id, holder, `until`) VALUES (0, $1, "+d.at(until)+")", relay)
+		return
+	}
+	d.exec(t, `CREATE TABLE outbox_events_partitions (topic text NOT NULL, partition int NOT NULL, relay text NOT NULL DEFAULT '',
+		until timestamptz NOT NULL DEFAULT '-infinity', PRIMARY KEY (topic, partition))`)
+	d.exec(t, `CREATE TABLE outbox_events_relays (topic text NOT NULL, relay text NOT NULL, until timestamptz NOT NULL,
+		live_lock boolean NOT NULL DEFAULT false, PRIMARY KEY (topic, relay))`)
+	d.exec(t, `INSERT INTO outbox_events_partitions (topic, partition, relay, until) VALUES ('', 0, $1, `+d.at(until)+`)`, relay)
+	d.exec(t, `INSERT INTO outbox_events_relays (topic, relay, until) VALUES ('', $1, `+d.at(until)+`)`, relay)
+}

@@ -51,11 +51,15 @@ func ReadFailing(ctx context.Context, q Querier, t Tables, maxRows int) (Failing
 	if err != nil {
 		return f, err
 	}
-	parts := false // the fast relays' leases: PostgreSQL's alone
-	if t.Dialect == Postgres {
-		if parts, err = TableExists(ctx, q, t.Partitions()); err != nil {
-			return f, err
-		}
+	var parts bool // the relays' leases: the fast relays', or the poll relays' on MySQL
+	switch t.Dialect {
+	case Postgres:
+		parts, err = TableExists(ctx, q, t.Partitions())
+	case MySQL:
+		parts, err = t.TableExists(ctx, q, t.PollLease())
+	}
+	if err != nil {
+		return f, err
 	}
 	read := failingShapes[failingShape{wal: d.WAL(), leases: parts}]
 	rows, err := t.bound(q).QueryContext(ctx, read.SQL(t), maxRows, MaxShares+maxFailingTopics)

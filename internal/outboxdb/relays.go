@@ -42,12 +42,18 @@ const MaxShares = 1000
 
 // ReadShares reads how many partitions the fast relays of t share and who
 // owns which (at most MaxShares, by topic and relay); zero and none before
-// a fast relay first ran, and on another database than PostgreSQL.
+// a fast relay first ran. On MySQL they are the poll relays' shares (of
+// every topic; no liveness locks there); on SQLite there are none.
 func ReadShares(ctx context.Context, q Querier, t Tables) (partitions int, shares []Share, err error) {
-	if t.Dialect != Postgres {
-		return 0, nil, nil // the fast path is PostgreSQL's
+	leases := t.Partitions()
+	switch t.Dialect {
+	case MySQL:
+		leases = t.PollLease() // the poll relays share the outbox there
+	case SQLite:
+		return 0, nil, nil // one relay at a time
 	}
-	exists, err := TableExists(ctx, q, t.Partitions())
+	q = t.bound(q)
+	exists, err := t.TableExists(ctx, q, leases)
 	if err != nil || !exists {
 		return 0, nil, err
 	}

@@ -223,3 +223,49 @@ func init() {
 		ORDER BY names.consumer`
 	})
 }
+
+// The poll relays' shares of the outbox on MySQL (the lease table, see
+// poll_partitions.go): each relay's partitions, of every topic, and until
+// when it holds them. A relay there beats in the members table rather
+// than holding a liveness lock: Locks and Live are false.
+func init() {
+	q := MySQL.quote
+	relaysPartitions.also(MySQL, func(t Tables) string { return `SELECT COUNT(*) FROM ` + q(t.PollLease()) })
+	relaysShares.also(MySQL, func(t Tables) string {
+		return `SELECT holder, '', COUNT(*), MAX(` + "`until`" + `), MAX(` + "`until`" + `) < ` + mysqlNow + `, FALSE, FALSE
+		FROM ` + q(t.PollLease()) + ` WHERE holder <> '' GROUP BY holder ORDER BY holder LIMIT ?1`
+	})
+	failingShapes[failingShape{leases: true}].also(MySQL, mysqlFailingRowsLeased)
+}
+
+// mysqlFailingRowsLeased is mysqlFailingRows with the rows' last errors by
+// the poll relay leasing their partition too (its topic ''), the partition
+// computed as the poll path computes it; ?1 and ?2 as there.
+func mysqlFailingRowsLeased(t Tables) string {
+	leases := MySQL.quote(t.PollLease())
+	return `WITH failing AS (
+			SELECT topic, aggregate_type, aggregate_id, last_error FROM (
+				SELECT o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM ` + MySQL.quote(t.Outbox) + ` o
+				WHERE o.delivered_at IS NULL ORDER BY o.id LIMIT ?1) o
+			WHERE last_error IS NOT NULL
+		), holders AS (
+			SELECT holder AS relay, id AS part, (SELECT COUNT(*) FROM ` + leases + `) AS n FROM ` + leases + ` WHERE holder <> ''
+		), owned AS (
+			SELECT '' AS relay, f.topic, f.last_error FROM failing f
+			UNION ALL
+			SELECT h.relay, '', f.last_error FROM failing f JOIN holders h
+			ON h.part = ` + strings.ReplaceAll(mysqlPartition, "?3", "h.n") + `
+		), exact AS (
+			SELECT relay, topic, last_error, COUNT(*) AS n FROM owned GROUP BY relay, topic, last_error
+		), grouped AS (
+			SELECT relay, topic, ` + mysqlReasonPattern("last_error") + ` AS pattern, CAST(SUM(n) AS SIGNED) AS n,
+				MIN(last_error) AS example
+			FROM exact GROUP BY relay, topic, pattern
+		), ranked AS (
+			SELECT relay, topic, pattern, n, example,
+				ROW_NUMBER() OVER (PARTITION BY relay, topic ORDER BY n DESC, pattern) AS rk,
+				CAST(SUM(n) OVER (PARTITION BY relay, topic) AS SIGNED) AS total
+			FROM grouped
+		)
+		SELECT relay, topic, total, example, n FROM ranked WHERE rk = 1 ORDER BY relay, topic LIMIT ?2`
+}

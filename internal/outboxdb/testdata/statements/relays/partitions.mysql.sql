@@ -1,0 +1,2 @@
+-- relays/partitions
+SELECT COUNT(*) FROM `outbox_events_relay_lease`
