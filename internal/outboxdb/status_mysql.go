@@ -239,7 +239,7 @@ func init() {
 }
 
 // mysqlFailingRowsLeased is mysqlFailingRows with the rows' last errors by
-// the poll relay leasing their partition too (its topic ”), the partition
+// the poll relay leasing their partition too (of every topic), the partition
 // computed as the poll path computes it; ?1 and ?2 as there.
 func mysqlFailingRowsLeased(t Tables) string {
 	leases := MySQL.quote(t.PollLease())
