@@ -13,15 +13,15 @@ WITH letters AS (
 			SELECT source, pattern, CAST(SUM(n) AS SIGNED) AS n, MAX(CASE WHEN newest_first = 1 THEN reason END) AS example
 			FROM numbered GROUP BY source, pattern
 		), ranked AS (
-			SELECT source, pattern, n, example, ROW_NUMBER() OVER (PARTITION BY source ORDER BY n DESC, pattern) AS rk
+			SELECT source, pattern, n, example,
+				ROW_NUMBER() OVER (PARTITION BY source ORDER BY n DESC, pattern) AS rk,
+				CAST(SUM(n) OVER (PARTITION BY source) AS SIGNED) AS total,
+				COUNT(*) OVER (PARTITION BY source) AS patterns,
+				DENSE_RANK() OVER (ORDER BY source <> 'relay', source) AS src
 			FROM grouped
-		), sources AS (
-			SELECT source, CAST(SUM(n) AS SIGNED) AS n, COUNT(*) AS patterns FROM grouped
-			GROUP BY source ORDER BY source <> 'relay', source LIMIT ?2
 		)
-		SELECT * FROM (
-			SELECT s.source, 0 AS rk, '' AS pattern, '' AS example, s.n, s.patterns FROM sources s
-			UNION ALL
-			SELECT r.source, r.rk, r.pattern, r.example, r.n, 0 FROM ranked r JOIN sources s ON s.source = r.source
-			WHERE r.rk <= ?3
-		) u ORDER BY source <> 'relay', source, rk
+		SELECT r.source, IF(k.own, 0, r.rk) AS place, IF(k.own, '', r.pattern), IF(k.own, '', r.example),
+			IF(k.own, r.total, r.n), IF(k.own, r.patterns, 0)
+		FROM ranked r JOIN (SELECT TRUE AS own UNION ALL SELECT FALSE) k ON IF(k.own, r.rk = 1, r.rk <= ?3)
+		WHERE r.src <= ?2
+		ORDER BY r.src, place
