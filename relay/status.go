@@ -24,7 +24,8 @@ type Backlog struct {
 	// discarded by an operator (up to a bound, see ReadBacklog).
 	DeadLetters int64
 	// Relays is the fast relays holding partitions, by name, lapsed leases
-	// included; none before a fast relay first ran.
+	// included; none before a fast relay first ran. On MySQL, the poll
+	// relays sharing the outbox.
 	Relays []RelayShare
 	// Partitions is how many partitions the table is split into; zero
 	// before a fast relay first ran.

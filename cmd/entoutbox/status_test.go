@@ -51,8 +51,10 @@ func testStatusJSONAndThresholds(t *testing.T, db statusDB) {
 				Count          int64
 			} `json:"by_reason"`
 		} `json:"dead_letters"`
-		Relays   []any    `json:"relays"`
-		Problems []string `json:"problems"`
+		Relays        []any    `json:"relays"`
+		Problems      []string `json:"problems"`
+		Database      string   `json:"database"`
+		NotApplicable []string `json:"not_applicable"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
 	require.Equal(t, int64(4), st.Pending)
@@ -73,6 +75,15 @@ func testStatusJSONAndThresholds(t *testing.T, db statusDB) {
 	require.Equal(t, int64(2), st.DeadLetters.ByReason[1].Count)
 	require.NotNil(t, st.Relays)
 	require.Empty(t, st.Problems)
+	if db.mysql {
+		require.Equal(t, "MySQL", st.Database)
+		require.Equal(t, []string{"fast relays (the fast path is PostgreSQL's; the poll relays share the outbox here)",
+			"wal slots (the WAL path is PostgreSQL's)"}, st.NotApplicable)
+	} else {
+		require.Equal(t, "PostgreSQL", st.Database)
+		require.NotNil(t, st.NotApplicable)
+		require.Empty(t, st.NotApplicable)
+	}
 
 	out, err = status()
 	require.NoError(t, err)
