@@ -26,8 +26,8 @@ var staticFS embed.FS
 // Config configures a Console.
 type Config struct {
 	// DB holds the outbox: database/sql with the pgx driver, or MySQL's
-	// (package mysqldb), where the overview and the dead letters are
-	// served and the event search and pages are not yet.
+	// (package mysqldb), where the overview, each event's page and the
+	// dead letters are served and the event search is not yet.
 	DB *sql.DB
 	// Table is the outbox table, as the relay's Config.Table names it;
 	// schema.OutboxTable when empty. The tables the relay names after it
@@ -127,7 +127,7 @@ func (c *Console) routes() {
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
 	m.HandleFunc("GET /{$}", c.overview)
 	m.HandleFunc("GET /events", c.onPostgres(c.search))
-	m.HandleFunc("GET /events/{id}", c.onPostgres(c.event))
+	m.HandleFunc("GET /events/{id}", c.event)
 	m.HandleFunc("GET /dead-letters", c.deadLetters)
 	m.HandleFunc("GET /dead-letters/{id}", c.deadLetter)
 	m.HandleFunc("POST /dead-letters/retry", c.action(c.retry))
@@ -202,8 +202,8 @@ func (c *Console) refuseUnauthenticated(w http.ResponseWriter, r *http.Request) 
 func (c *Console) onPostgres(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if c.tables.Dialect != outboxdb.Postgres {
-			c.fail(w, r, http.StatusNotImplemented, fmt.Errorf("console: the event search and the event pages read "+
-				"PostgreSQL; on %s not yet (the overview and the dead letters are served)", c.tables.Dialect))
+			c.fail(w, r, http.StatusNotImplemented, fmt.Errorf("console: the event search reads PostgreSQL; on %s not "+
+				"yet (the overview, each event's page and the dead letters are served)", c.tables.Dialect))
 			return
 		}
 		h(w, r)

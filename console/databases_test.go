@@ -27,8 +27,9 @@ var dollarParam = regexp.MustCompile(`\$(\d+)`)
 // The overview reads the same figures on PostgreSQL and MariaDB, from the
 // same code: pending per topic with the last error, the rows delivered in
 // the last ten minutes, the open dead letters by reason, the consumers and
-// their lag. On MariaDB it says the fast relays and the WAL slots do not
-// apply, and the event search says it is PostgreSQL's.
+// their lag; and each event's page, its story. On MariaDB the overview
+// says the fast path and the WAL slots do not apply, and the event search
+// says it is PostgreSQL's.
 func TestOverviewOnEveryDatabase(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
@@ -61,7 +62,12 @@ func testOverview(t *testing.T, db *sql.DB, mysql bool) {
 		require.NoError(t, err, query)
 	}
 	exec(`INSERT INTO outbox_aggregate_sequences (topic, aggregate_type, aggregate_id, last_seq) VALUES ('orders', 'Order', '1', 4)`)
+	first, later := uuid.New(), uuid.New()
 	for seq := 1; seq <= 4; seq++ {
+		id := uuid.New()
+		if seq == 1 {
+			id = first
+		}
 		// The first three written half an hour ago, delivered half a
 		// minute ago; the last written an hour ago, failing.
 		written, delivered, lastError := at(-30*time.Minute), at(-30*time.Second), any(nil)
@@ -70,12 +76,14 @@ func testOverview(t *testing.T, db *sql.DB, mysql bool) {
 		}
 		exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
 			aggregate_seq, created_at, delivered_at, last_error) VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', $2, `+
-			written+`, `+delivered+`, $3)`, uuid.NewString(), seq, lastError)
+			written+`, `+delivered+`, $3)`, id.String(), seq, lastError)
 	}
 	exec(`INSERT INTO outbox_consumer_positions (consumer, topic, aggregate_type, aggregate_id, last_seq, updated_at)
 		VALUES ('billing', 'orders', 'Order', '1', 2, ` + at(0) + `)`)
 	exec(`INSERT INTO outbox_processed_events (consumer, event_id, event_name, processed_at) VALUES ('billing', $1, 'order.paid', `+
-		at(-10*time.Second)+`)`, uuid.NewString())
+		at(-10*time.Second)+`)`, first.String())
+	exec(`INSERT INTO outbox_scheduled_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload,
+		deliver_at) VALUES ($1, 'order.reminded', 1, 'orders', 'Order', '2', '{"order_id": 2}', `+at(time.Hour)+`)`, later.String())
 	exec(`INSERT INTO outbox_dead_letters (event_id, source, reason, attempts, created_at) VALUES ($1, 'billing', 'ledger closed', 1, `+
 		at(0)+`)`, uuid.NewString())
 
@@ -95,13 +103,24 @@ func testOverview(t *testing.T, db *sql.DB, mysql bool) {
 	require.Regexp(t, `(?s)<table id="consumers">.*<td><a href="[^"]*">billing</a></td><td class="n">1</td>`, body)
 	require.Regexp(t, `<tr><td>billing</td><td><a href="[^"]*/events\?topic=orders">orders</a></td><td class="n">2</td>`, body,
 		"billing applied seq 2 of 4")
+	overview := body
+	// Each event's page: its story, from the outbox, the processed
+	// events and the scheduled events.
+	status, body = get(t, client, srv.URL+"/events/"+first.String())
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "delivered to the broker")
+	require.Contains(t, body, "processed by billing")
+	status, body = get(t, client, srv.URL+"/events/"+later.String())
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "emitted for later")
+	require.Contains(t, body, "order.reminded")
 	if !mysql {
-		require.NotContains(t, body, `id="not-applicable"`)
+		require.NotContains(t, overview, `id="not-applicable"`)
 		return
 	}
-	require.Contains(t, body, `<p class="note" id="not-applicable">Not applicable on MySQL: `+
+	require.Contains(t, overview, `<p class="note" id="not-applicable">Not applicable on MySQL: `+
 		`fast relays (the fast path is PostgreSQL&#39;s; the poll relays share the outbox here); wal slots (the WAL path is PostgreSQL&#39;s).</p>`)
 	status, body = get(t, client, srv.URL+"/events?topic=orders")
 	require.Equal(t, http.StatusNotImplemented, status)
-	require.Contains(t, body, "the event search and the event pages read PostgreSQL; on MySQL not yet")
+	require.Contains(t, body, "the event search reads PostgreSQL; on MySQL not yet")
 }

@@ -138,7 +138,7 @@ func (c *Console) readEvent(ctx context.Context, id uuid.UUID) (eventPage, error
 }
 
 func (c *Console) processedBy(ctx context.Context, id uuid.UUID) ([]processedBy, error) {
-	rows, err := c.cfg.DB.QueryContext(ctx, processedByQuery(c.tables), id)
+	rows, err := outboxdb.BoundSQL(c.cfg.DB, c.tables.Dialect).QueryContext(ctx, processedByQuery(c.tables), id)
 	if err != nil {
 		return nil, fmt.Errorf("console: reading who processed event %s: %w", id, err)
 	}

@@ -127,7 +127,8 @@ type ScheduledRow struct {
 // index on event_id; sql.ErrNoRows when there is none (it was never
 // scheduled, is in the outbox now, or the table does not exist).
 func (t Tables) ReadScheduledOfEvent(ctx context.Context, q Querier, id uuid.UUID) (ScheduledRow, error) {
-	exists, err := TableExists(ctx, q, t.Scheduled)
+	q = t.bound(q)
+	exists, err := t.TableExists(ctx, q, t.Scheduled)
 	if err != nil {
 		return ScheduledRow{}, err
 	}

@@ -272,3 +272,22 @@ func mysqlFailingRowsLeased(t Tables) string {
 		)
 		SELECT relay, topic, total, example, n FROM ranked WHERE rk = 1 ORDER BY relay, topic LIMIT ?2`
 }
+
+// An event's page in the console on MySQL: its scheduled row, and who
+// processed it (the distinct consumers by MySQL's loose index scan of the
+// (consumer, event_id) key, then one probe of it each).
+func init() {
+	q := MySQL.quote
+	scheduledOfEvent.also(MySQL, func(t Tables) string {
+		return `SELECT id, event_id, event_name, event_version, topic, aggregate_type,
+		aggregate_id, payload, headers, COALESCE(readable_from, 0), deliver_at, created_at, cancelled_at
+		FROM ` + q(t.Scheduled) + ` WHERE event_id = ?1`
+	})
+	ConsoleProcessedBy.also(MySQL, func(t Tables) string {
+		processed := q(t.Processed)
+		return `SELECT p.consumer, p.processed_at, p.attempts
+		FROM (SELECT consumer FROM ` + processed + ` GROUP BY consumer) names
+		JOIN ` + processed + ` p ON p.consumer = names.consumer AND p.event_id = ?1
+		ORDER BY p.processed_at`
+	})
+}
