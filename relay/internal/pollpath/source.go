@@ -81,6 +81,14 @@ type Source struct {
 	// goes before it.
 	cursor  int64
 	skipped map[engine.Aggregate]bool
+	// A pass that met no row it did not know (all of the backlog it may
+	// take is out or behind already) makes the next read wait until
+	// quietUntil, a poll interval on: a commit is then found as soon as
+	// when the relay is idle, and the rows behind go out without a read
+	// of the whole backlog at every settle. fresh counts the pass's new
+	// rows.
+	fresh      int
+	quietUntil time.Time
 	ready   []*engine.Row
 	// The rows read behind an aggregate's row that is out or ready, in id
 	// order, up to BatchSize in all: when that row is settled the next
@@ -265,7 +273,7 @@ func (s *Source) flushAcksOnce() {
 func (s *Source) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cursor, s.ready, s.buffered = 0, nil, 0
+	s.cursor, s.ready, s.buffered, s.fresh, s.quietUntil = 0, nil, 0, 0, time.Time{}
 	clear(s.skipped)
 	clear(s.out)
 	clear(s.behind)
@@ -292,7 +300,7 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		if r != nil {
 			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes), term: ctx}, true
 		}
-		wait := time.NewTimer(s.cfg.PollInterval)
+		wait := time.NewTimer(s.untilRead())
 		select {
 		case <-ctx.Done():
 			wait.Stop()
@@ -302,6 +310,17 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		}
 		wait.Stop()
 	}
+}
+
+// untilRead is how long an idle relay waits before it reads again: the
+// poll interval, or less when a quiet pass ends sooner.
+func (s *Source) untilRead() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := time.Until(s.quietUntil); q > 0 && q < s.cfg.PollInterval {
+		return q
+	}
+	return s.cfg.PollInterval
 }
 
 // nextRow is the next row to hand out, or nil when a whole pass found
@@ -314,7 +333,7 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		s.mu.Lock()
 		before, full := s.settles, s.buffered >= s.cfg.BatchSize/2
 		s.mu.Unlock()
-		if full { // what is read waits already: read again once half of it went out
+		if full || time.Now().Before(s.quietUntil) { // what is read waits already: read again once half of it went out
 			return nil, nil
 		}
 		rows, err := s.read(ctx)
@@ -332,11 +351,15 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 			if _, settled := s.recent[r.ID]; settled || s.known[r.ID] {
 				continue
 			}
+			s.fresh++
 			s.place(r)
 		}
 		endOfPass := len(rows) < s.cfg.BatchSize
 		if endOfPass {
-			s.cursor = 0
+			if s.fresh == 0 {
+				s.quietUntil = time.Now().Add(s.cfg.PollInterval)
+			}
+			s.cursor, s.fresh = 0, 0
 			clear(s.skipped)
 		}
 		found := len(s.ready) > 0
