@@ -89,7 +89,7 @@ type Source struct {
 	// rows.
 	fresh      int
 	quietUntil time.Time
-	ready   []*engine.Row
+	ready      []*engine.Row
 	// The rows read behind an aggregate's row that is out or ready, in id
 	// order, up to BatchSize in all: when that row is settled the next
 	// goes out without a read (a hot aggregate would otherwise cost a
