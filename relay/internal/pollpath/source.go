@@ -83,11 +83,14 @@ type Source struct {
 	skipped map[engine.Aggregate]bool
 	// A pass that met no row it did not know (all of the backlog it may
 	// take is out or behind already) makes the next read wait until
-	// quietUntil, a poll interval on: a commit is then found as soon as
-	// when the relay is idle, and the rows behind go out without a read
-	// of the whole backlog at every settle. fresh counts the pass's new
-	// rows.
+	// quietUntil: twice as long as the pass took, up to a poll interval.
+	// The rows behind then go out between reads, not after a read of the
+	// whole backlog at every settle (which held a hot aggregate to one
+	// event per read); a short pass still lets the next read come at the
+	// next settle, so that a busy relay finds a commit sooner than an idle
+	// one. fresh counts the pass's new rows, passTook its reads' time.
 	fresh      int
+	passTook   time.Duration
 	quietUntil time.Time
 	ready      []*engine.Row
 	// The rows read behind an aggregate's row that is out or ready, in id
@@ -273,7 +276,7 @@ func (s *Source) flushAcksOnce() {
 func (s *Source) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cursor, s.ready, s.buffered, s.fresh, s.quietUntil = 0, nil, 0, 0, time.Time{}
+	s.cursor, s.ready, s.buffered, s.fresh, s.passTook, s.quietUntil = 0, nil, 0, 0, 0, time.Time{}
 	clear(s.skipped)
 	clear(s.out)
 	clear(s.behind)
@@ -336,11 +339,13 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		if full || time.Now().Before(s.quietUntil) { // what is read waits already: read again once half of it went out
 			return nil, nil
 		}
+		began := time.Now()
 		rows, err := s.read(ctx)
 		if err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
+		s.passTook += time.Since(began)
 		for id, at := range s.recent {
 			if at <= before { // recorded before the read began: it cannot have returned it
 				delete(s.recent, id)
@@ -357,9 +362,9 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		endOfPass := len(rows) < s.cfg.BatchSize
 		if endOfPass {
 			if s.fresh == 0 {
-				s.quietUntil = time.Now().Add(s.cfg.PollInterval)
+				s.quietUntil = time.Now().Add(min(2*s.passTook, s.cfg.PollInterval))
 			}
-			s.cursor, s.fresh = 0, 0
+			s.cursor, s.fresh, s.passTook = 0, 0, 0
 			clear(s.skipped)
 		}
 		found := len(s.ready) > 0
