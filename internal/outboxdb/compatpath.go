@@ -88,14 +88,10 @@ var (
 	})
 	// CompatAck stamps delivered_at on the rows ?1 (a JSON array of ids)
 	// not yet stamped, and records id ?3 acknowledged by consumer group
-	// ?2. The ids come first and each row is found by its key
-	// (STRAIGHT_JOIN, FORCE INDEX): the optimizer would otherwise scan a
-	// small outbox, and a multi-table UPDATE locks every row it reads, so
-	// it would wait for a transaction that wrote a row and has not
-	// committed. The group's row is joined LEFT: the rows are stamped even
-	// without it.
+	// ?2. Each row is found by its key (mysqlOutboxRows). The group's row
+	// is joined LEFT: the rows are stamped even without it.
 	CompatAck = defineOnly("compatpath/ack", MySQL, func(t Tables) string {
-		return `UPDATE (` + mysqlIDs("?1") + `) d STRAIGHT_JOIN ` + t.Quote(t.Outbox) + ` o FORCE INDEX (PRIMARY) ON o.id = d.id
+		return `UPDATE ` + t.mysqlOutboxRows("?1") + `
 		LEFT JOIN ` + t.Quote(t.RelayOffsets()) + ` g ON g.consumer_group = ?2
 		SET o.delivered_at = COALESCE(o.delivered_at, ` + mysqlNow + `), g.offset_acked = ?3, g.offset_consumed = ?3`
 	})
