@@ -27,7 +27,7 @@ func measureMySQL(ctx context.Context, e *env) (text, server string) {
 		return sectionText("MariaDB", nil, err), ""
 	}
 	defer srv.close()
-	sec := pollSection{name: srv.name, topic: "mysql", open: srv.newDatabase, retainedRows: mysqlRetainedRows}
+	sec := pollSection{name: srv.name, topic: "mysql", open: srv.newDatabase, retainedRows: mysqlRetainedRows, shared: true}
 	lines, err := measurePoll(ctx, e, sec)
 	return sectionText(srv.name, lines, err), srv.name + " " + srv.version
 }

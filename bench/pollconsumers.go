@@ -80,7 +80,7 @@ func pollConsumerShape(ctx context.Context, e *env, sec pollSection, aggregates 
 // publishPolled runs the poll relay on d until its outbox holds nothing
 // pending.
 func publishPolled(ctx context.Context, e *env, d *pollDB, prefix string) error {
-	rs, err := startPollRelay(e, d.url, prefix, 0)
+	rs, err := startPollRelay(e, d.url, prefix, 0, 1)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ type pollSection struct {
 	// retainedRows writes ? delivered rows, as a relay leaves them (the
 	// argument given once, as ?1 on SQLite).
 	retainedRows string
+	// shared: several relays share the outbox (MySQL); a drain row runs
+	// three.
+	shared bool
 }
 
 // pollDB is one database of a section, the bench's own.
@@ -141,12 +144,12 @@ func pollRelayRows(ctx context.Context, e *env, sec pollSection) ([]string, erro
 	}
 	var lines []string
 	for i, poll := range []time.Duration{0, 20 * time.Millisecond} {
-		rs, err := startPollRelay(e, d.url, prefix, poll)
+		rs, err := startPollRelay(e, d.url, prefix, poll, 1)
 		if err != nil {
 			return lines, err
 		}
 		if i == 0 {
-			line, err := awaitDrain(ctx, e, sec.name, recv, rs, ids, fmt.Sprintf("%d aggregates", e.cfg.Aggregates))
+			line, err := awaitDrain(ctx, e, sec.name, recv, rs, ids, fmt.Sprintf("1 relay, %d aggregates", e.cfg.Aggregates))
 			if err != nil {
 				_ = rs.stop()
 				return lines, err
@@ -158,8 +161,12 @@ func pollRelayRows(ctx context.Context, e *env, sec pollSection) ([]string, erro
 			return lines, err
 		}
 	}
-	for _, shape := range []struct{ aggregates, retained int }{{10, 0}, {e.cfg.Aggregates, pollRetained}} {
-		line, err := pollDrain(ctx, e, sec, shape.aggregates, shape.retained)
+	shapes := []drainShape{{1, 10, 0}, {1, e.cfg.Aggregates, pollRetained}}
+	if sec.shared {
+		shapes = append(shapes, drainShape{3, e.cfg.Aggregates, 0}, drainShape{3, 10, 0})
+	}
+	for _, shape := range shapes {
+		line, err := pollDrain(ctx, e, sec, shape)
 		if err != nil {
 			return lines, err
 		}
@@ -200,10 +207,14 @@ func pollLatency(ctx context.Context, e *env, name string, d *pollDB, recv *rece
 // in the outbox.
 const pollRetained = 200_000
 
-// pollDrain drains a backlog on a database of its own, its events spread
-// over aggregates (a few hot ones, or many), after retained delivered
-// rows (an outbox whose cleanup runs rarely).
-func pollDrain(ctx context.Context, e *env, sec pollSection, aggregates, retained int) (string, error) {
+// drainShape is a drain row's: relays sharing the outbox, aggregates the
+// backlog spreads over (a few hot ones, or many), and delivered rows kept
+// before it (an outbox whose cleanup runs rarely).
+type drainShape struct{ relays, aggregates, retained int }
+
+// pollDrain drains a backlog of shape on a database of its own.
+func pollDrain(ctx context.Context, e *env, sec pollSection, shape drainShape) (string, error) {
+	aggregates, retained := shape.aggregates, shape.retained
 	d, err := sec.open(ctx)
 	if err != nil {
 		return "", err
@@ -225,11 +236,11 @@ func pollDrain(ctx context.Context, e *env, sec pollSection, aggregates, retaine
 	if err != nil {
 		return "", err
 	}
-	rs, err := startPollRelay(e, d.url, prefix, 0)
+	rs, err := startPollRelay(e, d.url, prefix, 0, shape.relays)
 	if err != nil {
 		return "", err
 	}
-	what := fmt.Sprintf("%d aggregates", aggregates)
+	what := fmt.Sprintf("%d relay%s, %d aggregates", shape.relays, plural(shape.relays), aggregates)
 	if retained > 0 {
 		what += fmt.Sprintf(", %d delivered rows kept", retained)
 	}
@@ -262,20 +273,23 @@ func awaitDrain(ctx context.Context, e *env, name string, recv *receiver, rs *re
 		return "", fmt.Errorf("drain: %d of %d events missing after %s (%v)", missing, len(ids), e.cfg.Timeout, rs.err())
 	}
 	took := time.Since(start)
-	return fmt.Sprintf("%s drain, poll path, 1 relay, %s: %d events in %s = %.0f events/s",
+	return fmt.Sprintf("%s drain, poll path, %s: %d events in %s = %.0f events/s",
 		name, what, len(ids), took.Round(time.Millisecond), float64(len(ids))/took.Seconds()), nil
 }
 
-// startPollRelay runs the relay command on the database at url (its poll
-// path), poll its --poll-interval (0: the relay's own).
-func startPollRelay(e *env, url, prefix string, poll time.Duration) (*relaySet, error) {
+// startPollRelay runs n relay commands on the database at url (its poll
+// path), poll their --poll-interval (0: the relay's own).
+func startPollRelay(e *env, url, prefix string, poll time.Duration, n int) (*relaySet, error) {
 	args := []string{"relay", "--database-url", url, "--broker", e.cfg.Broker, "--topic-prefix", prefix, "--log-level", "error"}
 	if poll > 0 {
 		args = append(args, "--poll-interval", poll.String())
 	}
 	rs := &relaySet{exited: make(chan struct{})}
-	if err := rs.start(e.bin, args); err != nil {
-		return nil, err
+	for range n {
+		if err := rs.start(e.bin, args); err != nil {
+			_ = rs.stop()
+			return nil, err
+		}
 	}
 	return rs, nil
 }
@@ -287,4 +301,12 @@ func sectionText(name string, lines []string, err error) string {
 		return name + ": n/a (" + firstLine(err) + ")"
 	}
 	return strings.Join(lines, "\n")
+}
+
+// plural is "s" for any n but one.
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

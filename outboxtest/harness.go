@@ -6,23 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/schema"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgschema"
 	"github.com/entoutbox/entoutbox/relay"
 )
 
@@ -33,30 +29,38 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 // WithTimeout says otherwise: a bound for a stuck test, not a speed claim.
 const DefaultTimeout = time.Minute
 
-// Harness runs one test's events end to end: a PostgreSQL schema of the
-// test's own, the relay in-process on an in-memory broker of its own, and
-// the test's generated handlers consuming from it. Everything it made is
-// stopped and dropped when the test ends, so tests using it run in
-// parallel and leave nothing behind. Build one per test with New.
+// Harness runs one test's events end to end: a database of the test's
+// own (a PostgreSQL schema, a MySQL database or a SQLite file), the relay
+// in-process on an in-memory broker of its own, and the test's generated
+// handlers consuming from it. Everything it made is stopped and dropped
+// when the test ends, so tests using it run in parallel and leave nothing
+// behind. Build one per test with New.
 type Harness struct {
-	// DB is a pool working in the test's schema: build the ent client on
+	// DB is a pool working in the test's database: build the ent client on
 	// it (Driver does) and migrate it (Migrate). The harness closes it when
 	// the test ends; closing it earlier stops the handlers' work.
 	DB *sql.DB
-	// Schema is the name of the test's schema; URL connects to the
-	// database with Schema as its search_path, for a pool of your own.
+	// Schema is the name of the test's schema on PostgreSQL, of its
+	// database on MySQL, empty on SQLite. URL connects to it, for a pool
+	// of your own: on PostgreSQL with Schema as its search_path; on MySQL
+	// a mysql:// URL and on SQLite a sqlite: URL of the file (open them
+	// with packages mysqldb and sqlitedb).
 	Schema, URL string
 
-	t       testing.TB
-	timeout time.Duration
-	prefix  string  // the relay's topic prefix (WithTopicPrefix)
-	db      *sql.DB // the relay's and Wait's own, which the test's client does not close
-	log     *testLog
-	logger  watermill.LoggerAdapter // on log: the relay's, from info
-	quiet   watermill.LoggerAdapter // on log: the router's and the broker's, from warn
+	t          testing.TB
+	timeout    time.Duration
+	prefix     string // the relay's topic prefix (WithTopicPrefix)
+	onSQLite   bool   // OnSQLite
+	serverURL  string // WithDatabaseURL
+	entDialect string
+	tables     outboxdb.Tables // in the test's database's dialect
+	db         *sql.DB         // the relay's and Wait's own, which the test's client does not close
+	log        *testLog
+	logger     watermill.LoggerAdapter // on log: the relay's, from info
+	quiet      watermill.LoggerAdapter // on log: the router's and the broker's, from warn
 
 	// Set by Start.
-	scheduled bool // the schema has the scheduled events' table
+	scheduled bool // the database has the scheduled events' table
 	stop      func()
 	stopped   chan struct{} // closed when the relay or the router stopped
 	stopErr   error         // why, read once stopped is closed
@@ -82,49 +86,37 @@ func WithTimeout(d time.Duration) Option { return func(h *Harness) { h.timeout =
 // application does.
 func WithTopicPrefix(prefix string) Option { return func(h *Harness) { h.prefix = prefix } }
 
-// New creates a schema for t on the PostgreSQL server at DATABASE_URL
-// (DefaultURL when unset) and drops it, with everything in it, when t
-// ends. Without a server to reach, it skips t, saying why; under CI=true
-// it fails t instead. A server that answers but refuses the connection
-// (no such database, a wrong password) fails t: a skip would hide it.
+// OnSQLite runs the harness on a SQLite file of the test's own, in
+// t.TempDir(), instead of a PostgreSQL schema: no server, and a test
+// runs in a fraction of a second. The relay runs on its poll path, one
+// at a time, as it does on every SQLite database (see docs/sqlite.md).
+func OnSQLite() Option { return func(h *Harness) { h.onSQLite = true } }
+
+// WithDatabaseURL has New make the test's database on the server at url
+// instead of DATABASE_URL's: a schema of its own on PostgreSQL
+// (postgres://), a database of its own on MySQL or MariaDB (mysql:// or
+// mariadb://; the URL's user may create databases). DATABASE_URL may name
+// either kind too.
+func WithDatabaseURL(url string) Option { return func(h *Harness) { h.serverURL = url } }
+
+// New makes a database of t's own and drops it, with everything in it,
+// when t ends: a schema on the PostgreSQL server at DATABASE_URL
+// (DefaultURL when unset), a database on a MySQL or MariaDB server when
+// that URL is mysql://, a SQLite file with OnSQLite. Without a server to
+// reach, it skips t, saying why; under CI=true it fails t instead. A
+// server that answers but refuses the connection (no such database, a
+// wrong password) fails t: a skip would hide it.
 func New(t testing.TB, opts ...Option) *Harness {
 	t.Helper()
-	serverURL := os.Getenv("DATABASE_URL")
-	if serverURL == "" {
-		serverURL = DefaultURL
-	}
-	// A server at its max_connections is waited for (pgschema.ConnectWait);
-	// one that is not there answers at once.
-	ctx, cancel := context.WithTimeout(context.Background(), pgschema.ConnectWait+10*time.Second)
-	defer cancel()
-	if err := pgschema.Ping(ctx, serverURL); err != nil {
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
-			// The server is there and refused: no database of that name,
-			// a password it does not take. A skip would hide that the
-			// test never ran.
-			t.Fatalf("outboxtest: PostgreSQL at %s answered: %v; set DATABASE_URL to a database that exists, "+
-				"e.g. the server's postgres database: postgres://USER@HOST:5432/postgres", broker.Redacted(serverURL), err)
-		}
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("outboxtest: PostgreSQL at %s is not reachable (%v); under CI=true that fails the test",
-				broker.Redacted(serverURL), err)
-		}
-		t.Skipf("outboxtest: skipping: PostgreSQL at %s is not reachable (%v); set DATABASE_URL to a server's URL, "+
-			"or CI=true to fail instead", broker.Redacted(serverURL), err)
-	}
-	s, err := pgschema.Create(ctx, serverURL, pgschema.Name("outboxtest_", t.Name()))
-	if err != nil {
-		t.Fatalf("outboxtest: %v on %s", err, broker.Redacted(serverURL))
-	}
-	h := &Harness{DB: s.DB, Schema: s.Name, URL: s.URL, t: t, timeout: DefaultTimeout,
+	h := &Harness{t: t, timeout: DefaultTimeout,
 		subscribed: map[string]map[string]bool{}, received: map[delivery]int{}, acked: map[delivery]bool{}}
 	for _, opt := range opts {
 		opt(h)
 	}
-	h.db, err = pgschema.Open(s.URL)
-	if err != nil {
-		t.Fatalf("outboxtest: opening %s: %v", broker.Redacted(s.URL), err)
-	}
+	d := openDatabase(t, h.onSQLite, h.serverURL)
+	h.DB, h.db, h.Schema, h.URL, h.entDialect = d.DB, d.db, d.name, d.url, d.entDialect
+	h.tables = outboxdb.New("", "")
+	h.tables.Dialect = d.dialect
 	h.log = &testLog{t: t}
 	h.logger = watermill.NewSlogLogger(slog.New(slog.NewTextHandler(h.log, nil)))
 	h.quiet = watermill.NewSlogLogger(slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -132,7 +124,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		h.db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := s.Drop(ctx); err != nil {
+		if err := d.drop(ctx); err != nil {
 			t.Logf("outboxtest: %v", err)
 		}
 	})
@@ -140,14 +132,14 @@ func New(t testing.TB, opts ...Option) *Harness {
 }
 
 // Driver is an ent driver on DB: ent.NewClient(ent.Driver(h.Driver())).
-func (h *Harness) Driver() *entsql.Driver { return entsql.OpenDB(dialect.Postgres, h.DB) }
+func (h *Harness) Driver() *entsql.Driver { return entsql.OpenDB(h.entDialect, h.DB) }
 
 // migrateMu runs one ent migration at a time in a test binary: ent's
 // migration writes package state, and two at once crash the binary with a
 // concurrent map write.
 var migrateMu sync.Mutex
 
-// Migrate runs the ent migration on the test's schema: pass the client's
+// Migrate runs the ent migration on the test's database: pass the client's
 // Schema.Create. Parallel tests may call it at once.
 func (h *Harness) Migrate(create func(context.Context, ...schema.MigrateOption) error) {
 	h.t.Helper()
@@ -175,12 +167,12 @@ func (h *Harness) Start(handlers ...Handlers) {
 		h.t.Fatalf("outboxtest: Start was called twice; pass every handler set to one Start")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := tables.Check(ctx, h.db); err != nil {
+	if err := h.tables.Check(ctx, h.db); err != nil {
 		cancel()
 		h.t.Fatalf("outboxtest: Start before the migration: %v; in a test, h.Migrate(client.Schema.Create) runs it", err)
 	}
 	var err error
-	if h.scheduled, err = outboxdb.TableExists(ctx, h.db, tables.Scheduled); err != nil {
+	if h.scheduled, err = h.tables.TableExists(ctx, h.db, h.tables.Scheduled); err != nil {
 		cancel()
 		h.t.Fatalf("outboxtest: looking for the scheduled events' table: %v", err)
 	}
@@ -204,7 +196,7 @@ func (h *Harness) Start(handlers ...Handlers) {
 		}
 	}
 	r, err := relay.New(relay.Config{DB: h.db, Publisher: b.Publisher(), TopicPrefix: h.prefix,
-		PollInterval: 50 * time.Millisecond, Logger: h.logger})
+		PollInterval: h.pollInterval(), Logger: h.logger})
 	if err != nil {
 		cancel()
 		b.Close()
@@ -338,4 +330,15 @@ func (l *testLog) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+}
+
+// pollInterval is how often the relay looks for new rows when nothing
+// wakes it: on PostgreSQL a commit does (LISTEN), so it is a fallback;
+// elsewhere it is the wait between a commit and its publication, and a
+// look at a SQLite file of the test's own costs little.
+func (h *Harness) pollInterval() time.Duration {
+	if h.tables.Dialect == outboxdb.SQLite {
+		return 10 * time.Millisecond
+	}
+	return 50 * time.Millisecond
 }

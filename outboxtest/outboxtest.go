@@ -4,10 +4,12 @@
 //
 // # End to end
 //
-// A Harness gives a test a PostgreSQL schema of its own (on DATABASE_URL,
-// or DefaultURL), runs the relay in-process on an in-memory broker of its
-// own and the generated handlers on it, and waits until they handled what
-// the test emitted:
+// A Harness gives a test a database of its own: a PostgreSQL schema (on
+// DATABASE_URL, or DefaultURL), a MySQL or MariaDB database (a mysql://
+// DATABASE_URL, or WithDatabaseURL), or a SQLite file with OnSQLite, which
+// needs no server. It runs the relay in-process on an in-memory broker of
+// its own and the generated handlers on it, and waits until they handled
+// what the test emitted:
 //
 //	func TestBilling(t *testing.T) {
 //		t.Parallel()
@@ -29,10 +31,16 @@
 // WithTimeout), saying for each one where it stands: not published (with
 // the relay's last error), or which consumer has not received it or not
 // finished it. When the test ends the harness stops the relay and the
-// handlers and drops the schema, dedupe records and dead letters with it.
+// handlers and drops the database, dedupe records and dead letters with it.
 // Handlers built with consumer.WithTopicPrefix, as your application wires
 // them, need the relay to publish under the same prefix:
 // New(t, WithTopicPrefix(prefix)).
+//
+// On SQLite, New(t, OnSQLite()) runs the same test with no server, in a
+// fraction of a second; with ent's enttest, which migrates the client:
+//
+//	h := outboxtest.New(t, outboxtest.OnSQLite())
+//	client := enttest.NewClient(t, enttest.WithOptions(ent.Driver(h.Driver())))
 //
 // # One transaction, one message
 //

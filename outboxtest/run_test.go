@@ -2,6 +2,7 @@ package outboxtest_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -10,9 +11,10 @@ import (
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 )
 
-// The examples need the test server; without it they are left out of the
-// run (unless CI=true) rather than fail on their output.
-func init() { pgtest.SkipExamplesUnlessReachable() }
+// The examples on PostgreSQL need the test server; without it they are
+// left out of the run (unless CI=true) rather than fail on their output.
+// The SQLite one needs nothing and always runs.
+func init() { pgtest.SkipExamplesMatchingUnlessReachable(`^(Example|ExampleRequireScheduled)$`) }
 
 // runTest runs test as go test would, for an Example, which has no
 // testing.T: a failure or a skip is printed (and so fails the example on
@@ -47,6 +49,18 @@ func (tb *exampleTB) Fatalf(format string, args ...any) {
 }
 func (tb *exampleTB) Skipf(format string, args ...any) {
 	tb.stop("skipped: " + fmt.Sprintf(format, args...))
+}
+func (tb *exampleTB) Error(args ...any) { fmt.Println(args...) } // enttest's TestingT
+func (tb *exampleTB) FailNow()          { tb.stop("failed") }
+
+// TempDir is a directory removed when the test ends.
+func (tb *exampleTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "outboxtest-example-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func (tb *exampleTB) stop(msg string) {

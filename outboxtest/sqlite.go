@@ -22,8 +22,9 @@ import (
 //	paid := outboxtest.RequireEmitted[ent.OrderPaid](t, tx.Outbox.EmittedX(ctx))
 //
 // or with ent's enttest: enttest.NewClient(t, enttest.WithOptions(ent.Driver(outboxtest.SQLite(t)))).
-// Generated handlers run on it too (handlers.Handle with Message); the
-// Harness needs PostgreSQL (New).
+// Generated handlers run on it too (handlers.Handle with Message). For the
+// relay and the handlers end to end, the Harness runs on SQLite as well:
+// New(t, OnSQLite()).
 func SQLite(t testing.TB) *entsql.Driver {
 	t.Helper()
 	db, err := sqlitedb.Open("sqlite:" + filepath.Join(t.TempDir(), "outbox.db"))

@@ -174,18 +174,6 @@ type state struct {
 	outcomes  []Outcome
 }
 
-// tables is the default tables the harness's schema holds; the
-// scheduled events' table may be missing (Harness.scheduled).
-var tables = outboxdb.New("", "")
-
-// Wait's reads, rendered once.
-var (
-	scheduledDueQuery = outboxdb.OutboxtestScheduledDue.SQL(tables)
-	rowsQuery         = outboxdb.OutboxtestRows.SQL(tables)
-	relayLettersQuery = outboxdb.OutboxtestRelayLetters.SQL(tables)
-	outcomesQuery     = outboxdb.OutboxtestOutcomes.SQL(tables)
-)
-
 // event is an outbox row, a scheduled event due before the deadline, or
 // a relay dead letter.
 type event struct {
@@ -229,23 +217,14 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 		case !e.dueAt.IsZero():
 			st.unsettled = append(st.unsettled, fmt.Sprintf("%s: scheduled for %s, not yet moved into the outbox by the relay",
 				e, e.dueAt.UTC().Format(time.RFC3339Nano)))
-		case !e.delivered:
+		case !e.delivered && !h.receivedAny(e):
 			st.unsettled = append(st.unsettled, e.String()+": "+notPublished(e))
 		default:
-			ok := true
-			for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
-				d := delivery{consumer: c, eventID: e.id.String()}
-				if acked[d] {
-					continue
-				}
-				ok = false
-				if n := h.received[d]; n > 0 {
-					st.unsettled = append(st.unsettled, fmt.Sprintf("%s: published; %q received it %s and has not finished it", e, c, times(n)))
-				} else {
-					st.unsettled = append(st.unsettled, fmt.Sprintf("%s: published; %q has not received it", e, c))
-				}
-			}
-			if ok {
+			if waits := h.consumersWaiting(e, acked); len(waits) > 0 {
+				st.unsettled = append(st.unsettled, waits...)
+			} else if !e.delivered {
+				st.unsettled = append(st.unsettled, e.String()+": settled by its consumers; the relay has not recorded it as published yet")
+			} else {
 				settled = append(settled, e)
 			}
 		}
@@ -256,6 +235,36 @@ func (h *Harness) look(ctx context.Context, deadline time.Time) (state, error) {
 	}
 	st.outcomes, err = h.outcomes(ctx, settled)
 	return st, err
+}
+
+// receivedAny tells whether a consumer received e: it was published,
+// whether or not the relay recorded it yet (on SQLite a handler's
+// transaction holds the write lock that record waits for). h.mu is held.
+func (h *Harness) receivedAny(e event) bool {
+	for c := range h.subscribed[h.prefix+e.topic] {
+		if h.received[delivery{consumer: c, eventID: e.id.String()}] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// consumersWaiting says, for each consumer reading e's topic that has not
+// acknowledged e, where it stands with it. h.mu is held.
+func (h *Harness) consumersWaiting(e event, acked map[delivery]bool) []string {
+	var waits []string
+	for _, c := range sortedKeys(h.subscribed[h.prefix+e.topic]) {
+		d := delivery{consumer: c, eventID: e.id.String()}
+		if acked[d] {
+			continue
+		}
+		if n := h.received[d]; n > 0 {
+			waits = append(waits, fmt.Sprintf("%s: published; %q received it %s and has not finished it", e, c, times(n)))
+		} else {
+			waits = append(waits, fmt.Sprintf("%s: published; %q has not received it", e, c))
+		}
+	}
+	return waits
 }
 
 func notPublished(e event) string {
@@ -274,9 +283,11 @@ func notPublished(e event) string {
 // events are read first: one the relay moves in between is then read
 // twice, unsettled, never missed.
 func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, error) {
+	db := outboxdb.BoundSQL(h.db, h.tables.Dialect)
+	deadline = deadline.UTC() // as the database's times are
 	var evs []event
 	if h.scheduled {
-		rows, err := h.db.QueryContext(ctx, scheduledDueQuery, deadline)
+		rows, err := db.QueryContext(ctx, outboxdb.OutboxtestScheduledDue.SQL(h.tables), deadline)
 		if err != nil {
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
@@ -292,7 +303,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 			return nil, fmt.Errorf("reading the scheduled events: %w", err)
 		}
 	}
-	rows, err := h.db.QueryContext(ctx, rowsQuery, deadline)
+	rows, err := db.QueryContext(ctx, outboxdb.OutboxtestRows.SQL(h.tables), deadline)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
@@ -308,7 +319,7 @@ func (h *Harness) events(ctx context.Context, deadline time.Time) ([]event, erro
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
-	letters, err := h.db.QueryContext(ctx, relayLettersQuery)
+	letters, err := db.QueryContext(ctx, outboxdb.OutboxtestRelayLetters.SQL(h.tables))
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)
 	}
@@ -337,7 +348,7 @@ func (h *Harness) outcomes(ctx context.Context, settled []event) ([]Outcome, err
 		attempts int
 	}
 	results := map[delivery]result{}
-	rows, err := h.db.QueryContext(ctx, outcomesQuery)
+	rows, err := h.db.QueryContext(ctx, outboxdb.OutboxtestOutcomes.SQL(h.tables))
 	if err != nil {
 		return nil, fmt.Errorf("reading the consumers' outcomes: %w", err)
 	}

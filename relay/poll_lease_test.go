@@ -1,6 +1,8 @@
 package relay_test
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +61,116 @@ func TestPollRelaysOneAtATime(t *testing.T) {
 			all.perAggregate[agg] = append(all.perAggregate[agg], ids...)
 		}
 	}
+	got.requireExactly(t, all)
+}
+
+// On MariaDB relays share the outbox, each relaying its share of the
+// partitions: a relay that joins takes the ones the others give back, and
+// one that stops hands its own over, while events flow through a broker
+// slow enough that publishes are in flight at each hand-over. Every event
+// arrives once (a partition changes hands only once nothing of it is in
+// flight and its acks are recorded), each aggregate in its order, and
+// every relay publishes its part.
+func TestPollRelaysShareTheOutboxOnMariaDB(t *testing.T) {
+	t.Parallel()
+	b := setupEmitMySQL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	slow := &slowPublisher{Publisher: pubsub, every: 40, delay: 1500 * time.Millisecond}
+	relays := []*countingPublisher{{Publisher: slow}, {Publisher: slow}, {Publisher: slow}}
+	start := func(i int) func() error {
+		return runRelay(t, quick(relay.PathPoll, relay.Config{DB: b.sql, Publisher: relays[i], Concurrency: 8}))
+	}
+
+	// A writer emits rounds of 100 events over 20 aggregates of their own
+	// until the relays have all joined and left.
+	var (
+		all     = emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+		writing = make(chan struct{})
+		wrote   = make(chan struct{})
+	)
+	go func() {
+		defer close(wrote)
+		for round := 0; ; round++ {
+			select {
+			case <-writing:
+				return
+			default:
+			}
+			all.add(emitOrdersAs(t, b.client, fmt.Sprintf("round%d", round), 100, 20, 0))
+		}
+	}()
+	stopFirst := start(0)
+	require.Eventually(t, func() bool { return relays[0].n.Load() > 100 }, patience, 20*time.Millisecond)
+	stopSecond, stopThird := start(1), start(2) // the first gives their share back
+	require.Eventually(t, func() bool { return relays[1].n.Load() > 200 && relays[2].n.Load() > 200 },
+		patience, 20*time.Millisecond, "the relays that joined were given no partitions")
+	require.NoError(t, stopSecond())
+	before := relays[0].n.Load()
+	require.Eventually(t, func() bool { return relays[0].n.Load() > before+200 }, patience, 20*time.Millisecond)
+	require.NoError(t, stopThird())
+	close(writing)
+	<-wrote
+	got.waitFor(t, all, patience)
+	require.NoError(t, stopFirst())
+	got.requireExactly(t, all)
+	t.Logf("%d events; published by each relay: %d, %d, %d", len(all.ids), relays[0].n.Load(), relays[1].n.Load(), relays[2].n.Load())
+}
+
+// slowPublisher takes delay over every every-th publish: such a publish
+// is in flight for longer than a relay takes to renew its leases, and
+// when partitions change hands.
+type slowPublisher struct {
+	message.Publisher
+	every int64
+	delay time.Duration
+	n     atomic.Int64
+}
+
+func (p *slowPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.n.Add(1)%p.every == 0 {
+		time.Sleep(p.delay)
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// A MariaDB relay whose lease renewals stall (the lease rows locked by
+// another transaction) publishes nothing once its lease may have run out,
+// by its own clock, while events keep coming; it goes on when the
+// renewal goes through, and nothing is lost.
+func TestPollRelayPublishesNothingPastItsLeaseOnMariaDB(t *testing.T) {
+	t.Parallel()
+	b := setupEmitMySQL(t)
+	pubsub, got := receiveInProcess(t, "orders")
+	pub := &countingPublisher{Publisher: pubsub}
+	stop := runRelay(t, quick(relay.PathPoll, relay.Config{DB: b.sql, Publisher: pub}))
+	all := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+	first := emitOrdersAs(t, b.client, "before", 50, 5, 0)
+	all.add(first)
+	got.waitFor(t, first, patience)
+
+	ctx := context.Background()
+	lock, err := b.sql.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback() }()
+	_, err = lock.ExecContext(ctx, "SELECT * FROM outbox_events_relay_lease FOR UPDATE")
+	require.NoError(t, err)
+	locked := time.Now() // the last renewal began before: the lease runs 2s from then at most
+
+	for round := 0; time.Since(locked) < 3500*time.Millisecond; round++ {
+		all.add(emitOrdersAs(t, b.client, fmt.Sprintf("stalled%d", round), 10, 5, 0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Past the fence (2s, and the time a publish begun at it takes, with
+	// room for a busy machine).
+	fenced := pub.n.Load()
+	for round := 0; time.Since(locked) < 6*time.Second; round++ {
+		all.add(emitOrdersAs(t, b.client, fmt.Sprintf("fenced%d", round), 10, 5, 0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, fenced, pub.n.Load(), "the relay published past its lease, its renewal stalled")
+
+	require.NoError(t, lock.Rollback())
+	got.waitFor(t, all, patience)
+	require.NoError(t, stop())
 	got.requireExactly(t, all)
 }

@@ -41,10 +41,24 @@ func (r *Relay) runPoll(ctx context.Context) error {
 	c := r.cfg
 	src := pollpath.New(pollpath.Settings{DB: c.DB, Tables: c.tables(), BatchSize: c.BatchSize,
 		PollInterval: c.PollInterval, CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(),
-		Logger: c.Logger, Metrics: c.Metrics, RelayID: pollRelayID()})
+		Logger: c.Logger, Metrics: c.Metrics, RelayID: pollRelayID(), Partitions: pollPartitions(c.DB)})
 	e := r.newEngine(c.Concurrency, pollpath.Policy(c.MaxAttempts, c.backoff))
 	defer e.Stop(c.CloseTimeout)
 	return src.Run(ctx, e)
+}
+
+// pollPartitionCount is how many partitions divide the outbox's rows between
+// the relays that share it on MySQL: as many relays as this relay at
+// once, each with its share. SQLite's relays take turns instead.
+const pollPartitionCount = 32
+
+// pollPartitions is the poll path's partitions on db's database: one
+// (the whole outbox) on SQLite.
+func pollPartitions(db *sql.DB) int {
+	if dialectOf(db) == outboxdb.MySQL {
+		return pollPartitionCount
+	}
+	return 1
 }
 
 // pollRelayID names this relay in the poll path's lease: host, process and

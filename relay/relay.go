@@ -40,12 +40,14 @@ const (
 	// no write per delivered row: the slot's confirmed position is the
 	// delivery state. One relay streams a slot; others wait as standbys.
 	PathWAL Path = "wal"
-	// PathPoll is the path on SQLite, and its default there: it polls
-	// the undelivered rows in id order (PollInterval; SQLite has no
-	// LISTEN), at most one publish per aggregate in flight. One relay at a
-	// time, holding the outbox's lease (SQLite has no row locks to share
-	// the rows by): another relay on the same file waits, and takes over
-	// when it stops or within seconds of its death.
+	// PathPoll is the path on SQLite and MySQL, and their default: it
+	// polls the undelivered rows in id order (PollInterval; neither has
+	// LISTEN), at most one publish per aggregate in flight. On SQLite one
+	// relay at a time, holding the outbox's lease (SQLite has no row locks
+	// to share the rows by): another relay on the same file waits, and
+	// takes over when it stops or within seconds of its death. On MySQL
+	// relays share the outbox, each leasing its share of 32 partitions of
+	// the rows by aggregate.
 	PathPoll Path = "poll"
 )
 

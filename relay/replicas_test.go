@@ -14,16 +14,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Three fast relays share the outbox while one of them is killed with
-// SIGKILL every second and started again, during a stream of committed and
+// Three relays share the outbox while one of them is killed with SIGKILL
+// every second and started again, during a stream of committed and
 // rolled-back transactions from four writers: every committed event
 // arrives, none that rolled back, and each aggregate's events first arrive
-// in commit order, with at most a batch of duplicates per kill.
+// in commit order, with at most a batch of duplicates per kill. On
+// PostgreSQL they are fast-path relays sharing partitions by claims; on
+// MariaDB, poll-path relays sharing the partitions they lease.
 // ENTOUTBOX_REPLICA_EVENTS sets the stream's size (the run is
 // 100000).
 func TestThreeReplicasWithKills(t *testing.T) {
 	skipIfShort(t, "kills relay processes")
 	t.Parallel()
+	for name, setup := range map[string]func(*testing.T) *emitBundle{"PostgreSQL": setupEmit, "MariaDB": setupEmitMySQL} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testThreeReplicasWithKills(t, setup(t))
+		})
+	}
+}
+
+func testThreeReplicasWithKills(t *testing.T, b *emitBundle) {
 	bin, err := buildCommand()
 	require.NoError(t, err)
 	total := 4000
@@ -32,7 +43,6 @@ func TestThreeReplicasWithKills(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const natsURL = "nats://127.0.0.1:4222"
-	b := setupEmit(t)
 	direct := openBroker(t, natsURL, "NATS JetStream at 127.0.0.1:4222")
 	prefix := uniquePrefix()
 	got := receiveOn(t, direct, prefix)
@@ -41,9 +51,13 @@ func TestThreeReplicasWithKills(t *testing.T) {
 	// something.
 	const batchSize = 200
 	start := func(i int) *exec.Cmd {
-		cmd := exec.Command(bin, "relay", "--broker", natsURL, "--topic-prefix", prefix, "--lease", "2s",
-			"--batch-size", strconv.Itoa(batchSize), "--poll-interval", "50ms", "--retry-interval", "50ms", "--relay-id", fmt.Sprintf("replica-%d", i), "--log-level", "error")
-		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.db.URL)
+		args := []string{"relay", "--broker", natsURL, "--topic-prefix", prefix, "--batch-size", strconv.Itoa(batchSize),
+			"--poll-interval", "50ms", "--retry-interval", "50ms", "--log-level", "error"}
+		if !b.mysql { // the fast path's own settings
+			args = append(args, "--lease", "2s", "--relay-id", fmt.Sprintf("replica-%d", i))
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "ENTOUTBOX_DATABASE_URL="+b.url)
 		cmd.Stderr = os.Stderr
 		startDyingWithTest(t, cmd)
 		return cmd

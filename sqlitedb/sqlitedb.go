@@ -1,9 +1,9 @@
 // Package sqlitedb opens SQLite databases the way the outbox needs them:
 // modernc.org/sqlite (no cgo), foreign keys on, writers that wait for
 // each other instead of failing, and transactions that take the write
-// lock when they begin. On SQLite, Emit, outboxtest's RequireEmitted and
-// RequireScheduled and the relay (one at a time, relay.PathPoll) run;
-// generated consumers need PostgreSQL for now.
+// lock when they begin. On SQLite, Emit, outboxtest's assertions and its
+// Harness (outboxtest.OnSQLite), the relay (one at a time,
+// relay.PathPoll) and the generated consumers (one process) run.
 //
 //	db, err := sqlitedb.Open("sqlite:app.db")
 //	client := ent.NewClient(ent.Driver(entsql.OpenDB(dialect.SQLite, db)))

@@ -12,12 +12,7 @@ import (
 
 func init() {
 	q := MySQL.quote
-	PollPending.also(MySQL, func(t Tables) string {
-		return `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers,
-		COALESCE(readable_from, 0), COALESCE(aggregate_seq, 0), created_at, attempts,
-		GREATEST(0, TIMESTAMPDIFF(MICROSECOND, ` + mysqlNow + `, available_at) DIV 1000)
-		FROM ` + q(t.Outbox) + ` WHERE delivered_at IS NULL AND id > ?1 ORDER BY id LIMIT ?2`
-	})
+	PollPending.also(MySQL, func(t Tables) string { return mysqlPending(t, "") })
 	PollDelivered.also(MySQL, func(t Tables) string {
 		return `UPDATE ` + t.mysqlOutboxRows("?1") + ` SET o.delivered_at = ` + mysqlNow
 	})
@@ -28,23 +23,11 @@ func init() {
 		return `UPDATE ` + q(t.Outbox) + ` SET attempts = ?2,
 		available_at = ` + mysqlNow + ` + INTERVAL ?3 * 1000 MICROSECOND, last_error = ?4 WHERE id = ?1`
 	})
+	// The lease table holds a row per partition on MySQL (see
+	// poll_partitions.go).
 	PollLeaseCreate.also(MySQL, func(t Tables) string {
 		return `CREATE TABLE IF NOT EXISTS ` + q(t.PollLease()) + ` (
 		id INT PRIMARY KEY, holder VARCHAR(255) NOT NULL, ` + "`until`" + ` DATETIME(6) NOT NULL)`
-	})
-	// The assignments of an upsert run in order, each seeing the ones
-	// before: holder changes to ?1 when the lease is its or ran out, and
-	// until moves on when holder is then ?1. The rows affected are 0 when
-	// nothing changed: another relay's lease runs.
-	PollLeaseTake.also(MySQL, func(t Tables) string {
-		return `INSERT INTO ` + q(t.PollLease()) + ` (id, holder, ` + "`until`" + `)
-		VALUES (1, ?1, ` + mysqlNow + ` + INTERVAL ?2 * 1000 MICROSECOND)
-		ON DUPLICATE KEY UPDATE
-			holder = IF(holder = VALUES(holder) OR ` + "`until`" + ` < ` + mysqlNow + `, VALUES(holder), holder),
-			` + "`until`" + ` = IF(holder = VALUES(holder), VALUES(` + "`until`" + `), ` + "`until`" + `)`
-	})
-	PollLeaseRelease.also(MySQL, func(t Tables) string {
-		return `DELETE FROM ` + q(t.PollLease()) + ` WHERE holder = ?1`
 	})
 
 }
@@ -105,6 +88,18 @@ func init() {
 // has not committed.
 func (t Tables) mysqlOutboxRows(param string) string {
 	return `(` + mysqlIDs(param) + `) d STRAIGHT_JOIN ` + t.Quote(t.Outbox) + ` o FORCE INDEX (PRIMARY) ON o.id = d.id`
+}
+
+// mysqlPending is PollPending's MySQL form, the rows also under filter
+// when there is one.
+func mysqlPending(t Tables, filter string) string {
+	if filter != "" {
+		filter = " AND " + filter
+	}
+	return `SELECT id, event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, headers,
+		COALESCE(readable_from, 0), COALESCE(aggregate_seq, 0), created_at, attempts,
+		GREATEST(0, TIMESTAMPDIFF(MICROSECOND, ` + mysqlNow + `, available_at) DIV 1000)
+		FROM ` + MySQL.quote(t.Outbox) + ` WHERE delivered_at IS NULL AND id > ?1` + filter + ` ORDER BY id LIMIT ?2`
 }
 
 // mysqlIDs is the ids of the JSON array param (the poll path's acks) as

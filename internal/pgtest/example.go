@@ -35,7 +35,12 @@ func (d *DB) Drop() error {
 // on its output, which says nothing of the cause. The tests still run and
 // skip themselves (see Unavailable). A -skip given on the command line
 // takes precedence.
-func SkipExamplesUnlessReachable() {
+func SkipExamplesUnlessReachable() { SkipExamplesMatchingUnlessReachable("^Example") }
+
+// SkipExamplesMatchingUnlessReachable is SkipExamplesUnlessReachable for
+// the examples pattern matches (as -skip reads it) alone: those of a
+// package that need the server, beside some that do not.
+func SkipExamplesMatchingUnlessReachable(pattern string) {
 	if os.Getenv("CI") == "true" {
 		return
 	}
@@ -50,7 +55,7 @@ func SkipExamplesUnlessReachable() {
 		return
 	}
 	testing.Init() // registers -test.skip; idempotent, and the command line is parsed later
-	if serr := flag.Set("test.skip", "^Example"); serr != nil {
+	if serr := flag.Set("test.skip", pattern); serr != nil {
 		return
 	}
 	fmt.Fprintf(os.Stderr, "skipping examples: PostgreSQL unreachable at %s (%v); start it with ../shared/services.sh, or set CI=true to fail instead\n",

@@ -93,11 +93,13 @@ func (e *Engine) Close(timeout time.Duration) {
 // AwaitPublishes waits, as a read path closes, until what it handed out
 // and is still under way (inFlight: publishes, and what their outcomes
 // started) is done, up to timeout; what is not by then is logged, as by
-// Close, as coming again.
-func AwaitPublishes(inFlight *sync.WaitGroup, timeout time.Duration, logger watermill.LoggerAdapter) {
+// Close, as coming again, and it reports false.
+func AwaitPublishes(inFlight *sync.WaitGroup, timeout time.Duration, logger watermill.LoggerAdapter) bool {
 	if !waitFor(inFlight, timeout) {
 		stillInFlight(logger)
+		return false
 	}
+	return true
 }
 
 // stillInFlight says that publishes were still in flight when the read

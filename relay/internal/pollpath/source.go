@@ -10,6 +10,11 @@
 // the first undelivered row at each pass, so such a row is read at the
 // next pass; an aggregate's rows are written one transaction at a time
 // (its counter's row lock), so its ids follow its order all the same.
+//
+// On MySQL several relays share the outbox: the rows are divided into
+// partitions by their aggregate, and each relay leases its share of them
+// (partitions.go); on SQLite one relay holds the whole outbox's lease
+// (lease.go).
 package pollpath
 
 import (
@@ -17,9 +22,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -42,6 +45,9 @@ type Settings struct {
 	Logger       watermill.LoggerAdapter
 	Metrics      *metrics.Metrics
 	RelayID      string // holds the lease while it relays
+	// Partitions divide the rows between the relays on MySQL; zero or
+	// one, one relay holds the whole outbox (SQLite).
+	Partitions int
 }
 
 // Policy is the poll path's failure policy: maxAttempts failed publishes,
@@ -75,7 +81,15 @@ type Source struct {
 	// goes before it.
 	cursor  int64
 	skipped map[engine.Aggregate]bool
-	ready   []*engine.Row
+	// A pass that met no row it did not know (all of the backlog it may
+	// take is out or behind already) makes the next read wait until
+	// quietUntil, a poll interval on: a commit is then found as soon as
+	// when the relay is idle, and the rows behind go out without a read
+	// of the whole backlog at every settle. fresh counts the pass's new
+	// rows.
+	fresh      int
+	quietUntil time.Time
+	ready      []*engine.Row
 	// The rows read behind an aggregate's row that is out or ready, in id
 	// order, up to BatchSize in all: when that row is settled the next
 	// goes out without a read (a hot aggregate would otherwise cost a
@@ -85,7 +99,6 @@ type Source struct {
 	buffered int
 	waiting  map[engine.Aggregate]bool // a row of it is ready
 	known    map[int64]bool
-	sqlRead  string
 	sqlDone  string
 	sqlFail  string
 	// acks are the rows delivered and not yet recorded: one write records
@@ -94,9 +107,10 @@ type Source struct {
 	acksMu  sync.Mutex
 	acks    []*engine.Row
 	ackKick chan struct{}
-	// leaseUntil is when the lease held runs out, at the latest (unix
-	// nanoseconds); see takeLease.
-	leaseUntil atomic.Int64
+	// lease is what the relay holds of the outbox, and clock until when
+	// it certainly runs.
+	lease leaser
+	clock *leaseClock
 	// stopped ends when the relay stops: a write that settles a row is
 	// tried again until it works or then.
 	stopped context.Context
@@ -108,33 +122,29 @@ func New(cfg Settings) *Source {
 	if cfg.Delete {
 		done = outboxdb.PollDeliveredDelete
 	}
-	return &Source{cfg: cfg, db: outboxdb.BoundSQL(cfg.DB, cfg.Tables.Dialect), out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
+	db := outboxdb.BoundSQL(cfg.DB, cfg.Tables.Dialect)
+	clock := &leaseClock{}
+	var lease leaser = &wholeLease{db: db, tables: cfg.Tables, relay: cfg.RelayID, clock: clock}
+	if cfg.Partitions > 1 {
+		lease = &partitionLeases{db: cfg.DB, bound: db, tables: cfg.Tables, relay: cfg.RelayID, total: cfg.Partitions, clock: clock}
+	}
+	return &Source{cfg: cfg, db: db, out: map[engine.Aggregate]bool{}, settled: make(chan struct{}, 1), recent: map[int64]uint64{},
 		ackKick: make(chan struct{}, 1), behind: map[engine.Aggregate][]*engine.Row{}, waiting: map[engine.Aggregate]bool{},
-		known:   map[int64]bool{},
-		skipped: map[engine.Aggregate]bool{}, sqlRead: outboxdb.PollPending.SQL(cfg.Tables),
+		known: map[int64]bool{}, skipped: map[engine.Aggregate]bool{}, lease: lease, clock: clock,
 		sqlDone: done.SQL(cfg.Tables), sqlFail: outboxdb.PollFailed.SQL(cfg.Tables)}
 }
 
-// The lease: held leaseFor, renewed every leaseRenew; a relay without it
-// tries to take it every leaseRetry.
-const (
-	leaseFor   = 2 * time.Second
-	leaseRenew = 500 * time.Millisecond
-	leaseRetry = 250 * time.Millisecond
-)
-
 // Run relays until ctx ends, then waits for the publishes in flight (up
-// to CloseTimeout). It relays only while it holds the outbox's lease:
-// another relay holding it, it waits, and takes over when that one stops
-// or its lease runs out (a killed relay's, within leaseFor).
+// to CloseTimeout). It relays only what it holds the lease of: the whole
+// outbox, another relay holding it, it waits, and takes over when that
+// one stops or its lease runs out (a killed relay's, within leaseFor);
+// or its share of the partitions.
 func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 	s.stopped = ctx
-	if _, err := s.db.ExecContext(ctx, outboxdb.PollLeaseCreate.SQL(s.cfg.Tables)); err != nil {
-		return fmt.Errorf("relay: creating the lease table %q: %w", s.cfg.Tables.PollLease(), err)
+	if err := s.lease.create(ctx); err != nil {
+		return err
 	}
-	defer func() { // a stopping relay hands over at once, its last acks recorded (below)
-		_, _ = s.db.ExecContext(context.WithoutCancel(ctx), outboxdb.PollLeaseRelease.SQL(s.cfg.Tables), s.cfg.RelayID)
-	}()
+	defer s.lease.release(context.WithoutCancel(ctx)) // a stopping relay hands over at once, its last acks recorded (below)
 	// The acks are recorded until the relay has waited for the last
 	// publishes: flushing stops after the loop below, before the release.
 	flushing, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
@@ -148,34 +158,48 @@ func (s *Source) Run(ctx context.Context, e *engine.Engine) error {
 		if !s.awaitLease(ctx) {
 			return nil
 		}
-		s.cfg.Logger.Info("Relay running", map[string]any{"path": "poll", "table": s.cfg.Tables.Outbox, "relay": s.cfg.RelayID})
-		term, lost := context.WithCancel(ctx)
-		go s.keepLease(term, lost)
+		s.cfg.Logger.Info("Relay running", s.logFields(map[string]any{"path": "poll", "table": s.cfg.Tables.Outbox}))
+		term, ended := context.WithCancel(ctx)
+		go s.keepLease(term, ended)
 		e.Run(term, s.next)
-		lost()
-		engine.AwaitPublishes(&s.inFlight, s.cfg.CloseTimeout, s.cfg.Logger)
+		ended()
+		settled := engine.AwaitPublishes(&s.inFlight, s.cfg.CloseTimeout, s.cfg.Logger)
+		if settled && ctx.Err() == nil { // nothing of it in flight, every ack recorded: what is given back is whole
+			if err := s.lease.handBack(ctx); err != nil {
+				s.cfg.Logger.Error("Giving partitions back failed; their leases will run out", err, nil)
+			}
+		}
 		s.reset()
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.cfg.Logger.Info("Lost the lease of the outbox: another relay took it; waiting", map[string]any{"relay": s.cfg.RelayID})
+		s.cfg.Logger.Info("The relay's lease changed (another relay took it, or it gives partitions back); going on with what it holds",
+			map[string]any{"relay": s.cfg.RelayID})
 	}
 }
 
-// awaitLease takes the lease, waiting while another relay holds it; false
-// when ctx ended first.
+// logFields is fields, with the relay and what it holds.
+func (s *Source) logFields(fields map[string]any) map[string]any {
+	fields["relay"] = s.cfg.RelayID
+	for k, v := range s.lease.describe() {
+		fields[k] = v
+	}
+	return fields
+}
+
+// awaitLease takes the lease (or partitions), waiting while other relays
+// hold it all; false when ctx ended first.
 func (s *Source) awaitLease(ctx context.Context) bool {
 	said := false
 	for {
-		held, err := s.takeLease(ctx)
+		held, err := s.lease.acquire(ctx)
 		switch {
 		case held:
 			return true
 		case err != nil && ctx.Err() == nil:
 			s.cfg.Logger.Error("Taking the lease of the outbox failed; trying again", err, nil)
 		case err == nil && !said:
-			s.cfg.Logger.Info("Another relay relays the outbox (the poll path: one at a time); waiting to take over",
-				map[string]any{"relay": s.cfg.RelayID, "lease_table": s.cfg.Tables.PollLease()})
+			s.cfg.Logger.Info("Other relays hold the outbox's lease; waiting to take over", s.logFields(map[string]any{}))
 			said = true
 		}
 		select {
@@ -186,9 +210,9 @@ func (s *Source) awaitLease(ctx context.Context) bool {
 	}
 }
 
-// keepLease renews the lease until term ends, and ends it (lost) when a
-// renewal finds another relay's lease.
-func (s *Source) keepLease(term context.Context, lost context.CancelFunc) {
+// keepLease renews the lease until term ends, and ends it when a renewal
+// finds it lost, or some of it to give back.
+func (s *Source) keepLease(term context.Context, end context.CancelFunc) {
 	t := time.NewTicker(leaseRenew)
 	defer t.Stop()
 	for {
@@ -197,34 +221,13 @@ func (s *Source) keepLease(term context.Context, lost context.CancelFunc) {
 			return
 		case <-t.C:
 		}
-		held, err := s.takeLease(term)
-		if err == nil && !held || err != nil && !s.leased() {
-			lost() // another relay's now, or it may be
+		keep, err := s.lease.renew(term)
+		if err == nil && !keep || err != nil && !s.clock.runs() {
+			end() // another relay's now, or it may be; or the surplus goes back
 			return
 		}
 	}
 }
-
-// takeLease takes or renews the lease. Held, it runs until leaseFor
-// after the attempt began, by this process's clock: a renewal that stalls
-// (the write lock held by a long transaction) stops the publishes when
-// the lease may have run out, before another relay can have taken it.
-func (s *Source) takeLease(ctx context.Context) (bool, error) {
-	began := time.Now()
-	res, err := s.db.ExecContext(ctx, outboxdb.PollLeaseTake.SQL(s.cfg.Tables), s.cfg.RelayID, leaseFor.Milliseconds())
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil || n == 0 { // MySQL counts an update 2
-		return false, err
-	}
-	s.leaseUntil.Store(began.Add(leaseFor).UnixNano())
-	return true, nil
-}
-
-// leased tells whether the lease certainly still runs.
-func (s *Source) leased() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }
 
 // flushAcks records the queued acks, each batch in one write, until ctx
 // ends; then the last ones.
@@ -270,7 +273,7 @@ func (s *Source) flushAcksOnce() {
 func (s *Source) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cursor, s.ready, s.buffered = 0, nil, 0
+	s.cursor, s.ready, s.buffered, s.fresh, s.quietUntil = 0, nil, 0, 0, time.Time{}
 	clear(s.skipped)
 	clear(s.out)
 	clear(s.behind)
@@ -282,6 +285,14 @@ func (s *Source) reset() {
 // ends.
 func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 	for {
+		if !s.clock.runs() { // a renewal stalls: nothing would be published, so nothing is read
+			select {
+			case <-ctx.Done():
+				return nil, false
+			case <-time.After(leaseRetry):
+			}
+			continue
+		}
 		r, err := s.nextRow(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("Reading the outbox failed; trying again", err, nil)
@@ -289,7 +300,7 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		if r != nil {
 			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes), term: ctx}, true
 		}
-		wait := time.NewTimer(s.cfg.PollInterval)
+		wait := time.NewTimer(s.untilRead())
 		select {
 		case <-ctx.Done():
 			wait.Stop()
@@ -299,6 +310,17 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		}
 		wait.Stop()
 	}
+}
+
+// untilRead is how long an idle relay waits before it reads again: the
+// poll interval, or less when a quiet pass ends sooner.
+func (s *Source) untilRead() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := time.Until(s.quietUntil); q > 0 && q < s.cfg.PollInterval {
+		return q
+	}
+	return s.cfg.PollInterval
 }
 
 // nextRow is the next row to hand out, or nil when a whole pass found
@@ -311,7 +333,7 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		s.mu.Lock()
 		before, full := s.settles, s.buffered >= s.cfg.BatchSize/2
 		s.mu.Unlock()
-		if full { // what is read waits already: read again once half of it went out
+		if full || time.Now().Before(s.quietUntil) { // what is read waits already: read again once half of it went out
 			return nil, nil
 		}
 		rows, err := s.read(ctx)
@@ -329,11 +351,15 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 			if _, settled := s.recent[r.ID]; settled || s.known[r.ID] {
 				continue
 			}
+			s.fresh++
 			s.place(r)
 		}
 		endOfPass := len(rows) < s.cfg.BatchSize
 		if endOfPass {
-			s.cursor = 0
+			if s.fresh == 0 {
+				s.quietUntil = time.Now().Add(s.cfg.PollInterval)
+			}
+			s.cursor, s.fresh = 0, 0
 			clear(s.skipped)
 		}
 		found := len(s.ready) > 0
@@ -397,7 +423,8 @@ func (s *Source) read(ctx context.Context) ([]*engine.Row, error) {
 	s.mu.Lock()
 	cursor := s.cursor
 	s.mu.Unlock()
-	rs, err := s.db.QueryContext(ctx, s.sqlRead, cursor, s.cfg.BatchSize)
+	stmt, filter := s.lease.filter()
+	rs, err := s.db.QueryContext(ctx, stmt.SQL(s.cfg.Tables), append([]any{cursor, s.cfg.BatchSize}, filter...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -513,7 +540,7 @@ func (d *delivery) Message() *message.Message { return d.msg }
 // MayPublish is true while the relay holds the lease it was handed out
 // under: a relay that lost it, or cannot tell it still holds it,
 // publishes no more.
-func (d *delivery) MayPublish() bool { return d.term.Err() == nil && d.s.leased() }
+func (d *delivery) MayPublish() bool { return d.term.Err() == nil && d.s.clock.runs() }
 
 // Delivered lets the row's aggregate go on, and queues its ack: the acks
 // flusher records it with the others that came meanwhile, in one write.

@@ -1,2 +1,0 @@
--- poll/lease-release
-DELETE FROM `outbox_events_relay_lease` WHERE holder = ?1
