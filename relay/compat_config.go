@@ -6,7 +6,9 @@ package relay
 // RetryInterval) are Config's.
 type CompatibleConfig struct {
 	// ConsumerGroup names the relay's read position; relays sharing a
-	// group share the work. DefaultConsumerGroup when empty.
+	// group share the work. DefaultConsumerGroup when empty. On MySQL the
+	// position is the rows' delivered_at, one for every relay of the
+	// outbox: it is refused there unless empty or DefaultConsumerGroup.
 	ConsumerGroup string
 }
 

@@ -10,7 +10,7 @@ import (
 // stock watermill-sql subscriber feeding Watermill's forwarder.
 func (r *Relay) runCompatible(ctx context.Context) error {
 	c := r.cfg
-	return compatpath.Run(ctx, compatpath.Settings{Publishing: r.publishSettings(), DB: c.DB, Table: c.Table,
+	return compatpath.Run(ctx, compatpath.Settings{Publishing: r.publishSettings(), DB: c.DB, Table: c.Table, Dialect: dialectOf(c.DB),
 		DeadLetterTable: c.DeadLetterTable, ConsumerGroup: c.Compatible.ConsumerGroup, PollInterval: c.PollInterval,
 		RetryInterval: c.RetryInterval, BatchSize: c.BatchSize, CloseTimeout: c.CloseTimeout,
 		Attributes: c.CloudEvents.attributes()})

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -193,19 +194,11 @@ func (e *WrongPathError) Error() string {
 // it before it fills in the defaults.
 func (c Config) Validate() error {
 	path := c.Path
-	polling := polls(c.DB)
 	if path == "" {
-		path = pick(polling, PathPoll, PathFast)
+		path = pick(polls(c.DB), PathPoll, PathFast)
 	}
-	if path != PathFast && path != PathCompatible && path != PathWAL && path != PathPoll {
-		return fmt.Errorf("relay: Config.Path is %q; want %q, %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL, PathPoll)
-	}
-	if polling != (path == PathPoll) {
-		if polling {
-			return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, snapshots of commit order, logical replication); on %s the relay polls: %q, the default there",
-				path, dialectOf(c.DB), PathPoll)
-		}
-		return fmt.Errorf("relay: Config.Path %q is SQLite's and MySQL's; on PostgreSQL use %q, %q or %q", path, PathFast, PathCompatible, PathWAL)
+	if err := c.checkPath(path); err != nil {
+		return err
 	}
 	for _, s := range pathSettings {
 		if s.given(&c) && !slices.Contains(s.paths, path) {
@@ -257,6 +250,29 @@ func (c Config) Validate() error {
 		wal.setNames(table) // the names it will use, the defaults among them
 	}
 	return wal.validate("Config.WAL.")
+}
+
+// checkPath refuses a read path that is none, or that c.DB's database
+// cannot run: SQLite runs the poll path alone; MySQL the poll path and
+// the compatible path, whose relays all share one position there.
+func (c Config) checkPath(path Path) error {
+	if path != PathFast && path != PathCompatible && path != PathWAL && path != PathPoll {
+		return fmt.Errorf("relay: Config.Path is %q; want %q, %q, %q or %q", c.Path, PathFast, PathCompatible, PathWAL, PathPoll)
+	}
+	switch d := dialectOf(c.DB); {
+	case d == outboxdb.Postgres && path == PathPoll:
+		return fmt.Errorf("relay: Config.Path %q is SQLite's and MySQL's; on PostgreSQL use %q, %q or %q", path, PathFast, PathCompatible, PathWAL)
+	case d == outboxdb.SQLite && path != PathPoll:
+		return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, snapshots of commit order, logical replication); on %s the relay polls: %q, the default there",
+			path, d, PathPoll)
+	case d == outboxdb.MySQL && path != PathPoll && path != PathCompatible:
+		return fmt.Errorf("relay: Config.Path %q needs PostgreSQL (LISTEN, logical replication); on %s use %q, the default there, or %q",
+			path, d, PathPoll, PathCompatible)
+	case d == outboxdb.MySQL && path == PathCompatible && c.Compatible.ConsumerGroup != "" && c.Compatible.ConsumerGroup != DefaultConsumerGroup:
+		return fmt.Errorf("relay: Config.Compatible.ConsumerGroup %q: on MySQL the compatible path's relays read the rows not yet delivered "+
+			"(delivered_at), not an offset of their group, so the relays of an outbox form one group; leave it empty", c.Compatible.ConsumerGroup)
+	}
+	return nil
 }
 
 // setDefaults fills in the defaults of the settings the relay's path uses.

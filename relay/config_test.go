@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
 // Every setting only some read paths use is refused, naming it and the
@@ -95,5 +98,51 @@ func TestValidateNamesTheSharedSettings(t *testing.T) {
 	} {
 		tc.cfg.DB, tc.cfg.Publisher = &sql.DB{}, gochannel.NewGoChannel(gochannel.Config{}, nil)
 		require.EqualError(t, tc.cfg.Validate(), tc.want)
+	}
+}
+
+// Each database takes the paths it runs and refuses the others, naming
+// why; on MySQL the compatible path's relays share one position, so a
+// consumer group of their own is refused. Validate opens no connection.
+func TestValidateTakesThePathsOfItsDatabase(t *testing.T) {
+	t.Parallel()
+	mysqlDB, err := mysqldb.Open("mysql://root@127.0.0.1:3306/app")
+	require.NoError(t, err)
+	defer mysqlDB.Close()
+	sqliteDB, err := sqlitedb.Open("sqlite:" + filepath.Join(t.TempDir(), "app.db"))
+	require.NoError(t, err)
+	defer sqliteDB.Close()
+	pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	fast, wal, compatible, poll := relay.PathFast, relay.PathWAL, relay.PathCompatible, relay.PathPoll
+	for _, db := range []struct {
+		name string
+		db   *sql.DB
+		runs []relay.Path
+	}{
+		{"PostgreSQL", &sql.DB{}, []relay.Path{fast, compatible, wal}},
+		{"MySQL", mysqlDB, []relay.Path{poll, compatible}},
+		{"SQLite", sqliteDB, []relay.Path{poll}},
+	} {
+		for _, path := range []relay.Path{fast, compatible, wal, poll} {
+			err := relay.Config{DB: db.db, Publisher: pub, Path: path}.Validate()
+			if slices.Contains(db.runs, path) {
+				require.NoError(t, err, "%s on %s", path, db.name)
+				continue
+			}
+			require.ErrorContains(t, err, fmt.Sprintf("relay: Config.Path %q", path), "%s on %s", path, db.name)
+		}
+	}
+	err = relay.Config{DB: mysqlDB, Publisher: pub, Path: fast}.Validate()
+	require.EqualError(t, err, `relay: Config.Path "fast" needs PostgreSQL (LISTEN, logical replication); on MySQL use "poll", the default there, or "compatible"`)
+	for group, refused := range map[string]bool{"": false, relay.DefaultConsumerGroup: false, "billing": true} {
+		err := relay.Config{DB: mysqlDB, Publisher: pub, Path: compatible, Compatible: relay.CompatibleConfig{ConsumerGroup: group}}.Validate()
+		if !refused {
+			require.NoError(t, err, "group %q", group)
+			continue
+		}
+		require.EqualError(t, err, `relay: Config.Compatible.ConsumerGroup "billing": on MySQL the compatible path's relays read `+
+			"the rows not yet delivered (delivered_at), not an offset of their group, so the relays of an outbox form one group; leave it empty")
+		err = relay.Config{DB: &sql.DB{}, Publisher: pub, Path: compatible, Compatible: relay.CompatibleConfig{ConsumerGroup: group}}.Validate()
+		require.NoError(t, err, "PostgreSQL's relays have a position per group")
 	}
 }

@@ -18,15 +18,15 @@ func IsSQLite(db *sql.DB) bool { return dialectOf(db) == outboxdb.SQLite }
 
 // IsMySQL tells whether db is a MySQL or MariaDB database
 // (github.com/go-sql-driver/mysql), by its driver's type: the relay then
-// polls (PathPoll).
+// polls (PathPoll) unless it takes PathCompatible.
 func IsMySQL(db *sql.DB) bool { return dialectOf(db) == outboxdb.MySQL }
 
 // dialectOf is db's database, by its driver's type.
 func dialectOf(db *sql.DB) outboxdb.Dialect { return outboxdb.DialectOfDB(db) }
 
-// polls tells whether db's database takes the poll path alone: it has no
-// LISTEN, no snapshot of commit order, no logical replication the other
-// paths read.
+// polls tells whether db's database polls by default: it has no LISTEN,
+// no snapshot of commit order, no logical replication the fast and WAL
+// paths read (MySQL runs the compatible path too).
 func polls(db *sql.DB) bool { return dialectOf(db) != outboxdb.Postgres }
 
 // tables are the relay's tables in its database's dialect.

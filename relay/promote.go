@@ -96,7 +96,7 @@ func (c Config) scheduledTables() outboxdb.Tables {
 // ListenDB when set, none with PollOnly (a pooler in transaction mode: it
 // looks every few seconds), DB otherwise.
 func (c Config) promoterListenDB() *sql.DB {
-	if c.Path == PathPoll { // SQLite: no LISTEN
+	if polls(c.DB) { // SQLite and MySQL: no LISTEN
 		return nil
 	}
 	if c.Path == PathFast {

@@ -27,9 +27,12 @@ const (
 	// several replicas sharing the partitions.
 	PathFast Path = "fast"
 	// PathCompatible reads with the stock watermill-sql subscriber and
-	// feeds Watermill's forwarder component unchanged. One message at a
-	// time, strictly in commit order; it waits for every older transaction
-	// on the server to end (snapshot xmin) before it reads a row.
+	// feeds Watermill's forwarder component unchanged, one message at a
+	// time. On PostgreSQL it reads strictly in commit order, and waits for
+	// every older transaction on the server to end (snapshot xmin) before
+	// it reads a row. On MySQL it reads the undelivered rows in id order
+	// from the first at each read, so a row that commits after a later id
+	// is read next time; an aggregate's rows keep their order.
 	PathCompatible Path = "compatible"
 	// PathWAL reads committed inserts from PostgreSQL logical replication
 	// (a pgoutput slot and a publication of the table), in commit order,

@@ -31,14 +31,18 @@ func quick(path relay.Path, cfg relay.Config) relay.Config {
 // paths is every read path: the shared tests run on each.
 var paths = []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL}
 
-// everyDatabase is every read path, and the poll path on SQLite and on
-// MariaDB: the guarantee tests (delivery, order, kills, broken rows, dead
-// letters) run on each, from the same code.
-var everyDatabase = append(slices.Clone(paths), relay.PathPoll, pollMariaDB)
+// everyDatabase is every read path, the poll path on SQLite and on
+// MariaDB, and the compatible path on MariaDB: the guarantee tests
+// (delivery, order, kills, broken rows, dead letters) run on each, from
+// the same code.
+var everyDatabase = append(slices.Clone(paths), relay.PathPoll, pollMariaDB, compatibleMariaDB)
 
 // pollMariaDB names the poll path on MariaDB (relay.PathPoll names it on
-// SQLite) for setupPath.
-const pollMariaDB relay.Path = "poll-mariadb"
+// SQLite) for setupPath, and compatibleMariaDB the compatible path there.
+const (
+	pollMariaDB       relay.Path = "poll-mariadb"
+	compatibleMariaDB relay.Path = "compatible-mariadb"
+)
 
 // onPath is a shared test's run on one read path: an outbox of its own
 // and, on the WAL path, a slot and a publication of their own, the slot
@@ -73,6 +77,8 @@ func setupPath(t *testing.T, path relay.Path) *onPath {
 		return &onPath{path: path, emitBundle: setupEmitSQLite(t)}
 	case pollMariaDB:
 		return &onPath{path: relay.PathPoll, emitBundle: setupEmitMySQL(t)}
+	case compatibleMariaDB:
+		return &onPath{path: relay.PathCompatible, emitBundle: setupEmitMySQL(t)}
 	case relay.PathWAL:
 	default:
 		return &onPath{path: path, emitBundle: setupEmit(t)}

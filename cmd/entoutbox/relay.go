@@ -110,7 +110,7 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.brokerURL, "broker", "", "broker URL: nats://, amqp://, redis://, kafka://, postgres:// or mem:// (env ENTOUTBOX_BROKER)")
 	f.StringVar(&o.path, "path", string(relay.PathFast), "read path: fast (batched claims, concurrent publishes), compatible (watermill-sql subscriber + forwarder) "+
 		"or wal (PostgreSQL logical replication: needs wal_level=logical and a role with REPLICATION); "+
-		"on SQLite (--database-url sqlite:PATH) and MySQL/MariaDB (mysql://…) poll, the only path there and its default")
+		"on SQLite (--database-url sqlite:PATH) poll, the only path there; on MySQL/MariaDB (mysql://…) poll, the default there, or compatible")
 	f.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "prepended to every destination topic, e.g. staging_")
 	f.StringVar(&cfg.DeadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.StringVar(&cfg.ScheduledTable, "scheduled-table", "", "table of the events emitted for a later time, moved into the outbox "+
@@ -147,7 +147,7 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"goes through PgBouncer in transaction mode (with --poll-only); claims and writes still use --database-url")
 
 	f.StringVar(&cfg.Compatible.ConsumerGroup, "consumer-group", "", fmt.Sprintf("name of the relay's read position; "+
-		"relays sharing it share the work (default %s)", relay.DefaultConsumerGroup))
+		"relays sharing it share the work; on MySQL all the relays of an outbox share one: leave it unset (default %s)", relay.DefaultConsumerGroup))
 
 	f.StringVar(&cfg.WAL.Slot, "slot", "", "replication slot, created when absent (default <table>_wal)")
 	f.StringVar(&cfg.WAL.Publication, "publication", "", "publication of the table's inserts, created when absent (default <table>_wal)")
@@ -216,6 +216,9 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL && path != relay.PathPoll:
 		return fmt.Errorf("--path %q: want %s, %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL, relay.PathPoll)
 	}
+	if err := o.checkMySQLPath(path); err != nil {
+		return err
+	}
 	var err error
 	flags.Visit(func(f *pflag.Flag) {
 		paths, ok := pathFlags[f.Name]
@@ -225,6 +228,24 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		err = fmt.Errorf("%s applies to the %s; this relay runs the %s path", givenAs(f), pathsOnly(paths), path)
 	})
 	return err
+}
+
+// checkMySQLPath refuses, on a MySQL URL, a path MySQL does not run and a
+// consumer group of the compatible path's own: its relays all share the
+// rows' delivered_at there.
+func (o *relayOptions) checkMySQLPath(path relay.Path) error {
+	if !mysqldb.IsURL(o.databaseURL) {
+		return nil
+	}
+	group := o.cfg.Compatible.ConsumerGroup
+	switch {
+	case path != relay.PathPoll && path != relay.PathCompatible:
+		return fmt.Errorf("--path %s needs PostgreSQL; on MySQL/MariaDB the relay runs the poll path (the default there) or the compatible path", path)
+	case path == relay.PathCompatible && group != "" && group != relay.DefaultConsumerGroup:
+		return fmt.Errorf("--consumer-group %q: on MySQL/MariaDB the compatible path's relays all read the rows not yet delivered, "+
+			"one position for the outbox; leave it unset", group)
+	}
+	return nil
 }
 
 // config is the relay's configuration from the flags, but for what the

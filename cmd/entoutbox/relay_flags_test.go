@@ -38,6 +38,31 @@ func TestRelayRefusesAFlagOfAnotherPath(t *testing.T) {
 	}
 }
 
+// On a MySQL URL the relay polls by default and takes the compatible path
+// when asked; the PostgreSQL paths, and a consumer group of the compatible
+// path's own (its relays share one position there), are refused before
+// anything is opened.
+func TestRelayOnMySQLTakesThePollAndCompatiblePaths(t *testing.T) {
+	const url = "mysql://root@127.0.0.1:3306/app"
+	o, flags := parseRelayFlags(t, "--database-url", url)
+	require.NoError(t, o.check(flags))
+	require.Equal(t, relay.PathPoll, o.config().Path)
+	o, flags = parseRelayFlags(t, "--database-url", url, "--path", "compatible")
+	require.NoError(t, o.check(flags))
+	require.Equal(t, relay.PathCompatible, o.config().Path)
+	o, flags = parseRelayFlags(t, "--database-url", url, "--path", "compatible", "--consumer-group", relay.DefaultConsumerGroup)
+	require.NoError(t, o.check(flags))
+
+	for _, path := range []relay.Path{relay.PathFast, relay.PathWAL} {
+		o, flags := parseRelayFlags(t, "--database-url", url, "--path", string(path))
+		require.EqualError(t, o.check(flags), "--path "+string(path)+" needs PostgreSQL; on MySQL/MariaDB the relay runs "+
+			"the poll path (the default there) or the compatible path")
+	}
+	o, flags = parseRelayFlags(t, "--database-url", url, "--path", "compatible", "--consumer-group", "billing")
+	require.EqualError(t, o.check(flags), `--consumer-group "billing": on MySQL/MariaDB the compatible path's relays all read `+
+		"the rows not yet delivered, one position for the outbox; leave it unset")
+}
+
 // relaySettingSamples is a value for each flag of a relay setting. A flag
 // added without one fails the test below, which then checks its paths.
 var relaySettingSamples = map[string]string{

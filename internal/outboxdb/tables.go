@@ -75,3 +75,7 @@ func CheckName(outbox string) error {
 	}
 	return nil
 }
+
+// Quote quotes the table (or column) name for t's database: backticks
+// on MySQL, double quotes elsewhere.
+func (t Tables) Quote(name string) string { return t.Dialect.quote(name) }

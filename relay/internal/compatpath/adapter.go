@@ -149,7 +149,6 @@ func (s SchemaAdapter) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, e
 func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
 		r        engine.Row
-		out      wsql.Row
 		txID     wsql.XID8
 		readable stdsql.NullInt64
 		seq      stdsql.NullInt64
@@ -159,21 +158,29 @@ func (s SchemaAdapter) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsq
 		return wsql.Row{}, fmt.Errorf("could not scan outbox row: %w", err)
 	}
 	r.ReadableFrom, r.AggregateSeq = int(readable.Int64), seq.Int64
+	out, err := envelopeRow(&r, s.Attributes, s.TopicPrefix)
+	if err != nil {
+		return wsql.Row{}, err
+	}
+	out.ExtraData = map[string]any{"transaction_id": txID}
+	return out, nil
+}
+
+// envelopeRow is what the subscriber reads of row r: its forwarder
+// envelope, bound for the row's topic behind prefix, at the row's id. A
+// row no broker can take says why under MetaRowError.
+func envelopeRow(r *engine.Row, attrs engine.Attributes, prefix string) (wsql.Row, error) {
 	rowErr := r.Check()
-	msg := r.Message(s.Attributes)
-	env, err := json.Marshal(envelope(msg, s.TopicPrefix+r.Topic))
+	msg := r.Message(attrs)
+	env, err := json.Marshal(envelope(msg, prefix+r.Topic))
 	if err != nil {
 		return wsql.Row{}, fmt.Errorf("could not build forwarder envelope for event %s: %w", msg.UUID, err)
 	}
-	out.Offset = r.ID
-	out.UUID = []byte(msg.UUID)
-	out.Payload = env
-	out.Msg = message.NewMessage(msg.UUID, env)
+	out := wsql.Row{Offset: r.ID, UUID: []byte(msg.UUID), Payload: env, Msg: message.NewMessage(msg.UUID, env)}
 	out.Msg.Metadata.Set(MetaRowID, strconv.FormatInt(r.ID, 10))
 	if rowErr != nil {
 		out.Msg.Metadata.Set(MetaRowError, rowErr.Error())
 	}
-	out.ExtraData = map[string]any{"transaction_id": txID}
 	return out, nil
 }
 

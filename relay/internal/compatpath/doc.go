@@ -7,6 +7,11 @@
 // broker can take is set aside to the dead letters in the subscriber's own
 // transaction.
 //
+// On PostgreSQL the adapters read in commit order after the consumer
+// group's offset (adapter.go, run.go); on MySQL, where ids do not follow
+// commits, from the first undelivered row under the group's lock
+// (mysql.go).
+//
 // It knows nothing of package relay: the relay hands it its Settings, and
 // the relay's public SchemaAdapter is a thin wrapper of this one.
 package compatpath

@@ -35,6 +35,7 @@ type Settings struct {
 	Publishing             engine.Settings
 	DB                     *sql.DB
 	Table, DeadLetterTable string
+	Dialect                outboxdb.Dialect // PostgreSQL's or MySQL's
 	ConsumerGroup          string
 	PollInterval           time.Duration
 	RetryInterval          time.Duration // every wait after a failed publish
@@ -54,14 +55,14 @@ type forwarding struct{ cfg Settings }
 func Run(ctx context.Context, cfg Settings) error {
 	f := &forwarding{cfg: cfg}
 	pub := cfg.Publishing
+	schema, offsets := f.adapters()
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(cfg.DB), wsql.SubscriberConfig{
-		ConsumerGroup:  cfg.ConsumerGroup,
-		PollInterval:   cfg.PollInterval,
-		ResendInterval: cfg.RetryInterval,
-		RetryInterval:  cfg.RetryInterval,
-		SchemaAdapter: SchemaAdapter{Table: cfg.Table, SelectBatchSize: cfg.BatchSize,
-			TopicPrefix: pub.TopicPrefix, Attributes: cfg.Attributes},
-		OffsetsAdapter:   newOffsetsAdapter(cfg.Table),
+		ConsumerGroup:    cfg.ConsumerGroup,
+		PollInterval:     cfg.PollInterval,
+		ResendInterval:   cfg.RetryInterval,
+		RetryInterval:    cfg.RetryInterval,
+		SchemaAdapter:    schema,
+		OffsetsAdapter:   offsets,
 		InitializeSchema: true,
 	}, pub.Logger)
 	if err != nil {
@@ -90,6 +91,24 @@ func Run(ctx context.Context, cfg Settings) error {
 	return nil
 }
 
+// adapters are the schema and offsets adapters of the database.
+func (f *forwarding) adapters() (wsql.SchemaAdapter, wsql.OffsetsAdapter) {
+	cfg := f.cfg
+	if cfg.Dialect == outboxdb.MySQL {
+		return mysqlSchema{tables: f.tables(), batch: cfg.BatchSize, prefix: cfg.Publishing.TopicPrefix,
+			attributes: cfg.Attributes}, newMySQLOffsets(f.tables())
+	}
+	return SchemaAdapter{Table: cfg.Table, SelectBatchSize: cfg.BatchSize, TopicPrefix: cfg.Publishing.TopicPrefix,
+		Attributes: cfg.Attributes}, newOffsetsAdapter(cfg.Table)
+}
+
+// tables are the relay's tables, in its database's dialect.
+func (f *forwarding) tables() outboxdb.Tables {
+	t := outboxdb.New(f.cfg.Table, f.cfg.DeadLetterTable)
+	t.Dialect = f.cfg.Dialect
+	return t
+}
+
 // setAsideBrokenRows moves a row that cannot become a message to the dead
 // letters, in the subscriber's own transaction, instead of letting the
 // forwarder retry it forever and block everything behind it.
@@ -108,8 +127,7 @@ func (f *forwarding) setAsideBrokenRows(next message.HandlerFunc) message.Handle
 			return nil, err
 		}
 		d := engine.Malformed(reason, 0)
-		t := outboxdb.New(f.cfg.Table, f.cfg.DeadLetterTable)
-		if _, err := t.MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.Reason, d.Attempts); err != nil {
+		if _, err := f.tables().MoveToDeadLetters(msg.Context(), txExecer{tx}, id, d.Reason, d.Attempts); err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
 		engine.DeadLettered(f.cfg.Publishing.Metrics, f.cfg.Publishing.Logger, pathName, f.cfg.ConsumerGroup, f.brokenRow(id, msg), d)
@@ -129,11 +147,11 @@ func (e txExecer) ExecContext(ctx context.Context, query string, args ...any) (s
 }
 
 // txResult is a watermill-sql result as database/sql's: it has no last
-// insert id (PostgreSQL has none either).
+// insert id (the moves to the dead letters ask for none).
 type txResult struct{ wsql.Result }
 
 func (txResult) LastInsertId() (int64, error) {
-	return 0, errors.New("relay: PostgreSQL has no last insert id")
+	return 0, errors.New("relay: a watermill-sql result has no last insert id")
 }
 
 // brokenRow is what the log of a broken row's dead letter says of it,
@@ -211,15 +229,8 @@ func (a offsetsAdapter) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql
 	if err != nil {
 		return q, err
 	}
-	var ids []int64
-	for _, row := range params.Rows {
-		ids = append(ids, row.Offset)
-		if row.Offset == params.LastRow.Offset {
-			break
-		}
-	}
 	n := len(q.Args) + 1
 	q.Query = outboxdb.New(a.table, "").CompatAckDelivered(n) + q.Query
-	q.Args = append(q.Args, ids)
+	q.Args = append(q.Args, ackedIDs(params))
 	return q, nil
 }

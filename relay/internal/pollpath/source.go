@@ -81,7 +81,18 @@ type Source struct {
 	// goes before it.
 	cursor  int64
 	skipped map[engine.Aggregate]bool
-	ready   []*engine.Row
+	// A pass that met no row it did not know (all of the backlog it may
+	// take is out or behind already) makes the next read wait until
+	// quietUntil: twice as long as the pass took, up to a poll interval.
+	// The rows behind then go out between reads, not after a read of the
+	// whole backlog at every settle (which held a hot aggregate to one
+	// event per read); a short pass still lets the next read come at the
+	// next settle, so that a busy relay finds a commit sooner than an idle
+	// one. fresh counts the pass's new rows, passTook its reads' time.
+	fresh      int
+	passTook   time.Duration
+	quietUntil time.Time
+	ready      []*engine.Row
 	// The rows read behind an aggregate's row that is out or ready, in id
 	// order, up to BatchSize in all: when that row is settled the next
 	// goes out without a read (a hot aggregate would otherwise cost a
@@ -265,7 +276,7 @@ func (s *Source) flushAcksOnce() {
 func (s *Source) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cursor, s.ready, s.buffered = 0, nil, 0
+	s.cursor, s.ready, s.buffered, s.fresh, s.passTook, s.quietUntil = 0, nil, 0, 0, 0, time.Time{}
 	clear(s.skipped)
 	clear(s.out)
 	clear(s.behind)
@@ -292,7 +303,7 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		if r != nil {
 			return &delivery{s: s, r: r, msg: r.Message(s.cfg.Attributes), term: ctx}, true
 		}
-		wait := time.NewTimer(s.cfg.PollInterval)
+		wait := time.NewTimer(s.untilRead())
 		select {
 		case <-ctx.Done():
 			wait.Stop()
@@ -302,6 +313,17 @@ func (s *Source) next(ctx context.Context) (engine.Delivery, bool) {
 		}
 		wait.Stop()
 	}
+}
+
+// untilRead is how long an idle relay waits before it reads again: the
+// poll interval, or less when a quiet pass ends sooner.
+func (s *Source) untilRead() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := time.Until(s.quietUntil); q > 0 && q < s.cfg.PollInterval {
+		return q
+	}
+	return s.cfg.PollInterval
 }
 
 // nextRow is the next row to hand out, or nil when a whole pass found
@@ -314,14 +336,16 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 		s.mu.Lock()
 		before, full := s.settles, s.buffered >= s.cfg.BatchSize/2
 		s.mu.Unlock()
-		if full { // what is read waits already: read again once half of it went out
+		if full || time.Now().Before(s.quietUntil) { // what is read waits already: read again once half of it went out
 			return nil, nil
 		}
+		began := time.Now()
 		rows, err := s.read(ctx)
 		if err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
+		s.passTook += time.Since(began)
 		for id, at := range s.recent {
 			if at <= before { // recorded before the read began: it cannot have returned it
 				delete(s.recent, id)
@@ -332,11 +356,15 @@ func (s *Source) nextRow(ctx context.Context) (*engine.Row, error) {
 			if _, settled := s.recent[r.ID]; settled || s.known[r.ID] {
 				continue
 			}
+			s.fresh++
 			s.place(r)
 		}
 		endOfPass := len(rows) < s.cfg.BatchSize
 		if endOfPass {
-			s.cursor = 0
+			if s.fresh == 0 {
+				s.quietUntil = time.Now().Add(min(2*s.passTook, s.cfg.PollInterval))
+			}
+			s.cursor, s.fresh, s.passTook = 0, 0, 0
 			clear(s.skipped)
 		}
 		found := len(s.ready) > 0
