@@ -3,10 +3,8 @@ package console_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"testing"
 	"time"
 
@@ -17,12 +15,9 @@ import (
 
 	"github.com/entoutbox/entoutbox/console"
 	"github.com/entoutbox/entoutbox/internal/mysqltest"
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
-
-var dollarParam = regexp.MustCompile(`\$(\d+)`)
 
 // The overview reads the same figures on PostgreSQL and MariaDB, from the
 // same code: pending per topic with the last error, the rows delivered in
@@ -47,17 +42,10 @@ func TestOverviewOnEveryDatabase(t *testing.T) {
 }
 
 func testOverview(t *testing.T, db *sql.DB, mysql bool) {
-	at := func(offset time.Duration) string {
-		if mysql {
-			return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", offset.Microseconds())
-		}
-		return fmt.Sprintf("(clock_timestamp() + make_interval(secs => %f))", offset.Seconds())
-	}
+	at := func(offset time.Duration) string { return mysqltest.ClockAt(mysql, offset) }
 	exec := func(query string, args ...any) {
 		t.Helper()
-		if mysql {
-			query, args = outboxdb.Bind(outboxdb.MySQL, dollarParam.ReplaceAllString(query, "?$1"), args)
-		}
+		query, args = mysqltest.Rebind(mysql, query, args)
 		_, err := db.Exec(query, args...)
 		require.NoError(t, err, query)
 	}

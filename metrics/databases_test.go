@@ -3,9 +3,7 @@ package metrics_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/internal/mysqltest"
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/promtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
@@ -31,21 +28,12 @@ type gaugeDB struct {
 	mysql bool
 }
 
-var dollarParam = regexp.MustCompile(`\$(\d+)`)
-
-func (g gaugeDB) at(offset time.Duration) string {
-	if g.mysql {
-		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", offset.Microseconds())
-	}
-	return fmt.Sprintf("(clock_timestamp() + make_interval(secs => %f))", offset.Seconds())
-}
+func (g gaugeDB) at(offset time.Duration) string { return mysqltest.ClockAt(g.mysql, offset) }
 
 // exec runs query, its parameters written $1, $2… as on PostgreSQL.
 func (g gaugeDB) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
-	if g.mysql {
-		query, args = outboxdb.Bind(outboxdb.MySQL, dollarParam.ReplaceAllString(query, "?$1"), args)
-	}
+	query, args = mysqltest.Rebind(g.mysql, query, args)
 	_, err := g.db.Exec(query, args...)
 	require.NoError(t, err, query)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"regexp"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/entoutbox/entoutbox/ent"
 	"github.com/entoutbox/entoutbox/internal/mysqltest"
-	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/testent"
 )
 
@@ -54,22 +52,12 @@ func (d statusDB) now() string {
 }
 
 // at is the database's time shifted by offset (negative: ago), in SQL.
-func (d statusDB) at(offset time.Duration) string {
-	us := offset.Microseconds()
-	if d.mysql {
-		return fmt.Sprintf("(UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND)", us)
-	}
-	return fmt.Sprintf("(clock_timestamp() + make_interval(secs => %f))", float64(us)/1e6)
-}
-
-var dollarParam = regexp.MustCompile(`\$(\d+)`)
+func (d statusDB) at(offset time.Duration) string { return mysqltest.ClockAt(d.mysql, offset) }
 
 // exec runs query, its parameters written $1, $2… as on PostgreSQL.
 func (d statusDB) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
-	if d.mysql {
-		query, args = outboxdb.Bind(outboxdb.MySQL, dollarParam.ReplaceAllString(query, "?$1"), args)
-	}
+	query, args = mysqltest.Rebind(d.mysql, query, args)
 	_, err := d.DB.Exec(query, args...)
 	require.NoError(t, err, query)
 }
