@@ -27,9 +27,12 @@ func onPostgresAndMySQL(name string, render func(t Tables) string) *Statement {
 
 func init() {
 	q := MySQL.quote
+	// The ids come first and each letter is found by its key, as the
+	// relay's acks find their rows (mysqlOutboxRows): IN (subquery) may
+	// scan, and lock, the whole table.
 	lettersLock.also(MySQL, func(t Tables) string {
-		return `SELECT ` + t.letterColumns() + ` FROM ` + q(t.DeadLetters) +
-			` WHERE id IN (` + mysqlIDs("?1") + `) ORDER BY id FOR UPDATE`
+		return `SELECT ` + t.letterColumns() + ` FROM (SELECT j.lid FROM JSON_TABLE(?1, '$[*]' COLUMNS (lid BIGINT PATH '$')) j) d
+		STRAIGHT_JOIN ` + q(t.DeadLetters) + ` FORCE INDEX (PRIMARY) ON id = d.lid ORDER BY id FOR UPDATE`
 	})
 	lettersRead.also(MySQL, func(t Tables) string {
 		return `SELECT ` + t.letterColumns() + ` FROM ` + q(t.DeadLetters) + ` WHERE id = ?1`
