@@ -10,6 +10,7 @@ import (
 	"entgo.io/ent/dialect"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/mysqldb"
 )
 
@@ -76,6 +77,15 @@ func (s *mysqlServer) newDatabase(ctx context.Context) (*pollDB, error) {
 		return nil, err
 	}
 	if err := d.migrate(ctx, dialect.MySQL, "database "+name); err != nil {
+		return nil, err
+	}
+	// The index the relay makes when it starts (outboxdb's
+	// EnsurePendingIndex): the emit cost is measured with it, as an
+	// outbox a relay ran on has it.
+	tables := outboxdb.New("", "")
+	tables.Dialect = outboxdb.MySQL
+	if _, err := tables.EnsurePendingIndex(ctx, d.db); err != nil {
+		d.close()
 		return nil, err
 	}
 	return d, nil

@@ -80,6 +80,9 @@ func checkTables(ctx context.Context, db *sql.DB, t outboxdb.Tables) error {
 	if err := t.Check(ctx, db); err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	if _, err := t.EnsurePendingIndex(ctx, db); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
 	return nil
 }
 
