@@ -2,8 +2,10 @@ package fleet_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -337,4 +339,87 @@ func loggedFailure(logs *watermill.CaptureLoggerAdapter, tenant string) bool {
 		}
 	}
 	return false
+}
+
+// Each tenant's pool stays within its share of the budget, here the
+// floor a polling relay needs, and its events still all arrive: the
+// server never sees more of a tenant's connections than Status says.
+func TestFleetKeepsToTheBudget(t *testing.T) {
+	t.Parallel()
+	dbs := []*tenantDB{newTenantDB(t, true), newTenantDB(t, true), newTenantDB(t, true)}
+	names := []string{"acme", "globex", "initech"}
+	app := "fleet_budget_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	entries := make([]fleet.Tenant, len(dbs))
+	for i, d := range dbs {
+		entries[i] = d.bySchema(names[i])
+		entries[i].DatabaseURL = withParam(t, entries[i].DatabaseURL, "application_name", app+"_"+names[i])
+	}
+	file := filepath.Join(t.TempDir(), "databases.json")
+	writeFile(t, file, entries...)
+	want := make([]map[string][]string, len(dbs))
+	for i, d := range dbs {
+		want[i] = d.emit(t, names[i], 200, 10)
+	}
+	peak := watchConnections(t, dbs[0].db.DB, app)
+	pubsub, got := receive(t)
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, MaxConnections: 1})
+	for i := range dbs {
+		got.waitFor(t, want[i])
+		got.requireExactly(t, names[i], want[i], false)
+	}
+	tenants, _ := f.Status()
+	for _, s := range tenants {
+		require.Equal(t, fleet.MinConnectionsPolling, s.Connections, "tenant %s's pool is at the floor", s.Tenant)
+		n := peak(app + "_" + s.Tenant)
+		t.Logf("tenant %s: at most %d connections seen", s.Tenant, n)
+		require.Positive(t, n)
+		require.LessOrEqual(t, n, s.Connections, "tenant %s's connections on the server", s.Tenant)
+	}
+}
+
+// watchConnections counts the server's connections of each application
+// name starting with prefix until the test ends; peak tells the most seen
+// at once of one name.
+func watchConnections(t *testing.T, db *sql.DB, prefix string) (peak func(name string) int) {
+	t.Helper()
+	var mu sync.Mutex
+	most := map[string]int{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			rows, err := db.QueryContext(ctx, `SELECT application_name, count(*) FROM pg_stat_activity
+				WHERE starts_with(application_name, $1) GROUP BY 1`, prefix)
+			if err == nil {
+				for rows.Next() {
+					var name string
+					var n int
+					if rows.Scan(&name, &n) == nil {
+						mu.Lock()
+						most[name] = max(most[name], n)
+						mu.Unlock()
+					}
+				}
+				rows.Close()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(name string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return most[name]
+	}
+}
+
+func withParam(t *testing.T, rawURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
