@@ -302,7 +302,7 @@ func TestFleetIsolatesFailingTenants(t *testing.T) {
 	good, bare := newTenantDB(t, true), newTenantDB(t, false)
 	unreachable := fleet.Tenant{Name: "down", DatabaseURL: "postgres://postgres@127.0.0.1:1/test?connect_timeout=5"}
 	file := filepath.Join(t.TempDir(), "databases.json")
-	writeFile(t, file, good.bySchema("acme"), bare.bySchema("bare"), unreachable)
+	writeFile(t, file, bare.bySchema("bare"), unreachable, good.bySchema("acme")) // the failing ones first
 	pubsub, got := receive(t)
 	logs := watermill.NewCaptureLogger()
 	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, Logger: logs})
@@ -341,9 +341,10 @@ func loggedFailure(logs *watermill.CaptureLoggerAdapter, tenant string) bool {
 	return false
 }
 
-// Each tenant's pool stays within its share of the budget, here the
-// floor a polling relay needs, and its events still all arrive: the
-// server never sees more of a tenant's connections than Status says.
+// Each tenant's pool is bounded to its share of the budget, shared anew
+// when a tenant comes (the running pools shrink at once), and the server
+// never sees more of a tenant's connections than that; the events still
+// all arrive. Below the floor a relay needs, the floor wins.
 func TestFleetKeepsToTheBudget(t *testing.T) {
 	t.Parallel()
 	dbs := []*tenantDB{newTenantDB(t, true), newTenantDB(t, true), newTenantDB(t, true)}
@@ -355,26 +356,71 @@ func TestFleetKeepsToTheBudget(t *testing.T) {
 		entries[i].DatabaseURL = withParam(t, entries[i].DatabaseURL, "application_name", app+"_"+names[i])
 	}
 	file := filepath.Join(t.TempDir(), "databases.json")
-	writeFile(t, file, entries...)
+	writeFile(t, file, entries[:2]...)
 	want := make([]map[string][]string, len(dbs))
 	for i, d := range dbs {
 		want[i] = d.emit(t, names[i], 200, 10)
 	}
 	peak := watchConnections(t, dbs[0].db.DB, app)
 	pubsub, got := receive(t)
-	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, MaxConnections: 1})
+	pools := &openedPools{byApp: map[string]*sql.DB{}}
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, MaxConnections: 20, Open: pools.open})
+	requireBounds := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			tenants, _ := f.Status()
+			for _, s := range tenants {
+				db := pools.get(app + "_" + s.Tenant)
+				if s.Connections != 20/n || db == nil || db.Stats().MaxOpenConnections != 20/n {
+					return false
+				}
+			}
+			return len(tenants) == n
+		}, patience, 10*time.Millisecond, "each of %d tenants' pools is bounded to %d", n, 20/n)
+	}
+	requireBounds(2)
+	writeFile(t, file, entries...)
+	requireBounds(3)
 	for i := range dbs {
 		got.waitFor(t, want[i])
 		got.requireExactly(t, names[i], want[i], false)
 	}
-	tenants, _ := f.Status()
-	for _, s := range tenants {
-		require.Equal(t, fleet.MinConnectionsPolling, s.Connections, "tenant %s's pool is at the floor", s.Tenant)
-		n := peak(app + "_" + s.Tenant)
-		t.Logf("tenant %s: at most %d connections seen", s.Tenant, n)
+	for _, name := range names {
+		n := peak(app + "_" + name)
+		t.Logf("tenant %s: at most %d connections seen", name, n)
 		require.Positive(t, n)
-		require.LessOrEqual(t, n, s.Connections, "tenant %s's connections on the server", s.Tenant)
+		require.LessOrEqual(t, n, 20/2, "tenant %s's connections on the server", name)
 	}
+	require.Equal(t, fleet.MinConnectionsPolling, fleet.ConnectionsPerTenant(20, 200, false))
+	require.Equal(t, fleet.MinConnectionsListening, fleet.ConnectionsPerTenant(20, 200, true))
+}
+
+// openedPools is the pool the fleet opened last for each application
+// name.
+type openedPools struct {
+	mu    sync.Mutex
+	byApp map[string]*sql.DB
+}
+
+func (p *openedPools) open(databaseURL string) (*sql.DB, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.byApp[u.Query().Get("application_name")] = db
+	p.mu.Unlock()
+	return db, nil
+}
+
+func (p *openedPools) get(app string) *sql.DB {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byApp[app]
 }
 
 // watchConnections counts the server's connections of each application
