@@ -212,11 +212,15 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 	for name, r := range f.runners {
 		if t, ok := want[name]; !ok || t != r.tenant {
 			stopping = append(stopping, r)
-			delete(f.runners, name)
 		}
 	}
 	f.mu.Unlock()
-	stopRunners(stopping)
+	stopRunners(stopping) // listed as stopping until they stopped
+	f.mu.Lock()
+	for _, r := range stopping {
+		delete(f.runners, r.tenant.Name)
+	}
+	f.mu.Unlock()
 	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.cfg.Listen)
 	f.mu.Lock()
 	var started []string
@@ -251,17 +255,21 @@ func (f *Fleet) logApplied(tenants []Tenant, started []string, stopped []*runner
 func (f *Fleet) stopAll() {
 	f.mu.Lock()
 	all := make([]*runner, 0, len(f.runners))
-	for name, r := range f.runners {
+	for _, r := range f.runners {
 		all = append(all, r)
-		delete(f.runners, name)
 	}
 	f.mu.Unlock()
 	stopRunners(all)
+	f.mu.Lock()
+	clear(f.runners)
+	f.mu.Unlock()
 }
 
+// stopRunners stops the relays of rs at once, and waits until each has
+// stopped: its in-flight publishes finished and recorded.
 func stopRunners(rs []*runner) {
 	for _, r := range rs {
-		r.cancel()
+		r.stop()
 	}
 	for _, r := range rs {
 		<-r.done

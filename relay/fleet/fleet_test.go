@@ -272,6 +272,16 @@ func TestFleetFollowsTheFile(t *testing.T) {
 		wantB[agg] = append(wantB[agg], ids...)
 	}
 
+	require.NoError(t, os.WriteFile(file, []byte(`{"tenants": [{"name": "acme"}]}`), 0o600)) // refused whole
+	require.Eventually(t, func() bool { _, fileErr := f.Status(); return fileErr != "" }, patience, 50*time.Millisecond)
+	_, fileErr := f.Status()
+	require.Contains(t, fileErr, `tenant 1 ("acme"): database_url is empty`)
+	stillB := b.emit(t, "globex", 5, 2)
+	got.waitFor(t, stillB) // the tenants of the last good file go on
+	for agg, ids := range stillB {
+		wantB[agg] = append(wantB[agg], ids...)
+	}
+
 	writeFile(t, file, b.byURL("globex"))
 	require.Eventually(t, func() bool { _, listed := tenantState(f, "acme"); return !listed }, patience, 50*time.Millisecond,
 		"acme's relay stops once its entry is gone")
@@ -468,4 +478,96 @@ func withParam(t *testing.T, rawURL, key, value string) string {
 	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// A tenant removed from the file stops gracefully: by the time the fleet
+// no longer lists it, every publish the broker took is recorded as
+// delivered, none left to be sent again.
+func TestFleetStopsARemovedTenantGracefully(t *testing.T) {
+	t.Parallel()
+	a := newTenantDB(t, true)
+	file := filepath.Join(t.TempDir(), "databases.json")
+	writeFile(t, file, a.bySchema("acme"))
+	pubsub, _ := receive(t)
+	slow := &slowPublisher{Publisher: pubsub, delay: 300 * time.Millisecond, started: make(chan struct{}, 100)}
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: slow}})
+	a.emit(t, "acme", 20, 20) // 20 aggregates: many publishes in flight at once
+	select {
+	case <-slow.started:
+	case <-time.After(patience):
+		t.Fatal("no publish started")
+	}
+	writeFile(t, file) // no tenant: acme's relay stops while publishes are in flight
+	require.Eventually(t, func() bool { _, listed := tenantState(f, "acme"); return !listed }, patience, time.Millisecond)
+	published := slow.done()
+	require.NotEmpty(t, published)
+	rows, err := a.db.DB.Query(`SELECT event_id::text FROM outbox_events WHERE delivered_at IS NOT NULL`)
+	require.NoError(t, err)
+	defer rows.Close()
+	recorded := map[string]bool{}
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		recorded[id] = true
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, published, recorded, "every publish the broker took is recorded as delivered once the tenant stopped")
+}
+
+// slowPublisher takes delay over each publish, and tells the ids it
+// published.
+type slowPublisher struct {
+	message.Publisher
+	delay   time.Duration
+	started chan struct{}
+	mu      sync.Mutex
+	ids     map[string]bool
+}
+
+func (p *slowPublisher) Publish(topic string, msgs ...*message.Message) error {
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	time.Sleep(p.delay)
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ids == nil {
+		p.ids = map[string]bool{}
+	}
+	for _, m := range msgs {
+		p.ids[m.UUID] = true
+	}
+	return nil
+}
+
+func (p *slowPublisher) done() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]bool{}
+	for id := range p.ids {
+		out[id] = true
+	}
+	return out
+}
+
+// ParseFile refuses a file the fleet cannot use, naming the entry.
+func TestParseFileRefusals(t *testing.T) {
+	for file, want := range map[string]string{
+		`{"tenants": [{"name": "a", "database_url": "postgres://h/d"}, {"name": "a", "database_url": "postgres://h/e"}]}`: `tenant 2 ("a"): the name is also tenant 1's`,
+		`{"tenants": [{"name": "a b", "database_url": "postgres://h/d"}]}`:                                                `tenant 1 ("a b"): tenant "a b": character ' ' at byte 1`,
+		`{"tenants": [{"name": "a", "database_url": "mysql://h/d"}]}`:                                                     `database_url has scheme "mysql"`,
+		`{"tenants": [{"name": "a", "database_url": "postgres://h/d", "schema": "Acme"}]}`:                                `schema "Acme"`,
+		`{"tenants": [{"name": "a", "url": "postgres://h/d"}]}`:                                                           `unknown field "url"`,
+		`[]`: `not a databases file`,
+	} {
+		_, err := fleet.ParseFile([]byte(file))
+		require.ErrorContains(t, err, want, file)
+	}
+	tenants, err := fleet.ParseFile([]byte(`{"tenants": [{"name": "a", "database_url": "host=h dbname=d", "schema": "tenant_a"}]}`))
+	require.NoError(t, err)
+	require.Equal(t, []fleet.Tenant{{Name: "a", DatabaseURL: "host=h dbname=d", Schema: "tenant_a"}}, tenants)
 }

@@ -29,6 +29,9 @@ const (
 	// reached, lacks the outbox tables...); it is started again at
 	// RetryAt.
 	StateFailed State = "failed"
+	// StateStopping: its entry left the file or changed; its relay is
+	// finishing the publishes in flight.
+	StateStopping State = "stopping"
 )
 
 // TenantStatus is the state of one tenant's relay.
@@ -160,11 +163,22 @@ func (r *runner) watchReady(ctx context.Context, rl *relay.Relay) {
 	}
 }
 
+// stop tells r's relay to stop; done closes once it has.
+func (r *runner) stop() {
+	r.mu.Lock()
+	r.st.State = StateStopping
+	r.mu.Unlock()
+	r.cancel()
+}
+
 // ready records the answer of the relay's readiness, and says whether the
 // relay was ready once.
 func (r *runner) ready(err error) (wasReady bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.st.State == StateStopping {
+		return true
+	}
 	if err == nil {
 		r.st.State, r.st.Failures, r.st.RetryAt = StateRunning, 0, time.Time{}
 		return true
@@ -183,6 +197,9 @@ func (r *runner) ready(err error) (wasReady bool) {
 func (r *runner) failed(err error, wait time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.st.State == StateStopping {
+		return
+	}
 	now := time.Now()
 	r.st.State, r.st.LastError, r.st.LastErrorAt = StateFailed, err.Error(), now
 	r.st.Failures++
