@@ -81,6 +81,12 @@ func writeFile(t *testing.T, path string, tenants ...fleet.Tenant) {
 	t.Helper()
 	data, err := json.Marshal(fleet.File{Tenants: tenants})
 	require.NoError(t, err)
+	writeRaw(t, path, data)
+}
+
+// writeRaw replaces the file at path with data.
+func writeRaw(t *testing.T, path string, data []byte) {
+	t.Helper()
 	tmp := path + ".tmp"
 	require.NoError(t, os.WriteFile(tmp, data, 0o600))
 	require.NoError(t, os.Rename(tmp, path)) // whole, as an operator's tool would
@@ -272,7 +278,7 @@ func TestFleetFollowsTheFile(t *testing.T) {
 		wantB[agg] = append(wantB[agg], ids...)
 	}
 
-	require.NoError(t, os.WriteFile(file, []byte(`{"tenants": [{"name": "acme"}]}`), 0o600)) // refused whole
+	writeRaw(t, file, []byte(`{"tenants": [{"name": "acme"}]}`)) // refused whole
 	require.Eventually(t, func() bool { _, fileErr := f.Status(); return fileErr != "" }, patience, 50*time.Millisecond)
 	_, fileErr := f.Status()
 	require.Contains(t, fileErr, `tenant 1 ("acme"): database_url is empty`)
@@ -314,7 +320,7 @@ func TestFleetIsolatesFailingTenants(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "databases.json")
 	writeFile(t, file, bare.bySchema("bare"), unreachable, good.bySchema("acme")) // the failing ones first
 	pubsub, got := receive(t)
-	logs := watermill.NewCaptureLogger()
+	logs := &errorLog{mu: &sync.Mutex{}, lines: &[]watermill.LogFields{}}
 	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, Logger: logs})
 
 	wantGood := good.emit(t, "acme", 20, 2)
@@ -342,9 +348,31 @@ func TestFleetIsolatesFailingTenants(t *testing.T) {
 	require.Eventually(t, func() bool { s, _ := tenantState(f, "bare"); return s.State == fleet.StateRunning }, patience, 50*time.Millisecond)
 }
 
-func loggedFailure(logs *watermill.CaptureLoggerAdapter, tenant string) bool {
-	for _, m := range logs.Captured()[watermill.ErrorLogLevel] {
-		if m.Fields["tenant"] == tenant && strings.HasPrefix(m.Msg, "Tenant's relay failed") {
+// errorLog keeps the errors logged, with their fields.
+type errorLog struct {
+	watermill.NopLogger
+	fields watermill.LogFields
+	mu     *sync.Mutex
+	lines  *[]watermill.LogFields // each error's fields, its message under "msg"
+}
+
+func (l *errorLog) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return &errorLog{fields: l.fields.Copy().Add(fields), mu: l.mu, lines: l.lines}
+}
+
+func (l *errorLog) Error(msg string, _ error, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.lines = append(*l.lines, l.fields.Copy().Add(fields).Add(watermill.LogFields{"msg": msg}))
+}
+
+// loggedFailure tells whether a failure of tenant's relay was logged
+// with its name.
+func loggedFailure(logs *errorLog, tenant string) bool {
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, fields := range *logs.lines {
+		if fields["tenant"] == tenant && strings.HasPrefix(fields["msg"].(string), "Tenant's relay failed") {
 			return true
 		}
 	}
