@@ -72,7 +72,8 @@ const (
 
 // ConnectionsPerTenant is the bound of each tenant's pool with tenants
 // databases: the budget divided among them, never below the floor
-// (MinConnectionsPolling, or MinConnectionsListening when listening). Over
+// (MinConnectionsPolling, or MinConnectionsListening when listening: with
+// Config.Listen, or on the compatible path). Over
 // that many tenants the floor wins and the total exceeds the budget; the
 // fleet logs a warning.
 func ConnectionsPerTenant(budget, tenants int, listening bool) int {
@@ -221,7 +222,7 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 		delete(f.runners, r.tenant.Name)
 	}
 	f.mu.Unlock()
-	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.cfg.Listen)
+	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.listening())
 	f.mu.Lock()
 	var started []string
 	for _, t := range tenants {
@@ -249,6 +250,13 @@ func (f *Fleet) logApplied(tenants []Tenant, started []string, stopped []*runner
 		f.logger.Error("Fleet connection budget exceeded: each tenant's pool keeps the floor its relay needs", nil,
 			watermill.LogFields{"tenants": len(tenants), "connections_per_tenant": conns, "total": total, "max_connections": f.cfg.MaxConnections})
 	}
+}
+
+// listening tells whether the tenants' relays hold LISTEN connections:
+// with Listen, and on the compatible path, whose scheduled events'
+// promoter listens (it has no poll-only mode).
+func (f *Fleet) listening() bool {
+	return f.cfg.Listen || f.cfg.Relay.Path == relay.PathCompatible
 }
 
 // stopAll stops every relay, at once, each gracefully.

@@ -599,3 +599,42 @@ func TestParseFileRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []fleet.Tenant{{Name: "a", DatabaseURL: "host=h dbname=d", Schema: "tenant_a"}}, tenants)
 }
+
+// On the compatible path too, each tenant's events arrive once each, in
+// order, carrying its tenant, with the pools at the floor of a relay that
+// listens.
+func TestFleetOnTheCompatiblePath(t *testing.T) {
+	t.Parallel()
+	dbs := []*tenantDB{newTenantDB(t, true), newTenantDB(t, true)}
+	names := []string{"acme", "globex"}
+	file := filepath.Join(t.TempDir(), "databases.json")
+	writeFile(t, file, dbs[0].bySchema(names[0]), dbs[1].byURL(names[1]))
+	pubsub, got := receive(t)
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub, Path: relay.PathCompatible}, MaxConnections: 1})
+	for i, d := range dbs {
+		want := d.emit(t, names[i], 30, 3)
+		got.waitFor(t, want)
+		got.requireExactly(t, names[i], want, false)
+	}
+	tenants, _ := f.Status()
+	for _, s := range tenants {
+		require.Equal(t, fleet.MinConnectionsListening, s.Connections, "tenant %s", s.Tenant)
+	}
+}
+
+// With Listen, each tenant's relay listens (fast path, not poll-only) in
+// a pool at the floor of a relay that listens, and relays as well.
+func TestFleetListening(t *testing.T) {
+	t.Parallel()
+	d := newTenantDB(t, true)
+	file := filepath.Join(t.TempDir(), "databases.json")
+	writeFile(t, file, d.bySchema("acme"))
+	pubsub, got := receive(t)
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub, PollInterval: 10 * time.Minute}, Listen: true, MaxConnections: 1})
+	require.Eventually(t, func() bool { s, _ := tenantState(f, "acme"); return s.State == fleet.StateRunning }, patience, 10*time.Millisecond)
+	want := d.emit(t, "acme", 30, 3) // woken by notifications: the poll interval is ten minutes
+	got.waitFor(t, want)
+	got.requireExactly(t, "acme", want, false)
+	s, _ := tenantState(f, "acme")
+	require.Equal(t, fleet.MinConnectionsListening, s.Connections)
+}
