@@ -47,6 +47,11 @@ const (
 	// JetStream delays the redelivery by it (a NAK with a delay); other
 	// brokers ignore it.
 	MetaNackDelay = "outbox_nack_delay"
+	// MetaTenant is the tenant whose database the event was relayed from,
+	// set by a relay given one (relay.Config.Tenant; every relay of the
+	// fleet package): a service with a database or schema per tenant
+	// tells its tenants' events apart by it.
+	MetaTenant = "outbox_tenant"
 
 	// ReservedPrefix starts every metadata key the outbox owns.
 	ReservedPrefix = "outbox_"

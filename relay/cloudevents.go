@@ -26,6 +26,7 @@ import (
 //	datacontenttype  application/json (see below)
 //	dataschema       DataSchemaBase + the version's schema path
 //	                 (schemas/order.paid.v2.json), when DataSchemaBase is set
+//	tenant           Config.Tenant, an extension attribute, when set
 //
 // datacontenttype is where the binding puts it in binary mode: the
 // content-type header on Kafka (and with the default prefix), the AMQP
@@ -155,12 +156,17 @@ func (ce *CloudEvents) attributes() engine.Attributes {
 	return ce.set
 }
 
+// prefix is the attributes' key prefix: Prefix, or the default.
+func (ce *CloudEvents) prefix() string {
+	if ce.Prefix == "" {
+		return CloudEventsPrefixKafka
+	}
+	return ce.Prefix
+}
+
 // set adds the attributes of one event to its metadata.
 func (ce *CloudEvents) set(md message.Metadata, eventID, name string, version int, createdAt time.Time) {
-	p := ce.Prefix
-	if p == "" {
-		p = CloudEventsPrefixKafka
-	}
+	p := ce.prefix()
 	md[p+"id"] = eventID
 	md[p+"type"] = CloudEventsType(name, version)
 	md[p+"source"] = ce.Source

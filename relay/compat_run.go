@@ -13,5 +13,5 @@ func (r *Relay) runCompatible(ctx context.Context) error {
 	return compatpath.Run(ctx, compatpath.Settings{Publishing: r.publishSettings(), DB: c.DB, Table: c.Table, Dialect: dialectOf(c.DB),
 		DeadLetterTable: c.DeadLetterTable, ConsumerGroup: c.Compatible.ConsumerGroup, PollInterval: c.PollInterval,
 		RetryInterval: c.RetryInterval, BatchSize: c.BatchSize, CloseTimeout: c.CloseTimeout,
-		Attributes: c.CloudEvents.attributes()})
+		Attributes: attributes(c.Tenant, c.CloudEvents)})
 }

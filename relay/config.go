@@ -74,6 +74,14 @@ type Config struct {
 	// in binary content mode (prefixed metadata; see CloudEvents), on every
 	// path.
 	CloudEvents *CloudEvents
+	// Tenant, when set, names the tenant whose database this relay reads
+	// (a relay of the fleet package, or one relay per tenant database):
+	// every message carries it under events.MetaTenant and, with
+	// CloudEvents, as the extension attribute "tenant" (see
+	// MetaCloudEventsTenant). Letters, digits, '.', '_' and '-', at most
+	// 63 bytes, so that every broker's headers carry it as it is. Every
+	// path.
+	Tenant string
 
 	// BatchSize is the most rows held at once: on the fast path claimed
 	// (in steps of at least a quarter of it) and not yet recorded as
@@ -238,6 +246,9 @@ func (c Config) Validate() error {
 	}
 	if err := checkIdentifiers("Config.", c.ScheduledTable, c.SequenceTable); err != nil {
 		return err
+	}
+	if err := CheckTenant(c.Tenant); err != nil {
+		return fmt.Errorf("relay: Config.Tenant: %w", err)
 	}
 	if err := c.CloudEvents.validate("Config.CloudEvents."); err != nil {
 		return err

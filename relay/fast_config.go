@@ -73,7 +73,7 @@ func (c FastConfig) validate(prefix string) error {
 // relay's settings.
 func (c Config) subscriberConfig() SubscriberConfig {
 	return SubscriberConfig{
-		Table: c.Table, DeadLetterTable: c.DeadLetterTable, Logger: c.Logger, CloudEvents: c.CloudEvents,
+		Table: c.Table, DeadLetterTable: c.DeadLetterTable, Logger: c.Logger, CloudEvents: c.CloudEvents, Tenant: c.Tenant,
 		RelayID: c.Fast.RelayID, Lease: c.Fast.Lease, Partitions: c.Fast.Partitions,
 		PollOnly: c.Fast.PollOnly, ListenDB: c.Fast.ListenDB, Delete: c.Fast.Delete,
 		BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight, PollInterval: c.PollInterval,
@@ -159,6 +159,9 @@ type SubscriberConfig struct {
 	// CloudEvents, when set, adds CloudEvents attributes to every message
 	// (see CloudEvents); in a relay it is Config.CloudEvents.
 	CloudEvents *CloudEvents
+	// Tenant, when set, is put on every message (see Config.Tenant); in
+	// a relay it is Config.Tenant.
+	Tenant string
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -257,6 +260,9 @@ func (c SubscriberConfig) validate(prefix string) error {
 	}
 	if err := checkIdentifiers(prefix, c.ScheduledTable, c.SequenceTable); err != nil {
 		return err
+	}
+	if err := CheckTenant(c.Tenant); err != nil {
+		return fmt.Errorf("relay: %sTenant: %w", prefix, err)
 	}
 	return checkTableName(c.Table)
 }

@@ -72,5 +72,5 @@ func newFastSource(db *sql.DB, cfg SubscriberConfig, m *metrics.Metrics) (*fastp
 		RelayID: cfg.RelayID, BatchSize: cfg.BatchSize, MaxBytesInFlight: cfg.MaxBytesInFlight, Lease: cfg.Lease,
 		Partitions: cfg.Partitions, PollInterval: cfg.PollInterval, PollOnly: cfg.PollOnly, ListenDB: cfg.listenDB(db),
 		Delete: cfg.Delete, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.backoff, CloseTimeout: cfg.CloseTimeout,
-		Logger: cfg.Logger, Attributes: cfg.CloudEvents.attributes(), Metrics: m}), nil
+		Logger: cfg.Logger, Attributes: attributes(cfg.Tenant, cfg.CloudEvents), Metrics: m}), nil
 }

@@ -40,7 +40,7 @@ func (c Config) tables() outboxdb.Tables {
 func (r *Relay) runPoll(ctx context.Context) error {
 	c := r.cfg
 	src := pollpath.New(pollpath.Settings{DB: c.DB, Tables: c.tables(), BatchSize: c.BatchSize,
-		PollInterval: c.PollInterval, CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(),
+		PollInterval: c.PollInterval, CloseTimeout: c.CloseTimeout, Attributes: attributes(c.Tenant, c.CloudEvents),
 		Logger: c.Logger, Metrics: c.Metrics, RelayID: pollRelayID(), Partitions: pollPartitions(c.DB)})
 	e := r.newEngine(c.Concurrency, pollpath.Policy(c.MaxAttempts, c.backoff))
 	defer e.Stop(c.CloseTimeout)

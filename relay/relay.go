@@ -170,6 +170,9 @@ func (r *Relay) logStart(ctx context.Context, promoting bool) {
 	fields := watermill.LogFields{"path": r.cfg.Path, "table": r.cfg.Table, "topic_prefix": r.cfg.TopicPrefix,
 		"publishes_to": r.cfg.TopicPrefix + "<the event's topic>", "scheduled_table": r.cfg.ScheduledTable,
 		"promotes_scheduled": promoting}
+	if r.cfg.Tenant != "" {
+		fields["tenant"] = r.cfg.Tenant
+	}
 	topics, err := r.cfg.tables().RecentTopics(ctx, r.cfg.DB, startTopicRows)
 	if err != nil {
 		fields["recent_topics_error"] = err.Error()

@@ -14,7 +14,7 @@ func (r *Relay) runWAL(ctx context.Context) error {
 		Slot: c.WAL.Slot, Publication: c.WAL.Publication, ReplicationURL: c.WAL.ReplicationURL,
 		StatusInterval: c.WAL.StatusInterval, StandbyRetry: c.WAL.StandbyRetry, ProgressInterval: c.WAL.ProgressInterval,
 		Concurrency: c.Concurrency, BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight,
-		CloseTimeout: c.CloseTimeout, Attributes: c.CloudEvents.attributes(), Logger: c.Logger, Metrics: c.Metrics,
+		CloseTimeout: c.CloseTimeout, Attributes: attributes(c.Tenant, c.CloudEvents), Logger: c.Logger, Metrics: c.Metrics,
 		Backoff: c.backoff, SlotCreating: r.slotCreating})
 	r.wal.Store(w)
 	e := r.newEngine(c.Concurrency, walpath.Policy(c.MaxAttempts, c.backoff))

@@ -38,7 +38,8 @@ type relayOptions struct {
 	logLevel, logFormat, metricsAddr                       string
 	cloudEventsSource, cloudEventsDataSchemaBase           string
 	cloudEventsPrefix                                      string
-	pprof                                                  bool
+	databasesFile                                          string
+	pprof, fleetListen                                     bool
 	maxConns                                               int
 	cfg                                                    relay.Config
 }
@@ -154,6 +155,11 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.WAL.ReplicationURL, "replication-url", "", "PostgreSQL URL of the replication connection, when --database-url "+
 		"goes through a pooler (default --database-url)")
 
+	f.StringVar(&o.databasesFile, "databases-file", "", "JSON file of the tenants' databases, one relay each in this process, "+
+		`re-read every second: {"tenants": [{"name": "acme", "database_url": "postgres://…", "schema": "acme"}]} (docs/tenants.md); `+
+		"instead of --database-url; --max-connections is then the budget of all their pools (default 100)")
+	f.BoolVar(&o.fleetListen, "fleet-listen", false, "with --databases-file: each tenant's relay LISTENs for new rows "+
+		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
@@ -211,10 +217,13 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
 	case o.cloudEventsPrefix != "" && o.cloudEventsSource == "":
 		return errors.New("--cloudevents-prefix needs --cloudevents-source")
-	case o.maxConns < minRelayConns:
+	case o.databasesFile == "" && o.maxConns < minRelayConns:
 		return fmt.Errorf("--max-connections %d: the relay needs at least %d", o.maxConns, minRelayConns)
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL && path != relay.PathPoll:
 		return fmt.Errorf("--path %q: want %s, %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL, relay.PathPoll)
+	}
+	if err := o.checkFleet(flags); err != nil {
+		return err
 	}
 	if err := o.checkMySQLPath(path); err != nil {
 		return err
@@ -268,6 +277,9 @@ func (o *relayOptions) config() relay.Config {
 func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Writer, redact redactor) error {
 	if err := o.check(flags); err != nil {
 		return err
+	}
+	if o.databasesFile != "" {
+		return o.runFleet(ctx, flags, w, redact)
 	}
 	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
 	if err != nil {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/fleet"
+)
+
+// With --databases-file the command runs a fleet (package relay/fleet):
+// one relay per tenant database of the file, each with the settings of
+// the other flags.
+
+// fleetRefusedFlags are the flags of one database, or not yet per tenant:
+// refused with --databases-file rather than applied to every tenant.
+var fleetRefusedFlags = map[string]string{
+	"database-url":        "the databases are the file's",
+	"listen-database-url": "each tenant's relay polls, or listens on its own database",
+	"replication-url":     "the wal path is not run by the fleet yet",
+	"relay-id":            "each tenant's relay is named by the fleet",
+	"poll-only":           "the fleet's relays poll unless --fleet-listen",
+	"metrics-addr":        "metrics per tenant are not there yet",
+	"pprof":               "it is served on --metrics-addr",
+}
+
+// checkFleet refuses, with --databases-file, a flag of one database and a
+// path the fleet does not run; without it, a fleet's own flag.
+func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
+	if o.databasesFile == "" {
+		if o.fleetListen {
+			return errors.New("--fleet-listen applies to the relays of --databases-file")
+		}
+		return nil
+	}
+	var err error
+	flags.Visit(func(f *pflag.Flag) {
+		if fromGenericDatabaseURL(f) {
+			return // a platform's variable for every program: ignored (runFleet says so)
+		}
+		if why, refused := fleetRefusedFlags[f.Name]; refused && err == nil {
+			err = fmt.Errorf("%s cannot go with --databases-file: %s; drop it", givenAs(f), why)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if p := relay.Path(o.path); p != relay.PathFast && p != relay.PathCompatible {
+		return fmt.Errorf("--path %s cannot go with --databases-file: the fleet runs the fast or the compatible path", p)
+	}
+	if o.maxConns < 1 {
+		return fmt.Errorf("--max-connections %d: the budget of the fleet's connections must be positive", o.maxConns)
+	}
+	return nil
+}
+
+// fromGenericDatabaseURL tells whether f is --database-url taken from
+// DATABASE_URL, which platforms set for every program of an app.
+func fromGenericDatabaseURL(f *pflag.Flag) bool {
+	env := f.Annotations[envAnnotation]
+	return f.Name == "database-url" && len(env) > 0 && env[0] == "DATABASE_URL"
+}
+
+// runFleet runs the relays of the databases file until ctx ends, logging
+// to w.
+func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.Writer, redact redactor) error {
+	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
+	if err != nil {
+		return err
+	}
+	tuneGC(o.cfg.MaxBytesInFlight)
+	stopTraces, err := startTraces(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer stopTraces()
+	b, err := broker.Open(ctx, o.brokerURL, broker.Options{Logger: wmLogger})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	cfg := o.config()
+	cfg.Publisher, cfg.Logger = b.Publisher(), wmLogger
+	cfg.MessagingSystem = broker.MessagingSystem(b.Scheme())
+	budget := o.maxConns
+	if !flags.Changed("max-connections") {
+		budget = fleet.DefaultMaxConnections
+	}
+	f, err := fleet.New(fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
+		Open: func(databaseURL string) (*sql.DB, error) {
+			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
+		}})
+	if err != nil {
+		return err
+	}
+	if f := flags.Lookup("database-url"); f.Changed && fromGenericDatabaseURL(f) {
+		logger.Info("DATABASE_URL is ignored: the databases are those of --databases-file")
+	}
+	logger.Info("Relay fleet starting", "databases_file", o.databasesFile, "broker", redact.String(o.brokerURL), "path", o.path,
+		"max_connections", budget)
+	if err := f.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("Relay fleet stopped")
+	return nil
+}

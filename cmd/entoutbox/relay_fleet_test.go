@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/relay/fleet"
+)
+
+// --databases-file runs one relay per tenant database; a flag of one
+// database (--database-url among them, from the command line or
+// ENTOUTBOX_DATABASE_URL) or a path the fleet does not run is refused with
+// it before anything is opened, and its own flag without it.
+func TestRelayDatabasesFileRefusals(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "databases.json")
+	_, err := run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--database-url", "postgres://127.0.0.1/app")
+	require.EqualError(t, err, "--database-url cannot go with --databases-file: the databases are the file's; drop it")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--metrics-addr", ":0")
+	require.EqualError(t, err, "--metrics-addr cannot go with --databases-file: metrics per tenant are not there yet; drop it")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--path", "wal")
+	require.EqualError(t, err, "--path wal cannot go with --databases-file: the fleet runs the fast or the compatible path")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-listen")
+	require.EqualError(t, err, "--fleet-listen applies to the relays of --databases-file")
+	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "relay", "--broker", "mem://", "--databases-file", file)
+	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop it")
+}
+
+// The command relays the tenants of its file to the broker, each event
+// carrying its tenant, and stops cleanly.
+func TestRelayDatabasesFile(t *testing.T) {
+	requireNATS(t)
+	acme, globex := outboxDB(t), outboxDB(t)
+	file := filepath.Join(t.TempDir(), "databases.json")
+	data, err := json.Marshal(fleet.File{Tenants: []fleet.Tenant{
+		{Name: "acme", DatabaseURL: pgtest.ServerURL(), Schema: acme.Schema}, {Name: "globex", DatabaseURL: globex.URL}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+	want := map[string]string{} // event id: tenant
+	for tenant, db := range map[string]*pgtest.DB{"acme": acme, "globex": globex} {
+		id := uuid.NewString()
+		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
+			VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', now())`, id)
+		require.NoError(t, err)
+		want[id] = tenant
+	}
+	prefix := "fleet_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
+	got := receiveTenants(t, prefix)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCommand()
+		cmd.SetOut(logs)
+		cmd.SetErr(logs)
+		cmd.SetArgs([]string{"relay", "--databases-file", file, "--broker", "nats://" + testNATS, "--topic-prefix", prefix})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	require.Eventually(t, func() bool { return len(got.snapshot()) == len(want) }, patience, 50*time.Millisecond,
+		"every tenant's event arrives; logs:\n%s", logs)
+	require.Equal(t, want, got.snapshot(), "each event carries its tenant")
+	cancel()
+	require.NoError(t, <-done)
+	require.Contains(t, logs.String(), "Relay fleet stopped")
+}
+
+// tenantsSeen is the tenant of each event received.
+type tenantsSeen struct {
+	mu      sync.Mutex
+	tenants map[string]string
+}
+
+func (s *tenantsSeen) snapshot() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range s.tenants {
+		out[k] = v
+	}
+	return out
+}
+
+// receiveTenants records the tenant of every event on prefix+"orders" on
+// the test's NATS, until the test ends.
+func receiveTenants(t *testing.T, prefix string) *tenantsSeen {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	b, err := broker.Open(ctx, "nats://"+testNATS, broker.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	sub, err := b.Subscriber(prefix + "consumer")
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(ctx, prefix+"orders")
+	require.NoError(t, err)
+	seen := &tenantsSeen{tenants: map[string]string{}}
+	go func() {
+		for msg := range msgs {
+			record(seen, msg)
+		}
+	}()
+	return seen
+}
+
+func record(s *tenantsSeen, msg *message.Message) {
+	s.mu.Lock()
+	s.tenants[msg.UUID] = msg.Metadata.Get(events.MetaTenant)
+	s.mu.Unlock()
+	msg.Ack()
+}

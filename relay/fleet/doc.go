@@ -1,0 +1,34 @@
+// Package fleet runs one relay per tenant database in one process: a
+// service with a database (or a PostgreSQL schema) per tenant relays all
+// of them without a relay process each.
+//
+// One database is one relay: the fleet calls relay.New for each tenant,
+// with the settings of Config.Relay and the tenant's own pool, and runs
+// it. It is a scheduler of relays, not a relay of its own: order per
+// aggregate, fencing, dead letters, scheduled events and graceful
+// shutdown are each relay's, so they hold per database as they do for a
+// single one. Every message a tenant's relay publishes carries the tenant
+// (events.MetaTenant, and the CloudEvents extension "tenant"; see
+// relay.Config.Tenant).
+//
+// The databases come from a file the operator controls (see File): the
+// fleet reads it every Config.Reload and, when its contents changed,
+// starts the relays of new entries, stops those of removed ones
+// (gracefully: in-flight publishes finish and are recorded) and restarts
+// those whose URL or schema changed, without a restart of the process.
+//
+// A tenant's failure is its own: a database that is down, dropped, or
+// lacks the outbox tables fails that tenant's relay alone, which is
+// logged with the tenant's name, retried with a doubling wait, and shown
+// by Status; the other relays go on.
+//
+// Connections: each tenant's pool is bounded to Config.MaxConnections
+// divided among the tenants, and never below the floor a relay needs
+// (see ConnectionsPerTenant). By default the relays run the fast path
+// poll-only (relay.FastConfig.PollOnly): an idle tenant holds no LISTEN
+// connection and no liveness session, only what its polls borrow.
+//
+// The package lives under relay since it only schedules relays, through
+// relay's public API; the entoutbox relay command runs it with
+// --databases-file.
+package fleet

@@ -1,0 +1,297 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/internal/pgdial"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// Config configures a Fleet.
+type Config struct {
+	// File is the path of the databases file (see File), read every
+	// Reload. Required.
+	File string
+	// Relay is the settings every tenant's relay runs with: its Publisher
+	// (shared by all), its path and tunings. DB and Tenant must be unset:
+	// each tenant's are its own. Fast.PollOnly is set unless Listen.
+	Relay relay.Config
+	// Listen lets each tenant's relay LISTEN for new rows (and hold its
+	// liveness session), at the cost of connections held per tenant
+	// (ConnectionsPerTenant); off, a tenant's relay polls every
+	// Relay.PollInterval.
+	Listen bool
+	// MaxConnections is the budget of all the tenants' pools together,
+	// divided among them (ConnectionsPerTenant); DefaultMaxConnections
+	// when zero.
+	MaxConnections int
+	// Reload is how often the file is read; DefaultReload when zero.
+	Reload time.Duration
+	// RetryInterval is the first wait before a failed tenant's relay is
+	// started again, doubling up to MaxRetryInterval; DefaultRetryInterval
+	// and DefaultMaxRetryInterval when zero.
+	RetryInterval, MaxRetryInterval time.Duration
+	// Open opens a tenant's pool on its URL; pgdial (the pgx driver)
+	// when nil.
+	Open func(databaseURL string) (*sql.DB, error)
+	// Logger receives what the fleet logs, and each relay's log with the
+	// field tenant; Relay.Logger, or slog.Default(), when nil.
+	Logger watermill.LoggerAdapter
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxConnections   = 100
+	DefaultReload           = time.Second
+	DefaultRetryInterval    = time.Second
+	DefaultMaxRetryInterval = time.Minute
+)
+
+// The floor of a tenant's pool: what its relay holds at once for as long
+// as it runs, and room for its other statements. Polling, it holds one
+// connection to claim on; listening, also its LISTEN, its liveness
+// session and the scheduled events' LISTEN. Two more for the statements
+// that borrow one for a moment (acks, lease renewals, dead letters).
+const (
+	MinConnectionsPolling   = 3
+	MinConnectionsListening = 6
+)
+
+// ConnectionsPerTenant is the bound of each tenant's pool with tenants
+// databases: the budget divided among them, never below the floor
+// (MinConnectionsPolling, or MinConnectionsListening when listening: with
+// Config.Listen, or on the compatible path). Over
+// that many tenants the floor wins and the total exceeds the budget; the
+// fleet logs a warning.
+func ConnectionsPerTenant(budget, tenants int, listening bool) int {
+	floor := MinConnectionsPolling
+	if listening {
+		floor = MinConnectionsListening
+	}
+	if tenants == 0 {
+		return floor
+	}
+	return max(floor, budget/tenants)
+}
+
+// Fleet relays the outboxes of the tenants' databases.
+type Fleet struct {
+	cfg    Config
+	logger watermill.LoggerAdapter
+	// prefix starts each relay's RelayID: a relay the fleet restarts is
+	// the same member of its partition table, back at work at once.
+	prefix string
+
+	mu      sync.Mutex
+	runners map[string]*runner // by tenant name; changed by Run alone
+	fileErr string             // the last refused read of the file, "" after a good one
+}
+
+// New checks cfg and returns a fleet; Run starts it.
+func New(cfg Config) (*Fleet, error) {
+	switch {
+	case cfg.File == "":
+		return nil, errors.New("fleet: Config.File is empty; name the databases file")
+	case cfg.Relay.DB != nil:
+		return nil, errors.New("fleet: Config.Relay.DB is set; each tenant's relay gets a pool on its own database")
+	case cfg.Relay.Tenant != "":
+		return nil, errors.New("fleet: Config.Relay.Tenant is set; each tenant's relay is given its name from the file")
+	case cfg.Relay.Publisher == nil:
+		return nil, errors.New("fleet: Config.Relay.Publisher is nil")
+	case cfg.Relay.Path != "" && cfg.Relay.Path != relay.PathFast && cfg.Relay.Path != relay.PathCompatible:
+		return nil, fmt.Errorf("fleet: Config.Relay.Path %q: the fleet runs the fast or the compatible path for now "+
+			"(a WAL slot is per database, and tenants may share one)", cfg.Relay.Path)
+	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0:
+		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval and MaxRetryInterval must not be negative")
+	}
+	setDefaults(&cfg)
+	id := make([]byte, 4)
+	_, _ = rand.Read(id)
+	return &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{}}, nil
+}
+
+func setDefaults(cfg *Config) {
+	if cfg.Relay.Path == "" {
+		cfg.Relay.Path = relay.PathFast
+	}
+	if cfg.Relay.Path == relay.PathFast && !cfg.Listen {
+		cfg.Relay.Fast.PollOnly = true
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = cfg.Relay.Logger
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NewSlogLogger(slog.Default())
+	}
+	cfg.MaxConnections = cmpOr(cfg.MaxConnections, DefaultMaxConnections)
+	cfg.Reload = cmpOr(cfg.Reload, DefaultReload)
+	cfg.RetryInterval = cmpOr(cfg.RetryInterval, DefaultRetryInterval)
+	cfg.MaxRetryInterval = max(cmpOr(cfg.MaxRetryInterval, DefaultMaxRetryInterval), cfg.RetryInterval)
+	if cfg.Open == nil {
+		cfg.Open = func(u string) (*sql.DB, error) {
+			return pgdial.Open(u, pgdial.Options{ApplicationName: "entoutbox relay fleet"})
+		}
+	}
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Run relays the tenants of the file until ctx ends, then stops every
+// relay gracefully and returns nil. It returns an error at once when the
+// file cannot be read or is refused at the start; later, a refused file
+// is logged and the tenants of the last good one go on.
+func (f *Fleet) Run(ctx context.Context) error {
+	data, tenants, err := readFile(f.cfg.File)
+	if err != nil {
+		return err
+	}
+	f.apply(ctx, tenants)
+	defer f.stopAll()
+	tick := time.NewTicker(f.cfg.Reload)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		next, tenants, err := readFile(f.cfg.File)
+		f.setFileError(err, next == nil)
+		if err != nil || bytes.Equal(next, data) {
+			continue
+		}
+		data = next
+		f.apply(ctx, tenants)
+	}
+}
+
+// setFileError records a refused read of the file, logging it when it is
+// new, or clears it after a good one.
+func (f *Fleet) setFileError(err error, unread bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		f.fileErr = ""
+		return
+	}
+	if err.Error() != f.fileErr {
+		f.logger.Error("Databases file refused; the tenants of its last good version go on", err,
+			watermill.LogFields{"file": f.cfg.File, "unreadable": unread})
+	}
+	f.fileErr = err.Error()
+}
+
+// apply makes the running relays those of tenants: it stops the relays
+// of tenants gone or changed (all at once, each waiting for its in-flight
+// publishes), starts the new ones, and divides the budget anew.
+func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
+	want := make(map[string]Tenant, len(tenants))
+	for _, t := range tenants {
+		want[t.Name] = t
+	}
+	var stopping []*runner
+	f.mu.Lock()
+	for name, r := range f.runners {
+		if t, ok := want[name]; !ok || t != r.tenant {
+			stopping = append(stopping, r)
+		}
+	}
+	f.mu.Unlock()
+	stopRunners(stopping) // listed as stopping until they stopped
+	f.mu.Lock()
+	for _, r := range stopping {
+		delete(f.runners, r.tenant.Name)
+	}
+	f.mu.Unlock()
+	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.listening())
+	f.mu.Lock()
+	var started []string
+	for _, t := range tenants {
+		if _, ok := f.runners[t.Name]; !ok {
+			f.runners[t.Name] = f.start(ctx, t, conns)
+			started = append(started, t.Name)
+		}
+	}
+	for _, r := range f.runners {
+		r.setConnections(conns)
+	}
+	f.mu.Unlock()
+	f.logApplied(tenants, started, stopping, conns)
+}
+
+func (f *Fleet) logApplied(tenants []Tenant, started []string, stopped []*runner, conns int) {
+	names := make([]string, len(stopped))
+	for i, r := range stopped {
+		names[i] = r.tenant.Name
+	}
+	slices.Sort(names)
+	f.logger.Info("Fleet databases applied", watermill.LogFields{"tenants": len(tenants), "started": strings.Join(started, ","),
+		"stopped": strings.Join(names, ","), "connections_per_tenant": conns, "max_connections": f.cfg.MaxConnections})
+	if total := conns * len(tenants); total > f.cfg.MaxConnections {
+		f.logger.Error("Fleet connection budget exceeded: each tenant's pool keeps the floor its relay needs", nil,
+			watermill.LogFields{"tenants": len(tenants), "connections_per_tenant": conns, "total": total, "max_connections": f.cfg.MaxConnections})
+	}
+}
+
+// listening tells whether the tenants' relays hold LISTEN connections:
+// with Listen, and on the compatible path, whose scheduled events'
+// promoter listens (it has no poll-only mode).
+func (f *Fleet) listening() bool {
+	return f.cfg.Listen || f.cfg.Relay.Path == relay.PathCompatible
+}
+
+// stopAll stops every relay, at once, each gracefully.
+func (f *Fleet) stopAll() {
+	f.mu.Lock()
+	all := make([]*runner, 0, len(f.runners))
+	for _, r := range f.runners {
+		all = append(all, r)
+	}
+	f.mu.Unlock()
+	stopRunners(all)
+	f.mu.Lock()
+	clear(f.runners)
+	f.mu.Unlock()
+}
+
+// stopRunners stops the relays of rs at once, and waits until each has
+// stopped: its in-flight publishes finished and recorded.
+func stopRunners(rs []*runner) {
+	for _, r := range rs {
+		r.stop()
+	}
+	for _, r := range rs {
+		<-r.done
+	}
+}
+
+// Status is the state of every tenant's relay, by name; FileError is the
+// last refused read of the databases file, "" when the last was good.
+func (f *Fleet) Status() (tenants []TenantStatus, fileError string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.runners {
+		tenants = append(tenants, r.status())
+	}
+	slices.SortFunc(tenants, func(a, b TenantStatus) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return tenants, f.fileErr
+}

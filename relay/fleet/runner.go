@@ -1,0 +1,242 @@
+package fleet
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/internal/backoff"
+	"github.com/entoutbox/entoutbox/relay"
+)
+
+// State is where a tenant's relay is.
+type State string
+
+const (
+	// StateStarting: its relay was started and is not ready yet.
+	StateStarting State = "starting"
+	// StateRunning: its relay runs and is ready (relay.Relay.Ready).
+	StateRunning State = "running"
+	// StateUnready: its relay runs but is not ready (its database or the
+	// broker does not answer); it goes on trying by itself.
+	StateUnready State = "unready"
+	// StateFailed: its relay stopped on an error (the database cannot be
+	// reached, lacks the outbox tables...); it is started again at
+	// RetryAt.
+	StateFailed State = "failed"
+	// StateStopping: its entry left the file or changed; its relay is
+	// finishing the publishes in flight.
+	StateStopping State = "stopping"
+)
+
+// TenantStatus is the state of one tenant's relay.
+type TenantStatus struct {
+	Tenant string
+	State  State
+	// LastError is the last error of the tenant's relay, kept once it
+	// recovered; LastErrorAt when it came.
+	LastError   string
+	LastErrorAt time.Time
+	// Failures counts the failed starts since the relay was last ready.
+	Failures int
+	// RetryAt is when a failed relay is started again.
+	RetryAt time.Time
+	// Connections bounds the tenant's pool.
+	Connections int
+}
+
+// How often a relay's readiness is asked: often while it starts, less
+// once it was ready.
+const (
+	startingInterval = 250 * time.Millisecond
+	readyInterval    = 2 * time.Second
+	startingGrace    = 10 * time.Second
+)
+
+// runner runs one tenant's relay, starting it again after a failure.
+type runner struct {
+	tenant Tenant
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	st    TenantStatus
+	db    *sql.DB // the pool of the relay running, nil between runs
+	conns int
+	// started is when the relay running was started: until startingGrace
+	// after it, not being ready is no error.
+	started time.Time
+}
+
+// start runs the relay of tenant t until ctx ends or it is stopped.
+func (f *Fleet) start(ctx context.Context, t Tenant, conns int) *runner {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &runner{tenant: t, cancel: cancel, done: make(chan struct{}), conns: conns,
+		st: TenantStatus{Tenant: t.Name, State: StateStarting, Connections: conns}}
+	go f.keepRunning(ctx, r)
+	return r
+}
+
+// keepRunning runs r's relay, and after each failure waits (doubling from
+// RetryInterval; from the start again after a run of a while) and runs it
+// again, until ctx ends.
+func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
+	defer close(r.done)
+	log := f.logger.With(watermill.LogFields{"tenant": r.tenant.Name})
+	attempt := 0
+	for {
+		began := time.Now()
+		err := f.runOnce(ctx, r, log)
+		if ctx.Err() != nil {
+			log.Info("Tenant's relay stopped", nil)
+			return
+		}
+		if err == nil {
+			err = errors.New("the relay returned without being stopped")
+		}
+		if time.Since(began) > f.cfg.MaxRetryInterval {
+			attempt = 0
+		}
+		attempt++
+		wait := backoff.Exponential(f.cfg.RetryInterval, f.cfg.MaxRetryInterval, attempt)
+		r.failed(err, wait)
+		log.Error("Tenant's relay failed; starting it again later", err, watermill.LogFields{"retry_in": wait.String(), "failures": attempt})
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// runOnce opens the tenant's pool and runs its relay on it until ctx ends
+// or the relay fails.
+func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdapter) error {
+	db, err := f.cfg.Open(r.tenant.url())
+	if err != nil {
+		return fmt.Errorf("opening the database: %w", err)
+	}
+	defer db.Close()
+	r.setDB(db)
+	defer r.setDB(nil)
+	cfg := f.cfg.Relay
+	cfg.DB, cfg.Tenant, cfg.Logger = db, r.tenant.Name, log
+	if cfg.Path == relay.PathFast && cfg.Fast.RelayID == "" {
+		cfg.Fast.RelayID = f.prefix + r.tenant.Name
+	}
+	rl, err := relay.New(cfg)
+	if err != nil {
+		return err
+	}
+	rctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go r.watchReady(rctx, rl)
+	return rl.Run(ctx)
+}
+
+// watchReady keeps r's state to what its relay's readiness says, until
+// ctx ends.
+func (r *runner) watchReady(ctx context.Context, rl *relay.Relay) {
+	wait := startingInterval
+	for {
+		err := rl.Ready(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if r.ready(err) {
+			wait = readyInterval
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// stop tells r's relay to stop; done closes once it has.
+func (r *runner) stop() {
+	r.mu.Lock()
+	r.st.State = StateStopping
+	r.mu.Unlock()
+	r.cancel()
+}
+
+// ready records the answer of the relay's readiness, and says whether the
+// relay was ready once.
+func (r *runner) ready(err error) (wasReady bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State == StateStopping {
+		return true
+	}
+	if err == nil {
+		r.st.State, r.st.Failures, r.st.RetryAt = StateRunning, 0, time.Time{}
+		return true
+	}
+	if r.st.State == StateRunning || r.st.State == StateUnready {
+		r.st.State = StateUnready
+		wasReady = true
+	}
+	if wasReady || time.Since(r.started) > startingGrace {
+		r.st.LastError, r.st.LastErrorAt = err.Error(), time.Now()
+	}
+	return wasReady
+}
+
+// failed records a failed run, started again after wait.
+func (r *runner) failed(err error, wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st.State == StateStopping {
+		return
+	}
+	now := time.Now()
+	r.st.State, r.st.LastError, r.st.LastErrorAt = StateFailed, err.Error(), now
+	r.st.Failures++
+	r.st.RetryAt = now.Add(wait)
+}
+
+func (r *runner) setDB(db *sql.DB) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.db = db
+	if db != nil {
+		r.started = time.Now()
+		r.applyConns()
+		if r.st.State == StateFailed {
+			r.st.State = StateStarting
+		}
+	}
+}
+
+// setConnections bounds the tenant's pool to n connections, the running
+// one at once.
+func (r *runner) setConnections(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.conns, r.st.Connections = n, n
+	r.applyConns()
+}
+
+func (r *runner) applyConns() {
+	if r.db != nil {
+		r.db.SetMaxOpenConns(r.conns)
+		r.db.SetMaxIdleConns(r.conns) // kept, not opened and closed all the time
+	}
+}
+
+func (r *runner) status() TenantStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
