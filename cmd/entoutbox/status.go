@@ -26,7 +26,7 @@ import (
 // statusOptions are the status command's flags.
 type statusOptions struct {
 	databaseURL, table, deadLetterTable string
-	scheduledTable                      string
+	scheduledTable, databasesFile       string
 	asJSON                              bool
 	th                                  admin.Thresholds
 }
@@ -60,14 +60,32 @@ On MySQL/MariaDB it prints the same but the fast relays and the WAL slots,
 PostgreSQL's paths alone, which it names as not applicable there.
 
 With --max-age, --max-dead-letters or --max-overdue it exits with status 1 when a threshold
-is passed, saying which (after printing the status), for a cron job or a probe.`,
+is passed, saying which (after printing the status), for a cron job or a probe.
+
+With --databases-file (the relay fleet's file of tenants) it reads every
+tenant's outbox instead and prints one line per tenant (pending events, age
+of the oldest, open dead letters, held aggregates) and a total; --json gives
+them as an array. A tenant that cannot be read (database down, tables
+missing) is named on its line, the others are shown, and the command exits
+with status 1; so does a tenant over a threshold, named.`,
 		Example: `  entoutbox status --json
-  entoutbox status --max-age 5m --max-dead-letters 0 --max-overdue 1m`,
+  entoutbox status --max-age 5m --max-dead-letters 0 --max-overdue 1m
+  entoutbox status --databases-file databases.json --max-age 5m`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.databasesFile != "" {
+				if err := checkFleetStatus(cmd.Flags()); err != nil {
+					return err
+				}
+				return o.runFleet(cmd.Context(), cmd.OutOrStdout())
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout())
+		},
 	}
 	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
+	f.StringVar(&o.databasesFile, "databases-file", "", "JSON file of the tenants' databases (the relay's --databases-file): "+
+		"one line per tenant and a total, thresholds per tenant")
 	f.StringVar(&o.deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.DurationVar(&o.th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")

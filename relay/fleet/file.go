@@ -37,9 +37,9 @@ type Tenant struct {
 	Schema string `json:"schema,omitempty"`
 }
 
-// url is where the tenant's pool connects: its URL with its schema as
+// URL is where the tenant's pool connects: its URL with its schema as
 // the search_path.
-func (t Tenant) url() string {
+func (t Tenant) URL() string {
 	if t.Schema == "" {
 		return t.DatabaseURL
 	}

@@ -119,7 +119,7 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 // runOnce opens the tenant's pool and runs its relay on it until ctx ends
 // or the relay fails.
 func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdapter) error {
-	db, err := f.cfg.Open(r.tenant.url())
+	db, err := f.cfg.Open(r.tenant.URL())
 	if err != nil {
 		return fmt.Errorf("opening the database: %w", err)
 	}
