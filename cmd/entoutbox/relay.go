@@ -26,6 +26,7 @@ import (
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/tracing"
 )
@@ -40,6 +41,7 @@ type relayOptions struct {
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
 	pprof, fleetListen                                     bool
+	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
 }
@@ -160,6 +162,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"instead of --database-url; --max-connections is then the budget of all their pools (default 100)")
 	f.BoolVar(&o.fleetListen, "fleet-listen", false, "with --databases-file: each tenant's relay LISTENs for new rows "+
 		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
+	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
+		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
@@ -469,10 +473,7 @@ func tuneGC(maxBytes int64) {
 // collectors and the library's metrics, whose backlog gauges sample db
 // (PostgreSQL or MySQL: on SQLite there are none, and logger says so).
 func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogConfig, logger *slog.Logger) (*metrics.Metrics, error) {
-	if err := reg.Register(collectors.NewGoCollector()); err != nil {
-		return nil, err
-	}
-	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+	if err := registerRuntime(reg); err != nil {
 		return nil, err
 	}
 	m, err := metrics.New(reg)
@@ -487,6 +488,15 @@ func newMetrics(reg *prometheus.Registry, db *sql.DB, backlog metrics.BacklogCon
 		return nil, err
 	}
 	return m, nil
+}
+
+// registerRuntime registers on reg the Go runtime's and the process's
+// collectors.
+func registerRuntime(reg *prometheus.Registry) error {
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return err
+	}
+	return reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // byteSize is a flag of bytes: a number, or one with a unit (KB, MB, GB

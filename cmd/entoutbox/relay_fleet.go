@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/entoutbox/entoutbox/broker"
@@ -26,18 +27,22 @@ var fleetRefusedFlags = map[string]string{
 	"replication-url":     "the wal path is not run by the fleet yet",
 	"relay-id":            "each tenant's relay is named by the fleet",
 	"poll-only":           "the fleet's relays poll unless --fleet-listen",
-	"metrics-addr":        "metrics per tenant are not there yet",
-	"pprof":               "it is served on --metrics-addr",
 }
 
 // checkFleet refuses, with --databases-file, a flag of one database and a
 // path the fleet does not run; without it, a fleet's own flag.
 func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 	if o.databasesFile == "" {
-		if o.fleetListen {
+		switch {
+		case o.fleetListen:
 			return errors.New("--fleet-listen applies to the relays of --databases-file")
+		case flags.Changed("metrics-tenants"):
+			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
 		}
 		return nil
+	}
+	if o.metricsTenants < 1 {
+		return fmt.Errorf("--metrics-tenants %d: at least 1 tenant keeps its label", o.metricsTenants)
 	}
 	var err error
 	flags.Visit(func(f *pflag.Flag) {
@@ -92,12 +97,33 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 	if !flags.Changed("max-connections") {
 		budget = fleet.DefaultMaxConnections
 	}
-	f, err := fleet.New(fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
-		Open: func(databaseURL string) (*sql.DB, error) {
+	fc := fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
+		MetricsTenants: o.metricsTenants, Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
-		}})
+		}}
+	var reg *prometheus.Registry
+	if o.metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		if err := registerRuntime(reg); err != nil {
+			return err
+		}
+		fc.Metrics = reg
+	}
+	f, err := fleet.New(fc)
 	if err != nil {
 		return err
+	}
+	if reg != nil {
+		// Ready once serving: each tenant's state is in the metrics
+		// (entoutbox_fleet_tenant_up), a tenant down is no reason to
+		// restart the process.
+		ops, err := startOpsServer(o.metricsAddr, reg, func(context.Context) error { return nil }, logger, redact, o.pprof)
+		if err != nil {
+			return err
+		}
+		defer ops.close()
+		ops.setAlive(true)
+		defer ops.setAlive(false)
 	}
 	if f := flags.Lookup("database-url"); f.Changed && fromGenericDatabaseURL(f) {
 		logger.Info("DATABASE_URL is ignored: the databases are those of --databases-file")

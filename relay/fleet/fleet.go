@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/relay"
@@ -47,6 +48,15 @@ type Config struct {
 	// Open opens a tenant's pool on its URL; pgdial (the pgx driver)
 	// when nil.
 	Open func(databaseURL string) (*sql.DB, error)
+	// Metrics, when set, receives each tenant's relay's metrics (package
+	// metrics) with a constant label tenant, and the tenants' states
+	// (entoutbox_fleet_tenant_up, _failures, _max_connections and
+	// entoutbox_fleet_tenants by state). The first MetricsTenants tenants
+	// by name (DefaultMetricsTenants when zero) keep their name as the
+	// label; the others' series are summed under OtherTenants. Relay.Metrics
+	// must be unset.
+	Metrics        prometheus.Registerer
+	MetricsTenants int
 	// Logger receives what the fleet logs, and each relay's log with the
 	// field tenant; Relay.Logger, or slog.Default(), when nil.
 	Logger watermill.LoggerAdapter
@@ -97,6 +107,7 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	runners map[string]*runner // by tenant name; changed by Run alone
+	metrics *tenantMetrics     // nil without Config.Metrics
 	fileErr string             // the last refused read of the file, "" after a good one
 }
 
@@ -114,13 +125,24 @@ func New(cfg Config) (*Fleet, error) {
 	case cfg.Relay.Path != "" && cfg.Relay.Path != relay.PathFast && cfg.Relay.Path != relay.PathCompatible:
 		return nil, fmt.Errorf("fleet: Config.Relay.Path %q: the fleet runs the fast or the compatible path for now "+
 			"(a WAL slot is per database, and tenants may share one)", cfg.Relay.Path)
+	case cfg.Relay.Metrics != nil:
+		return nil, errors.New("fleet: Config.Relay.Metrics is set; give the registerer as Config.Metrics, labelled per tenant")
+	case cfg.MetricsTenants < 0:
+		return nil, errors.New("fleet: Config.MetricsTenants must not be negative")
 	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0:
 		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval and MaxRetryInterval must not be negative")
 	}
 	setDefaults(&cfg)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	return &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{}}, nil
+	f := &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{}}
+	if cfg.Metrics != nil {
+		f.metrics = newTenantMetrics(cfg.Metrics, cmpOr(cfg.MetricsTenants, DefaultMetricsTenants))
+		if err := cfg.Metrics.Register(newStateCollector(f)); err != nil {
+			return nil, fmt.Errorf("fleet: registering the tenants' states: %w", err)
+		}
+	}
+	return f, nil
 }
 
 func setDefaults(cfg *Config) {
@@ -223,6 +245,7 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 	}
 	f.mu.Unlock()
 	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.listening())
+	f.labelMetrics(tenants)
 	f.mu.Lock()
 	var started []string
 	for _, t := range tenants {
@@ -236,6 +259,22 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 	}
 	f.mu.Unlock()
 	f.logApplied(tenants, started, stopping, conns)
+}
+
+// labelMetrics gives the tenants their metrics' label, in the order of
+// their names; a failure to register is logged, and the tenant's relay
+// runs without metrics.
+func (f *Fleet) labelMetrics(tenants []Tenant) {
+	if f.metrics == nil {
+		return
+	}
+	names := make([]string, len(tenants))
+	for i, t := range tenants {
+		names[i] = t.Name
+	}
+	if err := f.metrics.assign(names); err != nil {
+		f.logger.Error("Fleet metrics not registered", err, nil)
+	}
 }
 
 func (f *Fleet) logApplied(tenants []Tenant, started []string, stopped []*runner, conns int) {

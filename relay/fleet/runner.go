@@ -128,6 +128,9 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 	defer r.setDB(nil)
 	cfg := f.cfg.Relay
 	cfg.DB, cfg.Tenant, cfg.Logger = db, r.tenant.Name, log
+	if f.metrics != nil {
+		cfg.Metrics = f.metrics.of(r.tenant.Name)
+	}
 	if cfg.Path == relay.PathFast && cfg.Fast.RelayID == "" {
 		cfg.Fast.RelayID = f.prefix + r.tenant.Name
 	}
