@@ -28,8 +28,10 @@ func TestRelayDatabasesFileRefusals(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "databases.json")
 	_, err := run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--database-url", "postgres://127.0.0.1/app")
 	require.EqualError(t, err, "--database-url cannot go with --databases-file: the databases are the file's; drop it")
-	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--metrics-addr", ":0")
-	require.EqualError(t, err, "--metrics-addr cannot go with --databases-file: metrics per tenant are not there yet; drop it")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--metrics-tenants", "0")
+	require.EqualError(t, err, "--metrics-tenants 0: at least 1 tenant keeps its label")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--database-url", "postgres://127.0.0.1/app", "--metrics-tenants", "5")
+	require.EqualError(t, err, "--metrics-tenants applies to the metrics of --databases-file's tenants")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--path", "wal")
 	require.EqualError(t, err, "--path wal cannot go with --databases-file: the fleet runs the fast or the compatible path")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-listen")
@@ -121,4 +123,40 @@ func record(s *tenantsSeen, msg *message.Message) {
 	s.tenants[msg.UUID] = msg.Metadata.Get(events.MetaTenant)
 	s.mu.Unlock()
 	msg.Ack()
+}
+
+// With --metrics-addr the fleet serves its tenants' metrics: the relay's
+// counters labelled by tenant, the first --metrics-tenants by name under
+// their own and the others summed under _other, and each tenant's state.
+func TestRelayDatabasesFileMetrics(t *testing.T) {
+	acme, globex, initech := outboxDB(t), outboxDB(t), outboxDB(t)
+	file := filepath.Join(t.TempDir(), "databases.json")
+	data, err := json.Marshal(fleet.File{Tenants: []fleet.Tenant{
+		{Name: "initech", DatabaseURL: pgtest.ServerURL(), Schema: initech.Schema},
+		{Name: "globex", DatabaseURL: pgtest.ServerURL(), Schema: globex.Schema},
+		{Name: "acme", DatabaseURL: pgtest.ServerURL(), Schema: acme.Schema}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+	for _, db := range []*pgtest.DB{acme, globex, initech} {
+		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
+			VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', now())`, uuid.NewString())
+		require.NoError(t, err)
+	}
+	r := startRelay(t, "relay", "--databases-file", file, "--broker", "mem://", "--metrics-addr", "127.0.0.1:0",
+		"--metrics-tenants", "1", "--poll-interval", "100ms", "--log-format", "json")
+	addr := r.opsAddr(t)
+	var body string
+	require.Eventually(t, func() bool {
+		_, body = get(t, addr, "/metrics")
+		return strings.Contains(body, `entoutbox_relay_published_total{result="ok",tenant="acme",topic="orders"} 1`+"\n") &&
+			strings.Contains(body, `entoutbox_relay_published_total{result="ok",tenant="_other",topic="orders"} 2`+"\n") &&
+			strings.Contains(body, `entoutbox_fleet_tenant_up{tenant="_other"} 2`+"\n")
+	}, patience, 100*time.Millisecond, "acme counts under its name, globex and initech under _other")
+	require.Contains(t, body, `entoutbox_fleet_tenant_up{tenant="acme"} 1`+"\n")
+	require.NotContains(t, body, `tenant="globex"`)
+	require.NotContains(t, body, `tenant="initech"`)
+	require.Contains(t, body, "go_goroutines", "the runtime's metrics too")
+	code, _ := get(t, addr, "/readyz")
+	require.Equal(t, 200, code)
+	require.NoError(t, r.stop())
 }
