@@ -36,12 +36,16 @@ func TestFleetMetricsPerTenant(t *testing.T) {
 	published := func(tenant string) float64 {
 		return promtest.Value(t, reg, "entoutbox_relay_published_total", "tenant", tenant, "result", "ok")
 	}
-	require.Eventually(t, func() bool { return published("acme") == 5 && published("globex") == 3 && published(fleet.OtherTenants) == 4 },
+	require.Eventually(t, func() bool {
+		return published("acme") == 5 && published("globex") == 3 && published(fleet.OtherTenants) == 4
+	},
 		patience, 50*time.Millisecond, "acme, globex and the rest count apart")
 	require.Equal(t, []string{fleet.OtherTenants, "acme", "globex"}, tenantLabels(t, reg, "entoutbox_relay_published_total"),
 		"2 tenants keep their label, the others are one")
 
-	up := func(tenant string) float64 { return promtest.Value(t, reg, "entoutbox_fleet_tenant_up", "tenant", tenant) }
+	up := func(tenant string) float64 {
+		return promtest.Value(t, reg, "entoutbox_fleet_tenant_up", "tenant", tenant)
+	}
 	require.Eventually(t, func() bool {
 		return up("acme") == 1 && up("globex") == 1 && up(fleet.OtherTenants) == 1 &&
 			promtest.Value(t, reg, "entoutbox_fleet_tenants", "state", "failed") == 1 &&
