@@ -43,7 +43,8 @@ type Config struct {
 	Reload time.Duration
 	// IdleAfter parks a tenant whose relay had nothing to publish for
 	// that long: its relay stops gracefully and its pool closes, until
-	// the prober finds work in its outbox (StateParked).
+	// the prober finds work in its outbox (StateParked). A tenant starts
+	// parked: its relay starts once the prober found work.
 	// DefaultIdleAfter when zero; negative, no tenant is parked.
 	IdleAfter time.Duration
 	// ProbeInterval is how often the parked tenants' outboxes are read

@@ -38,15 +38,17 @@ func (r *runner) park(idleAfter time.Duration) bool {
 	return true
 }
 
-// waitParked shows r parked, its relay stopped and its pool closed, and
-// waits for the prober to find work; false when ctx ended first.
+// waitParked shows r parked, its relay stopped (or not started yet) and
+// its pool closed, and waits for the prober to find work; false when ctx
+// ended first.
 func (r *runner) waitParked(ctx context.Context, log watermill.LoggerAdapter) bool {
 	r.mu.Lock()
+	r.parking = true
 	if r.st.State != StateStopping {
 		r.st.State = StateParked
 	}
 	r.mu.Unlock()
-	log.Info("Tenant parked: its relay had nothing to relay", nil)
+	log.Debug("Tenant parked until its outbox has work", nil)
 	select {
 	case <-ctx.Done():
 		return false
@@ -58,7 +60,7 @@ func (r *runner) waitParked(ctx context.Context, log watermill.LoggerAdapter) bo
 		r.st.State = StateStarting
 	}
 	r.mu.Unlock()
-	log.Info("Tenant woken: its outbox has work", nil)
+	log.Debug("Tenant woken: its outbox has work", nil)
 	return true
 }
 

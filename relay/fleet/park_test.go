@@ -121,6 +121,28 @@ func TestFleetWakesAParkedTenantForAScheduledEvent(t *testing.T) {
 	require.Equal(t, fleet.StateParked, s.State, "the tenant without work stays parked")
 }
 
+// A tenant without work starts parked: its relay never starts, and the
+// fleet opens no connection of its own but the prober's, one at a time.
+func TestFleetStartsATenantWithoutWorkParked(t *testing.T) {
+	t.Parallel()
+	d := newTenantDB(t, true)
+	app := "fleet_start_parked_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	entry := d.bySchema("acme")
+	entry.DatabaseURL = withParam(t, entry.DatabaseURL, "application_name", app)
+	file := filepath.Join(t.TempDir(), "databases.json")
+	writeFile(t, file, entry)
+	peak := watchConnections(t, d.db.DB, app)
+	pubsub, got := receive(t)
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: time.Minute})
+	waitState(t, f, "acme", fleet.StateParked)
+	time.Sleep(2 * time.Second) // probes, every 100 ms
+	require.LessOrEqual(t, peak(app), 1, "a parked tenant's connections: the probe's, one at a time")
+	want := d.emit(t, "acme", 3, 1)
+	got.waitFor(t, want)
+	got.requireExactly(t, "acme", want, false)
+	waitState(t, f, "acme", fleet.StateRunning)
+}
+
 // A tenant with a steady trickle of events is never parked, while an
 // idle one beside it is.
 func TestFleetDoesNotParkABusyTenant(t *testing.T) {
@@ -129,6 +151,7 @@ func TestFleetDoesNotParkABusyTenant(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "databases.json")
 	writeFile(t, file, dbs[0].bySchema("busy"), dbs[1].bySchema("idle"))
 	pubsub, got := receive(t)
+	want := dbs[0].emit(t, "busy", 1, 1) // a tenant starts parked: this wakes it
 	const idleAfter = time.Second
 	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: idleAfter})
 	waitState(t, f, "busy", fleet.StateRunning)
@@ -144,7 +167,6 @@ func TestFleetDoesNotParkABusyTenant(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	want := map[string][]string{}
 	for range 4 * idleAfter / (200 * time.Millisecond) { // an event every 200ms for 4 idle bounds
 		for agg, ids := range dbs[0].emit(t, "busy", 1, 1) {
 			want[agg] = append(want[agg], ids...)

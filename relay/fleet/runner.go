@@ -100,6 +100,9 @@ func (f *Fleet) start(ctx context.Context, t Tenant, conns int) *runner {
 func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 	defer close(r.done)
 	log := f.logger.With(watermill.LogFields{"tenant": r.tenant.Name})
+	if f.cfg.IdleAfter > 0 && !r.waitParked(ctx, log) {
+		return // started parked: a tenant without work costs no connection, even at the start
+	}
 	attempt := 0
 	for {
 		began := time.Now()
