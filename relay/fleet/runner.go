@@ -32,9 +32,10 @@ const (
 	// StateStopping: its entry left the file or changed; its relay is
 	// finishing the publishes in flight.
 	StateStopping State = "stopping"
-	// StateParked: its relay had nothing to publish for Config.IdleAfter
-	// and was stopped gracefully; its pool is closed. The fleet's prober
-	// starts it again when its outbox has work.
+	// StateParked: its relay is not running and its pool is closed: not
+	// started yet (a tenant starts parked), or stopped gracefully after
+	// nothing to publish for Config.IdleAfter. The fleet's prober starts
+	// it when its outbox has work.
 	StateParked State = "parked"
 )
 
