@@ -41,6 +41,7 @@ type relayOptions struct {
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
 	pprof, fleetListen                                     bool
+	fleetIdleAfter                                         time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
@@ -162,6 +163,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"instead of --database-url; --max-connections is then the budget of all their pools (default 100)")
 	f.BoolVar(&o.fleetListen, "fleet-listen", false, "with --databases-file: each tenant's relay LISTENs for new rows "+
 		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
+	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
+		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
 	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
 		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

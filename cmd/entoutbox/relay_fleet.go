@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
@@ -36,10 +37,15 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 		switch {
 		case o.fleetListen:
 			return errors.New("--fleet-listen applies to the relays of --databases-file")
+		case flags.Changed("fleet-idle-after"):
+			return errors.New("--fleet-idle-after applies to the relays of --databases-file")
 		case flags.Changed("metrics-tenants"):
 			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
 		}
 		return nil
+	}
+	if o.fleetIdleAfter < 0 {
+		return fmt.Errorf("--fleet-idle-after %s: a duration, or 0 to never park a tenant", o.fleetIdleAfter)
 	}
 	if o.metricsTenants < 1 {
 		return fmt.Errorf("--metrics-tenants %d: at least 1 tenant keeps its label", o.metricsTenants)
@@ -98,7 +104,7 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		budget = fleet.DefaultMaxConnections
 	}
 	fc := fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
-		MetricsTenants: o.metricsTenants, Open: func(databaseURL string) (*sql.DB, error) {
+		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
 		}}
 	var reg *prometheus.Registry
@@ -135,4 +141,13 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 	}
 	logger.Info("Relay fleet stopped")
 	return nil
+}
+
+// fleetIdleAfter is --fleet-idle-after as fleet.Config.IdleAfter: 0, never
+// park, is a negative bound there (zero takes the default).
+func fleetIdleAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

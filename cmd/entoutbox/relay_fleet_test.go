@@ -36,6 +36,10 @@ func TestRelayDatabasesFileRefusals(t *testing.T) {
 	require.EqualError(t, err, "--path wal cannot go with --databases-file: the fleet runs the fast or the compatible path")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-listen")
 	require.EqualError(t, err, "--fleet-listen applies to the relays of --databases-file")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-idle-after", "1m")
+	require.EqualError(t, err, "--fleet-idle-after applies to the relays of --databases-file")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-idle-after", "-1s")
+	require.EqualError(t, err, "--fleet-idle-after -1s: a duration, or 0 to never park a tenant")
 	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "relay", "--broker", "mem://", "--databases-file", file)
 	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop it")
 }

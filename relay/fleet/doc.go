@@ -28,6 +28,13 @@
 // poll-only (relay.FastConfig.PollOnly): an idle tenant holds no LISTEN
 // connection and no liveness session, only what its polls borrow.
 //
+// Idle tenants hold nothing: a tenant starts parked, and a running one
+// whose relay had nothing to publish for Config.IdleAfter is parked again
+// (its relay stopped gracefully, its pool closed). One prober reads the
+// parked tenants' outboxes every Config.ProbeInterval, the schemas of one
+// database in one statement on a connection it opens and closes, and
+// starts the relay of each tenant whose outbox has work.
+//
 // The package lives under relay since it only schedules relays, through
 // relay's public API; the entoutbox relay command runs it with
 // --databases-file.

@@ -41,6 +41,15 @@ type Config struct {
 	MaxConnections int
 	// Reload is how often the file is read; DefaultReload when zero.
 	Reload time.Duration
+	// IdleAfter parks a tenant whose relay had nothing to publish for
+	// that long: its relay stops gracefully and its pool closes, until
+	// the prober finds work in its outbox (StateParked). A tenant starts
+	// parked: its relay starts once the prober found work.
+	// DefaultIdleAfter when zero; negative, no tenant is parked.
+	IdleAfter time.Duration
+	// ProbeInterval is how often the parked tenants' outboxes are read
+	// for work; Relay.PollInterval (or its default) when zero.
+	ProbeInterval time.Duration
 	// RetryInterval is the first wait before a failed tenant's relay is
 	// started again, doubling up to MaxRetryInterval; DefaultRetryInterval
 	// and DefaultMaxRetryInterval when zero.
@@ -68,6 +77,7 @@ const (
 	DefaultReload           = time.Second
 	DefaultRetryInterval    = time.Second
 	DefaultMaxRetryInterval = time.Minute
+	DefaultIdleAfter        = 30 * time.Second
 )
 
 // The floor of a tenant's pool: what its relay holds at once for as long
@@ -129,8 +139,8 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, errors.New("fleet: Config.Relay.Metrics is set; give the registerer as Config.Metrics, labelled per tenant")
 	case cfg.MetricsTenants < 0:
 		return nil, errors.New("fleet: Config.MetricsTenants must not be negative")
-	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0:
-		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval and MaxRetryInterval must not be negative")
+	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 || cfg.ProbeInterval < 0:
+		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval and ProbeInterval must not be negative")
 	}
 	setDefaults(&cfg)
 	id := make([]byte, 4)
@@ -160,6 +170,8 @@ func setDefaults(cfg *Config) {
 	}
 	cfg.MaxConnections = cmpOr(cfg.MaxConnections, DefaultMaxConnections)
 	cfg.Reload = cmpOr(cfg.Reload, DefaultReload)
+	cfg.IdleAfter = cmpOr(cfg.IdleAfter, DefaultIdleAfter)
+	cfg.ProbeInterval = cmpOr(cfg.ProbeInterval, cmpOr(cfg.Relay.PollInterval, relay.DefaultPollInterval))
 	cfg.RetryInterval = cmpOr(cfg.RetryInterval, DefaultRetryInterval)
 	cfg.MaxRetryInterval = max(cmpOr(cfg.MaxRetryInterval, DefaultMaxRetryInterval), cfg.RetryInterval)
 	if cfg.Open == nil {
@@ -188,6 +200,11 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	f.apply(ctx, tenants)
 	defer f.stopAll()
+	if f.cfg.IdleAfter > 0 {
+		probing, stopProbing := context.WithCancel(ctx)
+		defer stopProbing()
+		go f.probeParked(probing)
+	}
 	tick := time.NewTicker(f.cfg.Reload)
 	defer tick.Stop()
 	for {

@@ -174,6 +174,7 @@ func runFleet(t *testing.T, cfg fleet.Config) *fleet.Fleet {
 	cfg.RetryInterval = cmpOr(cfg.RetryInterval, 100*time.Millisecond)
 	cfg.MaxRetryInterval = cmpOr(cfg.MaxRetryInterval, time.Second)
 	cfg.Relay.PollInterval = cmpOr(cfg.Relay.PollInterval, 100*time.Millisecond)
+	cfg.IdleAfter = cmpOr(cfg.IdleAfter, -1) // parking is park_test.go's
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
 	}

@@ -32,6 +32,11 @@ const (
 	// StateStopping: its entry left the file or changed; its relay is
 	// finishing the publishes in flight.
 	StateStopping State = "stopping"
+	// StateParked: its relay is not running and its pool is closed: not
+	// started yet (a tenant starts parked), or stopped gracefully after
+	// nothing to publish for Config.IdleAfter. The fleet's prober starts
+	// it when its outbox has work.
+	StateParked State = "parked"
 )
 
 // TenantStatus is the state of one tenant's relay.
@@ -71,12 +76,20 @@ type runner struct {
 	// started is when the relay running was started: until startingGrace
 	// after it, not being ready is no error.
 	started time.Time
+	// active is when its relay last had something to publish; parking
+	// is set from the moment it is parked until it is woken.
+	active  activity
+	parking bool
+	wake    chan struct{} // the prober found work: start the relay again
 }
+
+// errParked ends a relay's run when its tenant is parked.
+var errParked = errors.New("parked: nothing to relay")
 
 // start runs the relay of tenant t until ctx ends or it is stopped.
 func (f *Fleet) start(ctx context.Context, t Tenant, conns int) *runner {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &runner{tenant: t, cancel: cancel, done: make(chan struct{}), conns: conns,
+	r := &runner{tenant: t, cancel: cancel, done: make(chan struct{}), conns: conns, wake: make(chan struct{}, 1),
 		st: TenantStatus{Tenant: t.Name, State: StateStarting, Connections: conns}}
 	go f.keepRunning(ctx, r)
 	return r
@@ -88,6 +101,9 @@ func (f *Fleet) start(ctx context.Context, t Tenant, conns int) *runner {
 func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 	defer close(r.done)
 	log := f.logger.With(watermill.LogFields{"tenant": r.tenant.Name})
+	if f.cfg.IdleAfter > 0 && !r.waitParked(ctx, log) {
+		return // started parked: a tenant without work costs no connection, even at the start
+	}
 	attempt := 0
 	for {
 		began := time.Now()
@@ -95,6 +111,13 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 		if ctx.Err() != nil {
 			log.Info("Tenant's relay stopped", nil)
 			return
+		}
+		if errors.Is(err, errParked) {
+			if !r.waitParked(ctx, log) {
+				return
+			}
+			attempt = 0
+			continue
 		}
 		if err == nil {
 			err = errors.New("the relay returned without being stopped")
@@ -128,6 +151,7 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 	defer r.setDB(nil)
 	cfg := f.cfg.Relay
 	cfg.DB, cfg.Tenant, cfg.Logger = db, r.tenant.Name, log
+	cfg.Publisher = watchPublishes(cfg.Publisher, &r.active)
 	if f.metrics != nil {
 		cfg.Metrics = f.metrics.of(r.tenant.Name)
 	}
@@ -141,7 +165,16 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 	rctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go r.watchReady(rctx, rl)
-	return rl.Run(ctx)
+	run, park := context.WithCancelCause(ctx)
+	defer park(nil)
+	if f.cfg.IdleAfter > 0 {
+		go r.watchIdle(rctx, f.cfg.IdleAfter, park)
+	}
+	err = rl.Run(run)
+	if context.Cause(run) == errParked && ctx.Err() == nil {
+		return errParked
+	}
+	return err
 }
 
 // watchReady keeps r's state to what its relay's readiness says, until
@@ -179,7 +212,7 @@ func (r *runner) stop() {
 func (r *runner) ready(err error) (wasReady bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State == StateStopping {
+	if r.st.State == StateStopping || r.parking {
 		return true
 	}
 	if err == nil {
@@ -215,6 +248,7 @@ func (r *runner) setDB(db *sql.DB) {
 	r.db = db
 	if db != nil {
 		r.started = time.Now()
+		r.active.seen()
 		r.applyConns()
 		if r.st.State == StateFailed {
 			r.st.State = StateStarting
