@@ -58,7 +58,10 @@ func TestFleetParksIdleTenantsAndWakesThem(t *testing.T) {
 	writeFile(t, file, entries...)
 	before := dbs[0].emit(t, names[0], 5, 1)
 	pubsub, got := receive(t)
-	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: testIdleAfter})
+	// Probes far apart beside the samples: a probe's connection, open for
+	// moments, is seen in few of them even on a busy machine.
+	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: testIdleAfter,
+		ProbeInterval: 400 * time.Millisecond})
 	got.waitFor(t, before)
 	for _, name := range names {
 		waitState(t, f, name, fleet.StateParked)
@@ -152,7 +155,7 @@ func TestFleetDoesNotParkABusyTenant(t *testing.T) {
 	writeFile(t, file, dbs[0].bySchema("busy"), dbs[1].bySchema("idle"))
 	pubsub, got := receive(t)
 	want := dbs[0].emit(t, "busy", 1, 1) // a tenant starts parked: this wakes it
-	const idleAfter = time.Second
+	const idleAfter = 2 * time.Second // ten times the events' spacing: room for a busy machine
 	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: idleAfter})
 	waitState(t, f, "busy", fleet.StateRunning)
 	var parked atomic.Bool
