@@ -155,7 +155,7 @@ func TestFleetDoesNotParkABusyTenant(t *testing.T) {
 	writeFile(t, file, dbs[0].bySchema("busy"), dbs[1].bySchema("idle"))
 	pubsub, got := receive(t)
 	want := dbs[0].emit(t, "busy", 1, 1) // a tenant starts parked: this wakes it
-	const idleAfter = 2 * time.Second // ten times the events' spacing: room for a busy machine
+	const idleAfter = 2 * time.Second    // ten times the events' spacing: room for a busy machine
 	f := runFleet(t, fleet.Config{File: file, Relay: relay.Config{Publisher: pubsub}, IdleAfter: idleAfter})
 	waitState(t, f, "busy", fleet.StateRunning)
 	var parked atomic.Bool
