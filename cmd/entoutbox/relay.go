@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -288,12 +289,7 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	if o.databasesFile != "" {
 		return o.runFleet(ctx, flags, w, redact)
 	}
-	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
-	if err != nil {
-		return err
-	}
-	tuneGC(o.cfg.MaxBytesInFlight)
-	stopTraces, err := startTraces(ctx, logger)
+	logger, wmLogger, stopTraces, err := o.start(ctx, w, redact)
 	if err != nil {
 		return err
 	}
@@ -324,15 +320,42 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 		return err
 	}
 	if reg != nil {
-		ops, err := startOpsServer(o.metricsAddr, reg, r.Ready, logger, redact, o.pprof)
+		stopOps, err := o.serveOps(reg, r.Ready, logger, redact)
 		if err != nil {
 			return err
 		}
-		defer ops.close()
-		ops.setAlive(true)
-		defer ops.setAlive(false)
+		defer stopOps()
 	}
 	return o.runLogged(ctx, r, logger, redact)
+}
+
+// start is what the relay and the fleet begin with: the loggers, the GC
+// tuned to the bytes in flight, and the traces, which stop ends.
+func (o *relayOptions) start(ctx context.Context, w io.Writer, redact redactor) (*slog.Logger, watermill.LoggerAdapter, func(), error) {
+	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tuneGC(o.cfg.MaxBytesInFlight)
+	stopTraces, err := startTraces(ctx, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return logger, wmLogger, stopTraces, nil
+}
+
+// serveOps serves reg's metrics (and pprof when asked) on --metrics-addr,
+// alive until stop.
+func (o *relayOptions) serveOps(reg *prometheus.Registry, ready func(context.Context) error, logger *slog.Logger, redact redactor) (stop func(), err error) {
+	ops, err := startOpsServer(o.metricsAddr, reg, ready, logger, redact, o.pprof)
+	if err != nil {
+		return nil, err
+	}
+	ops.setAlive(true)
+	return func() {
+		ops.setAlive(false)
+		ops.close()
+	}, nil
 }
 
 // startTraces exports traces as the OTEL_ environment variables say; stop

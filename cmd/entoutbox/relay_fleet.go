@@ -81,12 +81,7 @@ func fromGenericDatabaseURL(f *pflag.Flag) bool {
 // runFleet runs the relays of the databases file until ctx ends, logging
 // to w.
 func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.Writer, redact redactor) error {
-	logger, wmLogger, err := newLoggers(w, o.logLevel, o.logFormat, redact)
-	if err != nil {
-		return err
-	}
-	tuneGC(o.cfg.MaxBytesInFlight)
-	stopTraces, err := startTraces(ctx, logger)
+	logger, wmLogger, stopTraces, err := o.start(ctx, w, redact)
 	if err != nil {
 		return err
 	}
@@ -123,13 +118,11 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		// Ready once serving: each tenant's state is in the metrics
 		// (entoutbox_fleet_tenant_up), a tenant down is no reason to
 		// restart the process.
-		ops, err := startOpsServer(o.metricsAddr, reg, func(context.Context) error { return nil }, logger, redact, o.pprof)
+		stopOps, err := o.serveOps(reg, func(context.Context) error { return nil }, logger, redact)
 		if err != nil {
 			return err
 		}
-		defer ops.close()
-		ops.setAlive(true)
-		defer ops.setAlive(false)
+		defer stopOps()
 	}
 	if f := flags.Lookup("database-url"); f.Changed && fromGenericDatabaseURL(f) {
 		logger.Info("DATABASE_URL is ignored: the databases are those of --databases-file")
