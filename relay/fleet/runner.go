@@ -129,12 +129,8 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 		wait := backoff.Exponential(f.cfg.RetryInterval, f.cfg.MaxRetryInterval, attempt)
 		r.failed(err, wait)
 		log.Error("Tenant's relay failed; starting it again later", err, watermill.LogFields{"retry_in": wait.String(), "failures": attempt})
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return
-		case <-timer.C:
 		}
 	}
 }
@@ -189,12 +185,8 @@ func (r *runner) watchReady(ctx context.Context, rl *relay.Relay) {
 		if r.ready(err) {
 			wait = readyInterval
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !backoff.Sleep(ctx, wait) {
 			return
-		case <-timer.C:
 		}
 	}
 }

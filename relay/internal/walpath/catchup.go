@@ -177,7 +177,7 @@ func (s *walSession) untilDone(what string, fn func(context.Context) error) bool
 			s.src.cfg.Logger.Error("Sending the rows written before the replication slot's start: "+what+
 				" failed; trying again", err, watermill.LogFields{"slot": s.src.cfg.Slot})
 		}
-		if !sleepCtx(s.ctx, backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)) {
+		if !backoff.Sleep(s.ctx, backoff.Exponential(100*time.Millisecond, 5*time.Second, failures)) {
 			return false
 		}
 	}

@@ -114,7 +114,7 @@ func (w *Source) Run(ctx context.Context, e *engine.Engine) error {
 			}
 			stat.set(Standby, 0, nil)
 			failures = 0
-			if !sleepCtx(ctx, cfg.StandbyRetry) {
+			if !backoff.Sleep(ctx, cfg.StandbyRetry) {
 				return nil
 			}
 			continue
@@ -132,20 +132,9 @@ func (w *Source) Run(ctx context.Context, e *engine.Engine) error {
 				watermill.LogFields{"slot": cfg.Slot, "retry_in": wait.String(), "failures": failures})
 		}
 		stat.set(Connecting, 0, nil)
-		if !sleepCtx(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return nil
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
