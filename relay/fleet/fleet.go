@@ -138,8 +138,8 @@ type Fleet struct {
 	// elsewhere is the tenants another member of the fleet relays, with
 	// that member's id; changed by Run alone.
 	elsewhere map[string]string
-	metrics *tenantMetrics     // nil without Config.Metrics
-	fileErr string             // the last refused read of the file, "" after a good one
+	metrics   *tenantMetrics // nil without Config.Metrics
+	fileErr   string         // the last refused read of the file, "" after a good one
 }
 
 // New checks cfg and returns a fleet; Run starts it.
