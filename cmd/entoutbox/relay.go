@@ -43,7 +43,7 @@ type relayOptions struct {
 	databasesFile                                          string
 	fleetDatabaseURL, fleetMemberID                        string
 	pprof, fleetListen                                     bool
-	fleetIdleAfter, fleetMemberTimeout                     time.Duration
+	fleetIdleAfter, fleetMemberTimeout, fleetTurn          time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
@@ -167,6 +167,8 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
 	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
 		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
+	f.DurationVar(&o.fleetTurn, "fleet-turn", fleet.DefaultTurn, "with --databases-file: when more tenants have work than "+
+		"relays fit in --max-connections at once, each runs this long while others wait, then makes way")
 	f.StringVar(&o.fleetDatabaseURL, "fleet-database-url", "", "with --databases-file: a PostgreSQL database every process of the fleet "+
 		"reaches, where each records its heartbeat (table "+fleet.MembersTable+"); the processes given the same file and this URL divide "+
 		"the tenants, each relayed by one of them, and take a stopped or silent one's tenants (docs/tenants.md)")

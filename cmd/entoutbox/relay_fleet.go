@@ -42,6 +42,8 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 			return errors.New("--fleet-idle-after applies to the relays of --databases-file")
 		case flags.Changed("metrics-tenants"):
 			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
+		case flags.Changed("fleet-turn"):
+			return errors.New("--fleet-turn applies to the relays of --databases-file")
 		case o.fleetDatabaseURL != "":
 			return errors.New("--fleet-database-url applies to the processes of a fleet of --databases-file")
 		}
@@ -52,6 +54,9 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 	}
 	if u := o.fleetDatabaseURL; strings.HasPrefix(u, "mysql:") || strings.HasPrefix(u, "sqlite:") {
 		return errors.New("--fleet-database-url: the fleet's members are kept in a PostgreSQL database; give a postgres:// URL")
+	}
+	if o.fleetTurn <= 0 {
+		return fmt.Errorf("--fleet-turn %s: a positive duration", o.fleetTurn)
 	}
 	if o.fleetMemberTimeout <= 0 {
 		return fmt.Errorf("--fleet-member-timeout %s: a positive duration", o.fleetMemberTimeout)
@@ -111,7 +116,7 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		budget = fleet.DefaultMaxConnections
 	}
 	fc := fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
-		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Open: func(databaseURL string) (*sql.DB, error) {
+		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Turn: o.fleetTurn, Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
 		}}
 	if o.fleetDatabaseURL != "" {

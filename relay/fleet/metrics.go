@@ -95,7 +95,7 @@ type stateCollector struct {
 func newStateCollector(f *Fleet) *stateCollector {
 	return &stateCollector{f: f,
 		up: prometheus.NewDesc("entoutbox_fleet_tenant_up",
-			"1 when the tenant's relay runs and is ready, or is parked (idle, woken when work comes), else 0 (starting, unready, failed, stopping); "+
+			"1 when the tenant's relay runs and is ready, is parked (idle, woken when work comes) or waits its turn in the connection budget, else 0 (starting, unready, failed, stopping); "+
 				"under tenant=\""+OtherTenants+"\", how many of the tenants past the bound are.", []string{"tenant"}, nil),
 		failures: prometheus.NewDesc("entoutbox_fleet_tenant_failures",
 			"Failed starts of the tenant's relay since it was last ready (summed past the bound).", []string{"tenant"}, nil),
@@ -117,7 +117,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tenants, _ := c.f.Status()
 	type sums struct{ up, failures, conns float64 }
 	byLabel := map[string]*sums{}
-	byState := map[State]float64{StateStarting: 0, StateRunning: 0, StateUnready: 0, StateFailed: 0, StateStopping: 0, StateParked: 0}
+	byState := map[State]float64{StateStarting: 0, StateRunning: 0, StateUnready: 0, StateFailed: 0, StateStopping: 0, StateParked: 0, StateWaiting: 0}
 	if c.f.members != nil {
 		byState[StateElsewhere] = 0
 	}
@@ -132,7 +132,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			s = &sums{}
 			byLabel[label] = s
 		}
-		if t.State == StateRunning || t.State == StateParked {
+		if t.State == StateRunning || t.State == StateParked || t.State == StateWaiting {
 			s.up++
 		}
 		s.failures += float64(t.Failures)
