@@ -146,4 +146,3 @@ func watchTotalConnections(t *testing.T, db *sql.DB, prefix string) (peak func()
 	t.Cleanup(func() { cancel(); <-done })
 	return func() int { return int(most.Load()) }
 }
-
