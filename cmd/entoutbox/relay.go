@@ -42,6 +42,7 @@ type relayOptions struct {
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
 	fleetDatabaseURL, fleetMemberID                        string
+	registryURL, registryTable                             string
 	pprof, fleetListen                                     bool
 	fleetIdleAfter, fleetMemberTimeout, fleetTurn          time.Duration
 	metricsTenants                                         int
@@ -169,6 +170,10 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
 	f.DurationVar(&o.fleetTurn, "fleet-turn", fleet.DefaultTurn, "with --databases-file: when more tenants have work than "+
 		"relays fit in --max-connections at once, each runs this long while others wait, then makes way")
+	f.StringVar(&o.registryURL, "registry-database-url", "", "a PostgreSQL database whose registry table lists tenants' databases, "+
+		"a row each, re-read every second (docs/tenants.md): one relay each in this process, beside or instead of --databases-file's")
+	f.StringVar(&o.registryTable, "registry-table", fleet.DefaultRegistryTable, "with --registry-database-url: the registry table "+
+		"(name, database_url, schema), optionally schema.table")
 	f.StringVar(&o.fleetDatabaseURL, "fleet-database-url", "", "with --databases-file: a PostgreSQL database every process of the fleet "+
 		"reaches, where each records its heartbeat (table "+fleet.MembersTable+"); the processes given the same file and this URL divide "+
 		"the tenants, each relayed by one of them, and take a stopped or silent one's tenants (docs/tenants.md)")
@@ -235,7 +240,7 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
 	case o.cloudEventsPrefix != "" && o.cloudEventsSource == "":
 		return errors.New("--cloudevents-prefix needs --cloudevents-source")
-	case o.databasesFile == "" && o.maxConns < minRelayConns:
+	case !o.fleet() && o.maxConns < minRelayConns:
 		return fmt.Errorf("--max-connections %d: the relay needs at least %d", o.maxConns, minRelayConns)
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL && path != relay.PathPoll:
 		return fmt.Errorf("--path %q: want %s, %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL, relay.PathPoll)
@@ -296,7 +301,7 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	if err := o.check(flags); err != nil {
 		return err
 	}
-	if o.databasesFile != "" {
+	if o.fleet() {
 		return o.runFleet(ctx, flags, w, redact)
 	}
 	logger, wmLogger, stopTraces, err := o.start(ctx, w, redact)

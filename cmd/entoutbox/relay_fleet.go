@@ -31,11 +31,17 @@ var fleetRefusedFlags = map[string]string{
 	"poll-only":           "the fleet's relays poll unless --fleet-listen",
 }
 
+// fleet tells whether the command runs a fleet: tenants from a file, a
+// registry table or both.
+func (o *relayOptions) fleet() bool { return o.databasesFile != "" || o.registryURL != "" }
+
 // checkFleet refuses, with --databases-file, a flag of one database and a
 // path the fleet does not run; without it, a fleet's own flag.
 func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
-	if o.databasesFile == "" {
+	if !o.fleet() {
 		switch {
+		case flags.Changed("registry-table"):
+			return errors.New("--registry-table names the table of --registry-database-url")
 		case o.fleetListen:
 			return errors.New("--fleet-listen applies to the relays of --databases-file")
 		case flags.Changed("fleet-idle-after"):
@@ -54,6 +60,9 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 	}
 	if u := o.fleetDatabaseURL; strings.HasPrefix(u, "mysql:") || strings.HasPrefix(u, "sqlite:") {
 		return errors.New("--fleet-database-url: the fleet's members are kept in a PostgreSQL database; give a postgres:// URL")
+	}
+	if u := o.registryURL; strings.HasPrefix(u, "mysql:") || strings.HasPrefix(u, "sqlite:") {
+		return errors.New("--registry-database-url: the registry table is read from a PostgreSQL database; give a postgres:// URL")
 	}
 	if o.fleetTurn <= 0 {
 		return fmt.Errorf("--fleet-turn %s: a positive duration", o.fleetTurn)
@@ -119,6 +128,15 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Turn: o.fleetTurn, Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
 		}}
+	if o.registryURL != "" {
+		registry, err := openServiceDB(o.registryURL, relayApplicationName, logger, redact)
+		if err != nil {
+			return fmt.Errorf("--registry-database-url: %w", err)
+		}
+		defer registry.Close()
+		registry.SetMaxOpenConns(1) // one read every second
+		fc.Registry, fc.RegistryTable = registry, o.registryTable
+	}
 	if o.fleetDatabaseURL != "" {
 		members, err := openServiceDB(o.fleetDatabaseURL, relayApplicationName, logger, redact)
 		if err != nil {
@@ -153,7 +171,7 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 	if f := flags.Lookup("database-url"); f.Changed && fromGenericDatabaseURL(f) {
 		logger.Info("DATABASE_URL is ignored: the databases are those of --databases-file")
 	}
-	logger.Info("Relay fleet starting", "databases_file", o.databasesFile, "broker", redact.String(o.brokerURL), "path", o.path,
+	logger.Info("Relay fleet starting", "databases_file", o.databasesFile, "registry", o.registryURL != "", "broker", redact.String(o.brokerURL), "path", o.path,
 		"max_connections", budget, "shared", o.fleetDatabaseURL != "")
 	if err := f.Run(ctx); err != nil {
 		return err

@@ -173,3 +173,39 @@ func TestRelayDatabasesFileMetrics(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.NoError(t, r.stop())
 }
+
+// --registry-database-url relays the tenants of the registry table, a
+// row each, without a databases file.
+func TestRelayRegistryTable(t *testing.T) {
+	requireNATS(t)
+	acme := outboxDB(t)
+	registry := pgtest.New(t)
+	_, err := registry.DB.Exec(fleet.RegistryTableDDL("tenants"))
+	require.NoError(t, err)
+	_, err = registry.DB.Exec(`INSERT INTO tenants (name, database_url, schema) VALUES ('acme', $1, $2)`, pgtest.ServerURL(), acme.Schema)
+	require.NoError(t, err)
+	id := uuid.NewString()
+	_, err = acme.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
+		VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', now())`, id)
+	require.NoError(t, err)
+	prefix := "registry_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
+	got := receiveTenants(t, prefix)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCommand()
+		cmd.SetOut(logs)
+		cmd.SetErr(logs)
+		cmd.SetArgs([]string{"relay", "--registry-database-url", registry.URL, "--registry-table", "tenants",
+			"--broker", "nats://" + testNATS, "--topic-prefix", prefix})
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	require.Eventually(t, func() bool { return len(got.snapshot()) == 1 }, patience, 50*time.Millisecond,
+		"the registry's tenant's event arrives; logs:\n%s", logs)
+	require.Equal(t, map[string]string{id: "acme"}, got.snapshot())
+	cancel()
+	require.NoError(t, <-done)
+}

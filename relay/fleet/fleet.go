@@ -24,8 +24,15 @@ import (
 // Config configures a Fleet.
 type Config struct {
 	// File is the path of the databases file (see File), read every
-	// Reload. Required.
+	// Reload. File, Registry or both are required.
 	File string
+	// Registry is a PostgreSQL database whose registry table
+	// (RegistryTable, DefaultRegistryTable when empty; see
+	// RegistryTableDDL) lists tenants, a row each, read every Reload:
+	// the operator's tooling adds and removes tenants with INSERT and
+	// DELETE. With File as well, the tenants of both are relayed.
+	Registry      *sql.DB
+	RegistryTable string
 	// Relay is the settings every tenant's relay runs with: its Publisher
 	// (shared by all), its path and tunings. DB and Tenant must be unset:
 	// each tenant's are its own. Fast.PollOnly is set unless Listen.
@@ -146,8 +153,8 @@ type Fleet struct {
 // New checks cfg and returns a fleet; Run starts it.
 func New(cfg Config) (*Fleet, error) {
 	switch {
-	case cfg.File == "":
-		return nil, errors.New("fleet: Config.File is empty; name the databases file")
+	case cfg.File == "" && cfg.Registry == nil:
+		return nil, errors.New("fleet: Config.File is empty and Config.Registry nil; name the databases file, or the registry's database")
 	case cfg.Relay.DB != nil:
 		return nil, errors.New("fleet: Config.Relay.DB is set; each tenant's relay gets a pool on its own database")
 	case cfg.Relay.Tenant != "":
@@ -167,6 +174,9 @@ func New(cfg Config) (*Fleet, error) {
 			"must not be negative")
 	case cfg.Members == nil && (cfg.MemberID != "" || cfg.MemberTimeout != 0):
 		return nil, errors.New("fleet: Config.MemberID and MemberTimeout name this process among Config.Members, which is nil")
+	}
+	if err := cfg.source().check(); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	setDefaults(&cfg)
 	id := make([]byte, 4)
@@ -217,6 +227,10 @@ func setDefaults(cfg *Config) {
 	}
 }
 
+func (cfg Config) source() Source {
+	return Source{File: cfg.File, Registry: cfg.Registry, RegistryTable: cfg.RegistryTable}
+}
+
 func cmpOr[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
@@ -230,7 +244,7 @@ func cmpOr[T comparable](v, def T) T {
 // file cannot be read or is refused at the start; later, a refused file
 // is logged and the tenants of the last good one go on.
 func (f *Fleet) Run(ctx context.Context) error {
-	data, tenants, err := readFile(f.cfg.File)
+	data, tenants, err := f.cfg.source().read(ctx)
 	if err != nil {
 		return err
 	}
@@ -263,7 +277,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			continue
 		case <-tick.C:
 		}
-		next, read, err := readFile(f.cfg.File)
+		next, read, err := f.cfg.source().read(ctx)
 		f.setFileError(err, next == nil)
 		if err != nil || bytes.Equal(next, data) {
 			continue
@@ -283,8 +297,8 @@ func (f *Fleet) setFileError(err error, unread bool) {
 		return
 	}
 	if err.Error() != f.fileErr {
-		f.logger.Error("Databases file refused; the tenants of its last good version go on", err,
-			watermill.LogFields{"file": f.cfg.File, "unreadable": unread})
+		f.logger.Error("Tenants' source refused; the tenants of its last good version go on", err,
+			watermill.LogFields{"file": f.cfg.File, "registry": f.cfg.Registry != nil, "unreadable": unread})
 	}
 	f.fileErr = err.Error()
 }
