@@ -31,6 +31,33 @@ var fleetRefusedFlags = map[string]string{
 	"poll-only":           "the fleet's relays poll unless --fleet-listen",
 }
 
+// addFleetFlags adds the flags of a fleet: where its tenants are listed,
+// how their relays share the budget and the processes share the tenants.
+func (o *relayOptions) addFleetFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.databasesFile, "databases-file", "", "JSON file of the tenants' databases, one relay each in this process, "+
+		`re-read every second: {"tenants": [{"name": "acme", "database_url": "postgres://…", "schema": "acme"}]} (docs/tenants.md); `+
+		"instead of --database-url; --max-connections is then the budget of all their pools (default 100)")
+	f.BoolVar(&o.fleetListen, "fleet-listen", false, "with --databases-file: each tenant's relay LISTENs for new rows "+
+		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
+	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
+		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
+	f.DurationVar(&o.fleetTurn, "fleet-turn", fleet.DefaultTurn, "with --databases-file: when more tenants have work than "+
+		"relays fit in --max-connections at once, each runs this long while others wait, then makes way")
+	f.StringVar(&o.registryURL, "registry-database-url", "", "a PostgreSQL database whose registry table lists tenants' databases, "+
+		"a row each, re-read every second (docs/tenants.md): one relay each in this process, beside or instead of --databases-file's")
+	f.StringVar(&o.registryTable, "registry-table", fleet.DefaultRegistryTable, "with --registry-database-url: the registry table "+
+		"(name, database_url, schema), optionally schema.table")
+	f.StringVar(&o.fleetDatabaseURL, "fleet-database-url", "", "with --databases-file: a PostgreSQL database every process of the fleet "+
+		"reaches, where each records its heartbeat (table "+fleet.MembersTable+"); the processes given the same file and this URL divide "+
+		"the tenants, each relayed by one of them, and take a stopped or silent one's tenants (docs/tenants.md)")
+	f.StringVar(&o.fleetMemberID, "fleet-member-id", "", "with --fleet-database-url: this process's name among the fleet's "+
+		"(default host name, pid and a random suffix); each process needs its own")
+	f.DurationVar(&o.fleetMemberTimeout, "fleet-member-timeout", fleet.DefaultMemberTimeout, "with --fleet-database-url: how long "+
+		"a process may go without a heartbeat before the others take its tenants")
+	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
+		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
+}
+
 // fleet tells whether the command runs a fleet: tenants from a file, a
 // registry table or both.
 func (o *relayOptions) fleet() bool { return o.databasesFile != "" || o.registryURL != "" }
