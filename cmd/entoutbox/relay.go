@@ -42,7 +42,7 @@ type relayOptions struct {
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
 	pprof, fleetListen                                     bool
-	fleetIdleAfter                                         time.Duration
+	fleetIdleAfter, fleetBacklogInterval                   time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
@@ -166,6 +166,9 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
 	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
 		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
+	f.DurationVar(&o.fleetBacklogInterval, "fleet-backlog-interval", fleet.DefaultBacklogInterval, "with --databases-file and "+
+		"--metrics-addr: read every tenant's backlog (pending events, oldest age, dead letters) for /metrics this often, "+
+		"one connection per database URL at a time")
 	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
 		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -41,11 +41,16 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 			return errors.New("--fleet-idle-after applies to the relays of --databases-file")
 		case flags.Changed("metrics-tenants"):
 			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
+		case flags.Changed("fleet-backlog-interval"):
+			return errors.New("--fleet-backlog-interval applies to the metrics of --databases-file's tenants")
 		}
 		return nil
 	}
 	if o.fleetIdleAfter < 0 {
 		return fmt.Errorf("--fleet-idle-after %s: a duration, or 0 to never park a tenant", o.fleetIdleAfter)
+	}
+	if o.fleetBacklogInterval <= 0 {
+		return fmt.Errorf("--fleet-backlog-interval %s: a positive duration", o.fleetBacklogInterval)
 	}
 	if o.metricsTenants < 1 {
 		return fmt.Errorf("--metrics-tenants %d: at least 1 tenant keeps its label", o.metricsTenants)
@@ -115,6 +120,9 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		return err
 	}
 	if reg != nil {
+		if err := f.WatchBacklogs(ctx, fleet.BacklogConfig{Interval: o.fleetBacklogInterval}); err != nil {
+			return err
+		}
 		// Ready once serving: each tenant's state is in the metrics
 		// (entoutbox_fleet_tenant_up), a tenant down is no reason to
 		// restart the process.
