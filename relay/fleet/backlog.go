@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/tenantread"
 )
 
 // BacklogConfig tells WatchBacklogs how to read the tenants' backlogs.
@@ -190,7 +190,7 @@ func (c *backlogCollector) forget(byURL map[string][]Tenant) {
 }
 
 // store records the reads of tenants; err, when set, is every one's.
-func (c *backlogCollector) store(tenants []Tenant, reads []tenantRead, err error) {
+func (c *backlogCollector) store(tenants []Tenant, reads []tenantread.Backlog, err error) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -202,14 +202,14 @@ func (c *backlogCollector) store(tenants []Tenant, reads []tenantRead, err error
 		}
 		readErr := err
 		if readErr == nil {
-			readErr = reads[i].err
+			readErr = reads[i].Err
 		}
 		if readErr != nil {
 			b.err = readErr
 			continue
 		}
 		r := reads[i]
-		*b = tenantBacklog{read: true, worked: now, pending: r.pending, oldestAge: r.oldestAge, dead: r.dead, held: r.held}
+		*b = tenantBacklog{read: true, worked: now, pending: r.Pending, oldestAge: r.OldestAge.Seconds(), dead: r.DeadLetters, held: r.Held}
 	}
 }
 
@@ -271,19 +271,10 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// tenantRead is what one read found in one tenant's outbox, or why it
-// could not.
-type tenantRead struct {
-	err                 error
-	pending, dead, held int64
-	oldestAge           float64
-}
-
 // readDatabase reads the backlog of tenants, all of database url, on one
-// connection: each tenant's tables in its schema as the search_path (the
-// URL's own for a tenant without a schema), as its relay connects. err
-// is the database's failure, every tenant's.
-func (c *backlogCollector) readDatabase(ctx context.Context, url string, tenants []Tenant) ([]tenantRead, error) {
+// connection of a pool opened for the read and closed after it. err is
+// the database's failure, every tenant's.
+func (c *backlogCollector) readDatabase(ctx context.Context, url string, tenants []Tenant) ([]tenantread.Backlog, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	db, err := c.f.cfg.Open(url)
@@ -292,58 +283,9 @@ func (c *backlogCollector) readDatabase(ctx context.Context, url string, tenants
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to read the backlog: %w", err)
+	schemas := make([]string, len(tenants))
+	for i, t := range tenants {
+		schemas[i] = t.Schema
 	}
-	defer conn.Close()
-	var urlPath string
-	if err := conn.QueryRowContext(ctx, `SELECT current_setting('search_path')`).Scan(&urlPath); err != nil {
-		return nil, fmt.Errorf("reading the search_path: %w", err)
-	}
-	t := c.f.tables()
-	reads := make([]tenantRead, len(tenants))
-	for i, tenant := range tenants {
-		path := urlPath
-		if tenant.Schema != "" {
-			path = pgsql.QuoteIdent(tenant.Schema)
-		}
-		if _, err := conn.ExecContext(ctx, `SELECT set_config('search_path', $1, false)`, path); err != nil {
-			reads[i].err = fmt.Errorf("setting the search_path to %s: %w", path, err)
-			continue
-		}
-		reads[i] = readTenant(ctx, conn, t, c.cfg.MaxCount)
-	}
-	return reads, nil
-}
-
-// readTenant reads one tenant's backlog in the connection's search_path.
-func readTenant(ctx context.Context, q outboxdb.Querier, t outboxdb.Tables, maxCount int) tenantRead {
-	p, err := outboxdb.ReadPending(ctx, q, t, maxCount)
-	if err != nil {
-		return tenantRead{err: err}
-	}
-	r := tenantRead{pending: p.Count}
-	if !p.Oldest.IsZero() {
-		r.oldestAge = max(p.At.Sub(p.Oldest).Seconds(), 0)
-	}
-	open, err := outboxdb.ReadOpenDeadLetters(ctx, q, t, maxCount)
-	if err != nil {
-		return tenantRead{err: err}
-	}
-	r.dead = open.Relay + open.Consumer
-	exists, err := t.TableExists(ctx, q, t.Positions)
-	if err != nil {
-		return tenantRead{err: fmt.Errorf("looking for the consumer positions: %w", err)}
-	}
-	if exists {
-		held, err := outboxdb.CountHeld(ctx, q, t, maxCount)
-		if err != nil {
-			return tenantRead{err: fmt.Errorf("counting held aggregates: %w", err)}
-		}
-		for _, n := range held {
-			r.held += n
-		}
-	}
-	return r
+	return tenantread.ReadDatabase(ctx, db, c.f.tables(), schemas, c.cfg.MaxCount)
 }
