@@ -35,6 +35,13 @@
 // database in one statement on a connection it opens and closes, and
 // starts the relay of each tenant whose outbox has work.
 //
+// Metrics: with Config.Metrics, each tenant's relay's metrics carry the
+// label tenant (bounded by Config.MetricsTenants, the rest summed under
+// OtherTenants), beside the tenants' states; WatchBacklogs adds each
+// tenant's backlog (pending events, oldest age, dead letters, held
+// aggregates), read every BacklogConfig.Interval on one connection per
+// database URL, never served stale for a tenant that cannot be read.
+//
 // The package lives under relay since it only schedules relays, through
 // relay's public API; the entoutbox relay command runs it with
 // --databases-file.
