@@ -121,36 +121,39 @@ func newBacklogCollector(f *Fleet, cfg BacklogConfig) *backlogCollector {
 }
 
 // run reads every tenant's backlog at once, then every Interval, until
-// ctx ends.
+// ctx ends. While the fleet lists no tenant yet (Run has not read the
+// file), it looks again every second rather than wait a whole Interval.
 func (c *backlogCollector) run(ctx context.Context) {
-	tick := time.NewTicker(c.cfg.Interval)
-	defer tick.Stop()
 	for {
-		c.readAll(ctx)
+		wait := c.cfg.Interval
+		if c.readAll(ctx) == 0 {
+			wait = min(wait, time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 		}
 	}
 }
 
 // readAll reads the tenants of each database URL in turn, storing each
-// URL's reads as they come.
-func (c *backlogCollector) readAll(ctx context.Context) {
+// URL's reads as they come, and returns how many databases it read.
+func (c *backlogCollector) readAll(ctx context.Context) int {
 	byURL := c.f.tenantsByDatabase()
 	c.forget(byURL)
 	for _, url := range slices.Sorted(maps.Keys(byURL)) {
 		if ctx.Err() != nil {
-			return
+			break
 		}
 		tenants := byURL[url]
 		reads, err := c.readDatabase(ctx, url, tenants)
 		if ctx.Err() != nil {
-			return // the fleet stops: its last reads are not the database's failure
+			break // the fleet stops: its last reads are not the database's failure
 		}
 		c.store(tenants, reads, err)
 	}
+	return len(byURL)
 }
 
 // tenantsByDatabase is the fleet's tenants, by their database URL.
