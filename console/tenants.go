@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -80,7 +81,7 @@ func checkTenantsConfig(cfg *Config) error {
 func (c *Console) tenantRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /{$}", c.tenantsPage)
 	m.HandleFunc("GET /t/{tenant}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, c.cfg.BasePath+"/t/"+r.PathValue("tenant")+"/", http.StatusSeeOther)
+		http.Redirect(w, r, c.cfg.BasePath+"/t/"+url.PathEscape(r.PathValue("tenant"))+"/", http.StatusSeeOther)
 	})
 	m.HandleFunc("/t/{tenant}/{rest...}", c.tenantPage)
 }
@@ -148,12 +149,12 @@ func (c *Console) tenantsPage(w http.ResponseWriter, r *http.Request) {
 	c.renderView(w, r, "tenants", http.StatusOK, view{Title: "tenants", Nav: "tenants", Refresh: refresh, Data: data})
 }
 
-// readTenants reads the backlog of schemas of database url on one
+// readTenants reads the backlog of schemas of database databaseURL on one
 // connection opened for it.
-func (c *Console) readTenants(ctx context.Context, url string, schemas []string) ([]tenantread.Backlog, error) {
+func (c *Console) readTenants(ctx context.Context, databaseURL string, schemas []string) ([]tenantread.Backlog, error) {
 	ctx, cancel := context.WithTimeout(ctx, tenantsReadTimeout)
 	defer cancel()
-	db, err := c.cfg.Open(url)
+	db, err := c.cfg.Open(databaseURL)
 	if err != nil {
 		return nil, err
 	}
