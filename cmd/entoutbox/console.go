@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/entoutbox/entoutbox/console"
+	"github.com/entoutbox/entoutbox/internal/pgdial"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 func newConsoleCommand() *cobra.Command {
@@ -18,6 +23,7 @@ func newConsoleCommand() *cobra.Command {
 		databaseURL, addr, token string
 		table, deadLetterTable   string
 		scheduledTable           string
+		databasesFile            string
 		readOnly                 bool
 		refresh                  time.Duration
 		loginAttempts            int
@@ -34,25 +40,40 @@ It binds to loopback by default. Any other address needs --token: give it as
 "Authorization: Bearer TOKEN", as the password of basic auth, or on the login
 page. A client address that gets the token wrong --login-attempts times in
 a minute is refused (429) until the minute ends. Every action is a POST
-carrying a CSRF token. --read-only hides and refuses retry and discard.`,
+carrying a CSRF token. --read-only hides and refuses retry and discard.
+
+With --databases-file (the relay fleet's file of tenants) it serves the
+tenants: a page of every tenant's pending events, oldest age and dead
+letters (or why it could not be read), and each tenant's own pages under
+/t/TENANT/. A tenant's pool is opened when its pages are asked for, holds
+at most 2 connections, and is closed after 5 minutes without a request.`,
 		Example: `  entoutbox console --addr 127.0.0.1:8080
-  entoutbox console --addr :8080 --token "$(openssl rand -hex 16)" --read-only`,
+  entoutbox console --addr :8080 --token "$(openssl rand -hex 16)" --read-only
+  entoutbox console --databases-file /etc/entoutbox/databases.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := console.ListenCheck(addr, token); err != nil {
 				return err
 			}
-			db, err := openDB(databaseURL)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			if err := checkTables(cmd.Context(), db, table, deadLetterTable); err != nil {
-				return err
-			}
-			h, err := console.New(console.Config{DB: db, Table: table, DeadLetterTable: deadLetterTable,
+			cfg := console.Config{Table: table, DeadLetterTable: deadLetterTable,
 				ScheduledTable: scheduledTable, Token: token,
-				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts})
+				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts}
+			if databasesFile != "" {
+				if err := consoleTenants(cmd.Flags(), databasesFile, &cfg); err != nil {
+					return err
+				}
+			} else {
+				db, err := openDB(databaseURL)
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				if err := checkTables(cmd.Context(), db, table, deadLetterTable); err != nil {
+					return err
+				}
+				cfg.DB = db
+			}
+			h, err := console.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -81,10 +102,44 @@ carrying a CSRF token. --read-only hides and refuses retry and discard.`,
 	f := cmd.Flags()
 	f.StringVar(&deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.StringVar(&scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
+	f.StringVar(&databasesFile, "databases-file", "", "JSON file of the tenants' databases (the relay's --databases-file): "+
+		"serve every tenant, each under /t/TENANT/, instead of --database-url")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs --token")
 	f.StringVar(&token, "token", "", "token every request must carry (Bearer, basic auth password, or the login page); env ENTOUTBOX_TOKEN")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse retry and discard")
 	f.IntVar(&loginAttempts, "login-attempts", 10, "failed token attempts a client address may make in a minute (negative: no limit)")
 	f.DurationVar(&refresh, "refresh", 5*time.Second, "how often the overview reloads itself (negative: never)")
 	return cmd
+}
+
+// consoleTenants makes cfg a console of the tenants of the databases file,
+// read again on every request so that the console follows it as the
+// fleet does. --database-url (ENTOUTBOX_DATABASE_URL) is refused with it.
+func consoleTenants(flags *pflag.FlagSet, file string, cfg *console.Config) error {
+	if err := checkFleetStatus(flags); err != nil {
+		return err
+	}
+	read := func() ([]console.Tenant, error) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("reading the databases file: %w", err)
+		}
+		tenants, err := fleet.ParseFile(data)
+		if err != nil {
+			return nil, fmt.Errorf("databases file %s: %w", file, err)
+		}
+		out := make([]console.Tenant, len(tenants))
+		for i, t := range tenants {
+			out[i] = console.Tenant{Name: t.Name, DatabaseURL: t.DatabaseURL, Schema: t.Schema}
+		}
+		return out, nil
+	}
+	if _, err := read(); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	cfg.Tenants = read
+	cfg.Open = func(databaseURL string) (*sql.DB, error) {
+		return openDBWith(databaseURL, pgdial.Options{ApplicationName: "entoutbox console"})
+	}
+	return nil
 }

@@ -44,6 +44,7 @@ type relayOptions struct {
 	registryURL, registryTable                             string
 	pprof, fleetListen                                     bool
 	fleetIdleAfter, fleetMemberTimeout, fleetTurn          time.Duration
+	fleetBacklogInterval                                   time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config

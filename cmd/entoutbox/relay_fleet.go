@@ -54,6 +54,9 @@ func (o *relayOptions) addFleetFlags(f *pflag.FlagSet) {
 		"(default host name, pid and a random suffix); each process needs its own")
 	f.DurationVar(&o.fleetMemberTimeout, "fleet-member-timeout", fleet.DefaultMemberTimeout, "with --fleet-database-url: how long "+
 		"a process may go without a heartbeat before the others take its tenants")
+	f.DurationVar(&o.fleetBacklogInterval, "fleet-backlog-interval", fleet.DefaultBacklogInterval, "with --databases-file and "+
+		"--metrics-addr: read every tenant's backlog (pending events, oldest age, dead letters) for /metrics this often, "+
+		"one connection per database URL at a time")
 	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
 		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 }
@@ -79,6 +82,8 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 			return errors.New("--fleet-turn applies to the relays of --databases-file")
 		case o.fleetDatabaseURL != "":
 			return errors.New("--fleet-database-url applies to the processes of a fleet of --databases-file")
+		case flags.Changed("fleet-backlog-interval"):
+			return errors.New("--fleet-backlog-interval applies to the metrics of --databases-file's tenants")
 		}
 		return nil
 	}
@@ -99,6 +104,9 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 	}
 	if o.fleetIdleAfter < 0 {
 		return fmt.Errorf("--fleet-idle-after %s: a duration, or 0 to never park a tenant", o.fleetIdleAfter)
+	}
+	if o.fleetBacklogInterval <= 0 {
+		return fmt.Errorf("--fleet-backlog-interval %s: a positive duration", o.fleetBacklogInterval)
 	}
 	if o.metricsTenants < 1 {
 		return fmt.Errorf("--metrics-tenants %d: at least 1 tenant keeps its label", o.metricsTenants)
@@ -186,6 +194,9 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		return err
 	}
 	if reg != nil {
+		if err := f.WatchBacklogs(ctx, fleet.BacklogConfig{Interval: o.fleetBacklogInterval}); err != nil {
+			return err
+		}
 		// Ready once serving: each tenant's state is in the metrics
 		// (entoutbox_fleet_tenant_up), a tenant down is no reason to
 		// restart the process.

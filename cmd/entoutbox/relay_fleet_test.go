@@ -49,6 +49,10 @@ func TestRelayDatabasesFileRefusals(t *testing.T) {
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-database-url", "postgres://127.0.0.1/fleet",
 		"--fleet-member-timeout", "0s")
 	require.EqualError(t, err, "--fleet-member-timeout 0s: a positive duration")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-backlog-interval", "1m")
+	require.EqualError(t, err, "--fleet-backlog-interval applies to the metrics of --databases-file's tenants")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-backlog-interval", "0s")
+	require.EqualError(t, err, "--fleet-backlog-interval 0s: a positive duration")
 	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "relay", "--broker", "mem://", "--databases-file", file)
 	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop it")
 }
@@ -156,7 +160,7 @@ func TestRelayDatabasesFileMetrics(t *testing.T) {
 		require.NoError(t, err)
 	}
 	r := startRelay(t, "relay", "--databases-file", file, "--broker", "mem://", "--metrics-addr", "127.0.0.1:0",
-		"--metrics-tenants", "1", "--poll-interval", "100ms", "--log-format", "json")
+		"--metrics-tenants", "1", "--poll-interval", "100ms", "--log-format", "json", "--fleet-backlog-interval", "100ms")
 	addr := r.opsAddr(t)
 	var body string
 	require.Eventually(t, func() bool {
@@ -166,6 +170,13 @@ func TestRelayDatabasesFileMetrics(t *testing.T) {
 			strings.Contains(body, `entoutbox_fleet_tenant_up{tenant="_other"} 2`+"\n")
 	}, patience, 100*time.Millisecond, "acme counts under its name, globex and initech under _other")
 	require.Contains(t, body, `entoutbox_fleet_tenant_up{tenant="acme"} 1`+"\n")
+	require.Eventually(t, func() bool {
+		_, body = get(t, addr, "/metrics")
+		return strings.Contains(body, `entoutbox_fleet_tenant_pending_events{tenant="acme"} 0`+"\n") &&
+			strings.Contains(body, `entoutbox_fleet_tenant_pending_events{tenant="_other"} 0`+"\n") &&
+			strings.Contains(body, `entoutbox_fleet_tenant_backlog_unread{tenant="_other"} 0`+"\n")
+	}, patience, 100*time.Millisecond, "the tenants' backlog, read and relayed")
+	require.Contains(t, body, `entoutbox_fleet_tenant_dead_letters{tenant="acme"} 0`+"\n")
 	require.NotContains(t, body, `tenant="globex"`)
 	require.NotContains(t, body, `tenant="initech"`)
 	require.Contains(t, body, "go_goroutines", "the runtime's metrics too")

@@ -198,6 +198,7 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 // first.
 func (f *Fleet) takeTurn(ctx context.Context, r *runner, log watermill.LoggerAdapter) bool {
 	if f.turns.tryAcquire() {
+		r.setWaiting(false)
 		return true
 	}
 	r.setWaiting(true)
