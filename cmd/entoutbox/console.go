@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +23,7 @@ func newConsoleCommand() *cobra.Command {
 		table, deadLetterTable   string
 		scheduledTable           string
 		databasesFile            string
+		registryURL, registryTbl string
 		readOnly                 bool
 		refresh                  time.Duration
 		loginAttempts            int
@@ -58,8 +58,18 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 			cfg := console.Config{Table: table, DeadLetterTable: deadLetterTable,
 				ScheduledTable: scheduledTable, Token: token,
 				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts}
-			if databasesFile != "" {
-				if err := consoleTenants(cmd.Flags(), databasesFile, &cfg); err != nil {
+			if databasesFile != "" || registryURL != "" {
+				src := fleet.Source{File: databasesFile, RegistryTable: registryTbl}
+				if registryURL != "" {
+					registry, err := openDB(registryURL)
+					if err != nil {
+						return fmt.Errorf("console: --registry-database-url: %w", err)
+					}
+					defer registry.Close()
+					registry.SetMaxOpenConns(1)
+					src.Registry = registry
+				}
+				if err := consoleTenants(cmd.Flags(), src, &cfg); err != nil {
 					return err
 				}
 			} else {
@@ -104,6 +114,9 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 	f.StringVar(&scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
 	f.StringVar(&databasesFile, "databases-file", "", "JSON file of the tenants' databases (the relay's --databases-file): "+
 		"serve every tenant, each under /t/TENANT/, instead of --database-url")
+	f.StringVar(&registryURL, "registry-database-url", "", "the relay fleet's registry database (its --registry-database-url): "+
+		"serve its table's tenants too, as with --databases-file")
+	f.StringVar(&registryTbl, "registry-table", "", "the registry table (default "+fleet.DefaultRegistryTable+")")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve on; one that is not loopback needs --token")
 	f.StringVar(&token, "token", "", "token every request must carry (Bearer, basic auth password, or the login page); env ENTOUTBOX_TOKEN")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse retry and discard")
@@ -112,21 +125,18 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 	return cmd
 }
 
-// consoleTenants makes cfg a console of the tenants of the databases file,
-// read again on every request so that the console follows it as the
-// fleet does. --database-url (ENTOUTBOX_DATABASE_URL) is refused with it.
-func consoleTenants(flags *pflag.FlagSet, file string, cfg *console.Config) error {
+// consoleTenants makes cfg a console of the tenants of src (the fleet's
+// file, registry or both), read again on every request so that the
+// console follows them as the fleet does. --database-url
+// (ENTOUTBOX_DATABASE_URL) is refused with it.
+func consoleTenants(flags *pflag.FlagSet, src fleet.Source, cfg *console.Config) error {
 	if err := checkFleetStatus(flags); err != nil {
 		return err
 	}
 	read := func() ([]console.Tenant, error) {
-		data, err := os.ReadFile(file)
+		tenants, err := src.Read(context.Background())
 		if err != nil {
-			return nil, fmt.Errorf("reading the databases file: %w", err)
-		}
-		tenants, err := fleet.ParseFile(data)
-		if err != nil {
-			return nil, fmt.Errorf("databases file %s: %w", file, err)
+			return nil, err
 		}
 		out := make([]console.Tenant, len(tenants))
 		for i, t := range tenants {

@@ -132,3 +132,40 @@ func TestConsoleServesTheTenantsOfADatabasesFile(t *testing.T) {
 		t.Fatal("the console did not stop")
 	}
 }
+
+// With --registry-database-url the console serves the tenants of the
+// registry table, read again on each request.
+func TestConsoleServesTheTenantsOfARegistry(t *testing.T) {
+	acme := outboxDB(t)
+	registry := pgtest.New(t)
+	_, err := registry.DB.Exec(fleet.RegistryTableDDL(fleet.DefaultRegistryTable))
+	require.NoError(t, err)
+	pr, pw := io.Pipe()
+	cmd := newRootCommand()
+	cmd.SetOut(pw)
+	cmd.SetErr(pw)
+	cmd.SetArgs([]string{"console", "--addr", "127.0.0.1:0", "--registry-database-url", registry.URL})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	u := strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(line, "entoutbox console on ")), "/")
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	page := func(path string) string {
+		resp, err := http.Get(u + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		return string(body)
+	}
+	require.Contains(t, page("/"), "0 of 0 read")
+	_, err = registry.DB.Exec(`INSERT INTO entoutbox_tenants (name, database_url, schema) VALUES ('acme', $1, $2)`,
+		pgtest.ServerURL(), acme.Schema)
+	require.NoError(t, err)
+	require.Contains(t, page("/"), `id="tenant-acme"`, "the table read again")
+	require.Contains(t, page("/t/acme/"), `id="pending">0<`)
+	cancel()
+	require.NoError(t, <-done)
+}
