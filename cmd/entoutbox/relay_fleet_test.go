@@ -78,23 +78,34 @@ func TestRelayDatabasesFile(t *testing.T) {
 	prefix := "fleet_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
 	got := receiveTenants(t, prefix)
 
+	logs, stop := runInBackground("relay", "--databases-file", file, "--broker", "nats://"+testNATS, "--topic-prefix", prefix)
+	defer stop() //nolint:errcheck // stopped below, this is for a failed test
+	require.Eventually(t, func() bool { return len(got.snapshot()) == len(want) }, patience, 50*time.Millisecond,
+		"every tenant's event arrives; logs:\n%s", logs)
+	require.Equal(t, want, got.snapshot(), "each event carries its tenant")
+	require.NoError(t, stop())
+	require.Contains(t, logs.String(), "Relay fleet stopped")
+}
+
+// runInBackground runs the command in this process with args until
+// stop, which returns its error; logs is what it wrote.
+func runInBackground(args ...string) (logs *syncBuffer, stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
+	logs = &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		cmd := newRootCommand()
 		cmd.SetOut(logs)
 		cmd.SetErr(logs)
-		cmd.SetArgs([]string{"relay", "--databases-file", file, "--broker", "nats://" + testNATS, "--topic-prefix", prefix})
+		cmd.SetArgs(args)
 		done <- cmd.ExecuteContext(ctx)
 	}()
-	require.Eventually(t, func() bool { return len(got.snapshot()) == len(want) }, patience, 50*time.Millisecond,
-		"every tenant's event arrives; logs:\n%s", logs)
-	require.Equal(t, want, got.snapshot(), "each event carries its tenant")
-	cancel()
-	require.NoError(t, <-done)
-	require.Contains(t, logs.String(), "Relay fleet stopped")
+	var err error
+	var once sync.Once
+	return logs, func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
 }
 
 // tenantsSeen is the tenant of each event received.
@@ -202,21 +213,11 @@ func TestRelayRegistryTable(t *testing.T) {
 	prefix := "registry_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
 	got := receiveTenants(t, prefix)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		cmd := newRootCommand()
-		cmd.SetOut(logs)
-		cmd.SetErr(logs)
-		cmd.SetArgs([]string{"relay", "--registry-database-url", registry.URL, "--registry-table", "tenants",
-			"--broker", "nats://" + testNATS, "--topic-prefix", prefix})
-		done <- cmd.ExecuteContext(ctx)
-	}()
+	logs, stop := runInBackground("relay", "--registry-database-url", registry.URL, "--registry-table", "tenants",
+		"--broker", "nats://"+testNATS, "--topic-prefix", prefix)
+	defer stop() //nolint:errcheck // stopped below, this is for a failed test
 	require.Eventually(t, func() bool { return len(got.snapshot()) == 1 }, patience, 50*time.Millisecond,
 		"the registry's tenant's event arrives; logs:\n%s", logs)
 	require.Equal(t, map[string]string{id: "acme"}, got.snapshot())
-	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 }
