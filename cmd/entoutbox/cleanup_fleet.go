@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 // runFleet cleans every tenant's database of the fleet's file or
@@ -18,15 +16,11 @@ func (o *cleanupOptions) runFleet(ctx context.Context, out io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	src := fleet.Source{File: o.databasesFile, RegistryTable: o.registryTable}
-	if o.registryURL != "" {
-		registry, err := openDB(o.registryURL)
-		if err != nil {
-			return fmt.Errorf("cleanup: --registry-database-url: %w", err)
-		}
-		defer registry.Close()
-		src.Registry = registry
+	src, closeSource, err := tenantSource(o.databasesFile, o.registryURL, o.registryTable)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
 	}
+	defer closeSource()
 	tenants, err := src.Read(ctx)
 	if err != nil {
 		return fmt.Errorf("cleanup: %w", err)

@@ -59,16 +59,11 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 				ScheduledTable: scheduledTable, Token: token,
 				ReadOnly: readOnly, Refresh: refresh, LoginAttempts: loginAttempts}
 			if databasesFile != "" || registryURL != "" {
-				src := fleet.Source{File: databasesFile, RegistryTable: registryTbl}
-				if registryURL != "" {
-					registry, err := openDB(registryURL)
-					if err != nil {
-						return fmt.Errorf("console: --registry-database-url: %w", err)
-					}
-					defer registry.Close()
-					registry.SetMaxOpenConns(1)
-					src.Registry = registry
+				src, closeSource, err := tenantSource(databasesFile, registryURL, registryTbl)
+				if err != nil {
+					return fmt.Errorf("console: %w", err)
 				}
+				defer closeSource()
 				if err := consoleTenants(cmd.Flags(), src, &cfg); err != nil {
 					return err
 				}
@@ -87,25 +82,7 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 			if err != nil {
 				return err
 			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return fmt.Errorf("console: listening on %s: %w", addr, err)
-			}
-			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-			fmt.Fprintf(cmd.OutOrStdout(), "entoutbox console on http://%s/\n", ln.Addr())
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ln) }()
-			select {
-			case err := <-done:
-				return fmt.Errorf("console: %w", err)
-			case <-cmd.Context().Done():
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("console: shutting down: %w", err)
-			}
-			return nil
+			return serveConsole(cmd, h, addr)
 		},
 	}
 	addDatabaseFlags(cmd, &databaseURL, &table)
@@ -123,6 +100,30 @@ at most 2 connections, and is closed after 5 minutes without a request.`,
 	f.IntVar(&loginAttempts, "login-attempts", 10, "failed token attempts a client address may make in a minute (negative: no limit)")
 	f.DurationVar(&refresh, "refresh", 5*time.Second, "how often the overview reloads itself (negative: never)")
 	return cmd
+}
+
+// serveConsole serves h on addr until the command's context ends, then
+// shuts the server down.
+func serveConsole(cmd *cobra.Command, h http.Handler, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("console: listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(cmd.OutOrStdout(), "entoutbox console on http://%s/\n", ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("console: %w", err)
+	case <-cmd.Context().Done():
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("console: shutting down: %w", err)
+	}
+	return nil
 }
 
 // consoleTenants makes cfg a console of the tenants of src (the fleet's

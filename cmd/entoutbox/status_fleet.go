@@ -55,15 +55,11 @@ func checkFleetStatus(flags *pflag.FlagSet) error {
 // runFleet prints the status of every tenant of the databases file, and
 // fails naming each tenant over a threshold or not read.
 func (o *statusOptions) runFleet(ctx context.Context, out io.Writer) error {
-	src := fleet.Source{File: o.databasesFile, RegistryTable: o.registryTable}
-	if o.registryURL != "" {
-		registry, err := openDB(o.registryURL)
-		if err != nil {
-			return fmt.Errorf("status: --registry-database-url: %w", err)
-		}
-		defer registry.Close()
-		src.Registry = registry
+	src, closeSource, err := tenantSource(o.databasesFile, o.registryURL, o.registryTable)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
 	}
+	defer closeSource()
 	tenants, err := src.Read(ctx)
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
