@@ -248,7 +248,7 @@ func TestRedisModuleXAckOutsideAHandOverGivesTheEntryBack(t *testing.T) {
 	require.NoError(t, err)
 	c := newRedisMemberClient(redis.NewClient(opts), "g", "me")
 	defer c.Close()
-	c.startReading(topic)
+	_ = c.startReading(topic)
 	read, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 	require.Equal(t, id, read[0].Messages[0].ID)
