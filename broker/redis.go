@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,46 +184,89 @@ type redisMemberClient struct {
 	// goes: the module's next XACK on the stream is its.
 	taking map[string]chan string
 	held   map[string]map[string]bool // stream -> ids
-	// reading counts, per stream, this member's subscriptions to it. The
-	// module's read and claim loops outlive a subscription by a round
-	// (a BLOCK, a claim): what they take from a stream no subscription
-	// reads any more is given back to the group at once, not held.
+	// reading counts, per stream, this member's subscriptions to it
+	// (each a redisRead, which keeps what the module took for it).
 	reading map[string]int
 }
 
-// startReading and stopReading count a subscription to stream; stopReading
-// says whether it was the last.
-func (c *redisMemberClient) startReading(stream string) {
-	c.mu.Lock()
-	c.reading[stream]++
-	c.mu.Unlock()
+// redisRead is one subscription of the member to a stream. The module's
+// read and claim loops outlive a subscription by a round (a BLOCK, a
+// claim), and what they took and had not handed over when it ended they
+// drop: the member would hold it, kept alive, and no member would ever
+// deliver it. So the member notes, per subscription, what the module took
+// for it and did not hand over yet (taken), gives that back to the group
+// when the subscription ends, and gives back at once what the module
+// takes for a subscription that ended, even when another subscription of
+// the member reads the stream by then (a partition that moved away and
+// back).
+type redisRead struct {
+	stream string
+	ended  bool
+	taken  map[string]bool // ids taken by the module, not handed over
 }
 
-// stopReading also returns, after the last subscription, the ids the
-// member held on stream, which it holds no more: the caller gives them
-// back. (One step under mu with holdIfReading, so that nothing is held
-// after this.)
-func (c *redisMemberClient) stopReading(stream string) (bool, []string) {
+// redisReadKey is the context key of the redisRead the module's calls
+// are made for: the module makes them with (contexts derived from) the
+// one its Subscribe was given.
+type redisReadKey struct{}
+
+func readOf(ctx context.Context) *redisRead {
+	r, _ := ctx.Value(redisReadKey{}).(*redisRead)
+	return r
+}
+
+// startReading counts a subscription to stream and returns it.
+func (c *redisMemberClient) startReading(stream string) *redisRead {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reading[stream]--
-	if c.reading[stream] > 0 {
-		return false, nil
-	}
-	delete(c.reading, stream)
-	var ids []string
-	for id := range c.held[stream] {
+	c.reading[stream]++
+	return &redisRead{stream: stream, taken: map[string]bool{}}
+}
+
+// stopReading ends r and returns the ids the member no longer holds for
+// it, which the caller gives back: what the module took for r and did not
+// hand over, and, after the last subscription to the stream, every id
+// the member held on it (handed over and not settled too). One step under
+// mu with hold, so that nothing is held for r after this.
+func (c *redisMemberClient) stopReading(r *redisRead) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.ended = true
+	ids := make([]string, 0, len(r.taken))
+	for id := range r.taken {
 		ids = append(ids, id)
 	}
-	delete(c.held, stream)
-	return true, ids
+	r.taken = nil
+	c.reading[r.stream]--
+	if c.reading[r.stream] > 0 {
+		return ids
+	}
+	delete(c.reading, r.stream)
+	for id := range c.held[r.stream] {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	delete(c.held, r.stream)
+	return ids
 }
 
-// holdIfReading holds msgs of stream if a subscription reads it.
-func (c *redisMemberClient) holdIfReading(stream string, msgs []redis.XMessage) bool {
+// handedOver notes that id, taken for r, was handed over: the consumer
+// settles it.
+func (c *redisMemberClient) handedOver(r *redisRead, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.reading[stream] == 0 {
+	delete(r.taken, id)
+}
+
+// hold holds msgs of stream, taken by the module for the subscription of
+// ctx, if that subscription has not ended (without one, if any
+// subscription reads the stream).
+func (c *redisMemberClient) hold(ctx context.Context, stream string, msgs []redis.XMessage) bool {
+	r := readOf(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r != nil && (r.ended || r.stream != stream) || c.reading[stream] == 0 {
 		return false
 	}
 	if c.held[stream] == nil {
@@ -230,6 +274,9 @@ func (c *redisMemberClient) holdIfReading(stream string, msgs []redis.XMessage) 
 	}
 	for _, m := range msgs {
 		c.held[stream][m.ID] = true
+		if r != nil {
+			r.taken[m.ID] = true
+		}
 	}
 	return true
 }
@@ -334,14 +381,14 @@ func (c *redisMemberClient) ack(stream, id string, stopped <-chan struct{}) erro
 }
 
 // XReadGroup and XClaim note the entries the module takes: the member
-// holds them until it acks or releases them.
-// On a stream no subscription of this member reads any more, they give
-// what they took back instead.
+// holds them until it acks or releases them. For a subscription that
+// ended (or on a stream no subscription of this member reads any more),
+// they give what they took back instead.
 func (c *redisMemberClient) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
 	cmd := c.Client.XReadGroup(ctx, a)
 	kept := cmd.Val()[:0]
 	for _, xs := range cmd.Val() {
-		if c.holdIfReading(xs.Stream, xs.Messages) {
+		if c.hold(ctx, xs.Stream, xs.Messages) {
 			kept = append(kept, xs)
 			continue
 		}
@@ -355,7 +402,7 @@ func (c *redisMemberClient) XReadGroup(ctx context.Context, a *redis.XReadGroupA
 
 func (c *redisMemberClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	cmd := c.Client.XClaim(ctx, a)
-	if !c.holdIfReading(a.Stream, cmd.Val()) {
+	if !c.hold(ctx, a.Stream, cmd.Val()) {
 		_ = c.giveBack(context.WithoutCancel(ctx), a.Stream, messageIDs(cmd.Val()))
 		cmd.SetVal(nil)
 	}
@@ -456,10 +503,10 @@ func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-
 	s.forwarders.Add(1)
 	s.topics[topic]++
 	s.mu.Unlock()
-	s.client.startReading(topic)
-	in, err := s.sub.Subscribe(ctx, topic)
+	r := s.client.startReading(topic)
+	in, err := s.sub.Subscribe(context.WithValue(ctx, redisReadKey{}, r), topic)
 	if err != nil {
-		_, _ = s.client.stopReading(topic)
+		_ = s.client.stopReading(r)
 		s.mu.Lock()
 		s.topics[topic]--
 		s.mu.Unlock()
@@ -467,7 +514,7 @@ func (s *redisSubscriber) subscribeStream(ctx context.Context, topic string) (<-
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	go s.forward(ctx, topic, in, out)
+	go s.forward(ctx, r, in, out)
 	return out, nil
 }
 
@@ -484,7 +531,8 @@ const redisWindow = 64
 // the consumer through settle (takeOver), up to redisWindow at a time.
 // A copy's context is the subscription's: the module's message's ends
 // once it is acked.
-func (s *redisSubscriber) forward(ctx context.Context, topic string, in <-chan *message.Message, out chan<- *message.Message) {
+func (s *redisSubscriber) forward(ctx context.Context, r *redisRead, in <-chan *message.Message, out chan<- *message.Message) {
+	topic := r.stream
 	defer s.forwarders.Done()
 	defer close(out)
 	window := make(chan struct{}, redisWindow)
@@ -500,7 +548,7 @@ func (s *redisSubscriber) forward(ctx context.Context, topic string, in <-chan *
 			return
 		case got, ok := <-in:
 			if !ok {
-				s.ended(topic)
+				s.ended(r)
 				return
 			}
 			m = got
@@ -512,6 +560,7 @@ func (s *redisSubscriber) forward(ctx context.Context, topic string, in <-chan *
 			<-window
 			continue // the subscription ends: in closes, and ended gives the entry back
 		}
+		s.client.handedOver(r, id)
 		select {
 		case out <- c:
 			s.settling.Add(1)
@@ -558,28 +607,27 @@ func (s *redisSubscriber) settle(topic, id string, c *message.Message, window <-
 	}
 }
 
-// ended is told that a subscription to stream ended while the member
-// lives (its partition moved to another member): once no subscription of
-// this member reads the stream, the entries it still holds there (read
-// ahead, or handed over and not settled) go back to the group, as at
-// Close, and keepAlive stops touching them; else no other member would
-// ever take them.
-func (s *redisSubscriber) ended(stream string) {
+// ended is told that the subscription r ended while the member lives (its
+// partition moved to another member): what the module took for it and did
+// not hand over goes back to the group, and, once no subscription of this
+// member reads the stream, every entry it still holds there (handed over
+// and not settled too), as at Close; keepAlive stops touching them. Else
+// no member would ever take them: the member would keep them alive, even
+// while another subscription of it reads the stream (the partition moved
+// back to it), which reads only entries no member took.
+func (s *redisSubscriber) ended(r *redisRead) {
 	s.mu.Lock()
-	s.topics[stream]--
-	if s.topics[stream] <= 0 {
-		delete(s.topics, stream)
+	s.topics[r.stream]--
+	if s.topics[r.stream] <= 0 {
+		delete(s.topics, r.stream)
 	}
 	s.mu.Unlock()
-	last, held := s.client.stopReading(stream)
-	if !last {
-		return
-	}
+	held := s.client.stopReading(r)
 	ctx, cancel := context.WithTimeout(context.Background(), redisAckTimeout)
 	defer cancel()
-	if err := s.client.giveBack(ctx, stream, held); err != nil {
+	if err := s.client.giveBack(ctx, r.stream, held); err != nil {
 		s.logger.Debug("Cannot give back the Redis entries of a stream this member stopped reading; "+
-			"another member claims them once idle", watermill.LogFields{"stream": stream, "error": err.Error()})
+			"another member claims them once idle", watermill.LogFields{"stream": r.stream, "error": err.Error()})
 	}
 }
 

@@ -248,7 +248,7 @@ func TestRedisModuleXAckOutsideAHandOverGivesTheEntryBack(t *testing.T) {
 	require.NoError(t, err)
 	c := newRedisMemberClient(redis.NewClient(opts), "g", "me")
 	defer c.Close()
-	c.startReading(topic)
+	_ = c.startReading(topic)
 	read, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
 	require.NoError(t, err)
 	require.Equal(t, id, read[0].Messages[0].ID)
@@ -332,4 +332,38 @@ func TestRedisLiveMemberKeepsWhatItHolds(t *testing.T) {
 	require.EqualValues(t, 1, pending[0].RetryCount, "times delivered")
 	held.Ack()
 	assertNothingMore(t, ch2, 2*time.Second)
+}
+
+// What the module takes for a subscription that ended (its read and claim
+// loops outlive it by a round) is given back to the group at once, even
+// while another subscription of the member reads the stream: held, it
+// would be kept alive by a member that never hands it over.
+func TestRedisTakeForAnEndedReadIsGivenBack(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.late." + randomSuffix()
+	redisSetup(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	raw := redis.NewClient(opts)
+	defer raw.Close()
+	require.NoError(t, raw.XGroupCreateMkStream(ctx, topic, "g", "0").Err())
+	id, err := raw.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"k": "v"}}).Result()
+	require.NoError(t, err)
+	c := newRedisMemberClient(redis.NewClient(opts), "g", "me")
+	defer c.Close()
+	ended := c.startReading(topic)
+	_ = c.startReading(topic) // the partition came back: a second read
+	require.Empty(t, c.stopReading(ended), "the ended read had taken nothing")
+	read, err := c.XReadGroup(context.WithValue(ctx, redisReadKey{}, ended),
+		&redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 1}).Result()
+	require.NoError(t, err)
+	require.Empty(t, read, "not handed to the ended read")
+	pending, err := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, id, pending[0].ID)
+	require.GreaterOrEqual(t, pending[0].Idle, redisClaimIdle, "given back: the next claim round takes it")
+	require.Empty(t, c.holding()[topic], "not held (kept alive) by this member")
 }

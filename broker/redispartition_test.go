@@ -167,3 +167,48 @@ func TestRedisPartitionLeftIsGivenBack(t *testing.T) {
 	}
 	assertSame(t, sent, got, false)
 }
+
+// A partition that moves away from a member and back to it before the
+// member's first read of it ended (its consumer was slow to take what had
+// been handed over: a hot aggregate's events waiting their turn) loses
+// nothing: what the first read had taken from the stream and not handed
+// over (read ahead) goes back to the group when that read ends, and the
+// second read delivers it. Held by the member under the second read
+// instead, kept alive and never handed over, it would never come again to
+// anyone, and the aggregate would stall behind it.
+func TestRedisPartitionReadAgainGetsWhatTheLastReadLeft(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.again." + randomSuffix()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := Open(ctx, redisSetup(t, topic)+"?partitions=1", Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	sent := newMessages(8)
+	publish(t, b, topic, sent)
+
+	member, err := b.Subscriber("g")
+	require.NoError(t, err)
+	defer member.Close()
+	ps := member.(PartitionSubscriber)
+	fctx, stopFirst := context.WithCancel(ctx)
+	first, err := ps.SubscribePartition(fctx, topic, 0)
+	require.NoError(t, err)
+	got := []*message.Message{unacked(ctx, t, first)}
+	time.Sleep(300 * time.Millisecond) // the module reads ahead; the next one waits to be taken
+	stopFirst()
+	time.Sleep(300 * time.Millisecond) // the first read's loops end
+	second, err := ps.SubscribePartition(ctx, topic, 0)
+	require.NoError(t, err)
+	for m := range first { // what the first read handed over, until it ends
+		got = append(got, m)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute) // a claim round (1 s) normally
+	defer wcancel()
+	got = append(got, receive(wctx, t, second, len(sent)-len(got))...)
+	for _, m := range got {
+		m.Ack()
+	}
+	assertSame(t, sent, got, false)
+	assertNothingMore(t, second, 1500*time.Millisecond)
+}
