@@ -392,3 +392,23 @@ func TestATenantWhoseDatabaseIsDownIsRetriedUntilItIsBack(t *testing.T) {
 	require.Zero(t, fallback.client.DeadLetter.Query().CountX(context.Background()))
 	require.Equal(t, int64(6), calls.Load())
 }
+
+// A tenant's event its handler keeps failing on goes to the dead letters
+// of the tenant's database, not the fallback's.
+func TestATenantsDeadLettersAreInItsDatabase(t *testing.T) {
+	t.Parallel()
+	fallback := setup(t)
+	opener := &tenantOpener{clients: map[string]*testent.Client{"acme": setup(t).client}}
+	h := testent.NewTenantOutboxHandlers(fallback.client, opener.open,
+		append(fast(), consumer.WithMaxAttempts(2), consumer.WithLogger(watermill.NopLogger{}))...)
+	h.OnOrderPaid("billing", func(context.Context, *testent.Tx, *testent.OrderPaid, events.Meta) error {
+		return errors.New("ledger closed")
+	})
+	ctx := context.Background()
+	require.NoError(t, h.Handle(ctx, "billing", tenantMessage(t, "acme", 13, 1)), "set aside")
+	letters := opener.clients["acme"].DeadLetter.Query().AllX(ctx)
+	require.Len(t, letters, 1)
+	require.Contains(t, letters[0].Reason, "ledger closed")
+	require.Equal(t, 2, letters[0].Attempts)
+	require.Zero(t, fallback.client.DeadLetter.Query().CountX(ctx))
+}
