@@ -137,7 +137,7 @@ func TestTenantsApplyTheirEventsInTheirOwnDatabase(t *testing.T) {
 		require.NoError(t, br.Publisher().Publish(prefix+"orders", msg))
 		published++
 	}
-	for seq := int64(1); seq <= seqs; seq++ { // as a relay sends them: redeliveries come out of order
+	for seq := int64(seqs); seq >= 1; seq-- { // the last first: each waits for its predecessor
 		for order := int64(1); order <= orders; order++ {
 			first := tenantMessage(t, "", order, seq)
 			for i, tenant := range tenants {
