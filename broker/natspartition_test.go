@@ -142,3 +142,21 @@ func TestPartitionOfKeepsAnAggregateTogether(t *testing.T) {
 	assert.Zero(t, PartitionOf(nil, "u", 0))
 	assert.Zero(t, PartitionOf(nil, "u", 1))
 }
+
+// A tenant's aggregate is one: its events share a partition. Tenants'
+// aggregates of the same id are many, spread as distinct ids are.
+func TestPartitionOfSpreadsTenantsOfOneAggregateID(t *testing.T) {
+	of := func(tenant, uuid string) int {
+		m := sentMessage{uuid: uuid, metadata: map[string]string{
+			events.MetaAggregateType: "order", events.MetaAggregateID: "1", events.MetaTenant: tenant}}.message()
+		return PartitionOf(m.Metadata, m.UUID, 16)
+	}
+	for i := range 50 {
+		assert.Equal(t, of("acme", "a"), of("acme", fmt.Sprint(i)), "one tenant's aggregate, one partition")
+	}
+	spread := map[int]bool{}
+	for i := range 200 {
+		spread[of(fmt.Sprint("tenant-", i), "x")] = true
+	}
+	assert.Len(t, spread, 16, "order 1 of 200 tenants covers 16 partitions")
+}

@@ -29,15 +29,23 @@ import (
 const DefaultPartitions = 16
 
 // PartitionOf returns the partition, out of n, of a message with this
-// metadata: a hash of its aggregate (type and id), so that every message of
-// an aggregate has the same one, on every publisher; a message without an
-// aggregate goes by its UUID.
+// metadata: a hash of its aggregate (type and id, and its tenant when it
+// has one), so that every message of an aggregate has the same one, on
+// every publisher; a message without an aggregate goes by its UUID.
+// Tenants share aggregate ids, not aggregates: with the tenant in the hash
+// their events are spread over the partitions as distinct aggregates'
+// are, and one partition's window is not filled with many tenants'
+// events of one id that all wait for their predecessors.
 func PartitionOf(md message.Metadata, uuid string, n int) int {
 	if n <= 1 {
 		return 0
 	}
 	h := fnv.New32a()
 	if id := md.Get(events.MetaAggregateID); id != "" {
+		if tenant := md.Get(events.MetaTenant); tenant != "" {
+			_, _ = h.Write([]byte(tenant))
+			_, _ = h.Write([]byte{'/'})
+		}
 		_, _ = h.Write([]byte(md.Get(events.MetaAggregateType)))
 		_, _ = h.Write([]byte{':'})
 		_, _ = h.Write([]byte(id))

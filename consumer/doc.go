@@ -16,8 +16,9 @@
 //	err = h.AddToRouter(router, b.Subscriber) // a subscriber per consumer name
 //
 // What users call is the options (WithMaxAttempts, ...), Config,
-// DeadLetter, PanicError, ErrDuplicate, OutOfOrderError, HeldError, the
-// Meta* names and CleanupProcessed. Everything whose doc starts "For
+// DeadLetter, PanicError, ErrDuplicate, OutOfOrderError, HeldError,
+// ErrUnknownTenant, TenantError, the Meta* names and CleanupProcessed.
+// Everything whose doc starts "For
 // generated code." is called by the generated handlers only: it is
 // exported because generated code lives in the user's module, and may
 // change with the generator.
@@ -25,7 +26,9 @@
 // The files: set.go is the handler set and how a handler runs alone;
 // handle.go one delivery (decode, tries, dead letters); wait.go the wait
 // for an aggregate's previous event, turns.go and wake.go its wake-ups,
-// slots.go what a waiting event takes from the others; router.go the
+// slots.go what a waiting event takes from the others; tenants.go the
+// handler sets of a database per tenant (ent.NewTenantOutboxHandlers:
+// each event applied in its tenant's database); router.go the
 // subscriptions; deadletter.go and message.go what their names say;
 // generated.go the helpers the generated code calls. Its own packages, in internal/: ordering is the rule of
 // order (apply, duplicate, wait, held), batching the transactions events

@@ -41,7 +41,13 @@ import (
 // database answers (outage.go), and the delivery waits, then runs again,
 // or is nacked with an *OutageError after a while, for the broker to
 // deliver it again.
+//
+// A set made for tenants (NewTenantTxSet) hands the delivery to the set of
+// the tenant the message names (tenants.go).
 func (s *Set) Handle(ctx context.Context, consumer string, msg *message.Message) error {
+	if s.tenants != nil {
+		return s.tenants.handle(ctx, consumer, msg)
+	}
 	var waited time.Duration // in this delivery, for outages to end
 	var cause error
 	for {

@@ -29,6 +29,7 @@ func metaOf(msg *message.Message) (events.Meta, error) {
 		Name:          msg.Metadata.Get(events.MetaEventName),
 		AggregateType: msg.Metadata.Get(events.MetaAggregateType),
 		AggregateID:   msg.Metadata.Get(events.MetaAggregateID),
+		Tenant:        msg.Metadata.Get(events.MetaTenant),
 		Headers:       map[string]string{},
 	}
 	for k, v := range msg.Metadata {

@@ -32,6 +32,7 @@ type Set struct {
 	stalls     stallWatch        // says when a topic's waiting events make no progress (stall.go)
 	wake       *waker            // and when another instance applies one
 	breaker    *breaker          // pauses the set while its database cannot be reached (outage.go)
+	tenants    *tenantSets       // set for a set whose events are applied in their tenant's database (tenants.go)
 	// slots bounds the set's own transactions and statements outside
 	// batches to Concurrency at once (Set.own).
 	slots chan struct{}
@@ -105,6 +106,16 @@ func NewTxSet(types []EventType, begin func(context.Context) (Tx, error), db dia
 // For generated code. RegisterInTx adds fn as consumer's handler of the
 // named event, run in a transaction the set begins (NewTxSet).
 func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
+	if err := s.registerInTx(consumer, event, fn); err != nil {
+		return err
+	}
+	if s.tenants != nil {
+		return s.tenants.register(consumer, event, registration{one: fn})
+	}
+	return nil
+}
+
+func (s *Set) registerInTx(consumer, event string, fn TxHandlerFunc) error {
 	var alone HandlerFunc // nil for a nil fn, which Register refuses
 	if fn != nil {
 		if s.begin == nil {
@@ -112,7 +123,7 @@ func (s *Set) RegisterInTx(consumer, event string, fn TxHandlerFunc) error {
 		}
 		alone = s.alone(fn)
 	}
-	if err := s.Register(consumer, event, alone); err != nil {
+	if err := s.register(consumer, event, alone); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -138,15 +149,18 @@ func (s *Set) RegisterBatchInTx(consumer, event string, fn TxBatchHandlerFunc) e
 			return fn(ctx, tx, []any{payload}, []events.Meta{m})
 		}
 	}
-	if err := s.RegisterInTx(consumer, event, one); err != nil {
+	if err := s.registerInTx(consumer, event, one); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.manyHandlers[consumer] == nil {
 		s.manyHandlers[consumer] = map[string]*batching.Handler{}
 	}
 	s.manyHandlers[consumer][event] = &batching.Handler{Fn: fn}
+	s.mu.Unlock()
+	if s.tenants != nil {
+		return s.tenants.register(consumer, event, registration{many: fn})
+	}
 	return nil
 }
 
@@ -209,6 +223,14 @@ func (s *Set) own(ctx context.Context) (release func(), err error) {
 // For generated code. Register adds fn as consumer's handler of the named
 // event. Each consumer name handles an event once; two names both see it.
 func (s *Set) Register(consumer, event string, fn HandlerFunc) error {
+	if s.tenants != nil {
+		// Its handler would run on no tenant's database.
+		return fmt.Errorf("consumer: %q: handler of %q registered without a transaction, on a set made for tenants", consumer, event)
+	}
+	return s.register(consumer, event, fn)
+}
+
+func (s *Set) register(consumer, event string, fn HandlerFunc) error {
 	if d, ok := s.db.(interface{ Dialect() string }); ok && d.Dialect() != dialect.Postgres && d.Dialect() != dialect.SQLite &&
 		d.Dialect() != dialect.MySQL {
 		return fmt.Errorf("consumer: %q: handlers run on PostgreSQL, MySQL and SQLite, not on %s", consumer, d.Dialect())

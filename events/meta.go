@@ -24,6 +24,10 @@ type Meta struct {
 	Headers   map[string]string
 	Consumer  string // the consumer name the handler is registered under
 	Attempt   int    // 1 for the first try of this delivery
+	// Tenant is the tenant whose database the event was relayed from
+	// (MetaTenant); "" when the message names none. Handlers made for
+	// tenants (NewTenantOutboxHandlers) run in that tenant's database.
+	Tenant string
 }
 
 // Upcaster is implemented by an event declaration whose versions cannot all

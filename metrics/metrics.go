@@ -30,6 +30,7 @@ const (
 	ReasonUnknownEvent    = "unknown_event"    // no declaration names the event
 	ReasonHeld            = "held"             // its aggregate is held behind an earlier dead letter
 	ReasonPreviousMissing = "previous_missing" // its aggregate's previous event never arrived
+	ReasonTenant          = "tenant"           // it names no tenant, or one its consumer does not know
 )
 
 // Metrics holds the collectors registered by New. The relay, the

@@ -42,6 +42,41 @@ func NewOutboxHandlers(client *Client, opts ...consumer.Option) *OutboxHandlers 
 	return h
 }
 
+// NewTenantOutboxHandlers returns an empty handler set that applies each
+// event in its tenant's database: the tenant the relay put on the message
+// (events.MetaTenant, m.Tenant in the handlers). open returns the client
+// of a tenant's database; it is called at the tenant's first message, and
+// the handler set it makes on the client is kept. The dedupe records, the
+// aggregates' positions, the effects and the dead letters are all written
+// there, and a handler's tx is that client's. open wraps
+// consumer.ErrUnknownTenant for a tenant that is not the application's:
+// its messages go to the dead letters of fallback, and so do messages
+// that name no tenant. Any other error of open (the tenant's database is
+// down) nacks the message, to come again. fallback also keeps the
+// consumer instances' shares of the partitions; its tables are checked by
+// AddToRouter, each tenant's when it is opened. opts are those of
+// NewOutboxHandlers, for every tenant.
+func NewTenantOutboxHandlers(fallback *Client, open func(ctx context.Context, tenant string) (*Client, error), opts ...consumer.Option) *OutboxHandlers {
+	h := &OutboxHandlers{client: fallback}
+	var db dialect.ExecQuerier // nil without a fallback: its letters are refused, and nacked
+	if fallback != nil {
+		db = fallback.driver
+	}
+	h.set = consumer.NewTenantTxSet(outboxEventTypes, h.outboxBegin, db, outboxTables, h.outboxDeadLetter,
+		func(ctx context.Context, tenant string, opts ...consumer.Option) (*consumer.Set, error) {
+			client, err := open(ctx, tenant)
+			if err != nil {
+				return nil, err
+			}
+			if client == nil {
+				return nil, fmt.Errorf("the tenant opener returned no client for %q", tenant)
+			}
+			t := &OutboxHandlers{client: client}
+			return consumer.NewTxSet(outboxEventTypes, t.outboxBegin, client.driver, outboxTables, t.outboxDeadLetter, opts...), nil
+		}, opts...)
+	return h
+}
+
 // outboxTx is a transaction the handler set begins for the handlers: the
 // client's, with its driver for the set's own writes.
 type outboxTx struct {
