@@ -162,7 +162,7 @@ func newRedisSubscriber(opts *redis.Options, topo *redisTopology, group string, 
 }
 
 func newRedisMemberClient(c *redis.Client, group, consumer string) *redisMemberClient {
-	return &redisMemberClient{Client: c, group: group, consumer: consumer, taking: map[string]chan string{},
+	return &redisMemberClient{Client: c, group: group, consumer: consumer, taking: map[string]handOver{},
 		takingOver: map[string]*sync.Mutex{}, held: map[string]map[string]bool{}, reading: map[string]int{}}
 }
 
@@ -180,9 +180,9 @@ type redisMemberClient struct {
 	// over (two subscriptions may read one stream): the module's next
 	// XACK on the stream is that entry's.
 	takingOver map[string]*sync.Mutex
-	// taking is, per stream, where the id of the entry being handed over
-	// goes: the module's next XACK on the stream is its.
-	taking map[string]chan string
+	// taking is, per stream, the entry being handed over: the module's
+	// XACK of its message (made with the message's context) gives its id.
+	taking map[string]handOver
 	held   map[string]map[string]bool // stream -> ids
 	// reading counts, per stream, this member's subscriptions to it
 	// (each a redisRead, which keeps what the module took for it).
@@ -322,7 +322,7 @@ func (c *redisMemberClient) takeOver(stream string, m *message.Message) (string,
 	defer one.Unlock()
 	ch := make(chan string, 1)
 	c.mu.Lock()
-	c.taking[stream] = ch
+	c.taking[stream] = handOver{ctx: m.Context(), id: ch}
 	c.mu.Unlock()
 	m.Ack()
 	select {
@@ -336,6 +336,13 @@ func (c *redisMemberClient) takeOver(stream string, m *message.Message) (string,
 	}
 }
 
+// handOver is an entry being handed over: the context of its message,
+// and where its id goes.
+type handOver struct {
+	ctx context.Context
+	id  chan string
+}
+
 // XAck is the module's, and is never sent: the XACK of an entry handed
 // over (takeOver) gives its id to the hand-over, and any other (a
 // hand-over that gave up waiting for it, or an entry the module's claim
@@ -343,12 +350,18 @@ func (c *redisMemberClient) takeOver(stream string, m *message.Message) (string,
 // that no entry is acknowledged before the consumer settled it.
 func (c *redisMemberClient) XAck(ctx context.Context, stream, group string, ids ...string) *redis.IntCmd {
 	c.mu.Lock()
-	ch := c.taking[stream]
-	delete(c.taking, stream)
+	h, taking := c.taking[stream]
+	// The module XACKs a message with the context it gave the message: a
+	// late XACK of an earlier message, whose hand-over gave up waiting,
+	// is not this hand-over's, and its entry goes back to the group.
+	mine := taking && h.ctx == ctx && len(ids) == 1
+	if mine {
+		delete(c.taking, stream)
+	}
 	c.mu.Unlock()
 	cmd := redis.NewIntCmd(ctx)
-	if ch != nil && len(ids) == 1 {
-		ch <- ids[0]
+	if mine {
+		h.id <- ids[0]
 		cmd.SetVal(1)
 		return cmd
 	}

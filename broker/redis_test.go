@@ -367,3 +367,57 @@ func TestRedisTakeForAnEndedReadIsGivenBack(t *testing.T) {
 	require.GreaterOrEqual(t, pending[0].Idle, redisClaimIdle, "given back: the next claim round takes it")
 	require.Empty(t, c.holding()[topic], "not held (kept alive) by this member")
 }
+
+// A hand-over that gave up waiting for the module's XACK of its message
+// does not get the XACK of the next one: a late XACK, made with the
+// earlier message's context, goes back to the group, and the next
+// hand-over gets its own message's id. Taking the late one would have the
+// consumer's ack of the next message XACK an entry it never saw.
+func TestRedisLateXAckIsNotTheNextHandOvers(t *testing.T) {
+	t.Parallel()
+	topic := "entoutbox.lateack." + randomSuffix()
+	redisSetup(t, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	opts, err := redis.ParseURL(redisURL)
+	require.NoError(t, err)
+	raw := redis.NewClient(opts)
+	defer raw.Close()
+	require.NoError(t, raw.XGroupCreateMkStream(ctx, topic, "g", "0").Err())
+	for range 2 {
+		require.NoError(t, raw.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: map[string]any{"k": "v"}}).Err())
+	}
+	c := newRedisMemberClient(redis.NewClient(opts), "g", "me")
+	defer c.Close()
+	read, err := raw.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "me", Streams: []string{topic, ">"}, Count: 2}).Result()
+	require.NoError(t, err)
+	first, second := read[0].Messages[0].ID, read[0].Messages[1].ID
+
+	late := message.NewMessage("late", nil)
+	late.SetContext(context.WithValue(ctx, redisReadKey{}, "late's read"))
+	_, ok := c.takeOver(topic, late) // nobody XACKs it in time
+	require.False(t, ok)
+
+	next := message.NewMessage("next", nil)
+	next.SetContext(context.WithValue(ctx, redisReadKey{}, "next's read"))
+	got := make(chan string, 1)
+	go func() {
+		id, _ := c.takeOver(topic, next)
+		got <- id
+	}()
+	require.Eventually(t, func() bool {
+		select {
+		case <-next.Acked():
+			return true
+		default:
+			return false
+		}
+	}, patience, time.Millisecond, "the hand-over acks the next message")
+	require.NoError(t, c.XAck(late.Context(), topic, "g", first).Err()) // the module's late XACK of the first
+	require.NoError(t, c.XAck(next.Context(), topic, "g", second).Err())
+	require.Equal(t, second, <-got, "the next hand-over gets its own message's entry")
+	pending, err := raw.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: topic, Group: "g", Start: first, End: first, Count: 1}).Result()
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the late one's entry is still pending")
+	require.GreaterOrEqual(t, pending[0].Idle, redisClaimIdle, "given back: the next claim round takes it")
+}
