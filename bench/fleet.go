@@ -54,6 +54,8 @@ type idleCost struct {
 	rssKB  int64
 	conns  connStat
 	opened float64 // sessions opened per second on the tenants' databases
+	wakes  stats   // parked tenants woken at once: each one's event, commit to broker
+	woken  int     // how many were
 }
 
 func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
@@ -66,7 +68,7 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 	defer dbs.drop()
 	e.progress("%d databases made in %s", n, dbs.created.Round(100*time.Millisecond))
 	fs := &fleetSection{e: e, dbs: dbs, runID: strings.TrimPrefix(dbs.prefix, "bench_fleet_")}
-	db, client, err := dbs.open(dbs.tenants[0], 8)
+	db, client, err := dbs.open(dbs.tenants[0], 16)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +170,9 @@ func (fs *fleetSection) fleetRow(ctx context.Context, name, key string, idle boo
 	fs.busyLoad(ctx, &row, recv, f.rs, f.pid(0), f.apps[0])
 	if idle && row.err == nil {
 		fs.idle = fs.idleCost(ctx, f)
+		if fs.idle.err == nil {
+			fs.idle.wakes, fs.idle.woken, fs.idle.err = fs.wakeMany(ctx, f, recv, wakeTenants)
+		}
 	}
 	return row
 }
@@ -260,6 +265,56 @@ func (fs *fleetSection) idleCost(ctx context.Context, f *fleetRun) idleCost {
 	return c
 }
 
+// wakeTenants is how many parked tenants the idle phase wakes at once.
+const wakeTenants = 10
+
+// wakeMany commits one event in each of up to k parked tenants at once,
+// spread over the tenants, the busy one apart, and returns how long each
+// took to arrive: a probe round reads the databases one after another.
+func (fs *fleetSection) wakeMany(ctx context.Context, f *fleetRun, recv *receiver, k int) (stats, int, error) {
+	n := len(fs.dbs.tenants)
+	k = min(k, n-1)
+	if k <= 0 {
+		return stats{}, 0, nil
+	}
+	fs.e.progress("waking %d parked tenants at once", k)
+	ids := make([]string, k)
+	committed := make([]time.Time, k)
+	errs := make(chan error, k)
+	for i := range k {
+		go func() {
+			errs <- func() error {
+				_, client, err := fs.dbs.open(fs.dbs.tenants[1+i*(n-1)/k], 1)
+				if err != nil {
+					return err
+				}
+				defer client.Close()
+				ids[i] = uuid.Must(uuid.NewV7()).String()
+				err = client.WithTx(ctx, func(tx *testent.Tx) error { return emitOne(ctx, tx, ids[i], 0, 1) })
+				committed[i] = time.Now()
+				return err
+			}()
+		}()
+	}
+	for range k {
+		if err := <-errs; err != nil {
+			return stats{}, 0, fmt.Errorf("committing an event in a parked tenant: %w", err)
+		}
+	}
+	if missing := recv.await(ctx, ids, fs.e.cfg.Timeout, f.rs.failed()); missing > 0 {
+		if err := f.rs.err(); err != nil {
+			return stats{}, 0, err
+		}
+		return stats{}, 0, fmt.Errorf("%d of %d woken tenants' events did not arrive within %s", missing, k, fs.e.cfg.Timeout)
+	}
+	ds := make([]time.Duration, k)
+	for i, id := range ids {
+		at, _ := recv.receivedAt(id)
+		ds[i] = max(0, at.Sub(committed[i]))
+	}
+	return summarize(ds), k, nil
+}
+
 // print writes the section's table and lines.
 func (fs *fleetSection) print(out io.Writer) error {
 	cfg := fs.e.cfg
@@ -309,4 +364,8 @@ func (c idleCost) print(out io.Writer, n int, idleAfter time.Duration) {
 		"CPU %s of a core, RSS %s, connections held %s (max / mean); the prober opened %.0f sessions/s on the tenants' "+
 		"databases (each database read every %s); PostgreSQL meanwhile %s of a core (all its processes, other clients' too)\n",
 		n, idleAfter, c.window, fmtPct(c.cpu), fmtMB(c.rssKB), c.conns, c.opened, probe, fmtPct(c.pgCPU))
+	if c.woken > 0 {
+		fmt.Fprintf(out, "wake: %d parked tenants given one event each at once: commit to broker p50 %s, max %s\n",
+			c.woken, fmtDur(c.wakes.p50, c.wakes.n), fmtDur(c.wakes.max, c.wakes.n))
+	}
 }

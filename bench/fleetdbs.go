@@ -30,12 +30,13 @@ type fleetDBs struct {
 	file      string   // the databases file listing them
 	dir       string   // the file's directory
 	created   time.Duration
+	progress  func(format string, args ...any)
 }
 
 // newFleetDBs makes n tenant databases and the databases file naming
 // them. What it made is dropped again when it fails.
 func newFleetDBs(ctx context.Context, e *env, n int) (_ *fleetDBs, err error) {
-	f := &fleetDBs{admin: e.admin, serverURL: e.cfg.DatabaseURL, prefix: "bench_fleet_" + randomHex()}
+	f := &fleetDBs{admin: e.admin, serverURL: e.cfg.DatabaseURL, prefix: "bench_fleet_" + randomHex(), progress: e.progress}
 	defer func() {
 		if err != nil {
 			f.drop()
@@ -180,6 +181,9 @@ func (f *fleetDBs) drop() {
 			}
 		}
 		rows.Close()
+		if len(names) > 10 && f.progress != nil {
+			f.progress("dropping %d databases", len(names))
+		}
 		for _, n := range names {
 			_, _ = f.admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+pgsql.QuoteIdent(n)+` WITH (FORCE)`)
 		}
