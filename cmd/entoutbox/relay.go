@@ -41,8 +41,9 @@ type relayOptions struct {
 	cloudEventsSource, cloudEventsDataSchemaBase           string
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
+	fleetDatabaseURL, fleetMemberID                        string
 	pprof, fleetListen                                     bool
-	fleetIdleAfter                                         time.Duration
+	fleetIdleAfter, fleetMemberTimeout                     time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
@@ -166,6 +167,13 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
 	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
 		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
+	f.StringVar(&o.fleetDatabaseURL, "fleet-database-url", "", "with --databases-file: a PostgreSQL database every process of the fleet "+
+		"reaches, where each records its heartbeat (table "+fleet.MembersTable+"); the processes given the same file and this URL divide "+
+		"the tenants, each relayed by one of them, and take a stopped or silent one's tenants (docs/tenants.md)")
+	f.StringVar(&o.fleetMemberID, "fleet-member-id", "", "with --fleet-database-url: this process's name among the fleet's "+
+		"(default host name, pid and a random suffix); each process needs its own")
+	f.DurationVar(&o.fleetMemberTimeout, "fleet-member-timeout", fleet.DefaultMemberTimeout, "with --fleet-database-url: how long "+
+		"a process may go without a heartbeat before the others take its tenants")
 	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
 		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,8 +42,19 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 			return errors.New("--fleet-idle-after applies to the relays of --databases-file")
 		case flags.Changed("metrics-tenants"):
 			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
+		case o.fleetDatabaseURL != "":
+			return errors.New("--fleet-database-url applies to the processes of a fleet of --databases-file")
 		}
 		return nil
+	}
+	if o.fleetDatabaseURL == "" && (flags.Changed("fleet-member-id") || flags.Changed("fleet-member-timeout")) {
+		return errors.New("--fleet-member-id and --fleet-member-timeout name this process among those of --fleet-database-url")
+	}
+	if u := o.fleetDatabaseURL; strings.HasPrefix(u, "mysql:") || strings.HasPrefix(u, "sqlite:") {
+		return errors.New("--fleet-database-url: the fleet's members are kept in a PostgreSQL database; give a postgres:// URL")
+	}
+	if o.fleetMemberTimeout <= 0 {
+		return fmt.Errorf("--fleet-member-timeout %s: a positive duration", o.fleetMemberTimeout)
 	}
 	if o.fleetIdleAfter < 0 {
 		return fmt.Errorf("--fleet-idle-after %s: a duration, or 0 to never park a tenant", o.fleetIdleAfter)
@@ -102,6 +114,15 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
 		}}
+	if o.fleetDatabaseURL != "" {
+		members, err := openServiceDB(o.fleetDatabaseURL, relayApplicationName, logger, redact)
+		if err != nil {
+			return fmt.Errorf("--fleet-database-url: %w", err)
+		}
+		defer members.Close()
+		members.SetMaxOpenConns(1) // a heartbeat every --fleet-member-timeout/5, one statement at a time
+		fc.Members, fc.MemberID, fc.MemberTimeout = members, o.fleetMemberID, o.fleetMemberTimeout
+	}
 	var reg *prometheus.Registry
 	if o.metricsAddr != "" {
 		reg = prometheus.NewRegistry()
@@ -128,7 +149,7 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		logger.Info("DATABASE_URL is ignored: the databases are those of --databases-file")
 	}
 	logger.Info("Relay fleet starting", "databases_file", o.databasesFile, "broker", redact.String(o.brokerURL), "path", o.path,
-		"max_connections", budget)
+		"max_connections", budget, "shared", o.fleetDatabaseURL != "")
 	if err := f.Run(ctx); err != nil {
 		return err
 	}

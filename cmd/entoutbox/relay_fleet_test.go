@@ -40,6 +40,15 @@ func TestRelayDatabasesFileRefusals(t *testing.T) {
 	require.EqualError(t, err, "--fleet-idle-after applies to the relays of --databases-file")
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-idle-after", "-1s")
 	require.EqualError(t, err, "--fleet-idle-after -1s: a duration, or 0 to never park a tenant")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-database-url", "postgres://127.0.0.1/fleet")
+	require.EqualError(t, err, "--fleet-database-url applies to the processes of a fleet of --databases-file")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-member-id", "a")
+	require.EqualError(t, err, "--fleet-member-id and --fleet-member-timeout name this process among those of --fleet-database-url")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-database-url", "mysql://root@127.0.0.1/fleet")
+	require.EqualError(t, err, "--fleet-database-url: the fleet's members are kept in a PostgreSQL database; give a postgres:// URL")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-database-url", "postgres://127.0.0.1/fleet",
+		"--fleet-member-timeout", "0s")
+	require.EqualError(t, err, "--fleet-member-timeout 0s: a positive duration")
 	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "relay", "--broker", "mem://", "--databases-file", file)
 	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop it")
 }

@@ -35,6 +35,14 @@
 // database in one statement on a connection it opens and closes, and
 // starts the relay of each tenant whose outbox has work.
 //
+// Several processes share the tenants through Config.Members, a
+// database where each records a heartbeat: each tenant is relayed by the
+// live process rendezvous hashing gives it, and the tenants of a process
+// that joins, leaves or goes silent move accordingly. Safety does not
+// rest on that view: two processes that briefly both relay a tenant run
+// two relays on its database, which share its partitions through its own
+// lease table.
+//
 // The package lives under relay since it only schedules relays, through
 // relay's public API; the entoutbox relay command runs it with
 // --databases-file.

@@ -69,6 +69,22 @@ type Config struct {
 	// Logger receives what the fleet logs, and each relay's log with the
 	// field tenant; Relay.Logger, or slog.Default(), when nil.
 	Logger watermill.LoggerAdapter
+	// Members, when set, is a PostgreSQL database every process of the
+	// fleet reaches, where each records its heartbeat (MembersTable, made
+	// when missing). The processes given the same file and the same
+	// Members divide the tenants: each tenant is relayed by one live
+	// process, and the tenants move when a process joins, leaves or goes
+	// without a heartbeat for MemberTimeout. Nil: this process relays
+	// every tenant of the file.
+	Members *sql.DB
+	// MemberID names this process among Members: its host name, process
+	// id and a random suffix when empty. Each process needs its own.
+	MemberID string
+	// MemberTimeout is how long a process may go without a heartbeat
+	// before the others take its tenants; DefaultMemberTimeout when zero.
+	// A killed process's tenants are relayed again after MemberTimeout
+	// plus the lapse of its relays' partition leases (Relay.Lease).
+	MemberTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -115,10 +131,15 @@ type Fleet struct {
 	// the same member of its partition table, back at work at once.
 	prefix string
 
+	members *membership // nil without Config.Members
+
 	mu      sync.Mutex
 	runners map[string]*runner // by tenant name; changed by Run alone
-	metrics *tenantMetrics     // nil without Config.Metrics
-	fileErr string             // the last refused read of the file, "" after a good one
+	// elsewhere is the tenants another member of the fleet relays, with
+	// that member's id; changed by Run alone.
+	elsewhere map[string]string
+	metrics   *tenantMetrics // nil without Config.Metrics
+	fileErr   string         // the last refused read of the file, "" after a good one
 }
 
 // New checks cfg and returns a fleet; Run starts it.
@@ -139,13 +160,21 @@ func New(cfg Config) (*Fleet, error) {
 		return nil, errors.New("fleet: Config.Relay.Metrics is set; give the registerer as Config.Metrics, labelled per tenant")
 	case cfg.MetricsTenants < 0:
 		return nil, errors.New("fleet: Config.MetricsTenants must not be negative")
-	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 || cfg.ProbeInterval < 0:
-		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval and ProbeInterval must not be negative")
+	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 || cfg.ProbeInterval < 0 ||
+		cfg.MemberTimeout < 0:
+		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval, ProbeInterval and MemberTimeout " +
+			"must not be negative")
+	case cfg.Members == nil && (cfg.MemberID != "" || cfg.MemberTimeout != 0):
+		return nil, errors.New("fleet: Config.MemberID and MemberTimeout name this process among Config.Members, which is nil")
 	}
 	setDefaults(&cfg)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
-	f := &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{}}
+	f := &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{},
+		elsewhere: map[string]string{}}
+	if cfg.Members != nil {
+		f.members = newMembership(cfg.Members, cfg.MemberID, cfg.MemberTimeout, cfg.Logger)
+	}
 	if cfg.Metrics != nil {
 		f.metrics = newTenantMetrics(cfg.Metrics, cmpOr(cfg.MetricsTenants, DefaultMetricsTenants))
 		if err := cfg.Metrics.Register(newStateCollector(f)); err != nil {
@@ -173,6 +202,10 @@ func setDefaults(cfg *Config) {
 	cfg.IdleAfter = cmpOr(cfg.IdleAfter, DefaultIdleAfter)
 	cfg.ProbeInterval = cmpOr(cfg.ProbeInterval, cmpOr(cfg.Relay.PollInterval, relay.DefaultPollInterval))
 	cfg.RetryInterval = cmpOr(cfg.RetryInterval, DefaultRetryInterval)
+	cfg.MemberTimeout = cmpOr(cfg.MemberTimeout, DefaultMemberTimeout)
+	if cfg.MemberID == "" {
+		cfg.MemberID = defaultMemberID()
+	}
 	cfg.MaxRetryInterval = max(cmpOr(cfg.MaxRetryInterval, DefaultMaxRetryInterval), cfg.RetryInterval)
 	if cfg.Open == nil {
 		cfg.Open = func(u string) (*sql.DB, error) {
@@ -198,8 +231,19 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if f.members != nil {
+		if err := f.members.join(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting
+			}
+			return err
+		}
+		defer f.stopAll()
+		defer f.leave(f.beat(ctx)) // first: the others take the tenants while ours stop
+	} else {
+		defer f.stopAll()
+	}
 	f.apply(ctx, tenants)
-	defer f.stopAll()
 	if f.cfg.IdleAfter > 0 {
 		probing, stopProbing := context.WithCancel(ctx)
 		defer stopProbing()
@@ -211,14 +255,17 @@ func (f *Fleet) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-f.membersChanged():
+			f.apply(ctx, tenants)
+			continue
 		case <-tick.C:
 		}
-		next, tenants, err := readFile(f.cfg.File)
+		next, read, err := readFile(f.cfg.File)
 		f.setFileError(err, next == nil)
 		if err != nil || bytes.Equal(next, data) {
 			continue
 		}
-		data = next
+		data, tenants = next, read
 		f.apply(ctx, tenants)
 	}
 }
@@ -242,7 +289,9 @@ func (f *Fleet) setFileError(err error, unread bool) {
 // apply makes the running relays those of tenants: it stops the relays
 // of tenants gone or changed (all at once, each waiting for its in-flight
 // publishes), starts the new ones, and divides the budget anew.
-func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
+func (f *Fleet) apply(ctx context.Context, all []Tenant) {
+	f.labelMetrics(all)
+	tenants, elsewhere := f.assign(all)
 	want := make(map[string]Tenant, len(tenants))
 	for _, t := range tenants {
 		want[t.Name] = t
@@ -262,8 +311,8 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 	}
 	f.mu.Unlock()
 	conns := ConnectionsPerTenant(f.cfg.MaxConnections, len(tenants), f.listening())
-	f.labelMetrics(tenants)
 	f.mu.Lock()
+	f.elsewhere = elsewhere
 	var started []string
 	for _, t := range tenants {
 		if _, ok := f.runners[t.Name]; !ok {
@@ -275,7 +324,7 @@ func (f *Fleet) apply(ctx context.Context, tenants []Tenant) {
 		r.setConnections(conns)
 	}
 	f.mu.Unlock()
-	f.logApplied(tenants, started, stopping, conns)
+	f.logApplied(tenants, len(elsewhere), started, stopping, conns)
 }
 
 // labelMetrics gives the tenants their metrics' label, in the order of
@@ -294,13 +343,14 @@ func (f *Fleet) labelMetrics(tenants []Tenant) {
 	}
 }
 
-func (f *Fleet) logApplied(tenants []Tenant, started []string, stopped []*runner, conns int) {
+func (f *Fleet) logApplied(tenants []Tenant, elsewhere int, started []string, stopped []*runner, conns int) {
 	names := make([]string, len(stopped))
 	for i, r := range stopped {
 		names[i] = r.tenant.Name
 	}
 	slices.Sort(names)
-	f.logger.Info("Fleet databases applied", watermill.LogFields{"tenants": len(tenants), "started": strings.Join(started, ","),
+	f.logger.Info("Fleet databases applied", watermill.LogFields{"tenants": len(tenants), "elsewhere": elsewhere,
+		"started": strings.Join(started, ","),
 		"stopped": strings.Join(names, ","), "connections_per_tenant": conns, "max_connections": f.cfg.MaxConnections})
 	if total := conns * len(tenants); total > f.cfg.MaxConnections {
 		f.logger.Error("Fleet connection budget exceeded: each tenant's pool keeps the floor its relay needs", nil,
@@ -340,13 +390,27 @@ func stopRunners(rs []*runner) {
 	}
 }
 
-// Status is the state of every tenant's relay, by name; FileError is the
+// memberID is this process's id among Config.Members, "" without.
+func (f *Fleet) memberID() string {
+	if f.members == nil {
+		return ""
+	}
+	return f.cfg.MemberID
+}
+
+// Status is the state of every tenant's relay, by name (StateElsewhere
+// for a tenant another process of the fleet relays); FileError is the
 // last refused read of the databases file, "" when the last was good.
 func (f *Fleet) Status() (tenants []TenantStatus, fileError string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, r := range f.runners {
-		tenants = append(tenants, r.status())
+		s := r.status()
+		s.Member = f.memberID()
+		tenants = append(tenants, s)
+	}
+	for name, member := range f.elsewhere {
+		tenants = append(tenants, TenantStatus{Tenant: name, State: StateElsewhere, Member: member})
 	}
 	slices.SortFunc(tenants, func(a, b TenantStatus) int { return strings.Compare(a.Tenant, b.Tenant) })
 	return tenants, f.fileErr

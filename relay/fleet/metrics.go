@@ -118,7 +118,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	type sums struct{ up, failures, conns float64 }
 	byLabel := map[string]*sums{}
 	byState := map[State]float64{StateStarting: 0, StateRunning: 0, StateUnready: 0, StateFailed: 0, StateStopping: 0, StateParked: 0}
+	if c.f.members != nil {
+		byState[StateElsewhere] = 0
+	}
 	for _, t := range tenants {
+		if t.State == StateElsewhere {
+			byState[t.State]++
+			continue // another process reports it: one series per tenant across the fleet
+		}
 		label := c.f.metrics.label(t.Tenant)
 		s := byLabel[label]
 		if s == nil {

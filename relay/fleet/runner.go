@@ -37,6 +37,9 @@ const (
 	// nothing to publish for Config.IdleAfter. The fleet's prober starts
 	// it when its outbox has work.
 	StateParked State = "parked"
+	// StateElsewhere: another process of the fleet relays it
+	// (Config.Members); TenantStatus.Member names that process.
+	StateElsewhere State = "elsewhere"
 )
 
 // TenantStatus is the state of one tenant's relay.
@@ -53,6 +56,9 @@ type TenantStatus struct {
 	RetryAt time.Time
 	// Connections bounds the tenant's pool.
 	Connections int
+	// Member is the process of the fleet that relays the tenant, with
+	// Config.Members: this one's MemberID, or another's (StateElsewhere).
+	Member string
 }
 
 // How often a relay's readiness is asked: often while it starts, less
