@@ -293,6 +293,11 @@ func (fs *fleetSection) busiestProcess(ctx context.Context, f *fleetRun, emitter
 			return 0, nil, err
 		}
 	}
+	counts := make([]string, len(held))
+	for i := range held {
+		counts[i] = fmt.Sprintf("process %d: %d", i+1, len(held[i]))
+	}
+	fs.e.progress("busy tenants whose database each process holds connections to: %s", strings.Join(counts, ", "))
 	victim := 0
 	for i := range held {
 		if len(held[i]) > len(held[victim]) {
