@@ -92,9 +92,9 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 
 // singleRow is the paced load under `entoutbox relay --database-url` on
 // the busy tenant's database alone.
-func (fs *fleetSection) singleRow(ctx context.Context, name string, pollOnly bool) fleetRow {
+func (fs *fleetSection) singleRow(ctx context.Context, name string, pollOnly bool) (row fleetRow) {
 	e := fs.e
-	row := fleetRow{name: name}
+	row.name = name
 	key := "a1"
 	if pollOnly {
 		key = "a2"
@@ -135,9 +135,9 @@ func (fs *fleetSection) singleRow(ctx context.Context, name string, pollOnly boo
 // fleetRow is the paced load on the busy tenant under one fleet process
 // over every tenant, started with extra flags; with idle, the idle cost
 // is measured after it, once every tenant is parked again.
-func (fs *fleetSection) fleetRow(ctx context.Context, name, key string, idle bool, extra ...string) fleetRow {
+func (fs *fleetSection) fleetRow(ctx context.Context, name, key string, idle bool, extra ...string) (row fleetRow) {
 	e := fs.e
-	row := fleetRow{name: name}
+	row.name = name
 	e.progress("== fleet: %s", name)
 	prefix := fs.dbs.prefix + "_" + key + "_"
 	recv, err := newReceiver(ctx, e.cfg.Broker, prefix+"profiles")
@@ -154,6 +154,9 @@ func (fs *fleetSection) fleetRow(ctx context.Context, name, key string, idle boo
 	defer func() {
 		if err := f.rs.stop(); err != nil {
 			row.notes = append(row.notes, err.Error())
+		}
+		if logged := f.loggedProblems(); logged != "" {
+			row.notes = append(row.notes, logged)
 		}
 	}()
 	n := len(fs.dbs.tenants)

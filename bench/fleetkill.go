@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -134,6 +135,9 @@ func (fs *fleetSection) killRun(ctx context.Context, r *killResult) error {
 		if err := f.rs.stop(); err != nil {
 			r.notes = append(r.notes, err.Error())
 		}
+		if logged := f.loggedProblems(); logged != "" {
+			r.notes = append(r.notes, logged)
+		}
 	}()
 	// Settled: every process sees the others, so that each tenant is
 	// someone else's in all but one.
@@ -156,6 +160,12 @@ func (fs *fleetSection) killRun(ctx context.Context, r *killResult) error {
 		wg.Go(func() { t.run(loadCtx, e.cfg.FleetBusyRate) })
 	}
 	defer func() { stopLoad(); wg.Wait() }()
+	server := watchServer(e.admin)
+	defer func() {
+		if s := server.finish(); s != "" {
+			r.notes = append(r.notes, s)
+		}
+	}()
 	e.progress("load: %d tenants at %d events/s each; killing a process in %s", r.busy, e.cfg.FleetBusyRate, r.preKill)
 	if err := sleepCtx(ctx, r.preKill, f.rs.failed()); err != nil {
 		return err
@@ -263,40 +273,32 @@ func allRecovered(recv *receiver, tenants []*tenantEmitter, at time.Time) bool {
 // busiestProcess is the process holding connections to the most busy
 // tenants' databases, sampled over a second, and those tenants: a busy
 // tenant's running relay holds connections to its database, a parked
-// one none.
+// one none. It samples again, for up to 30 s, while some busy tenant has
+// no relay yet (a parked tenant waits for its process's probe round).
 func (fs *fleetSection) busiestProcess(ctx context.Context, f *fleetRun, emitters []*tenantEmitter) (int, []*tenantEmitter, error) {
-	byDB := map[string]*tenantEmitter{}
-	for _, t := range emitters {
-		byDB[fs.dbs.database(t.tenant)] = t
-	}
-	held := make([]map[*tenantEmitter]bool, len(f.apps))
-	for i := range held {
-		held[i] = map[*tenantEmitter]bool{}
-	}
-	for range 10 {
-		rows, err := fs.e.admin.QueryContext(ctx, `SELECT DISTINCT application_name, datname FROM pg_stat_activity
-			WHERE left(datname, length($1)) = $1`, fs.dbs.prefix)
-		if err != nil {
-			return 0, nil, fmt.Errorf("reading which process relays which tenant: %w", err)
-		}
-		for rows.Next() {
-			var app, db string
-			if rows.Scan(&app, &db) != nil {
-				continue
-			}
-			if i := slices.Index(f.apps, app); i >= 0 && byDB[db] != nil {
-				held[i][byDB[db]] = true
-			}
-		}
-		rows.Close()
-		if err := sleepCtx(ctx, 100*time.Millisecond, f.rs.failed()); err != nil {
+	var held []map[*tenantEmitter]bool
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var err error
+		if held, err = fs.whoRelays(ctx, f, emitters); err != nil {
 			return 0, nil, err
+		}
+		relayed := map[*tenantEmitter]bool{}
+		for _, h := range held {
+			maps.Copy(relayed, h)
+		}
+		if len(relayed) == len(emitters) || time.Now().After(deadline) {
+			break
 		}
 	}
 	counts := make([]string, len(held))
 	for i := range held {
 		counts[i] = fmt.Sprintf("process %d: %d", i+1, len(held[i]))
 	}
+	relayed := map[*tenantEmitter]bool{}
+	for _, h := range held {
+		maps.Copy(relayed, h)
+	}
+	counts = append(counts, fmt.Sprintf("none: %d", len(emitters)-len(relayed)))
 	fs.e.progress("busy tenants whose database each process holds connections to: %s", strings.Join(counts, ", "))
 	victim := 0
 	for i := range held {
@@ -314,6 +316,40 @@ func (fs *fleetSection) busiestProcess(ctx context.Context, f *fleetRun, emitter
 		}
 	}
 	return victim, owned, nil
+}
+
+// whoRelays is, per process, the busy tenants whose database it held
+// connections to in ten samples over a second.
+func (fs *fleetSection) whoRelays(ctx context.Context, f *fleetRun, emitters []*tenantEmitter) ([]map[*tenantEmitter]bool, error) {
+	byDB := map[string]*tenantEmitter{}
+	for _, t := range emitters {
+		byDB[fs.dbs.database(t.tenant)] = t
+	}
+	held := make([]map[*tenantEmitter]bool, len(f.apps))
+	for i := range held {
+		held[i] = map[*tenantEmitter]bool{}
+	}
+	for range 10 {
+		rows, err := fs.e.admin.QueryContext(ctx, `SELECT DISTINCT application_name, datname FROM pg_stat_activity
+			WHERE left(datname, length($1)) = $1`, fs.dbs.prefix)
+		if err != nil {
+			return nil, fmt.Errorf("reading which process relays which tenant: %w", err)
+		}
+		for rows.Next() {
+			var app, db string
+			if rows.Scan(&app, &db) != nil {
+				continue
+			}
+			if i := slices.Index(f.apps, app); i >= 0 && byDB[db] != nil {
+				held[i][byDB[db]] = true
+			}
+		}
+		rows.Close()
+		if err := sleepCtx(ctx, 100*time.Millisecond, f.rs.failed()); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
 }
 
 // sleepCtx waits d, and fails early when ctx ends or abort is closed.
@@ -349,9 +385,8 @@ func (r killResult) print(out io.Writer) {
 	if r.unrecovered > 0 {
 		fmt.Fprintf(out, "; %d tenants not relayed again", r.unrecovered)
 	}
-	fmt.Fprintf(out, "\n  %d events emitted, %d lost, %d duplicates at the broker", r.emitted, r.lost, r.duplicates)
-	if len(r.notes) > 0 {
-		fmt.Fprintf(out, " (%s)", strings.Join(r.notes, "; "))
+	fmt.Fprintf(out, "\n  %d events emitted, %d lost, %d duplicates at the broker\n", r.emitted, r.lost, r.duplicates)
+	for _, n := range r.notes {
+		fmt.Fprintf(out, "  %s\n", n)
 	}
-	fmt.Fprintln(out)
 }

@@ -29,7 +29,7 @@ type fleetRun struct {
 // tenants' databases.
 func startFleet(e *env, dbs *fleetDBs, prefix string, procs int, extra ...string) (*fleetRun, error) {
 	args := []string{"relay", "--databases-file", dbs.file, "--broker", e.cfg.Broker, "--topic-prefix", prefix,
-		"--log-level", "error", "--fleet-idle-after", e.cfg.FleetIdleAfter.String()}
+		"--log-level", "warn", "--fleet-idle-after", e.cfg.FleetIdleAfter.String()}
 	args = append(args, e.tuningFlags()...)
 	args = append(args, extra...)
 	f := &fleetRun{rs: &relaySet{exited: make(chan struct{})}}
@@ -139,6 +139,32 @@ func (f *fleetRun) waitTenants(ctx context.Context, state string, want int, time
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// loggedProblems says how many warnings and errors the processes
+// logged (they run with --log-level warn) and the first, "" when none.
+func (f *fleetRun) loggedProblems() string {
+	counts := map[string]int{}
+	first := ""
+	for _, p := range f.rs.procs {
+		for line := range strings.Lines(p.stderr.String()) {
+			for _, level := range []string{"WARN", "ERROR"} {
+				if !strings.Contains(line, "level="+level) {
+					continue
+				}
+				if counts[level]++; first == "" {
+					first = strings.TrimSpace(line)
+				}
+			}
+		}
+	}
+	if first == "" {
+		return ""
+	}
+	if len(first) > 300 {
+		first = first[:300] + "…"
+	}
+	return fmt.Sprintf("the fleet logged %d warnings and %d errors, the first: %s", counts["WARN"], counts["ERROR"], first)
 }
 
 // pid is the process id of the fleet's ith process.
@@ -261,4 +287,46 @@ func fmtMB(kb int64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d MB", (kb+512)/1024)
+}
+
+// serverConns samples, every 200 ms until stopped, how many client
+// connections the whole server holds: the fleet shares it with every
+// other client, up to its max_connections.
+type serverConns struct {
+	peak    int
+	limit   int
+	samples int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func watchServer(admin *sql.DB) *serverConns {
+	ctx, stop := context.WithCancel(context.Background())
+	w := &serverConns{stop: stop, done: make(chan struct{})}
+	_ = admin.QueryRowContext(ctx, `SELECT current_setting('max_connections')::int`).Scan(&w.limit)
+	go func() {
+		defer close(w.done)
+		for {
+			var n int
+			if admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&n) == nil {
+				w.peak, w.samples = max(w.peak, n), w.samples+1
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// finish stops the sampling and says what it saw.
+func (w *serverConns) finish() string {
+	w.stop()
+	<-w.done
+	if w.samples == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the server held at most %d client connections of its max_connections %d (every client's)", w.peak, w.limit)
 }
