@@ -599,8 +599,11 @@ func TestFleetSectionRuns(t *testing.T) {
 	}
 	t.Logf("output:\n%s", out.String())
 	for _, r := range fs.rows {
-		if r.err != nil || r.lat.n != cfg.Rate*int(cfg.LatencyDuration/time.Second) || len(r.notes) > 0 {
-			t.Errorf("row %q: err %v, %d events measured, notes %q; want every event of the load, no note", r.name, r.err, r.lat.n, r.notes)
+		// Notes (an emitter short of its rate on a busy machine, what the
+		// processes logged) are shown, not failures; a missing event is
+		// one, as the count says.
+		if r.err != nil || r.lat.n != cfg.Rate*int(cfg.LatencyDuration/time.Second) || slices.ContainsFunc(r.notes, isMissingNote) {
+			t.Errorf("row %q: err %v, %d events measured, notes %q; want every event of the load", r.name, r.err, r.lat.n, r.notes)
 		}
 		if strings.HasPrefix(r.name, "fleet") && r.wake <= 0 {
 			t.Errorf("row %q: the parked tenant's first event was not measured", r.name)
@@ -629,3 +632,5 @@ func TestFleetSectionRuns(t *testing.T) {
 		t.Errorf("%d databases of the run are left", left)
 	}
 }
+
+func isMissingNote(note string) bool { return strings.Contains(note, "missing") }
