@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +31,9 @@ type fleetSection struct {
 	idle  idleCost
 	kill  killResult
 	runID string // the run's hex, in every topic prefix
+	// load is the machine's 1-minute load average at the section's start
+	// and end: the other work the numbers shared the machine with.
+	load [2]string
 }
 
 // fleetRow is the busy tenant's commit-to-broker latency under one relay
@@ -68,6 +73,8 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 	defer dbs.drop()
 	e.progress("%d databases made in %s", n, dbs.created.Round(100*time.Millisecond))
 	fs := &fleetSection{e: e, dbs: dbs, runID: strings.TrimPrefix(dbs.prefix, "bench_fleet_")}
+	fs.load[0] = loadAverage()
+	defer func() { fs.load[1] = loadAverage() }()
 	db, client, err := dbs.open(dbs.tenants[0], 16)
 	if err != nil {
 		return nil, err
@@ -318,6 +325,15 @@ func (fs *fleetSection) wakeMany(ctx context.Context, f *fleetRun, recv *receive
 	return summarize(ds), k, nil
 }
 
+// loadAverage is the 1-minute load average, "-" where /proc has none.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "-"
+}
+
 // print writes the section's table and lines.
 func (fs *fleetSection) print(out io.Writer) error {
 	cfg := fs.e.cfg
@@ -326,6 +342,7 @@ func (fs *fleetSection) print(out io.Writer) error {
 		"tenant %s busy at %d events/s for %s (one event per transaction), the other %d idle; fast path; "+
 		"--fleet-idle-after %s\n", n, fs.dbs.created.Round(100*time.Millisecond), fs.dbs.tenants[0], cfg.Rate,
 		cfg.LatencyDuration, n-1, cfg.FleetIdleAfter)
+	fmt.Fprintf(out, "machine load average (1 min) %s at the start, %s at the end, on %d CPUs\n", fs.load[0], fs.load[1], runtime.NumCPU())
 	tw := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "busy tenant's relay\twake\tp50\tp99\tmax\tCPU of a core\tRSS / peak\tconnections max / mean\tnotes")
 	for _, r := range fs.rows {
