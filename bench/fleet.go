@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -79,7 +80,8 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
+	closeBusy := sync.OnceFunc(func() { client.Close() })
+	defer closeBusy()
 	fs.busy = &sandbox{name: dbs.database(dbs.tenants[0]), url: dbs.url(dbs.database(dbs.tenants[0])), db: db, client: client}
 
 	poll := e.cfg.PollInterval
@@ -91,6 +93,7 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 		fs.fleetRow(ctx, fmt.Sprintf("fleet of %d databases, --fleet-listen", n), "b1", false, "--fleet-listen"),
 		fs.singleRow(ctx, fmt.Sprintf("single-database relay, --poll-only, polling every %s", poll), true),
 		fs.fleetRow(ctx, fmt.Sprintf("fleet of %d databases, polling every %s (its default)", n, poll), "b2", true))
+	closeBusy() // its connections, idle from now on, would count against the server's
 	if e.cfg.FleetProcesses > 1 && ctx.Err() == nil {
 		fs.kill = fs.killRow(ctx)
 	}
