@@ -153,7 +153,7 @@ func (f *fleetRun) loggedProblems() string {
 					continue
 				}
 				if counts[level]++; first == "" {
-					first = strings.TrimSpace(line)
+					first = logMessage(line)
 				}
 			}
 		}
@@ -161,10 +161,22 @@ func (f *fleetRun) loggedProblems() string {
 	if first == "" {
 		return ""
 	}
-	if len(first) > 300 {
-		first = first[:300] + "…"
-	}
 	return fmt.Sprintf("the fleet logged %d warnings and %d errors, the first: %s", counts["WARN"], counts["ERROR"], first)
+}
+
+// logMessage is the msg of a text log line, the line itself (cut at 300
+// bytes) when it has none.
+func logMessage(line string) string {
+	if _, rest, ok := strings.Cut(line, ` msg="`); ok {
+		if msg, _, ok := strings.Cut(rest, `"`); ok {
+			return msg
+		}
+	}
+	line = strings.TrimSpace(line)
+	if len(line) > 300 {
+		line = line[:300] + "…"
+	}
+	return line
 }
 
 // pid is the process id of the fleet's ith process.
