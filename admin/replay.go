@@ -35,6 +35,10 @@ type ReplayOptions struct {
 	// Limit bounds how many events are published: the first Limit in
 	// order; 0 for all.
 	Limit int
+	// Tenant, when set, is put on every message as the relay of a fleet
+	// puts it (events.MetaTenant): the tenant whose database this is, for
+	// consumers that apply each event in its tenant's database.
+	Tenant string
 }
 
 // Replay publishes the retained delivered events r selects to pub, with
@@ -97,6 +101,9 @@ func (a *Admin) Replay(ctx context.Context, pub message.Publisher, r Range, opts
 					return sent, fmt.Errorf("admin: replaying outbox row %d: %w", o.ID, err)
 				}
 				msg.Metadata[events.MetaPublishID] = outbox.ReplayPublishID(o.EventID.String(), replayID)
+				if opts.Tenant != "" {
+					msg.Metadata[events.MetaTenant] = opts.Tenant
+				}
 				msgs = append(msgs, msg)
 			}
 			if err := pub.Publish(topic, msgs...); err != nil {

@@ -28,8 +28,12 @@ type fleetRun struct {
 // URLs name none), so that they can be counted per process across the
 // tenants' databases.
 func startFleet(e *env, dbs *fleetDBs, prefix string, procs int, extra ...string) (*fleetRun, error) {
+	// --metrics-addr is how the bench sees the tenants' states; the
+	// backlog gauges it also serves would read every tenant's database
+	// every 15 s: read once at the start and then hourly, so that the
+	// idle cost is the parked tenants'.
 	args := []string{"relay", "--databases-file", dbs.file, "--broker", e.cfg.Broker, "--topic-prefix", prefix,
-		"--log-level", "warn", "--fleet-idle-after", e.cfg.FleetIdleAfter.String()}
+		"--log-level", "warn", "--fleet-idle-after", e.cfg.FleetIdleAfter.String(), "--fleet-backlog-interval", "1h"}
 	args = append(args, e.tuningFlags()...)
 	args = append(args, extra...)
 	f := &fleetRun{rs: &relaySet{exited: make(chan struct{})}}

@@ -63,6 +63,22 @@ type Config struct {
 	Secret []byte
 	// Logger receives the errors of failed pages; slog.Default when nil.
 	Logger *slog.Logger
+
+	// Tenants, instead of DB, makes a console of the tenants of a relay
+	// fleet: a page of every tenant's backlog, and each tenant's pages
+	// under /t/{tenant}/. It is called on every request for the current
+	// tenants (the command re-reads the databases file).
+	Tenants func() ([]Tenant, error)
+	// Open opens a tenant's pool on its URL (its schema as search_path);
+	// pgdial (the pgx driver) when nil.
+	Open func(databaseURL string) (*sql.DB, error)
+	// TenantConnections bounds each tenant's pool, opened when one of its
+	// pages is asked for; DefaultTenantConnections when zero.
+	TenantConnections int
+	// TenantIdle closes a tenant's pool once none of its pages was asked
+	// for that long (and its idle connections after as long);
+	// DefaultTenantIdle when zero.
+	TenantIdle time.Duration
 }
 
 // Console is the web console, an http.Handler.
@@ -74,13 +90,21 @@ type Console struct {
 	mux    *http.ServeMux
 	log    *slog.Logger
 	logins *loginLimit
+	// tenant names the tenant of a tenant's console, root the prefix of
+	// the console of tenants serving it (BasePath otherwise).
+	tenant, root string
+	pools        tenantPools // a console of tenants' consoles of each
 
 	scanBound int64 // scanBound; a test lowers it
 }
 
 // New returns the console of the outbox tables cfg names in cfg.DB.
 func New(cfg Config) (*Console, error) {
-	if cfg.DB == nil {
+	if cfg.Tenants != nil {
+		if err := checkTenantsConfig(&cfg); err != nil {
+			return nil, err
+		}
+	} else if cfg.DB == nil {
 		return nil, errors.New("console: Config.DB is nil")
 	}
 	cfg.BasePath = strings.TrimRight(cfg.BasePath, "/")
@@ -102,17 +126,23 @@ func New(cfg Config) (*Console, error) {
 	if cfg.LoginAttempts == 0 {
 		cfg.LoginAttempts = defaultLoginAttempts
 	}
-	a, err := admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable,
-		Scheduled: cfg.ScheduledTable})
-	if err != nil {
-		return nil, fmt.Errorf("console: %w", err)
-	}
 	tables := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	if cfg.ScheduledTable != "" {
 		tables.Scheduled = cfg.ScheduledTable
 	}
-	tables.Dialect = outboxdb.DialectOfDB(cfg.DB)
-	c := &Console{cfg: cfg, admin: a, tables: tables, log: cfg.Logger,
+	if err := outboxdb.CheckName(tables.Outbox); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	var a *admin.Admin
+	if cfg.DB != nil {
+		var err error
+		if a, err = admin.Open(cfg.DB, admin.Tables{Outbox: cfg.Table, DeadLetters: cfg.DeadLetterTable,
+			Scheduled: cfg.ScheduledTable}); err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+		tables.Dialect = outboxdb.DialectOfDB(cfg.DB)
+	}
+	c := &Console{cfg: cfg, admin: a, tables: tables, log: cfg.Logger, root: cfg.BasePath,
 		logins: newLoginLimit(cfg.LoginAttempts), scanBound: scanBound}
 	if err := c.parseTemplates(); err != nil {
 		return nil, err
@@ -125,6 +155,14 @@ func (c *Console) routes() {
 	m := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServer(http.FS(static))))
+	m.HandleFunc("GET /login", c.loginForm)
+	m.HandleFunc("POST /login", c.login)
+	m.HandleFunc("POST /logout", c.logout)
+	c.mux = m
+	if c.tenantsMode() {
+		c.tenantRoutes(m)
+		return
+	}
 	m.HandleFunc("GET /{$}", c.overview)
 	m.HandleFunc("GET /events", c.onPostgres(c.search))
 	m.HandleFunc("GET /events/{id}", c.event)
@@ -132,10 +170,6 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /dead-letters/{id}", c.deadLetter)
 	m.HandleFunc("POST /dead-letters/retry", c.action(c.retry))
 	m.HandleFunc("POST /dead-letters/discard", c.action(c.discard))
-	m.HandleFunc("GET /login", c.loginForm)
-	m.HandleFunc("POST /login", c.login)
-	m.HandleFunc("POST /logout", c.logout)
-	c.mux = m
 }
 
 // ServeHTTP authenticates r, gives it a session and serves it.

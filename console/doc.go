@@ -13,6 +13,14 @@
 // an event is delivered when any read path delivered it, the WAL path
 // included.
 //
+// With Config.Tenants instead of DB, it is the console of a relay fleet's
+// tenants (`entoutbox console --databases-file`): a page of every
+// tenant's backlog, read per database URL on one connection, and each
+// tenant's pages under /t/{tenant}/, served by a console of its database
+// on a pool opened on demand, bounded by TenantConnections and closed
+// after TenantIdle. The token and CSRF checks are the console's, for
+// every page.
+//
 // Pages are rendered on the server with html/template (every value
 // escaped, payloads pretty-printed and shown as text); the templates, a
 // stylesheet and a few lines of script are embedded in the binary. Charts

@@ -15,7 +15,7 @@ import (
 )
 
 // pageNames are the templates in templates/, each rendered inside layout.html.
-var pageNames = []string{"overview", "search", "event", "deadletters", "deadletter", "results", "login", "error"}
+var pageNames = []string{"overview", "search", "event", "deadletters", "deadletter", "results", "login", "error", "tenants"}
 
 func (c *Console) parseTemplates() error {
 	c.pages = map[string]*template.Template{}
@@ -32,6 +32,9 @@ func (c *Console) parseTemplates() error {
 func (c *Console) funcs() template.FuncMap {
 	return template.FuncMap{
 		"base":     func() string { return c.cfg.BasePath },
+		"root":     func() string { return c.root },
+		"tenant":   func() string { return c.tenant },
+		"tenants":  c.tenantsMode,
 		"readOnly": func() bool { return c.cfg.ReadOnly },
 		"authOn":   func() bool { return c.cfg.Token != "" },
 		"when":     when,

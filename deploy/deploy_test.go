@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -20,6 +23,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/entoutbox/entoutbox/metrics"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 const (
@@ -330,7 +335,7 @@ type datasource struct {
 // expressions parse as PromQL; the all-value of a multi-value variable is ".*".
 var grafanaVariables = strings.NewReplacer(
 	"$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h",
-	"${topic}", ".*", "$topic", ".*", "${consumer}", ".*", "$consumer", ".*",
+	"${topic}", ".*", "$topic", ".*", "${consumer}", ".*", "$consumer", ".*", "${tenant}", ".*", "$tenant", ".*",
 )
 
 // checkDashboard decodes a Grafana dashboard and checks that it takes its
@@ -482,7 +487,8 @@ func readFile(t *testing.T, name string) []byte {
 // prometheus.Desc's String form, the only place client_golang exposes them.
 var descPattern = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), .*constLabels: \{(.*)\}, variableLabels: \{([^}]*)\}\}$`)
 
-// registeredMetrics lists the metrics package metrics registers, with their
+// registeredMetrics lists the metrics package metrics registers, and the
+// relay fleet's own (package relay/fleet), with their
 // labels: read from the collectors' descriptors, which name every metric,
 // also a label vector that has no series yet (Gather would leave it out).
 func registeredMetrics(t *testing.T) map[string][]string {
@@ -491,6 +497,7 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	if _, err := metrics.New(reg); err != nil {
 		t.Fatal(err)
 	}
+	registerFleetMetrics(t, reg)
 	descs := make(chan *prometheus.Desc)
 	go func() {
 		reg.Describe(descs)
@@ -523,4 +530,21 @@ func registeredMetrics(t *testing.T) map[string][]string {
 		t.Fatal("metrics.New registered no metrics")
 	}
 	return known
+}
+
+// registerFleetMetrics registers the relay fleet's own metrics on reg: its
+// tenants' states and backlog (each tenant's relay metrics are package
+// metrics', labelled tenant).
+func registerFleetMetrics(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	f, err := fleet.New(fleet.Config{File: "databases.json", Relay: relay.Config{Publisher: gochannel.NewGoChannel(
+		gochannel.Config{}, watermill.NopLogger{})}, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no tenant to read: the descriptors are enough
+	if err := f.WatchBacklogs(ctx, fleet.BacklogConfig{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/consumer"
 	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 	"github.com/entoutbox/entoutbox/schema"
 )
 
@@ -23,6 +24,8 @@ type cleanupOptions struct {
 	processedRetention, deliveredRet   time.Duration
 	settledRet                         time.Duration
 	batch                              int
+	databasesFile                      string
+	registryURL, registryTable         string
 }
 
 func newCleanupCommand() *cobra.Command {
@@ -41,9 +44,22 @@ func newCleanupCommand() *cobra.Command {
   - dead letters an operator retried or discarded longer than
     --settled-dead-letter-retention ago (0 keeps them; see dead-letters purge).
 Undelivered outbox rows, scheduled events still waiting and open dead
-letters are never deleted.`,
+letters are never deleted.
+
+With --databases-file or --registry-database-url (the relay fleet's
+tenants) it cleans every tenant's database in turn, its lines prefixed with
+the tenant; a tenant that fails is named, the others are cleaned, and the
+command exits with status 1.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.databasesFile != "" || o.registryURL != "" {
+				if err := checkFleetStatus(cmd.Flags()); err != nil {
+					return err
+				}
+				return o.runFleet(cmd.Context(), cmd.OutOrStdout())
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout())
+		},
 	}
 	addDatabaseFlags(cmd, &o.databaseURL, &o.table)
 	f := cmd.Flags()
@@ -54,6 +70,9 @@ letters are never deleted.`,
 		"keep dead letters this long after they were retried or discarded; 0 keeps them all")
 	f.StringVar(&o.scheduledTable, "scheduled-table", "", "scheduled events' table name (default outbox_scheduled_events)")
 	f.IntVar(&o.batch, "batch-size", 1000, "rows deleted per statement")
+	f.StringVar(&o.databasesFile, "databases-file", "", "the relay fleet's databases file: clean every tenant's database")
+	f.StringVar(&o.registryURL, "registry-database-url", "", "the relay fleet's registry database: clean every tenant's database of its table")
+	f.StringVar(&o.registryTable, "registry-table", "", "the registry table (default "+fleet.DefaultRegistryTable+")")
 	return cmd
 }
 
@@ -78,7 +97,12 @@ func (o *cleanupOptions) run(ctx context.Context, out io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	db, err := openDB(o.databaseURL)
+	return o.clean(ctx, o.databaseURL, out)
+}
+
+// clean deletes what the retentions allow in the database of databaseURL.
+func (o *cleanupOptions) clean(ctx context.Context, databaseURL string, out io.Writer) error {
+	db, err := openDB(databaseURL)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/mysqltest"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
 	"github.com/entoutbox/entoutbox/internal/testent"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 // A negative retention would reach into the future and delete every
@@ -150,4 +151,37 @@ func TestCleanupOnMariaDB(t *testing.T) {
 	require.Equal(t, []string{"recent"}, names("outbox_processed_events"))
 	require.Equal(t, []string{"discarded-recent", "open"}, names("outbox_dead_letters"))
 	require.Equal(t, []string{"waiting"}, names("outbox_scheduled_events"))
+}
+
+// cleanup --databases-file cleans every tenant's database, its lines
+// prefixed with the tenant; a tenant without the tables is named and
+// fails the command, and the others are cleaned all the same.
+func TestCleanupEveryTenantOfTheDatabasesFile(t *testing.T) {
+	t.Parallel()
+	migrated := func() *pgtest.DB {
+		db := pgtest.New(t)
+		pgtest.Migrate(t, testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB))).Schema.Create)
+		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id,
+			payload, delivered_at) SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}',
+			now() - make_interval(days => g) FROM generate_series(1, 4) g`) // delivered 1 to 4 days ago
+		require.NoError(t, err)
+		return db
+	}
+	acme, globex, bare := migrated(), migrated(), pgtest.New(t)
+	file := writeDatabasesFile(t,
+		fleet.Tenant{Name: "acme", DatabaseURL: pgtest.ServerURL(), Schema: acme.Schema},
+		fleet.Tenant{Name: "bare", DatabaseURL: pgtest.ServerURL(), Schema: bare.Schema},
+		fleet.Tenant{Name: "globex", DatabaseURL: globex.URL})
+	out, err := run(t, nil, "cleanup", "--databases-file", file, "--delivered-retention", "60h")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `tenant bare: table "outbox_processed_events" does not exist`)
+	require.NotContains(t, err.Error(), "tenant acme")
+	require.Contains(t, out, "acme: deleted 2 outbox rows delivered more than 60h0m0s ago\n")
+	require.Contains(t, out, "bare: FAILED: ")
+	require.Contains(t, out, "globex: deleted 2 outbox rows delivered more than 60h0m0s ago\n")
+	for _, db := range []*pgtest.DB{acme, globex} {
+		var left int
+		require.NoError(t, db.DB.QueryRow(`SELECT count(*) FROM outbox_events`).Scan(&left))
+		require.Equal(t, 2, left, "the rows delivered within the retention are kept")
+	}
 }

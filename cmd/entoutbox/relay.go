@@ -27,7 +27,6 @@ import (
 	"github.com/entoutbox/entoutbox/metrics"
 	"github.com/entoutbox/entoutbox/mysqldb"
 	"github.com/entoutbox/entoutbox/relay"
-	"github.com/entoutbox/entoutbox/relay/fleet"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 	"github.com/entoutbox/entoutbox/tracing"
 )
@@ -42,8 +41,10 @@ type relayOptions struct {
 	cloudEventsPrefix                                      string
 	databasesFile                                          string
 	fleetDatabaseURL, fleetMemberID                        string
+	registryURL, registryTable                             string
 	pprof, fleetListen                                     bool
-	fleetIdleAfter, fleetMemberTimeout                     time.Duration
+	fleetIdleAfter, fleetMemberTimeout, fleetTurn          time.Duration
+	fleetBacklogInterval                                   time.Duration
 	metricsTenants                                         int
 	maxConns                                               int
 	cfg                                                    relay.Config
@@ -160,22 +161,7 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&cfg.WAL.ReplicationURL, "replication-url", "", "PostgreSQL URL of the replication connection, when --database-url "+
 		"goes through a pooler (default --database-url)")
 
-	f.StringVar(&o.databasesFile, "databases-file", "", "JSON file of the tenants' databases, one relay each in this process, "+
-		`re-read every second: {"tenants": [{"name": "acme", "database_url": "postgres://…", "schema": "acme"}]} (docs/tenants.md); `+
-		"instead of --database-url; --max-connections is then the budget of all their pools (default 100)")
-	f.BoolVar(&o.fleetListen, "fleet-listen", false, "with --databases-file: each tenant's relay LISTENs for new rows "+
-		"(6 connections at least per tenant) instead of polling every --poll-interval (3)")
-	f.DurationVar(&o.fleetIdleAfter, "fleet-idle-after", fleet.DefaultIdleAfter, "with --databases-file: park a tenant whose relay "+
-		"had nothing to publish for this long (its relay stopped, no connection held) until its outbox has work; 0 never parks")
-	f.StringVar(&o.fleetDatabaseURL, "fleet-database-url", "", "with --databases-file: a PostgreSQL database every process of the fleet "+
-		"reaches, where each records its heartbeat (table "+fleet.MembersTable+"); the processes given the same file and this URL divide "+
-		"the tenants, each relayed by one of them, and take a stopped or silent one's tenants (docs/tenants.md)")
-	f.StringVar(&o.fleetMemberID, "fleet-member-id", "", "with --fleet-database-url: this process's name among the fleet's "+
-		"(default host name, pid and a random suffix); each process needs its own")
-	f.DurationVar(&o.fleetMemberTimeout, "fleet-member-timeout", fleet.DefaultMemberTimeout, "with --fleet-database-url: how long "+
-		"a process may go without a heartbeat before the others take its tenants")
-	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
-		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
+	o.addFleetFlags(f)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json (one JSON object a line)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. :9090 (off when empty)")
@@ -233,7 +219,7 @@ func (o *relayOptions) check(flags *pflag.FlagSet) error {
 		return errors.New("--cloudevents-dataschema-base needs --cloudevents-source")
 	case o.cloudEventsPrefix != "" && o.cloudEventsSource == "":
 		return errors.New("--cloudevents-prefix needs --cloudevents-source")
-	case o.databasesFile == "" && o.maxConns < minRelayConns:
+	case !o.fleet() && o.maxConns < minRelayConns:
 		return fmt.Errorf("--max-connections %d: the relay needs at least %d", o.maxConns, minRelayConns)
 	case path != relay.PathFast && path != relay.PathCompatible && path != relay.PathWAL && path != relay.PathPoll:
 		return fmt.Errorf("--path %q: want %s, %s, %s or %s", o.path, relay.PathFast, relay.PathCompatible, relay.PathWAL, relay.PathPoll)
@@ -294,7 +280,7 @@ func (o *relayOptions) run(ctx context.Context, flags *pflag.FlagSet, w io.Write
 	if err := o.check(flags); err != nil {
 		return err
 	}
-	if o.databasesFile != "" {
+	if o.fleet() {
 		return o.runFleet(ctx, flags, w, redact)
 	}
 	logger, wmLogger, stopTraces, err := o.start(ctx, w, redact)

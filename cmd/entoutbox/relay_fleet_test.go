@@ -49,6 +49,10 @@ func TestRelayDatabasesFileRefusals(t *testing.T) {
 	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-database-url", "postgres://127.0.0.1/fleet",
 		"--fleet-member-timeout", "0s")
 	require.EqualError(t, err, "--fleet-member-timeout 0s: a positive duration")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--fleet-backlog-interval", "1m")
+	require.EqualError(t, err, "--fleet-backlog-interval applies to the metrics of --databases-file's tenants")
+	_, err = run(t, nil, "relay", "--broker", "mem://", "--databases-file", file, "--fleet-backlog-interval", "0s")
+	require.EqualError(t, err, "--fleet-backlog-interval 0s: a positive duration")
 	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "relay", "--broker", "mem://", "--databases-file", file)
 	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop it")
 }
@@ -74,23 +78,34 @@ func TestRelayDatabasesFile(t *testing.T) {
 	prefix := "fleet_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
 	got := receiveTenants(t, prefix)
 
+	logs, stop := runInBackground("relay", "--databases-file", file, "--broker", "nats://"+testNATS, "--topic-prefix", prefix)
+	defer stop() //nolint:errcheck // stopped below, this is for a failed test
+	require.Eventually(t, func() bool { return len(got.snapshot()) == len(want) }, patience, 50*time.Millisecond,
+		"every tenant's event arrives; logs:\n%s", logs)
+	require.Equal(t, want, got.snapshot(), "each event carries its tenant")
+	require.NoError(t, stop())
+	require.Contains(t, logs.String(), "Relay fleet stopped")
+}
+
+// runInBackground runs the command in this process with args until
+// stop, which returns its error; logs is what it wrote.
+func runInBackground(args ...string) (logs *syncBuffer, stop func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
+	logs = &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		cmd := newRootCommand()
 		cmd.SetOut(logs)
 		cmd.SetErr(logs)
-		cmd.SetArgs([]string{"relay", "--databases-file", file, "--broker", "nats://" + testNATS, "--topic-prefix", prefix})
+		cmd.SetArgs(args)
 		done <- cmd.ExecuteContext(ctx)
 	}()
-	require.Eventually(t, func() bool { return len(got.snapshot()) == len(want) }, patience, 50*time.Millisecond,
-		"every tenant's event arrives; logs:\n%s", logs)
-	require.Equal(t, want, got.snapshot(), "each event carries its tenant")
-	cancel()
-	require.NoError(t, <-done)
-	require.Contains(t, logs.String(), "Relay fleet stopped")
+	var err error
+	var once sync.Once
+	return logs, func() error {
+		once.Do(func() { cancel(); err = <-done })
+		return err
+	}
 }
 
 // tenantsSeen is the tenant of each event received.
@@ -156,7 +171,7 @@ func TestRelayDatabasesFileMetrics(t *testing.T) {
 		require.NoError(t, err)
 	}
 	r := startRelay(t, "relay", "--databases-file", file, "--broker", "mem://", "--metrics-addr", "127.0.0.1:0",
-		"--metrics-tenants", "1", "--poll-interval", "100ms", "--log-format", "json")
+		"--metrics-tenants", "1", "--poll-interval", "100ms", "--log-format", "json", "--fleet-backlog-interval", "100ms")
 	addr := r.opsAddr(t)
 	var body string
 	require.Eventually(t, func() bool {
@@ -166,10 +181,43 @@ func TestRelayDatabasesFileMetrics(t *testing.T) {
 			strings.Contains(body, `entoutbox_fleet_tenant_up{tenant="_other"} 2`+"\n")
 	}, patience, 100*time.Millisecond, "acme counts under its name, globex and initech under _other")
 	require.Contains(t, body, `entoutbox_fleet_tenant_up{tenant="acme"} 1`+"\n")
+	require.Eventually(t, func() bool {
+		_, body = get(t, addr, "/metrics")
+		return strings.Contains(body, `entoutbox_fleet_tenant_pending_events{tenant="acme"} 0`+"\n") &&
+			strings.Contains(body, `entoutbox_fleet_tenant_pending_events{tenant="_other"} 0`+"\n") &&
+			strings.Contains(body, `entoutbox_fleet_tenant_backlog_unread{tenant="_other"} 0`+"\n")
+	}, patience, 100*time.Millisecond, "the tenants' backlog, read and relayed")
+	require.Contains(t, body, `entoutbox_fleet_tenant_dead_letters{tenant="acme"} 0`+"\n")
 	require.NotContains(t, body, `tenant="globex"`)
 	require.NotContains(t, body, `tenant="initech"`)
 	require.Contains(t, body, "go_goroutines", "the runtime's metrics too")
 	code, _ := get(t, addr, "/readyz")
 	require.Equal(t, 200, code)
 	require.NoError(t, r.stop())
+}
+
+// --registry-database-url relays the tenants of the registry table, a
+// row each, without a databases file.
+func TestRelayRegistryTable(t *testing.T) {
+	requireNATS(t)
+	acme := outboxDB(t)
+	registry := pgtest.New(t)
+	_, err := registry.DB.Exec(fleet.RegistryTableDDL("tenants"))
+	require.NoError(t, err)
+	_, err = registry.DB.Exec(`INSERT INTO tenants (name, database_url, schema) VALUES ('acme', $1, $2)`, pgtest.ServerURL(), acme.Schema)
+	require.NoError(t, err)
+	id := uuid.NewString()
+	_, err = acme.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, created_at)
+		VALUES ($1, 'order.paid', 2, 'orders', 'Order', '1', '{}', now())`, id)
+	require.NoError(t, err)
+	prefix := "registry_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "") + "_"
+	got := receiveTenants(t, prefix)
+
+	logs, stop := runInBackground("relay", "--registry-database-url", registry.URL, "--registry-table", "tenants",
+		"--broker", "nats://"+testNATS, "--topic-prefix", prefix)
+	defer stop() //nolint:errcheck // stopped below, this is for a failed test
+	require.Eventually(t, func() bool { return len(got.snapshot()) == 1 }, patience, 50*time.Millisecond,
+		"the registry's tenant's event arrives; logs:\n%s", logs)
+	require.Equal(t, map[string]string{id: "acme"}, got.snapshot())
+	require.NoError(t, stop())
 }

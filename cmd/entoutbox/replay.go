@@ -12,6 +12,8 @@ import (
 	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/broker"
 	"github.com/entoutbox/entoutbox/events"
+	"github.com/entoutbox/entoutbox/relay"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 // replayOptions are the replay command's flags.
@@ -22,6 +24,7 @@ type replayOptions struct {
 	r                                       admin.Range
 	opts                                    admin.ReplayOptions
 	dryRun                                  bool
+	databasesFile                           string
 }
 
 func newReplayCommand() *cobra.Command {
@@ -57,6 +60,9 @@ when nothing matches: nothing was replayed.`,
 			if err := o.check(); err != nil {
 				return err
 			}
+			if f := cmd.Flags().Lookup("database-url"); o.databasesFile != "" && f.Changed && !fromGenericDatabaseURL(f) {
+				return fmt.Errorf("%s cannot go with --databases-file: the database is --tenant's of the file; drop one of them", givenAs(f))
+			}
 			return o.run(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
@@ -73,6 +79,10 @@ when nothing matches: nothing was replayed.`,
 	f.IntVar(&o.opts.Limit, "limit", 0, "replay the first N events only (0: all)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print what would be replayed, and publish nothing")
 	f.StringVar(&o.logLevel, "log-level", "warn", "the broker client's log level: debug, info, warn or error")
+	f.StringVar(&o.opts.Tenant, "tenant", "", "put this tenant on every event (metadata "+events.MetaTenant+"), as the relay fleet does; "+
+		"with --databases-file, also the tenant whose database is replayed")
+	f.StringVar(&o.databasesFile, "databases-file", "", "the relay fleet's databases file: replay --tenant's database, "+
+		"instead of --database-url")
 	return cmd
 }
 
@@ -94,8 +104,30 @@ func (o *replayOptions) check() error {
 		return fmt.Errorf("--batch-size %d: must be at least 1", o.opts.BatchSize)
 	case o.brokerURL == "" && !o.dryRun:
 		return errors.New("no broker: set --broker or ENTOUTBOX_BROKER (or --dry-run)")
+	case o.databasesFile != "" && o.opts.Tenant == "":
+		return errors.New("--databases-file needs --tenant: the tenant whose database is replayed")
+	}
+	if o.opts.Tenant != "" {
+		if err := relay.CheckTenant(o.opts.Tenant); err != nil {
+			return fmt.Errorf("--tenant: %w", err)
+		}
 	}
 	return nil
+}
+
+// tenantDatabase is the URL of --tenant's database in --databases-file,
+// its schema as the search_path.
+func (o *replayOptions) tenantDatabase(ctx context.Context) (string, error) {
+	tenants, err := fleet.Source{File: o.databasesFile}.Read(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range tenants {
+		if t.Name == o.opts.Tenant {
+			return t.URL(), nil
+		}
+	}
+	return "", fmt.Errorf("--tenant %q is not a tenant of --databases-file %s", o.opts.Tenant, o.databasesFile)
 }
 
 // run replays the events the flags select, or with --dry-run prints what
@@ -105,6 +137,11 @@ func (o *replayOptions) run(ctx context.Context, out io.Writer) error {
 	logger, err := newLogger(o.logLevel)
 	if err != nil {
 		return err
+	}
+	if o.databasesFile != "" {
+		if o.databaseURL, err = o.tenantDatabase(ctx); err != nil {
+			return err
+		}
 	}
 	db, err := openPostgresDB(o.databaseURL, "replay")
 	if err != nil {

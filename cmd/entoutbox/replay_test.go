@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/entoutbox/entoutbox/broker"
+	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/pgtest"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 )
 
 func TestReplayCommandPublishesInOrderToAnotherTopic(t *testing.T) {
@@ -149,4 +151,38 @@ func replayTopic(t *testing.T, suffix string) (context.Context, string, <-chan *
 	msgs, err := sub.Subscribe(ctx, topic)
 	require.NoError(t, err)
 	return ctx, topic, msgs
+}
+
+// replay --databases-file --tenant replays that tenant's database of the
+// fleet's file, each event carrying the tenant as the fleet's relay sends
+// it; a tenant not in the file, or a bad name, is refused.
+func TestReplayCommandTenantOfTheDatabasesFile(t *testing.T) {
+	t.Parallel()
+	db, _ := letterDB(t)
+	ctx, topic, msgs := replayTopic(t, "_tenant")
+	_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at)
+		SELECT gen_random_uuid(), 'order.paid', 2, 'orders', 'Order', g::text, '{}', now() FROM generate_series(1, 3) g`)
+	require.NoError(t, err)
+	file := writeDatabasesFile(t, fleet.Tenant{Name: "acme", DatabaseURL: pgtest.ServerURL(), Schema: db.Schema})
+
+	_, err = run(t, nil, "replay", "--databases-file", file, "--broker", replayBrokerURL, "--event", "order.paid", "--since", "1h")
+	require.EqualError(t, err, "--databases-file needs --tenant: the tenant whose database is replayed")
+	_, err = run(t, nil, "replay", "--databases-file", file, "--tenant", "globex", "--broker", replayBrokerURL,
+		"--event", "order.paid", "--since", "1h")
+	require.ErrorContains(t, err, `--tenant "globex" is not a tenant of --databases-file`)
+	_, err = run(t, nil, "replay", "--tenant", "no spaces", "--broker", replayBrokerURL, "--event", "order.paid", "--since", "1h")
+	require.ErrorContains(t, err, "--tenant: ")
+	out, err := run(t, nil, "replay", "--databases-file", file, "--tenant", "acme", "--broker", replayBrokerURL,
+		"--event", "order.paid", "--since", "1h", "--to-topic", topic)
+	require.NoError(t, err)
+	require.Equal(t, "replayed 3 events\n", out)
+	for range 3 {
+		select {
+		case m := <-msgs:
+			m.Ack()
+			require.Equal(t, "acme", m.Metadata.Get(events.MetaTenant), "a replayed event carries its tenant")
+		case <-ctx.Done():
+			t.Fatal("the replayed events did not arrive")
+		}
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/internal/pgdial"
 	"github.com/entoutbox/entoutbox/mysqldb"
+	"github.com/entoutbox/entoutbox/relay/fleet"
 	"github.com/entoutbox/entoutbox/sqlitedb"
 )
 
@@ -27,6 +28,7 @@ import (
 type statusOptions struct {
 	databaseURL, table, deadLetterTable string
 	scheduledTable, databasesFile       string
+	registryURL, registryTable          string
 	asJSON                              bool
 	th                                  admin.Thresholds
 }
@@ -62,7 +64,8 @@ PostgreSQL's paths alone, which it names as not applicable there.
 With --max-age, --max-dead-letters or --max-overdue it exits with status 1 when a threshold
 is passed, saying which (after printing the status), for a cron job or a probe.
 
-With --databases-file (the relay fleet's file of tenants) it reads every
+With --databases-file (the relay fleet's file of tenants), or
+--registry-database-url (its registry table), it reads every
 tenant's outbox instead and prints one line per tenant (pending events, age
 of the oldest, open dead letters, held aggregates) and a total; --json gives
 them as an array. A tenant that cannot be read (database down, tables
@@ -73,7 +76,7 @@ with status 1; so does a tenant over a threshold, named.`,
   entoutbox status --databases-file databases.json --max-age 5m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.databasesFile != "" {
+			if o.databasesFile != "" || o.registryURL != "" {
 				if err := checkFleetStatus(cmd.Flags()); err != nil {
 					return err
 				}
@@ -86,6 +89,9 @@ with status 1; so does a tenant over a threshold, named.`,
 	f := cmd.Flags()
 	f.StringVar(&o.databasesFile, "databases-file", "", "JSON file of the tenants' databases (the relay's --databases-file): "+
 		"one line per tenant and a total, thresholds per tenant")
+	f.StringVar(&o.registryURL, "registry-database-url", "", "PostgreSQL database of the registry table of tenants (the relay's "+
+		"--registry-database-url): its tenants too, as with --databases-file")
+	f.StringVar(&o.registryTable, "registry-table", "", "the registry table (default "+fleet.DefaultRegistryTable+")")
 	f.StringVar(&o.deadLetterTable, "dead-letter-table", "", "dead-letter table name (default outbox_dead_letters)")
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.DurationVar(&o.th.MaxAge, "max-age", 0, "exit 1 when the oldest pending event has waited longer (0: no limit)")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -56,13 +55,14 @@ func checkFleetStatus(flags *pflag.FlagSet) error {
 // runFleet prints the status of every tenant of the databases file, and
 // fails naming each tenant over a threshold or not read.
 func (o *statusOptions) runFleet(ctx context.Context, out io.Writer) error {
-	data, err := os.ReadFile(o.databasesFile)
+	src, closeSource, err := tenantSource(o.databasesFile, o.registryURL, o.registryTable)
 	if err != nil {
-		return fmt.Errorf("status: reading the databases file: %w", err)
+		return fmt.Errorf("status: %w", err)
 	}
-	tenants, err := fleet.ParseFile(data)
+	defer closeSource()
+	tenants, err := src.Read(ctx)
 	if err != nil {
-		return fmt.Errorf("status: databases file %s: %w", o.databasesFile, err)
+		return fmt.Errorf("status: %w", err)
 	}
 	res := fleetStatusJSON{Tenants: make([]tenantStatus, 0, len(tenants)), Problems: []string{}}
 	for _, t := range tenants {

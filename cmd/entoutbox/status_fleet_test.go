@@ -138,3 +138,31 @@ func TestStatusDatabasesFileRefusesDatabaseURL(t *testing.T) {
 	_, err = run(t, map[string]string{"ENTOUTBOX_DATABASE_URL": "postgres://127.0.0.1/app"}, "status", "--databases-file", file)
 	require.EqualError(t, err, "ENTOUTBOX_DATABASE_URL (--database-url) cannot go with --databases-file: the databases are the file's; drop one of them")
 }
+
+// status --registry-database-url reads the tenants of the registry table
+// too, beside those of the file, a line each.
+func TestStatusRegistryTable(t *testing.T) {
+	t.Parallel()
+	acmeDB, acmeClient := letterDB(t)
+	acme := statusDB{DB: acmeDB.DB, URL: acmeDB.URL, client: acmeClient}
+	acme.pending(t, "orders", 2, 30*time.Second, "")
+	globexDB, globexClient := letterDB(t)
+	globex := statusDB{DB: globexDB.DB, URL: globexDB.URL, client: globexClient}
+	globex.pending(t, "orders", 1, 10*time.Second, "")
+	registry := pgtest.New(t)
+	_, err := registry.DB.Exec(fleet.RegistryTableDDL("tenants"))
+	require.NoError(t, err)
+	_, err = registry.DB.Exec(`INSERT INTO tenants (name, database_url, schema) VALUES ('globex', $1, '')`, globexDB.URL)
+	require.NoError(t, err)
+	file := writeDatabasesFile(t, fleet.Tenant{Name: "acme", DatabaseURL: pgtest.ServerURL(), Schema: acmeDB.Schema})
+
+	out, err := run(t, nil, "status", "--databases-file", file, "--registry-database-url", registry.URL, "--registry-table", "tenants")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^acme    pending 2, `, out)
+	require.Regexp(t, `(?m)^globex  pending 1, `, out)
+	require.Regexp(t, `(?m)^total   pending 3, .*\(2 of 2 tenants read\)$`, out)
+
+	_, err = run(t, nil, "status", "--registry-database-url", registry.URL)
+	require.ErrorContains(t, err, "status: fleet: registry table entoutbox_tenants: ")
+	require.ErrorContains(t, err, "make it with:")
+}

@@ -43,6 +43,13 @@
 // two relays on its database, which share its partitions through its own
 // lease table.
 //
+// Metrics: with Config.Metrics, each tenant's relay's metrics carry the
+// label tenant (bounded by Config.MetricsTenants, the rest summed under
+// OtherTenants), beside the tenants' states; WatchBacklogs adds each
+// tenant's backlog (pending events, oldest age, dead letters, held
+// aggregates), read every BacklogConfig.Interval on one connection per
+// database URL, never served stale for a tenant that cannot be read.
+//
 // The package lives under relay since it only schedules relays, through
 // relay's public API; the entoutbox relay command runs it with
 // --databases-file.

@@ -24,8 +24,15 @@ import (
 // Config configures a Fleet.
 type Config struct {
 	// File is the path of the databases file (see File), read every
-	// Reload. Required.
+	// Reload. File, Registry or both are required.
 	File string
+	// Registry is a PostgreSQL database whose registry table
+	// (RegistryTable, DefaultRegistryTable when empty; see
+	// RegistryTableDDL) lists tenants, a row each, read every Reload:
+	// the operator's tooling adds and removes tenants with INSERT and
+	// DELETE. With File as well, the tenants of both are relayed.
+	Registry      *sql.DB
+	RegistryTable string
 	// Relay is the settings every tenant's relay runs with: its Publisher
 	// (shared by all), its path and tunings. DB and Tenant must be unset:
 	// each tenant's are its own. Fast.PollOnly is set unless Listen.
@@ -80,6 +87,10 @@ type Config struct {
 	// MemberID names this process among Members: its host name, process
 	// id and a random suffix when empty. Each process needs its own.
 	MemberID string
+	// Turn is how long a tenant's relay runs, while other tenants wait for
+	// room in the budget (StateWaiting), before it stops and makes way
+	// for them; DefaultTurn when zero.
+	Turn time.Duration
 	// MemberTimeout is how long a process may go without a heartbeat
 	// before the others take its tenants; DefaultMemberTimeout when zero.
 	// A killed process's tenants are relayed again after MemberTimeout
@@ -107,20 +118,16 @@ const (
 )
 
 // ConnectionsPerTenant is the bound of each tenant's pool with tenants
-// databases: the budget divided among them, never below the floor
+// databases: the budget divided among the relays that run at once (the
+// tenants, or RelaysAtOnce when there are more), never below the floor
 // (MinConnectionsPolling, or MinConnectionsListening when listening: with
-// Config.Listen, or on the compatible path). Over
-// that many tenants the floor wins and the total exceeds the budget; the
-// fleet logs a warning.
+// Config.Listen, or on the compatible path). Relays at once times this
+// stays within the budget, unless the budget is below one floor.
 func ConnectionsPerTenant(budget, tenants int, listening bool) int {
-	floor := MinConnectionsPolling
-	if listening {
-		floor = MinConnectionsListening
-	}
 	if tenants == 0 {
-		return floor
+		return floor(listening)
 	}
-	return max(floor, budget/tenants)
+	return max(floor(listening), budget/min(tenants, RelaysAtOnce(budget, listening)))
 }
 
 // Fleet relays the outboxes of the tenants' databases.
@@ -132,6 +139,7 @@ type Fleet struct {
 	prefix string
 
 	members *membership // nil without Config.Members
+	turns   *turns      // room for relays at once within the budget
 
 	mu      sync.Mutex
 	runners map[string]*runner // by tenant name; changed by Run alone
@@ -145,8 +153,8 @@ type Fleet struct {
 // New checks cfg and returns a fleet; Run starts it.
 func New(cfg Config) (*Fleet, error) {
 	switch {
-	case cfg.File == "":
-		return nil, errors.New("fleet: Config.File is empty; name the databases file")
+	case cfg.File == "" && cfg.Registry == nil:
+		return nil, errors.New("fleet: Config.File is empty and Config.Registry nil; name the databases file, or the registry's database")
 	case cfg.Relay.DB != nil:
 		return nil, errors.New("fleet: Config.Relay.DB is set; each tenant's relay gets a pool on its own database")
 	case cfg.Relay.Tenant != "":
@@ -161,17 +169,21 @@ func New(cfg Config) (*Fleet, error) {
 	case cfg.MetricsTenants < 0:
 		return nil, errors.New("fleet: Config.MetricsTenants must not be negative")
 	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 || cfg.ProbeInterval < 0 ||
-		cfg.MemberTimeout < 0:
-		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval, ProbeInterval and MemberTimeout " +
+		cfg.MemberTimeout < 0 || cfg.Turn < 0:
+		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval, ProbeInterval, MemberTimeout and Turn " +
 			"must not be negative")
 	case cfg.Members == nil && (cfg.MemberID != "" || cfg.MemberTimeout != 0):
 		return nil, errors.New("fleet: Config.MemberID and MemberTimeout name this process among Config.Members, which is nil")
+	}
+	if err := cfg.source().check(); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	setDefaults(&cfg)
 	id := make([]byte, 4)
 	_, _ = rand.Read(id)
 	f := &Fleet{cfg: cfg, logger: cfg.Logger, prefix: "fleet-" + hex.EncodeToString(id) + "-", runners: map[string]*runner{},
 		elsewhere: map[string]string{}}
+	f.turns = newTurns(RelaysAtOnce(cfg.MaxConnections, f.listening()))
 	if cfg.Members != nil {
 		f.members = newMembership(cfg.Members, cfg.MemberID, cfg.MemberTimeout, cfg.Logger)
 	}
@@ -203,6 +215,7 @@ func setDefaults(cfg *Config) {
 	cfg.ProbeInterval = cmpOr(cfg.ProbeInterval, cmpOr(cfg.Relay.PollInterval, relay.DefaultPollInterval))
 	cfg.RetryInterval = cmpOr(cfg.RetryInterval, DefaultRetryInterval)
 	cfg.MemberTimeout = cmpOr(cfg.MemberTimeout, DefaultMemberTimeout)
+	cfg.Turn = cmpOr(cfg.Turn, DefaultTurn)
 	if cfg.MemberID == "" {
 		cfg.MemberID = defaultMemberID()
 	}
@@ -212,6 +225,10 @@ func setDefaults(cfg *Config) {
 			return pgdial.Open(u, pgdial.Options{ApplicationName: "entoutbox relay fleet"})
 		}
 	}
+}
+
+func (cfg Config) source() Source {
+	return Source{File: cfg.File, Registry: cfg.Registry, RegistryTable: cfg.RegistryTable}
 }
 
 func cmpOr[T comparable](v, def T) T {
@@ -227,7 +244,7 @@ func cmpOr[T comparable](v, def T) T {
 // file cannot be read or is refused at the start; later, a refused file
 // is logged and the tenants of the last good one go on.
 func (f *Fleet) Run(ctx context.Context) error {
-	data, tenants, err := readFile(f.cfg.File)
+	data, tenants, err := f.cfg.source().read(ctx)
 	if err != nil {
 		return err
 	}
@@ -260,7 +277,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			continue
 		case <-tick.C:
 		}
-		next, read, err := readFile(f.cfg.File)
+		next, read, err := f.cfg.source().read(ctx)
 		f.setFileError(err, next == nil)
 		if err != nil || bytes.Equal(next, data) {
 			continue
@@ -280,8 +297,8 @@ func (f *Fleet) setFileError(err error, unread bool) {
 		return
 	}
 	if err.Error() != f.fileErr {
-		f.logger.Error("Databases file refused; the tenants of its last good version go on", err,
-			watermill.LogFields{"file": f.cfg.File, "unreadable": unread})
+		f.logger.Error("Tenants' source refused; the tenants of its last good version go on", err,
+			watermill.LogFields{"file": f.cfg.File, "registry": f.cfg.Registry != nil, "unreadable": unread})
 	}
 	f.fileErr = err.Error()
 }
@@ -352,9 +369,13 @@ func (f *Fleet) logApplied(tenants []Tenant, elsewhere int, started []string, st
 	f.logger.Info("Fleet databases applied", watermill.LogFields{"tenants": len(tenants), "elsewhere": elsewhere,
 		"started": strings.Join(started, ","),
 		"stopped": strings.Join(names, ","), "connections_per_tenant": conns, "max_connections": f.cfg.MaxConnections})
-	if total := conns * len(tenants); total > f.cfg.MaxConnections {
-		f.logger.Error("Fleet connection budget exceeded: each tenant's pool keeps the floor its relay needs", nil,
-			watermill.LogFields{"tenants": len(tenants), "connections_per_tenant": conns, "total": total, "max_connections": f.cfg.MaxConnections})
+	if atOnce := RelaysAtOnce(f.cfg.MaxConnections, f.listening()); len(tenants) > atOnce {
+		f.logger.Info("More tenants than relays at once within the connection budget: those with work take turns", watermill.LogFields{
+			"tenants": len(tenants), "relays_at_once": atOnce, "turn": f.cfg.Turn.String(), "max_connections": f.cfg.MaxConnections})
+	}
+	if conns > f.cfg.MaxConnections {
+		f.logger.Error("Fleet connection budget below the floor of one relay's pool", nil,
+			watermill.LogFields{"connections_per_tenant": conns, "max_connections": f.cfg.MaxConnections})
 	}
 }
 

@@ -87,16 +87,19 @@ func (tm *tenantMetrics) label(name string) string {
 // tenant labels of tenantMetrics (OtherTenants summing the rest), and the
 // number of tenants in each state.
 type stateCollector struct {
-	f                       *Fleet
-	up, failures, connected *prometheus.Desc
-	tenants                 *prometheus.Desc
+	f                             *Fleet
+	up, down, failures, connected *prometheus.Desc
+	tenants                       *prometheus.Desc
 }
 
 func newStateCollector(f *Fleet) *stateCollector {
 	return &stateCollector{f: f,
 		up: prometheus.NewDesc("entoutbox_fleet_tenant_up",
-			"1 when the tenant's relay runs and is ready, or is parked (idle, woken when work comes), else 0 (starting, unready, failed, stopping); "+
+			"1 when the tenant's relay runs and is ready, is parked (idle, woken when work comes) or waits its turn in the connection budget, else 0 (starting, unready, failed, stopping); "+
 				"under tenant=\""+OtherTenants+"\", how many of the tenants past the bound are.", []string{"tenant"}, nil),
+		down: prometheus.NewDesc("entoutbox_fleet_tenant_down",
+			"1 when the tenant's relay is not up (starting, unready, failed, stopping), else 0; "+
+				"under tenant=\""+OtherTenants+"\", how many of the tenants past the bound are not up.", []string{"tenant"}, nil),
 		failures: prometheus.NewDesc("entoutbox_fleet_tenant_failures",
 			"Failed starts of the tenant's relay since it was last ready (summed past the bound).", []string{"tenant"}, nil),
 		connected: prometheus.NewDesc("entoutbox_fleet_tenant_max_connections",
@@ -108,6 +111,7 @@ func newStateCollector(f *Fleet) *stateCollector {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.up
+	ch <- c.down
 	ch <- c.failures
 	ch <- c.connected
 	ch <- c.tenants
@@ -115,9 +119,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tenants, _ := c.f.Status()
-	type sums struct{ up, failures, conns float64 }
+	type sums struct{ up, down, failures, conns float64 }
 	byLabel := map[string]*sums{}
-	byState := map[State]float64{StateStarting: 0, StateRunning: 0, StateUnready: 0, StateFailed: 0, StateStopping: 0, StateParked: 0}
+	byState := map[State]float64{StateStarting: 0, StateRunning: 0, StateUnready: 0, StateFailed: 0, StateStopping: 0, StateParked: 0, StateWaiting: 0}
 	if c.f.members != nil {
 		byState[StateElsewhere] = 0
 	}
@@ -132,8 +136,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			s = &sums{}
 			byLabel[label] = s
 		}
-		if t.State == StateRunning || t.State == StateParked {
+		if t.State == StateRunning || t.State == StateParked || t.State == StateWaiting {
 			s.up++
+		} else {
+			s.down++
 		}
 		s.failures += float64(t.Failures)
 		s.conns += float64(t.Connections)
@@ -141,6 +147,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for label, s := range byLabel {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, s.up, label)
+		ch <- prometheus.MustNewConstMetric(c.down, prometheus.GaugeValue, s.down, label)
 		ch <- prometheus.MustNewConstMetric(c.failures, prometheus.GaugeValue, s.failures, label)
 		ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, s.conns, label)
 	}

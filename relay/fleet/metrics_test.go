@@ -48,6 +48,8 @@ func TestFleetMetricsPerTenant(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		return up("acme") == 1 && up("globex") == 1 && up(fleet.OtherTenants) == 1 &&
+			promtest.Value(t, reg, "entoutbox_fleet_tenant_down", "tenant", fleet.OtherTenants) == 1 &&
+			promtest.Value(t, reg, "entoutbox_fleet_tenant_down", "tenant", "acme") == 0 &&
 			promtest.Value(t, reg, "entoutbox_fleet_tenants", "state", "failed") == 1 &&
 			promtest.Value(t, reg, "entoutbox_fleet_tenant_failures", "tenant", fleet.OtherTenants) >= 1
 	}, patience, 50*time.Millisecond, "initech is up, zeta failed; both under _other")

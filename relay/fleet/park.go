@@ -57,7 +57,7 @@ func (r *runner) waitParked(ctx context.Context, log watermill.LoggerAdapter) bo
 	r.mu.Lock()
 	r.parking = false
 	if r.st.State == StateParked {
-		r.st.State = StateStarting
+		r.st.State = StateWaiting // for its turn (takeTurn), at once when there is room
 	}
 	r.mu.Unlock()
 	log.Debug("Tenant woken: its outbox has work", nil)

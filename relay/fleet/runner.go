@@ -40,6 +40,11 @@ const (
 	// StateElsewhere: another process of the fleet relays it
 	// (Config.Members); TenantStatus.Member names that process.
 	StateElsewhere State = "elsewhere"
+	// StateWaiting: its relay is due to run (its outbox has work, or its
+	// turn ended) and waits for room in the connection budget: as many
+	// relays run at once as RelaysAtOnce says, each for Config.Turn at
+	// least while others wait.
+	StateWaiting State = "waiting"
 )
 
 // TenantStatus is the state of one tenant's relay.
@@ -112,14 +117,22 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 	}
 	attempt := 0
 	for {
+		if !f.takeTurn(ctx, r, log) {
+			return
+		}
 		began := time.Now()
 		err := f.runOnce(ctx, r, log)
+		f.turns.release()
 		if ctx.Err() != nil {
 			log.Info("Tenant's relay stopped", nil)
 			return
 		}
-		if errors.Is(err, errParked) {
-			if !r.waitParked(ctx, log) {
+		if errors.Is(err, errYield) && f.cfg.IdleAfter <= 0 {
+			attempt = 0
+			continue // behind the tenants that waited
+		}
+		if errors.Is(err, errParked) || errors.Is(err, errYield) {
+			if !r.waitParked(ctx, log) { // woken, and behind the others, if it has work still
 				return
 			}
 			attempt = 0
@@ -167,16 +180,45 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 	rctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go r.watchReady(rctx, rl)
-	run, park := context.WithCancelCause(ctx)
-	defer park(nil)
+	run, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	if f.cfg.IdleAfter > 0 {
-		go r.watchIdle(rctx, f.cfg.IdleAfter, park)
+		go r.watchIdle(rctx, f.cfg.IdleAfter, end)
 	}
+	go f.watchTurn(rctx, time.Now(), end)
 	err = rl.Run(run)
-	if context.Cause(run) == errParked && ctx.Err() == nil {
-		return errParked
+	if cause := context.Cause(run); (cause == errParked || cause == errYield) && ctx.Err() == nil {
+		return cause
 	}
 	return err
+}
+
+// takeTurn waits, shown waiting, until there is room in the connection
+// budget for r's relay (Fleet.turns) and takes it; false when ctx ended
+// first.
+func (f *Fleet) takeTurn(ctx context.Context, r *runner, log watermill.LoggerAdapter) bool {
+	if f.turns.tryAcquire() {
+		r.setWaiting(false)
+		return true
+	}
+	r.setWaiting(true)
+	log.Debug("Tenant waits for room in the connection budget", nil)
+	ok := f.turns.acquire(ctx)
+	r.setWaiting(false)
+	return ok
+}
+
+// setWaiting shows r waiting for room in the budget, or no longer.
+func (r *runner) setWaiting(waiting bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.st.State == StateStopping:
+	case waiting:
+		r.st.State = StateWaiting
+	case r.st.State == StateWaiting:
+		r.st.State = StateStarting
+	}
 }
 
 // watchReady keeps r's state to what its relay's readiness says, until
