@@ -548,3 +548,89 @@ func testSandbox(ctx context.Context, t *testing.T) *sandbox {
 	t.Cleanup(s.close)
 	return s
 }
+
+// The fleet section at a tiny size, 5 tenant databases: every row
+// measures the busy tenant's events, the idle cost is measured once all
+// are parked, the killed process's busy tenants are relayed again by the
+// others with no event lost, and every database of the run is dropped at
+// the end. Its numbers are not checked.
+func TestFleetSectionRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench's fleet section (at a tiny size), relay processes included")
+	}
+	ctx := context.Background()
+	requireServices(ctx, t)
+	bin := filepath.Join(t.TempDir(), "entoutbox")
+	if err := buildCommand(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
+	defer cancel()
+	cfg := config{
+		DatabaseURL:        pgtest.ServerURL(),
+		Broker:             testBroker,
+		Rate:               50,
+		LatencyDuration:    time.Second,
+		Aggregates:         50,
+		Timeout:            2 * time.Minute, // per phase, a liveness bound: events missing then fail the test below
+		Progress:           tWriter{t},
+		Bin:                bin,
+		FleetDatabases:     5,
+		FleetIdleAfter:     2 * time.Second,
+		FleetIdleWindow:    2 * time.Second,
+		FleetProcesses:     3,
+		FleetBusy:          5,
+		FleetBusyRate:      10,
+		FleetMemberTimeout: 3 * time.Second,
+		FleetLease:         3 * time.Second,
+	}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	fs, err := measureFleet(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := fs.print(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("output:\n%s", out.String())
+	for _, r := range fs.rows {
+		// Notes (an emitter short of its rate on a busy machine, what the
+		// processes logged) are shown, not failures; a missing event is
+		// one, as the count says.
+		if r.err != nil || r.lat.n != cfg.Rate*int(cfg.LatencyDuration/time.Second) || slices.ContainsFunc(r.notes, isMissingNote) {
+			t.Errorf("row %q: err %v, %d events measured, notes %q; want every event of the load", r.name, r.err, r.lat.n, r.notes)
+		}
+		if strings.HasPrefix(r.name, "fleet") && r.wake <= 0 {
+			t.Errorf("row %q: the parked tenant's first event was not measured", r.name)
+		}
+	}
+	if len(fs.rows) != 4 {
+		t.Errorf("%d rows, want 4", len(fs.rows))
+	}
+	if c := fs.idle; c.err != nil || c.conns.n == 0 || c.opened <= 0 {
+		t.Errorf("idle cost: err %v, %d connection samples, %.1f sessions/s; want samples and the prober's sessions", c.err, c.conns.n, c.opened)
+	}
+	k := fs.kill
+	if k.err != nil || len(k.owned) == 0 || len(k.recovery) != len(k.owned) || k.unrecovered > 0 || k.lost > 0 || k.emitted == 0 {
+		t.Errorf("kill row: %+v; want the killed process's busy tenants relayed again, every event arrived", k)
+	}
+	admin, err := pgschema.Open(pgtest.ServerURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var left int
+	if err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_database WHERE left(datname, length($1)) = $1`, fs.dbs.prefix).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left > 0 {
+		t.Errorf("%d databases of the run are left", left)
+	}
+}
+
+func isMissingNote(note string) bool { return strings.Contains(note, "missing") }

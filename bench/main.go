@@ -7,6 +7,7 @@
 //	go run ./bench --paths scheduled --emit-tx 0 --consumer-events 0   # the scheduled events' section alone
 //	go run ./bench --consumer-skew       # the consumers' key-skew table alone, 10,000 events a row
 //	go run ./bench --paths= --consumer-events 0 --skew-events 0   # the emit cost, the SQLite and the MariaDB sections
+//	go run ./bench --fleet               # the fleet section alone: 200 tenant databases, one relay process, then 3 sharing them
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
@@ -78,8 +79,17 @@ type config struct {
 	MySQLURL               string    // the MariaDB/MySQL server it makes its databases on
 	SkewRounds             int       // times each row runs, interleaved with the rows of its aggregate count; the table prints the median
 	Progress               io.Writer // progress lines; nil discards them
-	Bin                    string    // the entoutbox command the relays run; "" builds it from this module
-	BaselineBin            string    // an earlier build: each relay row runs with it too, just before
+	// The fleet section (see fleet.go); FleetDatabases 0 skips it.
+	FleetDatabases     int           // tenant databases, one busy
+	FleetIdleAfter     time.Duration // the fleet's --fleet-idle-after
+	FleetIdleWindow    time.Duration // how long the idle cost is measured
+	FleetProcesses     int           // processes of the kill row; below 2 skips it
+	FleetBusy          int           // busy tenants of the kill row
+	FleetBusyRate      int           // events/s into each of them
+	FleetMemberTimeout time.Duration // the kill row's --fleet-member-timeout; 0 for the command's default
+	FleetLease         time.Duration // the kill row's --lease; 0 for the relay's default
+	Bin                string        // the entoutbox command the relays run; "" builds it from this module
+	BaselineBin        string        // an earlier build: each relay row runs with it too, just before
 }
 
 func main() {
@@ -91,7 +101,7 @@ func main() {
 		cfg.MySQLURL = defaultMySQLURL
 	}
 	var paths, skewAggregates, skewInstances, skewInstanceAggregates string
-	var consumerSkew bool
+	var consumerSkew, fleetAlone bool
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
 	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
@@ -123,6 +133,16 @@ func main() {
 	flag.BoolVar(&cfg.SQLite, "sqlite", true, "the SQLite section: emit cost, drain and commit-to-broker latency on a SQLite file and the relay's poll path")
 	flag.BoolVar(&cfg.MySQL, "mysql", true, "the MariaDB section: the same measures as --sqlite's on a database of its own on --mysql-url's server (n/a when that server is not reachable)")
 	flag.StringVar(&cfg.MySQLURL, "mysql-url", cfg.MySQLURL, "MariaDB/MySQL server URL, naming a database that exists, for the MariaDB section (env MYSQL_URL)")
+	flag.BoolVar(&fleetAlone, "fleet", false, "run the fleet section alone, at full size: unless given, --fleet-databases 200 --paths= --emit-tx 0 --consumer-events 0 --skew-events 0 --sqlite=false --mysql=false")
+	flag.IntVar(&cfg.FleetDatabases, "fleet-databases", 0, "the fleet section: this many tenant databases (made, then dropped), one relay process over them with one tenant busy at --rate for --latency-duration, beside a single-database relay; "+
+		"the process's idle cost; then --fleet-processes sharing them, one killed (0 skips the section)")
+	flag.DurationVar(&cfg.FleetIdleAfter, "fleet-idle-after", 10*time.Second, "the fleet processes' --fleet-idle-after")
+	flag.DurationVar(&cfg.FleetIdleWindow, "fleet-idle-window", 20*time.Second, "how long the fleet process over parked tenants is measured")
+	flag.IntVar(&cfg.FleetProcesses, "fleet-processes", 3, "fleet processes sharing the tenants through a members database, one SIGKILLed during the load (below 2 skips that row)")
+	flag.IntVar(&cfg.FleetBusy, "fleet-busy", 10, "busy tenants, spread over the tenants, while a fleet process is killed")
+	flag.IntVar(&cfg.FleetBusyRate, "fleet-busy-rate", 20, "events/s into each busy tenant while a fleet process is killed")
+	flag.DurationVar(&cfg.FleetMemberTimeout, "fleet-member-timeout", 0, "the fleet processes' --fleet-member-timeout while one is killed (default: the command's)")
+	flag.DurationVar(&cfg.FleetLease, "fleet-lease", 0, "the fleet processes' --lease while one is killed (default: the relay's)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
@@ -130,6 +150,9 @@ func main() {
 	cfg.Paths = splitList(paths)
 	if consumerSkew {
 		cfg.skewAlone()
+	}
+	if fleetAlone {
+		cfg.fleetAlone()
 	}
 	for _, l := range []struct {
 		flag string
@@ -172,6 +195,30 @@ func (cfg *config) skewAlone() {
 	}
 	if !given["skew-rounds"] {
 		cfg.SkewRounds = 3
+	}
+	if !given["sqlite"] {
+		cfg.SQLite = false
+	}
+	if !given["mysql"] {
+		cfg.MySQL = false
+	}
+}
+
+// fleetAlone is --fleet: the fleet section alone, at full size, but for
+// the flags given.
+func (cfg *config) fleetAlone() {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["fleet-databases"] {
+		cfg.FleetDatabases = 200
+	}
+	if !given["paths"] {
+		cfg.Paths = nil
+	}
+	for name, n := range map[string]*int{"emit-tx": &cfg.EmitTx, "consumer-events": &cfg.ConsumerEvents, "skew-events": &cfg.SkewEvents} {
+		if !given[name] {
+			*n = 0
+		}
 	}
 	if !given["sqlite"] {
 		cfg.SQLite = false
@@ -235,6 +282,13 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if err := rep.print(out, cfg); err != nil {
 		return err
 	}
+	if rep.fleetErr != nil {
+		fmt.Fprintf(out, "\nfleet: n/a (%s)\n", firstLine(rep.fleetErr))
+	} else if rep.fleet != nil {
+		if err := rep.fleet.print(out); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(out)
 	conns.print(out)
 	return nil
@@ -252,6 +306,8 @@ type report struct {
 	sqlite       string
 	mysql        string
 	mysqlServer  string // its name and version, for the env line
+	fleet        *fleetSection
+	fleetErr     error
 }
 
 // measureAll measures each row, then the sections the flags ask for.
@@ -288,6 +344,10 @@ func measureAll(ctx context.Context, e *env, specs []rowSpec) (report, error) {
 	if e.cfg.SkewEvents > 0 {
 		e.progress("== consumers, key skew")
 		rep.skew, rep.skewErr = measureSkew(ctx, e)
+	}
+	if e.cfg.FleetDatabases > 0 && ctx.Err() == nil {
+		e.progress("== fleet")
+		rep.fleet, rep.fleetErr = measureFleet(ctx, e)
 	}
 	return rep, ctx.Err()
 }
@@ -357,8 +417,16 @@ func (c config) check() error {
 		return errors.New("the key-skew table has no row: give --skew-aggregates, or --skew-instances and --skew-instance-aggregates")
 	case slices.ContainsFunc(slices.Concat(c.SkewAggregates, c.SkewInstances, c.SkewInstanceAggregates), func(n int) bool { return n <= 0 }):
 		return errors.New("--skew-aggregates, --skew-instances and --skew-instance-aggregates must be positive")
-	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0 && !c.SQLite && !c.MySQL:
-		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0, --skew-events 0, --sqlite=false and --mysql=false")
+	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0 && !c.SQLite && !c.MySQL && c.FleetDatabases == 0:
+		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0, --skew-events 0, --sqlite=false, --mysql=false and --fleet-databases 0")
+	case c.FleetDatabases < 0 || c.FleetDatabases > 1000:
+		return errors.New("--fleet-databases must be between 0 and 1000")
+	case c.FleetDatabases > 0 && (c.FleetIdleAfter <= 0 || c.FleetIdleWindow <= 0):
+		return errors.New("--fleet-idle-after and --fleet-idle-window must be positive")
+	case c.FleetDatabases > 0 && c.FleetProcesses > 1 && (c.FleetBusy <= 0 || c.FleetBusyRate <= 0):
+		return errors.New("--fleet-busy and --fleet-busy-rate must be positive")
+	case c.FleetMemberTimeout < 0 || c.FleetLease < 0:
+		return errors.New("--fleet-member-timeout and --fleet-lease must not be negative")
 	case c.Retained < 0 || c.EmitTx < 0 || c.BatchSize < 0 || c.PollInterval < 0:
 		return errors.New("--retained, --emit-tx, --batch-size and --poll-interval must not be negative")
 	case c.ScheduledWaiting < 0 || c.ScheduledSectionWaiting < 0:
@@ -392,6 +460,12 @@ func (c config) describe() string {
 	if c.SkewEvents > 0 {
 		s += fmt.Sprintf(" skew-events=%d skew-aggregates=%s skew-instances=%s skew-instance-aggregates=%s skew-rounds=%d",
 			c.SkewEvents, joinInts(c.SkewAggregates), joinInts(c.SkewInstances), joinInts(c.SkewInstanceAggregates), c.SkewRounds)
+	}
+	if c.FleetDatabases > 0 {
+		s += fmt.Sprintf(" fleet-databases=%d fleet-idle-after=%s fleet-idle-window=%s", c.FleetDatabases, c.FleetIdleAfter, c.FleetIdleWindow)
+		if c.FleetProcesses > 1 {
+			s += fmt.Sprintf(" fleet-processes=%d fleet-busy=%d fleet-busy-rate=%d/s", c.FleetProcesses, c.FleetBusy, c.FleetBusyRate)
+		}
 	}
 	return s
 }

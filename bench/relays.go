@@ -39,6 +39,7 @@ type relayProc struct {
 	stderr *capBuffer
 	done   chan struct{} // closed when the process has been waited for
 	err    error         // from Wait
+	killed bool          // ended by kill, on purpose: guarded by the set's mu
 }
 
 // startRelays starts n relays of command bin (the env's when "") on the
@@ -82,8 +83,15 @@ func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet
 
 // start runs one more relay of the set: bin with args.
 func (rs *relaySet) start(bin string, args []string) error {
+	return rs.startEnv(bin, args, nil)
+}
+
+// startEnv runs one more relay of the set: bin with args, in environment
+// env (this process's when nil).
+func (rs *relaySet) startEnv(bin string, args, env []string) error {
 	p := &relayProc{cmd: exec.Command(bin, args...), stderr: &capBuffer{}, done: make(chan struct{})}
 	p.cmd.Stderr = p.stderr
+	p.cmd.Env = env
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("starting the relay: %w", err)
 	}
@@ -109,7 +117,7 @@ func (rs *relaySet) pids() []int {
 func (rs *relaySet) ended(p *relayProc) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.closed {
+	if rs.closed || p.killed {
 		return
 	}
 	rs.once.Do(func() {
@@ -174,21 +182,24 @@ func (rs *relaySet) peakKB() int64 {
 	return peak
 }
 
-func vmHWM(pid int) (int64, error) {
+func vmHWM(pid int) (int64, error) { return procStatusKB(pid, "VmHWM") }
+
+// procStatusKB reads field (VmHWM, VmRSS) of a process's status, in kB.
+func procStatusKB(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading the status of process %d: %w", pid, err)
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parsing VmHWM %q: %w", v, err)
+				return 0, fmt.Errorf("parsing %s %q: %w", field, v, err)
 			}
 			return kb, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in the status of process %d", pid)
+	return 0, fmt.Errorf("no %s in the status of process %d", field, pid)
 }
 
 // stop sends SIGTERM to every relay and waits for them, killing one that
@@ -213,7 +224,7 @@ func (rs *relaySet) stop() error {
 	for _, p := range rs.procs {
 		select {
 		case <-p.done:
-			if p.err != nil && rs.err() == nil {
+			if p.err != nil && rs.err() == nil && !rs.wasKilled(p) {
 				errs = append(errs, fmt.Errorf("relay did not stop cleanly: %w", p.exitError()))
 			}
 		case <-time.After(stopTimeout):
@@ -223,6 +234,26 @@ func (rs *relaySet) stop() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kill ends process i with SIGKILL, as a crash would, and waits for it:
+// its end is the measurement's, not a failure of the set.
+func (rs *relaySet) kill(i int) error {
+	p := rs.procs[i]
+	rs.mu.Lock()
+	p.killed = true
+	rs.mu.Unlock()
+	if err := p.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("killing relay process %d: %w", p.cmd.Process.Pid, err)
+	}
+	<-p.done
+	return nil
+}
+
+func (rs *relaySet) wasKilled(p *relayProc) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return p.killed
 }
 
 // capBuffer keeps the first 64 KiB a child writes to stderr.
