@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -17,6 +18,7 @@ const probeTimeout = 30 * time.Second
 // ProbeInterval and wakes those with work, until ctx ends. The tenants of
 // one database (schema-per-tenant) are read together, on one connection
 // opened for the probe and closed after it: a parked tenant holds none.
+// ProbeConcurrency databases are read at once.
 func (f *Fleet) probeParked(ctx context.Context) {
 	tick := time.NewTicker(f.cfg.ProbeInterval)
 	defer tick.Stop()
@@ -26,9 +28,34 @@ func (f *Fleet) probeParked(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for url, rs := range f.parkedByDatabase() {
-			f.probe(ctx, url, rs)
+		f.probeRound(ctx, f.parkedByDatabase())
+	}
+}
+
+// ProbeConcurrency is how many databases the prober reads at once: a
+// round over hundreds of databases, each a connection opened and closed,
+// would otherwise take many times ProbeInterval, and a parked tenant's
+// first event would wait that long.
+const ProbeConcurrency = 8
+
+// probeRound reads each database of parked, ProbeConcurrency at a time,
+// and returns once all were read.
+func (f *Fleet) probeRound(ctx context.Context, parked map[string][]*runner) {
+	room := make(chan struct{}, ProbeConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for url, rs := range parked {
+		select {
+		case <-ctx.Done():
+			return
+		case room <- struct{}{}:
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-room }()
+			f.probe(ctx, url, rs)
+		}()
 	}
 }
 
