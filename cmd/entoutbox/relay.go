@@ -45,7 +45,7 @@ type relayOptions struct {
 	pprof, fleetListen                                     bool
 	fleetIdleAfter, fleetMemberTimeout, fleetTurn          time.Duration
 	fleetBacklogInterval                                   time.Duration
-	metricsTenants                                         int
+	metricsTenants, fleetProbeConcurrency                  int
 	maxConns                                               int
 	cfg                                                    relay.Config
 }

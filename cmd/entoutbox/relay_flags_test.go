@@ -77,7 +77,7 @@ var relaySettingSamples = map[string]string{
 var relayCommandFlags = []string{"database-url", "table", "broker", "path", "log-level", "log-format", "metrics-addr", "pprof",
 	"cloudevents-source", "cloudevents-dataschema-base", "cloudevents-prefix", "max-connections", "databases-file", "fleet-listen",
 	"metrics-tenants", "fleet-idle-after", "fleet-turn", "fleet-database-url", "fleet-member-id", "fleet-member-timeout",
-	"registry-database-url", "registry-table", "fleet-backlog-interval"}
+	"registry-database-url", "registry-table", "fleet-backlog-interval", "fleet-probe-concurrency"}
 
 // What the command refuses, its help and the library's Config.Validate
 // agree: each setting flag given for each path is refused by both exactly

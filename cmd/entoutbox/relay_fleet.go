@@ -57,6 +57,8 @@ func (o *relayOptions) addFleetFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.fleetBacklogInterval, "fleet-backlog-interval", fleet.DefaultBacklogInterval, "with --databases-file and "+
 		"--metrics-addr: read every tenant's backlog (pending events, oldest age, dead letters) for /metrics this often, "+
 		"one connection per database URL at a time")
+	f.IntVar(&o.fleetProbeConcurrency, "fleet-probe-concurrency", fleet.DefaultProbeConcurrency, "with --databases-file: how many "+
+		"databases of parked tenants are read at once for work, each on a connection opened for the read")
 	f.IntVar(&o.metricsTenants, "metrics-tenants", fleet.DefaultMetricsTenants, "with --databases-file and --metrics-addr: "+
 		"the first N tenants by name keep their tenant label on the metrics, the others' are summed under tenant=\""+fleet.OtherTenants+"\"")
 }
@@ -78,6 +80,8 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 			return errors.New("--fleet-idle-after applies to the relays of --databases-file")
 		case flags.Changed("metrics-tenants"):
 			return errors.New("--metrics-tenants applies to the metrics of --databases-file's tenants")
+		case flags.Changed("fleet-probe-concurrency"):
+			return errors.New("--fleet-probe-concurrency applies to the relays of --databases-file")
 		case flags.Changed("fleet-turn"):
 			return errors.New("--fleet-turn applies to the relays of --databases-file")
 		case o.fleetDatabaseURL != "":
@@ -95,6 +99,9 @@ func (o *relayOptions) checkFleet(flags *pflag.FlagSet) error {
 	}
 	if u := o.registryURL; strings.HasPrefix(u, "mysql:") || strings.HasPrefix(u, "sqlite:") {
 		return errors.New("--registry-database-url: the registry table is read from a PostgreSQL database; give a postgres:// URL")
+	}
+	if o.fleetProbeConcurrency < 1 {
+		return fmt.Errorf("--fleet-probe-concurrency %d: at least 1", o.fleetProbeConcurrency)
 	}
 	if o.fleetTurn <= 0 {
 		return fmt.Errorf("--fleet-turn %s: a positive duration", o.fleetTurn)
@@ -160,7 +167,7 @@ func (o *relayOptions) runFleet(ctx context.Context, flags *pflag.FlagSet, w io.
 		budget = fleet.DefaultMaxConnections
 	}
 	fc := fleet.Config{File: o.databasesFile, Relay: cfg, Listen: o.fleetListen, MaxConnections: budget, Logger: wmLogger,
-		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Turn: o.fleetTurn, Open: func(databaseURL string) (*sql.DB, error) {
+		MetricsTenants: o.metricsTenants, IdleAfter: fleetIdleAfter(o.fleetIdleAfter), Turn: o.fleetTurn, ProbeConcurrency: o.fleetProbeConcurrency, Open: func(databaseURL string) (*sql.DB, error) {
 			return openServiceDB(databaseURL, relayApplicationName, logger, redact)
 		}}
 	if o.registryURL != "" {

@@ -57,6 +57,10 @@ type Config struct {
 	// ProbeInterval is how often the parked tenants' outboxes are read
 	// for work; Relay.PollInterval (or its default) when zero.
 	ProbeInterval time.Duration
+	// ProbeConcurrency is how many databases the prober reads at once,
+	// each on a connection of its own for the length of its read;
+	// DefaultProbeConcurrency when zero.
+	ProbeConcurrency int
 	// RetryInterval is the first wait before a failed tenant's relay is
 	// started again, doubling up to MaxRetryInterval; DefaultRetryInterval
 	// and DefaultMaxRetryInterval when zero.
@@ -169,8 +173,8 @@ func New(cfg Config) (*Fleet, error) {
 	case cfg.MetricsTenants < 0:
 		return nil, errors.New("fleet: Config.MetricsTenants must not be negative")
 	case cfg.MaxConnections < 0 || cfg.Reload < 0 || cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 || cfg.ProbeInterval < 0 ||
-		cfg.MemberTimeout < 0 || cfg.Turn < 0:
-		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval, ProbeInterval, MemberTimeout and Turn " +
+		cfg.MemberTimeout < 0 || cfg.Turn < 0 || cfg.ProbeConcurrency < 0:
+		return nil, errors.New("fleet: Config.MaxConnections, Reload, RetryInterval, MaxRetryInterval, ProbeInterval, ProbeConcurrency, MemberTimeout and Turn " +
 			"must not be negative")
 	case cfg.Members == nil && (cfg.MemberID != "" || cfg.MemberTimeout != 0):
 		return nil, errors.New("fleet: Config.MemberID and MemberTimeout name this process among Config.Members, which is nil")
@@ -216,6 +220,7 @@ func setDefaults(cfg *Config) {
 	cfg.RetryInterval = cmpOr(cfg.RetryInterval, DefaultRetryInterval)
 	cfg.MemberTimeout = cmpOr(cfg.MemberTimeout, DefaultMemberTimeout)
 	cfg.Turn = cmpOr(cfg.Turn, DefaultTurn)
+	cfg.ProbeConcurrency = cmpOr(cfg.ProbeConcurrency, DefaultProbeConcurrency)
 	if cfg.MemberID == "" {
 		cfg.MemberID = defaultMemberID()
 	}

@@ -18,7 +18,7 @@ const probeTimeout = 30 * time.Second
 // ProbeInterval and wakes those with work, until ctx ends. The tenants of
 // one database (schema-per-tenant) are read together, on one connection
 // opened for the probe and closed after it: a parked tenant holds none.
-// ProbeConcurrency databases are read at once.
+// Config.ProbeConcurrency databases are read at once.
 func (f *Fleet) probeParked(ctx context.Context) {
 	tick := time.NewTicker(f.cfg.ProbeInterval)
 	defer tick.Stop()
@@ -32,16 +32,18 @@ func (f *Fleet) probeParked(ctx context.Context) {
 	}
 }
 
-// ProbeConcurrency is how many databases the prober reads at once: a
-// round over hundreds of databases, each a connection opened and closed,
-// would otherwise take many times ProbeInterval, and a parked tenant's
-// first event would wait that long.
-const ProbeConcurrency = 8
+// DefaultProbeConcurrency is how many databases the prober reads at once
+// when Config.ProbeConcurrency is zero: a round over hundreds of
+// databases, each a connection opened and closed, would one at a time
+// take many times ProbeInterval, and a parked tenant's first event would
+// wait that long; all at once, the server would spend its time starting
+// sessions.
+const DefaultProbeConcurrency = 4
 
-// probeRound reads each database of parked, ProbeConcurrency at a time,
-// and returns once all were read.
+// probeRound reads each database of parked, Config.ProbeConcurrency at a
+// time, and returns once all were read.
 func (f *Fleet) probeRound(ctx context.Context, parked map[string][]*runner) {
-	room := make(chan struct{}, ProbeConcurrency)
+	room := make(chan struct{}, f.cfg.ProbeConcurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for url, rs := range parked {
