@@ -581,6 +581,7 @@ func TestFleetSectionRuns(t *testing.T) {
 		FleetProcesses:     3,
 		FleetBusy:          5,
 		FleetBusyRate:      10,
+		FleetBacklog:       2000,
 		FleetMemberTimeout: 3 * time.Second,
 		FleetLease:         3 * time.Second,
 	}
@@ -609,8 +610,11 @@ func TestFleetSectionRuns(t *testing.T) {
 			t.Errorf("row %q: the parked tenant's first event was not measured", r.name)
 		}
 	}
-	if len(fs.rows) != 4 {
-		t.Errorf("%d rows, want 4", len(fs.rows))
+	if len(fs.rows) != 5 {
+		t.Errorf("%d rows, want 5 (the last, the backlog's)", len(fs.rows))
+	}
+	if last := fs.rows[len(fs.rows)-1]; !slices.ContainsFunc(last.notes, func(n string) bool { return strings.HasPrefix(n, "the backlog drained in") }) {
+		t.Errorf("the backlog row: notes %q; want the backlog drained", last.notes)
 	}
 	if c := fs.idle; c.err != nil || c.conns.n == 0 || c.opened <= 0 {
 		t.Errorf("idle cost: err %v, %d connection samples, %.1f sessions/s; want samples and the prober's sessions", c.err, c.conns.n, c.opened)

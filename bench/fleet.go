@@ -93,6 +93,10 @@ func measureFleet(ctx context.Context, e *env) (*fleetSection, error) {
 		fs.fleetRow(ctx, fmt.Sprintf("fleet of %d databases, --fleet-listen", n), "b1", false, "--fleet-listen"),
 		fs.singleRow(ctx, fmt.Sprintf("single-database relay, --poll-only, polling every %s", poll), true),
 		fs.fleetRow(ctx, fmt.Sprintf("fleet of %d databases, polling every %s (its default)", n, poll), "b2", true))
+	if e.cfg.FleetBacklog > 0 && n > 1 && ctx.Err() == nil {
+		fs.rows = append(fs.rows, fs.backlogRow(ctx, fmt.Sprintf("the same fleet, tenant %s while %s drains %d events",
+			dbs.tenants[1], dbs.tenants[0], e.cfg.FleetBacklog)))
+	}
 	closeBusy() // its connections, idle from now on, would count against the server's
 	if e.cfg.FleetProcesses > 1 && ctx.Err() == nil {
 		fs.kill = fs.killRow(ctx)
@@ -193,8 +197,14 @@ func (fs *fleetSection) fleetRow(ctx context.Context, name, key string, idle boo
 // firstEvent commits one event in the busy tenant and returns how long it
 // took to arrive.
 func (fs *fleetSection) firstEvent(ctx context.Context, recv *receiver, rs *relaySet) (time.Duration, error) {
+	return fs.firstEventOf(ctx, fs.busy, recv, rs)
+}
+
+// firstEventOf commits one event in sb's tenant and returns how long it
+// took to arrive.
+func (fs *fleetSection) firstEventOf(ctx context.Context, sb *sandbox, recv *receiver, rs *relaySet) (time.Duration, error) {
 	id := uuid.Must(uuid.NewV7()).String()
-	err := fs.busy.client.WithTx(ctx, func(tx *testent.Tx) error { return emitOne(ctx, tx, id, 0, 1) })
+	err := sb.client.WithTx(ctx, func(tx *testent.Tx) error { return emitOne(ctx, tx, id, 0, 1) })
 	if err != nil {
 		return 0, fmt.Errorf("committing the first event: %w", err)
 	}
@@ -213,11 +223,16 @@ func (fs *fleetSection) firstEvent(ctx context.Context, recv *receiver, rs *rela
 // latencies and what process pid, whose connections are named app, used
 // meanwhile.
 func (fs *fleetSection) busyLoad(ctx context.Context, row *fleetRow, recv *receiver, rs *relaySet, pid int, app string) {
+	fs.loadOn(ctx, fs.busy, row, recv, rs, pid, app)
+}
+
+// loadOn runs the paced load on sb's tenant, as busyLoad on the busy one.
+func (fs *fleetSection) loadOn(ctx context.Context, sb *sandbox, row *fleetRow, recv *receiver, rs *relaySet, pid int, app string) {
 	e := fs.e
 	conns := watchApps(e.admin, app)
 	meter := meterProc(pid)
 	var res result
-	row.lat = e.latencyPhase(ctx, fs.busy, recv, rs, paced{rate: e.cfg.Rate, perTx: 1, workers: 16}, e.cfg.LatencyDuration, nil, &res, "latency")
+	row.lat = e.latencyPhase(ctx, sb, recv, rs, paced{rate: e.cfg.Rate, perTx: 1, workers: 16}, e.cfg.LatencyDuration, nil, &res, "latency")
 	row.cpu = meter.pct()
 	row.conns = conns.finish(app)
 	row.rssKB, _ = procStatusKB(pid, "VmRSS")

@@ -84,6 +84,7 @@ type config struct {
 	FleetIdleAfter     time.Duration // the fleet's --fleet-idle-after
 	FleetIdleWindow    time.Duration // how long the idle cost is measured
 	FleetProcesses     int           // processes of the kill row; below 2 skips it
+	FleetBacklog       int           // events waiting in the busy tenant for the backlog row; 0 skips it
 	FleetBusy          int           // busy tenants of the kill row
 	FleetBusyRate      int           // events/s into each of them
 	FleetMemberTimeout time.Duration // the kill row's --fleet-member-timeout; 0 for the command's default
@@ -139,6 +140,8 @@ func main() {
 	flag.DurationVar(&cfg.FleetIdleAfter, "fleet-idle-after", 10*time.Second, "the fleet processes' --fleet-idle-after")
 	flag.DurationVar(&cfg.FleetIdleWindow, "fleet-idle-window", 20*time.Second, "how long the fleet process over parked tenants is measured")
 	flag.IntVar(&cfg.FleetProcesses, "fleet-processes", 3, "fleet processes sharing the tenants through a members database, one SIGKILLed during the load (below 2 skips that row)")
+	flag.IntVar(&cfg.FleetBacklog, "fleet-backlog", 100000, "the fleet section's backlog row: this many events wait in the busy tenant "+
+		"while another tenant takes the paced load under the same fleet (0 skips it)")
 	flag.IntVar(&cfg.FleetBusy, "fleet-busy", 10, "busy tenants, spread over the tenants, while a fleet process is killed")
 	flag.IntVar(&cfg.FleetBusyRate, "fleet-busy-rate", 20, "events/s into each busy tenant while a fleet process is killed")
 	flag.DurationVar(&cfg.FleetMemberTimeout, "fleet-member-timeout", 0, "the fleet processes' --fleet-member-timeout while one is killed (default: the command's)")
