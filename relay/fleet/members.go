@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // MembersTable is the table of the fleet's processes in Config.Members:
 // one row per process, its heartbeat renewed every MemberTimeout/5.
-const MembersTable = "entoutbox_fleet_members"
+const MembersTable = outboxdb.FleetMembersTable
 
 // DefaultMemberTimeout is how long a process of the fleet may go without
 // a heartbeat before the others take its tenants.
@@ -52,26 +54,7 @@ func newMembership(db *sql.DB, id string, timeout time.Duration, logger watermil
 // for long, and records this member's first heartbeat: an error means
 // the fleet cannot share its work, and the process should not start.
 func (m *membership) join(ctx context.Context) error {
-	tx, err := m.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("fleet members: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
-	// Several processes starting at once would race on CREATE TABLE IF
-	// NOT EXISTS (a unique violation in pg_type); the lock orders them.
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('`+MembersTable+`'))`); err != nil {
-		return fmt.Errorf("fleet members: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+MembersTable+` (
-	member_id text PRIMARY KEY,
-	heartbeat_at timestamptz NOT NULL,
-	joined_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("fleet members: making table %s: %w", MembersTable, err)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+MembersTable+` WHERE heartbeat_at < now() - interval '1 day'`); err != nil {
-		return fmt.Errorf("fleet members: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
+	if err := outboxdb.JoinFleet(ctx, m.db); err != nil {
 		return fmt.Errorf("fleet members: %w", err)
 	}
 	if err := m.beat(ctx); err != nil {
@@ -134,25 +117,11 @@ func (m *membership) recordBeat(err error) {
 func (m *membership) beat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	if _, err := m.db.ExecContext(ctx, `INSERT INTO `+MembersTable+` (member_id, heartbeat_at) VALUES ($1, now())
-ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now()`, m.id); err != nil {
+	if err := outboxdb.FleetHeartbeat(ctx, m.db, m.id); err != nil {
 		return err
 	}
-	rows, err := m.db.QueryContext(ctx, `SELECT member_id FROM `+MembersTable+`
-WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY member_id`, m.timeout.Seconds())
+	live, err := outboxdb.LiveFleetMembers(ctx, m.db, m.timeout)
 	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var live []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		live = append(live, id)
-	}
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	if !slices.Contains(live, m.id) {
@@ -184,7 +153,7 @@ func (m *membership) setLive(live []string) {
 func (m *membership) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	if _, err := m.db.ExecContext(ctx, `DELETE FROM `+MembersTable+` WHERE member_id = $1`, m.id); err != nil {
+	if err := outboxdb.LeaveFleet(ctx, m.db, m.id); err != nil {
 		m.logger.Error("Fleet member not removed; the others take its tenants after the member timeout", err,
 			watermill.LogFields{"member": m.id})
 	}

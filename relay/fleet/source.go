@@ -9,9 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 )
 
 // DefaultRegistryTable is the registry table's name when
@@ -20,13 +18,7 @@ const DefaultRegistryTable = "entoutbox_tenants"
 
 // RegistryTableDDL makes a registry table named table: one row per
 // tenant, the columns of a databases file's entry.
-func RegistryTableDDL(table string) string {
-	return `CREATE TABLE ` + table + ` (
-	name text PRIMARY KEY,
-	database_url text NOT NULL,
-	schema text NOT NULL DEFAULT ''
-)`
-}
+func RegistryTableDDL(table string) string { return outboxdb.RegistryTableDDL(table) }
 
 // Source is where the tenants are listed: a databases file (see File), a
 // registry table in a PostgreSQL database the operator's tooling writes
@@ -112,29 +104,16 @@ const readTimeout = 30 * time.Second
 func (s Source) readRegistry(ctx context.Context) ([]Tenant, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	parts := strings.Split(s.table(), ".")
-	for i, p := range parts {
-		parts[i] = pgsql.QuoteIdent(p)
-	}
-	rows, err := s.Registry.QueryContext(ctx, `SELECT name, database_url, schema FROM `+strings.Join(parts, ".")+` ORDER BY name`)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return nil, fmt.Errorf("%w; make it with:\n%s", err, RegistryTableDDL(s.table()))
-	}
+	rows, err := outboxdb.ReadRegistry(ctx, s.Registry, s.table())
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var tenants []Tenant
-	for rows.Next() {
-		var t Tenant
-		if err := rows.Scan(&t.Name, &t.DatabaseURL, &t.Schema); err != nil {
-			return nil, err
+	tenants := make([]Tenant, len(rows))
+	for i, r := range rows {
+		tenants[i] = Tenant{Name: r.Name, DatabaseURL: r.DatabaseURL, Schema: r.Schema}
+		if err := checkTenant(tenants[i]); err != nil {
+			return nil, fmt.Errorf("row %q: %w", r.Name, err)
 		}
-		if err := checkTenant(t); err != nil {
-			return nil, fmt.Errorf("row %q: %w", t.Name, err)
-		}
-		tenants = append(tenants, t)
 	}
-	return tenants, rows.Err()
+	return tenants, nil
 }
