@@ -83,6 +83,7 @@ type runner struct {
 	mu    sync.Mutex
 	st    TenantStatus
 	db    *sql.DB // the pool of the relay running, nil between runs
+	run   int     // counts the relay's runs: a late readiness of an ended one is ignored
 	conns int
 	// started is when the relay running was started: until startingGrace
 	// after it, not being ready is no error.
@@ -162,7 +163,7 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 		return fmt.Errorf("opening the database: %w", err)
 	}
 	defer db.Close()
-	r.setDB(db)
+	gen := r.setDB(db)
 	defer r.setDB(nil)
 	cfg := f.cfg.Relay
 	cfg.DB, cfg.Tenant, cfg.Logger = db, r.tenant.Name, log
@@ -179,7 +180,7 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 	}
 	rctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	go r.watchReady(rctx, rl)
+	go r.watchReady(rctx, rl, gen)
 	run, end := context.WithCancelCause(ctx)
 	defer end(nil)
 	if f.cfg.IdleAfter > 0 {
@@ -223,14 +224,14 @@ func (r *runner) setWaiting(waiting bool) {
 
 // watchReady keeps r's state to what its relay's readiness says, until
 // ctx ends.
-func (r *runner) watchReady(ctx context.Context, rl *relay.Relay) {
+func (r *runner) watchReady(ctx context.Context, rl *relay.Relay, run int) {
 	wait := startingInterval
 	for {
 		err := rl.Ready(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if r.ready(err) {
+		if r.ready(err, run) {
 			wait = readyInterval
 		}
 		if !backoff.Sleep(ctx, wait) {
@@ -249,11 +250,11 @@ func (r *runner) stop() {
 
 // ready records the answer of the relay's readiness, and says whether the
 // relay was ready once.
-func (r *runner) ready(err error) (wasReady bool) {
+func (r *runner) ready(err error, run int) (wasReady bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.st.State == StateStopping || r.parking {
-		return true
+	if r.st.State == StateStopping || r.parking || r.db == nil || run != r.run {
+		return true // the relay asked has stopped: its answer came late, and says nothing of the tenant now
 	}
 	if err == nil {
 		r.st.State, r.st.Failures, r.st.RetryAt = StateRunning, 0, time.Time{}
@@ -282,11 +283,12 @@ func (r *runner) failed(err error, wait time.Duration) {
 	r.st.RetryAt = now.Add(wait)
 }
 
-func (r *runner) setDB(db *sql.DB) {
+func (r *runner) setDB(db *sql.DB) (run int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.db = db
 	if db != nil {
+		r.run++
 		r.started = time.Now()
 		r.active.seen()
 		r.applyConns()
@@ -294,6 +296,7 @@ func (r *runner) setDB(db *sql.DB) {
 			r.st.State = StateStarting
 		}
 	}
+	return r.run
 }
 
 // setConnections bounds the tenant's pool to n connections, the running
