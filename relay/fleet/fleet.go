@@ -430,11 +430,13 @@ func (f *Fleet) memberID() string {
 func (f *Fleet) Status() (tenants []TenantStatus, fileError string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, r := range f.runners {
-		s := r.status()
-		s.Member = f.memberID()
-		tenants = append(tenants, s)
-	}
+	f.turns.consistent(func() { // never more running than the room, even for an instant
+		for _, r := range f.runners {
+			s := r.status()
+			s.Member = f.memberID()
+			tenants = append(tenants, s)
+		}
+	})
 	for name, member := range f.elsewhere {
 		tenants = append(tenants, TenantStatus{Tenant: name, State: StateElsewhere, Member: member})
 	}

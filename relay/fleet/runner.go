@@ -101,8 +101,14 @@ var errParked = errors.New("parked: nothing to relay")
 // start runs the relay of tenant t until ctx ends or it is stopped.
 func (f *Fleet) start(ctx context.Context, t Tenant, conns int) *runner {
 	ctx, cancel := context.WithCancel(ctx)
+	// Not starting yet: its relay starts when it has work (parked until
+	// then) and room in the budget (waiting until then).
+	first := StateWaiting
+	if f.cfg.IdleAfter > 0 {
+		first = StateParked
+	}
 	r := &runner{tenant: t, cancel: cancel, done: make(chan struct{}), conns: conns, wake: make(chan struct{}, 1),
-		st: TenantStatus{Tenant: t.Name, State: StateStarting, Connections: conns}}
+		st: TenantStatus{Tenant: t.Name, State: first, Connections: conns}}
 	go f.keepRunning(ctx, r)
 	return r
 }
@@ -123,20 +129,21 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 		}
 		began := time.Now()
 		err := f.runOnce(ctx, r, log)
-		f.turns.release()
+		turnOver := errors.Is(err, errParked) || errors.Is(err, errYield)
 		if ctx.Err() != nil {
+			f.turns.release(func() {})
 			log.Info("Tenant's relay stopped", nil)
 			return
 		}
-		if errors.Is(err, errYield) && f.cfg.IdleAfter <= 0 {
+		if turnOver {
 			attempt = 0
-			continue // behind the tenants that waited
-		}
-		if errors.Is(err, errParked) || errors.Is(err, errYield) {
+			f.turns.release(func() { r.turnOver(f.cfg.IdleAfter > 0) })
+			if f.cfg.IdleAfter <= 0 {
+				continue // behind the tenants that waited
+			}
 			if !r.waitParked(ctx, log) { // woken, and behind the others, if it has work still
 				return
 			}
-			attempt = 0
 			continue
 		}
 		if err == nil {
@@ -147,7 +154,7 @@ func (f *Fleet) keepRunning(ctx context.Context, r *runner) {
 		}
 		attempt++
 		wait := backoff.Exponential(f.cfg.RetryInterval, f.cfg.MaxRetryInterval, attempt)
-		r.failed(err, wait)
+		f.turns.release(func() { r.failed(err, wait) })
 		log.Error("Tenant's relay failed; starting it again later", err, watermill.LogFields{"retry_in": wait.String(), "failures": attempt})
 		if !backoff.Sleep(ctx, wait) {
 			return
@@ -195,18 +202,16 @@ func (f *Fleet) runOnce(ctx context.Context, r *runner, log watermill.LoggerAdap
 }
 
 // takeTurn waits, shown waiting, until there is room in the connection
-// budget for r's relay (Fleet.turns) and takes it; false when ctx ended
-// first.
+// budget for r's relay (Fleet.turns) and takes it, shown starting from
+// that moment; false when ctx ended first.
 func (f *Fleet) takeTurn(ctx context.Context, r *runner, log watermill.LoggerAdapter) bool {
-	if f.turns.tryAcquire() {
-		r.setWaiting(false)
+	starting := func() { r.setWaiting(false) }
+	if f.turns.tryAcquire(starting) {
 		return true
 	}
 	r.setWaiting(true)
 	log.Debug("Tenant waits for room in the connection budget", nil)
-	ok := f.turns.acquire(ctx)
-	r.setWaiting(false)
-	return ok
+	return f.turns.acquire(ctx, starting)
 }
 
 // setWaiting shows r waiting for room in the budget, or no longer.
@@ -219,6 +224,22 @@ func (r *runner) setWaiting(waiting bool) {
 		r.st.State = StateWaiting
 	case r.st.State == StateWaiting:
 		r.st.State = StateStarting
+	}
+}
+
+// turnOver shows r, whose relay made way (parked, or its turn over), no
+// longer running: parked until the prober finds work, or waiting for its
+// next turn.
+func (r *runner) turnOver(parks bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.st.State == StateStopping:
+	case parks:
+		r.parking = true
+		r.st.State = StateParked
+	default:
+		r.st.State = StateWaiting
 	}
 }
 

@@ -34,45 +34,57 @@ var errYield = errors.New("turn over: another tenant waits for room in the conne
 // turns hands out the room for relays running at once, first come first
 // served: a tenant woken with work, or whose turn ended, waits behind
 // those that waited before it.
+//
+// A tenant's state changes with its room, under mu (the callbacks of
+// tryAcquire, acquire and release), and Fleet.Status reads the states
+// under mu (consistent): so no status ever shows more relays running
+// than the limit, even for an instant.
 type turns struct {
 	mu    sync.Mutex
 	limit int
 	held  int
-	queue []chan struct{} // the waiters, in order of arrival; closed when granted
+	queue []*waiter // in order of arrival
+}
+
+type waiter struct {
+	granted chan struct{} // closed when granted
+	onGrant func()
 }
 
 func newTurns(limit int) *turns { return &turns{limit: limit} }
 
-// tryAcquire takes room when there is some and nobody waits for it.
-func (t *turns) tryAcquire() bool {
+// tryAcquire takes room when there is some and nobody waits for it, and
+// then calls onGrant while nobody else takes or gives room.
+func (t *turns) tryAcquire(onGrant func()) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.held < t.limit && len(t.queue) == 0 {
 		t.held++
+		onGrant()
 		return true
 	}
 	return false
 }
 
-// acquire waits for room and takes it; false when ctx ended first.
-func (t *turns) acquire(ctx context.Context) bool {
-	t.mu.Lock()
-	if t.held < t.limit && len(t.queue) == 0 {
-		t.held++
-		t.mu.Unlock()
+// acquire waits for room and takes it, calling onGrant as tryAcquire
+// does; false when ctx ended first.
+func (t *turns) acquire(ctx context.Context, onGrant func()) bool {
+	if t.tryAcquire(onGrant) {
 		return true
 	}
-	granted := make(chan struct{})
-	t.queue = append(t.queue, granted)
+	t.mu.Lock()
+	w := &waiter{granted: make(chan struct{}), onGrant: onGrant}
+	t.queue = append(t.queue, w)
+	t.grant() // room may have been given back since tryAcquire
 	t.mu.Unlock()
 	select {
-	case <-granted:
+	case <-w.granted:
 		return true
 	case <-ctx.Done():
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if i := slices.Index(t.queue, granted); i >= 0 {
+	if i := slices.Index(t.queue, w); i >= 0 {
 		t.queue = slices.Delete(t.queue, i, i+1)
 	} else { // granted as ctx ended: give the room on
 		t.held--
@@ -81,12 +93,21 @@ func (t *turns) acquire(ctx context.Context) bool {
 	return false
 }
 
-// release gives back room taken by acquire.
-func (t *turns) release() {
+// release gives back room taken by acquire, after calling before while
+// nobody else takes or gives room.
+func (t *turns) release(before func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	before()
 	t.held--
 	t.grant()
+}
+
+// consistent calls read while nobody takes or gives room.
+func (t *turns) consistent(read func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	read()
 }
 
 // setLimit changes how many relays run at once; relays over a lowered
@@ -100,9 +121,11 @@ func (t *turns) setLimit(n int) {
 
 func (t *turns) grant() {
 	for t.held < t.limit && len(t.queue) > 0 {
-		close(t.queue[0])
+		w := t.queue[0]
 		t.queue = t.queue[1:]
 		t.held++
+		w.onGrant()
+		close(w.granted)
 	}
 }
 

@@ -21,7 +21,8 @@ import (
 // With a budget of 6 connections, 2 relays run at once (3 each); five
 // tenants with a backlog, two of them written to all along, all get
 // their events through, once each and in order; the server never sees
-// more than the budget of the relays' connections (and the prober's one),
+// more than the budget of the relays' connections (and the prober's one,
+// and one closed connection whose server process is still exiting),
 // no more than 2 relays run at once, and tenants are seen waiting.
 func TestFleetTenantsTakeTurnsWithinTheBudget(t *testing.T) {
 	t.Parallel()
@@ -83,7 +84,11 @@ func TestFleetTenantsTakeTurnsWithinTheBudget(t *testing.T) {
 	t.Logf("at most %d relays at once, %d tenants seen waiting, at most %d connections", most, waited, peak())
 	require.LessOrEqual(t, most, 2, "relays running at once")
 	require.Positive(t, waited, "no tenant waited for its turn")
-	require.LessOrEqual(t, peak(), 6+1, "the relays' connections stay within the budget (and the prober's one, reading one database at a time)")
+	// The server lists a closed connection until its process has exited,
+	// a moment after the client let go: on a loaded machine, one ended
+	// run's or probe's connection can still show beside its successor's.
+	const exiting = 1
+	require.LessOrEqual(t, peak(), 6+1+exiting, "the relays' connections stay within the budget (and the prober's one, reading one database at a time)")
 }
 
 // watchStates samples f's tenants' states until the test ends: the most
