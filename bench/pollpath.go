@@ -113,7 +113,7 @@ func pollEmitCost(ctx context.Context, e *env, sec pollSection) (string, error) 
 			})
 		}},
 	}
-	if err := e.timeVariants(ctx, variants); err != nil {
+	if err := e.timeVariants(ctx, variants, e.cfg.EmitTx, "1 event per transaction"); err != nil {
 		return "", err
 	}
 	b, one := summarizeCost(variants[0].took), summarizeCost(variants[1].took)
