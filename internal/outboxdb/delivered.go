@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -37,19 +38,43 @@ func walDelivered(o, p string) string {
 // name).
 type Delivery struct {
 	progress string // the WAL progress table; "" while no WAL relay ran
+	// log is the outbox's tables when a fast relay keeps a delivered log
+	// on it (FastLogged); nil otherwise.
+	log *Tables
 }
 
 // ReadDelivery looks up which paths have marks to read on t: the WAL
-// path's progress table exists once a WAL relay ran.
+// path's progress table exists once a WAL relay ran, the fast path's
+// delivered log once a fast relay kept one.
 func (t Tables) ReadDelivery(ctx context.Context, q Querier) (Delivery, error) {
 	if t.Dialect != Postgres {
-		return Delivery{}, nil // the WAL path is PostgreSQL's
+		return Delivery{}, nil // the WAL path and the log are PostgreSQL's
 	}
+	var d Delivery
 	exists, err := TableExists(ctx, q, t.WALProgress())
-	if err != nil || !exists {
+	if err != nil {
 		return Delivery{}, err
 	}
-	return Delivery{progress: t.WALProgress()}, nil
+	if exists {
+		d.progress = t.WALProgress()
+	}
+	logged, err := t.HasDeliveredLog(ctx, q)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if logged {
+		d.log = &t
+	}
+	return d, nil
+}
+
+// Logged is the fast path's delivered log's condition that row o was
+// delivered; FALSE while no fast relay kept one.
+func (d Delivery) Logged(o string) string {
+	if d.log == nil {
+		return "FALSE"
+	}
+	return d.log.FastLogged(o)
 }
 
 // WAL tells whether a WAL relay ever ran on the outbox.
@@ -70,20 +95,31 @@ func (d Delivery) ByWAL(o string) string {
 
 // Delivered is the condition that row o was delivered, by any path.
 func (d Delivery) Delivered(o string) string {
-	if d.progress == "" {
-		return Stamped(o)
+	conds := []string{Stamped(o)}
+	if d.progress != "" {
+		conds = append(conds, d.ByWAL(o))
 	}
-	return "(" + Stamped(o) + " OR " + d.ByWAL(o) + ")"
+	if d.log != nil {
+		conds = append(conds, d.Logged(o))
+	}
+	if len(conds) == 1 {
+		return conds[0]
+	}
+	return "(" + strings.Join(conds, " OR ") + ")"
 }
 
 // Pending is the condition that committed row o was delivered by no path.
 // Its delivered_at test lets the outbox's partial index of undelivered
 // rows serve it.
 func (d Delivery) Pending(o string) string {
-	if d.progress == "" {
-		return o + ".delivered_at IS NULL"
+	out := o + ".delivered_at IS NULL"
+	if d.progress != "" {
+		out += " AND NOT " + d.ByWAL(o)
 	}
-	return o + ".delivered_at IS NULL AND NOT " + d.ByWAL(o)
+	if d.log != nil {
+		out += " AND NOT " + d.Logged(o)
+	}
+	return out
 }
 
 // WALDelivered tells whether the WAL path delivered the outbox row id;

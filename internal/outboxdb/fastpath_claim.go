@@ -19,6 +19,9 @@ type ClaimShape struct {
 	Held    bool // leaving out rows held already
 	Blocked bool // leaving out aggregates that wait for a retry
 	Late    bool // also the late transactions' rows below the cursor
+	// Logged leaves out the rows the delivered log delivered (the relay
+	// keeps one: Tables.FastLog).
+	Logged bool
 }
 
 // ClaimArg names a parameter of a claim's statement.
@@ -53,6 +56,9 @@ var (
 	_ = define("fastpath/claim-topic-parts-held-blocked-late", func(t Tables) string {
 		return Claim(t, 16, ClaimShape{Topic: true, Parts: true, Held: true, Blocked: true, Late: true}).Text
 	})
+	_ = define("fastpath/claim-logged-late", func(t Tables) string {
+		return Claim(t, 16, ClaimShape{Late: true, Logged: true}).Text
+	})
 )
 
 // claimCols is what a claim reads of outbox row o in partition part.
@@ -64,8 +70,11 @@ greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS 
 }
 
 // claimFilter is the condition on outbox row o of a claim of shape sh.
-func claimFilter(p *pgsql.Params[ClaimArg], part string, sh ClaimShape) string {
+func claimFilter(t Tables, p *pgsql.Params[ClaimArg], part string, sh ClaimShape) string {
 	filter := "o.delivered_at IS NULL"
+	if sh.Logged {
+		filter += "\nAND NOT " + t.FastLogged("o")
+	}
 	if sh.Topic {
 		filter += "\nAND o.topic = " + p.Ref(ClaimTopic)
 	}
@@ -122,7 +131,7 @@ func Claim(t Tables, partitions int, sh ClaimShape) ClaimSQL {
 	// The cursor and the limit are $1 and $2 in every shape.
 	after, limit := p.Ref(ClaimAfter), p.Ref(ClaimLimit)
 	part := PartitionOf("o", strconv.Itoa(partitions))
-	from := claimRows(&p, pgsql.QuoteIdent(t.Outbox), claimCols(part), claimFilter(&p, part, sh), after, limit, sh.Late)
+	from := claimRows(&p, pgsql.QuoteIdent(t.Outbox), claimCols(part), claimFilter(t, &p, part, sh), after, limit, sh.Late)
 	// The byte budget: rows are kept while the running sum of their sizes
 	// fits it (the first one also when forced); the first row beyond it
 	// comes without its payload, to tell the claim was cut there.
