@@ -17,7 +17,10 @@ import (
 // Rows the WAL path delivered keep delivered_at NULL; they are deleted when
 // written more than retain ago and their transaction is in the last
 // snapshot a WAL relay recorded as delivered (see PathWAL). Without a WAL
-// relay's progress table this does what it always did.
+// relay's progress table this does what it always did. Rows a fast relay
+// with a delivered log (FastConfig.DeliveredLog) delivered keep
+// delivered_at NULL too; they are deleted when written more than retain
+// ago.
 func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time.Duration, batch int) (int64, error) {
 	if retain < 0 {
 		// It would reach into the future: every delivered row, however recent.
@@ -31,10 +34,16 @@ func CleanupDelivered(ctx context.Context, db *sql.DB, table string, retain time
 		return n, err
 	}
 	viaWAL, err := t.DeleteWALDelivered(ctx, db, cutoff, batch)
+	n += viaWAL
 	if err != nil {
-		return n + viaWAL, fmt.Errorf("relay: %w", err)
+		return n, fmt.Errorf("relay: %w", err)
 	}
-	return n + viaWAL, nil
+	viaLog, err := t.DeleteLogDelivered(ctx, db, cutoff, batch)
+	n += viaLog
+	if err != nil {
+		return n, fmt.Errorf("relay: %w", err)
+	}
+	return n, nil
 }
 
 // CleanupCancelled deletes the scheduled events cancelled more than retain

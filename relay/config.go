@@ -154,6 +154,7 @@ var pathSettings = []struct {
 	{"Fast.PollOnly", []Path{PathFast}, func(c *Config) bool { return c.Fast.PollOnly }},
 	{"Fast.ListenDB", []Path{PathFast}, func(c *Config) bool { return c.Fast.ListenDB != nil }},
 	{"Fast.Delete", []Path{PathFast}, func(c *Config) bool { return c.Fast.Delete }},
+	{"Fast.DeliveredLog", []Path{PathFast}, func(c *Config) bool { return c.Fast.DeliveredLog }},
 
 	{"Compatible.ConsumerGroup", []Path{PathCompatible}, func(c *Config) bool { return c.Compatible.ConsumerGroup != "" }},
 

@@ -49,6 +49,12 @@ type FastConfig struct {
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).
 	Delete bool
+	// DeliveredLog records what was delivered without rewriting the rows:
+	// their ids go to a narrow log table, under a floor that moves every
+	// few seconds (docs/delivered-log.md). The rows stay as they were
+	// written, kept for replay until retention deletes them. Once a relay
+	// kept a log on a table, every fast relay of the table keeps it.
+	DeliveredLog bool
 }
 
 func (c *FastConfig) setDefaults() {
@@ -65,6 +71,8 @@ func (c FastConfig) validate(prefix string) error {
 		return fmt.Errorf("relay: %sLease must be at least 1s, not %s", prefix, c.Lease)
 	case c.Partitions != 0 && (c.Partitions < 1 || c.Partitions > maxPartitions):
 		return fmt.Errorf("relay: %sPartitions must be between 1 and %d, not %d", prefix, maxPartitions, c.Partitions)
+	case c.Delete && c.DeliveredLog:
+		return fmt.Errorf("relay: %sDelete and %sDeliveredLog exclude each other: a row is either deleted or logged once delivered", prefix, prefix)
 	}
 	return nil
 }
@@ -75,7 +83,7 @@ func (c Config) subscriberConfig() SubscriberConfig {
 	return SubscriberConfig{
 		Table: c.Table, DeadLetterTable: c.DeadLetterTable, Logger: c.Logger, CloudEvents: c.CloudEvents, Tenant: c.Tenant,
 		RelayID: c.Fast.RelayID, Lease: c.Fast.Lease, Partitions: c.Fast.Partitions,
-		PollOnly: c.Fast.PollOnly, ListenDB: c.Fast.ListenDB, Delete: c.Fast.Delete,
+		PollOnly: c.Fast.PollOnly, ListenDB: c.Fast.ListenDB, Delete: c.Fast.Delete, DeliveredLog: c.Fast.DeliveredLog,
 		BatchSize: c.BatchSize, MaxBytesInFlight: c.MaxBytesInFlight, PollInterval: c.PollInterval,
 		MaxAttempts: c.MaxAttempts, InitialBackoff: c.RetryInterval, MaxBackoff: c.MaxBackoff,
 	}
@@ -141,6 +149,9 @@ type SubscriberConfig struct {
 	// Delete removes delivered rows instead of marking them delivered_at
 	// (kept for a retention window; see CleanupDelivered).
 	Delete bool
+	// DeliveredLog records deliveries in the delivered log (see
+	// FastConfig.DeliveredLog).
+	DeliveredLog bool
 	// MaxAttempts bounds the failed deliveries of a row before it goes to
 	// the dead letters; 10 when zero.
 	MaxAttempts int

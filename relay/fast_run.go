@@ -71,6 +71,6 @@ func newFastSource(db *sql.DB, cfg SubscriberConfig, m *metrics.Metrics) (*fastp
 	return fastpath.New(db, fastpath.Settings{Table: cfg.Table, DeadLetterTable: cfg.DeadLetterTable,
 		RelayID: cfg.RelayID, BatchSize: cfg.BatchSize, MaxBytesInFlight: cfg.MaxBytesInFlight, Lease: cfg.Lease,
 		Partitions: cfg.Partitions, PollInterval: cfg.PollInterval, PollOnly: cfg.PollOnly, ListenDB: cfg.listenDB(db),
-		Delete: cfg.Delete, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.backoff, CloseTimeout: cfg.CloseTimeout,
+		Delete: cfg.Delete, DeliveredLog: cfg.DeliveredLog, MaxAttempts: cfg.MaxAttempts, Backoff: cfg.backoff, CloseTimeout: cfg.CloseTimeout,
 		Logger: cfg.Logger, Attributes: attributes(cfg.Tenant, cfg.CloudEvents), Metrics: m}), nil
 }

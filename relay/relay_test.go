@@ -35,13 +35,16 @@ var paths = []relay.Path{relay.PathFast, relay.PathCompatible, relay.PathWAL}
 // MariaDB, and the compatible path on MariaDB: the guarantee tests
 // (delivery, order, kills, broken rows, dead letters) run on each, from
 // the same code.
-var everyDatabase = append(slices.Clone(paths), relay.PathPoll, pollMariaDB, compatibleMariaDB)
+var everyDatabase = append(slices.Clone(paths), fastLogged, relay.PathPoll, pollMariaDB, compatibleMariaDB)
 
 // pollMariaDB names the poll path on MariaDB (relay.PathPoll names it on
 // SQLite) for setupPath, and compatibleMariaDB the compatible path there.
 const (
 	pollMariaDB       relay.Path = "poll-mariadb"
 	compatibleMariaDB relay.Path = "compatible-mariadb"
+	// fastLogged is the fast path keeping a delivered log
+	// (FastConfig.DeliveredLog), its floor moved every 100 ms.
+	fastLogged relay.Path = "fast-logged"
 )
 
 // onPath is a shared test's run on one read path: an outbox of its own
@@ -52,6 +55,8 @@ type onPath struct {
 	path relay.Path
 	*emitBundle
 	wal *walSetup // nil off the WAL path
+	// logged is the fast path keeping a delivered log (fastLogged).
+	logged bool
 }
 
 // forPaths runs a test once on each read path.
@@ -79,6 +84,8 @@ func setupPath(t *testing.T, path relay.Path) *onPath {
 		return &onPath{path: relay.PathPoll, emitBundle: setupEmitMySQL(t)}
 	case compatibleMariaDB:
 		return &onPath{path: relay.PathCompatible, emitBundle: setupEmitMySQL(t)}
+	case fastLogged:
+		return &onPath{path: relay.PathFast, emitBundle: setupEmit(t), logged: true}
 	case relay.PathWAL:
 	default:
 		return &onPath{path: path, emitBundle: setupEmit(t)}
@@ -96,6 +103,7 @@ func (p *onPath) config(cfg relay.Config) relay.Config {
 		cfg = p.wal.config(cfg)
 	}
 	cfg.DB = cmp.Or(db, p.sql)
+	cfg.Fast.DeliveredLog = p.logged
 	return quick(p.path, cfg)
 }
 
@@ -108,6 +116,9 @@ func (p *onPath) relayArgs() []string {
 		return append(args, "--slot", p.wal.slot, "--publication", p.wal.publication)
 	case relay.PathFast:
 		args = append(args, "--lease", "2s")
+		if p.logged {
+			args = append(args, "--delivered-log")
+		}
 	}
 	return append(args, "--poll-interval", "20ms")
 }

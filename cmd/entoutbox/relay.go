@@ -63,6 +63,7 @@ var pathFlags = map[string][]relay.Path{
 	"partitions":          {relay.PathFast},
 	"poll-only":           {relay.PathFast},
 	"delete-delivered":    {relay.PathFast},
+	"delivered-log":       {relay.PathFast},
 	"relay-id":            {relay.PathFast},
 	"listen-database-url": {relay.PathFast},
 	"consumer-group":      {relay.PathCompatible},
@@ -149,6 +150,7 @@ func (o *relayOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&cfg.Fast.PollOnly, "poll-only", false, "behind PgBouncer in transaction mode: poll (no LISTEN unless --listen-database-url), "+
 		"no liveness lock (a relay that dies is taken over when its lease ends)")
 	f.BoolVar(&cfg.Fast.Delete, "delete-delivered", false, "delete delivered rows instead of stamping delivered_at")
+	f.BoolVar(&cfg.Fast.DeliveredLog, "delivered-log", false, "record delivered rows' ids in a narrow log table instead of stamping delivered_at (the rows are not rewritten; kept for replay until cleanup)")
 	f.StringVar(&cfg.Fast.RelayID, "relay-id", "", "name of this relay in the partition table (default random)")
 	f.StringVar(&o.listenDatabaseURL, "listen-database-url", "", "direct PostgreSQL URL of the same database to LISTEN on, when --database-url "+
 		"goes through PgBouncer in transaction mode (with --poll-only); claims and writes still use --database-url")

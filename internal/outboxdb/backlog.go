@@ -3,6 +3,7 @@ package outboxdb
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
@@ -51,10 +52,15 @@ func ReadPending(ctx context.Context, q Querier, t Tables, maxRows int) (Pending
 	if err := queryRow(ctx, q, backlogNow.SQL(t), progress, &p.At, &wal); err != nil {
 		return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
 	}
-	read := backlogPending
-	if wal {
-		read = backlogPendingWAL
+	logged := false
+	if t.Dialect == Postgres {
+		var err error
+		if logged, err = t.HasDeliveredLog(ctx, q); err != nil {
+			return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
+		}
 	}
+	read := map[[2]bool]*Statement{{false, false}: backlogPending, {true, false}: backlogPendingWAL,
+		{false, true}: backlogPendingLogged, {true, true}: backlogPendingWALLogged}[[2]bool{wal, logged}]
 	rows, err := q.QueryContext(ctx, read.SQL(t), maxRows)
 	if err != nil {
 		return Pending{}, fmt.Errorf("reading the outbox backlog: %w", err)
@@ -206,6 +212,14 @@ var (
 	backlogPendingWAL = define("backlog/pending-wal", func(t Tables) string {
 		return pendingByTopic(t, Delivery{progress: t.WALProgress()})
 	})
+	// backlogPendingLogged once a fast relay kept a delivered log, and
+	// backlogPendingWALLogged with both.
+	backlogPendingLogged = define("backlog/pending-logged", func(t Tables) string {
+		return pendingByTopic(t, Delivery{log: &t})
+	})
+	backlogPendingWALLogged = define("backlog/pending-wal-logged", func(t Tables) string {
+		return pendingByTopic(t, Delivery{progress: t.WALProgress(), log: &t})
+	})
 	// backlogOpenLetters counts up to $1 open letters of the relay, and up
 	// to $1 of the consumers.
 	backlogOpenLetters          = define("backlog/open-letters", func(t Tables) string { return openLetters(t, true) })
@@ -225,9 +239,20 @@ var (
 
 // pendingByTopic is backlogPending for the delivery marks d.
 func pendingByTopic(t Tables, d Delivery) string {
+	from := `SELECT o.id, o.topic, o.created_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` + d.Pending("o")
+	if d.log != nil {
+		// The log's rows keep delivered_at NULL: read above its floor, and
+		// below it the rows its snapshot may not have seen, each through
+		// an index, rather than step over every row it delivered.
+		parts := d.log.belowFloor("o")
+		for i, cond := range parts {
+			parts[i] = `(` + from + ` AND ` + cond + ` ORDER BY o.id LIMIT $1)`
+		}
+		from = strings.Join(parts, "\n\t\t\tUNION ALL ")
+	}
 	return `SELECT topic, count(*), min(created_at) FROM (
-			SELECT o.topic, o.created_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` + d.Pending("o") + `
-			ORDER BY o.id LIMIT $1) o
+			` + from + `
+			ORDER BY id LIMIT $1) o
 		GROUP BY topic ORDER BY topic`
 }
 

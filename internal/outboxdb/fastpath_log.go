@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
+	"github.com/entoutbox/entoutbox/internal/retention"
 )
 
 // The fast path's delivered log (relay Fast.DeliveredLog): what the relay
@@ -52,6 +54,21 @@ func (t Tables) FastLogged(o string) string {
 	return `(EXISTS (SELECT 1 FROM ` + pgsql.QuoteIdent(t.DeliveredLog()) + ` dl WHERE dl.id = ` + o + `.id) OR coalesce(` +
 		o + `.id <= (SELECT df.upto FROM ` + floor + ` df) AND pg_visible_in_snapshot(` + o + `.transaction_id, (SELECT df.snap FROM ` +
 		floor + ` df)), false))`
+}
+
+// belowFloor is the conditions, one per index that serves it, that
+// together hold every row o of t's outbox that the delivered log's floor
+// does not cover: the rows above it, the rows under it of the transactions
+// its snapshot saw in progress, and rows without a transaction id.
+func (t Tables) belowFloor(o string) []string {
+	floor := pgsql.QuoteIdent(t.DeliveredFloor())
+	upto, snap := `coalesce((SELECT df.upto FROM `+floor+` df), 0)`, `(SELECT df.snap FROM `+floor+` df)`
+	return []string{
+		o + `.id > ` + upto,
+		o + `.transaction_id >= pg_snapshot_xmin(` + snap + `) AND ` + o + `.transaction_id < pg_snapshot_xmax(` + snap + `) AND ` +
+			o + `.id <= ` + upto,
+		o + `.transaction_id IS NULL AND ` + o + `.id <= ` + upto,
+	}
 }
 
 var (
@@ -112,7 +129,33 @@ DELETE FROM ` + l + ` dl WHERE dl.id <= (SELECT upto FROM moved)`
 	WHERE o.delivered_at IS NULL AND ` + t.FastLogged("o") + ` RETURNING 1)
 SELECT count(*) FROM stamped`
 	})
+	// fastLogDeleteOlder deletes up to $2 rows the delivered log
+	// delivered that were written before $1 (they keep delivered_at NULL).
+	fastLogDeleteOlder = define("fastpath/log-delete-older", func(t Tables) string {
+		o := pgsql.QuoteIdent(t.Outbox)
+		return `DELETE FROM ` + o + ` WHERE id IN (SELECT o.id FROM ` + o + ` o
+	WHERE o.created_at < $1 AND o.delivered_at IS NULL AND ` + t.FastLogged("o") + `
+	ORDER BY o.id LIMIT $2 FOR UPDATE OF o SKIP LOCKED)`
+	})
 )
+
+// DeleteLogDelivered deletes, batch rows at a time (1000 when zero), the
+// rows the delivered log says were delivered that were written before
+// cutoff; nothing when t has no log.
+func (t Tables) DeleteLogDelivered(ctx context.Context, db *sql.DB, cutoff time.Time, batch int) (int64, error) {
+	has, err := t.HasDeliveredLog(ctx, db)
+	if err != nil || !has {
+		return 0, err
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	n, err := retention.InBatches(ctx, db, fastLogDeleteOlder.SQL(t), cutoff, batch)
+	if err != nil {
+		return n, fmt.Errorf("deleting the rows of %s the delivered log delivered: %w", t.Outbox, err)
+	}
+	return n, nil
+}
 
 // FastLogSQL is the text of the delivered log's statements, for one
 // outbox table.

@@ -33,6 +33,10 @@ type claimQuery struct {
 	force  bool
 	// freed is the count of releases of held bytes when the claim began.
 	freed uint64
+	// fromFloor tells a claim from the oldest row began at the delivered
+	// log's floor instead (after and late are the floor's): every row
+	// under it that its snapshot saw is delivered.
+	fromFloor bool
 }
 
 // openTxs is the transactions a snapshot saw as in progress: those listed,
@@ -149,9 +153,9 @@ type claimSQL struct {
 
 // newClaimSQL is the statement of shape sh over table, whose rows are
 // spread over partitions; its text is outboxdb's.
-func newClaimSQL(table string, partitions int, sh claimShape) claimSQL {
+func newClaimSQL(table string, partitions int, sh claimShape, logged bool) claimSQL {
 	c := outboxdb.Claim(outboxdb.New(table, ""), partitions, outboxdb.ClaimShape{
-		Topic: sh.topic, Parts: sh.parts, Held: sh.held, Blocked: sh.blocked, Late: sh.late})
+		Topic: sh.topic, Parts: sh.parts, Held: sh.held, Blocked: sh.blocked, Late: sh.late, Logged: logged})
 	return claimSQL{text: c.Text, args: c.Args}
 }
 
@@ -194,11 +198,12 @@ func (c claimSQL) bind(q claimQuery) []any {
 	return out
 }
 
-// claimStatements is the statement of every shape, for one table.
-func claimStatements(table string, partitions int) map[claimShape]claimSQL {
+// claimStatements is the statement of every shape, for one table; logged
+// leaves out the rows its delivered log delivered.
+func claimStatements(table string, partitions int, logged bool) map[claimShape]claimSQL {
 	out := map[claimShape]claimSQL{}
 	for _, sh := range claimShapes() {
-		out[sh] = newClaimSQL(table, partitions, sh)
+		out[sh] = newClaimSQL(table, partitions, sh, logged)
 	}
 	return out
 }

@@ -47,7 +47,7 @@ func goldenClaim(sh claimShape, stmt claimSQL) string {
 // them), and a file no shape writes any more fails the test.
 func TestClaimSQLGolden(t *testing.T) {
 	dir := filepath.Join("testdata", "claim")
-	stmts := claimStatements(goldenClaimTable, goldenClaimPartitions)
+	stmts := claimStatements(goldenClaimTable, goldenClaimPartitions, false)
 	var names []string
 	for _, sh := range claimShapes() {
 		name := sh.name() + ".sql"
@@ -80,7 +80,7 @@ func TestClaimSQLGolden(t *testing.T) {
 // Every argument a statement names has a value, and the statement names
 // every parameter it takes, once.
 func TestClaimSQLBindsEveryArgument(t *testing.T) {
-	for sh, stmt := range claimStatements(goldenClaimTable, goldenClaimPartitions) {
+	for sh, stmt := range claimStatements(goldenClaimTable, goldenClaimPartitions, false) {
 		args := stmt.bind(shapedQuery(sh))
 		require.Len(t, args, len(stmt.args))
 		for i := range stmt.args {

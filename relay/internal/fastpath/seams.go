@@ -19,6 +19,8 @@ type Hooks struct {
 	// RescanEvery, when set, replaces the constant: for tests that tell a
 	// row woken by its notification from one the rescan found.
 	RescanEvery time.Duration
+	// CompactEvery, when set, replaces compactEvery.
+	CompactEvery time.Duration
 }
 
 // BytesHeld is what its subscriptions hold now, as MaxBytesInFlight

@@ -42,6 +42,7 @@ type Source struct {
 	wg       sync.WaitGroup
 	stopNote func() // lets go of its share of the LISTEN connection
 	seq      int    // numbers the subscriptions: each owns partitions under its own name
+	compacts bool   // its loop moving the delivered log's floor runs
 	instance string // random, tells this source from any other with its RelayID
 	// bytesHeld is what its subscriptions hold as MaxBytesInFlight counts
 	// it, and bytesPeak the most they held at once.
@@ -70,6 +71,10 @@ type Settings struct {
 	ListenDB *sql.DB
 	// Delete removes delivered rows instead of marking them delivered_at.
 	Delete bool
+	// DeliveredLog records deliveries in the delivered log instead of
+	// stamping the rows (see outboxdb.FastLogSQL); a table with a log
+	// keeps it whatever this says.
+	DeliveredLog bool
 	// MaxAttempts and Backoff are its failure policy's (see Policy).
 	// Backoff also spaces the tries of what failed in the database.
 	MaxAttempts  int
@@ -150,6 +155,7 @@ func (s *Source) Subscribe(ctx context.Context, topic string, buffer int) (*Subs
 	}
 	sub.apply(own, nil)
 	sub.publishState()
+	s.startCompacting()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -246,4 +252,48 @@ func ackIDs(acks []ack) []int64 {
 		ids[i] = a.id
 	}
 	return ids
+}
+
+// compactEvery is how often a source moves the delivered log's floor: the
+// log holds about this long of deliveries.
+const compactEvery = 2 * time.Second
+
+// startCompacting starts, once, the loop that moves the delivered log's
+// floor, when the table keeps one. Every relay of the table runs it; they
+// take turns on the floor's row.
+func (s *Source) startCompacting() {
+	if !s.store.logged || s.compacts {
+		return
+	}
+	s.compacts = true
+	every := compactEvery
+	if s.Hooks.CompactEvery > 0 {
+		every = s.Hooks.CompactEvery
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		failures := 0
+		for {
+			select {
+			case <-s.closing:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), max(every, 30*time.Second))
+			err := s.store.compact(ctx)
+			cancel()
+			switch {
+			case err == nil && failures > 0:
+				s.cfg.Logger.Info("Moving the delivered log's floor works again", nil)
+				failures = 0
+			case err != nil:
+				if failures++; failures <= 3 {
+					s.cfg.Logger.Error("Moving the delivered log's floor failed; trying again", err, nil)
+				}
+			}
+		}
+	}()
 }

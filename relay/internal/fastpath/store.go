@@ -37,6 +37,11 @@ type store struct {
 	claims map[claimShape]claimSQL
 	sql    outboxdb.FastPathSQL // the other statements, rendered once
 	hooks  *Hooks               // the source's; nil in tests of the store alone
+	// logged tells deliveries go to the delivered log (Settings.DeliveredLog,
+	// or a log a relay kept on the table before): set by init, before any
+	// claim.
+	logged bool
+	log    outboxdb.FastLogSQL
 }
 
 func newStore(db *sql.DB, cfg Settings) *store {
@@ -44,7 +49,8 @@ func newStore(db *sql.DB, cfg Settings) *store {
 	_, _ = h.Write([]byte("entoutbox partitions " + cfg.Table))
 	t := outboxdb.New(cfg.Table, cfg.DeadLetterTable)
 	return &store{db: db, cfg: cfg, partitions: t.Partitions(), members: t.Relays(), ownerLock: int64(h.Sum64() >> 1),
-		claims: claimStatements(cfg.Table, cfg.Partitions), sql: t.FastPath()}
+		claims: claimStatements(cfg.Table, cfg.Partitions, cfg.DeliveredLog), sql: t.FastPath(), log: t.FastLog(),
+		logged: cfg.DeliveredLog}
 }
 
 // partitionExpr is the partition of an outbox row: the same for every row
@@ -77,8 +83,24 @@ func (s *store) init(ctx context.Context) error {
 		return nil
 	}
 	err := s.inOwnerLock(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.sql.CreateLeases)
-		return err
+		if _, err := tx.ExecContext(ctx, s.sql.CreateLeases); err != nil {
+			return err
+		}
+		if s.cfg.DeliveredLog {
+			_, err := tx.ExecContext(ctx, s.log.Create)
+			return err
+		}
+		// A log another relay kept goes on being kept: stamping now would
+		// leave the rows it delivered looking pending to this relay.
+		has, err := outboxdb.New(s.cfg.Table, "").HasDeliveredLog(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if has && !s.logged {
+			s.logged = true
+			s.claims = claimStatements(s.cfg.Table, s.cfg.Partitions, true)
+		}
+		return nil
 	})
 	s.initDone = err == nil
 	return err
@@ -126,7 +148,10 @@ func (s *store) delivered(ctx context.Context, ids []int64) error {
 	// Acks commit without waiting for the WAL flush (see
 	// outboxdb.FastPathSQL.Delivered).
 	q := s.sql.Delivered
-	if s.cfg.Delete {
+	switch {
+	case s.logged:
+		q = s.log.Delivered
+	case s.cfg.Delete:
 		q = s.sql.DeliveredDelete
 	}
 	_, err := s.db.ExecContext(ctx, q, ids)
@@ -151,4 +176,23 @@ func (s *store) deadLetter(ctx context.Context, r *engine.Row, reason string, at
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil
+}
+
+// floor reads the delivered log's floor: claims from the oldest row read
+// from it, and below it the rows of the transactions its snapshot saw in
+// progress.
+func (s *store) floor(ctx context.Context) (upto int64, late openTxs, err error) {
+	var xmax, xip string
+	if err := s.db.QueryRowContext(ctx, s.log.Floor).Scan(&upto, &xmax, &xip); err != nil {
+		return 0, openTxs{}, fmt.Errorf("reading the delivered log's floor: %w", err)
+	}
+	late.from, late.listed = outboxdb.ParseFloor(xmax, xip)
+	return upto, late, nil
+}
+
+// compact moves the delivered log's floor over the rows delivered since,
+// and drops their entries.
+func (s *store) compact(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, s.log.Compact)
+	return err
 }

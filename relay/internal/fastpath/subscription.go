@@ -258,6 +258,16 @@ func (sub *Subscription) maybeClaim() {
 	}
 	go func() {
 		started := time.Now()
+		if q.after == 0 && sub.s.store.logged {
+			upto, late, err := sub.s.store.floor(sub.ctx)
+			if err != nil {
+				sub.claimed <- claimResult{err: err, query: q, started: started}
+				return
+			}
+			if upto > 0 {
+				q.after, q.late, q.fromFloor = upto, late, true
+			}
+		}
 		got, err := sub.s.store.claim(sub.ctx, &sub.claims, q)
 		sub.claimed <- claimResult{rows: got.rows, open: got.open, cut: got.cut, cutSize: got.cutSize, err: err,
 			query: q, started: started}
@@ -286,7 +296,7 @@ func (sub *Subscription) claimDone(c claimResult) {
 		s.cfg.Logger.Info("Claiming outbox rows works again", watermill.LogFields{"failures": sub.claimFailures})
 		sub.claimFailures = 0
 	}
-	fromStart := c.query.after == 0
+	fromStart := c.query.after == 0 || c.query.fromFloor
 	sub.add(c.rows, fromStart, c.started)
 	if n := int64(len(c.rows)); n > 0 || c.cut {
 		total := c.cutSize
@@ -308,6 +318,10 @@ func (sub *Subscription) claimDone(c claimResult) {
 	sub.caughtUp = !full
 	if n := len(c.rows); n > 0 && (c.rows[n-1].ID > sub.cursor || full && fromStart) {
 		sub.cursor = c.rows[n-1].ID
+	}
+	// Read whole from the floor: nothing it saw waits under it.
+	if c.query.fromFloor && !full && c.query.after > sub.cursor {
+		sub.cursor = c.query.after
 	}
 	// Rows the claim could not see yet, below the new cursor, belong to the
 	// transactions open in its snapshot: the next claims read theirs. The
