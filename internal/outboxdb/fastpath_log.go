@@ -121,14 +121,6 @@ moved AS (
 -- transaction had committed before this statement's snapshot.
 DELETE FROM ` + l + ` dl WHERE dl.id <= (SELECT upto FROM moved)`
 	})
-	// fastLogFold stamps delivered_at on the rows the log delivered, for
-	// another path (or a relay without the log) to see them delivered,
-	// and empties the log.
-	fastLogFold = define("fastpath/log-fold", func(t Tables) string {
-		return `WITH stamped AS (UPDATE ` + pgsql.QuoteIdent(t.Outbox) + ` o SET delivered_at = now()
-	WHERE o.delivered_at IS NULL AND ` + t.FastLogged("o") + ` RETURNING 1)
-SELECT count(*) FROM stamped`
-	})
 	// fastLogDeleteOlder deletes up to $2 rows the delivered log
 	// delivered that were written before $1 (they keep delivered_at NULL).
 	fastLogDeleteOlder = define("fastpath/log-delete-older", func(t Tables) string {
@@ -184,35 +176,6 @@ func (t Tables) HasDeliveredLog(ctx context.Context, q Querier) (bool, error) {
 		return false, nil
 	}
 	return TableExists(ctx, q, t.DeliveredFloor())
-}
-
-// FoldDeliveredLog stamps delivered_at on every row the delivered log
-// says was delivered, and drops the log's tables, in one transaction: the
-// outbox is then as a relay that stamps leaves it. Nothing to do when t
-// has no log. It returns how many rows it stamped.
-func (t Tables) FoldDeliveredLog(ctx context.Context, db *sql.DB) (int64, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	has, err := t.HasDeliveredLog(ctx, tx)
-	if err != nil || !has {
-		return 0, err
-	}
-	// The relays of the log must not move its floor meanwhile.
-	if _, err := tx.ExecContext(ctx, `LOCK TABLE `+pgsql.QuoteIdent(t.DeliveredFloor())+` IN EXCLUSIVE MODE`); err != nil {
-		return 0, fmt.Errorf("locking %s: %w", t.DeliveredFloor(), err)
-	}
-	var n int64
-	if err := tx.QueryRowContext(ctx, fastLogFold.SQL(t)).Scan(&n); err != nil {
-		return 0, fmt.Errorf("stamping the rows the delivered log of %s delivered: %w", t.Outbox, err)
-	}
-	if _, err := tx.ExecContext(ctx, `DROP TABLE `+pgsql.QuoteIdent(t.DeliveredLog())+`, `+
-		pgsql.QuoteIdent(t.DeliveredFloor())); err != nil {
-		return 0, fmt.Errorf("dropping the delivered log of %s: %w", t.Outbox, err)
-	}
-	return n, tx.Commit()
 }
 
 // ParseFloor reads the floor's snapshot as Floor returns it.

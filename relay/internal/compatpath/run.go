@@ -55,17 +55,6 @@ type forwarding struct{ cfg Settings }
 func Run(ctx context.Context, cfg Settings) error {
 	f := &forwarding{cfg: cfg}
 	pub := cfg.Publishing
-	// Rows a fast relay's delivered log delivered keep delivered_at NULL,
-	// which this path would take for pending: stamp them first.
-	if t := f.tables(); t.Dialect == outboxdb.Postgres {
-		n, err := t.FoldDeliveredLog(ctx, cfg.DB)
-		if err != nil {
-			return fmt.Errorf("relay: %w", err)
-		}
-		if n > 0 {
-			pub.Logger.Info("Stamped the rows a fast relay's delivered log had delivered", map[string]any{"rows": n})
-		}
-	}
 	schema, offsets := f.adapters()
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(cfg.DB), wsql.SubscriberConfig{
 		ConsumerGroup:    cfg.ConsumerGroup,
