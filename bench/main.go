@@ -105,7 +105,7 @@ func main() {
 	var consumerSkew, fleetAlone bool
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
-	flag.StringVar(&paths, "paths", "compatible,fast,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
+	flag.StringVar(&paths, "paths", "compatible,fast,fastlog,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), fastlog (fast with --delivered-log), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
 	flag.IntVar(&cfg.Events, "events", 20000, "events emitted before the relay starts, for the drain throughput")
 	flag.IntVar(&cfg.Rate, "rate", 500, "events/s of the paced load (one event per transaction)")
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 10*time.Second, "how long the paced load runs for the latency columns")

@@ -27,6 +27,8 @@ type rowSpec struct {
 	// lateness makes the row of the scheduled section: after the drain,
 	// the lateness of scheduled deliveries instead of the latency loads.
 	lateness bool
+	// flags are more flags of its relays.
+	flags []string
 }
 
 // withBaseline puts before each row the same row run by the baseline
@@ -49,6 +51,7 @@ var knownRows = []rowSpec{
 	{key: "compatible", name: "stock watermill-sql + forwarder", path: "compatible", replicas: 1},
 	{key: "fast", name: "entoutbox fast, 1 replica", path: "fast", replicas: 1},
 	{key: "fast3", name: "entoutbox fast, 3 replicas", path: "fast", replicas: 3},
+	{key: "fastlog", name: "entoutbox fast, 1 replica, delivered log", path: "fast", replicas: 1, flags: []string{"--delivered-log"}},
 	{key: "wal", name: "entoutbox WAL (logical replication)", path: "wal", replicas: 1},
 }
 
@@ -67,7 +70,7 @@ func rowSpecs(keys []string, waiting, sectionWaiting int) ([]rowSpec, error) {
 		}
 		i := slices.IndexFunc(knownRows, func(r rowSpec) bool { return r.key == k })
 		if i < 0 {
-			return nil, fmt.Errorf("--paths: unknown row %q (want compatible, fast, fast3, wal or scheduled)", k)
+			return nil, fmt.Errorf("--paths: unknown row %q (want compatible, fast, fast3, fastlog, wal or scheduled)", k)
 		}
 		r := knownRows[i]
 		r.waiting = waiting
@@ -153,7 +156,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	}
 	e.progress("starting %d %s relay(s), draining", spec.replicas, spec.path)
 	start := time.Now()
-	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas)
+	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas, spec.flags...)
 	if err != nil {
 		return err
 	}
@@ -279,7 +282,7 @@ func (e *env) finishRow(recv *receiver, rs *relaySet, res *result, stopped *bool
 // A WAL relay also makes its slot then, which must exist before the
 // events are emitted: a slot sees only what is committed after it.
 func (e *env) probe(s *sandbox, spec rowSpec, prefix string) error {
-	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas)
+	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas, spec.flags...)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ type relayProc struct {
 // startRelays starts n relays of command bin (the env's when "") on the
 // sandbox's outbox with path and topic prefix, passing the bench's
 // --poll-interval (but to the wal path) and --batch-size when given.
-func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet, error) {
+func startRelays(e *env, s *sandbox, bin, path, prefix string, n int, flags ...string) (*relaySet, error) {
 	if bin == "" {
 		bin = e.bin
 	}
@@ -60,6 +60,7 @@ func startRelays(e *env, s *sandbox, bin, path, prefix string, n int) (*relaySet
 	if e.cfg.BatchSize > 0 {
 		args = append(args, "--batch-size", strconv.Itoa(e.cfg.BatchSize))
 	}
+	args = append(args, flags...)
 	rs := &relaySet{exited: make(chan struct{})}
 	for i := range n {
 		procArgs := args

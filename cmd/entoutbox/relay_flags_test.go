@@ -68,7 +68,7 @@ func TestRelayOnMySQLTakesThePollAndCompatiblePaths(t *testing.T) {
 var relaySettingSamples = map[string]string{
 	"topic-prefix": "staging_", "dead-letter-table": "letters", "scheduled-table": "later", "sequence-table": "seqs", "close-timeout": "5s", "batch-size": "10",
 	"retry-interval": "1s", "poll-interval": "1s", "concurrency": "3", "max-bytes-in-flight": "1MiB", "max-attempts": "3",
-	"lease": "5s", "partitions": "8", "poll-only": "true", "delete-delivered": "true", "relay-id": "r1",
+	"lease": "5s", "partitions": "8", "poll-only": "true", "delete-delivered": "true", "delivered-log": "true", "relay-id": "r1",
 	"listen-database-url": "postgres://127.0.0.1/app", "consumer-group": "billing", "slot": "orders_wal",
 	"publication": "orders_wal", "replication-url": "postgres://127.0.0.1/app",
 }
@@ -175,7 +175,7 @@ func TestRelayHelpSaysWhichPaths(t *testing.T) {
 		require.Contains(t, usage(flag), "fast, wal and poll paths only")
 	}
 	require.Contains(t, usage("poll-interval"), "fast, compatible and poll paths only")
-	for _, flag := range []string{"lease", "partitions", "poll-only", "delete-delivered", "relay-id", "listen-database-url"} {
+	for _, flag := range []string{"lease", "partitions", "poll-only", "delete-delivered", "delivered-log", "relay-id", "listen-database-url"} {
 		require.Contains(t, usage(flag), "fast path only)", "--%s", flag)
 	}
 	require.Contains(t, usage("consumer-group"), "compatible path only)")
