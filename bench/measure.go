@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/entoutbox/entoutbox/internal/outboxdb"
 	"github.com/entoutbox/entoutbox/relay"
 	"github.com/entoutbox/entoutbox/schema"
 )
@@ -324,7 +325,11 @@ func (e *env) drain(ctx context.Context, s *sandbox, spec rowSpec, recv *receive
 		res.drainCPU = cpuPerEvent(cpuFrom, sampleCPU(rs.pids()), len(ids), runtime.NumCPU())
 		return nil
 	}
-	if err := waitBacklogEmpty(ctx, s.db, timeout, rs.failed()); err != nil {
+	wait := waitBacklogEmpty
+	if slices.Contains(spec.flags, "--delivered-log") {
+		wait = waitLogEmpty
+	}
+	if err := wait(ctx, s.db, timeout, rs.failed()); err != nil {
 		if rerr := rs.err(); rerr != nil {
 			return rerr
 		}
@@ -395,6 +400,33 @@ func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *
 		}
 	}
 	return summarize(ds)
+}
+
+// waitLogEmpty is waitBacklogEmpty for a relay keeping the delivered log,
+// whose rows keep delivered_at NULL: it reads whether a row is pending as
+// entoutbox status does, from the log's floor.
+func waitLogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	t := outboxdb.New(schema.OutboxTable, "")
+	for {
+		p, err := outboxdb.ReadPending(ctx, db, t, 1)
+		if err != nil {
+			return fmt.Errorf("reading the backlog: %w", err)
+		}
+		if p.Count == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("events still pending in the outbox after %s", timeout)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-abort:
+			return errors.New("a relay ended while events were pending")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // waitBacklogEmpty waits until the outbox in db (PostgreSQL's, or a poll
