@@ -29,6 +29,7 @@ var fleetRefusedFlags = map[string]string{
 	"replication-url":     "the wal path is not run by the fleet yet",
 	"relay-id":            "each tenant's relay is named by the fleet",
 	"poll-only":           "the fleet's relays poll unless --fleet-listen",
+	"delivered-log":       "the fleet's prober of parked tenants reads delivered_at, not the delivered log, yet",
 }
 
 // addFleetFlags adds the flags of a fleet: where its tenants are listed,
