@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/entoutbox/entoutbox/admin"
 	"github.com/entoutbox/entoutbox/events"
 	"github.com/entoutbox/entoutbox/internal/testent"
 	"github.com/entoutbox/entoutbox/relay"
@@ -79,6 +80,15 @@ func TestDeliveredLogFloorLeavesALateTransactionPending(t *testing.T) {
 		upto, logged := floor(t, b)
 		return upto == maxID && logged == 0
 	}, patience, 50*time.Millisecond, "the floor never reached the last row, or the log kept entries under it")
+	// The late row failed once (its last_error stays): delivered, it is
+	// not failing.
+	st, err := admin.ReadStatus(ctx, b.db.DB, "", "")
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
+	require.NotEmpty(t, st.Relays)
+	for _, r := range st.Relays {
+		require.Zero(t, r.Failing, "a delivered row counted as failing: %+v", r)
+	}
 	require.NoError(t, stop())
 	got.requireExactly(t, want)
 	var stamped int64

@@ -239,21 +239,26 @@ var (
 
 // pendingByTopic is backlogPending for the delivery marks d.
 func pendingByTopic(t Tables, d Delivery) string {
-	from := `SELECT o.id, o.topic, o.created_at FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` + d.Pending("o")
-	if d.log != nil {
-		// The log's rows keep delivered_at NULL: read above its floor, and
-		// below it the rows its snapshot may not have seen, each through
-		// an index, rather than step over every row it delivered.
-		parts := d.log.belowFloor("o")
-		for i, cond := range parts {
-			parts[i] = `(` + from + ` AND ` + cond + ` ORDER BY o.id LIMIT $1)`
-		}
-		from = strings.Join(parts, "\n\t\t\tUNION ALL ")
-	}
 	return `SELECT topic, count(*), min(created_at) FROM (
-			` + from + `
-			ORDER BY id LIMIT $1) o
+			` + firstPending(t, d, "o.topic, o.created_at") + `) o
 		GROUP BY topic ORDER BY topic`
+}
+
+// firstPending reads cols (of outbox row o) of the first $1 rows of t
+// pending by the delivery marks d, in id order. With a delivered log,
+// whose rows keep delivered_at NULL, it reads above the log's floor, and
+// below it the rows its snapshot may not have seen, each through an
+// index, rather than step over every row the log delivered.
+func firstPending(t Tables, d Delivery, cols string) string {
+	from := `SELECT o.id, ` + cols + ` FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o WHERE ` + d.Pending("o")
+	if d.log == nil {
+		return from + ` ORDER BY o.id LIMIT $1`
+	}
+	parts := d.log.belowFloor("o")
+	for i, cond := range parts {
+		parts[i] = `(` + from + ` AND ` + cond + ` ORDER BY o.id LIMIT $1)`
+	}
+	return `SELECT * FROM (` + strings.Join(parts, "\n\t\t\tUNION ALL ") + `) p ORDER BY id LIMIT $1`
 }
 
 // openLetters is backlogOpenLetters, on a table with the operator's

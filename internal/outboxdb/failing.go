@@ -61,7 +61,7 @@ func ReadFailing(ctx context.Context, q Querier, t Tables, maxRows int) (Failing
 	if err != nil {
 		return f, err
 	}
-	read := failingShapes[failingShape{wal: d.WAL(), leases: parts}]
+	read := failingShapes[failingShape{wal: d.WAL(), leases: parts, logged: d.log != nil}]
 	rows, err := t.bound(q).QueryContext(ctx, read.SQL(t), maxRows, MaxShares+maxFailingTopics)
 	if err != nil {
 		return f, fmt.Errorf("reading the failing rows: %w", err)
@@ -90,7 +90,7 @@ const maxFailingTopics = 1000
 // failingShape is what the read of the failing rows varies on: whether a
 // WAL relay ran (its delivered rows are not pending), and whether the
 // fast relays' leases table exists.
-type failingShape struct{ wal, leases bool }
+type failingShape struct{ wal, leases, logged bool }
 
 // failingShapes reads the first $1 pending rows' last errors by topic and
 // by the fast relay holding their partition, $2 rows at most.
@@ -103,6 +103,17 @@ var failingShapes = map[failingShape]*Statement{
 	{wal: true, leases: true}: define("failing/rows-wal-leases", func(t Tables) string {
 		return failingRows(t, failingShape{wal: true, leases: true})
 	}),
+	// With the fast path's delivered log.
+	{logged: true}: define("failing/rows-logged", func(t Tables) string { return failingRows(t, failingShape{logged: true}) }),
+	{wal: true, logged: true}: define("failing/rows-wal-logged", func(t Tables) string {
+		return failingRows(t, failingShape{wal: true, logged: true})
+	}),
+	{leases: true, logged: true}: define("failing/rows-leases-logged", func(t Tables) string {
+		return failingRows(t, failingShape{leases: true, logged: true})
+	}),
+	{wal: true, leases: true, logged: true}: define("failing/rows-wal-leases-logged", func(t Tables) string {
+		return failingRows(t, failingShape{wal: true, leases: true, logged: true})
+	}),
 }
 
 // failingRows is the read of the failing rows of shape sh. Each distinct
@@ -113,6 +124,9 @@ func failingRows(t Tables, sh failingShape) string {
 	if sh.wal {
 		d.progress = t.WALProgress()
 	}
+	if sh.logged {
+		d.log = &t
+	}
 	// The holders: none before a fast relay first ran.
 	holders := `SELECT ''::text AS relay, ''::text AS topic, 0 AS partition, 1 AS n WHERE false`
 	if sh.leases {
@@ -121,8 +135,7 @@ func failingRows(t Tables, sh failingShape) string {
 	}
 	return `WITH failing AS MATERIALIZED (
 			SELECT topic, aggregate_type, aggregate_id, last_error FROM (
-				SELECT o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM ` + pgsql.QuoteIdent(t.Outbox) + ` o
-				WHERE ` + d.Pending("o") + ` ORDER BY o.id LIMIT $1) o
+				` + firstPending(t, d, "o.topic, o.aggregate_type, o.aggregate_id, o.last_error") + `) o
 			WHERE last_error IS NOT NULL
 		), holders AS (
 			SELECT * FROM (` + holders + `) h WHERE relay <> ''

@@ -1,8 +1,7 @@
 -- failing/rows-wal
 WITH failing AS MATERIALIZED (
 			SELECT topic, aggregate_type, aggregate_id, last_error FROM (
-				SELECT o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM "outbox_events" o
-				WHERE o.delivered_at IS NULL AND NOT EXISTS (SELECT 1 FROM "outbox_events_wal_progress" wp WHERE wp.created IS NOT NULL AND wp.delivered IS NOT NULL AND o.delivered_at IS NULL AND o.transaction_id >= pg_snapshot_xmin(wp.created) AND o.transaction_id < pg_snapshot_xmax(wp.delivered) AND pg_visible_in_snapshot(o.transaction_id, wp.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, wp.created)) ORDER BY o.id LIMIT $1) o
+				SELECT o.id, o.topic, o.aggregate_type, o.aggregate_id, o.last_error FROM "outbox_events" o WHERE o.delivered_at IS NULL AND NOT EXISTS (SELECT 1 FROM "outbox_events_wal_progress" wp WHERE wp.created IS NOT NULL AND wp.delivered IS NOT NULL AND o.delivered_at IS NULL AND o.transaction_id >= pg_snapshot_xmin(wp.created) AND o.transaction_id < pg_snapshot_xmax(wp.delivered) AND pg_visible_in_snapshot(o.transaction_id, wp.delivered) AND NOT pg_visible_in_snapshot(o.transaction_id, wp.created)) ORDER BY o.id LIMIT $1) o
 			WHERE last_error IS NOT NULL
 		), holders AS (
 			SELECT * FROM (SELECT ''::text AS relay, ''::text AS topic, 0 AS partition, 1 AS n WHERE false) h WHERE relay <> ''
