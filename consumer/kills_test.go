@@ -109,9 +109,13 @@ func (k *killRun) run() {
 		k.instances[i] = k.start(i)
 	}
 	t.Cleanup(func() {
+		// All at once: over cut connections each takes the broker
+		// client's timeouts (10 s on NATS).
+		var dying sync.WaitGroup
 		for _, in := range k.instances {
-			k.kill(in)
+			dying.Go(func() { k.kill(in) })
 		}
+		dying.Wait()
 	})
 	relayTo(t, ctx, k.b, k.pub.Publisher(), k.prefix)
 	emitted := make(chan struct{})

@@ -107,7 +107,7 @@ func TestTenantsApplyTheirEventsInTheirOwnDatabase(t *testing.T) {
 	var calls, acks atomic.Int64
 	h := testent.NewTenantOutboxHandlers(fallback.client, opener.open,
 		append(fast(), consumer.WithTopicPrefix(prefix), consumer.WithConcurrency(3),
-			consumer.WithGapWait(200*time.Millisecond), consumer.WithLogger(watermill.NopLogger{}),
+			consumer.WithGapWait(100*time.Millisecond), consumer.WithLogger(watermill.NopLogger{}),
 			// Published newest first, the first events may wait long on a
 			// loaded machine: never start an aggregate past them.
 			consumer.WithStartAfter(-1))...)
