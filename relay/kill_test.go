@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,8 +67,18 @@ func testRelayKilledMidStream(t *testing.T, p *onPath) {
 		return cmd, logs
 	}
 
+	// Events are committed in rounds of 400 until a relay was killed while
+	// it made progress with events still being committed (on a loaded
+	// machine a relay may take longer to start than a round to commit).
+	var midStreamKilled atomic.Bool
 	emitDone := make(chan emitted, 1)
-	go func() { emitDone <- emitOrders(t, p.client, 400, 10, 5) }()
+	go func() {
+		want := emitted{ids: map[string]bool{}, rolledBack: map[string]bool{}, perAggregate: map[string][]string{}}
+		for round := 0; round == 0 || !midStreamKilled.Load() && round < 10; round++ {
+			want.add(emitOrdersAs(t, p.client, fmt.Sprintf("order%d", round), 400, 10, 5))
+		}
+		emitDone <- want
+	}()
 
 	// Kill a relay as soon as it has made progress, again and again, while
 	// events are still being committed.
@@ -77,7 +88,9 @@ func testRelayKilledMidStream(t *testing.T, p *onPath) {
 		before := got.distinct()
 		cmd, _ := start()
 		progressed := func() bool { return got.distinct() > before }
-		for deadline := time.Now().Add(3 * time.Second); !progressed() && time.Now().Before(deadline); {
+		// A relay started after a kill may wait for the killed one's lease
+		// (the poll path's) before it sends: wait longer than that.
+		for deadline := time.Now().Add(20 * time.Second); !progressed() && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
 		}
 		select {
@@ -86,6 +99,7 @@ func testRelayKilledMidStream(t *testing.T, p *onPath) {
 		default:
 			if progressed() {
 				midStream++
+				midStreamKilled.Store(true)
 			}
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
