@@ -51,7 +51,7 @@ type FastConfig struct {
 	Delete bool
 	// DeliveredLog records what was delivered without rewriting the rows:
 	// their ids go to a narrow log table, under a floor that moves every
-	// few seconds (docs/delivered-log.md). The rows stay as they were
+	// half second (docs/delivered-log.md). The rows stay as they were
 	// written, kept for replay until retention deletes them. Once a relay
 	// kept a log on a table, every fast relay of the table keeps it.
 	DeliveredLog bool

@@ -255,8 +255,10 @@ func ackIDs(acks []ack) []int64 {
 }
 
 // compactEvery is how often a source moves the delivered log's floor: the
-// log holds about this long of deliveries.
-const compactEvery = 2 * time.Second
+// log holds about this long of deliveries, and a claim from the floor
+// steps over about as much (every rescan reads from it). Measured: every
+// 2 s cost PostgreSQL more per event than every 500 ms.
+const compactEvery = 500 * time.Millisecond
 
 // startCompacting starts, once, the loop that moves the delivered log's
 // floor, when the table keeps one. Every relay of the table runs it; they
