@@ -406,27 +406,11 @@ func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *
 // whose rows keep delivered_at NULL: it reads whether a row is pending as
 // entoutbox status does, from the log's floor.
 func waitLogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
-	deadline := time.Now().Add(timeout)
 	t := outboxdb.New(schema.OutboxTable, "")
-	for {
+	return pollBacklog(ctx, timeout, abort, func() (bool, error) {
 		p, err := outboxdb.ReadPending(ctx, db, t, 1)
-		if err != nil {
-			return fmt.Errorf("reading the backlog: %w", err)
-		}
-		if p.Count == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("events still pending in the outbox after %s", timeout)
-		}
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-abort:
-			return errors.New("a relay ended while events were pending")
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return p.Count > 0, err
+	}, func() error { return fmt.Errorf("events still pending in the outbox after %s", timeout) })
 }
 
 // waitBacklogEmpty waits until the outbox in db (PostgreSQL's, or a poll
@@ -437,22 +421,33 @@ func waitLogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort 
 // relays it measures. The table name is left unquoted: MySQL reads double
 // quotes as a string.
 func waitBacklogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
-	deadline := time.Now().Add(timeout)
 	pending := `FROM ` + schema.OutboxTable + ` WHERE delivered_at IS NULL`
+	return pollBacklog(ctx, timeout, abort, func() (left bool, err error) {
+		err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 `+pending+`)`).Scan(&left)
+		return left, err
+	}, func() error {
+		var n int64
+		if err := db.QueryRowContext(ctx, `SELECT count(*) `+pending).Scan(&n); err != nil {
+			return fmt.Errorf("reading the backlog: %w", err)
+		}
+		return fmt.Errorf("%d events still pending in the outbox after %s", n, timeout)
+	})
+}
+
+// pollBacklog asks pending every 10 ms until it says nothing is left, and
+// fails with late() after timeout.
+func pollBacklog(ctx context.Context, timeout time.Duration, abort <-chan struct{}, pending func() (bool, error), late func() error) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		var left bool
-		if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 `+pending+`)`).Scan(&left); err != nil {
+		left, err := pending()
+		if err != nil {
 			return fmt.Errorf("reading the backlog: %w", err)
 		}
 		if !left {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			var n int64
-			if err := db.QueryRowContext(ctx, `SELECT count(*) `+pending).Scan(&n); err != nil {
-				return fmt.Errorf("reading the backlog: %w", err)
-			}
-			return fmt.Errorf("%d events still pending in the outbox after %s", n, timeout)
+			return late()
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):

@@ -156,12 +156,19 @@ func (t Tables) DeleteWALDelivered(ctx context.Context, db *sql.DB, cutoff time.
 	if err != nil || !d.WAL() {
 		return 0, err
 	}
+	return t.deleteDelivered(ctx, db, deliveredDeleteWAL.SQL(t), cutoff, batch, "the WAL path")
+}
+
+// deleteDelivered runs query, the deletion of up to $2 rows delivered by
+// path (a path that leaves delivered_at NULL) and written before $1, until
+// it deletes none, batch rows at a time (1000 when zero).
+func (t Tables) deleteDelivered(ctx context.Context, db *sql.DB, query string, cutoff time.Time, batch int, path string) (int64, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
-	n, err := retention.InBatches(ctx, db, deliveredDeleteWAL.SQL(t), cutoff, batch)
+	n, err := retention.InBatches(ctx, db, query, cutoff, batch)
 	if err != nil {
-		return n, fmt.Errorf("deleting the rows of %s the WAL path delivered: %w", t.Outbox, err)
+		return n, fmt.Errorf("deleting the rows of %s %s delivered: %w", t.Outbox, path, err)
 	}
 	return n, nil
 }

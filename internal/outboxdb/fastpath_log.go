@@ -3,12 +3,10 @@ package outboxdb
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/pgsql"
-	"github.com/entoutbox/entoutbox/internal/retention"
 )
 
 // The fast path's delivered log (relay Fast.DeliveredLog): what the relay
@@ -139,14 +137,7 @@ func (t Tables) DeleteLogDelivered(ctx context.Context, db *sql.DB, cutoff time.
 	if err != nil || !has {
 		return 0, err
 	}
-	if batch <= 0 {
-		batch = 1000
-	}
-	n, err := retention.InBatches(ctx, db, fastLogDeleteOlder.SQL(t), cutoff, batch)
-	if err != nil {
-		return n, fmt.Errorf("deleting the rows of %s the delivered log delivered: %w", t.Outbox, err)
-	}
-	return n, nil
+	return t.deleteDelivered(ctx, db, fastLogDeleteOlder.SQL(t), cutoff, batch, "the delivered log")
 }
 
 // FastLogSQL is the text of the delivered log's statements, for one
