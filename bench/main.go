@@ -263,6 +263,9 @@ func (cfg *config) retentionAlone() {
 	given := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	cfg.Retention = true
+	if !given["near-limit"] {
+		cfg.NearLimit = 0 // the section runs no near-limit load
+	}
 	if !given["paths"] {
 		cfg.Paths = nil
 	}
