@@ -67,6 +67,7 @@ type weekResult struct {
 	deleted    int64 // rows the cleanup deleted over the week
 	insert     time.Duration
 	deliver    time.Duration
+	compact    time.Duration // of deliver, the floor's moves
 	cleanup    time.Duration
 	vacuum     time.Duration
 }
@@ -175,7 +176,7 @@ func (e *env) simulateWeek(ctx context.Context, logged bool, w *weekResult) erro
 		if err != nil {
 			return fmt.Errorf("day %d: %w", d, err)
 		}
-		if err := deliverDay(ctx, s.db, t, logged, ids, time.Now().Add(-time.Duration(ago)*day), &w.deliver); err != nil {
+		if err := deliverDay(ctx, s.db, t, logged, ids, time.Now().Add(-time.Duration(ago)*day), &w.deliver, &w.compact); err != nil {
 			return fmt.Errorf("day %d: %w", d, err)
 		}
 		// The cleanup keeps RetentionKeep days before the simulated now,
@@ -249,7 +250,7 @@ func dayIDs(ctx context.Context, db *sql.DB, after int64) ([]int64, error) {
 // cleanup of stamped rows reads delivered_at. The log is the relay's own
 // statements: the ids into the log, the floor moved every
 // retentionCompactEvery rows and after the last.
-func deliverDay(ctx context.Context, db *sql.DB, t outboxdb.Tables, logged bool, ids []int64, at time.Time, sum *time.Duration) error {
+func deliverDay(ctx context.Context, db *sql.DB, t outboxdb.Tables, logged bool, ids []int64, at time.Time, sum, compact *time.Duration) error {
 	stamp := `UPDATE ` + pgsql.QuoteIdent(t.Outbox) + ` SET delivered_at = $2
 	FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async WHERE id = ANY($1)`
 	logSQL := t.FastLog()
@@ -265,9 +266,12 @@ func deliverDay(ctx context.Context, db *sql.DB, t outboxdb.Tables, logged bool,
 			return fmt.Errorf("marking rows delivered: %w", err)
 		}
 		if end := i + len(batch); logged && (end%retentionCompactEvery == 0 || end == len(ids)) {
-			if _, err := timed(ctx, db, sum, logSQL.Compact); err != nil {
+			var took time.Duration
+			if _, err := timed(ctx, db, &took, logSQL.Compact); err != nil {
 				return fmt.Errorf("moving the floor: %w", err)
 			}
+			*sum += took
+			*compact += took
 		}
 	}
 	if logged {
@@ -336,7 +340,8 @@ func (sec *retentionSection) print(out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out, "  inserted in: one INSERT ... SELECT of the retained rows (numbered explicitly, the aggregates' counters moved first), "+
-		"and for fastlog the floor's move over them; the VACUUM ANALYZE after it not counted")
+		"not counted: the wait, before the relay starts, until every transaction older than the insert's has ended (rows kept for days are "+
+		"older than any running one), the floor's move over them (fastlog) and a VACUUM ANALYZE")
 
 	fmt.Fprintf(out, "\na week of traffic: %d simulated days of %s events each (payload %d B, created that day), "+
 		"marked delivered in statements of %d as each path marks them (fast: UPDATE of delivered_at; fastlog: the ids into the log, "+
@@ -346,15 +351,19 @@ func (sec *retentionSection) print(out io.Writer) error {
 		thousands(retentionCompactEvery), cfg.RetentionKeep)
 	fmt.Fprintf(out, "machine load average (1 min) %s at the start, %s at the end, on %d CPUs\n", sec.wload[0], sec.wload[1], runtime.NumCPU())
 	tw = tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "relay\toutbox on disk\tlog tables\trows\tdead tuples before / after VACUUM\tdeleted\tPostgreSQL time\tinsert\tmark delivered\tcleanup\tVACUUM\tnotes")
+	fmt.Fprintln(tw, "relay\toutbox on disk\tlog tables\trows\tdead tuples before / after VACUUM\tdeleted\tPostgreSQL time\tinsert\tmark delivered\tof which floor moves\tcleanup\tVACUUM\tnotes")
 	for _, w := range sec.week {
 		if w.err != nil {
-			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", w.key, strings.Repeat("\tn/a", 10), firstLine(w.err))
+			fmt.Fprintf(tw, "%s%s\tn/a (%s)\n", w.key, strings.Repeat("\tn/a", 11), firstLine(w.err))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s / %s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w.key, fmtBytes(w.outboxSize), fmtBytes(w.logSize),
+		compact := "-"
+		if w.compact > 0 {
+			compact = fmtDur(w.compact, 1)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s / %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", w.key, fmtBytes(w.outboxSize), fmtBytes(w.logSize),
 			thousands(w.live), thousands(w.deadBefore), thousands(w.deadAfter), thousands(w.deleted), fmtDur(w.total(), 1),
-			fmtDur(w.insert, 1), fmtDur(w.deliver, 1), fmtDur(w.cleanup, 1), fmtDur(w.vacuum, 1))
+			fmtDur(w.insert, 1), fmtDur(w.deliver, 1), compact, fmtDur(w.cleanup, 1), fmtDur(w.vacuum, 1))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -122,6 +122,10 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 	if err := insertNumbered(ctx, tx, 0, n, aggregates, "now() - interval '1 day'", delivered); err != nil {
 		return 0, fmt.Errorf("inserting %d retained rows: %w", n, err)
 	}
+	var xid string
+	if err := tx.QueryRowContext(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		return 0, fmt.Errorf("reading the retained rows' transaction: %w", err)
+	}
 	if compatibleOffset {
 		offsets := pgsql.QuoteIdent(outboxdb.New(schema.OutboxTable, "").RelayOffsets())
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+offsets+` (
@@ -141,6 +145,16 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("committing %d retained rows: %w", n, err)
 	}
+	took := time.Since(start)
+	// Rows kept for days are older than every transaction still running;
+	// these are not while a transaction that began before their insert
+	// runs on the server (any database): the relays' reads of late
+	// commits, which range over the transactions in progress, would step
+	// over them, and VACUUM could not mark their pages all-visible. Wait
+	// for the server's oldest transaction to be younger.
+	if err := s.waitHorizon(ctx, xid); err != nil {
+		return took, err
+	}
 	if logged {
 		// After the commit: the floor's snapshot must see the rows'
 		// transaction.
@@ -148,7 +162,6 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 			return 0, err
 		}
 	}
-	took := time.Since(start)
 	// Vacuumed, with fresh statistics, as autovacuum would have left a table
 	// that accumulated millions of rows over time; otherwise autovacuum
 	// would scan the fresh gigabytes during the measurement.
@@ -156,6 +169,29 @@ func (s *sandbox) retain(ctx context.Context, n, aggregates int, compatibleOffse
 		return took, fmt.Errorf("vacuuming the outbox: %w", err)
 	}
 	return took, nil
+}
+
+// waitHorizon waits until transaction xid is older than every transaction
+// in progress on the server, for at most 10 minutes.
+func (s *sandbox) waitHorizon(ctx context.Context, xid string) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		var past bool
+		if err := s.db.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8`, xid).Scan(&past); err != nil {
+			return fmt.Errorf("reading the oldest transaction in progress: %w", err)
+		}
+		if past {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("a transaction older than the retained rows' still runs after 10 minutes")
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // floorOverAll makes the delivered log's tables, with the relay's own
