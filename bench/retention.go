@@ -158,18 +158,16 @@ func (e *env) simulateWeek(ctx context.Context, logged bool, w *weekResult) erro
 		if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM `+pgsql.QuoteIdent(t.Outbox)).Scan(&lastID); err != nil {
 			return fmt.Errorf("reading the last id: %w", err)
 		}
+		// In transactions of retentionBatch rows: a day's events come in
+		// many transactions, and the floor's move reads the rows of the
+		// transactions in progress in its snapshot, which one huge
+		// transaction would make the whole day.
 		start := time.Now()
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
 		created := fmt.Sprintf("now() - interval '%d days'", ago)
-		if err := insertNumbered(ctx, tx, (d-1)*n, d*n, cfg.Aggregates, created, "NULL"); err != nil {
-			_ = tx.Rollback()
-			return fmt.Errorf("day %d: inserting its events: %w", d, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("day %d: committing its events: %w", d, err)
+		for from := (d - 1) * n; from < d*n; from += retentionBatch {
+			if err := insertTx(ctx, s.db, from, min(from+retentionBatch, d*n), cfg.Aggregates, created); err != nil {
+				return fmt.Errorf("day %d: inserting its events: %w", d, err)
+			}
 		}
 		w.insert += time.Since(start)
 		ids, err := dayIDs(ctx, s.db, lastID)
@@ -223,6 +221,20 @@ func (e *env) simulateWeek(ctx context.Context, logged bool, w *weekResult) erro
 		}
 	}
 	return nil
+}
+
+// insertTx inserts the rows from+1..to of insertNumbered's series, pending,
+// in a transaction of their own.
+func insertTx(ctx context.Context, db *sql.DB, from, to, aggregates int, created string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := insertNumbered(ctx, tx, from, to, aggregates, created, "NULL"); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // dayIDs reads the ids of the rows above after, in id order: what the
@@ -343,11 +355,11 @@ func (sec *retentionSection) print(out io.Writer) error {
 		"not counted: the wait, before the relay starts, until every transaction older than the insert's has ended (rows kept for days are "+
 		"older than any running one), the floor's move over them (fastlog) and a VACUUM ANALYZE")
 
-	fmt.Fprintf(out, "\na week of traffic: %d simulated days of %s events each (payload %d B, created that day), "+
+	fmt.Fprintf(out, "\na week of traffic: %d simulated days of %s events each (payload %d B, created that day, inserted in transactions of %d), "+
 		"marked delivered in statements of %d as each path marks them (fast: UPDATE of delivered_at; fastlog: the ids into the log, "+
 		"the floor moved every %s events and at the day's end), then each day relay.CleanupDelivered keeping %d days "+
 		"(on the simulated clock) and a plain VACUUM of the path's tables (autovacuum off on them); sizes after the last day\n",
-		cfg.RetentionDays, thousands(int64(cfg.RetentionDayEvents)), payloadSize, retentionBatch,
+		cfg.RetentionDays, thousands(int64(cfg.RetentionDayEvents)), payloadSize, retentionBatch, retentionBatch,
 		thousands(retentionCompactEvery), cfg.RetentionKeep)
 	fmt.Fprintf(out, "machine load average (1 min) %s at the start, %s at the end, on %d CPUs\n", sec.wload[0], sec.wload[1], runtime.NumCPU())
 	tw = tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
