@@ -638,3 +638,84 @@ func TestFleetSectionRuns(t *testing.T) {
 }
 
 func isMissingNote(note string) bool { return strings.Contains(note, "missing") }
+
+// The retention section at a tiny size: every cell filled, the retained
+// rows never published again, and the week's cleanup keeping its days.
+func TestRetentionSectionRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench's retention section (at a tiny size), relay processes included")
+	}
+	ctx := context.Background()
+	requireServices(ctx, t)
+	bin := filepath.Join(t.TempDir(), "entoutbox")
+	if err := buildCommand(ctx, bin); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
+	defer cancel()
+	cfg := config{
+		DatabaseURL:        pgtest.ServerURL(),
+		Broker:             testBroker,
+		Events:             2000,
+		Rate:               50,
+		LatencyDuration:    time.Second,
+		Aggregates:         50,
+		Timeout:            2 * time.Minute, // per phase, a liveness bound: events missing then fail the test below
+		Progress:           tWriter{t},
+		Bin:                bin,
+		Hold:               time.Second, // not run by the section
+		Retention:          true,
+		RetentionRows:      2000,
+		RetentionDays:      3,
+		RetentionDayEvents: 500,
+		RetentionKeep:      1,
+	}
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	sec, err := measureRetention(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := sec.print(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("output:\n%s", out.String())
+	if strings.Contains(out.String(), "n/a") {
+		t.Errorf("a cell is n/a")
+	}
+	if len(sec.rows) != 2*len(retentionKeys) {
+		t.Errorf("%d rows of retained rows, want %d", len(sec.rows), 2*len(retentionKeys))
+	}
+	for _, r := range sec.rows {
+		res := r.res
+		// An emitter short of its rate on a busy machine is shown, not a
+		// failure; a missing event, or one the row did not emit (a
+		// retained row published again), is one.
+		if res.err != nil || res.drainRate <= 0 || res.latency.n != cfg.Rate*int(cfg.LatencyDuration/time.Second) ||
+			res.received != res.emitted || slices.ContainsFunc(res.notes, isMissingNote) {
+			t.Errorf("%s beside %d retained rows: err %v, drain %.0f/s, %d events measured, %d received of %d emitted, notes %q",
+				r.key, r.retained, res.err, res.drainRate, res.latency.n, res.received, res.emitted, res.notes)
+		}
+		if (r.retained > 0) != (res.retainedIn > 0) {
+			t.Errorf("%s beside %d retained rows: inserted in %s", r.key, r.retained, res.retainedIn)
+		}
+	}
+	if len(sec.week) != len(retentionKeys) {
+		t.Errorf("%d rows of the week, want %d", len(sec.week), len(retentionKeys))
+	}
+	for _, w := range sec.week {
+		kept := int64(cfg.RetentionKeep * cfg.RetentionDayEvents)
+		deleted := int64((cfg.RetentionDays - cfg.RetentionKeep) * cfg.RetentionDayEvents)
+		if w.err != nil || w.outboxSize <= 0 || (w.key == "fastlog") != (w.logSize > 0) || w.live != kept || w.deleted != deleted ||
+			w.deadBefore <= 0 || w.insert <= 0 || w.deliver <= 0 || w.cleanup <= 0 || w.vacuum <= 0 {
+			t.Errorf("week of %s: %+v; want every cell, %d rows kept and %d deleted", w.key, w, kept, deleted)
+		}
+	}
+}

@@ -59,7 +59,7 @@ func newEnv(ctx context.Context, cfg config) (_ *env, err error) {
 
 	// Only the relay rows, the consumer section's publishing, the SQLite
 	// and MariaDB sections and the fleet section run it.
-	if e.bin = cfg.Bin; e.bin == "" && (len(cfg.Paths) > 0 || cfg.ConsumerEvents > 0 || cfg.SQLite || cfg.MySQL || cfg.FleetDatabases > 0) {
+	if e.bin = cfg.Bin; e.bin == "" && (len(cfg.Paths) > 0 || cfg.ConsumerEvents > 0 || cfg.SQLite || cfg.MySQL || cfg.FleetDatabases > 0 || cfg.Retention) {
 		e.progress("building the entoutbox command")
 		if e.binDir, err = os.MkdirTemp("", "entoutbox-bench"); err != nil {
 			return nil, fmt.Errorf("making a directory for the relay binary: %w", err)

@@ -8,11 +8,22 @@
 //	go run ./bench --consumer-skew       # the consumers' key-skew table alone, 10,000 events a row
 //	go run ./bench --paths= --consumer-events 0 --skew-events 0   # the emit cost, the SQLite and the MariaDB sections
 //	go run ./bench --fleet               # the fleet section alone: 200 tenant databases, one relay process, then 3 sharing them
+//	go run ./bench --retention           # the retention section alone: fast and fastlog beside 10,000,000 retained rows, then a simulated week
+//	go run ./bench --retention --retention-rows 2000000 --retention-day-events 200000   # the same, smaller
 //
 // Each relay runs as a child process (the entoutbox command, built once) so
 // that its peak memory is its own. Each row works in a fresh PostgreSQL
 // schema and under a unique topic prefix, both removed at the end. Numbers
 // are printed, never judged. Progress goes to stderr, the table to stdout.
+//
+// The retention section (--retention, retention.go) prints two tables: the
+// fast path stamping delivered_at (fast) and with the delivered log
+// (fastlog), each drained and at --rate on an empty outbox and then beside
+// --retention-rows delivered rows kept in the same table, marked as that
+// path marks them; then the outbox's size on disk after --retention-days
+// simulated days of --retention-day-events events, delivered each path's
+// way, cleaned up by relay.CleanupDelivered keeping --retention-keep days
+// and vacuumed, each day.
 package main
 
 import (
@@ -89,8 +100,14 @@ type config struct {
 	FleetBusyRate      int           // events/s into each of them
 	FleetMemberTimeout time.Duration // the kill row's --fleet-member-timeout; 0 for the command's default
 	FleetLease         time.Duration // the kill row's --lease; 0 for the relay's default
-	Bin                string        // the entoutbox command the relays run; "" builds it from this module
-	BaselineBin        string        // an earlier build: each relay row runs with it too, just before
+	// The retention section (see retention.go).
+	Retention          bool
+	RetentionRows      int    // delivered rows retained in the second row of each path
+	RetentionDays      int    // simulated days of the week's table
+	RetentionDayEvents int    // events a simulated day
+	RetentionKeep      int    // days the cleanup keeps
+	Bin                string // the entoutbox command the relays run; "" builds it from this module
+	BaselineBin        string // an earlier build: each relay row runs with it too, just before
 }
 
 func main() {
@@ -102,7 +119,7 @@ func main() {
 		cfg.MySQLURL = defaultMySQLURL
 	}
 	var paths, skewAggregates, skewInstances, skewInstanceAggregates string
-	var consumerSkew, fleetAlone bool
+	var consumerSkew, fleetAlone, retentionAlone bool
 	flag.StringVar(&cfg.DatabaseURL, "database-url", cfg.DatabaseURL, "PostgreSQL URL (env DATABASE_URL)")
 	flag.StringVar(&cfg.Broker, "broker", "nats://127.0.0.1:4222", "broker URL the relays publish to and the bench subscribes to")
 	flag.StringVar(&paths, "paths", "compatible,fast,fastlog,fast3,wal", "relay rows to run: compatible, fast, fast3 (three fast replicas), fastlog (fast with --delivered-log), wal (needs wal_level=logical), scheduled (the scheduled events' section: fast and wal drains without and with --scheduled-section-waiting events waiting, and the lateness of scheduled deliveries at --rate for --latency-duration); empty for none")
@@ -146,6 +163,12 @@ func main() {
 	flag.IntVar(&cfg.FleetBusyRate, "fleet-busy-rate", 20, "events/s into each busy tenant while a fleet process is killed")
 	flag.DurationVar(&cfg.FleetMemberTimeout, "fleet-member-timeout", 0, "the fleet processes' --fleet-member-timeout while one is killed (default: the command's)")
 	flag.DurationVar(&cfg.FleetLease, "fleet-lease", 0, "the fleet processes' --lease while one is killed (default: the relay's)")
+	flag.BoolVar(&retentionAlone, "retention", false, "run the retention section alone: fast and fastlog drained and at --rate on an empty outbox, then beside --retention-rows delivered rows; "+
+		"then the outbox's size after --retention-days simulated days (unless given, --paths= --emit-tx 0 --consumer-events 0 --skew-events 0 --sqlite=false --mysql=false)")
+	flag.IntVar(&cfg.RetentionRows, "retention-rows", 10_000_000, "the retention section: delivered rows retained in the same table, marked as each path marks them")
+	flag.IntVar(&cfg.RetentionDays, "retention-days", 7, "the retention section: simulated days of traffic")
+	flag.IntVar(&cfg.RetentionDayEvents, "retention-day-events", 500_000, "the retention section: events a simulated day")
+	flag.IntVar(&cfg.RetentionKeep, "retention-keep", 3, "the retention section: days of delivered rows the daily cleanup keeps")
 	flag.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "longest wait for the events of one phase to arrive")
 	flag.StringVar(&cfg.Bin, "bin", "", "the entoutbox command the relays run (default: built from this module)")
 	flag.StringVar(&cfg.BaselineBin, "baseline-bin", "", "an earlier build of the entoutbox command (go build -o PATH ./cmd/entoutbox at the commit to compare with): each relay row runs with it first, then with --bin, side by side in one run")
@@ -156,6 +179,9 @@ func main() {
 	}
 	if fleetAlone {
 		cfg.fleetAlone()
+	}
+	if retentionAlone {
+		cfg.retentionAlone()
 	}
 	for _, l := range []struct {
 		flag string
@@ -214,6 +240,31 @@ func (cfg *config) fleetAlone() {
 	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if !given["fleet-databases"] {
 		cfg.FleetDatabases = 200
+	}
+	if !given["paths"] {
+		cfg.Paths = nil
+	}
+	for name, n := range map[string]*int{"emit-tx": &cfg.EmitTx, "consumer-events": &cfg.ConsumerEvents, "skew-events": &cfg.SkewEvents} {
+		if !given[name] {
+			*n = 0
+		}
+	}
+	if !given["sqlite"] {
+		cfg.SQLite = false
+	}
+	if !given["mysql"] {
+		cfg.MySQL = false
+	}
+}
+
+// retentionAlone is --retention: the retention section alone, but for the
+// flags given.
+func (cfg *config) retentionAlone() {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	cfg.Retention = true
+	if !given["near-limit"] {
+		cfg.NearLimit = 0 // the section runs no near-limit load
 	}
 	if !given["paths"] {
 		cfg.Paths = nil
@@ -292,6 +343,13 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 			return err
 		}
 	}
+	if rep.retentionErr != nil {
+		fmt.Fprintf(out, "\nretention: n/a (%s)\n", firstLine(rep.retentionErr))
+	} else if rep.retention != nil {
+		if err := rep.retention.print(out); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(out)
 	conns.print(out)
 	return nil
@@ -311,6 +369,8 @@ type report struct {
 	mysqlServer  string // its name and version, for the env line
 	fleet        *fleetSection
 	fleetErr     error
+	retention    *retentionSection
+	retentionErr error
 }
 
 // measureAll measures each row, then the sections the flags ask for.
@@ -351,6 +411,10 @@ func measureAll(ctx context.Context, e *env, specs []rowSpec) (report, error) {
 	if e.cfg.FleetDatabases > 0 && ctx.Err() == nil {
 		e.progress("== fleet")
 		rep.fleet, rep.fleetErr = measureFleet(ctx, e)
+	}
+	if e.cfg.Retention && ctx.Err() == nil {
+		e.progress("== retention")
+		rep.retention, rep.retentionErr = measureRetention(ctx, e)
 	}
 	return rep, ctx.Err()
 }
@@ -420,8 +484,10 @@ func (c config) check() error {
 		return errors.New("the key-skew table has no row: give --skew-aggregates, or --skew-instances and --skew-instance-aggregates")
 	case slices.ContainsFunc(slices.Concat(c.SkewAggregates, c.SkewInstances, c.SkewInstanceAggregates), func(n int) bool { return n <= 0 }):
 		return errors.New("--skew-aggregates, --skew-instances and --skew-instance-aggregates must be positive")
-	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0 && !c.SQLite && !c.MySQL && c.FleetDatabases == 0:
-		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0, --skew-events 0, --sqlite=false, --mysql=false and --fleet-databases 0")
+	case len(c.Paths) == 0 && c.EmitTx == 0 && c.ConsumerEvents == 0 && c.SkewEvents == 0 && !c.SQLite && !c.MySQL && c.FleetDatabases == 0 && !c.Retention:
+		return errors.New("nothing to run: no --paths, --emit-tx 0, --consumer-events 0, --skew-events 0, --sqlite=false, --mysql=false, --fleet-databases 0 and no --retention")
+	case c.Retention && (c.RetentionRows <= 0 || c.RetentionDays <= 0 || c.RetentionDayEvents <= 0 || c.RetentionKeep < 0):
+		return errors.New("--retention-rows, --retention-days and --retention-day-events must be positive, --retention-keep not negative")
 	case c.FleetDatabases < 0 || c.FleetDatabases > 1000:
 		return errors.New("--fleet-databases must be between 0 and 1000")
 	case c.FleetDatabases > 0 && (c.FleetIdleAfter <= 0 || c.FleetIdleWindow <= 0):
@@ -469,6 +535,10 @@ func (c config) describe() string {
 		if c.FleetProcesses > 1 {
 			s += fmt.Sprintf(" fleet-processes=%d fleet-busy=%d fleet-busy-rate=%d/s", c.FleetProcesses, c.FleetBusy, c.FleetBusyRate)
 		}
+	}
+	if c.Retention {
+		s += fmt.Sprintf(" retention-rows=%d retention-days=%d retention-day-events=%d retention-keep=%dd",
+			c.RetentionRows, c.RetentionDays, c.RetentionDayEvents, c.RetentionKeep)
 	}
 	return s
 }

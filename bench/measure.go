@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/entoutbox/entoutbox/internal/outboxdb"
@@ -30,7 +31,14 @@ type rowSpec struct {
 	lateness bool
 	// flags are more flags of its relays.
 	flags []string
+	// latencyOnly leaves out, after the drain, the near-limit load and the
+	// load while transactions are held open: the paced load at --rate
+	// alone (the retention section).
+	latencyOnly bool
 }
+
+// logged tells whether the row's relays keep a delivered log.
+func (s rowSpec) logged() bool { return slices.Contains(s.flags, "--delivered-log") }
 
 // withBaseline puts before each row the same row run by the baseline
 // command (--baseline-bin), so that a change is measured side by side with
@@ -96,7 +104,11 @@ type result struct {
 	drainCPU  string   // where the drain's CPU went, per event
 	lateness  bool     // a row of the scheduled section
 	late      lateness // its lateness of scheduled deliveries
-	notes     []string
+	// retainedIn is how long inserting the retained rows took (--retained).
+	retainedIn time.Duration
+	emitted    int // events the row emitted into the outbox, drain and loads
+	received   int // distinct events that arrived on the row's topic
+	notes      []string
 }
 
 func (r *result) note(format string, args ...any) {
@@ -145,7 +157,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		return fmt.Errorf("subscribing: %w", err)
 	}
 	defer recv.close()
-	if err := e.prepare(ctx, s, spec, prefix); err != nil {
+	if err := e.prepare(ctx, s, spec, prefix, res); err != nil {
 		return err
 	}
 
@@ -155,6 +167,7 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 	if err != nil {
 		return err
 	}
+	res.emitted += len(ids)
 	e.progress("starting %d %s relay(s), draining", spec.replicas, spec.path)
 	start := time.Now()
 	rs, err := startRelays(e, s, spec.bin, spec.path, prefix, spec.replicas, spec.flags...)
@@ -176,13 +189,18 @@ func (e *env) measure(ctx context.Context, spec rowSpec, res *result) error {
 		res.late = e.latenessPhase(ctx, s, recv, rs, res)
 		return e.finishRow(recv, rs, res, &stopped)
 	}
+	if spec.latencyOnly {
+		e.progress("paced load: %d events/s for %s", cfg.Rate, cfg.LatencyDuration)
+		res.latency = e.latencyPhase(ctx, s, recv, rs, paced{rate: cfg.Rate, perTx: 1, workers: 16}, cfg.LatencyDuration, nil, res, "latency")
+		return e.finishRow(recv, rs, res, &stopped)
+	}
 	e.pacedPhases(ctx, s, recv, rs, res)
 	return e.finishRow(recv, rs, res, &stopped)
 }
 
 // prepare fills the empty sandbox with what the row waits beside (scheduled
 // events, retained rows) and probes its relays.
-func (e *env) prepare(ctx context.Context, s *sandbox, spec rowSpec, prefix string) error {
+func (e *env) prepare(ctx context.Context, s *sandbox, spec rowSpec, prefix string, res *result) error {
 	cfg := e.cfg
 	// Before the probe, so that a WAL relay's slot, made then, does not
 	// decode them: scheduled over days, they would have been decoded long
@@ -200,9 +218,11 @@ func (e *env) prepare(ctx context.Context, s *sandbox, spec rowSpec, prefix stri
 	}
 	if cfg.Retained > 0 {
 		e.progress("inserting %d retained delivered rows", cfg.Retained)
-		if err := s.retain(ctx, cfg.Retained, cfg.Aggregates, spec.path == string(relay.PathCompatible)); err != nil {
+		var err error
+		if res.retainedIn, err = s.retain(ctx, cfg.Retained, cfg.Aggregates, spec.path == string(relay.PathCompatible), spec.logged()); err != nil {
 			return err
 		}
+		e.progress("inserted them in %s", res.retainedIn.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -275,6 +295,10 @@ func (e *env) finishRow(recv *receiver, rs *relaySet, res *result, stopped *bool
 	if n := recv.duplicateCount(); n > 0 {
 		res.note("%d duplicate deliveries", n)
 	}
+	// Retained rows, delivered before the row started, must stay so.
+	if res.received = recv.count(); res.received > res.emitted {
+		res.note("%d events arrived that the row did not emit", res.received-res.emitted)
+	}
 	return nil
 }
 
@@ -326,8 +350,8 @@ func (e *env) drain(ctx context.Context, s *sandbox, spec rowSpec, recv *receive
 		return nil
 	}
 	wait := waitBacklogEmpty
-	if slices.Contains(spec.flags, "--delivered-log") {
-		wait = waitLogEmpty
+	if spec.logged() {
+		wait = waitLogBacklogEmpty
 	}
 	if err := wait(ctx, s.db, timeout, rs.failed()); err != nil {
 		if rerr := rs.err(); rerr != nil {
@@ -377,6 +401,7 @@ func nearLimitLoad(drainRate, fraction float64) paced {
 func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, p paced, d time.Duration,
 	held *heldTxs, res *result, phase string) stats {
 	load := runPaced(ctx, s.client, p, d, e.cfg.Aggregates)
+	res.emitted += len(load.ids)
 	if held != nil {
 		if err := held.release(); err != nil {
 			res.note("%s: %v", phase, err)
@@ -402,17 +427,6 @@ func (e *env) latencyPhase(ctx context.Context, s *sandbox, recv *receiver, rs *
 	return summarize(ds)
 }
 
-// waitLogEmpty is waitBacklogEmpty for a relay keeping the delivered log,
-// whose rows keep delivered_at NULL: it reads whether a row is pending as
-// entoutbox status does, from the log's floor.
-func waitLogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
-	t := outboxdb.New(schema.OutboxTable, "")
-	return pollBacklog(ctx, timeout, abort, func() (bool, error) {
-		p, err := outboxdb.ReadPending(ctx, db, t, 1)
-		return p.Count > 0, err
-	}, func() error { return fmt.Errorf("events still pending in the outbox after %s", timeout) })
-}
-
 // waitBacklogEmpty waits until the outbox in db (PostgreSQL's, or a poll
 // section's database) holds nothing pending: every event arrived, but the
 // relay records deliveries only after the broker's acks. It asks whether
@@ -422,32 +436,53 @@ func waitLogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort 
 // quotes as a string.
 func waitBacklogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
 	pending := `FROM ` + schema.OutboxTable + ` WHERE delivered_at IS NULL`
-	return pollBacklog(ctx, timeout, abort, func() (left bool, err error) {
-		err = db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 `+pending+`)`).Scan(&left)
+	return waitEmpty(ctx, timeout, abort, func() (bool, error) {
+		var left bool
+		err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 `+pending+`)`).Scan(&left)
 		return left, err
-	}, func() error {
+	}, func() (string, error) {
 		var n int64
-		if err := db.QueryRowContext(ctx, `SELECT count(*) `+pending).Scan(&n); err != nil {
-			return fmt.Errorf("reading the backlog: %w", err)
-		}
-		return fmt.Errorf("%d events still pending in the outbox after %s", n, timeout)
+		err := db.QueryRowContext(ctx, `SELECT count(*) `+pending).Scan(&n)
+		return strconv.FormatInt(n, 10), err
 	})
 }
 
-// pollBacklog asks pending every 10 ms until it says nothing is left, and
-// fails with late() after timeout.
-func pollBacklog(ctx context.Context, timeout time.Duration, abort <-chan struct{}, pending func() (bool, error), late func() error) error {
+// waitLogBacklogEmpty is waitBacklogEmpty on a PostgreSQL outbox whose
+// relays keep a delivered log: its delivered rows keep delivered_at NULL,
+// so it reads the backlog as the project does (outboxdb.ReadPending, from
+// the log's floor), one row at most.
+func waitLogBacklogEmpty(ctx context.Context, db *sql.DB, timeout time.Duration, abort <-chan struct{}) error {
+	t := outboxdb.New(schema.OutboxTable, "")
+	return waitEmpty(ctx, timeout, abort, func() (bool, error) {
+		p, err := outboxdb.ReadPending(ctx, db, t, 1)
+		return p.Count > 0, err
+	}, func() (string, error) {
+		p, err := outboxdb.ReadPending(ctx, db, t, 0)
+		if p.Capped {
+			return "at least " + strconv.FormatInt(p.Count, 10), err
+		}
+		return strconv.FormatInt(p.Count, 10), err
+	})
+}
+
+// waitEmpty asks left every 10 ms until it says nothing is left, and says
+// how many are (count) when timeout passes first.
+func waitEmpty(ctx context.Context, timeout time.Duration, abort <-chan struct{}, left func() (bool, error), count func() (string, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		left, err := pending()
+		l, err := left()
 		if err != nil {
 			return fmt.Errorf("reading the backlog: %w", err)
 		}
-		if !left {
+		if !l {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return late()
+			n, err := count()
+			if err != nil {
+				return fmt.Errorf("reading the backlog: %w", err)
+			}
+			return fmt.Errorf("%s events still pending in the outbox after %s", n, timeout)
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):

@@ -143,6 +143,13 @@ func (r *receiver) duplicateCount() int {
 	return r.duplicates
 }
 
+// count is how many distinct events arrived.
+func (r *receiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got)
+}
+
 // close stops consuming and deletes the topic's stream so that runs leave
 // nothing behind on the server.
 func (r *receiver) close() {

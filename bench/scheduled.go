@@ -94,6 +94,7 @@ type lateness struct {
 func (e *env) latenessPhase(ctx context.Context, s *sandbox, recv *receiver, rs *relaySet, res *result) lateness {
 	cfg := e.cfg
 	load := runPaced(ctx, s.client, paced{rate: cfg.Rate, perTx: 1, workers: 16, lead: scheduledLead}, cfg.LatencyDuration, cfg.Aggregates)
+	res.emitted += len(load.ids)
 	if load.err != nil {
 		res.note("lateness: %v", load.err)
 	}
