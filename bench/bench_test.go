@@ -554,18 +554,27 @@ func testSandbox(ctx context.Context, t *testing.T) *sandbox {
 // are parked, the killed process's busy tenants are relayed again by the
 // others with no event lost, and every database of the run is dropped at
 // the end. Its numbers are not checked.
-func TestFleetSectionRuns(t *testing.T) {
+// sectionTest skips a test of a section under -short, needs the services,
+// and builds the command the section's relays run; ctx ends with the test
+// or after 8 minutes (under go test's default 10).
+func sectionTest(t *testing.T, section string) (ctx context.Context, bin string) {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("runs the bench's fleet section (at a tiny size), relay processes included")
+		t.Skip("runs the bench's " + section + " section (at a tiny size), relay processes included")
 	}
-	ctx := context.Background()
+	ctx = context.Background()
 	requireServices(ctx, t)
-	bin := filepath.Join(t.TempDir(), "entoutbox")
+	bin = filepath.Join(t.TempDir(), "entoutbox")
 	if err := buildCommand(ctx, bin); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
-	defer cancel()
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, bin
+}
+
+func TestFleetSectionRuns(t *testing.T) {
+	ctx, bin := sectionTest(t, "fleet")
 	cfg := config{
 		DatabaseURL:        pgtest.ServerURL(),
 		Broker:             testBroker,
@@ -642,17 +651,7 @@ func isMissingNote(note string) bool { return strings.Contains(note, "missing") 
 // The retention section at a tiny size: every cell filled, the retained
 // rows never published again, and the week's cleanup keeping its days.
 func TestRetentionSectionRuns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the bench's retention section (at a tiny size), relay processes included")
-	}
-	ctx := context.Background()
-	requireServices(ctx, t)
-	bin := filepath.Join(t.TempDir(), "entoutbox")
-	if err := buildCommand(ctx, bin); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute) // under go test's default 10
-	defer cancel()
+	ctx, bin := sectionTest(t, "retention")
 	cfg := config{
 		DatabaseURL:        pgtest.ServerURL(),
 		Broker:             testBroker,

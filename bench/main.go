@@ -236,36 +236,28 @@ func (cfg *config) skewAlone() {
 // fleetAlone is --fleet: the fleet section alone, at full size, but for
 // the flags given.
 func (cfg *config) fleetAlone() {
-	given := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	given := cfg.sectionAlone()
 	if !given["fleet-databases"] {
 		cfg.FleetDatabases = 200
-	}
-	if !given["paths"] {
-		cfg.Paths = nil
-	}
-	for name, n := range map[string]*int{"emit-tx": &cfg.EmitTx, "consumer-events": &cfg.ConsumerEvents, "skew-events": &cfg.SkewEvents} {
-		if !given[name] {
-			*n = 0
-		}
-	}
-	if !given["sqlite"] {
-		cfg.SQLite = false
-	}
-	if !given["mysql"] {
-		cfg.MySQL = false
 	}
 }
 
 // retentionAlone is --retention: the retention section alone, but for the
 // flags given.
 func (cfg *config) retentionAlone() {
-	given := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	given := cfg.sectionAlone()
 	cfg.Retention = true
 	if !given["near-limit"] {
 		cfg.NearLimit = 0 // the section runs no near-limit load
 	}
+}
+
+// sectionAlone turns off the sections whose flags were not given (the
+// relay rows, the emit cost, the consumers, the key skew, SQLite and
+// MariaDB), for a section that runs alone; it returns the flags given.
+func (cfg *config) sectionAlone() map[string]bool {
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if !given["paths"] {
 		cfg.Paths = nil
 	}
@@ -280,6 +272,7 @@ func (cfg *config) retentionAlone() {
 	if !given["mysql"] {
 		cfg.MySQL = false
 	}
+	return given
 }
 
 func splitList(s string) []string {

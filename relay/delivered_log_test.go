@@ -29,6 +29,18 @@ func floor(t *testing.T, b *emitBundle) (upto, logged int64) {
 	return upto, logged
 }
 
+// waitFloorOverCommitted waits until the floor is at or above the last
+// row committed now.
+func waitFloorOverCommitted(t *testing.T, b *emitBundle, msg string) {
+	t.Helper()
+	var last int64
+	require.NoError(t, b.db.DB.QueryRow(`SELECT max(id) FROM outbox_events`).Scan(&last))
+	require.Eventually(t, func() bool {
+		upto, _ := floor(t, b)
+		return upto >= last
+	}, patience, 50*time.Millisecond, msg)
+}
+
 // The floor moves over a transaction still open (its row id taken, its
 // row unseen): the row stays pending under the floor, and is delivered
 // once it commits, by a relay started after the floor moved (which reads
@@ -52,12 +64,7 @@ func TestDeliveredLogFloorLeavesALateTransactionPending(t *testing.T) {
 
 	want := emitOrdersAs(t, b.client, "early", 40, 5, 0)
 	got.waitFor(t, want, patience)
-	var lastEarly int64
-	require.NoError(t, b.db.DB.QueryRow(`SELECT max(id) FROM outbox_events`).Scan(&lastEarly))
-	require.Eventually(t, func() bool {
-		upto, _ := floor(t, b)
-		return upto >= lastEarly
-	}, patience, 50*time.Millisecond, "the floor never moved over the open transaction's row")
+	waitFloorOverCommitted(t, b, "the floor never moved over the open transaction's row")
 	require.NoError(t, stop())
 
 	require.NoError(t, late.Commit())
@@ -151,12 +158,7 @@ func TestDeliveredLogCleanupKeepsPendingRows(t *testing.T) {
 	stop := runRelay(t, loggedRelay(b, relay.Config{Publisher: pubsub}))
 	got.waitFor(t, want, patience)
 	waitDelivered(t, b, 0)
-	var lastOld int64
-	require.NoError(t, b.db.DB.QueryRow(`SELECT max(id) FROM outbox_events`).Scan(&lastOld))
-	require.Eventually(t, func() bool {
-		upto, _ := floor(t, b)
-		return upto >= lastOld
-	}, patience, 50*time.Millisecond, "the floor never reached the delivered rows")
+	waitFloorOverCommitted(t, b, "the floor never reached the delivered rows")
 	require.NoError(t, stop())
 
 	emitOrdersAs(t, b.client, "waiting", 7, 3, 0) // no relay runs: pending

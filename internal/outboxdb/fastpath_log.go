@@ -109,10 +109,14 @@ late AS (
 	LIMIT 1),
 first AS (
 	SELECT o.id FROM ` + o + ` o WHERE o.id > ` + upto + ` AND ` + pending + ` ORDER BY o.id LIMIT 1),
+-- Once: a subquery in the UPDATE's FROM would be pulled up and read first
+-- for each of its uses.
+next AS MATERIALIZED (
+	SELECT coalesce((SELECT id - 1 FROM first), (SELECT max(id) FROM ` + o + `), 0) AS upto
+	WHERE NOT EXISTS (SELECT 1 FROM late)),
 moved AS (
 	UPDATE ` + f + ` SET upto = n.upto, snap = pg_current_snapshot()
-	FROM (SELECT coalesce((SELECT id - 1 FROM first), (SELECT max(id) FROM ` + o + `), 0) AS upto) n
-	WHERE NOT EXISTS (SELECT 1 FROM late) AND n.upto >= ` + upto + `
+	FROM next n WHERE n.upto >= ` + upto + `
 	RETURNING ` + f + `.upto)
 -- Every entry under the new floor is covered by it: an entry this
 -- statement sees was written after its row was claimed, so the row's

@@ -12,10 +12,14 @@ late AS (
 	LIMIT 1),
 first AS (
 	SELECT o.id FROM "outbox_events" o WHERE o.id > (SELECT upto FROM st) AND o.delivered_at IS NULL AND NOT EXISTS (SELECT 1 FROM "outbox_events_delivered" dl WHERE dl.id = o.id) ORDER BY o.id LIMIT 1),
+-- Once: a subquery in the UPDATE's FROM would be pulled up and read first
+-- for each of its uses.
+next AS MATERIALIZED (
+	SELECT coalesce((SELECT id - 1 FROM first), (SELECT max(id) FROM "outbox_events"), 0) AS upto
+	WHERE NOT EXISTS (SELECT 1 FROM late)),
 moved AS (
 	UPDATE "outbox_events_delivered_to" SET upto = n.upto, snap = pg_current_snapshot()
-	FROM (SELECT coalesce((SELECT id - 1 FROM first), (SELECT max(id) FROM "outbox_events"), 0) AS upto) n
-	WHERE NOT EXISTS (SELECT 1 FROM late) AND n.upto >= (SELECT upto FROM st)
+	FROM next n WHERE n.upto >= (SELECT upto FROM st)
 	RETURNING "outbox_events_delivered_to".upto)
 -- Every entry under the new floor is covered by it: an entry this
 -- statement sees was written after its row was claimed, so the row's
