@@ -98,6 +98,15 @@ func claimFilter(t Tables, p *pgsql.Params[ClaimArg], part string, sh ClaimShape
 // delivered_at test stays outside OFFSET 0 so that the planner cannot scan
 // the pending index below the cursor instead: while a long transaction
 // holds vacuum back, that part of it is full of delivered rows.)
+//
+// The claim's plan is generic (planned once, without its parameters'
+// values), so each late transaction listed is looked up by a range on
+// transaction_id, never by an equality: a range with parameters is
+// estimated without the table's statistics, an equality from them, and
+// one transaction that wrote millions of the rows retained (a backfill, a
+// bulk import) made the equality look unselective enough that the plan
+// walked the primary key under the cursor, every retained row, at every
+// claim. The listed ones from the range's start on are in the range.
 func claimRows(p *pgsql.Params[ClaimArg], tbl, cols, filter, after, limit string, late bool) string {
 	from := `SELECT ` + indent(cols) + `
 FROM ` + tbl + ` o
@@ -116,9 +125,14 @@ UNION ALL
   SELECT ` + indent(indent(cols)) + `
   FROM (
     SELECT * FROM ` + tbl + ` o
-    WHERE (o.transaction_id = ANY(` + listed + `::text[]::xid8[])
-        OR o.transaction_id >= ` + since + `::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
+    WHERE o.transaction_id >= ` + since + `::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot())
       AND o.id <= ` + after + `
+    UNION ALL
+    SELECT l.* FROM unnest(` + listed + `::text[]::xid8[]) x(xid) CROSS JOIN LATERAL (
+      SELECT * FROM ` + tbl + ` o
+      WHERE o.transaction_id >= x.xid AND o.transaction_id <= x.xid AND o.id <= ` + after + `
+      OFFSET 0) l
+    WHERE x.xid < ` + since + `::text::xid8
     OFFSET 0) o
   WHERE ` + indent(indent(filter)) + `
 )`

@@ -34,9 +34,14 @@ SELECT * FROM (
               greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms
             FROM (
               SELECT * FROM "outbox_events" o
-              WHERE (o.transaction_id = ANY($3::text[]::xid8[])
-                  OR o.transaction_id >= $4::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
+              WHERE o.transaction_id >= $4::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot())
                 AND o.id <= $1
+              UNION ALL
+              SELECT l.* FROM unnest($3::text[]::xid8[]) x(xid) CROSS JOIN LATERAL (
+                SELECT * FROM "outbox_events" o
+                WHERE o.transaction_id >= x.xid AND o.transaction_id <= x.xid AND o.id <= $1
+                OFFSET 0) l
+              WHERE x.xid < $4::text::xid8
               OFFSET 0) o
             WHERE o.delivered_at IS NULL
               AND NOT (EXISTS (SELECT 1 FROM "outbox_events_delivered" dl WHERE dl.id = o.id) OR coalesce(o.id <= (SELECT df.upto FROM "outbox_events_delivered_to" df) AND pg_visible_in_snapshot(o.transaction_id, (SELECT df.snap FROM "outbox_events_delivered_to" df)), false))

@@ -37,9 +37,14 @@ SELECT * FROM (
               greatest(ceil(extract(epoch FROM o.available_at - now()) * 1000), 0)::bigint AS wait_ms
             FROM (
               SELECT * FROM "outbox_events" o
-              WHERE (o.transaction_id = ANY($8::text[]::xid8[])
-                  OR o.transaction_id >= $9::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot()))
+              WHERE o.transaction_id >= $9::text::xid8 AND o.transaction_id < pg_snapshot_xmax(pg_current_snapshot())
                 AND o.id <= $1
+              UNION ALL
+              SELECT l.* FROM unnest($8::text[]::xid8[]) x(xid) CROSS JOIN LATERAL (
+                SELECT * FROM "outbox_events" o
+                WHERE o.transaction_id >= x.xid AND o.transaction_id <= x.xid AND o.id <= $1
+                OFFSET 0) l
+              WHERE x.xid < $9::text::xid8
               OFFSET 0) o
             WHERE o.delivered_at IS NULL
               AND o.topic = $3
