@@ -18,13 +18,15 @@ import (
 )
 
 // A claim's plan is generic (claimconns.go): planned once, for any
-// values. Its late rows must be read through the commit-order index,
+// values, on the statistics of the moment. Its late rows must be read through the commit-order index,
 // whatever the table's statistics say, never by walking the rows under
 // the cursor: those are every delivered row retained. Statistics skewed
 // by one transaction that wrote most of the retained rows (a backfill)
 // made PostgreSQL walk the primary key under the cursor at every claim: a
 // drain beside 2 million retained rows went from 15,000 to 600 events/s.
-func TestLateClaimsDoNotWalkTheRetainedRows(t *testing.T) {
+// Nor may a claim that keeps the delivered log read the whole log for
+// each row, as it did when the log's statistics said it was empty.
+func TestClaimPlansWalkNeitherTheRetainedRowsNorTheLog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
@@ -60,7 +62,11 @@ func TestLateClaimsDoNotWalkTheRetainedRows(t *testing.T) {
 
 	for _, logged := range []bool{false, true} {
 		if logged {
+			// The log as the relay leaves it between two moves of the
+			// floor at times: empty, and analyzed so.
 			_, err := db.DB.Exec(outboxdb.New(goldenClaimTable, "").FastLog().Create)
+			require.NoError(t, err)
+			_, err = db.DB.Exec(`ANALYZE outbox_events_delivered, outbox_events_delivered_to`)
 			require.NoError(t, err)
 		}
 		for sh, stmt := range claimStatements(goldenClaimTable, goldenClaimPartitions, logged) {
@@ -79,6 +85,8 @@ func TestLateClaimsDoNotWalkTheRetainedRows(t *testing.T) {
 					"Index Only Scan using outbox_events_pkey", "Bitmap Index Scan using outbox_events_pkey"}, s,
 					"the generic plan of %s (logged %v) walks the rows under the cursor: %s", sh.name(), logged, strings.Join(scans, "; "))
 			}
+			require.NotContains(t, scans, "Seq Scan on outbox_events_delivered",
+				"the generic plan of %s (logged %v) reads the whole log for each row: %s", sh.name(), logged, strings.Join(scans, "; "))
 			require.Contains(t, scans, "Index Scan using outbox_events_commit_order",
 				"the generic plan of %s (logged %v) reads the late rows by the commit-order index: %s", sh.name(), logged, strings.Join(scans, "; "))
 		}
@@ -94,7 +102,7 @@ func genericPlanScans(t *testing.T, db *sql.DB, stmt claimSQL, args []any) []str
 	conn, err := db.Conn(ctx)
 	require.NoError(t, err)
 	defer discard(conn)
-	_, err = conn.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`)
+	_, err = conn.ExecContext(ctx, claimSession)
 	require.NoError(t, err)
 	_, err = conn.ExecContext(ctx, `PREPARE claim_plan AS `+stmt.text)
 	require.NoError(t, err)

@@ -8,10 +8,20 @@ import (
 
 // Claims run on connections of their own, each set to plan the claim once
 // (a generic plan): planning it anew for each claim would cost more than
-// running it. Those connections are shared by every subscription of the
+// running it (see claimSession). Those connections are shared by every subscription of the
 // process on one database, a few at most, borrowed for one claim at a
 // time: a Subscriber per topic, or many Subscribers, do not hold a
 // connection each for claims that take milliseconds.
+
+// claimSession is what a claim connection is set to: generic plans, and
+// no sequential scan where an index serves. Every read of a claim goes
+// through an index by design; a generic plan is costed on the statistics
+// at hand when it is made, and those of the delivered log (a table that
+// empties every second) or of an outbox skewed by one huge transaction
+// made PostgreSQL scan the log whole for each row claimed: a claim of 500
+// rows took 100 ms beside 10,000 log entries instead of 1.
+const claimSession = `SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+	set_config('enable_seqscan', 'off', false)`
 
 // claimConnsPerDB is how many claims run at once on one database; the
 // others wait for a connection to come back.
@@ -72,7 +82,7 @@ func (p *claimPool) borrow(ctx context.Context) (*sql.Conn, error) {
 	p.mu.Unlock()
 	c, err := p.key.db.Conn(ctx)
 	if err == nil && !p.key.pooled {
-		if _, err = c.ExecContext(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		if _, err = c.ExecContext(ctx, claimSession); err != nil {
 			_ = c.Close()
 		}
 	}
