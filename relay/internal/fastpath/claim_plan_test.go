@@ -112,8 +112,14 @@ func genericPlanScans(t *testing.T, db *sql.DB, stmt claimSQL, args []any) []str
 	}
 	var out []byte
 	require.NoError(t, conn.QueryRowContext(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claim_plan(`+strings.Join(lits, ", ")+`)`).Scan(&out))
-	var plans []struct{ Plan planNode }
+	var plans []struct {
+		Plan planNode
+		JIT  any
+	}
 	require.NoError(t, json.Unmarshal(out, &plans))
+	for _, p := range plans {
+		require.Nil(t, p.JIT, "the claim is compiled at each run (JIT): %s", out)
+	}
 	var scans []string
 	var walk func(n planNode)
 	walk = func(n planNode) {
