@@ -256,7 +256,15 @@ func firstPending(t Tables, d Delivery, cols string) string {
 	}
 	parts := d.log.belowFloor("o")
 	for i, cond := range parts {
-		parts[i] = `(` + from + ` AND ` + cond + ` ORDER BY o.id LIMIT $1)`
+		if i == 0 {
+			parts[i] = `(` + from + ` AND ` + cond + ` ORDER BY o.id LIMIT $1)`
+			continue
+		}
+		// Under the floor, the rows are found by the commit-order index
+		// and sorted after: ordered by id with a limit, the planner
+		// walked the primary key under the floor instead, every retained
+		// row (700 ms a read beside a million).
+		parts[i] = `(SELECT * FROM (` + from + ` AND ` + cond + ` OFFSET 0) b ORDER BY b.id LIMIT $1)`
 	}
 	return `SELECT * FROM (` + strings.Join(parts, "\n\t\t\tUNION ALL ") + `) p ORDER BY id LIMIT $1`
 }

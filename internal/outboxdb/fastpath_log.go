@@ -102,10 +102,13 @@ INSERT INTO ` + pgsql.QuoteIdent(t.DeliveredFloor()) + ` (upto, snap) VALUES (0,
 -- it and the new floor pending again). Only the snapshot's transactions in
 -- progress can have such rows: one begun after it took its ids above the
 -- floor.
+-- (Fenced by OFFSET 0 from the LIMIT: the planner would walk the primary
+-- key under the floor, every retained row, hoping for an early match.)
 late AS (
-	SELECT 1 FROM ` + o + ` o
+	SELECT 1 FROM (SELECT o.id FROM ` + o + ` o
 	WHERE o.transaction_id >= pg_snapshot_xmin(` + snap + `) AND o.transaction_id < pg_snapshot_xmax(` + snap + `)
 	  AND o.id <= ` + upto + ` AND NOT pg_visible_in_snapshot(o.transaction_id, ` + snap + `) AND ` + pending + `
+	OFFSET 0) l
 	LIMIT 1),
 first AS (
 	SELECT o.id FROM ` + o + ` o WHERE o.id > ` + upto + ` AND ` + pending + ` ORDER BY o.id LIMIT 1),

@@ -28,38 +28,7 @@ import (
 // each row, as it did when the log's statistics said it was empty.
 func TestClaimPlansWalkNeitherTheRetainedRowsNorTheLog(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
-	pgtest.Migrate(t, client.Schema.Create)
-	// 30,000 retained rows, delivered, written by one transaction (the
-	// trigger off: their numbers do not matter here), then a few pending
-	// rows of transactions of their own, then fresh statistics.
-	conn, err := db.DB.Conn(ctx)
-	require.NoError(t, err)
-	for _, q := range []string{
-		`SET session_replication_role = replica`,
-		`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at)
-			SELECT gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'r-' || (g % 100), '{}', now() FROM generate_series(1, 30000) g`,
-		`RESET session_replication_role`,
-	} {
-		_, err := conn.ExecContext(ctx, q)
-		require.NoError(t, err)
-	}
-	require.NoError(t, conn.Close())
-	for i := range 5 {
-		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
-			VALUES (gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', $1, '{}')`, fmt.Sprintf("p-%d", i))
-		require.NoError(t, err)
-	}
-	_, err = db.DB.Exec(`ANALYZE outbox_events`)
-	require.NoError(t, err)
-	var cursor int64
-	var xmax string
-	require.NoError(t, db.DB.QueryRow(`SELECT max(id), pg_snapshot_xmax(pg_current_snapshot())::text FROM outbox_events`).Scan(&cursor, &xmax))
-	var retainedTx string
-	require.NoError(t, db.DB.QueryRow(`SELECT transaction_id::text FROM outbox_events WHERE delivered_at IS NOT NULL LIMIT 1`).Scan(&retainedTx))
-
+	db, cursor, xmax, retainedTx := retainedByOneTransaction(t, 30_000)
 	for _, logged := range []bool{false, true} {
 		if logged {
 			// The log as the relay leaves it between two moves of the
@@ -93,6 +62,44 @@ func TestClaimPlansWalkNeitherTheRetainedRowsNorTheLog(t *testing.T) {
 	}
 }
 
+// retainedByOneTransaction is a database whose outbox holds 30,000
+// delivered rows written by one transaction (retainedTx), then 5 pending
+// rows of transactions of their own, analyzed; cursor is the last row's id
+// and xmax a snapshot's after them.
+func retainedByOneTransaction(t *testing.T, n int) (db *pgtest.DB, cursor int64, xmax, retainedTx string) {
+	t.Helper()
+	ctx := context.Background()
+	db = pgtest.New(t)
+	client := testent.NewClient(testent.Driver(entsql.OpenDB(dialect.Postgres, db.DB)))
+	pgtest.Migrate(t, client.Schema.Create)
+	// n retained rows, delivered, written by one transaction (the
+	// trigger off: their numbers do not matter here), then a few pending
+	// rows of transactions of their own, then fresh statistics.
+	conn, err := db.DB.Conn(ctx)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`SET session_replication_role = replica`,
+		`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload, delivered_at)
+			SELECT gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', 'r-' || (g % 100), '{}', now() FROM generate_series(1, ` + fmt.Sprint(n) + `) g`,
+		`RESET session_replication_role`,
+	} {
+		_, err := conn.ExecContext(ctx, q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, conn.Close())
+	for i := range 5 {
+		_, err := db.DB.Exec(`INSERT INTO outbox_events (event_id, event_name, event_version, topic, aggregate_type, aggregate_id, payload)
+			VALUES (gen_random_uuid(), 'order.paid', 1, 'orders', 'Order', $1, '{}')`, fmt.Sprintf("p-%d", i))
+		require.NoError(t, err)
+	}
+	_, err = db.DB.Exec(`ANALYZE outbox_events`)
+	require.NoError(t, err)
+	require.NoError(t, db.DB.QueryRow(`SELECT max(id), pg_snapshot_xmax(pg_current_snapshot())::text FROM outbox_events`).Scan(&cursor, &xmax))
+	require.NoError(t, db.DB.QueryRow(`SELECT transaction_id::text FROM outbox_events WHERE delivered_at IS NOT NULL LIMIT 1`).Scan(&retainedTx))
+
+	return db, cursor, xmax, retainedTx
+}
+
 // genericPlanScans is how the generic plan of stmt, run with args, reads
 // the outbox: "<node> on <table>" or "<node> using <index>" per scan of
 // it.
@@ -112,6 +119,14 @@ func genericPlanScans(t *testing.T, db *sql.DB, stmt claimSQL, args []any) []str
 	}
 	var out []byte
 	require.NoError(t, conn.QueryRowContext(ctx, `EXPLAIN (FORMAT JSON) EXECUTE claim_plan(`+strings.Join(lits, ", ")+`)`).Scan(&out))
+	return scansOf(t, out)
+}
+
+// scansOf is the scans of an EXPLAIN (FORMAT JSON): "<node> on <table>"
+// or "<node> using <index>" each. A plan compiled at each run (JIT) fails
+// the test.
+func scansOf(t *testing.T, out []byte) []string {
+	t.Helper()
 	var plans []struct {
 		Plan planNode
 		JIT  any

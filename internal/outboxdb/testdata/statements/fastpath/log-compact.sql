@@ -5,10 +5,13 @@ WITH st AS MATERIALIZED (SELECT upto, snap FROM "outbox_events_delivered_to" FOR
 -- it and the new floor pending again). Only the snapshot's transactions in
 -- progress can have such rows: one begun after it took its ids above the
 -- floor.
+-- (Fenced by OFFSET 0 from the LIMIT: the planner would walk the primary
+-- key under the floor, every retained row, hoping for an early match.)
 late AS (
-	SELECT 1 FROM "outbox_events" o
+	SELECT 1 FROM (SELECT o.id FROM "outbox_events" o
 	WHERE o.transaction_id >= pg_snapshot_xmin((SELECT snap FROM st)) AND o.transaction_id < pg_snapshot_xmax((SELECT snap FROM st))
 	  AND o.id <= (SELECT upto FROM st) AND NOT pg_visible_in_snapshot(o.transaction_id, (SELECT snap FROM st)) AND o.delivered_at IS NULL AND NOT EXISTS (SELECT 1 FROM "outbox_events_delivered" dl WHERE dl.id = o.id)
+	OFFSET 0) l
 	LIMIT 1),
 first AS (
 	SELECT o.id FROM "outbox_events" o WHERE o.id > (SELECT upto FROM st) AND o.delivered_at IS NULL AND NOT EXISTS (SELECT 1 FROM "outbox_events_delivered" dl WHERE dl.id = o.id) ORDER BY o.id LIMIT 1),
